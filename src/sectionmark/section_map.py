@@ -1,0 +1,192 @@
+"""The section map: which section(s) every recorded command of a program belongs to.
+
+Written by the compiler hook, read by the profile session. It mirrors what the
+runtime counts: per static command buffer, the ordered list of recorded
+commands (dispatch, barrier, fill, copy, update; debug groups are not
+counted), so that a runtime ``(command_buffer_id, command_index)`` can be
+mapped back to a dispatch site and its sections. Schema: docs/section-map.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from sectionmark.paths import SectionPath
+
+SECTION_MAP_VERSION = 1
+COMMAND_OPS = ("dispatch", "barrier", "fill", "copy", "update")
+
+
+class SectionMapError(ValueError):
+    """A section map that cannot be read (wrong version, malformed)."""
+
+
+@dataclass(frozen=True)
+class Share:
+    """One section's part of a dispatch site (weights of a site sum to 1)."""
+
+    path: SectionPath
+    weight: float
+
+
+@dataclass
+class Command:
+    """One recorded command, in the order the runtime counts it."""
+
+    op: str  # one of COMMAND_OPS
+    key: Optional[str] = None  # dispatch: export name as the profiler reports it
+    site: Optional[int] = None  # dispatch site id (flow phase); None for barriers
+    shares: list[Share] = field(default_factory=list)  # empty: "(unmarked)"
+    workgroups: Optional[list[int]] = None  # when static
+    binding_bytes: Optional[list[int]] = None  # when static
+
+    @property
+    def sections(self) -> list[SectionPath]:
+        return [share.path for share in self.shares]
+
+
+@dataclass
+class CommandBuffer:
+    """A static command buffer (memoized or one-shot) in one function."""
+
+    index: int
+    function: str
+    commands: list[Command] = field(default_factory=list)
+
+    def signature(self) -> list[tuple[str, Optional[str]]]:
+        """The ``(op, key)`` sequence used to match runtime command buffers."""
+        return [(command.op, command.key) for command in self.commands]
+
+
+@dataclass
+class DispatchSite:
+    """A dispatch site found at phase flow, before deduplication."""
+
+    id: int
+    function: str
+    shares: list[Share]
+    op_count: int  # ops fused into the site (the weight rule counts them)
+    executable: Optional[str] = None  # executable after deduplication/linking
+    key: Optional[str] = None
+
+
+@dataclass
+class SectionMap:
+    sections: list[SectionPath]
+    command_buffers: list[CommandBuffer]
+    sites: list[DispatchSite]
+    weight_rule: str = "op-count"
+    target: Optional[str] = None
+    version: int = SECTION_MAP_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        def shares(items: list[Share]) -> list[dict[str, Any]]:
+            return [{"path": list(s.path), "weight": s.weight} for s in items]
+
+        return {
+            "version": self.version,
+            "weight_rule": self.weight_rule,
+            "target": self.target,
+            "sections": [list(path) for path in self.sections],
+            "sites": [
+                {
+                    "id": site.id,
+                    "function": site.function,
+                    "shares": shares(site.shares),
+                    "op_count": site.op_count,
+                    "executable": site.executable,
+                    "key": site.key,
+                }
+                for site in self.sites
+            ],
+            "command_buffers": [
+                {
+                    "index": buffer.index,
+                    "function": buffer.function,
+                    "commands": [
+                        {
+                            "op": c.op,
+                            "key": c.key,
+                            "site": c.site,
+                            "shares": shares(c.shares),
+                            "workgroups": c.workgroups,
+                            "binding_bytes": c.binding_bytes,
+                        }
+                        for c in buffer.commands
+                    ],
+                }
+                for buffer in self.command_buffers
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> "SectionMap":
+        if not isinstance(data, dict) or "version" not in data:
+            raise SectionMapError("not a sectionmark section map (no 'version' field)")
+        if data["version"] != SECTION_MAP_VERSION:
+            raise SectionMapError(
+                f"section map version {data['version']!r} is not supported (expected {SECTION_MAP_VERSION})"
+            )
+        try:
+
+            def shares(items: list[dict[str, Any]]) -> list[Share]:
+                return [Share(tuple(s["path"]), float(s["weight"])) for s in items]
+
+            return cls(
+                version=data["version"],
+                weight_rule=data.get("weight_rule", "op-count"),
+                target=data.get("target"),
+                sections=[tuple(path) for path in data["sections"]],
+                sites=[
+                    DispatchSite(
+                        id=int(s["id"]),
+                        function=s["function"],
+                        shares=shares(s["shares"]),
+                        op_count=int(s["op_count"]),
+                        executable=s.get("executable"),
+                        key=s.get("key"),
+                    )
+                    for s in data["sites"]
+                ],
+                command_buffers=[
+                    CommandBuffer(
+                        index=int(b["index"]),
+                        function=b["function"],
+                        commands=[
+                            Command(
+                                op=c["op"],
+                                key=c.get("key"),
+                                site=c.get("site"),
+                                shares=shares(c.get("shares", [])),
+                                workgroups=c.get("workgroups"),
+                                binding_bytes=c.get("binding_bytes"),
+                            )
+                            for c in b["commands"]
+                        ],
+                    )
+                    for b in data["command_buffers"]
+                ],
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise SectionMapError(f"malformed section map: {error!r}") from None
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False, indent=1)
+
+    @classmethod
+    def loads(cls, text: str) -> "SectionMap":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise SectionMapError(f"section map is not valid JSON: {error}") from None
+        return cls.from_json(data)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.dumps(), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "SectionMap":
+        return cls.loads(Path(path).read_text(encoding="utf-8"))
