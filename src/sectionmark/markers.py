@@ -60,14 +60,14 @@ def _framework_scopes(name: str) -> Optional[tuple]:
     entered = []
     torch = sys.modules.get("torch")
     if torch is not None and torch.compiler.is_exporting():
-        from sectionmark.importers import torch_markers
+        from sectionmark.importers import torch as torch_importer
 
-        entered.extend(torch_markers.enter_export_scope(name))
+        entered.extend(torch_importer.enter_export_scope(name))
     jax_core = sys.modules.get("jax._src.core")
     if jax_core is not None and not jax_core.trace_ctx.is_top_level():
-        from sectionmark.importers import jax_markers
+        from sectionmark.importers import jax as jax_importer
 
-        entered.append(jax_markers.enter_named_scope(name))
+        entered.append(jax_importer.enter_named_scope(name))
     return tuple(entered) if entered else None
 
 
@@ -99,9 +99,9 @@ class section:
             if not 0 <= color <= 0xFFFFFF:
                 raise ValueError(f"section color must be within 0x000000..0xFFFFFF, got {color:#x}")
         if _dynamo_is_tracing():
-            from sectionmark.importers import torch_markers
+            from sectionmark.importers import torch as torch_importer
 
-            return torch_markers.dynamo_scope(name)  # type: ignore[return-value]
+            return torch_importer.dynamo_scope(name)  # type: ignore[return-value]
         self = object.__new__(cls)
         self.name = name
         self.color = color

@@ -1,0 +1,67 @@
+"""JAX export: the same marker inside jax.jit, forward and backward passes."""
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import sectionmark as sm  # noqa: E402
+
+
+@sm.section("Block")
+def block(x, w):
+    y = jnp.tanh(x @ w)
+    with sm.section("MLP"):
+        return y * 2.0
+
+
+def loss(w, x):
+    return (block(x, w) ** 2).sum()
+
+
+ARGS = (jnp.ones((4, 4)) * 0.1, jnp.ones((2, 4)))
+
+
+def test_forward_sections_from_plain_and_jitted_functions():
+    assert sm.jax.export(loss, *ARGS).sections == (("Block",), ("Block", "MLP"))
+    assert sm.jax.export(jax.jit(loss), *ARGS).sections == (("Block",), ("Block", "MLP"))
+
+
+def test_grad_reports_backward_sections():
+    sections = set(sm.jax.export(jax.value_and_grad(loss), *ARGS).sections)
+    assert {("Block",), ("Block", "MLP"), ("Block (backward)",), ("Block (backward)", "MLP (backward)")} <= sections
+
+
+def test_names_with_odd_characters_survive():
+    names = ['quo"te', "back\\slash", "new\nline", "emoji 🤖", "n" * 1000, "a/b", "(x)%"]
+
+    def fn(x):
+        for name in names:
+            with sm.section(name):
+                x = jnp.sin(x)
+        return x
+
+    assert sm.jax.export(fn, jnp.ones(3)).sections == tuple((name,) for name in names)
+
+
+def test_eager_use_outside_jit_adds_no_jax_scope():
+    with sm.section("eager"):
+        assert sm.current_path() == ("eager",)
+        assert np.asarray(jnp.ones(2) + 1).tolist() == [2.0, 2.0]
+
+
+def test_stablehlo_compiles_for_llvm_cpu_and_runs():
+    import iree.compiler
+    import iree.runtime as rt
+
+    exported = sm.jax.export(jax.value_and_grad(loss), *ARGS)
+    vmfb = iree.compiler.compile_str(exported.mlir, target_backends=["llvm-cpu"], input_type="stablehlo")
+    config = rt.Config("local-task")
+    context = rt.SystemContext(config=config)
+    context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
+    module = next(m for name, m in context.modules.items() if name != "hal")
+    value, grad = module.main(*[np.asarray(a) for a in ARGS])
+    want_value, want_grad = jax.value_and_grad(loss)(*ARGS)
+    np.testing.assert_allclose(value.to_host(), want_value, rtol=1e-5)
+    np.testing.assert_allclose(grad.to_host(), want_grad, rtol=1e-5)
