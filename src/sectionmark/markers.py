@@ -27,6 +27,7 @@ _Frame = tuple  # (parent: _Frame | None, section: section, exits: tuple | None)
 _current: contextvars.ContextVar[Optional[_Frame]] = contextvars.ContextVar(
     "sectionmark_current", default=None
 )
+_get_frame, _set_frame = _current.get, _current.set
 
 
 class EagerListener(Protocol):
@@ -38,6 +39,7 @@ class EagerListener(Protocol):
 
 
 _eager_listeners: list[EagerListener] = []
+_modules = sys.modules
 
 
 def add_eager_listener(listener: EagerListener) -> None:
@@ -58,22 +60,17 @@ def _framework_scopes(name: str) -> Optional[tuple]:
     when nothing traces: the common eager case costs two dict lookups.
     """
     entered = []
-    torch = sys.modules.get("torch")
+    torch = _modules.get("torch")
     if torch is not None and torch.compiler.is_exporting():
         from sectionmark.importers import torch as torch_importer
 
         entered.extend(torch_importer.enter_export_scope(name))
-    jax_core = sys.modules.get("jax._src.core")
+    jax_core = _modules.get("jax._src.core")
     if jax_core is not None and not jax_core.trace_ctx.is_top_level():
         from sectionmark.importers import jax as jax_importer
 
         entered.append(jax_importer.enter_named_scope(name))
     return tuple(entered) if entered else None
-
-
-def _dynamo_is_tracing() -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.compiler.is_dynamo_compiling()
 
 
 class section:
@@ -98,7 +95,8 @@ class section:
                 raise TypeError(f"section color must be an int 0xRRGGBB, got {type(color).__name__}")
             if not 0 <= color <= 0xFFFFFF:
                 raise ValueError(f"section color must be within 0x000000..0xFFFFFF, got {color:#x}")
-        if _dynamo_is_tracing():
+        torch = _modules.get("torch")
+        if torch is not None and torch.compiler.is_dynamo_compiling():
             from sectionmark.importers import torch as torch_importer
 
             return torch_importer.dynamo_scope(name)  # type: ignore[return-value]
@@ -111,18 +109,19 @@ class section:
         return f"section({self.name!r})" if self.color is None else f"section({self.name!r}, color={self.color:#08x})"
 
     def __enter__(self) -> "section":
-        exits = _framework_scopes(self.name)
-        _current.set((_current.get(), self, exits))
+        # Hot path: plain Python with no framework loaded costs two contextvar calls.
+        exits = _framework_scopes(self.name) if ("torch" in _modules or "jax" in _modules) else None
+        _set_frame((_get_frame(), self, exits))
         if _eager_listeners and exits is None:
             for listener in _eager_listeners:
                 listener.enter(self)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        frame = _current.get()
+        frame = _get_frame()
         if frame is None or frame[1] is not self:
             raise RuntimeError(f"{self!r} exited out of order (sections must nest)")
-        _current.set(frame[0])
+        _set_frame(frame[0])
         exits = frame[2]
         if exits is not None:
             for scope in reversed(exits):
@@ -156,7 +155,7 @@ class section:
 def current_path() -> SectionPath:
     """The section path active in this thread / asyncio task, outermost first."""
     names = []
-    frame = _current.get()
+    frame = _get_frame()
     while frame is not None:
         names.append(frame[1].name)
         frame = frame[0]

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Runs the nanoGPT demo: export -> compile -> profile -> table, trace files, chart in out/.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$root/scripts/env.sh"
+cd "$root"
+exec python examples/nanogpt/run.py --out out "$@"
