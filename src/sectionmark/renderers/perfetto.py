@@ -1,0 +1,62 @@
+"""Perfetto / Chrome trace (JSON trace-event format), opens in ui.perfetto.dev.
+
+One process per profiled function; per queue a thread whose slices are the
+section spans enclosing their dispatches, plus one thread per overflow lane for
+dispatches that ran concurrently (see `sectionmark.profiling.timeline`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.timeline import QueueTimeline, Span, build_timelines
+
+
+def _thread_name(pid: int, tid: int, name: str) -> dict[str, Any]:
+    return {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def _slices(spans: list[Span], pid: int, tid: int, origin: int) -> list[dict[str, Any]]:
+    out = []
+    for root in spans:
+        for _depth, span in root.walk():
+            out.append({
+                "ph": "X", "pid": pid, "tid": tid, "name": span.name,
+                "cat": span.kind, "ts": (span.start_ns - origin) / 1e3, "dur": (span.end_ns - span.start_ns) / 1e3,
+                "args": {"path": " / ".join(span.path), **span.args},
+            })
+    return out
+
+
+def trace_events(timelines: list[QueueTimeline], process_name: str) -> list[dict[str, Any]]:
+    pid = 1
+    starts = [t.main[0].start_ns for t in timelines if t.main] + [lane[0].start_ns for t in timelines for lane in t.lanes]
+    origin = min(starts, default=0)
+    events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": process_name}}]
+    tid = 0
+    for timeline in timelines:
+        tid += 1
+        events.append(_thread_name(pid, tid, f"queue {timeline.queue}: sections"))
+        events += _slices(timeline.main, pid, tid, origin)
+        for number, lane in enumerate(timeline.lanes, 1):
+            tid += 1
+            events.append(_thread_name(pid, tid, f"queue {timeline.queue}: concurrent dispatches {number}"))
+            events += _slices(lane, pid, tid, origin)
+    return events
+
+
+def save_perfetto(session, path: str | Path) -> Path:
+    """Write ``session`` (a ProfileSession with its events) as a Chrome JSON trace."""
+    if session.attribution is None:
+        raise SectionmarkError("this profile has no per-dispatch events (it was loaded from JSON); re-run the report from the .ireeprof")
+    name = f"sectionmark: {session.function or 'profile'}"
+    document = {"traceEvents": trace_events(build_timelines(session.attribution), name), "displayTimeUnit": "ns"}
+    path = Path(path)
+    try:
+        path.write_text(json.dumps(document), encoding="utf-8")
+    except OSError as error:
+        raise SectionmarkError(f"cannot write {path}: {error.strerror}") from None
+    return path
