@@ -1,7 +1,9 @@
 """sectionmark: name parts of a model once, see the names wherever IREE runs it.
 
-``sm.torch`` and ``sm.jax`` (the importers) load on first use, so importing
-sectionmark never imports a framework.
+The public API (see docs/): ``section`` marks code; ``sm.torch.export`` /
+``sm.jax.export`` keep the names in MLIR; ``compile`` carries them through
+IREE; ``load`` runs a module; ``profile`` / ``report`` measure per-section
+times. Heavy modules (frameworks, the compiler) load on first use.
 """
 
 import importlib
@@ -10,15 +12,25 @@ from typing import Any
 from sectionmark.markers import current_path, section
 from sectionmark.paths import SectionPath
 
-__all__ = ["section", "current_path", "SectionPath", "torch", "jax"]
+__all__ = ["section", "current_path", "SectionPath", "torch", "jax", "compile", "load", "profile", "report", "tracing"]
 __version__ = "0.1.0"
 
-_LAZY_MODULES = {"torch": "sectionmark.importers.torch", "jax": "sectionmark.importers.jax"}
+_LAZY = {
+    "torch": ("sectionmark.importers.torch", None),
+    "jax": ("sectionmark.importers.jax", None),
+    "compile": ("sectionmark.compiler", "compile"),
+    "load": ("sectionmark.runtime", "load"),
+    "profile": ("sectionmark.profiling", "profile"),
+    "report": ("sectionmark.profiling", "report"),
+    "tracing": ("sectionmark.tracy", "enable"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY_MODULES:
-        module = importlib.import_module(_LAZY_MODULES[name])
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module 'sectionmark' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'sectionmark' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value

@@ -1,0 +1,76 @@
+"""Tracy capture of a CPU profile: the profiled timestamps replayed as GPU-context tracks.
+
+Tracy only records what a live client sends, so the timeline is replayed by a
+short child process that loads the tracing runtime and emits, per queue, a
+custom GPU-context track whose zones are the section spans enclosing their
+dispatches (`sectionmark.profiling.timeline`), at the exact profiled times.
+A headless capture (`sectionmark.tracy.capture`) records it into a .tracy file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.timeline import Span, build_timelines
+
+
+def _span_json(span: Span) -> list:
+    return [span.name, span.start_ns, span.end_ns, [_span_json(child) for child in span.children]]
+
+
+def replay_document(session) -> dict:
+    """The tracks to replay: ``[[track name, [span tree...]], ...]`` plus the time origin."""
+    if session.attribution is None:
+        raise SectionmarkError("this profile has no per-dispatch events (it was loaded from JSON); re-run the report from the .ireeprof")
+    tracks = []
+    for timeline in build_timelines(session.attribution):
+        tracks.append([f"queue {timeline.queue}: sections", [_span_json(s) for s in timeline.main]])
+        for number, lane in enumerate(timeline.lanes, 1):
+            tracks.append([f"queue {timeline.queue}: concurrent dispatches {number}", [_span_json(s) for s in lane]])
+    origin = min((spans[0][1] for _name, spans in tracks if spans), default=0)
+    return {"origin_ns": origin, "tracks": tracks}
+
+
+def save_tracy(session, path: str | Path, timeout: float = 300.0) -> Path:
+    """Write a .tracy capture of ``session``'s timeline (needs IREE's tracing runtime)."""
+    from sectionmark.tracy.capture import capture_command
+
+    document = replay_document(session)
+    path = Path(path)
+    if not path.parent.exists():
+        raise SectionmarkError(f"cannot write {path}: directory {path.parent} does not exist")
+    with tempfile.TemporaryDirectory(prefix="sectionmark-tracy-") as scratch:
+        spans_file = Path(scratch) / "timeline.json"
+        spans_file.write_text(json.dumps(document), encoding="utf-8")
+        command = [sys.executable, "-m", "sectionmark.renderers.tracy_out", str(spans_file)]
+        return capture_command(command, path, timeout=timeout)
+
+
+def _emit(document: dict) -> None:
+    """Child process: emit every track with explicit timestamps, then exit normally."""
+    import time
+
+    from sectionmark.tracy.client import GpuTimeline
+
+    # Place the profile so that it ends just before "now" on Tracy's clock.
+    shift = time.monotonic_ns() - document["origin_ns"]
+
+    def emit(timeline: GpuTimeline, span: list) -> None:
+        name, start, end, children = span
+        timeline.begin(name, start + shift)
+        for child in children:
+            emit(timeline, child)
+        timeline.end(end + shift)
+
+    for track_name, spans in document["tracks"]:
+        timeline = GpuTimeline(track_name, origin_ns=document["origin_ns"] + shift)
+        for span in spans:
+            emit(timeline, span)
+
+
+if __name__ == "__main__":
+    _emit(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")))
