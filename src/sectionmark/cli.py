@@ -121,32 +121,18 @@ def _positive(value: int, option: str) -> int:
 
 
 def _emit_outputs(session, args: argparse.Namespace) -> None:
-    from sectionmark.renderers import csv_out, json_out
+    from sectionmark.renderers import chart, csv_out, json_out, perfetto, tracy_out
 
     print(session.table())
     if args.sites:
         from sectionmark.renderers.table import render_sites
 
         print(render_sites(session))
-    written = []
-    if args.json:
-        written.append(json_out.save_json(session, args.json))
-    if args.csv:
-        written.append(csv_out.save_csv(session, args.csv))
-    if args.perfetto:
-        from sectionmark.renderers.perfetto import save_perfetto
-
-        written.append(save_perfetto(session, args.perfetto))
-    if args.chart:
-        from sectionmark.renderers.chart import save_chart
-
-        written.append(save_chart(session, args.chart))
-    if args.tracy:
-        from sectionmark.renderers.tracy_out import save_tracy
-
-        written.append(save_tracy(session, args.tracy))
-    for path in written:
-        print(f"wrote {path}")
+    renderers = [(args.json, json_out), (args.csv, csv_out), (args.perfetto, perfetto), (args.chart, chart),
+                 (args.tracy, tracy_out)]
+    for path, renderer in renderers:
+        if path:
+            print(f"wrote {renderer.save(session, path)}")
 
 
 def _load_inputs(paths: Sequence[str]) -> list:
@@ -196,10 +182,10 @@ def _run(args: argparse.Namespace) -> None:
         _emit_outputs(session, args)
     elif args.command == "tracy":
         from sectionmark.profiling import report
-        from sectionmark.renderers.tracy_out import save_tracy
+        from sectionmark.renderers import tracy_out
 
         session = report(args.profile, args.map, warmup=_positive(args.warmup, "--warmup"))
-        print(f"wrote {save_tracy(session, args.output)}")
+        print(f"wrote {tracy_out.save(session, args.output)}")
     elif args.command == "tracy-stats":
         from sectionmark.tracy.stats import print_zone_stats
 

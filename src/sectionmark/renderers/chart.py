@@ -7,7 +7,7 @@ from pathlib import Path
 from sectionmark.errors import SectionmarkError
 
 
-def save_chart(session, path: str | Path, title: str | None = None) -> Path:
+def save(session, path: str | Path, title: str | None = None) -> Path:
     try:
         import matplotlib
 

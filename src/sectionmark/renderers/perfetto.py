@@ -48,7 +48,7 @@ def trace_events(timelines: list[QueueTimeline], process_name: str) -> list[dict
     return events
 
 
-def save_perfetto(session, path: str | Path) -> Path:
+def save(session, path: str | Path) -> Path:
     """Write ``session`` (a ProfileSession with its events) as a Chrome JSON trace."""
     if session.attribution is None:
         raise SectionmarkError("this profile has no per-dispatch events (it was loaded from JSON); re-run the report from the .ireeprof")

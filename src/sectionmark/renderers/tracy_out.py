@@ -35,7 +35,7 @@ def replay_document(session) -> dict:
     return {"origin_ns": origin, "tracks": tracks}
 
 
-def save_tracy(session, path: str | Path, timeout: float = 300.0) -> Path:
+def save(session, path: str | Path, timeout: float = 300.0) -> Path:
     """Write a .tracy capture of ``session``'s timeline (needs IREE's tracing runtime)."""
     from sectionmark.tracy.capture import capture_command
 

@@ -1,0 +1,121 @@
+"""nanoGPT end to end: export -> compile -> profile -> table, traces and chart.
+
+examples:
+  python examples/nanogpt/run.py                          # small GPT, torch, results in out/
+  python examples/nanogpt/run.py --config gpt2-small      # 12 layers, 768 wide
+  python examples/nanogpt/run.py --framework jax --out out-jax
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sectionmark as sm  # noqa: E402
+from model_torch import CONFIGS, GPT, GPTConfig, example_input  # noqa: E402
+from sectionmark.errors import SectionmarkError  # noqa: E402
+
+
+def step(message: str):
+    """Print a step and, when it is done, how long it took."""
+
+    class Step:
+        def __enter__(self):
+            print(f"[sectionmark demo] {message} ...", flush=True)
+            self.start = time.perf_counter()
+
+        def __exit__(self, *exc):
+            if exc[0] is None:
+                print(f"[sectionmark demo]   done in {time.perf_counter() - self.start:.1f} s", flush=True)
+
+    return Step()
+
+
+def export(framework: str, config: GPTConfig):
+    tokens = example_input(config)
+    if framework == "torch":
+        return sm.torch.export(GPT(config), args=(tokens,)), tokens.numpy()
+    import jax
+    import model_jax
+
+    # Weights are closed over, so they become constants and the function takes only tokens.
+    params = jax.tree_util.tree_map(jax.numpy.asarray, model_jax.init_params(config))
+    forward = functools.partial(model_jax.gpt, params, n_head=config.n_head)
+    tokens32 = tokens.numpy().astype(np.int32)
+    return sm.jax.export(forward, tokens32), tokens32
+
+
+def run(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = CONFIGS[args.config]
+    with step(f"exporting the {args.config} GPT ({config.n_layer} layers, {config.n_embd} wide) with {args.framework}"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exported, tokens = export(args.framework, config)
+        exported.save_mlir(out / "model.mlir")
+        np.save(out / "tokens.npy", tokens)
+        print(f"  {len(exported.sections)} sections, e.g. {' / '.join(exported.sections[-1])}")
+    with step("compiling for llvm-cpu with section markers"):
+        compiled = sm.compile(exported, target="llvm-cpu")
+        vmfb = compiled.save(out / "model.vmfb")
+    with step(f"profiling {args.iterations} calls on local-task"):
+        session = sm.profile(vmfb, args=(tokens,), iterations=args.iterations, warmup=args.warmup,
+                             keep_profile=out / "run.ireeprof")
+    table = session.table()
+    print(table)
+    (out / "table.txt").write_text(table + "\n", encoding="utf-8")
+    from sectionmark.renderers import chart, csv_out, json_out, perfetto, tracy_out
+
+    with step("writing JSON, CSV, Perfetto trace, chart and Tracy capture"):
+        json_out.save(session, out / "sections.json")
+        csv_out.save(session, out / "sections.csv")
+        perfetto.save(session, out / "run.perfetto.json")
+        chart.save(session, out / "sections.png", title=f"nanoGPT {args.config} ({args.framework}) on llvm-cpu")
+        tracy_out.save(session, out / "run.tracy")
+    summary = f"""sectionmark nanoGPT demo ({args.config}, {args.framework}) — files in {out}/
+
+  table.txt            the per-section table printed above
+  sections.json        per-section statistics (JSON, docs/profile-json.md)
+  sections.csv         the same as CSV (spreadsheet)
+  sections.png         chart of where the time went
+  run.perfetto.json    timeline: open https://ui.perfetto.dev and drop the file in
+  run.tracy            timeline in Tracy 0.11.2 (protocol 72): open with that Tracy GUI version
+  model.mlir           exported MLIR; ops carry loc("sectionmark:<path>")
+  model.vmfb           compiled module (section map embedded)
+  model.sections.json  section map (docs/section-map.md)
+  run.ireeprof         IREE HAL profile; re-report with:
+                         sectionmark report {out}/run.ireeprof --map {out}/model.vmfb --warmup {args.warmup}
+  tokens.npy           the input; re-profile with:
+                         sectionmark profile {out}/model.vmfb --input {out}/tokens.npy
+"""
+    (out / "SUMMARY.txt").write_text(summary, encoding="utf-8")
+    print(summary)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", choices=sorted(CONFIGS), default="small", help="model size (default: small)")
+    parser.add_argument("--framework", choices=["torch", "jax"], default="torch", help="exporter (default: torch)")
+    parser.add_argument("--out", default="out", help="output directory (default: out)")
+    parser.add_argument("-n", "--iterations", type=int, default=20, help="profiled calls (default: 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="unprofiled calls first (default: 3)")
+    args = parser.parse_args(argv)
+    try:
+        run(args)
+    except SectionmarkError as error:
+        print(f"sectionmark demo: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
