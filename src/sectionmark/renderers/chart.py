@@ -16,7 +16,7 @@ def save(session, path: str | Path, title: str | None = None) -> Path:
     except ImportError:
         raise SectionmarkError("the chart needs matplotlib: pip install 'sectionmark[chart]'") from None
     rows = [row for row in session.sections if row.busy_ns > 0]
-    labels = [("    " * row.depth) + (row.path[-1] if row.path else "(unmarked)") for row in rows]
+    labels = [("· " * row.depth) + (row.path[-1] if row.path else "(unmarked)") for row in rows]
     per_call = 1e6 * max(session.calls, 1)
     own_ms = [row.exclusive_ns / per_call for row in rows]
     nested_ms = [(row.busy_ns - row.exclusive_ns) / per_call for row in rows]
