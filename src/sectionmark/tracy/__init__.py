@@ -1,0 +1,25 @@
+"""Tracy integration: eager sections as zones, timestamped tracks, headless capture, reading captures.
+
+Tracy version: the client embedded in iree-base-runtime 3.13 (Tracy 0.11.2,
+protocol 72). See docs/tracy.md.
+"""
+
+from sectionmark.tracy.capture import capture_command
+from sectionmark.tracy.client import GpuTimeline, TracyClient, TracyZones, disable, enable
+from sectionmark.tracy.reader import Capture, Track, Zone, read_capture
+from sectionmark.tracy.stats import ZoneStats, zone_stats
+
+__all__ = [
+    "enable",
+    "disable",
+    "GpuTimeline",
+    "TracyClient",
+    "TracyZones",
+    "capture_command",
+    "read_capture",
+    "Capture",
+    "Track",
+    "Zone",
+    "zone_stats",
+    "ZoneStats",
+]

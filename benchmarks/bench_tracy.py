@@ -1,0 +1,156 @@
+"""Benchmark the Tracy layer: eager section zones and the capture reader.
+
+    .venv/bin/python benchmarks/bench_tracy.py [--iterations N] [--rounds R]
+
+Prints, in one run:
+  * eager section enter+exit with tracing on, in ns, and its ratio to the bare
+    Tracy begin+end ctypes calls it wraps;
+  * eager section enter+exit with tracing off, and its ratio to an empty
+    context manager;
+  * reader throughput (zones/s) on the capture this benchmark just recorded.
+
+The timed loops run in a child process under a live headless capture: a
+Tracy client without a server keeps every event in memory, which slows the
+loop as it grows and is not how anyone profiles. Each figure is the best of
+several rounds (variants interleaved), timed in CPU time of the measuring
+thread (time.thread_time_ns), so that load from other processes does not count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _best_ns_per_iteration(loops: dict, iterations: int, rounds: int) -> dict:
+    best = {name: float("inf") for name in loops}
+    for _ in range(rounds):
+        for name, loop in loops.items():
+            start = time.thread_time_ns()
+            loop(iterations)
+            best[name] = min(best[name], (time.thread_time_ns() - start) / iterations)
+    return best
+
+
+def child(iterations: int, rounds: int, result_path: str) -> None:
+    """Timed loops; runs under the capture (IREE_PY_RUNTIME=tracy set by the parent)."""
+    import sectionmark as sm
+    from sectionmark import markers
+    from sectionmark.tracy import client as tracy_client
+
+    tracy = tracy_client.client()
+    zones = tracy_client.TracyZones(tracy)
+    begin, end = tracy.zone_begin, tracy.zone_end
+    location = tracy.source_location("bare")[1]
+    marker = sm.section("Prefill")
+
+    class Empty:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    empty = Empty()
+
+    def bare_calls(n):
+        for _ in range(n):
+            end(begin(location, 1))
+
+    def section_on(n):
+        for _ in range(n):
+            with marker:
+                pass
+
+    def new_section_on(n):
+        for _ in range(n):
+            with sm.section("Prefill"):
+                pass
+
+    def section_off(n):
+        for _ in range(n):
+            with marker:
+                pass
+
+    def listener_alone(n, enter=zones.enter, exit=zones.exit):
+        for _ in range(n):
+            enter(marker)
+            exit(marker)
+
+    class NoOp:
+        def enter(self, marker):
+            pass
+
+        def exit(self, marker):
+            pass
+
+    def empty_cm(n):
+        for _ in range(n):
+            with empty:
+                pass
+
+    def traced(loop, listener=zones):
+        def run(n):
+            markers.add_eager_listener(listener)
+            try:
+                loop(n)
+            finally:
+                markers.remove_eager_listener(listener)
+
+        return run
+
+    best = _best_ns_per_iteration(
+        {
+            "bare": bare_calls,
+            "on": traced(section_on),
+            "on_new": traced(new_section_on),
+            "off": section_off,
+            "listener": listener_alone,
+            "noop_listener": traced(section_on, NoOp()),
+            "empty": empty_cm,
+        },
+        iterations,
+        rounds,
+    )
+    Path(result_path).write_text(json.dumps(best))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--child", metavar="RESULT_JSON", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.iterations, args.rounds, args.child)
+        return
+
+    from sectionmark.tracy.capture import capture_command
+    from sectionmark.tracy.reader import read_capture
+
+    with tempfile.TemporaryDirectory() as folder:
+        result = Path(folder) / "result.json"
+        command = [sys.executable, __file__, "--iterations", str(args.iterations), "--rounds", str(args.rounds)]
+        capture = capture_command(command + ["--child", str(result)], Path(folder) / "bench.tracy", timeout=600)
+        best = json.loads(result.read_text())
+        start = time.thread_time()
+        zone_count = sum(len(track.zones) for track in read_capture(capture).tracks)
+        read_s = time.thread_time() - start
+
+    print(f"eager section, tracing on : {best['on']:7.0f} ns enter+exit "
+          f"({best['on'] / best['bare']:.2f}x the bare Tracy begin+end ctypes calls, {best['bare']:.0f} ns)")
+    print(f"  with a new section object: {best['on_new']:7.0f} ns (`with sm.section(name):` as written in models)")
+    print(f"eager section, tracing off: {best['off']:7.0f} ns enter+exit "
+          f"({best['off'] / best['empty']:.2f}x an empty context manager, {best['empty']:.0f} ns)")
+    print(f"  breakdown: section bookkeeping {best['off']:.0f} ns + listener dispatch "
+          f"{best['noop_listener'] - best['off']:.0f} ns + TracyZones.enter/exit {best['listener']:.0f} ns "
+          f"(of which the bare calls {best['bare']:.0f} ns)")
+    print(f"reader: {zone_count} zones in {read_s:.2f} s = {zone_count / read_s:,.0f} zones/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""``sectionmark.compile``: an IREE compile with the section hook between phases.
+
+Pipeline (one in-process compilation, see session.py)::
+
+    parse -> ... -> dispatch-creation   annotate sites (flow.py)
+          -> ... -> hal                 record commands, debug groups (hal.py),
+                                        embed the section map (embed.py)
+          -> ... -> vm bytecode
+
+With ``markers=False`` it is a plain compile with the same flags and no hook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+from sectionmark.compiler.embed import embed_section_map, sidecar_path
+from sectionmark.compiler.flow import annotate_sites
+from sectionmark.compiler.hal import CommandRecorder
+from sectionmark.compiler.session import PhasedCompilation
+from sectionmark.compiler.targets import target_flags
+from sectionmark.errors import SectionmarkError
+from sectionmark.exported import ExportedProgram
+from sectionmark.paths import SectionPath
+from sectionmark.section_map import CommandBuffer, DispatchSite, SectionMap
+
+Source = Union[ExportedProgram, str, Path]
+
+# Last phase where fused dispatch bodies are inline and not yet deduplicated.
+SITES_PHASE = "dispatch-creation"
+COMMANDS_PHASE = "hal"
+
+
+@dataclass
+class CompiledModule:
+    """A compiled .vmfb and, when compiled with markers, its section map."""
+
+    vmfb: bytes
+    section_map: Optional[SectionMap]
+    target: str
+
+    def save(self, path: Union[str, Path]) -> Path:
+        """Write ``path`` (.vmfb) and, with a map, ``<stem>.sections.json`` beside it."""
+        path = Path(path)
+        try:
+            path.write_bytes(self.vmfb)
+            if self.section_map is not None:
+                self.section_map.save(sidecar_path(path))
+        except OSError as error:
+            raise SectionmarkError(f"cannot write {error.filename or path}: {error.strerror}") from None
+        return path
+
+
+def compile(
+    source: Source,
+    target: str = "llvm-cpu",
+    extra_args: Sequence[str] = (),
+    markers: bool = True,
+    debug_groups: bool = True,
+    input_type: Optional[str] = None,
+) -> CompiledModule:
+    """Compile ``source`` (ExportedProgram, MLIR text, or a .mlir/.mlirbc path) for ``target``.
+
+    ``input_type`` defaults to the ExportedProgram's, else IREE's ``auto``.
+    ``debug_groups=False`` records the section map without touching the
+    command buffers.
+    """
+    if input_type is None:
+        input_type = source.input_type if isinstance(source, ExportedProgram) else "auto"
+    flags = [*target_flags(target), f"--iree-input-type={input_type}", *extra_args]
+    compilation = PhasedCompilation(flags)
+    try:
+        _parse(compilation, source)
+        if not markers:
+            return CompiledModule(compilation.finish(), None, target)
+        sites = annotate_sites(compilation.advance(SITES_PHASE))
+        module = compilation.advance(COMMANDS_PHASE)
+        buffers = CommandRecorder({site.id: site for site in sites}, debug_groups).run(module)
+        section_map = SectionMap(
+            sections=_sections(sites, buffers), command_buffers=buffers, sites=sites, target=target
+        )
+        embed_section_map(module, section_map)
+        return CompiledModule(compilation.finish(), section_map, target)
+    finally:
+        compilation.close()
+
+
+def _parse(compilation: PhasedCompilation, source: Source) -> None:
+    if isinstance(source, ExportedProgram):
+        if source.module is not None:
+            compilation.parse_module(source.module)
+        else:
+            compilation.parse_text(source.mlir)
+    elif isinstance(source, Path) or (isinstance(source, str) and _looks_like_path(source)):
+        path = Path(source)
+        if not path.is_file():
+            raise SectionmarkError(f"MLIR file not found: {path}")
+        compilation.parse_file(path)
+    elif isinstance(source, str):
+        compilation.parse_text(source)
+    else:
+        raise SectionmarkError(
+            f"cannot compile a {type(source).__name__}; pass an ExportedProgram, MLIR text or a .mlir path"
+        )
+
+
+def _looks_like_path(text: str) -> bool:
+    return "\n" not in text and "{" not in text and len(text) < 4096
+
+
+def _sections(sites: list[DispatchSite], buffers: list[CommandBuffer]) -> list[SectionPath]:
+    """Every section path that owns part of a site or command, in first-seen order."""
+    found: dict[SectionPath, None] = {}
+    for site in sites:
+        for share in site.shares:
+            found.setdefault(share.path, None)
+    for buffer in buffers:
+        for command in buffer.commands:
+            for share in command.shares:
+                found.setdefault(share.path, None)
+    return list(found)

@@ -1,0 +1,41 @@
+"""Locate IREE's command-line tools inside the installed iree-base-runtime package.
+
+The tools ship next to the runtime extension in ``iree/_runtime_libs``. We look
+there (and nowhere else) so that the profiler, the exporter and the runtime we
+import are always the same IREE version.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from sectionmark.errors import SectionmarkError
+
+RUNTIME_LIBS_PACKAGE = "iree._runtime_libs"
+
+
+def runtime_tools_dir() -> Path:
+    """The directory holding the iree-* tools of the installed runtime package."""
+    try:
+        spec = importlib.util.find_spec(RUNTIME_LIBS_PACKAGE)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise SectionmarkError(
+            "IREE runtime tools not found: the 'iree-base-runtime' package is not installed "
+            "(pip install iree-base-runtime)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def find_tool(name: str) -> Path:
+    """Path of an IREE tool such as ``iree-benchmark-module`` or ``iree-profile``."""
+    path = runtime_tools_dir() / name
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise SectionmarkError(
+            f"IREE tool '{name}' not found in {path.parent} "
+            "(reinstall iree-base-runtime: pip install --force-reinstall iree-base-runtime)"
+        )
+    return path

@@ -1,0 +1,46 @@
+"""CSV output: one row per section (and "(unmarked)"), times in nanoseconds.
+
+Paths are written as ``Outer / Inner`` in ``section`` and as a JSON list in
+``path`` so that names containing " / " survive a round trip.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Union
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.session import ProfileSession
+
+COLUMNS = [
+    "section", "path", "depth", "calls", "dispatches", "busy_ns", "exclusive_ns", "shared_ns", "wall_ns",
+    "share", "mean_ns", "min_ns", "max_ns", "p50_ns", "p95_ns",
+]
+
+
+def dumps(session: ProfileSession) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for row in session.sections:
+        stats = row.per_call
+        writer.writerow(
+            [
+                row.name, json.dumps(list(row.path), ensure_ascii=False), len(row.path), row.calls, row.dispatches,
+                round(row.busy_ns), round(row.exclusive_ns), round(row.shared_ns), row.wall_ns, f"{row.share:.6f}",
+                round(stats.mean_ns), round(stats.min_ns), round(stats.max_ns), round(stats.p50_ns), round(stats.p95_ns),
+            ]
+        )
+    return buffer.getvalue()
+
+
+def save(session: ProfileSession, path: Union[str, Path]) -> Path:
+    path = Path(path)
+    try:
+        path.write_text(dumps(session), encoding="utf-8", newline="")
+    except OSError as error:
+        raise SectionmarkError(f"cannot write {path}: {error.strerror}") from None
+    return path

@@ -1,0 +1,96 @@
+"""The per-section console table.
+
+Times are per measured call (the profile's totals divided by the number of
+calls), which is what a user compares between runs. Nested sections are
+indented under their parent and show inclusive time; a ``*`` marks sections
+that share fused dispatches with other sections (their time was split).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Optional
+
+from rich.console import Console
+from rich.table import Table
+
+from sectionmark.profiling.session import ProfileSession, SectionStats
+
+SHARED_MARK = "*"
+
+
+def format_ns(ns: float) -> str:
+    """``1234567`` -> ``1.235 ms``: three significant decimals in a readable unit."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def _name(row: SectionStats) -> str:
+    mark = f" {SHARED_MARK}" if row.shared_ns > 0 else ""
+    return "  " * row.depth + (row.path[-1] if row.path else row.name) + mark
+
+
+def build_table(session: ProfileSession) -> Table:
+    """A rich Table: one row per section (nested, indented), "(unmarked)" and the total."""
+    calls = max(session.calls, 1)
+    title = f"{session.function or 'profile'}: {session.calls} calls"
+    if session.warmup:
+        title += f" (+{session.warmup} warmup)"
+    table = Table(title=title, title_justify="left", show_footer=True)
+    table.add_column("Section", footer="Total")
+    table.add_column("Share", justify="right", footer="100.0%")
+    table.add_column("Busy/call", justify="right", footer=format_ns(session.total_ns / calls))
+    table.add_column("Wall/call", justify="right", footer=format_ns(session.wall_ns / calls))
+    table.add_column("Excl/call", justify="right")
+    table.add_column("Shared/call", justify="right")
+    table.add_column("p50", justify="right")
+    table.add_column("p95", justify="right")
+    table.add_column("Dispatches/call", justify="right",
+                     footer=f"{sum(site.dispatches for site in session.sites) / calls:g}")
+    for row in session.sections:
+        if not row.path and row.busy_ns == 0:
+            continue
+        table.add_row(
+            _name(row),
+            f"{row.share:.1%}",
+            format_ns(row.busy_ns / calls),
+            format_ns(row.wall_ns / calls),
+            format_ns(row.exclusive_ns / calls),
+            format_ns(row.shared_ns / calls) if row.shared_ns else "",
+            format_ns(row.per_call.p50_ns) if session.calls_known else "",
+            format_ns(row.per_call.p95_ns) if session.calls_known else "",
+            f"{row.dispatches / calls:g}",
+            style="dim" if not row.path else None,
+        )
+    return table
+
+
+def notes(session: ProfileSession) -> list[str]:
+    """Lines printed under the table: coverage check and how to read it."""
+    covered = sum(row.busy_ns for row in session.sections if len(row.path) == 1) + session.unmarked_ns
+    lines = [
+        f"coverage: sections + (unmarked) = {format_ns(covered)} of {format_ns(session.total_ns)} "
+        f"measured dispatch time over {session.calls} calls (error {session.coverage_error:.4%})"
+    ]
+    if any(row.shared_ns for row in session.sections):
+        lines.append(f"{SHARED_MARK} shares fused dispatches with other sections; their time is split by {session.weight_rule} weight")
+    if not session.calls_known:
+        lines.append("calls could not be told apart in this profile: per-call percentiles are not shown")
+    return lines
+
+
+def render(session: ProfileSession, console: Optional[Console] = None) -> None:
+    """Print the table and its notes to ``console`` (stdout by default)."""
+    console = console or Console()
+    console.print(build_table(session))
+    for line in notes(session):
+        console.print(line, style="dim", highlight=False)
+
+
+def render_text(session: ProfileSession, width: int = 140) -> str:
+    """The table as plain text (for ``ProfileSession.table()`` and tests)."""
+    buffer = io.StringIO()
+    render(session, Console(file=buffer, width=width, color_system=None, force_terminal=False))
+    return buffer.getvalue()

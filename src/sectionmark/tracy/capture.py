@@ -1,0 +1,142 @@
+"""Record a Tracy capture of a program, headless (no GUI), e.g. in tests and CI.
+
+The recipe (see docs/tracy.md): start IREE's real capture binary on a free
+localhost port, run the program with the tracing runtime and Tracy's client
+told to wait at exit until everything was sent, then wait for the capture to
+write its file. Every wait has a timeout and every process we start is ended.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Mapping, Optional, Sequence, Union
+
+from sectionmark.errors import SectionmarkError
+
+__all__ = ["capture_command", "capture_binary", "tracy_environment"]
+
+def capture_binary() -> Path:
+    """The capture tool shipped with iree-base-runtime's tracing runtime.
+
+    Not the `iree-tracy-capture` on PATH: that is a Python wrapper that spawns
+    this binary, and ending the wrapper would leave the binary running.
+    """
+    spec = importlib.util.find_spec("iree._runtime_libs_tracy")
+    if spec is None or not spec.submodule_search_locations:
+        raise SectionmarkError(
+            "the Tracy capture tool is missing: install iree-base-runtime with its tracing runtime "
+            "(iree/_runtime_libs_tracy)"
+        )
+    binary = Path(list(spec.submodule_search_locations)[0]) / "iree-tracy-capture"
+    if not os.access(binary, os.X_OK):
+        raise SectionmarkError(f"the Tracy capture tool is missing or not executable: {binary}")
+    return binary
+
+
+def tracy_environment(port: int) -> dict[str, str]:
+    """Environment variables that make a program a well-behaved capture client.
+
+    TRACY_NO_EXIT keeps the program alive at exit until the capture has every
+    zone; ONLY_LOCALHOST needs ONLY_IPV4 or the client listens on ::1 only;
+    NO_SAMPLING avoids occasional crashes at exit.
+    """
+    return {
+        "IREE_PY_RUNTIME": "tracy",
+        "TRACY_NO_EXIT": "1",
+        "TRACY_PORT": str(port),
+        "TRACY_ONLY_LOCALHOST": "1",
+        "TRACY_ONLY_IPV4": "1",
+        "TRACY_NO_SAMPLING": "1",
+    }
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def _end(process: subprocess.Popen) -> None:
+    """Stop a process we started and reap it."""
+    if process.poll() is None:
+        process.kill()
+    process.wait(timeout=10)
+
+
+def capture_command(
+    command: Sequence[str],
+    output: Union[str, os.PathLike],
+    *,
+    timeout: float = 300.0,
+    save_timeout: float = 60.0,
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[Union[str, os.PathLike]] = None,
+) -> Path:
+    """Run ``command`` under a headless Tracy capture and return the .tracy path.
+
+    The program's standard output and error are this process's.
+    The program must load the tracing runtime (``sectionmark.tracy.enable()``,
+    or ``import iree.runtime``: IREE_PY_RUNTIME=tracy is set for it) and exit
+    normally; ``os._exit`` loses zones not yet sent. ``timeout`` bounds the
+    program's run, ``save_timeout`` the capture's work after it. Raises
+    SectionmarkError when the program fails, times out or never connects.
+    """
+    output = Path(output)
+    binary = capture_binary()
+    port = _free_port()
+    with tempfile.TemporaryFile(mode="w+") as capture_log:
+        capture = subprocess.Popen(
+            [str(binary), "-o", str(output), "-f", "-a", "127.0.0.1", "-p", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=capture_log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            program_env = dict(os.environ if env is None else env)
+            program_env.update(tracy_environment(port))
+            try:
+                program = subprocess.run(
+                    list(command),
+                    env=program_env,
+                    cwd=cwd,
+                    stdin=subprocess.DEVNULL,
+                    timeout=timeout,
+                )
+            except subprocess.TimeoutExpired:
+                raise SectionmarkError(
+                    f"the captured program did not finish within {timeout:g} s "
+                    "(with TRACY_NO_EXIT=1 it also waits at exit until the capture has all data)"
+                ) from None
+            except OSError as error:
+                raise SectionmarkError(f"cannot start the program to capture: {error}") from None
+            if program.returncode != 0:
+                raise SectionmarkError(
+                    f"the captured program exited with status {program.returncode} (its output is above)"
+                )
+            try:
+                capture.wait(timeout=save_timeout)
+            except subprocess.TimeoutExpired:
+                raise SectionmarkError(
+                    f"the Tracy capture was not saved within {save_timeout:g} s after the program "
+                    "exited; most likely the program never loaded the tracing runtime "
+                    "(call sectionmark.tracy.enable() or import iree.runtime)"
+                ) from None
+        finally:
+            _end(capture)
+        capture_log.seek(0)
+        log = capture_log.read()
+    if "Instrumentation failure" in log:
+        raise SectionmarkError(f"Tracy reported an instrumentation failure: {_last_line(log.split('Instrumentation failure', 1)[1])}")
+    if capture.returncode != 0 or not output.is_file():
+        raise SectionmarkError(f"the Tracy capture failed (status {capture.returncode}): {_last_line(log)}")
+    return output

@@ -1,0 +1,374 @@
+"""Emit Tracy zones from Python through the tracing runtime's Tracy C API.
+
+With ``IREE_PY_RUNTIME=tracy``, iree-base-runtime's extension module embeds a
+Tracy 0.11.2 client and exports its C API; binding it with ctypes puts our
+zones in the same capture as IREE's own. Three things live here:
+
+* `TracyClient`: the bound C API plus a cache of static source locations.
+* `TracyZones`: the eager-section listener that makes ``with section(...)``
+  in plain Python a Tracy CPU zone.
+* `GpuTimeline`: a custom GPU-context track that takes zones with explicit
+  begin/end timestamps (device or replayed timings).
+
+Tracy does not check nesting in this build: a zone closed out of order
+silently corrupts times. Both zone kinds therefore keep their own stack and
+only ever close the innermost open zone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import importlib.util
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Optional, Union
+
+from sectionmark import markers
+from sectionmark.errors import SectionmarkError
+
+__all__ = ["TracyClient", "TracyZones", "GpuTimeline", "client", "enable", "disable"]
+
+
+class _SourceLocation(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("function", ctypes.c_void_p),
+        ("file", ctypes.c_void_p),
+        ("line", ctypes.c_uint32),
+        ("color", ctypes.c_uint32),
+    ]
+
+
+class _ZoneContext(ctypes.Structure):
+    """Tracy's ``TracyCZoneCtx``: returned by zone begin, handed back to zone end.
+
+    A Structure (not a plain int) so ctypes passes it back by value unchanged.
+    """
+
+    _fields_ = [("id", ctypes.c_uint32), ("active", ctypes.c_int32)]
+
+
+class _GpuNewContextData(ctypes.Structure):
+    _fields_ = [
+        ("gpuTime", ctypes.c_int64),
+        ("period", ctypes.c_float),
+        ("context", ctypes.c_uint8),
+        ("flags", ctypes.c_uint8),
+        ("type", ctypes.c_uint8),
+    ]
+
+
+class _GpuContextNameData(ctypes.Structure):
+    _fields_ = [("context", ctypes.c_uint8), ("name", ctypes.c_char_p), ("len", ctypes.c_uint16)]
+
+
+class _GpuZoneBeginData(ctypes.Structure):
+    _fields_ = [("srcloc", ctypes.c_uint64), ("queryId", ctypes.c_uint16), ("context", ctypes.c_uint8)]
+
+
+class _GpuTimeData(ctypes.Structure):
+    _fields_ = [("gpuTime", ctypes.c_int64), ("queryId", ctypes.c_uint16), ("context", ctypes.c_uint8)]
+
+
+class _GpuZoneEndData(ctypes.Structure):
+    _fields_ = [("queryId", ctypes.c_uint16), ("context", ctypes.c_uint8)]
+
+
+assert ctypes.sizeof(_SourceLocation) == 32 and ctypes.sizeof(_GpuNewContextData) == 16
+assert ctypes.sizeof(_GpuContextNameData) == 24 and ctypes.sizeof(_GpuZoneBeginData) == 16
+assert ctypes.sizeof(_GpuTimeData) == 16 and ctypes.sizeof(_GpuZoneEndData) == 4
+
+_GPU_CONTEXT_TYPE_CUSTOM = 7
+_GPU_CONTEXT_CALIBRATED = 1
+# The file/function Tracy shows for section zones: Python call sites are unknown.
+_SOURCE_FILE = "sectionmark"
+
+
+def _permanent_bytes(data: bytes) -> int:
+    """Copy ``data`` into memory that is never freed and return its address.
+
+    Tracy reads source locations lazily, possibly after the interpreter has
+    shut down (TRACY_NO_EXIT), so they must not be Python-owned.
+    """
+    address = ctypes.pythonapi.PyMem_RawMalloc(ctypes.c_size_t(max(len(data), 1)))
+    if not address:
+        raise MemoryError("cannot allocate a Tracy source location")
+    ctypes.memmove(address, data, len(data))
+    return address
+
+
+ctypes.pythonapi.PyMem_RawMalloc.restype = ctypes.c_void_p
+ctypes.pythonapi.PyMem_RawMalloc.argtypes = [ctypes.c_size_t]
+
+
+def _tracing_runtime_library() -> Path:
+    """Path of the tracing runtime's extension module, which embeds Tracy."""
+    if os.environ.get("IREE_PY_RUNTIME") != "tracy":
+        raise SectionmarkError(
+            "Tracy zones need IREE's tracing runtime: set IREE_PY_RUNTIME=tracy before starting Python"
+        )
+    spec = importlib.util.find_spec("iree._runtime_libs_tracy")
+    if spec is None or not spec.submodule_search_locations:
+        raise SectionmarkError(
+            "IREE_PY_RUNTIME=tracy is set but this iree-base-runtime has no tracing runtime "
+            "(iree/_runtime_libs_tracy is missing)"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = folder / f"_runtime{suffix}"
+        if candidate.is_file():
+            return candidate
+    raise SectionmarkError(f"the tracing runtime's extension module is missing from {folder}")
+
+
+class TracyClient:
+    """The Tracy C API of one loaded library, bound once with fixed signatures.
+
+    Functions are looked up once; argument and result types are set once. The
+    library is loaded with `ctypes.PyDLL`, which keeps the GIL during calls:
+    Tracy's emit functions only write to a lock-free queue, and not releasing
+    and re-taking the GIL makes each call markedly cheaper.
+    """
+
+    def __init__(self, library: Union[str, os.PathLike, None] = None):
+        path = Path(library) if library is not None else _tracing_runtime_library()
+        try:
+            lib = ctypes.PyDLL(str(path))
+            # getattr with strings: "___tracy..." inside a class body would be name-mangled.
+            c_api = lambda name: getattr(lib, "___tracy_" + name)  # noqa: E731
+            self.zone_begin = c_api("emit_zone_begin")
+            self.zone_end = c_api("emit_zone_end")
+            self.set_thread_name = c_api("set_thread_name")
+            self._gpu_new_context = c_api("emit_gpu_new_context_serial")
+            self._gpu_context_name = c_api("emit_gpu_context_name_serial")
+            self._gpu_zone_begin = c_api("emit_gpu_zone_begin_serial")
+            self._gpu_zone_end = c_api("emit_gpu_zone_end_serial")
+            self._gpu_time = c_api("emit_gpu_time_serial")
+            gpu_context_counter = lib._ZN5tracy16GetGpuCtxCounterEv
+        except (OSError, AttributeError) as error:
+            raise SectionmarkError(f"cannot bind Tracy's C API in {path}: {error}") from None
+        # zone_begin takes a source location by pointer: pass the cached
+        # `byref` objects directly (no argtypes: the cheapest conversion).
+        self.zone_begin.restype = _ZoneContext
+        self.zone_end.restype = None
+        self.set_thread_name.argtypes = [ctypes.c_char_p]  # Tracy copies the name
+        self.set_thread_name.restype = None
+        for function, argument in (
+            (self._gpu_new_context, _GpuNewContextData),
+            (self._gpu_context_name, _GpuContextNameData),
+            (self._gpu_zone_begin, _GpuZoneBeginData),
+            (self._gpu_zone_end, _GpuZoneEndData),
+            (self._gpu_time, _GpuTimeData),
+        ):
+            function.argtypes = [argument]
+            function.restype = None
+        gpu_context_counter.restype = ctypes.c_void_p
+        gpu_context_counter.argtypes = []
+        # std::atomic<uint8_t>, shared with IREE's own GPU contexts.
+        self._gpu_context_counter = ctypes.c_uint8.from_address(gpu_context_counter())
+        self._lock = threading.Lock()
+        self._locations: dict[tuple[str, Optional[int]], tuple[int, object]] = {}
+        self.path = path
+
+    def source_location(self, name: str, color: Optional[int] = None) -> tuple[int, object]:
+        """The static source location for (name, color): (address, by-pointer argument).
+
+        One per distinct pair, created on first use and never freed.
+        """
+        key = (name, color)
+        found = self._locations.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._locations.get(key)
+            if found is None:
+                text = _permanent_bytes(name.encode("utf-8", "replace") + b"\0")
+                address = _permanent_bytes(bytes(ctypes.sizeof(_SourceLocation)))
+                location = _SourceLocation.from_address(address)
+                location.name = text
+                location.function = text
+                location.file = _permanent_bytes(_SOURCE_FILE.encode() + b"\0")
+                location.line = 0
+                location.color = color or 0
+                found = (address, ctypes.byref(location))
+                self._locations[key] = found
+        return found
+
+    def new_gpu_context_id(self) -> int:
+        """Take the next GPU context id from the counter IREE's contexts also use.
+
+        The counter is a C++ atomic that Python cannot increment atomically:
+        create timelines before IREE creates its HAL devices.
+        """
+        with self._lock:
+            context = self._gpu_context_counter.value
+            if context == 255:
+                raise SectionmarkError("Tracy supports at most 255 GPU contexts per process")
+            self._gpu_context_counter.value = context + 1
+        return context
+
+
+_client: Optional[TracyClient] = None
+_client_lock = threading.Lock()
+
+
+def client() -> TracyClient:
+    """The process-wide client for the tracing runtime (loaded on first use)."""
+    global _client
+    if _client is None:
+        with _client_lock:
+            if _client is None:
+                _client = TracyClient()
+    return _client
+
+
+class _ThreadStack(threading.local):
+    """Per-thread open zones; created on a thread's first section."""
+
+    def __init__(self, set_thread_name) -> None:
+        self.open: list = []  # [(marker, zone context)], innermost last
+        thread = threading.current_thread()
+        if thread is not threading.main_thread():  # Tracy names the main thread itself
+            set_thread_name(thread.name.encode("utf-8", "replace"))
+
+
+class TracyZones:
+    """Eager-section listener: each section entered in plain Python is a CPU zone.
+
+    Zones are per OS thread. Sections of asyncio tasks interleaved on one
+    thread cannot nest in Tracy; when a section exits that is not the innermost
+    open zone, the zones inside it are closed with it (shortened, never
+    mis-nested) and their own exits are then ignored.
+    """
+
+    def __init__(self, tracy: Optional[TracyClient] = None):
+        tracy = tracy if tracy is not None else client()
+        # enter/exit are closures over locals, set per instance: the hot path
+        # does no attribute lookups on self (this is measurably cheaper).
+        begin, end, location = tracy.zone_begin, tracy.zone_end, tracy.source_location
+        stack = _ThreadStack(tracy.set_thread_name)
+        # name -> by-pointer source location for sections without a color.
+        plain: dict[str, object] = {}
+
+        def enter(marker: markers.section) -> None:
+            if marker.color is None:
+                where = plain.get(marker.name)
+                if where is None:
+                    where = plain[marker.name] = location(marker.name)[1]
+            else:
+                where = location(marker.name, marker.color)[1]
+            stack.open.append((marker, begin(where, 1)))
+
+        def exit(marker: markers.section) -> None:
+            open_zones = stack.open
+            if open_zones and open_zones[-1][0] is marker:
+                end(open_zones.pop()[1])
+            elif any(entry[0] is marker for entry in open_zones):
+                while True:
+                    entered, context = open_zones.pop()
+                    end(context)
+                    if entered is marker:
+                        break
+            # else: entered before the listener was installed, or closed early.
+
+        self.enter = enter
+        self.exit = exit
+
+
+_installed: Optional[TracyZones] = None
+
+
+def enable() -> TracyZones:
+    """Make every eager ``section`` a Tracy CPU zone from now on (idempotent).
+
+    Raises SectionmarkError when the tracing runtime is not selected
+    (IREE_PY_RUNTIME=tracy) or not installed.
+    """
+    global _installed
+    if _installed is None:
+        zones = TracyZones()
+        with _client_lock:
+            if _installed is None:
+                _installed = zones
+    markers.add_eager_listener(_installed)
+    return _installed
+
+
+def disable() -> None:
+    """Stop emitting zones for eager sections (zones already open still close)."""
+    if _installed is not None:
+        markers.remove_eager_listener(_installed)
+
+
+class GpuTimeline:
+    """A named Tracy GPU-context track whose zones carry explicit timestamps.
+
+    For timings measured elsewhere (a device, a profile being replayed):
+    ``begin(name, start_ns)`` / ``end(end_ns)`` pairs nest as a stack, and all
+    timestamps must be non-decreasing in emission order. ``origin_ns`` is the
+    timeline clock's reading now; Tracy places zones relative to it, so with
+    the default (``time.monotonic_ns()``) pass monotonic-clock timestamps.
+    Calls from several threads are serialized, but the zones of one timeline
+    still form a single stack: use one timeline per queue or stream.
+    """
+
+    def __init__(self, name: str, *, origin_ns: Optional[int] = None, tracy: Optional[TracyClient] = None):
+        self._tracy = tracy if tracy is not None else client()
+        self.context = self._tracy.new_gpu_context_id()
+        self.name = name
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._last_ns = time.monotonic_ns() if origin_ns is None else int(origin_ns)
+        self._query = 0
+        self._tracy._gpu_new_context(
+            _GpuNewContextData(
+                self._last_ns, 1.0, self.context, _GPU_CONTEXT_CALIBRATED, _GPU_CONTEXT_TYPE_CUSTOM
+            )
+        )
+        encoded = name.encode("utf-8", "replace")[:65535]
+        self._tracy._gpu_context_name(_GpuContextNameData(self.context, encoded, len(encoded)))
+
+    def _next_query(self) -> int:
+        # Each query's time is sent right after its begin/end, so ids can be
+        # reused immediately; cycling through all of them is just cautious.
+        self._query = (self._query + 1) & 0xFFFF
+        return self._query
+
+    def _check_time(self, ns: int) -> int:
+        ns = int(ns)
+        if ns < self._last_ns:
+            raise ValueError(
+                f"GpuTimeline {self.name!r}: timestamp {ns} ns is earlier than the previous one "
+                f"({self._last_ns} ns); emit zones in time order"
+            )
+        self._last_ns = ns
+        return ns
+
+    def begin(self, name: str, start_ns: int, color: Optional[int] = None) -> None:
+        """Open a zone at ``start_ns`` inside the zone open now (if any)."""
+        address, _ = self._tracy.source_location(name, color)
+        with self._lock:
+            start_ns = self._check_time(start_ns)
+            query = self._next_query()
+            self._tracy._gpu_zone_begin(_GpuZoneBeginData(address, query, self.context))
+            self._tracy._gpu_time(_GpuTimeData(start_ns, query, self.context))
+            self._depth += 1
+
+    def end(self, end_ns: int) -> None:
+        """Close the innermost open zone at ``end_ns``."""
+        with self._lock:
+            if not self._depth:
+                raise ValueError(f"GpuTimeline {self.name!r}: end() without an open zone")
+            end_ns = self._check_time(end_ns)
+            query = self._next_query()
+            self._tracy._gpu_zone_end(_GpuZoneEndData(query, self.context))
+            self._tracy._gpu_time(_GpuTimeData(end_ns, query, self.context))
+            self._depth -= 1
+
+    def zone(self, name: str, start_ns: int, end_ns: int, color: Optional[int] = None) -> None:
+        """A zone without children: ``begin`` then ``end``."""
+        self.begin(name, start_ns, color)
+        self.end(end_ns)

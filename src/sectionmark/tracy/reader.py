@@ -1,0 +1,398 @@
+"""Read the zones of a Tracy capture (.tracy) written by Tracy 0.11.2.
+
+Tracy ships no exporter for this version, and the file is Tracy's in-memory
+state serialized field by field (``Worker::Write`` in server/TracyWorker.cpp),
+so the layout changes between releases: this reader checks the version and
+refuses anything but 0.11.2. It reads only what sectionmark needs: threads
+with their CPU zone trees and GPU contexts with their GPU zone trees.
+
+File = container header, then blocks of a few compressed streams; inflated
+and concatenated in block order they give the serialization parsed below.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from itertools import repeat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, NamedTuple, Optional, Union
+
+from sectionmark.errors import SectionmarkError
+
+__all__ = ["Zone", "Track", "Capture", "read_capture", "SUPPORTED_VERSION"]
+
+SUPPORTED_VERSION = (0, 11, 2)
+
+_CONTAINER_MAGIC = b"tr\xfdP"
+_OLD_LZ4_MAGIC = b"tlZ\x04"
+_OLD_ZSTD_MAGIC = b"tZst"
+_BLOCK_SIZE = 64 * 1024  # every block inflates to this, except the last one
+
+
+class Zone(NamedTuple):
+    """One zone. ``parent`` is the index of the enclosing zone in the same
+    track's ``zones`` list (-1 at top level); zones are listed parents first."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    depth: int
+    parent: int
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class Track:
+    """A CPU thread or a GPU context (a timeline row in Tracy's view)."""
+
+    kind: str  # "thread" or "gpu"
+    id: int  # thread id, or GPU context index in the capture
+    name: str
+    zones: list[Zone] = field(default_factory=list)
+
+
+@dataclass
+class Capture:
+    """What sectionmark reads from a capture. Times are ns since capture start."""
+
+    version: tuple[int, int, int]
+    program: str
+    threads: list[Track]
+    gpu_contexts: list[Track]
+
+    @property
+    def tracks(self) -> list[Track]:
+        return self.threads + self.gpu_contexts
+
+    def zones(self) -> Iterator[tuple[Track, Zone]]:
+        for track in self.tracks:
+            for zone in track.zones:
+                yield track, zone
+
+
+class _Truncated(Exception):
+    pass
+
+
+def _inflate(data: bytes, path: Path) -> bytes:
+    """Undo the container: each stream is one continuous zstd frame, fed block by block."""
+    if data[:4] in (_OLD_LZ4_MAGIC, _OLD_ZSTD_MAGIC):
+        raise SectionmarkError(f"{path}: written by a Tracy older than 0.9; sectionmark reads Tracy 0.11.2 captures")
+    if data[:4] != _CONTAINER_MAGIC:
+        raise SectionmarkError(f"{path}: not a Tracy capture (bad magic bytes)")
+    if len(data) < 6:
+        raise SectionmarkError(f"{path}: Tracy capture is truncated (no container header)")
+    compression, streams = data[4], data[5]
+    if compression == 0:
+        raise SectionmarkError(
+            f"{path}: LZ4-compressed capture; sectionmark reads zstd captures (as iree-tracy-capture writes), "
+            "re-save it with zstd compression in the Tracy GUI"
+        )
+    if compression != 1 or streams == 0:
+        raise SectionmarkError(f"{path}: not a Tracy capture (bad container header)")
+    import zstandard
+
+    decoders = [zstandard.ZstdDecompressor().decompressobj() for _ in range(streams)]
+    chunks = []
+    pos, block = 6, 0
+    try:
+        while pos < len(data):
+            if pos + 4 > len(data):
+                raise _Truncated
+            (size,) = struct.unpack_from("<I", data, pos)
+            pos += 4
+            if size == 0 or pos + size > len(data):
+                raise _Truncated
+            chunks.append(decoders[block % streams].decompress(data[pos : pos + size]))
+            pos += size
+            block += 1
+    except zstandard.ZstdError as error:
+        raise SectionmarkError(f"{path}: corrupt Tracy capture (zstd: {error})") from None
+    except _Truncated:
+        raise SectionmarkError(f"{path}: Tracy capture is truncated (incomplete compressed block)") from None
+    if any(len(chunk) != _BLOCK_SIZE for chunk in chunks[:-1]):
+        raise SectionmarkError(f"{path}: corrupt Tracy capture (a compressed block has the wrong size)")
+    return b"".join(chunks)
+
+
+class _Parser:
+    """Walks the inflated serialization; every read checks bounds."""
+
+    def __init__(self, buf: bytes):
+        self.buf = buf
+        self.pos = 0
+
+    def take(self, fmt: struct.Struct) -> tuple:
+        values = fmt.unpack_from(self.buf, self.pos)
+        self.pos += fmt.size
+        return values
+
+    def skip(self, count: int) -> None:
+        self.pos += count
+        if self.pos > len(self.buf):
+            raise _Truncated
+
+    def u64(self) -> int:
+        return self.take(_Q)[0]
+
+    def text(self) -> str:
+        size = self.u64()
+        start = self.pos
+        self.skip(size)
+        return self.buf[start : start + size].decode("utf-8", "replace")
+
+
+_Q = struct.Struct("<Q")
+_q = struct.Struct("<q")
+_QQ = struct.Struct("<QQ")
+_I = struct.Struct("<I")
+_IQ = struct.Struct("<IQ")
+_HEADER = struct.Struct("<qqdqQQqBI12sB")
+_FRAME_SET = struct.Struct("<QBQ")
+_SOURCE_LOCATION = struct.Struct("<QBQBQBII")  # name, function, file as (u64, flags); line; color
+_LOCK_HEADER_SIZE = 27  # id u32, name u24, srcloc i16, type u8, valid u8, announce i64, terminate i64
+_LOCK_EVENT_SIZE = 12
+_MESSAGE_SIZE = 32
+_ZONE_EXTRA = struct.Struct("<3s3s3s3s")
+_THREAD = struct.Struct("<QQQBi")
+_CPU_ZONE_AND_END = struct.Struct("<hqIIq")  # srcloc, start delta, extra index, child count (+ end delta)
+_GPU_CONTEXT = struct.Struct("<QBQfB3sQ")
+_GPU_ZONE = struct.Struct("<qqh3sHQ")  # cpu/gpu start deltas, srcloc, callstack, thread, child count
+_GPU_END = struct.Struct("<qq")
+_SAMPLE_SIZE = 11
+
+
+def read_capture(path: Union[str, os.PathLike]) -> Capture:
+    """Read threads, GPU contexts and their zone trees from a Tracy 0.11.2 capture.
+
+    Raises SectionmarkError (one line) for a missing, foreign, other-version,
+    truncated or corrupt file.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise SectionmarkError(f"cannot read Tracy capture {path}: {error.strerror or error}") from None
+    buf = _inflate(data, path)
+    if len(buf) < 8 or buf[:5] != b"tracy":
+        raise SectionmarkError(f"{path}: corrupt Tracy capture (no serialization header)")
+    version = (buf[5], buf[6], buf[7])
+    if version != SUPPORTED_VERSION:
+        found = ".".join(map(str, version))
+        raise SectionmarkError(
+            f"{path}: Tracy capture version {found} is not supported; sectionmark reads version 0.11.2 "
+            "(IREE 3.13's Tracy), re-capture with iree-tracy-capture from iree-base-runtime 3.13"
+        )
+    try:
+        return _parse(buf, version)
+    except (_Truncated, struct.error, IndexError):
+        raise SectionmarkError(f"{path}: Tracy capture is truncated or corrupt") from None
+
+
+def _parse(buf: bytes, version: tuple[int, int, int]) -> Capture:
+    p = _Parser(buf)
+    p.pos = 8
+    (_, _, _, last_time, _, _, _, _, _, _, _) = p.take(_HEADER)
+    p.text()  # capture name
+    program = p.text()
+    p.skip(16)  # capture time, executable time
+    p.text()  # host info
+    _skip_cpu_topology(p)
+    p.skip(28)  # crash event
+    for _ in range(p.u64()):
+        _, continuous, frames = p.take(_FRAME_SET)
+        p.skip(frames * (12 if continuous else 20))
+
+    by_pointer: dict[int, str] = {}
+    string_data: list[str] = []
+    for _ in range(p.u64()):
+        pointer = p.u64()
+        text = p.text()
+        by_pointer[pointer] = text
+        string_data.append(text)
+    strings = {}
+    for _ in range(p.u64()):
+        key, pointer = p.take(_QQ)
+        if pointer in by_pointer:
+            strings[key] = by_pointer[pointer]
+    thread_names = {}
+    for _ in range(p.u64()):
+        thread, pointer = p.take(_QQ)
+        if pointer in by_pointer:
+            thread_names[thread] = by_pointer[pointer]
+    p.skip(p.u64() * 24)  # external thread names
+    p.skip(p.u64() * 8)  # local thread compression table
+    p.skip(p.u64() * 8)  # external thread compression table
+
+    def string_ref(value: int, flags: int) -> Optional[str]:
+        if not flags & 2:  # not active
+            return None
+        return string_data[value] if flags & 1 else strings.get(value, "???")
+
+    def location_name(record: tuple) -> str:
+        name_value, name_flags, function_value, function_flags = record[:4]
+        return string_ref(name_value, name_flags) or string_ref(function_value, function_flags) or "???"
+
+    static_locations = {}
+    for _ in range(p.u64()):
+        pointer = p.u64()
+        static_locations[pointer] = location_name(p.take(_SOURCE_LOCATION))
+    expand = [p.u64() for _ in range(p.u64())]
+    payload_names = [location_name(p.take(_SOURCE_LOCATION)) for _ in range(p.u64())]
+    # Zone srcloc ids: >= 0 index the expand table, < 0 the payload table.
+    names: dict[int, str] = {}
+    for index, pointer in enumerate(expand):
+        if pointer in static_locations:
+            names[index] = static_locations[pointer]
+    for index, name in enumerate(payload_names):
+        names[-index - 1] = name
+
+    p.skip(p.u64() * 10)  # CPU zone counts per source location
+    p.skip(p.u64() * 10)  # GPU zone counts per source location
+    for _ in range(p.u64()):  # locks
+        p.skip(_LOCK_HEADER_SIZE)
+        p.skip(p.u64() * 8)
+        p.skip(p.u64() * _LOCK_EVENT_SIZE)
+    p.skip(p.u64() * _MESSAGE_SIZE)
+    extra_names: dict[int, str] = {}
+    for index in range(p.u64()):
+        _, _, name, _ = p.take(_ZONE_EXTRA)
+        name_index = int.from_bytes(name, "little")
+        if name_index:
+            extra_names[index] = string_data[name_index - 1]
+
+    p.skip(16)  # total zone count, zone children vector count
+    threads = []
+    for _ in range(p.u64()):
+        thread, _, _, _, _ = p.take(_THREAD)
+        (count,) = p.take(_I)
+        zones = _read_cpu_zones(p, count, names, extra_names, last_time)
+        p.skip(p.u64() * 8)  # message references
+        p.skip(p.u64() * _SAMPLE_SIZE)  # context switch samples
+        p.skip(p.u64() * _SAMPLE_SIZE)  # samples
+        threads.append(Track("thread", thread, thread_names.get(thread, str(thread)), zones))
+
+    p.skip(16)  # total GPU zone count, GPU children vector count
+    contexts = []
+    for index in range(p.u64()):
+        _, _, _, _, _, name, _ = p.take(_GPU_CONTEXT)
+        name_index = int.from_bytes(name, "little")
+        track = Track("gpu", index, string_data[name_index - 1] if name_index else f"GPU context {index}")
+        for _ in range(p.u64()):
+            _, count = p.take(_QQ)
+            # Zones sent from several threads are stored per thread; one track shows them all.
+            track.zones.extend(_read_gpu_zones(p, count, names, last_time))
+        contexts.append(track)
+    return Capture(version, program, threads, contexts)
+
+
+def _skip_cpu_topology(p: _Parser) -> None:
+    for _ in range(p.u64()):
+        _, dies = p.take(_IQ)
+        for _ in range(dies):
+            _, cores = p.take(_IQ)
+            for _ in range(cores):
+                _, threads = p.take(_IQ)
+                p.skip(threads * 4)
+
+
+def _read_cpu_zones(p: _Parser, count: int, names: dict, extra_names: dict, last_time: int) -> list[Zone]:
+    """A thread's zone tree, flattened parents-first.
+
+    Each zone is (srcloc, start delta, extra, child count), its children, then
+    an end delta; one running time reference goes start -> children -> end.
+    Iterative (explicit stack) so deep nesting cannot hit Python's recursion limit.
+    """
+    buf, pos = p.buf, p.pos
+    unpack_zone, unpack_time = _CPU_ZONE_AND_END.unpack_from, _q.unpack_from
+    rows: list = []  # (name, start, end, depth, parent); a list while its end is unknown
+    stack = []
+    remaining, parent, depth, ref = count, -1, 0, 0
+    while True:
+        if remaining:
+            remaining -= 1
+            # Read the zone with the 8 bytes after it: the end delta if it is a
+            # leaf (most zones), so leaves take one unpack. Children always
+            # follow a non-leaf, so the extra bytes exist in a valid file.
+            srcloc, delta, extra, children, end_delta = unpack_zone(buf, pos)
+            ref += delta
+            name = extra_names.get(extra) if extra else None
+            if children:
+                pos += 18
+                rows.append([name or names.get(srcloc, "???"), ref, 0, depth, parent])
+                stack.append((remaining, parent, depth))
+                remaining, parent, depth = children, len(rows) - 1, depth + 1
+            else:
+                pos += 26
+                start, ref = ref, ref + end_delta
+                end = ref if ref >= 0 else _unfinished_end(start, last_time)
+                rows.append((name or names.get(srcloc, "???"), start, end, depth, parent))
+        elif stack:
+            ref += unpack_time(buf, pos)[0]
+            pos += 8
+            row = rows[parent]
+            row[2] = ref if ref >= 0 else _unfinished_end(row[1], last_time)
+            remaining, parent, depth = stack.pop()
+        else:
+            break
+    p.pos = pos
+    if pos > len(buf):
+        raise _Truncated
+    return _zones(rows)
+
+
+def _read_gpu_zones(p: _Parser, count: int, names: dict, last_time: int) -> list[Zone]:
+    """A GPU context's zone tree; times are the GPU timestamps mapped to the CPU clock."""
+    buf, pos = p.buf, p.pos
+    unpack_zone, unpack_end = _GPU_ZONE.unpack_from, _GPU_END.unpack_from
+    rows: list = []
+    stack = []
+    remaining, parent, depth, cpu_ref, gpu_ref = count, -1, 0, 0, 0
+    while True:
+        if remaining:
+            remaining -= 1
+            cpu_delta, gpu_delta, srcloc, _, _, children = unpack_zone(buf, pos)
+            pos += 31
+            cpu_ref += cpu_delta
+            gpu_ref += gpu_delta
+            row = [names.get(srcloc, "???"), gpu_ref, 0, depth, parent]
+            rows.append(row)
+            if children:
+                stack.append((remaining, parent, depth))
+                remaining, parent, depth = children, len(rows) - 1, depth + 1
+            else:
+                cpu_delta, gpu_delta = unpack_end(buf, pos)
+                pos += 16
+                cpu_ref += cpu_delta
+                gpu_ref += gpu_delta
+                row[2] = gpu_ref if gpu_ref >= 0 else _unfinished_end(row[1], last_time)
+        elif stack:
+            cpu_delta, gpu_delta = unpack_end(buf, pos)
+            pos += 16
+            cpu_ref += cpu_delta
+            gpu_ref += gpu_delta
+            row = rows[parent]
+            row[2] = gpu_ref if gpu_ref >= 0 else _unfinished_end(row[1], last_time)
+            remaining, parent, depth = stack.pop()
+        else:
+            break
+    p.pos = pos
+    if pos > len(buf):
+        raise _Truncated
+    return _zones(rows)
+
+
+def _unfinished_end(start: int, last_time: int) -> int:
+    # A zone still open when the capture ended is stored with end -1: Tracy
+    # draws it to the end of the capture, and so do we.
+    return max(last_time, start)
+
+
+def _zones(rows: list) -> list[Zone]:
+    # tuple.__new__ through map: no Python-level call per zone (2x faster than Zone._make).
+    return list(map(tuple.__new__, repeat(Zone), rows))

@@ -1,0 +1,375 @@
+"""Tracy layer: eager zones, timestamped GPU tracks, headless capture, reader, stats.
+
+Every capture here is real: a Python script runs under iree-tracy-capture and
+the reader checks what Tracy recorded. No mocks.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.tracy import capture_command, read_capture, zone_stats
+from sectionmark.tracy.reader import Capture, Track
+
+CAPTURE_TIMEOUT_S = 60
+
+
+def capture_script(tmp_path: Path, name: str, script: str) -> Path:
+    """Write ``script`` to a file and run it under a headless capture."""
+    source = tmp_path / f"{name}.py"
+    source.write_text(textwrap.dedent(script))
+    return capture_command([sys.executable, str(source)], tmp_path / f"{name}.tracy", timeout=CAPTURE_TIMEOUT_S)
+
+
+def run_captured(tmp_path: Path, name: str, script: str) -> Capture:
+    return read_capture(capture_script(tmp_path, name, script))
+
+
+def track_named(capture: Capture, name: str) -> Track:
+    matches = [track for track in capture.tracks if track.name == name]
+    assert len(matches) == 1, f"expected one track {name!r}, got {[t.name for t in capture.tracks]}"
+    return matches[0]
+
+
+def shape(track: Track) -> list[tuple[str, int, str]]:
+    """(name, depth, parent name) per zone, in recorded order."""
+    return [(zone.name, zone.depth, track.zones[zone.parent].name if zone.parent >= 0 else "") for zone in track.zones]
+
+
+def assert_properly_nested(track: Track) -> None:
+    for zone in track.zones:
+        assert zone.start_ns <= zone.end_ns
+        if zone.parent >= 0:
+            parent = track.zones[zone.parent]
+            assert parent.start_ns <= zone.start_ns and zone.end_ns <= parent.end_ns
+            assert zone.depth == parent.depth + 1
+
+
+# --- eager sections become CPU zones ----------------------------------------
+
+EAGER_SCRIPT = """
+    import asyncio, threading, time
+    import sectionmark as sm
+    import sectionmark.tracy as smt
+
+    assert smt.enable() is smt.enable()  # idempotent
+
+    @sm.section("Decode step")
+    def decode():
+        with sm.section("Sample", color=0x3388FF):
+            time.sleep(0.001)
+
+    def generate(tag):
+        with sm.section("Prefill " + tag):
+            with sm.section("Attention"):
+                time.sleep(0.001)
+        for _ in range(3):
+            decode()
+
+    worker = threading.Thread(target=generate, args=("B",), name="worker-B")
+    worker.start()
+    generate("A")
+    worker.join()
+
+    # Two asyncio tasks interleave sections on one thread: Tracy zones must
+    # still nest (the listener closes inner zones early instead of mis-nesting).
+    async def task(name, delay):
+        with sm.section(name):
+            await asyncio.sleep(delay)
+
+    async def interleave():
+        await asyncio.gather(task("Task 1", 0.002), task("Task 2", 0.004))
+
+    asyncio.run(interleave())
+
+    smt.disable()
+    with sm.section("Not traced"):
+        pass
+"""
+
+
+@pytest.fixture(scope="module")
+def eager_capture(tmp_path_factory) -> Capture:
+    return run_captured(tmp_path_factory.mktemp("eager"), "eager", EAGER_SCRIPT)
+
+
+def test_eager_sections_are_zones_on_their_own_thread(eager_capture):
+    expected = lambda tag: [  # noqa: E731
+        (f"Prefill {tag}", 0, ""),
+        ("Attention", 1, f"Prefill {tag}"),
+    ] + [("Decode step", 0, ""), ("Sample", 1, "Decode step")] * 3
+    main = track_named(eager_capture, "Main thread")
+    worker = track_named(eager_capture, "worker-B")
+    assert shape(worker) == expected("B")
+    assert shape(main)[: len(expected("A"))] == expected("A")
+    for track in (main, worker):
+        assert_properly_nested(track)
+        sleeps = [zone for zone in track.zones if zone.name in ("Attention", "Sample")]
+        assert all(zone.duration_ns >= 1_000_000 for zone in sleeps)
+
+
+def test_interleaved_async_sections_still_nest(eager_capture):
+    main = track_named(eager_capture, "Main thread")
+    tasks = [zone for zone in main.zones if zone.name.startswith("Task")]
+    assert [zone.name for zone in tasks] == ["Task 1", "Task 2"]
+    assert tasks[1].parent == main.zones.index(tasks[0])
+    assert_properly_nested(main)
+
+
+def test_disable_stops_zones(eager_capture):
+    assert all(zone.name != "Not traced" for _, zone in eager_capture.zones())
+
+
+# --- custom GPU-context timeline with explicit timestamps --------------------
+
+GPU_SCRIPT = """
+    import time
+    import sectionmark.tracy as smt
+
+    timeline = smt.GpuTimeline("Device queue 0")
+    t0 = time.monotonic_ns()
+    timeline.begin("Layer 0", t0 + 1_000)
+    timeline.zone("matmul", t0 + 2_000, t0 + 7_500, color=0xFF0000)
+    timeline.begin("MLP", t0 + 8_000)
+    timeline.zone("gelu", t0 + 8_250, t0 + 9_000)
+    timeline.end(t0 + 20_000)
+    timeline.end(t0 + 1_021_000)
+    for i in range(5):
+        timeline.zone("step", t0 + 2_000_000 + i * 10_000, t0 + 2_000_000 + i * 10_000 + 1_000 * (i + 1))
+
+    try:
+        timeline.zone("too early", t0, t0 + 1)
+    except ValueError:
+        pass
+    else:
+        raise SystemExit("decreasing timestamps were accepted")
+    second = smt.GpuTimeline("Device queue 1", origin_ns=0)
+    second.zone("other queue", 100, 600)
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu_capture_path(tmp_path_factory) -> Path:
+    return capture_script(tmp_path_factory.mktemp("gpu"), "gpu", GPU_SCRIPT)
+
+
+@pytest.fixture(scope="module")
+def gpu_capture(gpu_capture_path) -> Capture:
+    return read_capture(gpu_capture_path)
+
+
+def test_gpu_timeline_zones_match_explicit_timestamps(gpu_capture):
+    queue = track_named(gpu_capture, "Device queue 0")
+    assert queue.kind == "gpu"
+    assert shape(queue) == [
+        ("Layer 0", 0, ""),
+        ("matmul", 1, "Layer 0"),
+        ("MLP", 1, "Layer 0"),
+        ("gelu", 2, "MLP"),
+    ] + [("step", 0, "")] * 5
+    durations = [zone.duration_ns for zone in queue.zones]
+    expected = [1_020_000, 5_500, 12_000, 750] + [1_000 * (i + 1) for i in range(5)]
+    assert all(abs(got - want) <= 1_000 for got, want in zip(durations, expected, strict=True))
+    # Relative placement is kept too (start offsets from the first zone).
+    first = queue.zones[0].start_ns
+    starts = [zone.start_ns - first for zone in queue.zones]
+    expected_starts = [0, 1_000, 7_000, 7_250] + [1_999_000 + i * 10_000 for i in range(5)]
+    assert all(abs(got - want) <= 1_000 for got, want in zip(starts, expected_starts, strict=True))
+
+
+def test_each_timeline_is_its_own_gpu_context(gpu_capture):
+    assert [track.name for track in gpu_capture.gpu_contexts] == ["Device queue 0", "Device queue 1"]
+    other = track_named(gpu_capture, "Device queue 1")
+    assert [(zone.name, zone.duration_ns) for zone in other.zones] == [("other queue", 500)]
+
+
+def test_zone_stats_of_gpu_zones(gpu_capture):
+    rows = {row.name: row for row in zone_stats(gpu_capture, gpu_only=True)}
+    step = rows["step"]
+    assert (step.kind, step.count) == ("gpu", 5)
+    assert (step.total_ns, step.min_ns, step.max_ns, step.p95_ns) == (15_000, 1_000, 5_000, 5_000)
+    assert step.mean_ns == 3_000
+    assert [row.name for row in zone_stats(gpu_capture, gpu_only=True, depth=1)] == ["MLP", "matmul"]
+    assert list(rows)[0] == "Layer 0"  # sorted by total time
+
+
+def test_zone_stats_at_depth_zero(eager_capture):
+    rows = zone_stats(eager_capture, depth=0)
+    names = {(row.name, row.kind) for row in rows}
+    assert {("Prefill A", "thread"), ("Prefill B", "thread"), ("Decode step", "thread")} <= names
+    decode = next(row for row in rows if row.name == "Decode step")
+    assert decode.count == 6 and decode.min_ns <= decode.p95_ns <= decode.max_ns
+
+
+# --- a large capture: several compressed streams, > 64 KiB inflated ----------
+
+MANY_ZONES = 40_000
+
+MANY_SCRIPT = f"""
+    import sectionmark as sm
+    import sectionmark.tracy as smt
+
+    smt.enable()
+    for i in range({MANY_ZONES} // 4):
+        with sm.section("Outer"):
+            with sm.section("Inner " + str(i % 7)):
+                pass
+            with sm.section("Leaf"):
+                with sm.section("Deep"):
+                    pass
+"""
+
+
+def test_reader_handles_many_blocks_and_streams(tmp_path):
+    capture = run_captured(tmp_path, "many", MANY_SCRIPT)
+    raw = (tmp_path / "many.tracy").read_bytes()
+    streams, blocks, pos = raw[5], 0, 6
+    while pos < len(raw):
+        pos += 4 + struct.unpack_from("<I", raw, pos)[0]
+        blocks += 1
+    assert streams > 1 and blocks > 2 * streams, (streams, blocks)  # every stream continues past one block
+
+    main = track_named(capture, "Main thread")
+    assert len(main.zones) == MANY_ZONES
+    assert shape(main)[:4] == [("Outer", 0, ""), ("Inner 0", 1, "Outer"), ("Leaf", 1, "Outer"), ("Deep", 2, "Leaf")]
+    assert [zone.name for zone in main.zones[-3:]] == [f"Inner {(MANY_ZONES // 4 - 1) % 7}", "Leaf", "Deep"]
+    assert_properly_nested(main)
+
+
+# --- bad input -----------------------------------------------------------------
+
+
+def container(payload: bytes) -> bytes:
+    """A one-stream zstd container around an inflated serialization (as Tracy writes it)."""
+    compressor = zstandard.ZstdCompressor().compressobj()
+    out = [b"tr\xfdP\x01\x01"]
+    for start in range(0, len(payload), 64 * 1024):
+        block = compressor.compress(payload[start : start + 64 * 1024])
+        block += compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+        out.append(struct.pack("<I", len(block)) + block)
+    return b"".join(out)
+
+
+def inflate(raw: bytes) -> bytes:
+    streams = raw[5]
+    decoders = [zstandard.ZstdDecompressor().decompressobj() for _ in range(streams)]
+    chunks, pos, index = [], 6, 0
+    while pos < len(raw):
+        (size,) = struct.unpack_from("<I", raw, pos)
+        chunks.append(decoders[index % streams].decompress(raw[pos + 4 : pos + 4 + size]))
+        pos, index = pos + 4 + size, index + 1
+    return b"".join(chunks)
+
+
+def expect_one_line_error(path: Path, *fragments: str) -> None:
+    with pytest.raises(SectionmarkError) as caught:
+        read_capture(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_bad_files_give_one_clear_line(gpu_capture_path, gpu_capture, tmp_path):
+    raw = gpu_capture_path.read_bytes()
+    payload = inflate(raw)
+
+    rewrapped = tmp_path / "rewrapped.tracy"
+    rewrapped.write_bytes(container(payload))
+    assert read_capture(rewrapped).gpu_contexts == gpu_capture.gpu_contexts
+
+    truncated = tmp_path / "truncated.tracy"
+    truncated.write_bytes(raw[: len(raw) // 2])
+    expect_one_line_error(truncated, "truncated")
+
+    # Cut at a block boundary inside the part the reader parses (strings, zones).
+    for cut in (300, 1000):
+        cut_payload = tmp_path / f"cut_payload_{cut}.tracy"
+        cut_payload.write_bytes(container(payload[:cut]))
+        expect_one_line_error(cut_payload, "truncated or corrupt")
+
+    garbage = tmp_path / "garbage.tracy"
+    garbage.write_bytes(os.urandom(4096))
+    expect_one_line_error(garbage, "not a Tracy capture")
+
+    corrupt_stream = tmp_path / "corrupt_stream.tracy"
+    corrupt_stream.write_bytes(raw[:6] + struct.pack("<I", 64) + os.urandom(64))
+    expect_one_line_error(corrupt_stream, "corrupt")
+
+    other_version = tmp_path / "other_version.tracy"
+    other_version.write_bytes(container(b"tracy\x00\x0c\x00" + payload[8:]))
+    expect_one_line_error(other_version, "version 0.12.0 is not supported", "0.11.2")
+
+    legacy = tmp_path / "legacy.tracy"
+    legacy.write_bytes(b"tZst" + raw[6:])
+    expect_one_line_error(legacy, "older than 0.9")
+
+    expect_one_line_error(tmp_path / "missing.tracy", "cannot read Tracy capture")
+
+
+# --- missing runtime / tools ---------------------------------------------------------
+
+
+def run_python(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_no_tracing_runtime_is_a_clear_error():
+    env = {key: value for key, value in os.environ.items() if key != "IREE_PY_RUNTIME"}
+    result = run_python(
+        """
+        import sectionmark.tracy as smt
+        from sectionmark.errors import SectionmarkError
+        try:
+            smt.enable()
+        except SectionmarkError as error:
+            print(error)
+        """,
+        env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "Tracy zones need IREE's tracing runtime: set IREE_PY_RUNTIME=tracy before starting Python"
+    )
+
+
+def test_bogus_library_is_a_clear_error(tmp_path):
+    bogus = tmp_path / "libnot_tracy.so"
+    bogus.write_bytes(b"not a shared library")
+    result = run_python(
+        f"""
+        from sectionmark.tracy import TracyClient
+        from sectionmark.errors import SectionmarkError
+        try:
+            TracyClient({str(bogus)!r})
+        except SectionmarkError as error:
+            print(error)
+        """,
+        dict(os.environ),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cannot bind Tracy's C API in {bogus}")
+
+
+def test_failing_program_under_capture_is_a_clear_error(tmp_path):
+    with pytest.raises(SectionmarkError, match="exited with status 3"):
+        capture_command([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "x.tracy", timeout=CAPTURE_TIMEOUT_S)
+
+
+def test_program_that_never_loads_tracy_is_reported(tmp_path):
+    with pytest.raises(SectionmarkError, match="never loaded the tracing runtime"):
+        capture_command(
+            [sys.executable, "-c", "pass"], tmp_path / "x.tracy", timeout=CAPTURE_TIMEOUT_S, save_timeout=2
+        )
