@@ -129,6 +129,26 @@ def test_disable_stops_zones(eager_capture):
     assert all(zone.name != "Not traced" for _, zone in eager_capture.zones())
 
 
+def test_sections_enclose_iree_runtime_zones(tmp_path):
+    # Our zones and IREE's own go through the same Tracy client, so they nest.
+    capture = run_captured(
+        tmp_path,
+        "iree",
+        """
+        import sectionmark as sm
+        import sectionmark.tracy as smt
+        smt.enable()
+        import iree.runtime
+        with sm.section("Make device"):
+            iree.runtime.Config(device=iree.runtime.get_device("local-task"))
+        """,
+    )
+    main = track_named(capture, "Main thread")
+    (index,) = [i for i, zone in enumerate(main.zones) if zone.name == "Make device"]
+    inside = [zone.name for zone in main.zones if zone.parent == index]
+    assert inside and all(name.startswith("iree_") for name in inside), inside
+
+
 # --- custom GPU-context timeline with explicit timestamps --------------------
 
 GPU_SCRIPT = """

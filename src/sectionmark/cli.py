@@ -30,7 +30,8 @@ EXAMPLES = {
   sectionmark tracy run.ireeprof --map model.sections.json -o run.tracy""",
     "tracy-stats": """examples:
   sectionmark tracy-stats run.tracy
-  sectionmark tracy-stats run.tracy --gpu --top 20""",
+  sectionmark tracy-stats run.tracy --gpu --top 20
+  sectionmark tracy-stats run.tracy --depth 0 --json top-level.json""",
 }
 
 
@@ -107,8 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "(file version 0.11.2, as written by IREE 3.13's iree-tracy-capture).",
                                 epilog=EXAMPLES["tracy-stats"], formatter_class=_formatter)
     stats.add_argument("capture", help=".tracy file")
-    stats.add_argument("--gpu", action="store_true", help="only GPU-context zones")
-    stats.add_argument("--cpu", action="store_true", help="only CPU zones")
+    stats.add_argument("--gpu", action="store_true", help="only GPU-context zones (device timelines, replays)")
+    stats.add_argument("--depth", type=int, metavar="D", help="only zones at nesting depth D (0: outermost sections)")
     stats.add_argument("--top", type=int, metavar="N", help="show only the N zones with the largest total")
     stats.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     return parser
@@ -125,9 +126,9 @@ def _emit_outputs(session, args: argparse.Namespace) -> None:
 
     print(session.table())
     if args.sites:
-        from sectionmark.renderers.table import render_sites
+        from sectionmark.renderers.table import render_sites_text
 
-        print(render_sites(session))
+        print(render_sites_text(session))
     renderers = [(args.json, json_out), (args.csv, csv_out), (args.perfetto, perfetto), (args.chart, chart),
                  (args.tracy, tracy_out)]
     for path, renderer in renderers:
@@ -187,9 +188,18 @@ def _run(args: argparse.Namespace) -> None:
         session = report(args.profile, args.map, warmup=_positive(args.warmup, "--warmup"))
         print(f"wrote {tracy_out.save(session, args.output)}")
     elif args.command == "tracy-stats":
-        from sectionmark.tracy.stats import print_zone_stats
+        import dataclasses
+        import json
 
-        print_zone_stats(args.capture, gpu=args.gpu, cpu=args.cpu, top=args.top, json_path=args.json)
+        from sectionmark.renderers.table import zone_stats_text
+        from sectionmark.tracy.stats import zone_stats
+
+        rows = zone_stats(args.capture, depth=args.depth, gpu_only=args.gpu)[: args.top]
+        print(zone_stats_text(rows))
+        if args.json:
+            document = {"version": 1, "zones": [dataclasses.asdict(row) for row in rows]}
+            Path(args.json).write_text(json.dumps(document, indent=1, ensure_ascii=False), encoding="utf-8")
+            print(f"wrote {args.json}")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -16,7 +16,8 @@ How times are computed (docs/profile-json.md has the full story):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -229,6 +230,34 @@ class ProfileSession:
         from sectionmark.renderers.table import render_text
 
         return render_text(self)
+
+    def to_csv(self, path: Union[str, Path]) -> Path:
+        from sectionmark.renderers import csv_out
+
+        return csv_out.save(self, path)
+
+    def save_json(self, path: Union[str, Path]) -> Path:
+        from sectionmark.renderers import json_out
+
+        return json_out.save(self, path)
+
+    def save_perfetto(self, path: Union[str, Path]) -> Path:
+        """Chrome/Perfetto JSON trace: section tracks enclosing dispatch slices."""
+        from sectionmark.renderers import perfetto
+
+        return perfetto.save(self, path)
+
+    def save_tracy(self, path: Union[str, Path]) -> Path:
+        """A real .tracy capture of the profiled timeline (needs IREE's tracing runtime)."""
+        from sectionmark.renderers import tracy_out
+
+        return tracy_out.save(self, path)
+
+    def save_chart(self, path: Union[str, Path]) -> Path:
+        """PNG bar chart of the section breakdown."""
+        from sectionmark.renderers import chart
+
+        return chart.save(self, path)
 
     # ------------------------------------------------------------------ JSON
 

@@ -67,6 +67,48 @@ def build_table(session: ProfileSession) -> Table:
     return table
 
 
+def build_sites_table(session: ProfileSession) -> Table:
+    """One row per dispatch site: its sections, what it ran, how often and how long."""
+    calls = max(session.calls, 1)
+    table = Table(title="dispatch sites", title_justify="left")
+    for column in ("Site", "Section(s)", "Export key", "Workgroups", "Bytes bound", "Dispatches/call", "Busy/call"):
+        table.add_column(column, justify="left" if column in ("Section(s)", "Export key") else "right",
+                         no_wrap=column == "Export key", overflow="ellipsis")
+    for site in sorted(session.sites, key=lambda s: -s.busy_ns):
+        sections = ", ".join(
+            (" / ".join(path) or "(unmarked)") + (f" {weight:.0%}" if len(site.sections) > 1 else "")
+            for path, weight in site.sections
+        )
+        key = site.key + (f" {SHARED_MARK}" if site.shared_executable else "")
+        table.add_row(
+            str(site.site), sections, key,
+            "x".join(map(str, site.workgroups)) if site.workgroups else "",
+            f"{site.binding_bytes:,}" if site.binding_bytes is not None else "",
+            f"{site.dispatches / calls:g}", format_ns(site.busy_ns / calls),
+        )
+    table.caption = f"{SHARED_MARK} executable also runs for another section (deduplicated)"
+    return table
+
+
+def render_sites_text(session: ProfileSession, width: int = 160) -> str:
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, color_system=None, force_terminal=False).print(build_sites_table(session))
+    return buffer.getvalue()
+
+
+def zone_stats_text(rows: list, width: int = 160) -> str:
+    """``sectionmark tracy-stats``: one row per (zone name, track kind) of a capture."""
+    table = Table(title="Tracy zones", title_justify="left")
+    for column in ("Zone", "Track", "Count", "Total", "Mean", "Min", "Max", "p95"):
+        table.add_column(column, justify="left" if column in ("Zone", "Track") else "right")
+    for row in rows:
+        table.add_row(row.name, "GPU" if row.kind == "gpu" else "CPU", str(row.count),
+                      *(format_ns(v) for v in (row.total_ns, row.mean_ns, row.min_ns, row.max_ns, row.p95_ns)))
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, color_system=None, force_terminal=False).print(table)
+    return buffer.getvalue()
+
+
 def notes(session: ProfileSession) -> list[str]:
     """Lines printed under the table: coverage check and how to read it."""
     covered = sum(row.busy_ns for row in session.sections if len(row.path) == 1) + session.unmarked_ns
