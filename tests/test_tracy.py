@@ -20,7 +20,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.tracy import capture_command, read_capture, zone_stats
 from sectionmark.tracy.reader import Capture, Track
 
-CAPTURE_TIMEOUT_S = 60
+CAPTURE_TIMEOUT_S = 15
 
 
 def capture_script(tmp_path: Path, name: str, script: str) -> Path:

@@ -26,15 +26,14 @@ class ExportedProgram:
 
     ``input_type`` is the iree-compile input dialect ("torch" for iree-turbine
     output, "stablehlo" for JAX). ``module`` is the live MLIR module when the
-    importer has one (with the compiler ``session`` that owns its context), so
-    compiling needs no text round trip of the weights.
+    importer has one; the compiler takes it as MLIR bytecode, so compiling
+    needs no text round trip of the weights.
     """
 
     mlir: str
     input_type: str
     framework: str
     module: Optional[Any] = None  # iree.compiler.ir.Operation
-    session: Optional[Any] = None  # iree.compiler.api.Session owning module's context
     _sections: Optional[tuple[SectionPath, ...]] = field(default=None, repr=False)
 
     @property

@@ -21,8 +21,6 @@ TARGET_FLAGS: dict[str, tuple[str, ...]] = {
     "vulkan-spirv": ("--iree-hal-target-device=vulkan", "--iree-vulkan-target=ampere"),
 }
 
-INPUT_TYPES = ("auto", "torch", "stablehlo", "tosa", "none")
-
 
 def target_flags(target: str) -> tuple[str, ...]:
     """The device flags for ``target``, or a one-line error naming the known ones."""
@@ -31,12 +29,3 @@ def target_flags(target: str) -> tuple[str, ...]:
     except KeyError:
         known = ", ".join(TARGET_FLAGS)
         raise SectionmarkError(f"unknown target {target!r}; use one of: {known}") from None
-
-
-def guess_input_type(mlir_text: str) -> str:
-    """The iree-compile input dialect of an MLIR text, from the ops it uses."""
-    if "torch." in mlir_text:
-        return "torch"
-    if "stablehlo." in mlir_text:
-        return "stablehlo"
-    return "auto"

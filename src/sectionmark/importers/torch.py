@@ -135,4 +135,4 @@ def export(
         )
     module = output.mlir_module
     text = module.get_asm(enable_debug_info=True)
-    return ExportedProgram(mlir=text, input_type="torch", framework="torch", module=module, session=output.session)
+    return ExportedProgram(mlir=text, input_type="torch", framework="torch", module=module)
