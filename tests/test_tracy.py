@@ -20,7 +20,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.tracy import capture_command, read_capture, zone_stats
 from sectionmark.tracy.reader import Capture, Track
 
-CAPTURE_TIMEOUT_S = 15
+CAPTURE_TIMEOUT_S = 60
 
 
 def capture_script(tmp_path: Path, name: str, script: str) -> Path:
@@ -133,7 +133,7 @@ def test_sections_enclose_iree_runtime_zones(tmp_path):
     # Our zones and IREE's own go through the same Tracy client, so they nest.
     capture = run_captured(
         tmp_path,
-        "iree",
+        "iree_zones",  # not "iree": the script would shadow the iree package
         """
         import sectionmark as sm
         import sectionmark.tracy as smt
@@ -146,7 +146,7 @@ def test_sections_enclose_iree_runtime_zones(tmp_path):
     main = track_named(capture, "Main thread")
     (index,) = [i for i, zone in enumerate(main.zones) if zone.name == "Make device"]
     inside = [zone.name for zone in main.zones if zone.parent == index]
-    assert inside and all(name.startswith("iree_") for name in inside), inside
+    assert "iree_hal_driver_registry_try_create" in inside, inside
 
 
 # --- custom GPU-context timeline with explicit timestamps --------------------
