@@ -135,8 +135,9 @@ def capture_command(
             _end(capture)
         capture_log.seek(0)
         log = capture_log.read()
-    if "Instrumentation failure" in log:
-        raise SectionmarkError(f"Tracy reported an instrumentation failure: {_last_line(log.split('Instrumentation failure', 1)[1])}")
+    if "Instrumentation failure: " in log:
+        reason = log.split("Instrumentation failure: ", 1)[1].splitlines()[0]
+        raise SectionmarkError(f"Tracy reported an instrumentation failure in the captured program: {reason}")
     if capture.returncode != 0 or not output.is_file():
         raise SectionmarkError(f"the Tracy capture failed (status {capture.returncode}): {_last_line(log)}")
     return output
