@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import sectionmark as sm
 import sectionmark.compiler as smc
 import sectionmark.compiler.driver as driver
 from sectionmark.errors import SectionmarkError
@@ -109,12 +110,7 @@ def vm_call_count(disassembly: str, import_name: str) -> int:
 
 
 def run(vmfb: bytes, function: str, *args):
-    import iree.runtime as rt
-
-    config = rt.Config("local-task")
-    context = rt.SystemContext(config=config)
-    context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
-    results = getattr(context.modules.module, function)(*args)
+    results = getattr(sm.load(vmfb), function)(*args)
     results = results if isinstance(results, (list, tuple)) else [results]
     return [np.asarray(result.to_host()) for result in results]
 

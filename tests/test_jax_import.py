@@ -53,15 +53,10 @@ def test_eager_use_outside_jit_adds_no_jax_scope():
 
 def test_stablehlo_compiles_for_llvm_cpu_and_runs():
     import iree.compiler
-    import iree.runtime as rt
 
     exported = sm.jax.export(jax.value_and_grad(loss), *ARGS)
     vmfb = iree.compiler.compile_str(exported.mlir, target_backends=["llvm-cpu"], input_type="stablehlo")
-    config = rt.Config("local-task")
-    context = rt.SystemContext(config=config)
-    context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
-    module = next(m for name, m in context.modules.items() if name != "hal")
-    value, grad = module.main(*[np.asarray(a) for a in ARGS])
+    value, grad = sm.load(vmfb).main(*[np.asarray(a) for a in ARGS])
     want_value, want_grad = jax.value_and_grad(loss)(*ARGS)
     np.testing.assert_allclose(value.to_host(), want_value, rtol=1e-5)
     np.testing.assert_allclose(grad.to_host(), want_grad, rtol=1e-5)

@@ -114,13 +114,9 @@ def test_importer_hook_is_scoped_and_plain_aot_export_is_untouched():
 
 def test_exported_mlir_compiles_for_llvm_cpu_and_runs():
     import iree.compiler
-    import iree.runtime as rt
 
     model, x = Stack(), torch.randn(4)
     exported = sm.torch.export(model, args=(x,))
     vmfb = iree.compiler.compile_str(exported.mlir, target_backends=["llvm-cpu"], input_type="torch")
-    config = rt.Config("local-task")
-    context = rt.SystemContext(config=config)
-    context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
-    result = context.modules.module.main(x.numpy()).to_host()
+    result = sm.load(vmfb).main(x.numpy()).to_host()
     np.testing.assert_allclose(result, model(x).detach().numpy(), rtol=1e-5, atol=1e-6)

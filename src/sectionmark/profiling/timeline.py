@@ -16,6 +16,7 @@ from typing import Iterator
 
 import numpy as np
 
+from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution
 
@@ -61,6 +62,13 @@ def build_timelines(attribution: Attribution) -> list[QueueTimeline]:
         mine = mine[np.argsort(mine["start_ns"], kind="stable")]
         timelines.append(_queue_timeline(int(queue), mine, attribution))
     return timelines
+
+
+def session_timelines(session) -> list[QueueTimeline]:
+    """Timelines of a ProfileSession; only a session built from a profile has its events."""
+    if session.attribution is None:
+        raise SectionmarkError("this profile has no per-dispatch events (it was loaded from JSON); re-run the report from the .ireeprof")
+    return build_timelines(session.attribution)
 
 
 def _queue_timeline(queue: int, events: np.ndarray, attribution: Attribution) -> QueueTimeline:

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Union
 
-from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.session import ProfileSession
+from sectionmark.renderers import write_text
 
 COLUMNS = [
     "section", "path", "depth", "calls", "dispatches", "busy_ns", "exclusive_ns", "shared_ns", "wall_ns",
@@ -38,9 +38,4 @@ def dumps(session: ProfileSession) -> str:
 
 
 def save(session: ProfileSession, path: Union[str, Path]) -> Path:
-    path = Path(path)
-    try:
-        path.write_text(dumps(session), encoding="utf-8", newline="")
-    except OSError as error:
-        raise SectionmarkError(f"cannot write {path}: {error.strerror}") from None
-    return path
+    return write_text(path, dumps(session), newline="")

@@ -8,6 +8,7 @@ from typing import Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.session import ProfileSession
+from sectionmark.renderers import write_text
 
 
 def dumps(session: ProfileSession) -> str:
@@ -15,12 +16,7 @@ def dumps(session: ProfileSession) -> str:
 
 
 def save(session: ProfileSession, path: Union[str, Path]) -> Path:
-    path = Path(path)
-    try:
-        path.write_text(dumps(session) + "\n", encoding="utf-8")
-    except OSError as error:
-        raise SectionmarkError(f"cannot write {path}: {error.strerror}") from None
-    return path
+    return write_text(path, dumps(session) + "\n")
 
 
 def load(path: Union[str, Path]) -> ProfileSession:

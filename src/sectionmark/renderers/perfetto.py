@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.timeline import QueueTimeline, Span, build_timelines
+from sectionmark.profiling.timeline import QueueTimeline, Span, session_timelines
+from sectionmark.renderers import write_text
 
 
 def _thread_name(pid: int, tid: int, name: str) -> dict[str, Any]:
@@ -50,13 +50,6 @@ def trace_events(timelines: list[QueueTimeline], process_name: str) -> list[dict
 
 def save(session, path: str | Path) -> Path:
     """Write ``session`` (a ProfileSession with its events) as a Chrome JSON trace."""
-    if session.attribution is None:
-        raise SectionmarkError("this profile has no per-dispatch events (it was loaded from JSON); re-run the report from the .ireeprof")
     name = f"sectionmark: {session.function or 'profile'}"
-    document = {"traceEvents": trace_events(build_timelines(session.attribution), name), "displayTimeUnit": "ns"}
-    path = Path(path)
-    try:
-        path.write_text(json.dumps(document), encoding="utf-8")
-    except OSError as error:
-        raise SectionmarkError(f"cannot write {path}: {error.strerror}") from None
-    return path
+    document = {"traceEvents": trace_events(session_timelines(session), name), "displayTimeUnit": "ns"}
+    return write_text(path, json.dumps(document))

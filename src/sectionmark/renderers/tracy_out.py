@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.timeline import Span, build_timelines
+from sectionmark.profiling.timeline import Span, session_timelines
 
 
 def _span_json(span: Span) -> list:
@@ -24,10 +24,8 @@ def _span_json(span: Span) -> list:
 
 def replay_document(session) -> dict:
     """The tracks to replay: ``[[track name, [span tree...]], ...]`` plus the time origin."""
-    if session.attribution is None:
-        raise SectionmarkError("this profile has no per-dispatch events (it was loaded from JSON); re-run the report from the .ireeprof")
     tracks = []
-    for timeline in build_timelines(session.attribution):
+    for timeline in session_timelines(session):
         tracks.append([f"queue {timeline.queue}: sections", [_span_json(s) for s in timeline.main]])
         for number, lane in enumerate(timeline.lanes, 1):
             tracks.append([f"queue {timeline.queue}: concurrent dispatches {number}", [_span_json(s) for s in lane]])
