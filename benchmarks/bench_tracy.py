@@ -42,10 +42,9 @@ def child(iterations: int, rounds: int, result_path: str) -> None:
     from sectionmark import markers
     from sectionmark.tracy import client as tracy_client
 
-    tracy = tracy_client.client()
-    zones = tracy_client.TracyZones(tracy)
-    begin, end = tracy.zone_begin, tracy.zone_end
-    location = tracy.source_location("bare")[1]
+    zones = tracy_client.TracyZones()
+    begin, end = zones.begin, zones.end
+    location = zones.location("bare", None)
     marker = sm.section("Prefill")
 
     class Empty:
@@ -61,56 +60,37 @@ def child(iterations: int, rounds: int, result_path: str) -> None:
         for _ in range(n):
             end(begin(location, 1))
 
-    def section_on(n):
+    def with_marker(n):
         for _ in range(n):
             with marker:
                 pass
 
-    def new_section_on(n):
+    def with_new_section(n):
         for _ in range(n):
             with sm.section("Prefill"):
                 pass
-
-    def section_off(n):
-        for _ in range(n):
-            with marker:
-                pass
-
-    def listener_alone(n, enter=zones.enter, exit=zones.exit):
-        for _ in range(n):
-            enter(marker)
-            exit(marker)
-
-    class NoOp:
-        def enter(self, marker):
-            pass
-
-        def exit(self, marker):
-            pass
 
     def empty_cm(n):
         for _ in range(n):
             with empty:
                 pass
 
-    def traced(loop, listener=zones):
+    def traced(loop):
         def run(n):
-            markers.add_eager_listener(listener)
+            markers.set_zone_emitter(zones)
             try:
                 loop(n)
             finally:
-                markers.remove_eager_listener(listener)
+                markers.set_zone_emitter(None)
 
         return run
 
     best = _best_ns_per_iteration(
         {
             "bare": bare_calls,
-            "on": traced(section_on),
-            "on_new": traced(new_section_on),
-            "off": section_off,
-            "listener": listener_alone,
-            "noop_listener": traced(section_on, NoOp()),
+            "on": traced(with_marker),
+            "on_new": traced(with_new_section),
+            "off": with_marker,
             "empty": empty_cm,
         },
         iterations,
@@ -146,9 +126,8 @@ def main() -> None:
     print(f"  with a new section object: {best['on_new']:7.0f} ns (`with sm.section(name):` as written in models)")
     print(f"eager section, tracing off: {best['off']:7.0f} ns enter+exit "
           f"({best['off'] / best['empty']:.2f}x an empty context manager, {best['empty']:.0f} ns)")
-    print(f"  breakdown: section bookkeeping {best['off']:.0f} ns + listener dispatch "
-          f"{best['noop_listener'] - best['off']:.0f} ns + TracyZones.enter/exit {best['listener']:.0f} ns "
-          f"(of which the bare calls {best['bare']:.0f} ns)")
+    print(f"  breakdown: empty context manager {best['empty']:.0f} ns + bare calls {best['bare']:.0f} ns "
+          f"+ section bookkeeping {best['on'] - best['empty'] - best['bare']:.0f} ns")
     print(f"reader: {zone_count} zones in {read_s:.2f} s = {zone_count / read_s:,.0f} zones/s")
 
 

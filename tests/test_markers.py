@@ -1,4 +1,9 @@
-"""The eager role of `section`: paths per thread and task, validation, decorator forms."""
+"""The eager role of `section`: zones per thread, nesting, validation, decorator forms.
+
+A recording zone emitter stands in for Tracy here (tests/test_tracy.py runs
+the real one under a capture); it checks what Tracy needs: on every thread,
+zones end innermost first.
+"""
 
 import asyncio
 import threading
@@ -9,87 +14,187 @@ import sectionmark as sm
 from sectionmark import markers
 
 
-def test_nesting_builds_a_path_and_unwinds():
-    assert sm.current_path() == ()
+class RecordingEmitter:
+    """Records begin/end per thread and fails on any end Tracy would mis-nest."""
+
+    def __init__(self):
+        self.events = []  # (thread name, "begin"/"end", section name)
+        self.open = {}  # thread name -> [zone], innermost last
+        self.named_threads = []
+        self.lock = threading.Lock()
+
+    def location(self, name, color):
+        return (name, color)
+
+    def begin(self, location, active):
+        assert active == 1
+        thread = threading.current_thread().name
+        zone = (location, object())
+        with self.lock:
+            self.events.append((thread, "begin", location[0]))
+            self.open.setdefault(thread, []).append(zone)
+        return zone
+
+    def end(self, zone):
+        thread = threading.current_thread().name
+        with self.lock:
+            assert self.open[thread][-1] is zone, "zone ended out of order on its thread"
+            self.open[thread].pop()
+            self.events.append((thread, "end", zone[0][0]))
+
+    def name_thread(self, name):
+        self.named_threads.append((threading.current_thread().name, name))
+
+    def on(self, thread):
+        return [(kind, name) for who, kind, name in self.events if who == thread]
+
+    def all_closed(self):
+        return all(not zones for zones in self.open.values())
+
+
+@pytest.fixture
+def zones():
+    emitter = RecordingEmitter()
+    markers.set_zone_emitter(emitter)
+    yield emitter
+    markers.set_zone_emitter(None)
+    assert emitter.all_closed()
+
+
+MAIN = "MainThread"
+
+
+def test_nesting_opens_and_closes_zones_innermost_first(zones):
     with sm.section("Block 3"):
-        with sm.section("Self Attention"):
-            assert sm.current_path() == ("Block 3", "Self Attention")
-        assert sm.current_path() == ("Block 3",)
-    assert sm.current_path() == ()
+        with sm.section("Self Attention", color=0x3388FF):
+            pass
+    assert zones.on(MAIN) == [("begin", "Block 3"), ("begin", "Self Attention"),
+                              ("end", "Self Attention"), ("end", "Block 3")]
 
 
-def test_exception_unwinds_the_stack():
+def test_exception_closes_every_zone(zones):
     with pytest.raises(KeyError):
         with sm.section("outer"):
             with sm.section("inner"):
                 raise KeyError("boom")
-    assert sm.current_path() == ()
+    assert zones.on(MAIN)[-2:] == [("end", "inner"), ("end", "outer")]
 
 
-def test_decorator_on_function_method_and_recursion():
-    seen = []
-
+def test_decorator_on_function_method_and_recursion(zones):
     @sm.section("F")
     def recurse(depth):
-        seen.append(sm.current_path())
         if depth:
             recurse(depth - 1)
 
     class Model:
         @sm.section("method")
         def forward(self):
-            return sm.current_path()
+            return 42
 
     recurse(2)
-    assert seen == [("F",), ("F", "F"), ("F", "F", "F")]
-    assert Model().forward() == ("method",)
+    assert Model().forward() == 42
     assert recurse.__name__ == "recurse"
+    assert zones.on(MAIN) == [("begin", "F")] * 3 + [("end", "F")] * 3 + [("begin", "method"), ("end", "method")]
 
 
-def test_one_instance_reused_and_shared_by_threads():
+def test_one_instance_reused_and_shared_by_threads(zones):
     mlp = sm.section("MLP")
     with mlp:
         with mlp:
-            assert sm.current_path() == ("MLP", "MLP")
-    results = {}
+            pass
+    assert zones.on(MAIN) == [("begin", "MLP")] * 2 + [("end", "MLP")] * 2
     barrier = threading.Barrier(2)
 
-    def worker(name):
-        with sm.section(name):
+    def worker():
+        with mlp:  # the same object, open on both threads at once
             barrier.wait()
-            results[name] = sm.current_path()
-            barrier.wait()
+            with sm.section("inner"):
+                barrier.wait()
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in ("T1", "T2")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert results == {"T1": ("T1",), "T2": ("T2",)}
+    threads = [threading.Thread(target=worker, name=name) for name in ("T1", "T2")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for name in ("T1", "T2"):
+        assert zones.on(name) == [("begin", "MLP"), ("begin", "inner"), ("end", "inner"), ("end", "MLP")]
+    assert sorted(zones.named_threads) == [("T1", "T1"), ("T2", "T2")]
 
 
-def test_asyncio_tasks_do_not_see_each_other():
+def test_interleaved_asyncio_tasks_never_mis_nest(zones):
+    # Tasks share their thread's zones; a task leaving first closes the other's
+    # inner zone with its own (shortened, not mis-nested).
     async def task(name, delay):
         with sm.section(name):
             await asyncio.sleep(delay)
-            inner = await decorated()
-            return sm.current_path(), inner
+            return await decorated()
 
     @sm.section("coroutine")
     async def decorated():
         await asyncio.sleep(0)
-        return sm.current_path()
+        return "done"
 
     async def main():
-        return await asyncio.gather(task("A", 0.01), task("B", 0))
+        return await asyncio.gather(task("A", 0.02), task("B", 0))
 
-    assert asyncio.run(main()) == [(("A",), ("A", "coroutine")), (("B",), ("B", "coroutine"))]
+    assert asyncio.run(main()) == ["done", "done"]
+    events = zones.on(MAIN)
+    assert events[:2] == [("begin", "A"), ("begin", "B")]
+    assert events.count(("begin", "coroutine")) == events.count(("end", "coroutine")) == 2
+    assert zones.all_closed()
+
+
+def test_generator_suspended_inside_a_section(zones):
+    def numbers():
+        with sm.section("producer"):
+            yield 1
+            yield 2
+
+    produced = numbers()
+    with sm.section("consumer"):
+        next(produced)
+    produced.close()
+    assert zones.on(MAIN)[:3] == [("begin", "consumer"), ("begin", "producer"), ("end", "producer")]
+    assert zones.on(MAIN)[3:] == [("end", "consumer")]
+
+
+def test_manual_out_of_order_exit_closes_inner_zones(zones):
+    a, b = sm.section("a"), sm.section("b")
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    b.__exit__(None, None, None)  # already closed with a: nothing happens
+    assert zones.on(MAIN) == [("begin", "a"), ("begin", "b"), ("end", "b"), ("end", "a")]
+
+
+def test_switching_zones_on_or_off_inside_a_section():
+    emitter = RecordingEmitter()
+    entered_before = sm.section("before")
+    entered_before.__enter__()
+    markers.set_zone_emitter(emitter)
+    try:
+        entered_before.__exit__(None, None, None)  # opened no zone: closes none
+        with sm.section("open while switched off"):
+            markers.set_zone_emitter(None)
+        with sm.section("off"):
+            pass
+    finally:
+        markers.set_zone_emitter(None)
+    assert emitter.on(MAIN) == [("begin", "open while switched off"), ("end", "open while switched off")]
+    assert emitter.all_closed()
+
+
+def test_without_an_emitter_nothing_is_kept():
+    with sm.section("plain"):
+        with sm.section("python"):
+            assert markers._thread.open == []
 
 
 @pytest.mark.parametrize("name", ['quo"te', "back\\slash", "new\nline", "emoji 🤖", "x" * 1000, "a/b", "%2F()"])
-def test_any_nonempty_text_is_a_name(name):
+def test_any_nonempty_text_is_a_name(zones, name):
     with sm.section(name):
-        assert sm.current_path() == (name,)
+        pass
+    assert zones.on(MAIN) == [("begin", name), ("end", name)]
 
 
 @pytest.mark.parametrize(
@@ -107,36 +212,3 @@ def test_decorating_a_non_callable_is_a_type_error():
         sm.section("x")(42)
 
 
-def test_out_of_order_exit_is_reported():
-    a, b = sm.section("a"), sm.section("b")
-    a.__enter__()
-    b.__enter__()
-    with pytest.raises(RuntimeError, match="out of order"):
-        a.__exit__(None, None, None)
-    b.__exit__(None, None, None)
-    a.__exit__(None, None, None)
-    assert sm.current_path() == ()
-
-
-def test_eager_listeners_see_enter_and_exit_in_order():
-    events = []
-
-    class Recorder:
-        def enter(self, marker):
-            events.append(("enter", marker.name, marker.color))
-
-        def exit(self, marker):
-            events.append(("exit", marker.name, marker.color))
-
-    recorder = Recorder()
-    markers.add_eager_listener(recorder)
-    try:
-        with sm.section("Prefill", color=0x3388FF):
-            with sm.section("Decode"):
-                pass
-    finally:
-        markers.remove_eager_listener(recorder)
-    assert events == [
-        ("enter", "Prefill", 0x3388FF), ("enter", "Decode", None),
-        ("exit", "Decode", None), ("exit", "Prefill", 0x3388FF),
-    ]

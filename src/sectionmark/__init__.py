@@ -9,10 +9,10 @@ times. Heavy modules (frameworks, the compiler) load on first use.
 import importlib
 from typing import Any
 
-from sectionmark.markers import current_path, section
+from sectionmark.markers import section
 from sectionmark.paths import SectionPath
 
-__all__ = ["section", "current_path", "SectionPath", "torch", "jax", "compile", "load", "profile", "report", "tracing"]
+__all__ = ["section", "SectionPath", "torch", "jax", "compile", "load", "profile", "report", "tracing"]
 __version__ = "0.1.0"
 
 _LAZY = {

@@ -1,63 +1,93 @@
 """The `section` marker: one object that is a decorator and a context manager.
 
 A section has two roles. While a framework traces the model (torch.export,
-jax.jit) it leaves metadata that the importers turn into MLIR locations. While
-plain Python runs it only maintains the current section path (per thread and
-per asyncio task, through contextvars) and notifies eager listeners, such as
-the Tracy zone emitter, when any are installed.
+jax.jit) it enters that framework's scope, which the importers turn into MLIR
+locations. While plain Python runs it is a zone of the installed zone emitter
+(Tracy, see `sectionmark.tracy.enable`) — or, with none installed, nothing.
+
+Speed matters on the eager path: ``with section(...)`` may wrap every call of
+a decode loop. So it keeps no state of its own unless something needs it
+(frameworks or zones): then one per-thread stack of ``(marker, held, close)``
+entries, where ``held`` is the open zone or the entered framework scopes.
+Zones must nest strictly per OS thread (Tracy refuses anything else), which
+is why the stack is per thread, not per asyncio task.
 """
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
 import sys
+import threading
 from typing import Any, Callable, Optional, Protocol, TypeVar
 
-from sectionmark.paths import SectionPath
-
-__all__ = ["section", "current_path", "EagerListener", "add_eager_listener", "remove_eager_listener"]
+__all__ = ["section", "ZoneEmitter", "set_zone_emitter", "zone_emitter"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The stack is a linked list of (parent, section, framework_exits) so that
-# entering costs one tuple and two contextvar operations.
-_Frame = tuple  # (parent: _Frame | None, section: section, exits: tuple | None)
-_current: contextvars.ContextVar[Optional[_Frame]] = contextvars.ContextVar(
-    "sectionmark_current", default=None
-)
-_get_frame, _set_frame = _current.get, _current.set
-
-
-class EagerListener(Protocol):
-    """Receives sections entered and left in plain (untraced) Python."""
-
-    def enter(self, marker: "section") -> None: ...
-
-    def exit(self, marker: "section") -> None: ...
-
-
-_eager_listeners: list[EagerListener] = []
 _modules = sys.modules
 
 
-def add_eager_listener(listener: EagerListener) -> None:
-    """Install a listener (e.g. Tracy zones) called on every eager enter/exit."""
-    if listener not in _eager_listeners:
-        _eager_listeners.append(listener)
+class ZoneEmitter(Protocol):
+    """What eager sections call to open and close zones (Tracy's C API fits)."""
+
+    def location(self, name: str, color: Optional[int]) -> object:
+        """A handle for (name, color), cached by the caller per section object."""
+
+    def begin(self, location: object, active: int) -> object:
+        """Open a zone on the calling thread; returns what `end` needs."""
+
+    def end(self, zone: object) -> None: ...
+
+    def name_thread(self, name: str) -> None:
+        """Called once per thread, on that thread, before its first zone."""
 
 
-def remove_eager_listener(listener: EagerListener) -> None:
-    if listener in _eager_listeners:
-        _eager_listeners.remove(listener)
+class _ThreadState(threading.local):
+    """Per-thread open entries, innermost last; created on a thread's first use."""
+
+    def __init__(self) -> None:
+        self.open: list[tuple["section", object, Callable[[object], None]]] = []  # (marker, held, close)
+        emitter = _emitter
+        thread = threading.current_thread()
+        if emitter is not None and thread is not threading.main_thread():
+            emitter.name_thread(thread.name)  # the profiler names the main thread itself
+
+
+_emitter: Optional[ZoneEmitter] = None
+# The emitter's begin and end, read on the hot path without attribute lookups.
+_begin: Optional[Callable[[object, int], object]] = None
+_end: Optional[Callable[[object], None]] = None
+_locations: dict = {}  # section key -> the emitter's location
+# Set once anything was ever pushed: until then `__exit__` has nothing to look up.
+_tracking = False
+_thread = _ThreadState()
+
+
+def set_zone_emitter(emitter: Optional[ZoneEmitter]) -> None:
+    """Install (or with None, remove) the emitter that eager sections open zones with.
+
+    Zones opened before removal still close through the emitter that opened them.
+    """
+    global _emitter, _begin, _end, _locations, _tracking
+    if emitter is None:
+        _emitter = _begin = _end = None
+        return
+    if emitter is not _emitter:
+        _locations = {}
+    _emitter, _begin, _end = emitter, emitter.begin, emitter.end
+    _tracking = True
+
+
+def zone_emitter() -> Optional[ZoneEmitter]:
+    return _emitter
 
 
 def _framework_scopes(name: str) -> Optional[tuple]:
     """Enter the tracing scopes of whichever framework is tracing right now.
 
     Returns the entered context managers (to exit in reverse order), or None
-    when nothing traces: the common eager case costs two dict lookups.
+    when nothing traces.
     """
     entered = []
     torch = _modules.get("torch")
@@ -73,17 +103,28 @@ def _framework_scopes(name: str) -> Optional[tuple]:
     return tuple(entered) if entered else None
 
 
+def _exit_scopes(scopes: tuple) -> None:
+    for scope in reversed(scopes):
+        scope.__exit__(None, None, None)
+
+
+def _dynamo_compiling() -> bool:
+    torch = _modules.get("torch")
+    return torch is not None and torch.compiler.is_dynamo_compiling()
+
+
 class section:
     """Names a part of a model: ``@section("MLP")`` or ``with section("MLP"):``.
 
     Nesting builds a path (``("Block 3", "Self Attention")``). Names are any
-    non-empty text; ``color`` is an optional 0xRRGGBB hint for viewers.
+    non-empty text; ``color`` is an optional 0xRRGGBB hint for viewers. One
+    object may be entered again while open, and from several threads.
     Under TorchDynamo (strict torch.export) the constructor returns the
     equivalent ``torch.fx.traceback.annotate`` scope, the only context manager
     Dynamo can carry into node metadata.
     """
 
-    __slots__ = ("name", "color")
+    __slots__ = ("name", "color", "_key")
 
     def __new__(cls, name: str, color: Optional[int] = None) -> "section":
         if not isinstance(name, str):
@@ -95,69 +136,75 @@ class section:
                 raise TypeError(f"section color must be an int 0xRRGGBB, got {type(color).__name__}")
             if not 0 <= color <= 0xFFFFFF:
                 raise ValueError(f"section color must be within 0x000000..0xFFFFFF, got {color:#x}")
-        torch = _modules.get("torch")
-        if torch is not None and torch.compiler.is_dynamo_compiling():
+        if "torch" in _modules and _dynamo_compiling():
             from sectionmark.importers import torch as torch_importer
 
             return torch_importer.dynamo_scope(name)  # type: ignore[return-value]
         self = object.__new__(cls)
         self.name = name
         self.color = color
+        self._key = name if color is None else (name, color)  # of the emitter's locations
         return self
 
     def __repr__(self) -> str:
         return f"section({self.name!r})" if self.color is None else f"section({self.name!r}, color={self.color:#08x})"
 
     def __enter__(self) -> "section":
-        # Hot path: plain Python with no framework loaded costs two contextvar calls.
-        exits = _framework_scopes(self.name) if ("torch" in _modules or "jax" in _modules) else None
-        _set_frame((_get_frame(), self, exits))
-        if _eager_listeners and exits is None:
-            for listener in _eager_listeners:
-                listener.enter(self)
+        global _tracking
+        if "torch" in _modules or "jax" in _modules:
+            scopes = _framework_scopes(self.name)
+            if scopes is not None:
+                _tracking = True
+                _thread.open.append((self, scopes, _exit_scopes))
+                return self
+        begin = _begin
+        if begin is not None:
+            # Hot path with zones on: one dict lookup, one C call, one append.
+            location = _locations.get(self._key)
+            if location is None:
+                location = _locations[self._key] = _emitter.location(self.name, self.color)
+            _thread.open.append((self, begin(location, 1), _end))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        frame = _get_frame()
-        if frame is None or frame[1] is not self:
-            raise RuntimeError(f"{self!r} exited out of order (sections must nest)")
-        _set_frame(frame[0])
-        exits = frame[2]
-        if exits is not None:
-            for scope in reversed(exits):
-                scope.__exit__(exc_type, exc, tb)
-        elif _eager_listeners:
-            for listener in reversed(_eager_listeners):
-                listener.exit(self)
+        if not _tracking:
+            return
+        open_entries = _thread.open
+        if not open_entries:
+            return
+        if open_entries[-1][0] is self:
+            _, held, close = open_entries.pop()
+            close(held)
+            return
+        # Not the innermost entry of this thread: interleaved asyncio tasks or
+        # generators. Close what was opened inside it too (zones are then
+        # shortened, never mis-nested); their own exits find nothing.
+        # Not open at all: entered before zones were switched on.
+        if any(entry[0] is self for entry in open_entries):
+            while True:
+                entered, held, close = open_entries.pop()
+                close(held)
+                if entered is self:
+                    return
 
     def __call__(self, fn: F) -> F:
         if not callable(fn):
             raise TypeError(f"section({self.name!r}) decorates callables, got {type(fn).__name__}")
-        name, color = self.name, self.color
+        # One marker serves every call (recursion and threads included), except
+        # under Dynamo, which needs the annotate scope the constructor returns.
+        name, color, marker = self.name, self.color, self
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args, **kwargs):
-                with section(name, color):
+                with section(name, color) if "torch" in _modules and _dynamo_compiling() else marker:
                     return await fn(*args, **kwargs)
 
             return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            # A new marker per call keeps recursion and threads independent.
-            with section(name, color):
+            with section(name, color) if "torch" in _modules and _dynamo_compiling() else marker:
                 return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
-
-
-def current_path() -> SectionPath:
-    """The section path active in this thread / asyncio task, outermost first."""
-    names = []
-    frame = _get_frame()
-    while frame is not None:
-        names.append(frame[1].name)
-        frame = frame[0]
-    return tuple(reversed(names))
-

@@ -5,14 +5,15 @@ Tracy 0.11.2 client and exports its C API; binding it with ctypes puts our
 zones in the same capture as IREE's own. Three things live here:
 
 * `TracyClient`: the bound C API plus a cache of static source locations.
-* `TracyZones`: the eager-section listener that makes ``with section(...)``
+* `TracyZones`: the zone emitter (see `sectionmark.markers`) that makes ``with section(...)``
   in plain Python a Tracy CPU zone.
 * `GpuTimeline`: a custom GPU-context track that takes zones with explicit
   begin/end timestamps (device or replayed timings).
 
 Tracy does not check nesting in this build: a zone closed out of order
-silently corrupts times. Both zone kinds therefore keep their own stack and
-only ever close the innermost open zone.
+silently corrupts times. So both zone kinds only ever close the innermost
+open zone: eager sections through the per-thread stack in
+`sectionmark.markers`, `GpuTimeline` through its own.
 """
 
 from __future__ import annotations
@@ -225,57 +226,25 @@ def client() -> TracyClient:
     return _client
 
 
-class _ThreadStack(threading.local):
-    """Per-thread open zones; created on a thread's first section."""
-
-    def __init__(self, set_thread_name) -> None:
-        self.open: list = []  # [(marker, zone context)], innermost last
-        thread = threading.current_thread()
-        if thread is not threading.main_thread():  # Tracy names the main thread itself
-            set_thread_name(thread.name.encode("utf-8", "replace"))
-
-
 class TracyZones:
-    """Eager-section listener: each section entered in plain Python is a CPU zone.
+    """The zone emitter that makes eager sections Tracy CPU zones.
 
-    Zones are per OS thread. Sections of asyncio tasks interleaved on one
-    thread cannot nest in Tracy; when a section exits that is not the innermost
-    open zone, the zones inside it are closed with it (shortened, never
-    mis-nested) and their own exits are then ignored.
+    `begin` and `end` are the bare ctypes functions, so an eager section
+    costs the two C calls plus the section's own bookkeeping (see
+    benchmarks/bench_tracy.py).
     """
 
     def __init__(self, tracy: Optional[TracyClient] = None):
         tracy = tracy if tracy is not None else client()
-        # enter/exit are closures over locals, set per instance: the hot path
-        # does no attribute lookups on self (this is measurably cheaper).
-        begin, end, location = tracy.zone_begin, tracy.zone_end, tracy.source_location
-        stack = _ThreadStack(tracy.set_thread_name)
-        # name -> by-pointer source location for sections without a color.
-        plain: dict[str, object] = {}
+        self.begin = tracy.zone_begin
+        self.end = tracy.zone_end
+        self._tracy = tracy
 
-        def enter(marker: markers.section) -> None:
-            if marker.color is None:
-                where = plain.get(marker.name)
-                if where is None:
-                    where = plain[marker.name] = location(marker.name)[1]
-            else:
-                where = location(marker.name, marker.color)[1]
-            stack.open.append((marker, begin(where, 1)))
+    def location(self, name: str, color: Optional[int]) -> object:
+        return self._tracy.source_location(name, color)[1]
 
-        def exit(marker: markers.section) -> None:
-            open_zones = stack.open
-            if open_zones and open_zones[-1][0] is marker:
-                end(open_zones.pop()[1])
-            elif any(entry[0] is marker for entry in open_zones):
-                while True:
-                    entered, context = open_zones.pop()
-                    end(context)
-                    if entered is marker:
-                        break
-            # else: entered before the listener was installed, or closed early.
-
-        self.enter = enter
-        self.exit = exit
+    def name_thread(self, name: str) -> None:
+        self._tracy.set_thread_name(name.encode("utf-8", "replace"))
 
 
 _installed: Optional[TracyZones] = None
@@ -293,14 +262,14 @@ def enable() -> TracyZones:
         with _client_lock:
             if _installed is None:
                 _installed = zones
-    markers.add_eager_listener(_installed)
+    markers.set_zone_emitter(_installed)
     return _installed
 
 
 def disable() -> None:
     """Stop emitting zones for eager sections (zones already open still close)."""
-    if _installed is not None:
-        markers.remove_eager_listener(_installed)
+    if markers.zone_emitter() is _installed:
+        markers.set_zone_emitter(None)
 
 
 class GpuTimeline:
