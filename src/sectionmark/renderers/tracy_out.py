@@ -54,7 +54,17 @@ def _emit(document: dict) -> None:
 
     from sectionmark.tracy.client import GpuTimeline
 
-    # Place the profile so that it ends just before "now" on Tracy's clock.
+    # Tracy ties each GPU context to its own clock when the context is
+    # created, so a context's origin_ns must be the monotonic clock's reading
+    # at that moment or all its zones move by the difference. Every track is
+    # therefore created first, each with the reading at its creation (the
+    # default), and the profile is placed to start just after the last one:
+    # the tracks share one mapping, and no timestamp precedes an origin.
+    # (Creating each track after emitting the previous ones, with one shared
+    # origin, shifted it by the time those took: milliseconds on real models.)
+    # Within a track times are exact; tracks agree to within the gap between
+    # Python's clock reading and Tracy's, a few µs (the first context is cold).
+    timelines = [GpuTimeline(track_name) for track_name, _spans in document["tracks"]]
     shift = time.monotonic_ns() - document["origin_ns"]
 
     def emit(timeline: GpuTimeline, span: list) -> None:
@@ -64,8 +74,7 @@ def _emit(document: dict) -> None:
             emit(timeline, child)
         timeline.end(end + shift)
 
-    for track_name, spans in document["tracks"]:
-        timeline = GpuTimeline(track_name, origin_ns=document["origin_ns"] + shift)
+    for timeline, (_track_name, spans) in zip(timelines, document["tracks"]):
         for span in spans:
             emit(timeline, span)
 
