@@ -393,3 +393,26 @@ def test_program_that_never_loads_tracy_is_reported(tmp_path):
         capture_command(
             [sys.executable, "-c", "pass"], tmp_path / "x.tracy", timeout=CAPTURE_TIMEOUT_S, save_timeout=2
         )
+
+
+def test_missing_capture_tool_is_a_clear_error(tmp_path):
+    # An iree._runtime_libs_tracy without its binaries, found first on the path.
+    package = tmp_path / "iree" / "_runtime_libs_tracy"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    result = run_python(
+        """
+        from sectionmark.tracy import capture_command
+        from sectionmark.errors import SectionmarkError
+        try:
+            capture_command(["true"], "x.tracy")
+        except SectionmarkError as error:
+            print(error)
+        """,
+        env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        f"the Tracy capture tool is missing or not executable: {package / 'iree-tracy-capture'}"
+    )
