@@ -4,7 +4,9 @@
 
 Prints, in one run:
   * eager section enter+exit with tracing on, in ns, and its ratio to the bare
-    Tracy begin+end ctypes calls it wraps;
+    Tracy begin+end ctypes calls a user would write by hand (the C zone stack,
+    sectionmark._zonestack, calls the same two functions directly; the Python
+    zone stack, the fallback without a C compiler, calls them through ctypes);
   * eager section enter+exit with tracing off, and its ratio to an empty
     context manager;
   * reader throughput (zones/s) on the capture this benchmark just recorded.
@@ -39,12 +41,14 @@ def _best_ns_per_iteration(loops: dict, iterations: int, rounds: int) -> dict:
 def child(iterations: int, rounds: int, result_path: str) -> None:
     """Timed loops; runs under the capture (IREE_PY_RUNTIME=tracy set by the parent)."""
     import sectionmark as sm
-    from sectionmark import markers
+    from sectionmark import markers, zonestack
     from sectionmark.tracy import client as tracy_client
 
-    zones = tracy_client.TracyZones()
-    begin, end = zones.begin, zones.end
-    location = zones.location("bare", None)
+    tracy = tracy_client.client()
+    begin, end = tracy.zone_begin, tracy.zone_end
+    location = tracy.source_location("bare")[1]
+    c_zones = tracy_client.TracyZones(tracy) if zonestack.c_extension_available() else None
+    python_zones = tracy_client.TracyZones(tracy, use_c=False)
     marker = sm.section("Prefill")
 
     class Empty:
@@ -75,7 +79,7 @@ def child(iterations: int, rounds: int, result_path: str) -> None:
             with empty:
                 pass
 
-    def traced(loop):
+    def traced(loop, zones):
         def run(n):
             markers.set_zone_emitter(zones)
             try:
@@ -88,8 +92,9 @@ def child(iterations: int, rounds: int, result_path: str) -> None:
     best = _best_ns_per_iteration(
         {
             "bare": bare_calls,
-            "on": traced(with_marker),
-            "on_new": traced(with_new_section),
+            "on_python": traced(with_marker, python_zones),
+            "on": traced(with_marker, c_zones or python_zones),
+            "on_new": traced(with_new_section, c_zones or python_zones),
             "off": with_marker,
             "empty": empty_cm,
         },
@@ -110,6 +115,7 @@ def main() -> None:
         return
 
     from sectionmark.tracy.capture import capture_command
+    from sectionmark import zonestack
     from sectionmark.tracy.reader import read_capture
 
     with tempfile.TemporaryDirectory() as folder:
@@ -121,13 +127,14 @@ def main() -> None:
         zone_count = sum(len(track.zones) for track in read_capture(capture).tracks)
         read_s = time.thread_time() - start
 
-    print(f"eager section, tracing on : {best['on']:7.0f} ns enter+exit "
+    stack = "C zone stack" if zonestack.c_extension_available() else "Python zone stack"
+    print(f"eager section, tracing on ({stack}): {best['on']:7.0f} ns enter+exit "
           f"({best['on'] / best['bare']:.2f}x the bare Tracy begin+end ctypes calls, {best['bare']:.0f} ns)")
+    print(f"  with the Python zone stack: {best['on_python']:7.0f} ns "
+          f"({best['on_python'] / best['bare']:.2f}x; used where sectionmark._zonestack was not built)")
     print(f"  with a new section object: {best['on_new']:7.0f} ns (`with sm.section(name):` as written in models)")
     print(f"eager section, tracing off: {best['off']:7.0f} ns enter+exit "
           f"({best['off'] / best['empty']:.2f}x an empty context manager, {best['empty']:.0f} ns)")
-    print(f"  breakdown: empty context manager {best['empty']:.0f} ns + bare calls {best['bare']:.0f} ns "
-          f"+ section bookkeeping {best['on'] - best['empty'] - best['bare']:.0f} ns")
     print(f"reader: {zone_count} zones in {read_s:.2f} s = {zone_count / read_s:,.0f} zones/s")
 
 

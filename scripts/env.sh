@@ -10,7 +10,11 @@ if [ ! -x "$root/.venv/bin/python" ]; then
   "$root/.venv/bin/python" -m pip install --quiet --upgrade pip
 fi
 stamp="$root/.venv/.sectionmark-installed"
-if [ ! -f "$stamp" ] || [ "$root/constraints.txt" -nt "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
+stale=0
+for input in constraints.txt pyproject.toml setup.py src/sectionmark/_zonestack.c; do
+  if [ "$root/$input" -nt "$stamp" ]; then stale=1; fi
+done
+if [ ! -f "$stamp" ] || [ "$stale" = 1 ]; then
   echo "sectionmark: installing pinned dependencies (first run takes a few minutes)" >&2
   # torch is pinned to the CPU build (torch==2.13.0); see constraints.txt.
   "$root/.venv/bin/python" -m pip install --quiet -c "$root/constraints.txt" -e "$root[dev]"

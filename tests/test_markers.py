@@ -6,41 +6,62 @@ zones end innermost first.
 """
 
 import asyncio
+import ctypes
+import shutil
 import threading
 
 import pytest
 
 import sectionmark as sm
-from sectionmark import markers
+from sectionmark import markers, zonestack
 
 
 class RecordingEmitter:
-    """Records begin/end per thread and fails on any end Tracy would mis-nest."""
+    """Records begin/end per thread and notes any end Tracy would mis-nest.
 
-    def __init__(self):
+    Its zones go through a real zone stack, the Python one or the C extension
+    (calling back into Python through C function pointers).
+    """
+
+    def __init__(self, stack_kind):
         self.events = []  # (thread name, "begin"/"end", section name)
-        self.open = {}  # thread name -> [zone], innermost last
+        self.open_zones = {}  # thread name -> [zone], innermost last
         self.named_threads = []
+        self.errors = []
+        self.names = [None]  # location (an int, never 0) -> section name
+        self.zone_names = {}  # zone id -> section name
         self.lock = threading.Lock()
+        if stack_kind == "c":
+            self._c_functions = (BEGIN_C(self.begin), END_C(self.end))  # kept alive while bound
+            address = lambda function: ctypes.cast(function, ctypes.c_void_p).value  # noqa: E731
+            stack = zonestack.CZoneStack(*map(address, self._c_functions), self.name_thread)
+        else:
+            stack = zonestack.PythonZoneStack(self.begin, self.end, self.name_thread)
+        self.open, self.close = stack.open, stack.close
 
     def location(self, name, color):
-        return (name, color)
+        self.names.append(name)
+        return len(self.names) - 1
 
     def begin(self, location, active):
-        assert active == 1
         thread = threading.current_thread().name
-        zone = (location, object())
         with self.lock:
-            self.events.append((thread, "begin", location[0]))
-            self.open.setdefault(thread, []).append(zone)
+            zone = len(self.zone_names) + 1
+            self.zone_names[zone] = self.names[location]
+            self.events.append((thread, "begin", self.names[location]))
+            self.open_zones.setdefault(thread, []).append(zone)
+            if active != 1:
+                self.errors.append(f"begin with active={active}")
         return zone
 
     def end(self, zone):
         thread = threading.current_thread().name
         with self.lock:
-            assert self.open[thread][-1] is zone, "zone ended out of order on its thread"
-            self.open[thread].pop()
-            self.events.append((thread, "end", zone[0][0]))
+            if self.open_zones.get(thread, [None])[-1] != zone:
+                self.errors.append(f"zone {self.zone_names.get(zone)} ended out of order on {thread}")
+                return
+            self.open_zones[thread].pop()
+            self.events.append((thread, "end", self.zone_names[zone]))
 
     def name_thread(self, name):
         self.named_threads.append((threading.current_thread().name, name))
@@ -49,16 +70,24 @@ class RecordingEmitter:
         return [(kind, name) for who, kind, name in self.events if who == thread]
 
     def all_closed(self):
-        return all(not zones for zones in self.open.values())
+        return not self.errors and all(not zones for zones in self.open_zones.values())
 
 
-@pytest.fixture
-def zones():
-    emitter = RecordingEmitter()
+# What the C stack calls: Tracy's begin/end signatures, with the 8-byte zone
+# context passed and returned as one 64-bit integer (same registers).
+BEGIN_C = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int32)
+END_C = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
+STACKS = ["python", pytest.param("c", marks=pytest.mark.skipif(
+    not zonestack.c_extension_available(), reason="sectionmark._zonestack not built (no C compiler)"))]
+
+
+@pytest.fixture(params=STACKS)
+def zones(request):
+    emitter = RecordingEmitter(request.param)
     markers.set_zone_emitter(emitter)
     yield emitter
     markers.set_zone_emitter(None)
-    assert emitter.all_closed()
+    assert emitter.all_closed(), emitter.errors
 
 
 MAIN = "MainThread"
@@ -167,8 +196,9 @@ def test_manual_out_of_order_exit_closes_inner_zones(zones):
     assert zones.on(MAIN) == [("begin", "a"), ("begin", "b"), ("end", "b"), ("end", "a")]
 
 
-def test_switching_zones_on_or_off_inside_a_section():
-    emitter = RecordingEmitter()
+@pytest.mark.parametrize("stack_kind", STACKS)
+def test_switching_zones_on_or_off_inside_a_section(stack_kind):
+    emitter = RecordingEmitter(stack_kind)
     entered_before = sm.section("before")
     entered_before.__enter__()
     markers.set_zone_emitter(emitter)
@@ -187,7 +217,12 @@ def test_switching_zones_on_or_off_inside_a_section():
 def test_without_an_emitter_nothing_is_kept():
     with sm.section("plain"):
         with sm.section("python"):
-            assert markers._thread.open == []
+            assert markers._scopes.open == []
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler here")
+def test_c_zone_stack_is_built_where_a_compiler_exists():
+    assert zonestack.c_extension_available()
 
 
 @pytest.mark.parametrize("name", ['quo"te', "back\\slash", "new\nline", "emoji 🤖", "x" * 1000, "a/b", "%2F()"])

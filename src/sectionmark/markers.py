@@ -6,11 +6,10 @@ locations. While plain Python runs it is a zone of the installed zone emitter
 (Tracy, see `sectionmark.tracy.enable`) — or, with none installed, nothing.
 
 Speed matters on the eager path: ``with section(...)`` may wrap every call of
-a decode loop. So it keeps no state of its own unless something needs it
-(frameworks or zones): then one per-thread stack of ``(marker, held, close)``
-entries, where ``held`` is the open zone or the entered framework scopes.
-Zones must nest strictly per OS thread (Tracy refuses anything else), which
-is why the stack is per thread, not per asyncio task.
+a decode loop. So a section keeps no state of its own: open zones live in
+the emitter's per-thread zone stack (`sectionmark.zonestack`), entered
+framework scopes in a per-thread list here, and neither is touched unless
+something was ever switched on.
 """
 
 from __future__ import annotations
@@ -29,54 +28,42 @@ _modules = sys.modules
 
 
 class ZoneEmitter(Protocol):
-    """What eager sections call to open and close zones (Tracy's C API fits)."""
+    """What eager sections open and close zones with (see `sectionmark.tracy.TracyZones`)."""
 
     def location(self, name: str, color: Optional[int]) -> object:
-        """A handle for (name, color), cached by the caller per section object."""
+        """A handle for (name, color); asked once per pair and cached here."""
 
-    def begin(self, location: object, active: int) -> object:
-        """Open a zone on the calling thread; returns what `end` needs."""
+    def open(self, marker: "section", location: object) -> None:
+        """Open a zone for ``marker`` on the calling thread."""
 
-    def end(self, zone: object) -> None: ...
-
-    def name_thread(self, name: str) -> None:
-        """Called once per thread, on that thread, before its first zone."""
+    def close(self, marker: "section") -> None:
+        """Close ``marker``'s zone on this thread (and any opened inside it); none open: no-op."""
 
 
-class _ThreadState(threading.local):
-    """Per-thread open entries, innermost last; created on a thread's first use."""
-
+class _ThreadScopes(threading.local):
     def __init__(self) -> None:
-        self.open: list[tuple["section", object, Callable[[object], None]]] = []  # (marker, held, close)
-        emitter = _emitter
-        thread = threading.current_thread()
-        if emitter is not None and thread is not threading.main_thread():
-            emitter.name_thread(thread.name)  # the profiler names the main thread itself
+        self.open: list[tuple["section", tuple]] = []  # (marker, entered scopes), innermost last
 
 
 _emitter: Optional[ZoneEmitter] = None
-# The emitter's begin and end, read on the hot path without attribute lookups.
-_begin: Optional[Callable[[object, int], object]] = None
-_end: Optional[Callable[[object], None]] = None
+# The emitter's open and close, read on the hot path without attribute lookups.
+# `_close` outlives `set_zone_emitter(None)` so that zones already open still close.
+_open: Optional[Callable[["section", object], None]] = None
+_close: Optional[Callable[["section"], None]] = None
 _locations: dict = {}  # section key -> the emitter's location
-# Set once anything was ever pushed: until then `__exit__` has nothing to look up.
-_tracking = False
-_thread = _ThreadState()
+_scopes = _ThreadScopes()
+_scopes_used = False  # until a framework scope was entered, exits skip `_scopes`
 
 
 def set_zone_emitter(emitter: Optional[ZoneEmitter]) -> None:
-    """Install (or with None, remove) the emitter that eager sections open zones with.
-
-    Zones opened before removal still close through the emitter that opened them.
-    """
-    global _emitter, _begin, _end, _locations, _tracking
+    """Install (or with None, remove) the emitter that eager sections open zones with."""
+    global _emitter, _open, _close, _locations
     if emitter is None:
-        _emitter = _begin = _end = None
+        _emitter = _open = None
         return
     if emitter is not _emitter:
         _locations = {}
-    _emitter, _begin, _end = emitter, emitter.begin, emitter.end
-    _tracking = True
+    _emitter, _open, _close = emitter, emitter.open, emitter.close
 
 
 def zone_emitter() -> Optional[ZoneEmitter]:
@@ -101,11 +88,6 @@ def _framework_scopes(name: str) -> Optional[tuple]:
 
         entered.append(jax_importer.enter_named_scope(name))
     return tuple(entered) if entered else None
-
-
-def _exit_scopes(scopes: tuple) -> None:
-    for scope in reversed(scopes):
-        scope.__exit__(None, None, None)
 
 
 def _dynamo_compiling() -> bool:
@@ -150,42 +132,30 @@ class section:
         return f"section({self.name!r})" if self.color is None else f"section({self.name!r}, color={self.color:#08x})"
 
     def __enter__(self) -> "section":
-        global _tracking
+        global _scopes_used
         if "torch" in _modules or "jax" in _modules:
             scopes = _framework_scopes(self.name)
             if scopes is not None:
-                _tracking = True
-                _thread.open.append((self, scopes, _exit_scopes))
+                _scopes_used = True
+                _scopes.open.append((self, scopes))
                 return self
-        begin = _begin
-        if begin is not None:
-            # Hot path with zones on: one dict lookup, one C call, one append.
+        open_zone = _open
+        if open_zone is not None:
             location = _locations.get(self._key)
             if location is None:
                 location = _locations[self._key] = _emitter.location(self.name, self.color)
-            _thread.open.append((self, begin(location, 1), _end))
+            open_zone(self, location)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if not _tracking:
-            return
-        open_entries = _thread.open
-        if not open_entries:
-            return
-        if open_entries[-1][0] is self:
-            _, held, close = open_entries.pop()
-            close(held)
-            return
-        # Not the innermost entry of this thread: interleaved asyncio tasks or
-        # generators. Close what was opened inside it too (zones are then
-        # shortened, never mis-nested); their own exits find nothing.
-        # Not open at all: entered before zones were switched on.
-        if any(entry[0] is self for entry in open_entries):
-            while True:
-                entered, held, close = open_entries.pop()
-                close(held)
-                if entered is self:
-                    return
+        if _scopes_used:
+            entries = _scopes.open
+            if entries and entries[-1][0] is self:
+                for scope in reversed(entries.pop()[1]):
+                    scope.__exit__(exc_type, exc, tb)
+                return
+        if _close is not None:
+            _close(self)
 
     def __call__(self, fn: F) -> F:
         if not callable(fn):

@@ -12,8 +12,8 @@ zones in the same capture as IREE's own. Three things live here:
 
 Tracy does not check nesting in this build: a zone closed out of order
 silently corrupts times. So both zone kinds only ever close the innermost
-open zone: eager sections through the per-thread stack in
-`sectionmark.markers`, `GpuTimeline` through its own.
+open zone: eager sections through the per-thread stacks of
+`sectionmark.zonestack`, `GpuTimeline` through its own.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Optional, Union
 
-from sectionmark import markers
+from sectionmark import markers, zonestack
 from sectionmark.errors import SectionmarkError
 
 __all__ = ["TracyClient", "TracyZones", "GpuTimeline", "client", "enable", "disable"]
@@ -229,22 +229,26 @@ def client() -> TracyClient:
 class TracyZones:
     """The zone emitter that makes eager sections Tracy CPU zones.
 
-    `begin` and `end` are the bare ctypes functions, so an eager section
-    costs the two C calls plus the section's own bookkeeping (see
-    benchmarks/bench_tracy.py).
+    Zones go through the C zone stack (`sectionmark._zonestack`, Tracy's C
+    functions called directly) when it was built, else through the Python
+    stack over the ctypes functions; see benchmarks/bench_tracy.py for both.
     """
 
-    def __init__(self, tracy: Optional[TracyClient] = None):
+    def __init__(self, tracy: Optional[TracyClient] = None, *, use_c: Optional[bool] = None):
         tracy = tracy if tracy is not None else client()
-        self.begin = tracy.zone_begin
-        self.end = tracy.zone_end
+        name_thread = lambda name: tracy.set_thread_name(name.encode("utf-8", "replace"))  # noqa: E731
+        self.uses_c = zonestack.c_extension_available() if use_c is None else use_c
+        if self.uses_c:
+            address = lambda function: ctypes.cast(function, ctypes.c_void_p).value  # noqa: E731
+            stack = zonestack.CZoneStack(address(tracy.zone_begin), address(tracy.zone_end), name_thread)
+        else:
+            stack = zonestack.PythonZoneStack(tracy.zone_begin, tracy.zone_end, name_thread)
+        self.open, self.close = stack.open, stack.close
         self._tracy = tracy
 
     def location(self, name: str, color: Optional[int]) -> object:
-        return self._tracy.source_location(name, color)[1]
-
-    def name_thread(self, name: str) -> None:
-        self._tracy.set_thread_name(name.encode("utf-8", "replace"))
+        address, by_pointer = self._tracy.source_location(name, color)
+        return address if self.uses_c else by_pointer
 
 
 _installed: Optional[TracyZones] = None

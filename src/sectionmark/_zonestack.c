@@ -1,0 +1,119 @@
+/* Per-thread stacks of open Tracy zones, for eager sections.
+ *
+ * The same job as sectionmark.zonestack.PythonZoneStack, without the cost of
+ * two ctypes calls and a threading.local per section (about 0.6 us of the
+ * 0.9 us a traced section takes otherwise). Built when a C compiler is
+ * present; sectionmark falls back to the Python stack when it is not.
+ *
+ * Tracy's begin/end are called through the addresses the caller binds
+ * (the tracing runtime's ___tracy_emit_zone_begin / _end). Everything runs
+ * with the GIL held; the stack itself is thread-local C storage.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+typedef struct {
+    uint32_t id;
+    int32_t active;
+} ZoneContext; /* Tracy's TracyCZoneCtx */
+
+typedef ZoneContext (*BeginFunction)(const void *location, int32_t active);
+typedef void (*EndFunction)(ZoneContext zone);
+
+typedef struct {
+    PyObject *marker; /* strong reference while the zone is open */
+    ZoneContext zone;
+} Entry;
+
+typedef struct {
+    Entry *entries;
+    Py_ssize_t size, capacity;
+} Stack;
+
+static _Thread_local Stack stack;
+static BeginFunction begin_zone;
+static EndFunction end_zone;
+static PyObject *on_new_thread; /* called once per thread, before its first zone */
+
+static PyObject *bind(PyObject *module, PyObject *args) {
+    unsigned long long begin_address, end_address;
+    PyObject *callback;
+    if (!PyArg_ParseTuple(args, "KKO", &begin_address, &end_address, &callback)) return NULL;
+    if (!begin_address || !end_address) {
+        PyErr_SetString(PyExc_ValueError, "zone function addresses must not be 0");
+        return NULL;
+    }
+    begin_zone = (BeginFunction)(uintptr_t)begin_address;
+    end_zone = (EndFunction)(uintptr_t)end_address;
+    Py_INCREF(callback);
+    Py_XSETREF(on_new_thread, callback);
+    Py_RETURN_NONE;
+}
+
+/* open_zone(marker, location_address): begin a zone and remember it for marker. */
+static PyObject *open_zone(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "open_zone(marker, location_address)");
+        return NULL;
+    }
+    if (begin_zone == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "zone functions are not bound");
+        return NULL;
+    }
+    void *location = PyLong_AsVoidPtr(args[1]);
+    if (location == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "location address must not be 0");
+        return NULL;
+    }
+    if (stack.size == stack.capacity) {
+        if (stack.capacity == 0 && on_new_thread != Py_None) {
+            PyObject *result = PyObject_CallNoArgs(on_new_thread);
+            if (result == NULL) return NULL;
+            Py_DECREF(result);
+        }
+        Py_ssize_t capacity = stack.capacity ? 2 * stack.capacity : 16;
+        Entry *grown = PyMem_RawRealloc(stack.entries, (size_t)capacity * sizeof(Entry));
+        if (grown == NULL) return PyErr_NoMemory();
+        stack.entries = grown;
+        stack.capacity = capacity;
+    }
+    Py_INCREF(args[0]);
+    stack.entries[stack.size].marker = args[0];
+    stack.entries[stack.size].zone = begin_zone(location, 1);
+    stack.size++;
+    Py_RETURN_NONE;
+}
+
+/* close_zone(marker): end marker's innermost zone on this thread, and first
+ * every zone opened after it (interleaved asyncio tasks, generators): zones
+ * are shortened, never mis-nested. No zone of marker open: nothing happens. */
+static PyObject *close_zone(PyObject *module, PyObject *marker) {
+    Py_ssize_t found = stack.size;
+    while (found > 0 && stack.entries[found - 1].marker != marker) found--;
+    if (found == 0) Py_RETURN_NONE;
+    while (stack.size >= found) {
+        Entry entry = stack.entries[--stack.size];
+        end_zone(entry.zone);
+        Py_DECREF(entry.marker);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *depth(PyObject *module, PyObject *unused) {
+    return PyLong_FromSsize_t(stack.size);
+}
+
+static PyMethodDef methods[] = {
+    {"bind", bind, METH_VARARGS, "bind(begin_address, end_address, on_new_thread): set Tracy's zone functions"},
+    {"open_zone", (PyCFunction)(void (*)(void))open_zone, METH_FASTCALL, "open_zone(marker, location_address)"},
+    {"close_zone", close_zone, METH_O, "close_zone(marker)"},
+    {"depth", depth, METH_NOARGS, "number of zones open on this thread"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_definition = {
+    PyModuleDef_HEAD_INIT, "sectionmark._zonestack", "Per-thread stacks of open Tracy zones.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__zonestack(void) { return PyModule_Create(&module_definition); }
