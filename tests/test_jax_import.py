@@ -49,7 +49,7 @@ def test_eager_use_outside_jit_adds_no_jax_scope():
     from sectionmark import markers
 
     with sm.section("eager"):
-        assert markers._scopes.open == []  # no jax named_scope entered
+        assert markers._scopes.depth() == 0  # no jax named_scope entered
         assert np.asarray(jnp.ones(2) + 1).tolist() == [2.0, 2.0]
 
 

@@ -34,7 +34,7 @@ class RecordingEmitter:
         if stack_kind == "c":
             self._c_functions = (BEGIN_C(self.begin), END_C(self.end))  # kept alive while bound
             address = lambda function: ctypes.cast(function, ctypes.c_void_p).value  # noqa: E731
-            stack = zonestack.CZoneStack(*map(address, self._c_functions), self.name_thread)
+            stack = zonestack.CZoneStack(*map(address, self._c_functions), self.name_thread, self._c_functions)
         else:
             stack = zonestack.PythonZoneStack(self.begin, self.end, self.name_thread)
         self.open, self.close = stack.open, stack.close
@@ -64,7 +64,13 @@ class RecordingEmitter:
             self.events.append((thread, "end", self.zone_names[zone]))
 
     def name_thread(self, name):
+        if name == "unnameable":
+            raise OSError("no names today")
         self.named_threads.append((threading.current_thread().name, name))
+
+    def note(self, text):
+        with self.lock:
+            self.events.append((threading.current_thread().name, "note", text))
 
     def on(self, thread):
         return [(kind, name) for who, kind, name in self.events if who == thread]
@@ -173,6 +179,45 @@ def test_interleaved_asyncio_tasks_never_mis_nest(zones):
     assert zones.all_closed()
 
 
+def test_a_decorated_coroutine_run_by_two_tasks_is_never_lengthened(zones):
+    @sm.section("step")
+    async def step(delay):
+        await asyncio.sleep(delay)
+        zones.note(f"woke after {delay}")
+
+    async def main():
+        await asyncio.gather(step(0.01), step(0.05))
+
+    asyncio.run(main())
+    # The first task to leave closes both zones (the later one shortened);
+    # nothing is left open to be closed when the second task wakes.
+    assert zones.on(MAIN) == [("begin", "step"), ("begin", "step"), ("note", "woke after 0.01"),
+                              ("end", "step"), ("end", "step"), ("note", "woke after 0.05")]
+
+
+def test_swapping_emitters_while_a_zone_is_open_still_closes_it(zones):
+    other = RecordingEmitter("python")
+    with sm.section("opened before the swap"):
+        markers.set_zone_emitter(other)
+        with sm.section("opened after"):
+            pass
+    assert zones.on(MAIN) == [("begin", "opened before the swap"), ("end", "opened before the swap")]
+    assert other.on(MAIN) == [("begin", "opened after"), ("end", "opened after")]
+    assert other.all_closed()
+
+
+def test_a_thread_that_cannot_be_named_still_gets_its_zones(zones):
+    def work():
+        with sm.section("work"):
+            pass
+
+    with pytest.warns(RuntimeWarning, match="could not name thread 'unnameable'"):
+        thread = threading.Thread(target=work, name="unnameable")
+        thread.start()
+        thread.join()
+    assert zones.on("unnameable") == [("begin", "work"), ("end", "work")]
+
+
 def test_generator_suspended_inside_a_section(zones):
     def numbers():
         with sm.section("producer"):
@@ -217,7 +262,7 @@ def test_switching_zones_on_or_off_inside_a_section(stack_kind):
 def test_without_an_emitter_nothing_is_kept():
     with sm.section("plain"):
         with sm.section("python"):
-            assert markers._scopes.open == []
+            assert markers._scopes.depth() == 0
 
 
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler here")

@@ -8,7 +8,7 @@ locations. While plain Python runs it is a zone of the installed zone emitter
 Speed matters on the eager path: ``with section(...)`` may wrap every call of
 a decode loop. So a section keeps no state of its own: open zones live in
 the emitter's per-thread zone stack (`sectionmark.zonestack`), entered
-framework scopes in a per-thread list here, and neither is touched unless
+framework scopes in a per-thread stack here, and neither is touched unless
 something was ever switched on.
 """
 
@@ -17,8 +17,9 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-import threading
 from typing import Any, Callable, Optional, Protocol, TypeVar
+
+from sectionmark import zonestack
 
 __all__ = ["section", "ZoneEmitter", "set_zone_emitter", "zone_emitter"]
 
@@ -36,38 +37,54 @@ class ZoneEmitter(Protocol):
     def open(self, marker: "section", location: object) -> None:
         """Open a zone for ``marker`` on the calling thread."""
 
-    def close(self, marker: "section") -> None:
-        """Close ``marker``'s zone on this thread (and any opened inside it); none open: no-op."""
+    def close(self, marker: "section") -> object:
+        """Close ``marker``'s zone on this thread (and any opened inside it); none open: no-op.
+
+        Returns whether anything was closed.
+        """
 
 
-class _ThreadScopes(threading.local):
-    def __init__(self) -> None:
-        self.open: list[tuple["section", tuple]] = []  # (marker, entered scopes), innermost last
+# One immutable snapshot, replaced in a single assignment, so that a thread
+# switching zones on or off never shows another thread half a change:
+# (emitter.open, emitter, {section key: location}) or None.
+_zones: Optional[tuple] = None
+# Closes the zones of every emitter installed so far (each a no-op when it has
+# none open): zones stay closable after `set_zone_emitter(None)` or a swap.
+_close: Optional[Callable[["section"], object]] = None
+_closers: tuple = ()
 
 
-_emitter: Optional[ZoneEmitter] = None
-# The emitter's open and close, read on the hot path without attribute lookups.
-# `_close` outlives `set_zone_emitter(None)` so that zones already open still close.
-_open: Optional[Callable[["section", object], None]] = None
-_close: Optional[Callable[["section"], None]] = None
-_locations: dict = {}  # section key -> the emitter's location
-_scopes = _ThreadScopes()
+def _exit_scopes(scopes: tuple) -> None:
+    for scope in reversed(scopes):
+        scope.__exit__(None, None, None)
+
+
+# Entered framework scopes, per thread: the zone stack's logic, where "opening"
+# records the scopes `_framework_scopes` already entered.
+_scopes = zonestack.PythonZoneStack(begin=lambda scopes, _active: scopes, end=_exit_scopes)
 _scopes_used = False  # until a framework scope was entered, exits skip `_scopes`
 
 
 def set_zone_emitter(emitter: Optional[ZoneEmitter]) -> None:
     """Install (or with None, remove) the emitter that eager sections open zones with."""
-    global _emitter, _open, _close, _locations
+    global _zones, _close, _closers
     if emitter is None:
-        _emitter = _open = None
+        _zones = None
         return
-    if emitter is not _emitter:
-        _locations = {}
-    _emitter, _open, _close = emitter, emitter.open, emitter.close
+    if emitter.close not in _closers:
+        _closers = _closers + (emitter.close,)
+        _close = _closers[0] if len(_closers) == 1 else _close_with_every_emitter
+    _zones = (emitter.open, emitter, {})
+
+
+def _close_with_every_emitter(marker: "section") -> None:
+    for close in _closers:
+        close(marker)
 
 
 def zone_emitter() -> Optional[ZoneEmitter]:
-    return _emitter
+    zones = _zones
+    return zones[1] if zones is not None else None
 
 
 def _framework_scopes(name: str) -> Optional[tuple]:
@@ -137,43 +154,43 @@ class section:
             scopes = _framework_scopes(self.name)
             if scopes is not None:
                 _scopes_used = True
-                _scopes.open.append((self, scopes))
+                _scopes.open(self, scopes)
                 return self
-        open_zone = _open
-        if open_zone is not None:
-            location = _locations.get(self._key)
+        zones = _zones
+        if zones is not None:
+            open_zone, emitter, locations = zones
+            location = locations.get(self._key)
             if location is None:
-                location = _locations[self._key] = _emitter.location(self.name, self.color)
+                location = locations[self._key] = emitter.location(self.name, self.color)
             open_zone(self, location)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if _scopes_used:
-            entries = _scopes.open
-            if entries and entries[-1][0] is self:
-                for scope in reversed(entries.pop()[1]):
-                    scope.__exit__(exc_type, exc, tb)
-                return
+        if _scopes_used and _scopes.close(self):
+            return
         if _close is not None:
             _close(self)
 
     def __call__(self, fn: F) -> F:
         if not callable(fn):
             raise TypeError(f"section({self.name!r}) decorates callables, got {type(fn).__name__}")
-        # One marker serves every call (recursion and threads included), except
-        # under Dynamo, which needs the annotate scope the constructor returns.
         name, color, marker = self.name, self.color, self
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args, **kwargs):
-                with section(name, color) if "torch" in _modules and _dynamo_compiling() else marker:
+                # A marker per call: tasks interleave, and a shared marker would
+                # let one task's exit close another task's zone.
+                with section(name, color):
                     return await fn(*args, **kwargs)
 
             return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            # One marker serves every synchronous call (their zones nest on each
+            # thread), except under Dynamo, which needs the annotate scope that
+            # the constructor returns.
             with section(name, color) if "torch" in _modules and _dynamo_compiling() else marker:
                 return fn(*args, **kwargs)
 

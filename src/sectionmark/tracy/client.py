@@ -240,7 +240,7 @@ class TracyZones:
         self.uses_c = zonestack.c_extension_available() if use_c is None else use_c
         if self.uses_c:
             address = lambda function: ctypes.cast(function, ctypes.c_void_p).value  # noqa: E731
-            stack = zonestack.CZoneStack(address(tracy.zone_begin), address(tracy.zone_end), name_thread)
+            stack = zonestack.CZoneStack(address(tracy.zone_begin), address(tracy.zone_end), name_thread, tracy)
         else:
             stack = zonestack.PythonZoneStack(tracy.zone_begin, tracy.zone_end, name_thread)
         self.open, self.close = stack.open, stack.close
