@@ -38,17 +38,20 @@ def _best_ns_per_iteration(loops: dict, iterations: int, rounds: int) -> dict:
     return best
 
 
-def child(iterations: int, rounds: int, result_path: str) -> None:
-    """Timed loops; runs under the capture (IREE_PY_RUNTIME=tracy set by the parent)."""
+def child(iterations: int, rounds: int, stack: str, result_path: str) -> None:
+    """Timed loops; runs under the capture (IREE_PY_RUNTIME=tracy set by the parent).
+
+    One zone stack per process, as in real use (after a swap of emitters,
+    every exit also asks the previous one).
+    """
     import sectionmark as sm
-    from sectionmark import markers, zonestack
+    from sectionmark import markers
     from sectionmark.tracy import client as tracy_client
 
     tracy = tracy_client.client()
     begin, end = tracy.zone_begin, tracy.zone_end
     location = tracy.source_location("bare")[1]
-    c_zones = tracy_client.TracyZones(tracy) if zonestack.c_extension_available() else None
-    python_zones = tracy_client.TracyZones(tracy, use_c=False)
+    zones = tracy_client.TracyZones(tracy, use_c=stack == "c")
     marker = sm.section("Prefill")
 
     class Empty:
@@ -79,7 +82,7 @@ def child(iterations: int, rounds: int, result_path: str) -> None:
             with empty:
                 pass
 
-    def traced(loop, zones):
+    def traced(loop):
         def run(n):
             markers.set_zone_emitter(zones)
             try:
@@ -92,9 +95,8 @@ def child(iterations: int, rounds: int, result_path: str) -> None:
     best = _best_ns_per_iteration(
         {
             "bare": bare_calls,
-            "on_python": traced(with_marker, python_zones),
-            "on": traced(with_marker, c_zones or python_zones),
-            "on_new": traced(with_new_section, c_zones or python_zones),
+            "on": traced(with_marker),
+            "on_new": traced(with_new_section),
             "off": with_marker,
             "empty": empty_cm,
         },
@@ -109,32 +111,38 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--child", metavar="RESULT_JSON", help=argparse.SUPPRESS)
+    parser.add_argument("--stack", choices=["c", "python"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.iterations, args.rounds, args.child)
+        child(args.iterations, args.rounds, args.stack, args.child)
         return
 
     from sectionmark.tracy.capture import capture_command
     from sectionmark import zonestack
     from sectionmark.tracy.reader import read_capture
 
+    stacks = ["c", "python"] if zonestack.c_extension_available() else ["python"]
+    best = {}
     with tempfile.TemporaryDirectory() as folder:
-        result = Path(folder) / "result.json"
-        command = [sys.executable, __file__, "--iterations", str(args.iterations), "--rounds", str(args.rounds)]
-        capture = capture_command(command + ["--child", str(result)], Path(folder) / "bench.tracy", timeout=600)
-        best = json.loads(result.read_text())
+        for stack in stacks:
+            result = Path(folder) / f"{stack}.json"
+            command = [sys.executable, __file__, "--iterations", str(args.iterations), "--rounds", str(args.rounds),
+                       "--stack", stack, "--child", str(result)]
+            capture = capture_command(command, Path(folder) / f"{stack}.tracy", timeout=600)
+            best[stack] = json.loads(result.read_text())
         start = time.thread_time()
         zone_count = sum(len(track.zones) for track in read_capture(capture).tracks)
         read_s = time.thread_time() - start
 
-    stack = "C zone stack" if zonestack.c_extension_available() else "Python zone stack"
-    print(f"eager section, tracing on ({stack}): {best['on']:7.0f} ns enter+exit "
-          f"({best['on'] / best['bare']:.2f}x the bare Tracy begin+end ctypes calls, {best['bare']:.0f} ns)")
-    print(f"  with the Python zone stack: {best['on_python']:7.0f} ns "
-          f"({best['on_python'] / best['bare']:.2f}x; used where sectionmark._zonestack was not built)")
-    print(f"  with a new section object: {best['on_new']:7.0f} ns (`with sm.section(name):` as written in models)")
-    print(f"eager section, tracing off: {best['off']:7.0f} ns enter+exit "
-          f"({best['off'] / best['empty']:.2f}x an empty context manager, {best['empty']:.0f} ns)")
+    for stack in stacks:
+        figures = best[stack]
+        label = "C zone stack" if stack == "c" else "Python zone stack (no C compiler at install)"
+        print(f"{label}:")
+        print(f"  eager section, tracing on : {figures['on']:7.0f} ns enter+exit "
+              f"({figures['on'] / figures['bare']:.2f}x the bare Tracy begin+end ctypes calls, {figures['bare']:.0f} ns)")
+        print(f"    with a new section object: {figures['on_new']:5.0f} ns (`with sm.section(name):` as written in models)")
+        print(f"  eager section, tracing off: {figures['off']:7.0f} ns enter+exit "
+              f"({figures['off'] / figures['empty']:.2f}x an empty context manager, {figures['empty']:.0f} ns)")
     print(f"reader: {zone_count} zones in {read_s:.2f} s = {zone_count / read_s:,.0f} zones/s")
 
 
