@@ -6,7 +6,6 @@ zones end innermost first.
 """
 
 import asyncio
-import ctypes
 import shutil
 import threading
 
@@ -14,13 +13,14 @@ import pytest
 
 import sectionmark as sm
 from sectionmark import markers, zonestack
+from zone_stacks import KINDS, make_stack
 
 
 class RecordingEmitter:
     """Records begin/end per thread and notes any end Tracy would mis-nest.
 
     Its zones go through a real zone stack, the Python one or the C extension
-    (calling back into Python through C function pointers).
+    (calling back into Python through C function pointers, see zone_stacks.py).
     """
 
     def __init__(self, stack_kind):
@@ -31,12 +31,7 @@ class RecordingEmitter:
         self.names = [None]  # location (an int, never 0) -> section name
         self.zone_names = {}  # zone id -> section name
         self.lock = threading.Lock()
-        if stack_kind == "c":
-            self._c_functions = (BEGIN_C(self.begin), END_C(self.end))  # kept alive while bound
-            address = lambda function: ctypes.cast(function, ctypes.c_void_p).value  # noqa: E731
-            stack = zonestack.CZoneStack(*map(address, self._c_functions), self.name_thread, self._c_functions)
-        else:
-            stack = zonestack.PythonZoneStack(self.begin, self.end, self.name_thread)
+        stack = make_stack(stack_kind, self.begin, self.end, self.name_thread)
         self.open, self.close = stack.open, stack.close
 
     def location(self, name, color):
@@ -79,15 +74,7 @@ class RecordingEmitter:
         return not self.errors and all(not zones for zones in self.open_zones.values())
 
 
-# What the C stack calls: Tracy's begin/end signatures, with the 8-byte zone
-# context passed and returned as one 64-bit integer (same registers).
-BEGIN_C = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int32)
-END_C = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
-STACKS = ["python", pytest.param("c", marks=pytest.mark.skipif(
-    not zonestack.c_extension_available(), reason="sectionmark._zonestack not built (no C compiler)"))]
-
-
-@pytest.fixture(params=STACKS)
+@pytest.fixture(params=KINDS)
 def zones(request):
     emitter = RecordingEmitter(request.param)
     markers.set_zone_emitter(emitter)
@@ -241,7 +228,7 @@ def test_manual_out_of_order_exit_closes_inner_zones(zones):
     assert zones.on(MAIN) == [("begin", "a"), ("begin", "b"), ("end", "b"), ("end", "a")]
 
 
-@pytest.mark.parametrize("stack_kind", STACKS)
+@pytest.mark.parametrize("stack_kind", KINDS)
 def test_switching_zones_on_or_off_inside_a_section(stack_kind):
     emitter = RecordingEmitter(stack_kind)
     entered_before = sm.section("before")
