@@ -365,22 +365,18 @@ def _read_gpu_zones(p: _Parser, count: int, names: dict, last_time: int) -> list
             if children:
                 stack.append((remaining, parent, depth))
                 remaining, parent, depth = children, len(rows) - 1, depth + 1
-            else:
-                cpu_delta, gpu_delta = unpack_end(buf, pos)
-                pos += 16
-                cpu_ref += cpu_delta
-                gpu_ref += gpu_delta
-                row[2] = gpu_ref if gpu_ref >= 0 else _unfinished_end(row[1], last_time)
+                continue
+            # A leaf: its end record follows at once.
         elif stack:
-            cpu_delta, gpu_delta = unpack_end(buf, pos)
-            pos += 16
-            cpu_ref += cpu_delta
-            gpu_ref += gpu_delta
-            row = rows[parent]
-            row[2] = gpu_ref if gpu_ref >= 0 else _unfinished_end(row[1], last_time)
+            row = rows[parent]  # the last child is read: the parent's end follows
             remaining, parent, depth = stack.pop()
         else:
             break
+        cpu_delta, gpu_delta = unpack_end(buf, pos)
+        pos += 16
+        cpu_ref += cpu_delta
+        gpu_ref += gpu_delta
+        row[2] = gpu_ref if gpu_ref >= 0 else _unfinished_end(row[1], last_time)
     p.pos = pos
     if pos > len(buf):
         raise _Truncated
