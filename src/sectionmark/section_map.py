@@ -16,8 +16,13 @@ from typing import Any, Optional
 
 from sectionmark.paths import SectionPath
 
-SECTION_MAP_VERSION = 1
+SECTION_MAP_VERSION = 2
+WEIGHT_RULE = "cost"  # docs/section-map.md; sites that cannot be sized say "op-count"
 COMMAND_OPS = ("dispatch", "barrier", "fill", "copy", "update")
+
+
+def _optional_float(value: Any) -> Optional[float]:
+    return None if value is None else float(value)
 
 
 class SectionMapError(ValueError):
@@ -26,10 +31,17 @@ class SectionMapError(ValueError):
 
 @dataclass(frozen=True)
 class Share:
-    """One section's part of a dispatch site (weights of a site sum to 1)."""
+    """One section's part of a dispatch site (weights of a site sum to 1).
+
+    ``path == ()`` is the part of ops in no section ("(unmarked)"). ``flops``
+    and ``bytes`` are the estimate the weight came from (rule "cost"), per
+    execution of the dispatch.
+    """
 
     path: SectionPath
     weight: float
+    flops: Optional[float] = None
+    bytes: Optional[float] = None
 
 
 @dataclass
@@ -68,23 +80,27 @@ class DispatchSite:
     id: int
     function: str
     shares: list[Share]
-    op_count: int  # ops fused into the site (the weight rule counts them)
+    op_count: int  # counted ops fused into the site (the fallback rule)
+    rule: str = WEIGHT_RULE  # how the shares were weighed: "cost", "op-count" or "root"
     executable: Optional[str] = None  # executable after deduplication/linking
     key: Optional[str] = None
 
 
 @dataclass
 class SectionMap:
-    sections: list[SectionPath]
+    sections: list[SectionPath]  # every section the exported program declared, reached or not
     command_buffers: list[CommandBuffer]
     sites: list[DispatchSite]
-    weight_rule: str = "op-count"
+    weight_rule: str = WEIGHT_RULE
     target: Optional[str] = None
     version: int = SECTION_MAP_VERSION
 
     def to_json(self) -> dict[str, Any]:
         def shares(items: list[Share]) -> list[dict[str, Any]]:
-            return [{"path": list(s.path), "weight": s.weight} for s in items]
+            return [
+                {"path": list(s.path), "weight": s.weight, **({"flops": s.flops, "bytes": s.bytes} if s.flops is not None else {})}
+                for s in items
+            ]
 
         return {
             "version": self.version,
@@ -97,6 +113,7 @@ class SectionMap:
                     "function": site.function,
                     "shares": shares(site.shares),
                     "op_count": site.op_count,
+                    "rule": site.rule,
                     "executable": site.executable,
                     "key": site.key,
                 }
@@ -128,16 +145,20 @@ class SectionMap:
             raise SectionMapError("not a sectionmark section map (no 'version' field)")
         if data["version"] != SECTION_MAP_VERSION:
             raise SectionMapError(
-                f"section map version {data['version']!r} is not supported (expected {SECTION_MAP_VERSION})"
+                f"section map version {data['version']!r} is not supported (expected {SECTION_MAP_VERSION}); "
+                "recompile the model with this version of sectionmark"
             )
         try:
 
             def shares(items: list[dict[str, Any]]) -> list[Share]:
-                return [Share(tuple(s["path"]), float(s["weight"])) for s in items]
+                return [
+                    Share(tuple(s["path"]), float(s["weight"]), _optional_float(s.get("flops")), _optional_float(s.get("bytes")))
+                    for s in items
+                ]
 
             return cls(
                 version=data["version"],
-                weight_rule=data.get("weight_rule", "op-count"),
+                weight_rule=str(data["weight_rule"]),
                 target=data.get("target"),
                 sections=[tuple(path) for path in data["sections"]],
                 sites=[
@@ -146,6 +167,7 @@ class SectionMap:
                         function=s["function"],
                         shares=shares(s["shares"]),
                         op_count=int(s["op_count"]),
+                        rule=str(s["rule"]),
                         executable=s.get("executable"),
                         key=s.get("key"),
                     )
@@ -172,6 +194,18 @@ class SectionMap:
             )
         except (KeyError, TypeError, ValueError) as error:
             raise SectionMapError(f"malformed section map: {error!r}") from None
+
+    @property
+    def reached(self) -> list[SectionPath]:
+        """Declared sections that own part of a recorded command (themselves or nested ones), in order."""
+        owning = {
+            share.path[:depth]
+            for buffer in self.command_buffers
+            for command in buffer.commands
+            for share in command.shares
+            for depth in range(1, len(share.path) + 1)
+        }
+        return [path for path in self.sections if path in owning]
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), ensure_ascii=False, indent=1)

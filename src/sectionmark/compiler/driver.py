@@ -2,7 +2,9 @@
 
 Pipeline (one in-process compilation, see session.py)::
 
-    parse -> ... -> dispatch-creation   annotate sites (flow.py)
+    parse                               list the declared sections
+          -> ... -> dispatch-creation   annotate sites, weigh compositions (flow.py)
+          -> flow                       executables outlined: restore their locations
           -> ... -> hal                 record commands, debug groups (hal.py),
                                         embed the section map (embed.py)
           -> ... -> vm bytecode
@@ -16,20 +18,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+from iree.compiler import ir
+
 from sectionmark.compiler.embed import embed_section_map, sidecar_path
-from sectionmark.compiler.flow import annotate_sites
+from sectionmark.compiler.flow import annotate_sites, restore_export_locations
 from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.session import PhasedCompilation
 from sectionmark.compiler.targets import target_flags
 from sectionmark.errors import SectionmarkError
 from sectionmark.exported import ExportedProgram
-from sectionmark.paths import SectionPath
+from sectionmark.locations import section_paths
+from sectionmark.paths import SectionPath, format_path
 from sectionmark.section_map import CommandBuffer, DispatchSite, SectionMap
 
 Source = Union[ExportedProgram, str, Path]
 
 # Last phase where fused dispatch bodies are inline and not yet deduplicated.
 SITES_PHASE = "dispatch-creation"
+# Executables are outlined and deduplicated; code generation comes later.
+EXECUTABLES_PHASE = "flow"
 COMMANDS_PHASE = "hal"
 
 
@@ -40,6 +47,16 @@ class CompiledModule:
     vmfb: bytes
     section_map: Optional[SectionMap]
     target: str
+
+    @property
+    def sections_summary(self) -> str:
+        """``"N of M sections reached dispatches"`` (with the ones that did not), or why there is no map."""
+        if self.section_map is None:
+            return "compiled without markers: no section map"
+        declared, reached = self.section_map.sections, self.section_map.reached
+        text = f"{len(reached)} of {len(declared)} sections reached dispatches"
+        missing = [format_path(path) for path in declared if path not in reached]
+        return text + (f" (not: {'; '.join(missing)})" if missing else "")
 
     def save(self, path: Union[str, Path]) -> Path:
         """Write ``path`` (.vmfb) and, with a map, ``<stem>.sections.json`` beside it."""
@@ -75,11 +92,13 @@ def compile(
         _parse(compilation, source)
         if not markers:
             return CompiledModule(compilation.finish(), None, target)
-        sites = annotate_sites(compilation.advance(SITES_PHASE))
+        declared = _declared_sections(compilation.parsed_module())
+        sites, site_locations = annotate_sites(compilation.advance(SITES_PHASE))
+        restore_export_locations(compilation.advance(EXECUTABLES_PHASE), site_locations)
         module = compilation.advance(COMMANDS_PHASE)
         buffers = CommandRecorder({site.id: site for site in sites}, debug_groups).run(module)
         section_map = SectionMap(
-            sections=_sections(sites, buffers), command_buffers=buffers, sites=sites, target=target
+            sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target
         )
         embed_section_map(module, section_map)
         return CompiledModule(compilation.finish(), section_map, target)
@@ -110,14 +129,29 @@ def _looks_like_path(text: str) -> bool:
     return "\n" not in text and "{" not in text and len(text) < 4096
 
 
-def _sections(sites: list[DispatchSite], buffers: list[CommandBuffer]) -> list[SectionPath]:
-    """Every section path that owns part of a site or command, in first-seen order."""
+def _declared_sections(module) -> list[SectionPath]:
+    """Every section path in the locations of the module as parsed, in module order."""
     found: dict[SectionPath, None] = {}
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        for path in section_paths(str(op.location)):
+            found.setdefault(path, None)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return list(found)
+
+
+def _sections(declared: list[SectionPath], sites: list[DispatchSite], buffers: list[CommandBuffer]) -> list[SectionPath]:
+    """The declared sections, then any path that owns part of a site or command without being declared."""
+    found: dict[SectionPath, None] = dict.fromkeys(declared)
     for site in sites:
         for share in site.shares:
-            found.setdefault(share.path, None)
+            if share.path:
+                found.setdefault(share.path, None)
     for buffer in buffers:
         for command in buffer.commands:
             for share in command.shares:
-                found.setdefault(share.path, None)
+                if share.path:
+                    found.setdefault(share.path, None)
     return list(found)

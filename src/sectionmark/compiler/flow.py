@@ -8,44 +8,44 @@ executable with one set of locations), so it is where a fused dispatch's
 sections are still visible.
 
 Each site gets an id, in module order, carried to its HAL dispatch by wrapping
-the site op's location in a NameLoc ``sectionmark.site:<id>``. Locations are
-ignored by deduplication and code generation, so executables stay
-byte-identical (tests check this).
+the site op's location in a NameLoc ``sectionmark.site:<id>``. Outlining
+copies that location onto the executable's export, and IREE embeds export
+locations in the executable (Tracy shows them per dispatch), so once the
+executables exist (phase ``flow``) `restore_export_locations` puts the
+original locations back: executables stay byte-identical to a compile
+without sectionmark, while the dispatch ops in the host code keep the id.
 
-Weight rule ("op-count", docs/section-map.md): count the compute ops in the
-body: ops without regions, except bookkeeping (tensor loads/stores, empty
-tensors, constants, accumulator fills, terminators, shape arithmetic); an op
-with regions counts as one op only if nothing inside it counted
-(``linalg.transpose``, ``linalg.copy``: pure data movement); an op without a
-section of its own inside a marked op takes that op's section. A section's weight is its share of
-the counted ops that carry a section path. A site with no such op (a pure
-copy or fill) belongs wholly to the section of its root op, whose location
-the dispatch carries; if that has none either, the site is unmarked (no
-shares).
+Composition (docs/section-map.md): a site is split between the sections of
+its ops by estimated cost (`sectionmark.compiler.weights`, rule ``"cost"``),
+measured on a copy of the module whose named linalg ops are generalized, so
+a matmul or a convolution is sized like any other structured op. Ops in no
+section keep their share under the empty path ``()`` ("(unmarked)"). When
+some op cannot be sized the site falls back to counting ops (rule
+``"op-count"``); a site with nothing to cost or count (a pure fill) belongs to
+the section of its root op, whose location the dispatch carries (rule
+``"root"``).
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from typing import Optional
 
 from iree.compiler import ir
+from iree.compiler.passmanager import PassManager
 
+from sectionmark.compiler.weights import site_costs, site_op_counts
+from sectionmark.errors import SectionmarkError
 from sectionmark.locations import section_path
 from sectionmark.paths import SectionPath
 from sectionmark.section_map import DispatchSite, Share
 
 SITE_PREFIX = "sectionmark.site:"
 SITE_OPS = ("flow.dispatch.workgroups", "flow.dispatch.region")
+FUNCTION_OPS = ("util.func", "func.func", "util.initializer")
+EXECUTABLE_OPS = ("hal.executable", "flow.executable")  # already outlined: not sites
+GENERALIZE = "builtin.module(linalg-generalize-named-ops)"
 _SITE_NAME = re.compile(r'"' + re.escape(SITE_PREFIX) + r'(\d+)"')
-
-# Ops that move or describe data rather than compute; they carry the root op's
-# location and would bias the weights toward it.
-_BOOKKEEPING_DIALECTS = ("iree_tensor_ext", "flow", "tensor", "util", "hal", "affine", "bufferization", "memref")
-# linalg.fill initialises accumulators; CSE merges identical fills across
-# sections before dispatch formation, so its location is often another block's.
-_BOOKKEEPING_OPS = ("arith.constant", "arith.index_cast", "arith.index_castui", "linalg.index", "linalg.fill")
 
 
 def function_name(op: ir.Operation) -> str:
@@ -61,18 +61,75 @@ def site_id(location: ir.Location) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
-FUNCTION_OPS = ("util.func", "func.func", "util.initializer")
-EXECUTABLE_OPS = ("hal.executable", "flow.executable")  # already outlined: not sites
-
-
-def annotate_sites(module: ir.Operation) -> list[DispatchSite]:
+def annotate_sites(module: ir.Operation) -> tuple[list[DispatchSite], dict[int, ir.Location]]:
     """Give every dispatch site an id in its location and compute its composition.
+
+    Returns the sites and each site's original location, for
+    `restore_export_locations`.
+    """
+    generalized = module.clone()
+    with module.context:
+        PassManager.parse(GENERALIZE).run(generalized)
+    originals, copies = _site_ops(module), _site_ops(generalized)
+    if len(originals) != len(copies):
+        raise SectionmarkError("internal error: generalizing linalg ops changed the dispatch sites")
+    sites: list[DispatchSite] = []
+    locations: dict[int, ir.Location] = {}
+    for index, ((site, function), (copy, _)) in enumerate(zip(originals, copies)):
+        sites.append(_composition(site, copy, function, index))
+        locations[index] = site.location
+        site.location = _site_location(index, site.location)
+    return sites, locations
+
+
+def restore_export_locations(module: ir.Operation, locations: dict[int, ir.Location]) -> None:
+    """At phase ``flow``: give every op inside an executable back the location its site had."""
+    leftover: list[str] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if SITE_PREFIX in str(op.location):
+            index = site_id(op.location)
+            original = locations.get(index)
+            if original is not None and op.location == _site_location(index, original):
+                op.location = original
+            else:
+                leftover.append(op.name)
+        return ir.WalkResult.ADVANCE
+
+    for executable in _ops_named(module, EXECUTABLE_OPS):
+        executable.walk(visit, ir.WalkOrder.PRE_ORDER)
+    if leftover:
+        raise SectionmarkError(
+            f"internal error: a dispatch site id reached executable code ({leftover[0]}); "
+            "its executable would differ from a plain compile"
+        )
+
+
+def _site_location(index: int, original: ir.Location) -> ir.Location:
+    return ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=original, context=original.context)
+
+
+def _ops_named(module: ir.Operation, names: tuple[str, ...]) -> list[ir.Operation]:
+    found = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in names:
+            found.append(op)
+            return ir.WalkResult.SKIP
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+def _site_ops(module: ir.Operation) -> list[tuple[ir.Operation, str]]:
+    """Every dispatch site op with the function it is in, in module order.
 
     Uses ``Operation.walk`` (plain operations, traversal in C++): iterating
     blocks from Python would build typed op views and import every dialect's
     Python module, which costs more than the analysis itself.
     """
-    sites: list[DispatchSite] = []
+    sites: list[tuple[ir.Operation, str]] = []
     function = "__init"
 
     def visit(op: ir.Operation) -> ir.WalkResult:
@@ -80,7 +137,7 @@ def annotate_sites(module: ir.Operation) -> list[DispatchSite]:
         if op.name in FUNCTION_OPS:
             function = function_name(op)
         elif op.name in SITE_OPS:
-            sites.append(_annotate(op, function, len(sites)))
+            sites.append((op, function))
             return ir.WalkResult.SKIP
         elif op.name in EXECUTABLE_OPS:
             return ir.WalkResult.SKIP
@@ -90,60 +147,26 @@ def annotate_sites(module: ir.Operation) -> list[DispatchSite]:
     return sites
 
 
-def _annotate(site: ir.Operation, function: str, index: int) -> DispatchSite:
-    counts = _count_ops(site)
-    marked = {path: n for path, n in counts.items() if path is not None}
-    root = section_path(str(site.location))
-    if not marked and root is not None:  # pure data movement (copies, fills)
-        marked = {root: 1}
-    total = sum(marked.values())
-    shares = [Share(path, n / total) for path, n in sorted(marked.items(), key=lambda item: -item[1])]
-    site.location = ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=site.location, context=site.context)
-    return DispatchSite(id=index, function=function, shares=shares, op_count=sum(counts.values()))
-
-
-def _count_ops(site: ir.Operation) -> Counter:
-    """Counted ops of the site's body by section path (see the module docstring).
-
-    An op without a section of its own takes its enclosing op's: the implicit
-    bodies of named linalg ops (``linalg.matmul``) have unknown locations.
-    """
-    counts: Counter[Optional[SectionPath]] = Counter()
-    path_of: dict[ir.Operation, Optional[SectionPath]] = {site: None}
-    parent_of: dict[ir.Operation, ir.Operation] = {}
-    empty_containers: dict[ir.Operation, None] = {}  # ops with regions, nothing counted inside yet
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op == site:
-            return ir.WalkResult.ADVANCE
-        parent = op.parent
-        path = section_path(str(op.location)) or path_of[parent]
-        path_of[op] = path
-        parent_of[op] = parent
-        if op.name == "flow.return" and parent == site:
-            return ir.WalkResult.INTERRUPT  # end of the body; the workgroup count region follows
-        if _is_bookkeeping(op):
-            return ir.WalkResult.ADVANCE
-        if len(op.regions):
-            empty_containers[op] = None
-            return ir.WalkResult.ADVANCE
-        counts[path] += 1
-        while parent in empty_containers:  # its containers are no longer empty
-            del empty_containers[parent]
-            parent = parent_of[parent]
-        return ir.WalkResult.ADVANCE
-
-    site.walk(visit, ir.WalkOrder.PRE_ORDER)
-    for container in empty_containers:
-        counts[path_of[container]] += 1
-    return counts
-
-
-def _is_bookkeeping(op: ir.Operation) -> bool:
-    name = op.name
-    dialect, _, short = name.partition(".")
-    return (
-        dialect in _BOOKKEEPING_DIALECTS
-        or name in _BOOKKEEPING_OPS
-        or short in ("yield", "return", "condition")
-    )
+def _composition(site: ir.Operation, generalized: ir.Operation, function: str, index: int) -> DispatchSite:
+    """The site's shares by estimated cost, else by op count, else its root op's section."""
+    counts = site_op_counts(site)
+    costs = site_costs(generalized)
+    total_cost = sum(cost.value for cost in costs.values()) if costs is not None else 0.0
+    if total_cost > 0:
+        rule = "cost"
+        shares = [
+            Share(path or (), cost.value / total_cost, flops=cost.flops, bytes=cost.bytes)
+            for path, cost in costs.items()
+            if cost.value > 0
+        ]
+    elif counts:
+        rule = "op-count"
+        shares = [Share(path or (), n / sum(counts.values())) for path, n in counts.items()]
+    else:  # pure data movement with nothing to cost (a fill)
+        root: Optional[SectionPath] = section_path(str(site.location))
+        rule = "root"
+        shares = [Share(root, 1.0)] if root else []
+    shares.sort(key=lambda share: -share.weight)
+    if all(not share.path for share in shares):
+        shares = []  # wholly unmarked
+    return DispatchSite(id=index, function=function, shares=shares, op_count=sum(counts.values()), rule=rule)

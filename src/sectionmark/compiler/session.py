@@ -88,6 +88,11 @@ class PhasedCompilation:
         if not self._invocation.parse_source(source):
             raise self._fail("MLIR input does not parse")
 
+    def parsed_module(self) -> ir.Operation:
+        """The module as parsed, before any pass ran (for reading only)."""
+        self._module = self._invocation.export_module()
+        return self._module
+
     def advance(self, phase: str) -> ir.Operation:
         """Compile up to and including ``phase``; return the module for rewriting."""
         self._run(phase)

@@ -1,0 +1,300 @@
+"""How a dispatch site is split between the sections of its ops: estimated cost, else op count.
+
+A fused dispatch's measured time is split between its sections by what their
+ops would cost, not by how many ops they have: a convolution fused with a
+BatchNorm and a ReLU does ~100x the work of the two epilogues, and an op
+count would give each a third. The estimate, per op of the site's body:
+
+* **FLOPs** of a structured op (anything with ``indexing_maps``: every
+  ``linalg`` op once named ops are generalized, ``iree_linalg_ext`` ops): the
+  size of its iteration domain times the scalar ops of its body, each scalar
+  op credited to *its own* section (IREE's elementwise fusion merges the
+  bodies of ops from several sections into one ``linalg.generic``, and every
+  body op keeps its location). Ops computed from loop indices and constants
+  alone (causal masks, iotas) are addressing, not work, and cost nothing:
+  CSE merges them across blocks, so their location is often another block's.
+  A matmul body is ``mulf`` + ``addf``, so a
+  matmul costs 2·M·N·K; a conv 2·N·F·OH·OW·C·KH·KW; an add M·N.
+  ``iree_linalg_ext.attention`` costs its two contractions, 2·B·M·K2·(K1+N);
+  other ``iree_linalg_ext`` structured ops one FLOP per point; ops without
+  indexing maps (gather, scatter, sort) one FLOP per result element.
+* **Bytes** read from outside the dispatch: an operand loaded from a dispatch
+  input (``iree_tensor_ext.dispatch.tensor.load``) costs its loaded size,
+  split between the body ops that read it. Values produced inside the dispatch
+  stay in registers or cache and cost nothing; the dispatch's outputs are
+  written once whichever sections fused into it, so stores are not charged.
+* One estimate: ``flops + FLOPS_PER_BYTE * bytes``, i.e. FLOP-equivalents at
+  a machine balance of 4 FLOPs per byte (achieved CPU matmul throughput over
+  memory bandwidth; the split is insensitive to it where one op dominates).
+
+Anything the model cannot size (dynamic shapes, an unknown op with tensor
+results and no static shape) makes the whole site fall back to the op-count
+rule (`site_op_counts`): mixing estimates with counts would make neither
+meaningful.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from iree.compiler import ir
+
+from sectionmark.locations import section_path
+from sectionmark.paths import SectionPath
+
+FLOPS_PER_BYTE = 4
+
+LOAD_OP = "iree_tensor_ext.dispatch.tensor.load"
+ATTENTION_OP = "iree_linalg_ext.attention"
+# Scalar ops in a structured op's body that do no arithmetic.
+_FREE_BODY_OPS = ("linalg.yield", "linalg.index", "arith.constant", "iree_linalg_ext.yield", "scf.yield")
+# Tensor-level ops that only move or describe data (their reads are charged to their consumers).
+_FREE_DIALECTS = ("iree_tensor_ext", "flow", "tensor", "util", "hal", "bufferization", "memref", "affine")
+_FREE_OPS = ("arith.constant",)
+# The op-count rule also skips index arithmetic and accumulator fills: CSE merges
+# identical fills of different sections, so a fill's location is often another block's.
+_COUNT_FREE_OPS = ("arith.constant", "arith.index_cast", "arith.index_castui", "linalg.index", "linalg.fill")
+
+
+@dataclass
+class Cost:
+    """Estimated work of one section's ops in one dispatch: FLOPs and bytes read from dispatch inputs."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+
+    @property
+    def value(self) -> float:
+        """FLOP-equivalents: the quantity fused dispatches are split by."""
+        return self.flops + FLOPS_PER_BYTE * self.bytes
+
+
+class Unsized(Exception):
+    """An op whose cost cannot be estimated statically."""
+
+
+def walk_body(site: ir.Operation, visit: Callable[[ir.Operation, Optional[SectionPath]], ir.WalkResult]) -> None:
+    """Call ``visit(op, path)`` for each op of the site's body, pre-order.
+
+    ``path`` is the op's own section, else its enclosing op's: the implicit
+    bodies of named linalg ops (``linalg.matmul``) have unknown locations.
+    The workgroup-count region after the body is not visited.
+    """
+    path_of: dict[ir.Operation, Optional[SectionPath]] = {site: None}
+
+    def step(op: ir.Operation) -> ir.WalkResult:
+        if op == site:
+            return ir.WalkResult.ADVANCE
+        parent = op.parent
+        if op.name == "flow.return" and parent == site:
+            return ir.WalkResult.INTERRUPT
+        path = path_of[op] = section_path(str(op.location)) or path_of[parent]
+        return visit(op, path)
+
+    site.walk(step, ir.WalkOrder.PRE_ORDER)
+
+
+def site_costs(site: ir.Operation) -> Optional[dict[Optional[SectionPath], Cost]]:
+    """Cost of each section's ops in a dispatch site (``None`` key: ops in no section).
+
+    ``site`` must have its named linalg ops generalized (see flow.py). Returns
+    None when some op cannot be sized.
+    """
+    costs: dict[Optional[SectionPath], Cost] = defaultdict(Cost)
+    sized = True
+
+    def visit(op: ir.Operation, path: Optional[SectionPath]) -> ir.WalkResult:
+        nonlocal sized
+        try:
+            if "indexing_maps" in op.attributes:
+                _structured_cost(op, path, costs)
+                return ir.WalkResult.SKIP
+            if _is_free(op) or not _has_tensors(op):
+                return ir.WalkResult.ADVANCE
+            _opaque_cost(op, path, costs)
+            return ir.WalkResult.SKIP
+        except Unsized:  # exceptions must not cross the C++ walk
+            sized = False
+            return ir.WalkResult.INTERRUPT
+
+    walk_body(site, visit)
+    return dict(costs) if sized else None
+
+
+def site_op_counts(site: ir.Operation) -> Counter:
+    """The fallback rule: counted ops of the site's body by section path.
+
+    Counted: ops without regions except bookkeeping (data movement, constants,
+    index arithmetic, accumulator fills, terminators); an op with regions
+    counts once only if nothing inside it counted (``linalg.transpose``).
+    Run it on the site as compiled (not generalized): a generalized fill is a
+    ``linalg.generic``.
+    """
+    counts: Counter[Optional[SectionPath]] = Counter()
+    path_of: dict[ir.Operation, Optional[SectionPath]] = {}
+    empty_containers: dict[ir.Operation, None] = {}  # ops with regions, nothing counted inside yet
+
+    def visit(op: ir.Operation, path: Optional[SectionPath]) -> ir.WalkResult:
+        path_of[op] = path
+        if _is_bookkeeping(op):
+            return ir.WalkResult.ADVANCE
+        if len(op.regions):
+            empty_containers[op] = None
+            return ir.WalkResult.ADVANCE
+        counts[path] += 1
+        parent = op.parent
+        while parent in empty_containers:  # its containers are no longer empty
+            del empty_containers[parent]
+            parent = parent.parent
+        return ir.WalkResult.ADVANCE
+
+    walk_body(site, visit)
+    for container in empty_containers:
+        counts[path_of[container]] += 1
+    return counts
+
+
+def _structured_cost(op: ir.Operation, path: Optional[SectionPath], costs: dict) -> None:
+    maps = [ir.AffineMapAttr(attr).value for attr in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    sizes = _dim_sizes(op, maps)
+    points = 1
+    for size in sizes.values():
+        points *= size
+    body = _scalar_body(op)
+    if op.name == ATTENTION_OP:
+        costs[path].flops += _attention_flops(maps, sizes, points)
+    elif body is None or not op.name.startswith("linalg."):
+        costs[path].flops += points
+    else:
+        index_values: set[ir.Value] = set()
+
+        def count(inner: ir.Operation) -> ir.WalkResult:
+            if inner == op or inner.name in _FREE_BODY_OPS:
+                pass
+            elif all(operand in index_values for operand in inner.operands):
+                index_values.update(inner.results)  # index arithmetic: addressing, not work
+            else:
+                costs[section_path(str(inner.location)) or path].flops += points
+            if inner.name in ("linalg.index", "arith.constant"):
+                index_values.update(inner.results)
+            return ir.WalkResult.ADVANCE
+
+        op.walk(count, ir.WalkOrder.PRE_ORDER)
+    _charge_loads(op, path, costs, body)
+
+
+def _attention_flops(maps: list, sizes: dict[int, int], points: int) -> int:
+    """Q·Kᵀ then P·V: 2·B·M·K2·(K1 + N), not 2 per point of the 5-d domain."""
+    query, output = _dims(maps[0]), _dims(maps[-1])
+    head_dim = _product(sizes, query - output)  # K1: contracted in Q·Kᵀ
+    value_dim = _product(sizes, output - query)  # N: the output's own dims
+    return 2 * (points // max(value_dim, 1) + points // max(head_dim, 1))
+
+
+def _dims(affine_map) -> set[int]:
+    return {expr.position for expr in affine_map.results if isinstance(expr, ir.AffineDimExpr)}
+
+
+def _product(sizes: dict[int, int], dims: set[int]) -> int:
+    result = 1
+    for dim in dims:
+        result *= sizes[dim]
+    return result
+
+
+def _scalar_body(op: ir.Operation) -> Optional[ir.Block]:
+    """The op's body block when it is linalg-style (scalar block arguments, one per operand)."""
+    if not len(op.regions) or not len(op.regions[0].blocks):
+        return None
+    block = op.regions[0].blocks[0]
+    return None if any(_is_shaped(argument.type) for argument in block.arguments) else block
+
+
+def _charge_loads(op: ir.Operation, path: Optional[SectionPath], costs: dict, body: Optional[ir.Block]) -> None:
+    """Bytes of the operands loaded from dispatch inputs, split between the body ops that read them."""
+    arguments = list(body.arguments) if body is not None and op.name.startswith("linalg.") else []
+    for number, operand in enumerate(op.operands):
+        if not _is_load(operand):
+            continue
+        readers = [path]
+        if number < len(arguments):
+            readers = [_reader_path(use.owner, path) for use in arguments[number].uses]
+            if not readers:
+                continue  # an output operand whose old value the body never reads
+        size = _tensor_bytes(operand.type)
+        for reader in readers:
+            costs[reader].bytes += size / len(readers)
+
+
+def _reader_path(owner, path: Optional[SectionPath]) -> Optional[SectionPath]:
+    owner = owner.operation if isinstance(owner, ir.OpView) else owner
+    if owner.name in _FREE_BODY_OPS:  # copied straight to the output: the op's own read
+        return path
+    return section_path(str(owner.location)) or path
+
+
+def _opaque_cost(op: ir.Operation, path: Optional[SectionPath], costs: dict) -> None:
+    """An op without indexing maps (gather, scatter, sort, ...): one FLOP per result element."""
+    elements = 0
+    for result in op.results:
+        if _is_shaped(result.type):
+            elements += _elements(result.type)
+    costs[path].flops += elements
+    for operand in op.operands:
+        if _is_load(operand):
+            costs[path].bytes += _tensor_bytes(operand.type)
+
+
+def _dim_sizes(op: ir.Operation, maps: list) -> dict[int, int]:
+    """Size of every loop dimension of a structured op, from its indexing maps and operand shapes."""
+    sizes: dict[int, int] = {}
+    for affine_map, operand in zip(maps, op.operands):
+        if not _is_shaped(operand.type):
+            continue
+        for expr, size in zip(affine_map.results, ir.ShapedType(operand.type).shape):
+            if isinstance(expr, ir.AffineDimExpr) and size >= 0:
+                sizes.setdefault(expr.position, size)
+    if not maps or any(dim not in sizes for dim in range(maps[0].n_dims)):
+        raise Unsized(op.name)
+    return sizes
+
+
+def _is_bookkeeping(op: ir.Operation) -> bool:
+    dialect, _, short = op.name.partition(".")
+    return dialect in _FREE_DIALECTS or op.name in _COUNT_FREE_OPS or short in ("yield", "return", "condition")
+
+
+def _is_free(op: ir.Operation) -> bool:
+    dialect = op.name.partition(".")[0]
+    return dialect in _FREE_DIALECTS or op.name in _FREE_OPS
+
+
+def _is_shaped(value_type: ir.Type) -> bool:
+    return isinstance(value_type, ir.ShapedType)
+
+
+def _has_tensors(op: ir.Operation) -> bool:
+    return any(_is_shaped(value.type) for value in [*op.operands, *op.results])
+
+
+def _is_load(value: ir.Value) -> bool:
+    owner = value.owner
+    return isinstance(owner, (ir.Operation, ir.OpView)) and owner.operation.name == LOAD_OP
+
+
+def _elements(value_type: ir.Type) -> int:
+    shaped = ir.ShapedType(value_type)
+    if not shaped.has_static_shape:
+        raise Unsized(str(value_type))
+    count = 1
+    for size in shaped.shape:
+        count *= size
+    return count
+
+
+def _tensor_bytes(value_type: ir.Type) -> int:
+    element = ir.ShapedType(value_type).element_type
+    bits = getattr(element, "width", None) or 64  # index and other width-less types: 64 bits
+    return _elements(value_type) * -(-bits // 8)
