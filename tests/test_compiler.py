@@ -389,3 +389,23 @@ def test_missing_file_and_unwritable_output(fused, tmp_path):
         smc.compile(str(tmp_path / "missing.mlir"))
     with pytest.raises(SectionmarkError, match="cannot write"):
         fused[0].save(tmp_path / "no" / "such" / "dir" / "m.vmfb")
+
+
+def test_compile_says_how_many_sections_reached_dispatches(tmp_path, capsys):
+    from sectionmark import cli
+
+    source = """
+    func.func @main(%a: tensor<8xf32>) -> tensor<8xf32> {
+      %c = arith.constant dense<2.0> : tensor<8xf32> loc("sectionmark:Folded"("f.py":1:0))
+      %d = arith.mulf %c, %c : tensor<8xf32> loc("sectionmark:Folded"("f.py":1:0))
+      %0 = arith.addf %a, %d : tensor<8xf32> loc("sectionmark:Add"("f.py":2:0))
+      return %0 : tensor<8xf32>
+    }
+    """
+    compiled = smc.compile(source)
+    assert compiled.section_map.sections == [("Folded",), ("Add",)]
+    assert compiled.section_map.reached == [("Add",)]
+    assert compiled.sections_summary == "1 of 2 sections reached dispatches (not: Folded)"
+    (tmp_path / "f.mlir").write_text(source)
+    assert cli.main(["compile", str(tmp_path / "f.mlir"), "-o", str(tmp_path / "f.vmfb")]) == 0
+    assert "1 of 2 sections reached dispatches (not: Folded)" in capsys.readouterr().out

@@ -62,3 +62,30 @@ def test_stablehlo_compiles_for_llvm_cpu_and_runs():
     want_value, want_grad = jax.value_and_grad(loss)(*ARGS)
     np.testing.assert_allclose(value.to_host(), want_value, rtol=1e-5)
     np.testing.assert_allclose(grad.to_host(), want_grad, rtol=1e-5)
+
+
+def test_a_section_without_ops_is_reported_in_one_warning_line():
+    import warnings
+
+    import jax.numpy as jnp
+
+    def fn(x):
+        with sm.section("Scale"):
+            x = x * 2.0
+        with sm.section("Nothing"):
+            pass
+        with sm.section("Outer"):
+            with sm.section("Host only"):
+                _ = len("no tracing here")
+            x = x + 1.0
+        return x
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exported = sm.jax.export(fn, jnp.ones(4))
+    messages = [str(warning.message) for warning in caught if "sectionmark" in str(warning.message)]
+    assert messages == [
+        "sectionmark: section 'Nothing' produced no ops in the export",
+        "sectionmark: section 'Outer / Host only' produced no ops in the export",
+    ]
+    assert exported.sections == (("Scale",), ("Outer",))

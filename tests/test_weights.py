@@ -111,6 +111,9 @@ def test_conv_gets_its_cost_share_of_a_fused_conv_bn_relu(conv_bn_relu):
     conv = next(share for share in site.shares if share.path == ("Block", "Conv"))
     assert conv.flops == 2 * 16 * 32 * 32 * 16 * 3 * 3  # 2·N·F·OH·OW·C·KH·KW
     assert conv.bytes == (16 * 34 * 34 + 16 * 16 * 3 * 3) * 4  # input and filter, read from memory
+    # The worked example of docs/section-map.md and docs/concepts.md.
+    assert weights[("Block", "Conv")] == pytest.approx(5_051_392 / 5_101_056)
+    assert weights[("Block", "BatchNorm")] == pytest.approx(33_280 / 5_101_056)
 
 
 def test_add_fused_into_a_matmul_gets_at_most_five_percent(matmul_add):

@@ -163,9 +163,8 @@ def _run(args: argparse.Namespace) -> None:
         written = compiled.save(args.output)
         print(f"wrote {written}")
         if compiled.section_map is not None:
-            sections = len(compiled.section_map.sections)
             dispatches = sum(c.op == "dispatch" for b in compiled.section_map.command_buffers for c in b.commands)
-            print(f"section map: {sections} sections, {dispatches} recorded dispatches")
+            print(f"section map: {compiled.sections_summary}; {dispatches} recorded dispatches")
     elif args.command == "profile":
         from sectionmark.profiling import profile
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from sectionmark.locations import section_paths
-from sectionmark.paths import SectionPath
+from sectionmark.paths import BACKWARD_SUFFIX, SectionPath, format_path
 
 
 def find_sections(mlir_text: str) -> tuple[SectionPath, ...]:
@@ -46,3 +47,16 @@ class ExportedProgram:
         path = Path(path)
         path.write_text(self.mlir, encoding="utf-8")
         return path
+
+
+def warn_empty_sections(entered: list[SectionPath], found: tuple[SectionPath, ...]) -> None:
+    """One warning line per section entered while the framework traced that owns no op.
+
+    A section owns an op when it or a section nested in it does; a forward
+    section whose ops all landed in the backward pass (" (backward)") counts.
+    """
+    owning = {path[:depth] for path in found for depth in range(1, len(path) + 1)}
+    owning |= {tuple(name.removesuffix(BACKWARD_SUFFIX) for name in path) for path in owning}
+    for path in entered:
+        if path not in owning:
+            warnings.warn(f"sectionmark: section {format_path(path)!r} produced no ops in the export", stacklevel=3)
