@@ -42,10 +42,10 @@ def assert_same_executables(ours: bytes, plain: bytes, tmp_path: Path) -> None:
         assert vm_call_count(ours_asm, call) == vm_call_count(plain_asm, call) > 0, call
 
 
-def _torch_plain_text(model, args) -> str:
+def _torch_plain_text(model, args, **options) -> str:
     from iree.turbine import aot
 
-    return aot.export(model, args=args).mlir_module.get_asm(enable_debug_info=True)
+    return aot.export(model, args=args, **options).mlir_module.get_asm(enable_debug_info=True)
 
 
 def _nanogpt(marked: bool):
@@ -100,6 +100,13 @@ def test_torch_model_matches_the_plain_turbine_pipeline(build, tmp_path):
     assert_same_executables(ours.vmfb, plain, tmp_path)
     host_args = [arg.numpy() for arg in args]
     np.testing.assert_array_equal(run(ours.vmfb, "main", *host_args)[0], run(plain, "main", *host_args)[0])
+
+
+def test_non_strict_export_matches_the_plain_non_strict_pipeline(tmp_path):
+    model, args = _nanogpt(True)
+    ours = sm.compile(sm.torch.export(model, args=args, strict_export=False))
+    plain = plain_compile(_torch_plain_text(model, args, strict_export=False), "torch")
+    assert_same_executables(ours.vmfb, plain, tmp_path)
 
 
 def test_unmarked_model_compiles_identically_with_markers_on_and_off(tmp_path):

@@ -92,3 +92,53 @@ def section_path(loc_text: str) -> SectionPath | None:
     """The section path of a location: the first one found, or None if unmarked."""
     paths = section_paths(loc_text)
     return paths[0] if paths else None
+
+
+def strip_sectionmark_names(loc_text: str) -> str:
+    """The printed location without sectionmark's NameLoc wrappers (sections and site ids).
+
+    ``loc("sectionmark:A"(callsite(...)))`` -> ``loc(callsite(...))``; a wrapper
+    without a child (an unknown location) becomes ``unknown``. Everything else
+    is kept verbatim, so parsing the result gives the location the op had
+    before sectionmark touched it (FusedLoc de-duplicates again on parsing).
+    """
+    out: list[str] = []
+    pos = 0
+    for match in _STRING.finditer(loc_text):
+        if match.start() < pos:
+            continue  # inside a wrapper already copied by the recursive call
+        following = loc_text[match.end():match.end() + 1]
+        if not match.group(1).startswith(_OWN_PREFIXES) or following == ":":
+            continue
+        out.append(loc_text[pos:match.start()])
+        if following == "(":
+            close = _matching_paren(loc_text, match.end())
+            out.append(strip_sectionmark_names(loc_text[match.end() + 1:close]))
+            pos = close + 1
+        else:
+            out.append("unknown")
+            pos = match.end()
+    out.append(loc_text[pos:])
+    return "".join(out)
+
+
+_OWN_PREFIXES = (LOC_PREFIX, "sectionmark.site:")
+
+
+def _matching_paren(text: str, open_index: int) -> int:
+    """Index of the ``)`` closing the ``(`` at ``open_index``, skipping string literals."""
+    depth = 0
+    index = open_index
+    while index < len(text):
+        char = text[index]
+        if char == '"':
+            index = _STRING.match(text, index).end()
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return index
+        index += 1
+    raise ValueError(f"unbalanced location text: {text[:200]}")

@@ -4,7 +4,7 @@ Pipeline (one in-process compilation, see session.py)::
 
     parse                               list the declared sections
           -> ... -> dispatch-creation   annotate sites, weigh compositions (flow.py)
-          -> flow                       executables outlined: restore their locations
+          -> flow                       executables outlined: their locations as without sectionmark
           -> ... -> hal                 record commands, debug groups (hal.py),
                                         embed the section map (embed.py)
           -> ... -> vm bytecode
@@ -21,7 +21,7 @@ from typing import Optional, Sequence, Union
 from iree.compiler import ir
 
 from sectionmark.compiler.embed import embed_section_map, sidecar_path
-from sectionmark.compiler.flow import annotate_sites, restore_export_locations
+from sectionmark.compiler.flow import annotate_sites, restore_executable_locations
 from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.session import PhasedCompilation
 from sectionmark.compiler.targets import target_flags
@@ -93,8 +93,8 @@ def compile(
         if not markers:
             return CompiledModule(compilation.finish(), None, target)
         declared = _declared_sections(compilation.parsed_module())
-        sites, site_locations = annotate_sites(compilation.advance(SITES_PHASE))
-        restore_export_locations(compilation.advance(EXECUTABLES_PHASE), site_locations)
+        sites = annotate_sites(compilation.advance(SITES_PHASE))
+        restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
         module = compilation.advance(COMMANDS_PHASE)
         buffers = CommandRecorder({site.id: site for site in sites}, debug_groups).run(module)
         section_map = SectionMap(

@@ -9,11 +9,13 @@ sections are still visible.
 
 Each site gets an id, in module order, carried to its HAL dispatch by wrapping
 the site op's location in a NameLoc ``sectionmark.site:<id>``. Outlining
-copies that location onto the executable's export, and IREE embeds export
-locations in the executable (Tracy shows them per dispatch), so once the
-executables exist (phase ``flow``) `restore_export_locations` puts the
-original locations back: executables stay byte-identical to a compile
-without sectionmark, while the dispatch ops in the host code keep the id.
+copies that location onto the executable's export, and IREE embeds
+locations in the executable (export source locations that Tracy shows per
+dispatch, debug info), so once the executables exist (phase ``flow``)
+`restore_executable_locations` removes every sectionmark NameLoc inside
+them — the site ids and the torch importer's section names: executables stay
+byte-identical to a compile without sectionmark, while the host code keeps
+the ids and sections for the command buffers.
 
 Composition (docs/section-map.md): a site is split between the sections of
 its ops by estimated cost (`sectionmark.compiler.weights`, rule ``"cost"``),
@@ -36,7 +38,7 @@ from iree.compiler.passmanager import PassManager
 
 from sectionmark.compiler.weights import site_costs, site_op_counts
 from sectionmark.errors import SectionmarkError
-from sectionmark.locations import section_path
+from sectionmark.locations import section_path, strip_sectionmark_names
 from sectionmark.paths import SectionPath
 from sectionmark.section_map import DispatchSite, Share
 
@@ -61,12 +63,8 @@ def site_id(location: ir.Location) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
-def annotate_sites(module: ir.Operation) -> tuple[list[DispatchSite], dict[int, ir.Location]]:
-    """Give every dispatch site an id in its location and compute its composition.
-
-    Returns the sites and each site's original location, for
-    `restore_export_locations`.
-    """
+def annotate_sites(module: ir.Operation) -> list[DispatchSite]:
+    """Give every dispatch site an id in its location and compute its composition."""
     generalized = module.clone()
     with module.context:
         PassManager.parse(GENERALIZE).run(generalized)
@@ -74,39 +72,34 @@ def annotate_sites(module: ir.Operation) -> tuple[list[DispatchSite], dict[int, 
     if len(originals) != len(copies):
         raise SectionmarkError("internal error: generalizing linalg ops changed the dispatch sites")
     sites: list[DispatchSite] = []
-    locations: dict[int, ir.Location] = {}
     for index, ((site, function), (copy, _)) in enumerate(zip(originals, copies)):
         sites.append(_composition(site, copy, function, index))
-        locations[index] = site.location
-        site.location = _site_location(index, site.location)
-    return sites, locations
+        site.location = ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=site.location, context=site.context)
+    return sites
 
 
-def restore_export_locations(module: ir.Operation, locations: dict[int, ir.Location]) -> None:
-    """At phase ``flow``: give every op inside an executable back the location its site had."""
-    leftover: list[str] = []
+def restore_executable_locations(module: ir.Operation) -> None:
+    """At phase ``flow``: remove sectionmark's NameLocs from every op inside an executable.
+
+    Outlining copied the site wrappers onto executable exports, and the torch
+    importer's section wrappers are on every op; IREE embeds these locations
+    in the executable binary (source locations for Tracy, debug info), so
+    they must be exactly what a compile without sectionmark has.
+    """
+    restored: dict[str, ir.Location] = {}
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if SITE_PREFIX in str(op.location):
-            index = site_id(op.location)
-            original = locations.get(index)
-            if original is not None and op.location == _site_location(index, original):
-                op.location = original
-            else:
-                leftover.append(op.name)
+        text = str(op.location)
+        if "sectionmark" in text:
+            location = restored.get(text)
+            if location is None:
+                parsed = ir.Operation.parse("module {} " + strip_sectionmark_names(text), context=op.context)
+                location = restored[text] = parsed.location
+            op.location = location
         return ir.WalkResult.ADVANCE
 
     for executable in _ops_named(module, EXECUTABLE_OPS):
         executable.walk(visit, ir.WalkOrder.PRE_ORDER)
-    if leftover:
-        raise SectionmarkError(
-            f"internal error: a dispatch site id reached executable code ({leftover[0]}); "
-            "its executable would differ from a plain compile"
-        )
-
-
-def _site_location(index: int, original: ir.Location) -> ir.Location:
-    return ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=original, context=original.context)
 
 
 def _ops_named(module: ir.Operation, names: tuple[str, ...]) -> list[ir.Operation]:
