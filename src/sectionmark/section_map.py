@@ -14,15 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from sectionmark import serialization
 from sectionmark.paths import SectionPath
 
 SECTION_MAP_VERSION = 2
 WEIGHT_RULE = "cost"  # docs/section-map.md; sites that cannot be sized say "op-count"
 COMMAND_OPS = ("dispatch", "barrier", "fill", "copy", "update")
-
-
-def _optional_float(value: Any) -> Optional[float]:
-    return None if value is None else float(value)
 
 
 class SectionMapError(ValueError):
@@ -96,51 +93,12 @@ class SectionMap:
     version: int = SECTION_MAP_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        def shares(items: list[Share]) -> list[dict[str, Any]]:
-            return [
-                {"path": list(s.path), "weight": s.weight, **({"flops": s.flops, "bytes": s.bytes} if s.flops is not None else {})}
-                for s in items
-            ]
-
-        return {
-            "version": self.version,
-            "weight_rule": self.weight_rule,
-            "target": self.target,
-            "sections": [list(path) for path in self.sections],
-            "sites": [
-                {
-                    "id": site.id,
-                    "function": site.function,
-                    "shares": shares(site.shares),
-                    "op_count": site.op_count,
-                    "rule": site.rule,
-                    "executable": site.executable,
-                    "key": site.key,
-                }
-                for site in self.sites
-            ],
-            "command_buffers": [
-                {
-                    "index": buffer.index,
-                    "function": buffer.function,
-                    "commands": [
-                        {
-                            "op": c.op,
-                            "key": c.key,
-                            "site": c.site,
-                            "shares": shares(c.shares),
-                            "workgroups": c.workgroups,
-                            "binding_bytes": c.binding_bytes,
-                        }
-                        for c in buffer.commands
-                    ],
-                }
-                for buffer in self.command_buffers
-            ],
-        }
+        data = serialization.to_json(self)
+        return {"version": data.pop("version"), **data}
 
     @classmethod
     def from_json(cls, data: Any) -> "SectionMap":
+        """Read and validate a map (types, finite non-negative weights summing to 1, known ops, site ids)."""
         if not isinstance(data, dict) or "version" not in data:
             raise SectionMapError("not a sectionmark section map (no 'version' field)")
         if data["version"] != SECTION_MAP_VERSION:
@@ -149,51 +107,26 @@ class SectionMap:
                 "recompile the model with this version of sectionmark"
             )
         try:
+            section_map = serialization.from_json(cls, data, "section map")
+        except serialization.SchemaError as error:
+            raise SectionMapError(f"malformed section map: {error}") from None
+        section_map._validate()
+        return section_map
 
-            def shares(items: list[dict[str, Any]]) -> list[Share]:
-                return [
-                    Share(tuple(s["path"]), float(s["weight"]), _optional_float(s.get("flops")), _optional_float(s.get("bytes")))
-                    for s in items
-                ]
-
-            return cls(
-                version=data["version"],
-                weight_rule=str(data["weight_rule"]),
-                target=data.get("target"),
-                sections=[tuple(path) for path in data["sections"]],
-                sites=[
-                    DispatchSite(
-                        id=int(s["id"]),
-                        function=s["function"],
-                        shares=shares(s["shares"]),
-                        op_count=int(s["op_count"]),
-                        rule=str(s["rule"]),
-                        executable=s.get("executable"),
-                        key=s.get("key"),
-                    )
-                    for s in data["sites"]
-                ],
-                command_buffers=[
-                    CommandBuffer(
-                        index=int(b["index"]),
-                        function=b["function"],
-                        commands=[
-                            Command(
-                                op=c["op"],
-                                key=c.get("key"),
-                                site=c.get("site"),
-                                shares=shares(c.get("shares", [])),
-                                workgroups=c.get("workgroups"),
-                                binding_bytes=c.get("binding_bytes"),
-                            )
-                            for c in b["commands"]
-                        ],
-                    )
-                    for b in data["command_buffers"]
-                ],
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            raise SectionMapError(f"malformed section map: {error!r}") from None
+    def _validate(self) -> None:
+        site_ids = {site.id for site in self.sites}
+        owners = [(f"sites[{i}]", site.shares) for i, site in enumerate(self.sites)]
+        for b, buffer in enumerate(self.command_buffers):
+            for c, command in enumerate(buffer.commands):
+                where = f"command_buffers[{b}].commands[{c}]"
+                if command.op not in COMMAND_OPS:
+                    raise SectionMapError(f"malformed section map: {where}.op: unknown command {command.op!r}")
+                if command.site is not None and command.site not in site_ids:
+                    raise SectionMapError(f"malformed section map: {where}.site: no dispatch site {command.site}")
+                owners.append((where, command.shares))
+        for where, shares in owners:
+            if any(share.weight < 0 for share in shares) or (shares and abs(sum(s.weight for s in shares) - 1) > 1e-6):
+                raise SectionMapError(f"malformed section map: {where}.shares: weights must be >= 0 and sum to 1")
 
     @property
     def reached(self) -> list[SectionPath]:
@@ -214,8 +147,8 @@ class SectionMap:
     def loads(cls, text: str) -> "SectionMap":
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise SectionMapError(f"section map is not valid JSON: {error}") from None
+        except (json.JSONDecodeError, RecursionError) as error:
+            raise SectionMapError(f"section map is not valid JSON: {str(error)[:200]}") from None
         return cls.from_json(data)
 
     def save(self, path: str | Path) -> None:
@@ -223,4 +156,8 @@ class SectionMap:
 
     @classmethod
     def load(cls, path: str | Path) -> "SectionMap":
-        return cls.loads(Path(path).read_text(encoding="utf-8"))
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise SectionMapError(f"section map is not UTF-8 text: {error.reason} at byte {error.start}") from None
+        return cls.loads(text)

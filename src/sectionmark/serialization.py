@@ -1,0 +1,118 @@
+"""JSON for sectionmark's data models, derived from their dataclasses.
+
+The section map and the profile session are versioned JSON documents. Writing
+each field by hand twice (to and from JSON) is where typos and half-checked
+input come from, so both directions are derived here from the dataclass
+fields and their type hints. Reading validates as it goes: every value must
+have its declared type (an ``int`` field rejects ``1.5`` and ``true``; a
+``float`` field rejects NaN and infinities), and an error names the place,
+e.g. ``sites[3].shares[0].weight: expected a finite number, got NaN``.
+
+Supported field types: ``str``, ``int``, ``float``, ``bool``, ``Optional[T]``,
+``list[T]``, ``tuple[str, ...]`` (section paths), ``dict[str, T]`` and nested
+dataclasses. Field names are the JSON keys; a field with a default may be
+missing from the input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from functools import lru_cache
+from typing import Any, TypeVar, Union
+
+T = TypeVar("T")
+
+
+class SchemaError(ValueError):
+    """Input that does not match the dataclass schema; the message names the place."""
+
+
+def to_json(value: Any) -> Any:
+    """A dataclass (or list/tuple/dict of them) as plain JSON-serialisable values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: to_json(getattr(value, field.name)) for field in _fields(type(value))}
+    if isinstance(value, (list, tuple)):
+        return [to_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_json(item) for key, item in value.items()}
+    return value
+
+
+def from_json(cls: type[T], data: Any, where: str = "") -> T:
+    """Build ``cls`` from JSON data, checking every value against the field types."""
+    return _read(cls, data, where or cls.__name__)
+
+
+@lru_cache(maxsize=None)
+def _fields(cls: type) -> tuple[dataclasses.Field, ...]:
+    return tuple(field for field in dataclasses.fields(cls) if field.init)
+
+
+@lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _read(kind: Any, data: Any, where: str) -> Any:
+    origin, arguments = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (Union, types.UnionType):
+        options = [option for option in arguments if option is not type(None)]
+        if data is None:
+            if len(options) < len(arguments):
+                return None
+            raise SchemaError(f"{where}: must not be null")
+        return _read(options[0] if len(options) == 1 else Union[tuple(options)], data, where)
+    if dataclasses.is_dataclass(kind):
+        return _read_dataclass(kind, data, where)
+    if origin is list:
+        return [_read(arguments[0], item, f"{where}[{index}]") for index, item in enumerate(_expect(list, data, where))]
+    if origin is tuple:
+        items = _expect(list, data, where)
+        return tuple(_read(arguments[0], item, f"{where}[{index}]") for index, item in enumerate(items))
+    if origin is dict:
+        mapping = _expect(dict, data, where)
+        return {_read(arguments[0], key, f"{where} key"): _read(arguments[1], item, f"{where}.{key}") for key, item in mapping.items()}
+    if kind is float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise SchemaError(f"{where}: expected a number, got {_describe(data)}")
+        if not math.isfinite(data):
+            raise SchemaError(f"{where}: expected a finite number, got {data}")
+        return float(data)
+    if kind is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise SchemaError(f"{where}: expected an integer, got {_describe(data)}")
+        return data
+    if kind in (str, bool):
+        return _expect(kind, data, where)
+    if kind is Any:
+        return data
+    raise TypeError(f"serialization: unsupported field type {kind!r} at {where}")
+
+
+def _read_dataclass(cls: type, data: Any, where: str) -> Any:
+    mapping = _expect(dict, data, where)
+    hints = _hints(cls)
+    values = {}
+    for field in _fields(cls):
+        if field.name in mapping:
+            values[field.name] = _read(hints[field.name], mapping[field.name], f"{where}.{field.name}")
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise SchemaError(f"{where}: missing field '{field.name}'")
+    return cls(**values)
+
+
+def _expect(kind: type, data: Any, where: str) -> Any:
+    if not isinstance(data, kind) or (kind is not bool and isinstance(data, bool)):
+        names = {dict: "an object", list: "a list", str: "a string", bool: "true or false"}
+        raise SchemaError(f"{where}: expected {names.get(kind, kind.__name__)}, got {_describe(data)}")
+    return data
+
+
+def _describe(data: Any) -> str:
+    if data is None:
+        return "null"
+    text = repr(data)
+    return f"{type(data).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
