@@ -54,7 +54,7 @@ def synthetic(
     compositions = list(dict.fromkeys(parts for _s, _e, parts in events))
     commands = [
         Command("dispatch", f"main_dispatch_{index}", site=index,
-                shares=[Share(path, weight) for path, weight in parts if path])
+                shares=[Share(path, weight) for path, weight in parts])
         for index, parts in enumerate(compositions)
     ]
     sites = [DispatchSite(id=index, function="main", shares=command.shares, op_count=1)
@@ -70,7 +70,8 @@ def synthetic(
     array["slot"] = [compositions.index(parts) for _s, _e, parts in events]
     array["call"] = call_of if call_of is not None else [0] * len(events)
     attribution = Attribution(events=array, slots=slots, compositions=compositions, calls=calls, warmup=0,
-                              calls_known=True, keys=[c.key for c in commands], buffer_matches={7: 0})
+                              calls_known=True, keys=[c.key for c in commands],
+                              buffer_matches={7: 0})  # some runtime buffer id ran static buffer 0 (function main)
     return attribution, section_map
 
 
