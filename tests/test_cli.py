@@ -6,8 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from invariants import assert_profile_invariants
 
 from sectionmark.cli import build_parser, main
+from sectionmark.renderers import json_out
 
 COMMANDS = ["compile", "profile", "report", "tracy", "tracy-stats"]
 
@@ -68,6 +70,7 @@ def test_compile_profile_report_from_the_shell(tmp_path, capsys):
                  "--keep-profile", str(profile), "--json", str(tmp_path / "s.json"), "--sites"]) == 0
     out = capsys.readouterr().out
     assert "coverage:" in out and "dispatch sites" in out
+    assert_profile_invariants(json_out.load(tmp_path / "s.json"))
     assert main(["report", str(profile), "--map", str(vmfb), "--warmup", "1", "--perfetto", str(tmp_path / "p.json")]) == 0
     assert Path(tmp_path / "p.json").stat().st_size > 0
 

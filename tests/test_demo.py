@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from invariants import assert_profile_invariants
 
 from sectionmark.profiling import report
 from sectionmark.renderers import json_out
@@ -51,11 +52,12 @@ def test_demo_small_config_end_to_end(tmp_path):
     assert ("Block 1", "Self Attention", "Attention Softmax") in section_map.sections
 
     session = json_out.load(out / "sections.json")
-    assert session.coverage_error < 1e-3
+    assert_profile_invariants(session)
     names = {row.path for row in session.sections}
     assert set(section_map.sections) <= names | {()}
 
     again = report(out / "run.ireeprof", out / "model.vmfb", warmup=2)
+    assert_profile_invariants(again)
     assert again.total_ns == session.total_ns
 
     with open(out / "sections.csv", newline="", encoding="utf-8") as handle:

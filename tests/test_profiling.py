@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from invariants import assert_profile_invariants
 
 import sectionmark.profiling as profiling
 from sectionmark.errors import SectionmarkError
@@ -17,7 +18,8 @@ from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.ireeprof import read_profile
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import csv_out, json_out
-from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
+from sectionmark.renderers.table import render_text
+from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 
 iree_compiler = pytest.importorskip("iree.compiler")
 
@@ -99,6 +101,7 @@ def plain_run(tmp_path_factory, inputs):
     profile_path = directory / "run.ireeprof"
     session = profiling.profile(vmfb, inputs, iterations=8, warmup=3, section_map=hand_map(),
                                 keep_profile=profile_path, quiet=True)
+    assert_profile_invariants(session)
     return vmfb, profile_path, session
 
 
@@ -157,7 +160,11 @@ def test_every_dispatch_attributed_and_fused_shares_split(plain_run):
     assert mlp.busy_ns == pytest.approx(0.75 * site1.busy_ns)
     assert mlp.shared_ns == pytest.approx(mlp.busy_ns)
     assert mlp.shared_with[("Block", "Attn")] == pytest.approx(0.25 * site1.busy_ns)
-    assert block.wall_ns <= block.busy_ns and mlp.wall_ns >= mlp.busy_ns
+    # A barrier separates the two dispatches: nothing overlaps, so every section's wall equals its busy time,
+    # the shared dispatch's wall split 25/75 like its busy time.
+    for row in session.sections:
+        assert row.wall_ns == pytest.approx(row.busy_ns) and row.exclusive_wall_ns == pytest.approx(row.exclusive_ns)
+    assert session.wall_ns == session.total_ns
     assert block.per_call.min_ns <= block.per_call.p50_ns <= block.per_call.max_ns
 
 
@@ -166,6 +173,7 @@ def test_unmarked_dispatch_and_coverage(plain_run):
     section_map = hand_map()
     section_map.command_buffers[0].commands[0].shares = []  # first dispatch in no section
     session = profiling.report(profile_path, section_map, calls=11, warmup=3)
+    assert_profile_invariants(session)
     first = next(site for site in session.sites if site.site == 0)
     assert session.unmarked_ns == pytest.approx(first.busy_ns)
     covered = sum(row.busy_ns for row in session.sections if len(row.path) == 1) + session.unmarked_ns
@@ -173,9 +181,24 @@ def test_unmarked_dispatch_and_coverage(plain_run):
     assert "(unmarked)" in session.table()
 
 
+def test_declared_sections_without_dispatches_are_reported(plain_run):
+    _vmfb, profile_path, _session = plain_run
+    section_map = hand_map()
+    section_map.sections += [("Block", "Cache"), ("Folded",)]
+    section_map.sites.append(DispatchSite(id=5, function="__init", shares=[Share(("Block", "Cache"), 1.0)], op_count=1))
+    session = profiling.report(profile_path, section_map, calls=11, warmup=3)
+    assert_profile_invariants(session)
+    cache, folded = session.section(("Block", "Cache")), session.section(("Folded",))
+    assert (cache.dispatched, cache.note) == (False, "no dispatches: ran only in initializers")
+    assert (folded.dispatched, folded.note) == (False, "no dispatches: optimised away or folded into constants")
+    assert session.section(("Block",)).note is None
+    assert "Cache — no dispatches: ran only in initializers" in render_text(session, width=200)
+
+
 def test_calls_are_inferred_without_a_count(plain_run):
     _vmfb, profile_path, _session = plain_run
     session = profiling.report(profile_path, hand_map())
+    assert_profile_invariants(session)
     assert session.calls == 11 and session.calls_known
 
 
@@ -192,6 +215,7 @@ def test_one_shot_command_buffers_of_dynamic_shapes(tmp_path):
     session = profiling.profile(vmfb, (rng.random((32, 64), np.float32), rng.random((64, 64), np.float32)),
                                 iterations=4, warmup=1, section_map=section_map, keep_profile=path, quiet=True)
     assert len(read_profile(path).command_buffers) == 5  # a new one-shot buffer per call
+    assert_profile_invariants(session)
     assert session.calls == 4 and session.section(("MM",)).dispatches == 4
     assert session.section(("MM",)).busy_ns == session.total_ns
 
@@ -200,6 +224,7 @@ def test_real_compiler_section_map(tmp_path, inputs):
     compiler = pytest.importorskip("sectionmark.compiler")
     compiled = compiler.compile(TWO_MATMULS, target="llvm-cpu")
     session = profiling.profile(compiled, inputs, iterations=5, warmup=1, quiet=True)
+    assert_profile_invariants(session)
     paths = {row.path for row in session.section_rows}
     assert {("Block",), ("Block", "Attn"), ("Block", "MLP")} <= paths
     assert sum(site.dispatches for site in session.sites) == len(session.attribution.events)
@@ -208,7 +233,9 @@ def test_real_compiler_section_map(tmp_path, inputs):
     children = [row for row in session.section_rows if row.path[:1] == ("Block",) and len(row.path) == 2]
     assert block.busy_ns == pytest.approx(block.exclusive_ns + sum(row.busy_ns for row in children))
     compiled.save(tmp_path / "m.vmfb")  # the saved map is found again by path
-    assert profiling.profile(tmp_path / "m.vmfb", inputs, iterations=2, warmup=0, quiet=True).calls == 2
+    again = profiling.profile(tmp_path / "m.vmfb", inputs, iterations=2, warmup=0, quiet=True)
+    assert_profile_invariants(again)
+    assert again.calls == 2
 
 
 # ---------------------------------------------------------------------------- outputs
@@ -217,10 +244,13 @@ def test_real_compiler_section_map(tmp_path, inputs):
 def test_json_round_trip_and_csv(plain_run, tmp_path):
     _vmfb, _path, session = plain_run
     data = session.to_json()
-    assert data["version"] == 1 and data["total_ns"] == session.total_ns
-    assert {"path", "busy_ns", "wall_ns", "calls", "dispatches", "share"} <= set(data["sections"][0])
+    assert data["version"] == 2 and data["total_ns"] == session.total_ns
+    assert {"path", "busy_ns", "wall_ns", "exclusive_wall_ns", "calls", "dispatches", "dispatched", "note",
+            "share"} <= set(data["sections"][0])
     saved = json_out.save(session, tmp_path / "p.json")
-    assert json_out.load(saved).to_json() == json.loads(json.dumps(data))
+    loaded = json_out.load(saved)
+    assert_profile_invariants(loaded)
+    assert loaded.to_json() == json.loads(json.dumps(data))
     lines = csv_out.dumps(session).splitlines()
     assert lines[0].startswith("section,path") and len(lines) == 1 + len(session.sections)
     text = session.table()
@@ -288,9 +318,11 @@ def test_fuzz_bundle_bytes(plain_run, tmp_path, data):
     path = tmp_path / "fuzz.ireeprof"
     path.write_bytes(bytes(original[: data.draw(st.integers(0, len(original)))]))
     try:
-        profiling.report(path, hand_map())
+        session = profiling.report(path, hand_map())
     except SectionmarkError as error:
         assert "\n" not in str(error)
+    else:
+        assert_profile_invariants(session)
 
 
 @pytest.fixture(scope="module")
@@ -328,6 +360,8 @@ def test_fuzz_jsonl_lines(exported_lines, tmp_path, data):
     path = tmp_path / "fuzz.jsonl"
     path.write_text("\n".join(lines), encoding="utf-8")
     try:
-        ProfileSession.build(attribute(read_profile(path), hand_map()), hand_map())
+        session = ProfileSession.build(attribute(read_profile(path), hand_map()), hand_map())
     except SectionmarkError as error:
         assert "\n" not in str(error)
+    else:
+        assert_profile_invariants(session)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from invariants import assert_profile_invariants
 
 from sectionmark.paths import SectionPath
 from sectionmark.profiling.timeline import dispatch_label, session_timelines
@@ -171,6 +172,7 @@ def replay(tmp_path_factory) -> tuple[object, Capture]:
     exported = sm.torch.export(Tiny(), args=(x,))
     compiled = sm.compile(exported, target="llvm-cpu")
     session = sm.profile(compiled, args=(x.numpy(),), iterations=4, warmup=1, quiet=True)
+    assert_profile_invariants(session)
     path = session.save_tracy(tmp_path_factory.mktemp("replay") / "run.tracy")
     return session, read_capture(path)
 

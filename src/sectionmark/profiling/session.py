@@ -4,30 +4,40 @@ How times are computed (docs/profile-json.md has the full story):
 
 * busy time: the sum of dispatch durations (end - start on IREE's host clock);
   a fused dispatch is split between its sections by the section map's weights;
-* wall time: the length of the union of the section's dispatch intervals:
-  dispatches inside one barrier region run concurrently on local-task, so busy
-  can exceed wall. A shared dispatch counts fully towards each section's wall;
+* wall time: the length of the union of all dispatch intervals, partitioned
+  among the dispatches (where k dispatches overlap, each gets 1/k of that
+  stretch) and each dispatch's part split between its sections like its busy
+  time. Dispatches inside one barrier region run concurrently on local-task,
+  so busy can exceed wall; section walls add up to the total wall, and no
+  section's wall exceeds its busy time;
 * inclusive time of a section includes its nested sections; exclusive time is
   what remains for the section itself;
 * coverage: top-level sections + "(unmarked)" must add up to the total
-  measured dispatch time (checked to 0.1%).
+  measured dispatch time and to the total wall time (checked to 0.1%);
+* a declared section that owns no part of any measured dispatch keeps its row,
+  with a note saying why (initializers only, another function, folded away).
+
+``build`` is a pipeline of small pure functions over numpy arrays (one row
+per event, composition or section), because profiles can hold millions of
+events; each is unit-tested on hand-built data in tests/test_session.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath, format_path
-from sectionmark.profiling.attribute import Attribution
-from sectionmark.section_map import SectionMap
+from sectionmark.profiling.attribute import Attribution, Composition
+from sectionmark.section_map import SectionMap, Share
 
-PROFILE_JSON_VERSION = 1
+PROFILE_JSON_VERSION = 2
 COVERAGE_TOLERANCE = 1e-3
+INITIALIZER_FUNCTION = "__init"  # the VM's name for module initializers (section map `sites[].function`)
 
 
 @dataclass
@@ -55,13 +65,15 @@ class SectionStats:
     path: SectionPath
     busy_ns: float  # inclusive: this section and its nested sections
     exclusive_ns: float  # this section alone
-    shared_ns: float  # part of busy_ns that came from dispatches fused with other sections
-    wall_ns: int  # union of the intervals of dispatches touching the section (inclusive)
+    shared_ns: float  # part of exclusive_ns that came from dispatches fused with other sections
+    wall_ns: float  # inclusive part of the total wall time (apportioned like busy time)
+    exclusive_wall_ns: float  # this section alone
     calls: int  # measured calls in which the section ran
     dispatches: int  # dispatch events touching the section (inclusive)
     share: float  # busy_ns / total busy
     per_call: CallStats
     shared_with: dict[SectionPath, float] = field(default_factory=dict)  # other section -> ns it took from shared dispatches
+    note: Optional[str] = None  # a declared section without dispatches: why it has none
 
     @property
     def name(self) -> str:
@@ -70,6 +82,11 @@ class SectionStats:
     @property
     def depth(self) -> int:
         return max(len(self.path) - 1, 0)
+
+    @property
+    def dispatched(self) -> bool:
+        """Whether any measured dispatch carried (part of) this section."""
+        return self.dispatches > 0
 
 
 @dataclass
@@ -87,6 +104,32 @@ class SiteStats:
     shared_executable: bool  # the same export function (key) also runs for another section
 
 
+@dataclass(frozen=True)
+class Weights:
+    """How each composition's time is split into section columns.
+
+    Rows are compositions, columns the section paths in report order plus a
+    last column for "(unmarked)".
+    """
+
+    exclusive: np.ndarray  # [c, s]: fraction of composition c's time that is exclusive time of s
+    inclusive: np.ndarray  # [c, s]: ... inclusive time of s (its own share and its descendants')
+    member: np.ndarray  # [c, s]: s or a section nested in it has a share in c (even of weight 0)
+
+
+@dataclass(frozen=True)
+class CompositionSums:
+    """Event data summed per composition (a composition is one distinct split of a dispatch)."""
+
+    busy_by_call: np.ndarray  # [call, c]: summed durations
+    wall: np.ndarray  # [c]: summed wall parts
+    count: np.ndarray  # [c]: events
+
+    @property
+    def busy(self) -> np.ndarray:
+        return self.busy_by_call.sum(axis=0)
+
+
 @dataclass
 class ProfileSession:
     """The second core data model: a profiled run joined with its section map."""
@@ -99,7 +142,7 @@ class ProfileSession:
     calls_known: bool
     sections: list[SectionStats]  # depth-first, parents before children; "(unmarked)" last
     sites: list[SiteStats]
-    coverage_error: float  # |sections + unmarked - total| / total
+    coverage_error: float  # |sections + unmarked - total| / total (busy time)
     function: Optional[str] = None
     weight_rule: str = "op-count"  # how fused dispatches were split (from the section map)
     attribution: Optional[Attribution] = None  # per-event data for timelines; None after from_json
@@ -115,93 +158,39 @@ class ProfileSession:
                 "and was host-execution profiling on?)"
             )
         compositions = attribution.compositions
-        duration = (events["end_ns"] - events["start_ns"]).astype(np.float64)
+        starts, ends = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64)
+        duration = (ends - starts).astype(np.float64)
         slot_composition = np.array([slot.composition for slot in attribution.slots], np.int64)
         composition = slot_composition[events["slot"]]
         calls = max(attribution.calls, 1)
         call = np.minimum(events["call"], calls - 1).astype(np.int64)
 
-        # Paths: those the map declares, then any that only appear in shares; parents first.
-        ordered: dict[SectionPath, None] = {}
-        for path in [*section_map.sections, *(p for c in compositions for p, _w in c if p)]:
-            for depth in range(1, len(path) + 1):
-                ordered.setdefault(tuple(path[:depth]), None)
-        paths = _depth_first(list(ordered))
-        column = {path: index for index, path in enumerate(paths)}
-        unmarked = len(paths)
+        paths = section_paths(section_map.sections, compositions)
+        sums = composition_sums(composition, call, duration, wall_parts(starts, ends), calls, len(compositions))
+        rows = section_rows(paths, compositions, weight_matrices(compositions, paths), sums)
+        profiled = _profiled_functions(attribution, section_map, function)
+        for row in rows[:-1]:
+            if not row.dispatched:
+                row.note = no_dispatch_note(row.path, section_map, profiled)
 
-        # weight[c, s]: fraction of composition c's time that is inclusive time of section s.
-        exclusive_weight = np.zeros((len(compositions), len(paths) + 1))
-        inclusive_weight = np.zeros_like(exclusive_weight)
-        for c, parts in enumerate(compositions):
-            for path, weight in parts:
-                if not path:
-                    exclusive_weight[c, unmarked] += weight
-                    inclusive_weight[c, unmarked] += weight
-                    continue
-                exclusive_weight[c, column[path]] += weight
-                for depth in range(1, len(path) + 1):
-                    inclusive_weight[c, column[path[:depth]]] += weight
-
-        by_call = np.bincount(call * len(compositions) + composition, weights=duration,
-                              minlength=calls * len(compositions)).reshape(calls, len(compositions))
-        per_call_inclusive = by_call @ inclusive_weight  # calls x sections
-        composition_time = by_call.sum(axis=0)
-        composition_count = np.bincount(composition, minlength=len(compositions))
-        inclusive = composition_time @ inclusive_weight
-        exclusive = composition_time @ exclusive_weight
-        touching = inclusive_weight > 0
-        dispatch_count = composition_count @ touching
-
-        # Shared time: from compositions with more than one section; and with whom.
-        shared = np.zeros(len(paths) + 1)
-        shared_with: list[dict[SectionPath, float]] = [{} for _ in range(len(paths) + 1)]
-        for c, parts in enumerate(compositions):
-            if len(parts) < 2:
-                continue
-            for path, weight in parts:
-                shared[column[path] if path else unmarked] += composition_time[c] * weight
-                for other, other_weight in parts:
-                    if other != path:
-                        row = shared_with[column[path] if path else unmarked]
-                        row[other] = row.get(other, 0.0) + composition_time[c] * other_weight
-
-        order = np.argsort(events["start_ns"], kind="stable")
-        starts, ends, sorted_composition = events["start_ns"][order], events["end_ns"][order], composition[order]
-        total = float(duration.sum())
-        rows = []
-        for s, path in enumerate([*paths, ()]):
-            mask = touching[:, s][sorted_composition]
-            rows.append(
-                SectionStats(
-                    path=path,
-                    busy_ns=float(inclusive[s]),
-                    exclusive_ns=float(exclusive[s]),
-                    shared_ns=float(shared[s]),
-                    wall_ns=_union_length(starts[mask], ends[mask]),
-                    calls=int((per_call_inclusive[:, s] > 0).sum()),
-                    dispatches=int(dispatch_count[s]),
-                    share=float(inclusive[s] / total) if total else 0.0,
-                    per_call=CallStats.of(per_call_inclusive[:, s]),
-                    shared_with=shared_with[s],
-                )
-            )
-        top_level = sum(row.busy_ns for row in rows if len(row.path) == 1)
-        covered = top_level + rows[-1].busy_ns
-        coverage_error = abs(covered - total) / total if total else 0.0
-        if coverage_error > COVERAGE_TOLERANCE:
+        total_busy, total_wall = float(duration.sum()), _union_length(starts, ends)
+        top_level = [row for row in rows if len(row.path) == 1] + [rows[-1]]
+        covered_busy, covered_wall = sum(row.busy_ns for row in top_level), sum(row.wall_ns for row in top_level)
+        coverage_error = _relative_error(covered_busy, total_busy)
+        if max(coverage_error, _relative_error(covered_wall, total_wall)) > COVERAGE_TOLERANCE:
             raise SectionmarkError(
-                f"internal error: sections cover {covered:.0f} ns of {total:.0f} ns measured dispatch time"
+                f"internal error: sections cover {covered_busy:.0f} ns of {total_busy:.0f} ns busy "
+                f"and {covered_wall:.0f} ns of {total_wall} ns wall dispatch time"
             )
         return cls(
-            total_ns=int(events["end_ns"].astype(np.int64).sum() - events["start_ns"].astype(np.int64).sum()),
-            wall_ns=_union_length(starts, ends),
+            total_ns=int((ends - starts).sum()),
+            wall_ns=total_wall,
             unmarked_ns=rows[-1].busy_ns,
             calls=attribution.calls,
             warmup=attribution.warmup,
             calls_known=attribution.calls_known,
             sections=rows,
-            sites=_sites(attribution, section_map, composition, duration),
+            sites=_sites(attribution, section_map, duration),
             coverage_error=coverage_error,
             function=function,
             weight_rule=section_map.weight_rule,
@@ -272,9 +261,12 @@ class ProfileSession:
                 "busy_ns": round(row.busy_ns),
                 "exclusive_ns": round(row.exclusive_ns),
                 "shared_ns": round(row.shared_ns),
-                "wall_ns": row.wall_ns,
+                "wall_ns": round(row.wall_ns),
+                "exclusive_wall_ns": round(row.exclusive_wall_ns),
                 "calls": row.calls,
                 "dispatches": row.dispatches,
+                "dispatched": row.dispatched,
+                "note": row.note,
                 "share": row.share,
                 "per_call": {name: round(value) for name, value in vars(row.per_call).items()},
                 "shared_with": [{"path": list(p), "ns": round(ns)} for p, ns in row.shared_with.items()],
@@ -311,9 +303,13 @@ class ProfileSession:
     @classmethod
     def from_json(cls, data: Any) -> "ProfileSession":
         """Rebuild the statistics (not the per-event data) from :meth:`to_json` output."""
-        if not isinstance(data, dict) or data.get("version") != PROFILE_JSON_VERSION:
-            version = data.get("version") if isinstance(data, dict) else None
-            raise SectionmarkError(f"not a sectionmark profile JSON of version {PROFILE_JSON_VERSION} (version {version!r})")
+        if not isinstance(data, dict) or "version" not in data:
+            raise SectionmarkError("not a sectionmark profile JSON (no 'version' field)")
+        if data["version"] != PROFILE_JSON_VERSION:
+            raise SectionmarkError(
+                f"profile JSON version {data['version']!r} is not supported (expected {PROFILE_JSON_VERSION}); "
+                "run `sectionmark report` on the .ireeprof again"
+            )
         try:
             sections = [
                 SectionStats(
@@ -321,12 +317,14 @@ class ProfileSession:
                     busy_ns=float(row["busy_ns"]),
                     exclusive_ns=float(row["exclusive_ns"]),
                     shared_ns=float(row["shared_ns"]),
-                    wall_ns=int(row["wall_ns"]),
+                    wall_ns=float(row["wall_ns"]),
+                    exclusive_wall_ns=float(row["exclusive_wall_ns"]),
                     calls=int(row["calls"]),
                     dispatches=int(row["dispatches"]),
                     share=float(row["share"]),
                     per_call=CallStats(**{k: float(v) for k, v in row["per_call"].items()}),
                     shared_with={tuple(item["path"]): float(item["ns"]) for item in row["shared_with"]},
+                    note=None if row["note"] is None else str(row["note"]),
                 )
                 for row in data["sections"]
             ]
@@ -363,6 +361,161 @@ class ProfileSession:
             raise SectionmarkError(f"malformed sectionmark profile JSON: {error}") from None
 
 
+def section_paths(declared: Iterable[SectionPath], compositions: Iterable[Composition]) -> list[SectionPath]:
+    """Report order of the section columns: declared paths, then any that only appear in
+    compositions, each with its parents, depth first (a parent right before its children)."""
+    ordered: dict[SectionPath, None] = {}
+    for path in [*declared, *(p for parts in compositions for p, _w in parts if p)]:
+        for depth in range(1, len(path) + 1):
+            ordered.setdefault(tuple(path[:depth]), None)
+    return _depth_first(list(ordered))
+
+
+def weight_matrices(compositions: list[Composition], paths: list[SectionPath]) -> Weights:
+    """Per composition, the fraction of its time that goes to each section column.
+
+    A share of ``(P, C)`` with weight w adds w to the exclusive column of
+    ``(P, C)`` and to the inclusive columns of ``(P,)`` and ``(P, C)``; a share
+    of ``()`` goes to the last, unmarked column. Every row of ``exclusive``
+    sums to 1, so any time split with it is neither lost nor doubled.
+    """
+    column = {path: index for index, path in enumerate(paths)}
+    unmarked = len(paths)
+    exclusive = np.zeros((len(compositions), len(paths) + 1))
+    inclusive = np.zeros_like(exclusive)
+    member = np.zeros(exclusive.shape, bool)
+    for c, parts in enumerate(compositions):
+        for path, weight in parts:
+            columns = [column[path[:depth]] for depth in range(1, len(path) + 1)] if path else [unmarked]
+            exclusive[c, columns[-1]] += weight
+            inclusive[c, columns] += weight
+            member[c, columns] = True
+    return Weights(exclusive, inclusive, member)
+
+
+def wall_parts(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each interval's part of the length of the union of all intervals ``[start, end)``.
+
+    The boundaries cut time into elementary segments; a segment in which k
+    intervals are active gives 1/k of its length to each of them, so the parts
+    add up to the union's length and no part exceeds its interval's length.
+    Vectorised (sort, cumulative sums) for millions of events: a prefix sum of
+    length/k over the segments gives each interval's part as
+    ``prefix[end] - prefix[start]``.
+    """
+    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    if not len(starts):
+        return np.zeros(0)
+    boundaries, index = np.unique(np.concatenate([starts, ends]), return_inverse=True)
+    first, last = index[: len(starts)], index[len(starts):]
+    change = np.bincount(first, minlength=len(boundaries)) - np.bincount(last, minlength=len(boundaries))
+    active = np.cumsum(change)[:-1]  # intervals covering segment [boundaries[i], boundaries[i + 1])
+    lengths = np.diff(boundaries).astype(np.float64)
+    per_interval = np.divide(lengths, active, out=np.zeros_like(lengths), where=active > 0)
+    prefix = np.concatenate([[0.0], np.cumsum(per_interval)])
+    # Clipped to [0, duration] against rounding in the prefix sums: keeps wall <= busy exact per event.
+    return np.clip(prefix[last] - prefix[first], 0.0, (ends - starts).astype(np.float64))
+
+
+def composition_sums(
+    composition: np.ndarray, call: np.ndarray, duration: np.ndarray, wall: np.ndarray, calls: int, compositions: int
+) -> CompositionSums:
+    """Sum each event's duration (per call) and wall part into its composition."""
+    busy_by_call = np.bincount(call * compositions + composition, weights=duration, minlength=calls * compositions)
+    return CompositionSums(
+        busy_by_call=busy_by_call.reshape(calls, compositions),
+        wall=np.bincount(composition, weights=wall, minlength=compositions),
+        count=np.bincount(composition, minlength=compositions),
+    )
+
+
+def shared_time(
+    compositions: list[Composition], busy: np.ndarray, paths: list[SectionPath]
+) -> tuple[np.ndarray, list[dict[SectionPath, float]]]:
+    """Per column: exclusive busy time from compositions of several sections, and who got the rest.
+
+    ``busy`` is the summed busy time per composition. Returns the shared time
+    of each column (last: unmarked) and, per column, the other paths of those
+    compositions with the time each of them received.
+    """
+    column = {path: index for index, path in enumerate(paths)}
+    shared = np.zeros(len(paths) + 1)
+    shared_with: list[dict[SectionPath, float]] = [{} for _ in range(len(paths) + 1)]
+    for c, parts in enumerate(compositions):
+        if len(parts) < 2:
+            continue
+        for path, weight in parts:
+            index = column[path] if path else len(paths)
+            shared[index] += busy[c] * weight
+            for other, other_weight in parts:
+                if other != path:
+                    shared_with[index][other] = shared_with[index].get(other, 0.0) + busy[c] * other_weight
+    return shared, shared_with
+
+
+def section_rows(
+    paths: list[SectionPath], compositions: list[Composition], weights: Weights, sums: CompositionSums
+) -> list[SectionStats]:
+    """One row per section column, then the "(unmarked)" row: busy and wall split by the same weights."""
+    busy = sums.busy
+    per_call_inclusive = sums.busy_by_call @ weights.inclusive  # calls x columns
+    inclusive, exclusive = busy @ weights.inclusive, busy @ weights.exclusive
+    inclusive_wall, exclusive_wall = sums.wall @ weights.inclusive, sums.wall @ weights.exclusive
+    dispatches = sums.count @ weights.member
+    shared, shared_with = shared_time(compositions, busy, paths)
+    total = float(busy.sum())
+    return [
+        SectionStats(
+            path=path,
+            busy_ns=float(inclusive[s]),
+            exclusive_ns=float(exclusive[s]),
+            shared_ns=float(shared[s]),
+            wall_ns=float(inclusive_wall[s]),
+            exclusive_wall_ns=float(exclusive_wall[s]),
+            calls=int((per_call_inclusive[:, s] > 0).sum()),
+            dispatches=int(dispatches[s]),
+            share=float(inclusive[s] / total) if total else 0.0,
+            per_call=CallStats.of(per_call_inclusive[:, s]),
+            shared_with=shared_with[s],
+        )
+        for s, path in enumerate([*paths, ()])
+    ]
+
+
+def no_dispatch_note(path: SectionPath, section_map: SectionMap, profiled_functions: set[str]) -> str:
+    """Why a declared section owns no part of any measured dispatch, from where the map places it.
+
+    ``profiled_functions``: the functions whose command buffers ran in the profile.
+    """
+
+    def carries(shares: list[Share]) -> bool:
+        return any(share.path[: len(path)] == path for share in shares)
+
+    functions = {site.function for site in section_map.sites if carries(site.shares)}
+    functions |= {
+        buffer.function for buffer in section_map.command_buffers if any(carries(c.shares) for c in buffer.commands)
+    }
+    if not functions:
+        return "no dispatches: optimised away or folded into constants"
+    if functions & profiled_functions:
+        return "no dispatches: its dispatches did not run in the profiled calls"
+    if functions == {INITIALIZER_FUNCTION}:
+        return "no dispatches: ran only in initializers"
+    elsewhere = sorted(functions - {INITIALIZER_FUNCTION}) + (["initializers"] if INITIALIZER_FUNCTION in functions else [])
+    return f"no dispatches in this function: its dispatches are in {', '.join(elsewhere)}"
+
+
+def _profiled_functions(attribution: Attribution, section_map: SectionMap, function: Optional[str]) -> set[str]:
+    """Functions whose static command buffers matched the profile's (plus the one asked for)."""
+    function_of = {buffer.index: buffer.function for buffer in section_map.command_buffers}
+    profiled = {function_of[index] for index in attribution.buffer_matches.values() if index in function_of}
+    return profiled | ({function} if function else set())
+
+
+def _relative_error(covered: float, total: float) -> float:
+    return abs(covered - total) / total if total else abs(covered)
+
+
 def _depth_first(paths: list[SectionPath]) -> list[SectionPath]:
     """Order paths so each parent comes right before its children (siblings keep their order)."""
     children: dict[SectionPath, list[SectionPath]] = {}
@@ -380,9 +533,11 @@ def _depth_first(paths: list[SectionPath]) -> list[SectionPath]:
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> int:
-    """Total length covered by intervals ``[start, end)``; ``starts`` must be sorted."""
+    """Total length covered by intervals ``[start, end)``."""
     if not len(starts):
         return 0
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
     reach = np.maximum.accumulate(ends)
     # A covered block begins where an interval starts after everything before it ended,
     # and ends at the running maximum just before the next block begins.
@@ -391,9 +546,7 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> int:
     return int((reach[last] - starts[first]).sum())
 
 
-def _sites(
-    attribution: Attribution, section_map: SectionMap, composition: np.ndarray, duration: np.ndarray
-) -> list[SiteStats]:
+def _sites(attribution: Attribution, section_map: SectionMap, duration: np.ndarray) -> list[SiteStats]:
     """Aggregate events per dispatch site (static dispatches without a site id stand alone)."""
     slots = attribution.slots
     busy = np.bincount(attribution.events["slot"], weights=duration, minlength=len(slots))

@@ -1,7 +1,10 @@
 """CSV output: one row per section (and "(unmarked)"), times in nanoseconds.
 
 Paths are written as ``Outer / Inner`` in ``section`` and as a JSON list in
-``path`` so that names containing " / " survive a round trip.
+``path`` so that names containing " / " survive a round trip. ``note`` is
+empty except for declared sections that ran no dispatch (it says why).
+Columns mean what the profile JSON's fields of the same name mean
+(docs/profile-json.md).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from sectionmark.renderers import write_text
 
 COLUMNS = [
     "section", "path", "depth", "calls", "dispatches", "busy_ns", "exclusive_ns", "shared_ns", "wall_ns",
-    "share", "mean_ns", "min_ns", "max_ns", "p50_ns", "p95_ns",
+    "exclusive_wall_ns", "share", "mean_ns", "min_ns", "max_ns", "p50_ns", "p95_ns", "note",
 ]
 
 
@@ -30,8 +33,10 @@ def dumps(session: ProfileSession) -> str:
         writer.writerow(
             [
                 row.name, json.dumps(list(row.path), ensure_ascii=False), len(row.path), row.calls, row.dispatches,
-                round(row.busy_ns), round(row.exclusive_ns), round(row.shared_ns), row.wall_ns, f"{row.share:.6f}",
+                round(row.busy_ns), round(row.exclusive_ns), round(row.shared_ns), round(row.wall_ns),
+                round(row.exclusive_wall_ns), f"{row.share:.6f}",
                 round(stats.mean_ns), round(stats.min_ns), round(stats.max_ns), round(stats.p50_ns), round(stats.p95_ns),
+                row.note or "",
             ]
         )
     return buffer.getvalue()

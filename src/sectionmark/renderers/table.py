@@ -4,6 +4,8 @@ Times are per measured call (the profile's totals divided by the number of
 calls), which is what a user compares between runs. Nested sections are
 indented under their parent and show inclusive time; a ``*`` marks sections
 that share fused dispatches with other sections (their time was split).
+A declared section that ran no dispatch keeps its row, with a note instead of
+zeros, so that a missing section is never silent.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ def build_table(session: ProfileSession) -> Table:
                      footer=f"{sum(site.dispatches for site in session.sites) / calls:g}")
     for row in session.sections:
         if not row.path and row.busy_ns == 0:
+            continue
+        if row.note:
+            table.add_row(f"{_name(row)} — {row.note}", *[""] * (len(table.columns) - 1), style="dim")
             continue
         table.add_row(
             _name(row),
@@ -116,6 +121,8 @@ def notes(session: ProfileSession) -> list[str]:
         f"coverage: sections + (unmarked) = {format_ns(covered)} of {format_ns(session.total_ns)} "
         f"measured dispatch time over {session.calls} calls (error {session.coverage_error:.4%})"
     ]
+    if session.wall_ns < session.total_ns:
+        lines.append("wall: where k dispatches overlapped, each got 1/k of that time, split between sections like busy time")
     if any(row.shared_ns for row in session.sections):
         lines.append(f"{SHARED_MARK} shares fused dispatches with other sections; their time is split by {session.weight_rule} weight")
     if not session.calls_known:

@@ -1,0 +1,67 @@
+"""The invariants every ProfileSession keeps; every test that builds one from a profile calls this.
+
+DESIGN.md invariant 2 in checkable form: busy and wall time are both fully
+apportioned (top-level sections + "(unmarked)" = total), no section's wall
+exceeds its busy time, parents hold their children, shares add up to 100%, and
+a declared section without dispatches says so instead of showing zeros.
+"""
+
+from __future__ import annotations
+
+from sectionmark.profiling.session import ProfileSession, SectionStats
+
+FLOAT_RELATIVE = 1e-9  # float rounding of sums over millions of events
+COVERAGE_RELATIVE = 1e-6
+
+
+def assert_profile_invariants(session: ProfileSession) -> None:
+    """Assert the invariants of ``session`` (built from a profile, or read back from its JSON)."""
+    rows = session.sections
+    assert rows and rows[-1].path == (), "the last row must be (unmarked)"
+    assert all(row.path for row in rows[:-1]), "only the last row may be (unmarked)"
+    # Read back from JSON, every time is a rounded integer: allow half a nanosecond per rounded term.
+    rounding = 0.5 if session.attribution is None else 0.0
+    slack = FLOAT_RELATIVE * max(session.total_ns, 1) + 2 * rounding
+
+    for row in rows:
+        what = row.name
+        assert min(row.busy_ns, row.exclusive_ns, row.wall_ns, row.exclusive_wall_ns, row.shared_ns) >= 0, what
+        assert row.wall_ns <= row.busy_ns + slack, f"{what}: wall {row.wall_ns} > busy {row.busy_ns}"
+        assert row.exclusive_wall_ns <= row.exclusive_ns + slack, (
+            f"{what}: exclusive wall {row.exclusive_wall_ns} > exclusive busy {row.exclusive_ns}"
+        )
+        assert row.shared_ns <= row.exclusive_ns + slack, what
+        if row.path:
+            _assert_holds_children(row, [r for r in rows if r.path[:-1] == row.path], rounding, slack)
+        if row.path and not row.dispatched:
+            assert row.note and row.note.startswith("no dispatches"), f"{what} has no dispatches and no note"
+            assert row.busy_ns == row.wall_ns == row.calls == 0, what
+        else:
+            assert row.note is None, f"{what} ran dispatches but has a note: {row.note}"
+
+    top_level = [row for row in rows if len(row.path) == 1] + [rows[-1]]
+    rounded_terms = rounding * (len(top_level) + 1)
+    busy = sum(row.busy_ns for row in top_level)
+    wall = sum(row.wall_ns for row in top_level)
+    assert abs(busy - session.total_ns) <= COVERAGE_RELATIVE * session.total_ns + rounded_terms, (
+        f"busy: sections + unmarked = {busy} of {session.total_ns} ns"
+    )
+    assert abs(wall - session.wall_ns) <= COVERAGE_RELATIVE * session.wall_ns + rounded_terms, (
+        f"wall: sections + unmarked = {wall} of {session.wall_ns} ns"
+    )
+    assert session.wall_ns <= session.total_ns
+    assert session.unmarked_ns == rows[-1].busy_ns
+    if session.total_ns:
+        assert abs(sum(row.share for row in top_level) - 1) <= COVERAGE_RELATIVE + rounded_terms / session.total_ns
+        for row in rows:
+            assert abs(row.share - row.busy_ns / session.total_ns) <= COVERAGE_RELATIVE + rounding / session.total_ns, row.name
+
+
+def _assert_holds_children(row: SectionStats, children: list[SectionStats], rounding: float, slack: float) -> None:
+    """Inclusive time = the section's own time + its children's inclusive time (busy and wall)."""
+    tolerance = slack + rounding * len(children)
+    for inclusive, exclusive, nested in [
+        (row.busy_ns, row.exclusive_ns, sum(child.busy_ns for child in children)),
+        (row.wall_ns, row.exclusive_wall_ns, sum(child.wall_ns for child in children)),
+    ]:
+        assert abs(inclusive - exclusive - nested) <= tolerance, (row.name, inclusive, exclusive, nested)

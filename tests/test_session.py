@@ -1,0 +1,371 @@
+"""ProfileSession on hand-built attributions: busy and wall apportioning, notes for sections without dispatches.
+
+No IREE here: events, slots and compositions are built directly, so every
+expected number is worked out by hand in the test.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Optional, Sequence
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from invariants import assert_profile_invariants
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.paths import SectionPath
+from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
+from sectionmark.profiling.session import (
+    CompositionSums,
+    ProfileSession,
+    composition_sums,
+    section_paths,
+    section_rows,
+    shared_time,
+    wall_parts,
+    weight_matrices,
+)
+from sectionmark.renderers import csv_out
+from sectionmark.renderers.table import render_text
+from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
+
+A, B, C = ("A",), ("B",), ("C",)
+BLOCK, ATTN, MLP = ("Block",), ("Block", "Attn"), ("Block", "MLP")
+Event = tuple[int, int, Composition]  # start_ns, end_ns, composition
+
+
+def synthetic(
+    events: Sequence[Event],
+    declared: Sequence[SectionPath] = (),
+    calls: int = 1,
+    call_of: Optional[Sequence[int]] = None,
+    elsewhere: Sequence[tuple[str, Composition]] = (),
+) -> tuple[Attribution, SectionMap]:
+    """An attribution of ``events`` in function "main" and a map declaring ``declared``.
+
+    Each distinct composition becomes one dispatch command (and site) of main's
+    command buffer; ``elsewhere`` adds sites of other functions that never ran.
+    """
+    compositions = list(dict.fromkeys(parts for _s, _e, parts in events))
+    commands = [
+        Command("dispatch", f"main_dispatch_{index}", site=index,
+                shares=[Share(path, weight) for path, weight in parts])
+        for index, parts in enumerate(compositions)
+    ]
+    sites = [DispatchSite(id=index, function="main", shares=command.shares, op_count=1)
+             for index, command in enumerate(commands)]
+    sites += [DispatchSite(id=len(sites) + index, function=function, shares=[Share(p, w) for p, w in parts], op_count=1)
+              for index, (function, parts) in enumerate(elsewhere)]
+    section_map = SectionMap(sections=list(declared), sites=sites,
+                             command_buffers=[CommandBuffer(index=0, function="main", commands=commands)])
+    slots = [Slot(buffer=0, position=index, command=command, composition=index) for index, command in enumerate(commands)]
+    array = np.zeros(len(events), ATTRIBUTED_DTYPE)
+    array["start_ns"] = [start for start, _e, _p in events]
+    array["end_ns"] = [end for _s, end, _p in events]
+    array["slot"] = [compositions.index(parts) for _s, _e, parts in events]
+    array["call"] = call_of if call_of is not None else [0] * len(events)
+    attribution = Attribution(events=array, slots=slots, compositions=compositions, calls=calls, warmup=0,
+                              calls_known=True, keys=[c.key for c in commands],
+                              buffer_matches={7: 0})  # some runtime buffer id ran static buffer 0 (function main)
+    return attribution, section_map
+
+
+def build(events: Sequence[Event], **options) -> ProfileSession:
+    attribution, section_map = synthetic(events, **options)
+    session = ProfileSession.build(attribution, section_map, function="main")
+    assert_profile_invariants(session)
+    return session
+
+
+# ---------------------------------------------------------------------------- wall_parts
+
+
+def test_disjoint_intervals_keep_their_length():
+    assert wall_parts(np.array([0, 200, 100]), np.array([100, 250, 150])).tolist() == [100, 50, 50]
+
+
+def test_overlap_is_split_equally_between_the_running_dispatches():
+    # [0, 100) and [50, 150): 50 ns alone each, 50 ns together -> 75 ns each, 150 ns union.
+    assert wall_parts(np.array([0, 50]), np.array([100, 150])).tolist() == [75, 75]
+
+
+def test_identical_intervals_split_evenly():
+    assert wall_parts(np.array([10, 10, 10]), np.array([40, 40, 40])).tolist() == [10, 10, 10]
+
+
+def test_nested_interval_and_zero_length_event():
+    # [0, 100) holds [20, 40) (each 10 ns of that stretch) and a zero-length event at 50.
+    parts = wall_parts(np.array([0, 20, 50]), np.array([100, 40, 50]))
+    assert parts.tolist() == [90, 10, 0]
+
+
+def test_no_intervals():
+    assert wall_parts(np.zeros(0, np.int64), np.zeros(0, np.int64)).shape == (0,)
+
+
+def brute_force_wall_parts(starts: list[int], ends: list[int]) -> list[float]:
+    """Nanosecond by nanosecond: each nanosecond goes in equal parts to the intervals covering it."""
+    parts = [0.0] * len(starts)
+    for t in range(min(starts), max(ends)):
+        running = [i for i, (s, e) in enumerate(zip(starts, ends)) if s <= t < e]
+        for i in running:
+            parts[i] += 1 / len(running)
+    return parts
+
+
+intervals = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 25)), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals)
+def test_wall_parts_match_the_nanosecond_oracle(pairs):
+    starts = [start for start, _ in pairs]
+    ends = [start + length for start, length in pairs]
+    parts = wall_parts(np.array(starts), np.array(ends))
+    assert parts == pytest.approx(brute_force_wall_parts(starts, ends), abs=1e-9)
+
+
+# ---------------------------------------------------------------------------- pure building blocks
+
+
+def test_section_paths_add_parents_depth_first():
+    compositions = [((("X", "Y"), 1.0),), (((), 0.5), (("A",), 0.5))]
+    assert section_paths([("A", "B"), ("C",)], compositions) == [("A",), ("A", "B"), ("C",), ("X",), ("X", "Y")]
+
+
+def test_weight_matrices_nested_shared_and_unmarked():
+    paths = [BLOCK, ATTN, MLP]
+    compositions = [((ATTN, 1.0),), ((ATTN, 0.25), (MLP, 0.5), ((), 0.25)), ((BLOCK, 1.0),), ((MLP, 0.0), (ATTN, 1.0))]
+    weights = weight_matrices(compositions, paths)
+    #                                    Block  Attn  MLP  (unmarked)
+    assert weights.exclusive.tolist() == [[0, 1, 0, 0], [0, 0.25, 0.5, 0.25], [1, 0, 0, 0], [0, 1, 0, 0]]
+    assert weights.inclusive.tolist() == [[1, 1, 0, 0], [0.75, 0.25, 0.5, 0.25], [1, 0, 0, 0], [1, 1, 0, 0]]
+    assert weights.member.tolist() == [[True, True, False, False], [True, True, True, True],
+                                       [True, False, False, False], [True, True, True, False]]
+    assert weights.exclusive.sum(axis=1).tolist() == [1, 1, 1, 1]
+
+
+def test_composition_sums_per_call():
+    sums = composition_sums(composition=np.array([0, 1, 0, 1, 1]), call=np.array([0, 0, 1, 1, 1]),
+                            duration=np.array([10.0, 20, 30, 40, 50]), wall=np.array([5.0, 20, 30, 20, 25]),
+                            calls=2, compositions=3)
+    assert sums.busy_by_call.tolist() == [[10, 20, 0], [30, 90, 0]]
+    assert sums.busy.tolist() == [40, 110, 0]
+    assert sums.wall.tolist() == [35, 65, 0]
+    assert sums.count.tolist() == [2, 3, 0]
+
+
+def test_shared_time_and_partners():
+    compositions = [((A, 1.0),), ((A, 0.7), (B, 0.3)), ((B, 0.5), ((), 0.5))]
+    shared, shared_with = shared_time(compositions, np.array([100.0, 1000, 10]), [A, B])
+    assert shared.tolist() == pytest.approx([700, 305, 5])
+    assert shared_with[0] == pytest.approx({B: 300})
+    assert shared_with[1] == pytest.approx({A: 700, (): 5})
+    assert shared_with[2] == pytest.approx({B: 5})
+
+
+def test_section_rows_split_busy_and_wall_by_the_same_weights():
+    paths = [BLOCK, ATTN, MLP]
+    compositions = [((ATTN, 1.0),), ((ATTN, 0.25), (MLP, 0.75))]
+    sums = CompositionSums(busy_by_call=np.array([[100.0, 200.0]]), wall=np.array([100.0, 80.0]), count=np.array([1, 1]))
+    rows = section_rows(paths, compositions, weight_matrices(compositions, paths), sums)
+    by_path = {row.path: row for row in rows}
+    assert [row.path for row in rows] == [BLOCK, ATTN, MLP, ()]
+    assert (by_path[ATTN].busy_ns, by_path[ATTN].wall_ns) == (150, 120)
+    assert (by_path[MLP].busy_ns, by_path[MLP].wall_ns) == (150, 60)
+    assert (by_path[BLOCK].busy_ns, by_path[BLOCK].exclusive_ns, by_path[BLOCK].wall_ns) == (300, 0, 180)
+    assert by_path[BLOCK].dispatches == 2 and by_path[MLP].dispatches == 1
+    assert by_path[MLP].shared_ns == 150 and by_path[MLP].shared_with == {ATTN: 50}
+    assert by_path[()].dispatches == 0 and by_path[()].busy_ns == 0
+
+
+# ---------------------------------------------------------------------------- ProfileSession.build
+
+
+def test_worked_example_two_overlapping_dispatches_one_shared():
+    """docs/concepts.md: X (A only) runs 0-100 µs, Y (A 70%, B 30%) 50-150 µs."""
+    session = build([(0, 100_000, ((A, 1.0),)), (50_000, 150_000, ((A, 0.7), (B, 0.3)))], declared=[A, B])
+    a, b = session.section(A), session.section(B)
+    assert (session.total_ns, session.wall_ns) == (200_000, 150_000)
+    assert (a.busy_ns, b.busy_ns) == pytest.approx((170_000, 30_000))
+    # Each dispatch gets 75 µs of the 150 µs wall; Y's 75 µs is split 70/30.
+    assert (a.wall_ns, b.wall_ns) == pytest.approx((127_500, 22_500))
+    assert a.wall_ns + b.wall_ns == pytest.approx(session.wall_ns)
+
+
+def test_shared_dispatch_does_not_count_in_full_towards_each_section():
+    # One 1.2 µs dispatch of which B has 25% (300 ns busy): B's wall is 300 ns, not 1.2 µs.
+    session = build([(0, 1_200, ((A, 0.75), (B, 0.25)))], declared=[A, B])
+    assert session.section(B).busy_ns == pytest.approx(300)
+    assert session.section(B).wall_ns == pytest.approx(300)
+
+
+def test_nested_sections_and_unmarked_parts():
+    events = [
+        (0, 400, ((ATTN, 1.0),)),
+        (100, 300, ((ATTN, 0.5), (MLP, 0.25), ((), 0.25))),  # runs inside the first: 100 ns of wall
+        (400, 500, ((BLOCK, 1.0),)),
+        (500, 600, (((), 1.0),)),
+    ]
+    session = build(events, declared=[BLOCK, ATTN, MLP])
+    block, attn, mlp, unmarked = (session.section(p) for p in (BLOCK, ATTN, MLP, ()))
+    assert (attn.exclusive_wall_ns, mlp.wall_ns, unmarked.wall_ns) == pytest.approx((300 + 50, 25, 25 + 100))
+    assert (block.wall_ns, block.exclusive_wall_ns) == pytest.approx((475, 100))
+    assert (block.busy_ns, unmarked.busy_ns) == pytest.approx((400 + 150 + 100, 50 + 100))
+    assert session.unmarked_ns == pytest.approx(150)
+    assert session.wall_ns == 600 and session.total_ns == 800
+
+
+def test_identical_and_zero_length_events():
+    events = [(0, 100, ((A, 1.0),)), (0, 100, ((B, 1.0),)), (50, 50, ((C, 1.0),))]
+    session = build(events, declared=[A, B, C])
+    assert [session.section(p).wall_ns for p in (A, B, C)] == pytest.approx([50, 50, 0])
+    # The zero-length dispatch still ran: C is dispatched (no note), with zero time.
+    assert session.section(C).dispatched and session.section(C).note is None
+
+
+def test_per_call_statistics_stay_busy_time():
+    events = [(0, 100, ((A, 1.0),)), (1_000, 1_300, ((A, 1.0),))]
+    session = build(events, declared=[A], calls=2, call_of=[0, 1])
+    stats = session.section(A).per_call
+    assert (stats.min_ns, stats.max_ns, stats.mean_ns) == (100, 300, 200)
+    assert session.section(A).calls == 2
+
+
+def test_no_dispatch_events_is_one_line_error():
+    attribution, section_map = synthetic([(0, 10, ((A, 1.0),))])
+    attribution.events = attribution.events[:0]
+    with pytest.raises(SectionmarkError, match="no dispatch events"):
+        ProfileSession.build(attribution, section_map)
+
+
+# ---------------------------------------------------------------------------- sections without dispatches
+
+
+def sections_without_dispatches() -> ProfileSession:
+    """Ran: Block/Attn. Declared but no dispatch: Block/Init (only in __init), Block/Gone (folded),
+    Decode (only in another function), Stuck (a main site that never ran), Outer/Inner (folded)."""
+    events = [(0, 100, ((ATTN, 1.0),))]
+    declared = [BLOCK, ATTN, ("Block", "Init"), ("Block", "Gone"), ("Decode",), ("Stuck",), ("Outer", "Inner")]
+    attribution, section_map = synthetic(
+        events, declared=declared,
+        elsewhere=[("__init", ((("Block", "Init"), 1.0),)), ("decode", ((("Decode",), 0.5), ((), 0.5))),
+                   ("__init", ((("Decode",), 1.0),))],
+    )
+    section_map.command_buffers[0].commands.append(
+        Command("dispatch", "main_dispatch_9", site=9, shares=[Share(("Stuck",), 1.0)]))
+    session = ProfileSession.build(attribution, section_map, function="main")
+    assert_profile_invariants(session)
+    return session
+
+
+def test_sections_without_dispatches_say_why():
+    session = sections_without_dispatches()
+    notes = {row.path: row.note for row in session.sections}
+    assert notes == {
+        BLOCK: None,
+        ATTN: None,
+        ("Block", "Init"): "no dispatches: ran only in initializers",
+        ("Block", "Gone"): "no dispatches: optimised away or folded into constants",
+        ("Decode",): "no dispatches in this function: its dispatches are in decode, initializers",
+        ("Stuck",): "no dispatches: its dispatches did not run in the profiled calls",
+        ("Outer",): "no dispatches: optimised away or folded into constants",  # parent created as usual
+        ("Outer", "Inner"): "no dispatches: optimised away or folded into constants",
+        (): None,
+    }
+    assert [row.path for row in session.sections][:4] == [BLOCK, ATTN, ("Block", "Init"), ("Block", "Gone")]
+
+
+def test_table_csv_and_json_show_the_notes():
+    session = sections_without_dispatches()
+    text = render_text(session, width=200)
+    init_line = next(line for line in text.splitlines() if "Init" in line)
+    assert "Init — no dispatches: ran only in initializers" in init_line
+    assert "%" not in init_line and " ns" not in init_line  # a note, not a row of zeros
+    rows = {row["section"]: row for row in csv.DictReader(io.StringIO(csv_out.dumps(session)))}
+    assert rows["Block / Gone"]["note"] == "no dispatches: optimised away or folded into constants"
+    assert rows["Block / Attn"]["note"] == ""
+    data = session.to_json()
+    by_name = {row["name"]: row for row in data["sections"]}
+    assert by_name["Decode"]["dispatched"] is False and by_name["Decode"]["note"].startswith("no dispatches")
+    assert by_name["Block"]["dispatched"] is True and by_name["Block"]["note"] is None
+
+
+# ---------------------------------------------------------------------------- JSON
+
+
+def test_json_round_trip():
+    session = sections_without_dispatches()
+    data = json.loads(json.dumps(session.to_json()))
+    assert data["version"] == 2
+    again = ProfileSession.from_json(data)
+    assert_profile_invariants(again)
+    assert again.to_json() == data
+    assert again.section(("Block", "Init")).note == "no dispatches: ran only in initializers"
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"version": 1, "sections": []}, "version 1 is not supported"),
+    ([], "no 'version' field"),
+    ({"version": 2, "sections": [{"path": []}]}, "malformed"),
+])
+def test_from_json_refuses_other_versions_and_malformed_data(data, message):
+    with pytest.raises(SectionmarkError, match=message) as error:
+        ProfileSession.from_json(data)
+    assert "\n" not in str(error.value)
+
+
+# ---------------------------------------------------------------------------- property
+
+
+PATHS = [A, B, ("A", "X"), ("A", "X", "Y"), ("B", "Z"), ()]
+
+
+@st.composite
+def random_events(draw) -> tuple[list[Event], int, list[int]]:
+    def composition() -> Composition:
+        chosen = draw(st.lists(st.sampled_from(PATHS), min_size=1, max_size=4, unique=True))
+        raw = draw(st.lists(st.integers(0, 10), min_size=len(chosen), max_size=len(chosen)).filter(any))
+        return tuple((path, weight / sum(raw)) for path, weight in zip(chosen, raw))
+
+    pool = [composition() for _ in range(draw(st.integers(1, 4)))]
+    count = draw(st.integers(1, 30))
+    events = []
+    for _ in range(count):
+        start = draw(st.integers(0, 10**6))
+        events.append((start, start + draw(st.integers(0, 10**5)), draw(st.sampled_from(pool))))
+    calls = draw(st.integers(1, 3))
+    return events, calls, draw(st.lists(st.integers(0, calls - 1), min_size=count, max_size=count))
+
+
+@settings(max_examples=300, deadline=None)
+@given(random_events(), st.lists(st.sampled_from([p for p in PATHS if p] + [("Never",)]), max_size=3))
+def test_invariants_hold_on_random_profiles(case, declared):
+    events, calls, call_of = case
+    session = build(events, declared=declared, calls=calls, call_of=call_of)
+    assert_profile_invariants(ProfileSession.from_json(json.loads(json.dumps(session.to_json()))))
+
+
+def test_a_million_events_are_apportioned_quickly():
+    import time
+
+    rng = np.random.default_rng(0)
+    starts = np.sort(rng.integers(0, 10**10, 1_000_000))
+    ends = starts + rng.integers(0, 50_000, len(starts))
+    began = time.perf_counter()
+    parts = wall_parts(starts, ends)
+    assert time.perf_counter() - began < 5
+    order = np.argsort(starts)
+    reach = np.maximum.accumulate(ends[order])
+    assert parts.sum() == pytest.approx(_union(starts[order], reach), rel=1e-9)
+    assert (parts <= ends - starts).all()
+
+
+def _union(sorted_starts: np.ndarray, reach: np.ndarray) -> int:
+    gaps = np.maximum(sorted_starts[1:] - reach[:-1], 0)
+    return int(reach[-1] - sorted_starts[0] - gaps.sum())
