@@ -19,6 +19,7 @@ import sectionmark as sm
 import sectionmark.compiler as smc
 from sectionmark.compiler.weights import FLOPS_PER_BYTE
 from sectionmark.section_map import SectionMap
+from invariants import assert_profile_invariants
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "nanogpt"
 
@@ -139,6 +140,7 @@ def test_unmarked_time_is_reported_when_unmarked_ops_fuse_into_sections(matmul_a
     rng = np.random.default_rng(0)
     args = [rng.random((128, 128), np.float32), rng.random((128, 128), np.float32), rng.random(128, np.float32)]
     prof = sm.profile(matmul_add, args=args, iterations=3, warmup=1, quiet=True)
+    assert_profile_invariants(prof)
     assert prof.unmarked_ns > 0
     assert prof.to_json()["weight_rule"] == "cost"
 

@@ -20,6 +20,7 @@ from sectionmark.paths import SectionPath
 SECTION_MAP_VERSION = 2
 WEIGHT_RULE = "cost"  # docs/section-map.md; sites that cannot be sized say "op-count"
 COMMAND_OPS = ("dispatch", "barrier", "fill", "copy", "update")
+INITIALIZER_FUNCTION = "__init"  # the VM's name for module initializers (`function` of sites and buffers)
 
 
 class SectionMapError(ValueError):

@@ -40,7 +40,7 @@ from sectionmark.compiler.weights import site_costs, site_op_counts
 from sectionmark.errors import SectionmarkError
 from sectionmark.locations import section_path, strip_sectionmark_names
 from sectionmark.paths import SectionPath
-from sectionmark.section_map import DispatchSite, Share
+from sectionmark.section_map import INITIALIZER_FUNCTION, DispatchSite, Share
 
 SITE_PREFIX = "sectionmark.site:"
 SITE_OPS = ("flow.dispatch.workgroups", "flow.dispatch.region")
@@ -54,7 +54,7 @@ def function_name(op: ir.Operation) -> str:
     """The symbol of a function-like op; ``__init`` for initializers (the VM's name)."""
     if "sym_name" in op.attributes:
         return ir.StringAttr(op.attributes["sym_name"]).value
-    return "__init"
+    return INITIALIZER_FUNCTION
 
 
 def site_id(location: ir.Location) -> Optional[int]:
@@ -123,7 +123,7 @@ def _site_ops(module: ir.Operation) -> list[tuple[ir.Operation, str]]:
     Python module, which costs more than the analysis itself.
     """
     sites: list[tuple[ir.Operation, str]] = []
-    function = "__init"
+    function = INITIALIZER_FUNCTION
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         nonlocal function

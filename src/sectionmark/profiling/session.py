@@ -33,11 +33,10 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution, Composition
-from sectionmark.section_map import SectionMap, Share
+from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
 
 PROFILE_JSON_VERSION = 2
 COVERAGE_TOLERANCE = 1e-3
-INITIALIZER_FUNCTION = "__init"  # the VM's name for module initializers (section map `sites[].function`)
 
 
 @dataclass
