@@ -490,3 +490,29 @@ def test_exported_mlir_compiles_for_llvm_cpu_and_runs():
     vmfb = iree.compiler.compile_str(exported.mlir, target_backends=["llvm-cpu"], input_type="torch")
     result = sm.load(vmfb).main(x.numpy()).to_host()
     np.testing.assert_allclose(result, model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_non_strict_export_warns_once_per_section_without_ops():
+    import warnings
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            with sm.section("Scale"):
+                x = x * 2.0
+            with sm.section("Nothing"):
+                pass
+            with sm.section("Outer"):
+                with sm.section("Shape only"):
+                    _ = x.shape[0]
+                x = x + 1.0
+            return x
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exported = sm.torch.export(Model(), args=(torch.ones(4),), strict_export=False)
+    messages = [str(warning.message) for warning in caught if str(warning.message).startswith("sectionmark: section")]
+    assert messages == [
+        "sectionmark: section 'Nothing' produced no ops in the export",
+        "sectionmark: section 'Outer / Shape only' produced no ops in the export",
+    ]
+    assert exported.sections == (("Scale",), ("Outer",))

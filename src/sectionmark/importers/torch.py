@@ -49,7 +49,7 @@ import torch.fx.traceback as fx_traceback
 from torch._guards import TracingContext
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.exported import ExportedProgram
+from sectionmark.exported import ExportedProgram, warn_empty_sections
 from sectionmark.markers import TORCH_ANNOTATION_PREFIX as ANNOTATION_PREFIX
 from sectionmark.paths import BACKWARD_SUFFIX, LOC_PREFIX, SectionPath, encode_path
 
@@ -90,6 +90,9 @@ class _ExportSection:
         meta = fx_traceback.get_current_meta()
         self._had_custom, self._previous = "custom" in meta, meta.get("custom")
         meta["custom"] = {**(self._previous or {}), self._key: self._name}
+        entered = _this_thread.entered
+        if entered is not None:
+            entered.setdefault(tuple(_section_annotations(meta["custom"]).values()), None)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -140,6 +143,7 @@ class _ThreadScopes(threading.local):
         self.auto_modules: list[bool] = []  # one entry per open `sections` scope, innermost last
         self.traced_code: Optional[dict[str, _TracedCode]] = None  # see _carrying_sections_through_retraces
         self.op_locations: Optional[_OpLocations] = None  # inside GraphNodeImporter.import_nodes
+        self.entered: Optional[dict[SectionPath, None]] = None  # sections entered by `export` (non-strict)
 
 
 _this_thread = _ThreadScopes()
@@ -403,11 +407,18 @@ def export(
     else:
         raise SectionmarkError("sm.torch.export takes an nn.Module, a torch.export.ExportedProgram or an "
                                f"iree.turbine.aot.FxProgramsBuilder, got {type(model).__name__}")
-    with sections(auto_modules), _without_export_notices():
-        output = aot.export(model, **export_arguments)
+    _this_thread.entered = {}
+    try:
+        with sections(auto_modules), _without_export_notices():
+            output = aot.export(model, **export_arguments)
+        entered = list(_this_thread.entered)
+    finally:
+        _this_thread.entered = None
     module = output.mlir_module
     text = module.get_asm(enable_debug_info=True)
-    return ExportedProgram(mlir=text, input_type="torch", framework="torch", module=module)
+    exported = ExportedProgram(mlir=text, input_type="torch", framework="torch", module=module)
+    warn_empty_sections(entered, exported.sections)
+    return exported
 
 
 @contextlib.contextmanager
