@@ -100,13 +100,11 @@ class SectionMap:
     @classmethod
     def from_json(cls, data: Any) -> "SectionMap":
         """Read and validate a map (types, finite non-negative weights summing to 1, known ops, site ids)."""
-        if not isinstance(data, dict) or "version" not in data:
-            raise SectionMapError("not a sectionmark section map (no 'version' field)")
-        if data["version"] != SECTION_MAP_VERSION:
-            raise SectionMapError(
-                f"section map version {data['version']!r} is not supported (expected {SECTION_MAP_VERSION}); "
-                "recompile the model with this version of sectionmark"
-            )
+        try:
+            serialization.check_version(data, SECTION_MAP_VERSION, "section map",
+                                        "recompile the model with this version of sectionmark")
+        except serialization.SchemaError as error:
+            raise SectionMapError(str(error)) from None
         try:
             section_map = serialization.from_json(cls, data, "section map")
         except serialization.SchemaError as error:

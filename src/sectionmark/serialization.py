@@ -30,6 +30,14 @@ class SchemaError(ValueError):
     """Input that does not match the dataclass schema; the message names the place."""
 
 
+def check_version(data: Any, expected: int, document: str, advice: str) -> None:
+    """Refuse anything but a JSON object of this document's ``version`` (SchemaError, one line)."""
+    if not isinstance(data, dict) or "version" not in data:
+        raise SchemaError(f"not a sectionmark {document} (no 'version' field)")
+    if data["version"] != expected:
+        raise SchemaError(f"{document} version {data['version']!r} is not supported (expected {expected}); {advice}")
+
+
 def to_json(value: Any) -> Any:
     """A dataclass (or list/tuple/dict of them) as plain JSON-serialisable values."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 
+from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution, Composition
@@ -302,13 +303,11 @@ class ProfileSession:
     @classmethod
     def from_json(cls, data: Any) -> "ProfileSession":
         """Rebuild the statistics (not the per-event data) from :meth:`to_json` output."""
-        if not isinstance(data, dict) or "version" not in data:
-            raise SectionmarkError("not a sectionmark profile JSON (no 'version' field)")
-        if data["version"] != PROFILE_JSON_VERSION:
-            raise SectionmarkError(
-                f"profile JSON version {data['version']!r} is not supported (expected {PROFILE_JSON_VERSION}); "
-                "run `sectionmark report` on the .ireeprof again"
-            )
+        try:
+            serialization.check_version(data, PROFILE_JSON_VERSION, "profile JSON",
+                                        "run `sectionmark report` on the .ireeprof again")
+        except serialization.SchemaError as error:
+            raise SectionmarkError(str(error)) from None
         try:
             sections = [
                 SectionStats(
