@@ -1,12 +1,30 @@
-"""PyTorch export: section paths reach exactly the ops produced inside them."""
+"""PyTorch export: section paths reach exactly the ops produced inside them.
+
+However the program is exported (``sm.torch.export``, plain ``torch.export``,
+an ``FxProgramsBuilder``, the user's own ``aot.export`` inside
+``sm.torch.sections()``), strict and non-strict, through no_grad regions,
+training steps and other threads running sections meanwhile.
+"""
+
+import inspect
+import re
+import threading
+import time
+import warnings
 
 import numpy as np
 import pytest
 import torch
+import torch.export.experimental
+from iree.turbine import aot
 
 import sectionmark as sm
+from sectionmark.errors import SectionmarkError
 from sectionmark.importers import torch as torch_importer
 from sectionmark.locations import section_path
+from sectionmark.paths import LOC_PREFIX
+
+STRICTNESS = pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 
 ODD_NAMES = ['quo"te', "back\\slash", "new\nline", "emoji 🤖", "n" * 1000]
 
@@ -31,31 +49,214 @@ class Stack(torch.nn.Module):
         return torch.tanh(x)
 
 
-def op_paths(exported, op_name):
-    """Section path of every op called ``op_name``, in program order."""
-    paths = []
+STACK_BLOCKS = [(f"Block {i}",) for i in range(4)]
+STACK_SECTIONS = set(STACK_BLOCKS) | {block + ("MLP",) for block in STACK_BLOCKS}
+
+
+def operations(module):
+    """Every operation of an MLIR module, in program order (nested ones after their parent)."""
 
     def visit(operation):
         for region in operation.regions:
             for block in region.blocks:
                 for op in block.operations:
-                    if op.operation.name == op_name:
-                        paths.append(section_path(str(op.location)))
-                    visit(op.operation)
+                    yield op.operation
+                    yield from visit(op.operation)
 
-    visit(exported.module.operation)
-    return paths
+    return list(visit(module.operation))
 
 
-@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def op_paths(module, op_name):
+    """Section path of every op called ``op_name``, in program order."""
+    return [section_path(str(op.location)) for op in operations(module) if op.name == op_name]
+
+
+def assert_stack_paths(module, functions=1):
+    assert op_paths(module, "torch.aten.sin") == STACK_BLOCKS * functions
+    assert op_paths(module, "torch.aten.cos") == [block + ("MLP",) for block in STACK_BLOCKS] * functions
+    assert op_paths(module, "torch.aten.exp") == [None] * functions
+    assert op_paths(module, "torch.aten.tanh") == [None] * functions
+
+
+@STRICTNESS
 def test_every_op_carries_exactly_its_path(strict):
-    exported = sm.torch.export(Stack(), args=(torch.randn(4),), strict=strict)
-    blocks = [(f"Block {i}",) for i in range(4)]
-    assert op_paths(exported, "torch.aten.sin") == blocks
-    assert op_paths(exported, "torch.aten.cos") == [block + ("MLP",) for block in blocks]
-    assert op_paths(exported, "torch.aten.exp") == [None]
-    assert op_paths(exported, "torch.aten.tanh") == [None]
-    assert set(exported.sections) == set(blocks) | {block + ("MLP",) for block in blocks}
+    exported = sm.torch.export(Stack(), args=(torch.randn(4),), strict_export=strict)
+    assert_stack_paths(exported.module)
+    assert set(exported.sections) == STACK_SECTIONS
+
+
+def test_defaults_are_those_of_aot_export():
+    ours, turbines = inspect.signature(sm.torch.export).parameters, inspect.signature(aot.export).parameters
+    assert ours["strict_export"].default is turbines["strict_export"].default is True
+
+
+@STRICTNESS
+def test_a_program_exported_with_plain_torch_export_keeps_each_section_apart(strict):
+    program = torch.export.export(Stack(), (torch.randn(4),), strict=strict)
+    exported = sm.torch.export(program)
+    assert_stack_paths(exported.module)
+    assert set(exported.sections) == STACK_SECTIONS
+
+
+@STRICTNESS
+def test_fx_programs_builder_exports_two_functions_with_their_sections(strict):
+    builder = aot.FxProgramsBuilder(Stack())
+    x = torch.randn(4)
+
+    @builder.export_program(args=(x,), strict=strict)
+    def prefill(module, x):
+        return module(x)
+
+    @builder.export_program(args=(x,), strict=strict)
+    def decode(module, x):
+        with sm.section("Decode step"):
+            return module(x) * 2
+
+    exported = sm.torch.export(builder)
+    functions = [op for op in operations(exported.module) if op.name == "func.func"]
+    assert [str(op.attributes["sym_name"]) for op in functions] == ['"prefill"', '"decode"']
+    assert op_paths(functions[0], "torch.aten.sin") == STACK_BLOCKS
+    assert op_paths(functions[1], "torch.aten.sin") == [("Decode step",) + block for block in STACK_BLOCKS]
+    assert op_paths(functions[1], "torch.aten.mul.Scalar") == [("Decode step",)]
+
+
+@STRICTNESS
+def test_own_aot_export_inside_the_scope_gives_the_same_mlir_as_sm_torch_export(strict):
+    model, x = Stack(), torch.randn(4)
+    with sm.torch.sections(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        output = aot.export(model, args=(x,), strict_export=strict)
+    theirs = output.mlir_module.get_asm(enable_debug_info=True)
+    assert theirs == sm.torch.export(model, args=(x,), strict_export=strict).mlir
+    assert_stack_paths(output.mlir_module)
+
+
+class Rotary(torch.nn.Module):
+    """Like HF Llama's rotary embedding: a no_grad forward with an autocast(enabled=False) region."""
+
+    @torch.no_grad()
+    def forward(self, x):
+        y = torch.sin(x)
+        with sm.section("Inner"):
+            y = torch.cos(y)
+        with torch.autocast("cpu", enabled=False):
+            with sm.section("Autocast off"):
+                y = torch.sigmoid(y)
+        return y
+
+
+class GradRegions(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rotary = Rotary()
+        self.weight = torch.nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        x = x * self.weight
+        with sm.section("Outer"):
+            x = self.rotary(x) + 1
+        with torch.no_grad():
+            with sm.section("In no_grad"):
+                x = torch.tanh(x)
+        with torch.set_grad_enabled(False):
+            x = torch.abs(x)
+        return torch.exp(x)
+
+
+@STRICTNESS
+def test_sections_inside_and_around_no_grad_and_autocast_regions(strict):
+    exported = sm.torch.export(GradRegions(), args=(torch.randn(4),), strict_export=strict)
+    module = exported.module
+    assert op_paths(module, "torch.aten.mul.Tensor") == [None]
+    assert op_paths(module, "torch.aten.sin") == [("Outer",)]
+    assert op_paths(module, "torch.aten.cos") == [("Outer", "Inner")]
+    assert op_paths(module, "torch.aten.sigmoid") == [("Outer", "Autocast off")]
+    assert op_paths(module, "torch.aten.add.Scalar") == [("Outer",)]
+    assert op_paths(module, "torch.aten.tanh") == [("In no_grad",)]
+    assert op_paths(module, "torch.aten.abs") == [None]
+    assert op_paths(module, "torch.aten.exp") == [None]
+
+
+def tiny_marked_llama():
+    """HF Llama with random weights and sections put on its modules' forwards."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).eval()
+
+    def mark(module, name):
+        module.forward = sm.section(name)(module.forward)
+
+    mark(model.model.embed_tokens, "Embedding")
+    mark(model.model.rotary_emb, "Rotary")  # a @torch.no_grad() forward
+    for index, layer in enumerate(model.model.layers):
+        mark(layer, f"Layer {index}")
+        mark(layer.self_attn, "Self Attention")
+        mark(layer.mlp, "MLP")
+    mark(model.lm_head, "LM Head")
+    return model
+
+
+@STRICTNESS
+def test_llama_prefill_from_fx_programs_builder_keeps_every_section_in_place(strict):
+    model, tokens = tiny_marked_llama(), torch.randint(0, 64, (1, 8))
+    with sm.torch.sections():  # FxProgramsBuilder exports (and decomposes) as each function is declared
+        builder = aot.FxProgramsBuilder(model)
+
+        @builder.export_program(args=(tokens,), strict=strict)
+        def prefill(module, tokens):
+            return module(input_ids=tokens, use_cache=False).logits
+
+    exported = sm.torch.export(builder)
+    layers = [(f"Layer {index}",) for index in range(2)]
+    expected = {("Embedding",), ("Rotary",), ("LM Head",), *layers}
+    expected |= {layer + (part,) for layer in layers for part in ("Self Attention", "MLP")}
+    assert set(exported.sections) == expected  # nothing nested into the section before it
+    assert set(op_paths(exported.module, "torch.aten.cos")) == {("Rotary",)}
+    assert set(op_paths(exported.module, "torch.aten.sin")) == {("Rotary",)}
+
+
+OUR_NAMELOC = re.compile(r'loc\("' + re.escape(LOC_PREFIX) + r'(?:[^"\\]|\\.)*"(?:\((.*)\))?\)', re.S)
+
+
+def without_section(location_text):
+    """The location an op has without sectionmark: ours is a NameLoc around it."""
+    match = OUR_NAMELOC.fullmatch(location_text)
+    if match is None:
+        return location_text
+    return f"loc({match.group(1)})" if match.group(1) is not None else "loc(unknown)"
+
+
+GENERATED_CODE_NUMBER = re.compile(r"<eval_with_key>\.\d+")
+
+
+def locations(module):
+    """(op name, location) of every op and block argument.
+
+    Ops of no_grad regions are located in torch's generated code of the region,
+    ``<eval_with_key>.N``, numbered process-wide: two plain exports differ there too.
+    """
+    found = []
+    for op in operations(module):
+        found.append((op.name, str(op.location)))
+        for region in op.regions:
+            for block in region.blocks:
+                found.extend(("argument", str(argument.location)) for argument in block.arguments)
+    return [(name, GENERATED_CODE_NUMBER.sub("<eval_with_key>", text)) for name, text in found]
+
+
+@pytest.mark.parametrize("model", [Stack, GradRegions])
+@STRICTNESS
+def test_every_location_is_the_plain_one_wrapped_in_its_section(model, strict):
+    model, x = model(), torch.randn(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = aot.export(model, args=(x,), strict_export=strict).mlir_module
+    marked = sm.torch.export(model, args=(x,), strict_export=strict).module
+    unwrapped = [(name, without_section(text)) for name, text in locations(marked)]
+    assert unwrapped == locations(plain)
+    assert any(name.startswith("torch.aten") and LOC_PREFIX in text for name, text in locations(marked))
+    assert not any(LOC_PREFIX in text for name, text in locations(marked) if name in ("argument", "func.func"))
 
 
 class OddNames(torch.nn.Module):
@@ -98,18 +299,187 @@ def test_auto_modules_names_unmarked_ops_and_explicit_sections_win():
     assert plain.sections == (("Head",),)
 
 
-def test_importer_hook_is_scoped_and_plain_aot_export_is_untouched():
-    from iree.compiler.extras.fx_importer import ContextCache
-    from iree.turbine import aot
+def patched_places():
+    """What `sm.torch.sections` patches while open: (owner, attribute) -> current value."""
+    import torch._functorch.aot_autograd as aot_autograd
+    import torch.export.exported_program as exported_program
+    from iree.compiler.extras.fx_importer import ContextCache, GraphNodeImporter
+    from torch._higher_order_ops.wrap import WrapWithAutocast, WrapWithSetGradEnabled
 
-    before = ContextCache.get_node_location
+    places = [(ContextCache, "get_node_location"), (GraphNodeImporter, "import_nodes"),
+              (WrapWithSetGradEnabled, "__call__"), (WrapWithAutocast, "__call__"),
+              (aot_autograd, "_aot_export_function"),
+              (exported_program, "_decompose_and_get_gm_with_new_signature_constants")]
+    return {place: getattr(*place) for place in places}
+
+
+def plain_mlir(model, x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return aot.export(model, args=(x,)).mlir_module.get_asm(enable_debug_info=True)
+
+
+def test_scopes_patch_while_open_on_any_thread_and_act_only_on_their_own():
+    originals = patched_places()
     sm.torch.export(Stack(), args=(torch.randn(4),))
-    assert ContextCache.get_node_location is before
-    text = str(aot.export(Stack(), args=(torch.randn(4),), strict_export=True).mlir_module)
-    assert "sectionmark" not in text
-    with torch_importer.section_locations():
-        assert ContextCache.get_node_location is not before
-    assert ContextCache.get_node_location is before
+    assert patched_places() == originals
+    assert LOC_PREFIX not in plain_mlir(Stack(), torch.randn(4))
+
+    opened, release, failures = threading.Event(), threading.Event(), []
+
+    def hold_a_scope():
+        try:
+            with sm.torch.sections():
+                opened.set()
+                release.wait(timeout=60)
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            failures.append(error)
+
+    holder = threading.Thread(target=hold_a_scope)
+    holder.start()
+    assert opened.wait(timeout=60)
+    try:
+        patched = patched_places()
+        assert all(patched[place] is not originals[place] for place in originals)
+        assert LOC_PREFIX not in plain_mlir(Stack(), torch.randn(4))  # this thread has no scope
+        with sm.torch.sections():  # overlapping scopes: the originals come back only after both
+            assert LOC_PREFIX in plain_mlir(Stack(), torch.randn(4))
+        assert patched_places() == patched
+    finally:
+        release.set()
+        holder.join()
+    assert not failures
+    assert patched_places() == originals
+
+
+def test_only_the_exporting_thread_sections_reach_the_graph():
+    """20 exports (strict and non-strict) while 4 threads run eager sections without pause."""
+    stop, failures, entries = threading.Event(), [], [0] * 4
+
+    def eager_sections(index):
+        try:
+            while not stop.is_set():
+                with sm.section(f"NOISE-{index}"), sm.section("Block 0"), sm.section("MLP"):
+                    entries[index] += 1
+                time.sleep(0.0002)  # lets the exporting thread run between entries
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=eager_sections, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        found = [set(sm.torch.export(Stack(), args=(torch.randn(4),), strict_export=n % 2 == 0).sections)
+                 for n in range(20)]
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert not failures
+    assert all(count > 100 for count in entries)  # they really ran during the exports
+    assert [sections == STACK_SECTIONS for sections in found] == [True] * 20
+
+
+class TrainStep(torch.nn.Module):
+    """A tiny MLP returning its loss: what torch's joint forward+backward export takes."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden, self.head = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)
+
+    def forward(self, x, target):
+        with sm.section("Hidden"):
+            h = torch.relu(self.hidden(x))
+        with sm.section("Head"):
+            out = self.head(h)
+        return (torch.nn.functional.mse_loss(out, target),)
+
+
+@STRICTNESS
+def test_training_step_keeps_forward_sections_and_names_backward_ops(strict):
+    import iree.compiler
+
+    model, x, target = TrainStep(), torch.randn(3, 4), torch.randn(3, 2)
+    exported = sm.torch.export_training_step(model, args=(x, target), strict_export=strict)
+    hidden_back, head_back = ("Hidden (backward)",), ("Head (backward)",)
+    assert op_paths(exported.module, "torch.aten.addmm") == [("Hidden",), ("Head",)]
+    assert op_paths(exported.module, "torch.aten.relu") == [("Hidden",)]
+    assert op_paths(exported.module, "torch.aten.mm") == [head_back, head_back, hidden_back]
+    assert op_paths(exported.module, "torch.aten.where.self") == [hidden_back]  # relu's gradient
+    assert op_paths(exported.module, "torch.aten.mean") == [None]  # the loss is in no section
+    assert set(exported.sections) == {("Hidden",), ("Head",), hidden_back, head_back}
+
+    vmfb = iree.compiler.compile_str(exported.mlir, target_backends=["llvm-cpu"], input_type="torch")
+    loss, *gradients = (value.to_host() for value in sm.load(vmfb).main(x.numpy(), target.numpy()))
+    expected_loss = model(x, target)[0]
+    expected_loss.backward()
+    np.testing.assert_allclose(loss, expected_loss.detach().numpy(), rtol=1e-5, atol=1e-6)
+    expected_gradients = [parameter.grad.numpy() for parameter in model.parameters()]
+    assert len(gradients) == len(expected_gradients) == 4
+    for gradient, expected in zip(gradients, expected_gradients):
+        np.testing.assert_allclose(gradient, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_loss_that_is_no_scalar_is_one_clear_error():
+    with pytest.raises(SectionmarkError, match="cannot export the training step of Stack: .*scalar"):
+        sm.torch.export_training_step(Stack(), args=(torch.randn(4),))
+
+
+def traced_graph_with_sections():
+    """A graph whose ``sin`` node is in "A" (forward) and whose ``cos`` node is its backward."""
+    traced = torch.fx.symbolic_trace(lambda x: torch.cos(torch.sin(x)))
+    sin, cos = [node for node in traced.graph.nodes if node.op == "call_function"]
+    sin.meta["custom"] = {"sectionmark#1": "A", "other tool": 1}
+    cos.meta.update(custom={"sectionmark#1": "A"}, partitioner_tag="is_backward")
+    return traced
+
+
+def generated_code_lines(module):
+    """Node name -> the line of the module's generated code that runs it."""
+    first_line, nodes = type(module).forward.__code__.co_firstlineno, list(module.graph.nodes)
+    return {nodes[index].name: first_line + line for line, index in module._lineno_map.items() if index is not None}
+
+
+def test_retraced_ops_get_the_sections_of_the_generated_code_line_they_name():
+    traced = traced_graph_with_sections()
+    code, lines = torch_importer._TracedCode(traced), generated_code_lines(traced)
+    retraced = torch.fx.symbolic_trace(lambda x: torch.cos(torch.sin(x)))
+    for node in retraced.graph.nodes:
+        if node.op == "call_function":  # outer frames first; the innermost one ran the op
+            other = "cos" if node.name == "sin" else "sin"
+            node.stack_trace = (f'File "model.py", line 7, in forward\n    y = step(x)\n'
+                                f'File "{code.filename}", line {lines[other]}, in forward\n    ...\n'
+                                f'File "{code.filename}", line {lines[node.name]}, in forward\n    ...')
+    torch_importer._carry_sections(retraced, {code.filename: code})
+    paths = {node.name: torch_importer.node_section_path(node) for node in retraced.graph.nodes}
+    assert paths == {"x": None, "sin": ("A",), "cos": ("A (backward)",), "output": None}
+
+
+def test_a_retrace_without_stack_traces_warns_that_its_ops_are_unmarked():
+    code = torch_importer._TracedCode(traced_graph_with_sections())
+    retraced = torch.fx.symbolic_trace(lambda x: torch.cos(torch.sin(x)))
+    with pytest.warns(RuntimeWarning, match="cannot follow"):
+        torch_importer._carry_sections(retraced, {code.filename: code})
+    assert not any(torch_importer.node_section_path(node) for node in retraced.graph.nodes)
+
+
+def test_a_training_step_made_outside_the_scope_warns_once():
+    program = torch.export.export(TrainStep(), (torch.randn(3, 4), torch.randn(3, 2)))
+    joint = torch.export.experimental._export_forward_backward(program)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exported = sm.torch.export(joint)
+    assert exported.sections == ()
+    messages = [str(warning.message) for warning in caught if "sectionmark" in str(warning.message)]
+    assert len(messages) == 1 and "export_training_step" in messages[0] and "\n" not in messages[0]
+
+
+def test_what_sm_torch_export_cannot_take_is_one_clear_error():
+    with pytest.raises(SectionmarkError, match="nn.Module, a torch.export.ExportedProgram or"):
+        sm.torch.export(lambda x: x, args=(torch.randn(4),))
+    program = torch.export.export(Stack(), (torch.randn(4),))
+    with pytest.raises(SectionmarkError, match="already exported"):
+        sm.torch.export(program, args=(torch.randn(4),))
 
 
 def test_exported_mlir_compiles_for_llvm_cpu_and_runs():

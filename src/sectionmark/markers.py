@@ -87,29 +87,72 @@ def zone_emitter() -> Optional[ZoneEmitter]:
     return zones[1] if zones is not None else None
 
 
+# Section paths in torch node meta: key "sectionmark#<n>" per level, see
+# sectionmark.importers.torch.
+TORCH_ANNOTATION_PREFIX = "sectionmark#"
+_dynamo_entries = 0  # a plain int: Dynamo traces its increment as a side effect
+
+
+def _bind_torch_probes() -> None:
+    """Keep torch's two probes here once torch is imported: each section asks one."""
+    global _torch_exporting, _torch_dynamo_compiling
+    compiler = _modules["torch"].compiler
+    _torch_exporting, _torch_dynamo_compiling = compiler.is_exporting, compiler.is_dynamo_compiling
+
+
+def _first_torch_exporting() -> bool:
+    _bind_torch_probes()
+    return _torch_exporting()
+
+
+def _first_torch_dynamo_compiling() -> bool:
+    _bind_torch_probes()
+    return _torch_dynamo_compiling()
+
+
+# Called only while "torch" is in sys.modules. torch.compiler.is_exporting()
+# is one flag for the whole process: true for every thread while any exports.
+_torch_exporting: Callable[[], bool] = _first_torch_exporting
+_torch_dynamo_compiling: Callable[[], bool] = _first_torch_dynamo_compiling
+if "torch" in _modules:
+    _bind_torch_probes()
+
+
+def _jax_tracing() -> bool:
+    jax_core = _modules.get("jax._src.core")
+    return jax_core is not None and not jax_core.trace_ctx.is_top_level()
+
+
 def _framework_scopes(name: str) -> Optional[tuple]:
-    """Enter the tracing scopes of whichever framework is tracing right now.
+    """Enter the tracing scopes of whichever framework traces on this thread right now.
 
     Returns the entered context managers (to exit in reverse order), or None
-    when nothing traces.
+    when nothing traces here.
     """
     entered = []
-    torch = _modules.get("torch")
-    if torch is not None and torch.compiler.is_exporting():
+    if "torch" in _modules and _torch_exporting():
         from sectionmark.importers import torch as torch_importer
 
-        entered.extend(torch_importer.enter_export_scope(name))
-    jax_core = _modules.get("jax._src.core")
-    if jax_core is not None and not jax_core.trace_ctx.is_top_level():
+        scope = torch_importer.enter_export_scope(name)  # None unless this thread exports
+        if scope is not None:
+            entered.append(scope)
+    if "jax" in _modules and _jax_tracing():
         from sectionmark.importers import jax as jax_importer
 
         entered.append(jax_importer.enter_named_scope(name))
     return tuple(entered) if entered else None
 
 
-def _dynamo_compiling() -> bool:
-    torch = _modules.get("torch")
-    return torch is not None and torch.compiler.is_dynamo_compiling()
+def _dynamo_scope(name: str):
+    """What a section is while TorchDynamo traces (strict export): ``torch.fx.traceback.annotate``.
+
+    Written here, importing nothing, because Dynamo traces this code and
+    reports what it changes outside the model (an import, the counter) as side
+    effects of the model.
+    """
+    global _dynamo_entries
+    _dynamo_entries += 1
+    return _modules["torch"].fx.traceback.annotate({TORCH_ANNOTATION_PREFIX + str(_dynamo_entries): name})
 
 
 class section:
@@ -135,10 +178,8 @@ class section:
                 raise TypeError(f"section color must be an int 0xRRGGBB, got {type(color).__name__}")
             if not 0 <= color <= 0xFFFFFF:
                 raise ValueError(f"section color must be within 0x000000..0xFFFFFF, got {color:#x}")
-        if "torch" in _modules and _dynamo_compiling():
-            from sectionmark.importers import torch as torch_importer
-
-            return torch_importer.dynamo_scope(name)  # type: ignore[return-value]
+        if "torch" in _modules and _torch_dynamo_compiling():
+            return _dynamo_scope(name)  # type: ignore[return-value]
         self = object.__new__(cls)
         self.name = name
         self.color = color
@@ -150,7 +191,7 @@ class section:
 
     def __enter__(self) -> "section":
         global _scopes_used
-        if "torch" in _modules or "jax" in _modules:
+        if ("torch" in _modules and _torch_exporting()) or ("jax" in _modules and _jax_tracing()):
             scopes = _framework_scopes(self.name)
             if scopes is not None:
                 _scopes_used = True
@@ -191,7 +232,7 @@ class section:
             # One marker serves every synchronous call (their zones nest on each
             # thread), except under Dynamo, which needs the annotate scope that
             # the constructor returns.
-            with section(name, color) if "torch" in _modules and _dynamo_compiling() else marker:
+            with section(name, color) if "torch" in _modules and _torch_dynamo_compiling() else marker:
                 return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
