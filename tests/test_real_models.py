@@ -119,19 +119,23 @@ def prefill_decode(request):
     """``prefill`` (PROMPT tokens) and ``decode`` (one token) of one CachedLM, in one module.
 
     Exported with TorchDynamo (``strict=True``, turbine's default) and without.
+    ``export_program`` exports right away and re-traces Llama's no_grad rotary
+    embedding, so it runs inside ``sm.torch.sections()``.
     """
     name, strict = request.param
     model = BUILDERS[name]()
     keys, values = empty_cache(model)
     builder = aot.FxProgramsBuilder(CachedLM(model))
+    with sm.torch.sections():
 
-    @builder.export_program(name="prefill", args=(tokens(PROMPT), torch.arange(PROMPT), keys, values), strict=strict)
-    def prefill(module, input_ids, positions, keys, values):
-        return module(input_ids, positions, keys, values)
+        @builder.export_program(name="prefill", args=(tokens(PROMPT), torch.arange(PROMPT), keys, values),
+                                strict=strict)
+        def prefill(module, input_ids, positions, keys, values):
+            return module(input_ids, positions, keys, values)
 
-    @builder.export_program(name="decode", args=(tokens(1), torch.tensor([PROMPT]), keys, values), strict=strict)
-    def decode(module, input_ids, positions, keys, values):
-        return module(input_ids, positions, keys, values)
+        @builder.export_program(name="decode", args=(tokens(1), torch.tensor([PROMPT]), keys, values), strict=strict)
+        def decode(module, input_ids, positions, keys, values):
+            return module(input_ids, positions, keys, values)
 
     exported = sm.torch.export(builder)
     compiled = sm.compile(exported, target="llvm-cpu")
