@@ -24,6 +24,7 @@ pytest.importorskip("transformers")
 from iree.turbine import aot  # noqa: E402
 
 import sectionmark as sm  # noqa: E402
+from invariants import assert_profile_invariants  # noqa: E402
 from hf_models import LAYERS, MAX_LEN, VOCAB, CachedLM, Logits, empty_cache, tiny_gpt2, tiny_llama  # noqa: E402
 
 # Compiled float32 against eager torch: the largest differences seen are 2.4e-7
@@ -58,26 +59,20 @@ def reference_logits(model, input_ids: torch.Tensor) -> np.ndarray:
         return model(input_ids=input_ids, use_cache=False).logits.numpy()
 
 
-def load_time_sections(compiled) -> set[tuple[str, ...]]:
-    """Sections whose dispatches all run in the module initializer (``__init``).
+def assert_profile_is_marked(profile, expected: set[tuple[str, ...]]) -> None:
+    """Almost all time in sections, and every section ran a dispatch per call or says why not.
 
     IREE hoists work that depends only on constants (Llama's rotary cos/sin of
-    positions 0..T-1 when the positions are not an input) out of the function:
-    it runs once at load, so those sections have no per-call time.
+    positions 0..T-1 when the positions are not an input) into the module
+    initializer: it runs once at load, and the table says so for that section.
     """
-    functions: dict[tuple[str, ...], set[str]] = {}
-    for site in compiled.section_map.sites:
-        for share in site.shares:
-            for depth in range(1, len(share.path) + 1):
-                functions.setdefault(share.path[:depth], set()).add(site.function)
-    return {path for path, names in functions.items() if names == {"__init"}}
-
-
-def assert_profile_is_marked(profile, compiled, expected: set[tuple[str, ...]]) -> None:
-    """Almost all time in sections, and every section ran a dispatch per call (or at load)."""
+    assert_profile_invariants(profile)
     assert profile.unmarked_ns / profile.total_ns < UNMARKED_LIMIT, profile.table()
-    busy = {row.path: row.busy_ns for row in profile.sections}
-    idle = sorted(path for path in expected - load_time_sections(compiled) if busy.get(path, 0) <= 0)
+    rows = {row.path: row for row in profile.sections}
+    idle = sorted(
+        path for path in expected
+        if rows[path].busy_ns <= 0 and rows[path].note != "no dispatches: ran only in initializers"
+    )
     assert not idle, f"sections without time: {idle}\n{profile.table()}"
 
 
@@ -107,7 +102,7 @@ def test_compiled_logits_match_eager(whole_sequence):
 def test_profile_time_is_in_the_sections(whole_sequence):
     profile = sm.profile(whole_sequence.compiled, args=(whole_sequence.input_ids.numpy(),),
                          iterations=ITERATIONS, warmup=1)
-    assert_profile_is_marked(profile, whole_sequence.compiled, written_sections(whole_sequence.name))
+    assert_profile_is_marked(profile, written_sections(whole_sequence.name))
 
 
 # --------------------------------------------------------------- prefill + decode
@@ -173,7 +168,7 @@ def test_prefill_and_decode_profiles_are_in_the_sections(prefill_decode, functio
     profile = sm.profile(prefill_decode.compiled, args=[arg.numpy() for arg in args], function=function,
                          iterations=ITERATIONS, warmup=1)
     assert profile.calls == ITERATIONS
-    assert_profile_is_marked(profile, prefill_decode.compiled, written_sections(prefill_decode.name))
+    assert_profile_is_marked(profile, written_sections(prefill_decode.name))
 
 
 # --------------------------------------------------------------- fused dispatches
@@ -244,6 +239,7 @@ def run_marked(model: torch.nn.Module, x: torch.Tensor) -> SimpleNamespace:
     exported = sm.torch.export(model, args=(x,))
     compiled = sm.compile(exported, target="llvm-cpu")
     profile = sm.profile(compiled, args=(x.numpy(),), iterations=ITERATIONS, warmup=1)
+    assert_profile_invariants(profile)
     return SimpleNamespace(model=model, x=x, exported=exported, compiled=compiled, profile=profile)
 
 
