@@ -1,7 +1,10 @@
 """Issue A figures, measured in one run.
 
 1. Eager ``section`` enter+exit with no tracing, as a ratio to an empty
-   no-op context manager (goal <= 2.0).
+   no-op context manager used the same way (reused, or created in the
+   ``with`` statement as models write it; goal <= 1.5 for the latter), in
+   three fresh processes: neither framework imported, torch imported, JAX
+   imported (each entry then asks that framework whether it is tracing).
 2. Export time of the small nanoGPT with sections (``sm.torch.export``) as a
    ratio to the same model without sections (plain ``aot.export``), both
    non-strict, alternated, best of N (goal <= 1.05).
@@ -12,6 +15,7 @@ Run: .venv/bin/python benchmarks/bench_markers.py [--repeats N]
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 import timeit
@@ -33,6 +37,13 @@ class Empty:
         return None
 
 
+def eager_cost_in_fresh_processes(number: int) -> None:
+    for framework in ("", "torch", "jax"):
+        print(f"eager cost, {'with ' + framework + ' imported' if framework else 'no framework imported'}:", flush=True)
+        code = (f"import {framework}; " if framework else "") + f"import bench_markers; bench_markers.eager_cost({number})"
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent)
+
+
 def eager_cost(number: int = 1_000_000) -> None:
     marker, empty = sm.section("MLP"), Empty()
     stmt_reused = "with m:\n    pass"
@@ -48,8 +59,8 @@ def eager_cost(number: int = 1_000_000) -> None:
         print(f"  {label:<40} {ns:8.1f} ns")
     reused = best["section (reused object)"] / best["empty context manager (reused)"]
     fresh = best["section('MLP') (new each time)"] / best["empty context manager (new each time)"]
-    print(f"eager enter+exit ratio, reused object: {reused:.2f}x (goal <= 2.0)")
-    print(f"eager enter+exit ratio, new object each time: {fresh:.2f}x")
+    print(f"eager enter+exit ratio, reused object: {reused:.2f}x")
+    print(f"eager enter+exit ratio, section(...) in the with statement: {fresh:.2f}x (goal <= 1.5)")
 
 
 def export_ratio(repeats: int) -> None:
@@ -80,8 +91,9 @@ def export_ratio(repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5, help="export repetitions per variant (default 5)")
+    parser.add_argument("--number", type=int, default=1_000_000, help="enter+exit per timing (default 1,000,000)")
     args = parser.parse_args()
-    eager_cost()
+    eager_cost_in_fresh_processes(args.number)
     export_ratio(args.repeats)
 
 

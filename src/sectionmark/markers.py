@@ -119,8 +119,13 @@ if "torch" in _modules:
 
 
 def _jax_tracing() -> bool:
+    """Whether JAX traces on this thread: its current trace is not the eager one.
+
+    (``trace_ctx.is_top_level()`` also compares the axis environment, which
+    only matters under a trace, at twice the cost.)
+    """
     jax_core = _modules.get("jax._src.core")
-    return jax_core is not None and not jax_core.trace_ctx.is_top_level()
+    return jax_core is not None and jax_core.trace_ctx.trace is not jax_core.eval_trace
 
 
 def _framework_scopes(name: str) -> Optional[tuple]:
@@ -155,6 +160,30 @@ def _dynamo_scope(name: str):
     return _modules["torch"].fx.traceback.annotate({TORCH_ANNOTATION_PREFIX + str(_dynamo_entries): name})
 
 
+_markers: dict = {}  # (name, color) -> section; see section.__new__
+_MAX_CACHED_MARKERS = 100_000  # programs that make names on the fly stop being cached, not growing
+
+
+def _check(name: object, color: object) -> None:
+    """Refuse what cannot be a section name or color, in one clear line."""
+    if not isinstance(name, str):
+        raise TypeError(f"section name must be a str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("section name must not be empty")
+    if not name.isascii():
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"section name must be valid Unicode text: {name[error.start]!r} at {error.start} is a lone surrogate"
+            ) from None
+    if color is not None:
+        if not isinstance(color, int) or isinstance(color, bool):
+            raise TypeError(f"section color must be an int 0xRRGGBB, got {type(color).__name__}")
+        if not 0 <= color <= 0xFFFFFF:
+            raise ValueError(f"section color must be within 0x000000..0xFFFFFF, got {color:#x}")
+
+
 class section:
     """Names a part of a model: ``@section("MLP")`` or ``with section("MLP"):``.
 
@@ -169,21 +198,29 @@ class section:
     __slots__ = ("name", "color", "_key")
 
     def __new__(cls, name: str, color: Optional[int] = None) -> "section":
-        if not isinstance(name, str):
-            raise TypeError(f"section name must be a str, got {type(name).__name__}")
-        if not name:
-            raise ValueError("section name must not be empty")
-        if color is not None:
-            if not isinstance(color, int) or isinstance(color, bool):
-                raise TypeError(f"section color must be an int 0xRRGGBB, got {type(color).__name__}")
-            if not 0 <= color <= 0xFFFFFF:
-                raise ValueError(f"section color must be within 0x000000..0xFFFFFF, got {color:#x}")
         if "torch" in _modules and _torch_dynamo_compiling():
+            _check(name, color)
             return _dynamo_scope(name)  # type: ignore[return-value]
+        # Markers keep no state of their own, so one per (name, color) serves
+        # every ``with section(...)`` written inline in a model: no allocation,
+        # no validation after the first time.
+        try:
+            return _markers[name if color is None else (name, color)]
+        except (KeyError, TypeError):  # new, or not hashable (then _check says why)
+            pass
+        _check(name, color)
+        self = cls._unshared(name, color)
+        if cls is section and len(_markers) < _MAX_CACHED_MARKERS:
+            _markers[self._key] = self
+        return self
+
+    @classmethod
+    def _unshared(cls, name: str, color: Optional[int]) -> "section":
+        """A marker of its own (checked names only): the zone stack tells markers apart by identity."""
         self = object.__new__(cls)
         self.name = name
         self.color = color
-        self._key = name if color is None else (name, color)  # of the emitter's locations
+        self._key = name if color is None else (name, color)  # of the emitter's locations and of _markers
         return self
 
     def __repr__(self) -> str:
@@ -222,7 +259,7 @@ class section:
             async def async_wrapper(*args, **kwargs):
                 # A marker per call: tasks interleave, and a shared marker would
                 # let one task's exit close another task's zone.
-                with section(name, color):
+                with section._unshared(name, color):
                     return await fn(*args, **kwargs)
 
             return async_wrapper  # type: ignore[return-value]
