@@ -279,3 +279,13 @@ def test_decorating_a_non_callable_is_a_type_error():
         sm.section("x")(42)
 
 
+
+
+def test_inline_markers_are_shared_per_name_and_color_and_checked_once():
+    assert sm.section("MLP") is sm.section("MLP")
+    assert sm.section("MLP", color=0x3388FF) is sm.section("MLP", color=0x3388FF)
+    assert sm.section("MLP") is not sm.section("MLP", color=0x3388FF)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        sm.section("bad \ud800 name")
+    with pytest.raises(TypeError, match="must be a str"):
+        sm.section(["not", "hashable"])
