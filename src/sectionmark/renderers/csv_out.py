@@ -26,7 +26,8 @@ COLUMNS = [
 
 def dumps(session: ProfileSession) -> str:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    # RFC 4180 line ends: the csv module then quotes any field holding "\r" or "\n".
+    writer = csv.writer(buffer, lineterminator="\r\n")
     writer.writerow(COLUMNS)
     for row in session.sections:
         stats = row.per_call

@@ -26,7 +26,7 @@ def _slices(spans: list[Span], pid: int, tid: int, origin: int) -> list[dict[str
             out.append({
                 "ph": "X", "pid": pid, "tid": tid, "name": span.name,
                 "cat": span.kind, "ts": (span.start_ns - origin) / 1e3, "dur": (span.end_ns - span.start_ns) / 1e3,
-                "args": {"path": " / ".join(span.path), **span.args},
+                "args": {"path": list(span.path), **span.args},
             })
     return out
 

@@ -6,6 +6,10 @@ indented under their parent and show inclusive time; a ``*`` marks sections
 that share fused dispatches with other sections (their time was split).
 A declared section that ran no dispatch keeps its row, with a note instead of
 zeros, so that a missing section is never silent.
+
+Names are data: every user-given string (section, function, zone and export
+names) goes into the table as ``rich.text.Text``, never as markup, so
+``"[bold]MLP[/bold]"`` or ``"[/x]"`` print as written.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Optional
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sectionmark.profiling.session import ProfileSession, SectionStats
 
@@ -40,7 +45,7 @@ def build_table(session: ProfileSession) -> Table:
     title = f"{session.function or 'profile'}: {session.calls} calls"
     if session.warmup:
         title += f" (+{session.warmup} warmup)"
-    table = Table(title=title, title_justify="left", show_footer=True)
+    table = Table(title=Text(title), title_justify="left", show_footer=True)
     table.add_column("Section", footer="Total")
     table.add_column("Share", justify="right", footer="100.0%")
     table.add_column("Busy/call", justify="right", footer=format_ns(session.total_ns / calls))
@@ -55,10 +60,10 @@ def build_table(session: ProfileSession) -> Table:
         if not row.path and row.busy_ns == 0:
             continue
         if row.note:
-            table.add_row(f"{_name(row)} — {row.note}", *[""] * (len(table.columns) - 1), style="dim")
+            table.add_row(Text(f"{_name(row)} — {row.note}"), *[""] * (len(table.columns) - 1), style="dim")
             continue
         table.add_row(
-            _name(row),
+            Text(_name(row)),
             f"{row.share:.1%}",
             format_ns(row.busy_ns / calls),
             format_ns(row.wall_ns / calls),
@@ -86,7 +91,7 @@ def build_sites_table(session: ProfileSession) -> Table:
         )
         key = site.key + (f" {SHARED_MARK}" if site.shared_executable else "")
         table.add_row(
-            str(site.site), sections, key,
+            str(site.site), Text(sections), Text(key),
             "x".join(map(str, site.workgroups)) if site.workgroups else "",
             f"{site.binding_bytes:,}" if site.binding_bytes is not None else "",
             f"{site.dispatches / calls:g}", format_ns(site.busy_ns / calls),
@@ -107,7 +112,7 @@ def zone_stats_text(rows: list, width: int = 160) -> str:
     for column in ("Zone", "Track", "Count", "Total", "Mean", "Min", "Max", "p95"):
         table.add_column(column, justify="left" if column in ("Zone", "Track") else "right")
     for row in rows:
-        table.add_row(row.name, "GPU" if row.kind == "gpu" else "CPU", str(row.count),
+        table.add_row(Text(row.name), "GPU" if row.kind == "gpu" else "CPU", str(row.count),
                       *(format_ns(v) for v in (row.total_ns, row.mean_ns, row.min_ns, row.max_ns, row.p95_ns)))
     buffer = io.StringIO()
     Console(file=buffer, width=width, color_system=None, force_terminal=False).print(table)
@@ -135,7 +140,7 @@ def render(session: ProfileSession, console: Optional[Console] = None) -> None:
     console = console or Console()
     console.print(build_table(session))
     for line in notes(session):
-        console.print(line, style="dim", highlight=False)
+        console.print(line, style="dim", highlight=False, markup=False)
 
 
 def render_text(session: ProfileSession, width: int = 140) -> str:

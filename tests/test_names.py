@@ -1,0 +1,71 @@
+"""Names are data: odd section names survive byte-exactly from the model to every output.
+
+Quotes, backslashes, newlines, carriage returns, NUL, emoji, right-to-left text,
+``/`` inside a name, rich-markup brackets and very long names go through a real
+export, compile and profile, then into the section map, the profile JSON, the
+CSV, the Perfetto trace and the table.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import sectionmark as sm
+from invariants import assert_profile_invariants
+from sectionmark.renderers import csv_out, perfetto
+from sectionmark.section_map import SectionMap
+
+NAMES = [
+    'quote "x"', "back\\slash", "new\nline", "carriage\rreturn", "nul\x00byte", "emoji 🚀", "rtl עברית",
+    "a/b", "a / b", "[bold]MLP[/bold]", "[/x]", "tab\tand\x7fdel", "x" * 10_000, "y" * 70_000,
+]
+
+
+class OddNames(torch.nn.Module):
+    def forward(self, x):
+        for index, name in enumerate(NAMES):
+            with sm.section(name):
+                with sm.section(name + " inner"):
+                    x = torch.matmul(x, x) * 0.5 + index
+        return x
+
+
+@pytest.fixture(scope="module")
+def profiled():
+    exported = sm.torch.export(OddNames(), args=(torch.ones(8, 8),))
+    compiled = sm.compile(exported)
+    prof = sm.profile(compiled, args=(np.ones((8, 8), np.float32),), iterations=2, warmup=1, quiet=True)
+    return exported, compiled, prof
+
+
+EXPECTED = [path for name in NAMES for path in ((name,), (name, name + " inner"))]
+
+
+def test_export_and_map_keep_every_name(profiled, tmp_path):
+    exported, compiled, _ = profiled
+    assert list(exported.sections) == [path for path in EXPECTED if len(path) == 2]
+    assert compiled.section_map.sections == [path for path in EXPECTED if len(path) == 2]
+    compiled.section_map.save(tmp_path / "m.sections.json")
+    assert SectionMap.load(tmp_path / "m.sections.json").sections == compiled.section_map.sections
+
+
+def test_json_csv_perfetto_and_table_keep_every_name(profiled, tmp_path):
+    _, _, prof = profiled
+    assert_profile_invariants(prof)
+    rows = [tuple(row["path"]) for row in json.loads(json.dumps(prof.to_json()))["sections"] if row["path"]]
+    assert rows == EXPECTED
+    csv.field_size_limit(1 << 24)  # Python's reader stops at 128 KiB per field; the 70k name is there twice
+    with io.StringIO(csv_out.dumps(prof), newline="") as text:
+        csv_rows = list(csv.DictReader(text))
+    assert [tuple(json.loads(row["path"])) for row in csv_rows if row["path"] != "[]"] == EXPECTED
+    trace = json.loads(perfetto.save(prof, tmp_path / "t.json").read_text(encoding="utf-8"))
+    traced = {tuple(event["args"]["path"]) for event in trace["traceEvents"] if event.get("cat") == "section"}
+    assert traced == set(EXPECTED)
+    table = prof.table()
+    assert "[bold]MLP[/bold]" in table and "[/x]" in table
