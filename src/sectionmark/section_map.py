@@ -151,7 +151,9 @@ class SectionMap:
         return cls.from_json(data)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.dumps(), encoding="utf-8")
+        from sectionmark.outputs import write_atomic
+
+        write_atomic(path, self.dumps())
 
     @classmethod
     def load(cls, path: str | Path) -> "SectionMap":

@@ -27,6 +27,7 @@ from sectionmark.compiler.session import PhasedCompilation
 from sectionmark.compiler.targets import target_flags
 from sectionmark.errors import SectionmarkError
 from sectionmark.exported import ExportedProgram
+from sectionmark.outputs import check_output_path, write_atomic
 from sectionmark.locations import section_paths
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.section_map import CommandBuffer, DispatchSite, SectionMap
@@ -58,15 +59,19 @@ class CompiledModule:
         missing = [format_path(path) for path in declared if path not in reached]
         return text + (f" (not: {'; '.join(missing)})" if missing else "")
 
-    def save(self, path: Union[str, Path]) -> Path:
-        """Write ``path`` (.vmfb) and, with a map, ``<stem>.sections.json`` beside it."""
+    def save(self, path: Union[str, Path], inputs: Sequence[Union[str, Path]] = ()) -> Path:
+        """Write ``path`` (.vmfb) and, with a map, ``<stem>.sections.json`` beside it.
+
+        Each file is written whole or not at all; ``inputs`` (e.g. the MLIR it
+        was compiled from) are never overwritten.
+        """
         path = Path(path)
-        try:
-            path.write_bytes(self.vmfb)
-            if self.section_map is not None:
-                self.section_map.save(sidecar_path(path))
-        except OSError as error:
-            raise SectionmarkError(f"cannot write {error.filename or path}: {error.strerror}") from None
+        check_output_path(path, inputs)
+        if self.section_map is not None:
+            check_output_path(sidecar_path(path), inputs)
+        write_atomic(path, self.vmfb, inputs)
+        if self.section_map is not None:
+            write_atomic(sidecar_path(path), self.section_map.dumps(), inputs)
         return path
 
 

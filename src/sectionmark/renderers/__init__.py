@@ -5,14 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Union
 
-from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import write_atomic
 
 
 def write_text(path: Union[str, Path], text: str, newline: Optional[str] = None) -> Path:
-    """Write an output file, turning OS errors into one user-facing line."""
-    path = Path(path)
-    try:
-        path.write_text(text, encoding="utf-8", newline=newline)
-    except OSError as error:
-        raise SectionmarkError(f"cannot write {path}: {error.strerror}") from None
-    return path
+    """Write an output file all at once (see `sectionmark.outputs`); errors are one user-facing line."""
+    return write_atomic(path, text, newline=newline)

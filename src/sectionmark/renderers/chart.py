@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import atomic_path
 
 
 def save(session, path: str | Path, title: str | None = None) -> Path:
@@ -33,11 +34,9 @@ def save(session, path: str | Path, title: str | None = None) -> Path:
     axes.set_title(title or f"sectionmark: {session.function or 'profile'} — {session.total_ns / 1e6 / max(session.calls, 1):.3f} ms per call")
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
-    path = Path(path)
     try:
-        figure.savefig(path, dpi=110)
-    except OSError as error:
-        raise SectionmarkError(f"cannot write {path}: {error.strerror}") from None
+        with atomic_path(path) as temporary:
+            figure.savefig(temporary, dpi=110, format="png")  # exactly this file, whatever its suffix
     finally:
         plt.close(figure)
-    return path
+    return Path(path)

@@ -1,0 +1,95 @@
+"""Writing output files: all or nothing, never onto an input, never over a non-file.
+
+Every file sectionmark writes (a .vmfb, a section map, a table's JSON, CSV,
+chart or trace) goes through here, so a full disk, a size limit or a kill in
+the middle leaves the previous file intact: the data goes to a temporary file
+in the same directory, which is renamed over the target only once complete
+(a rename within one file system is atomic). Paths that would destroy what
+the user has are refused up front with one clear line: an empty name, a
+directory or device node, or a file the same command reads (``--json
+run.ireeprof``; ``compile a.mlir -o a.mlir``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Iterable, Iterator, Union
+
+from sectionmark.errors import SectionmarkError
+
+PathLike = Union[str, os.PathLike]
+
+# The process umask, read once (reading it means setting it): temporary files
+# are created 0600, and the output should get the mode a plain open() gives.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+def check_output_path(path: PathLike, inputs: Iterable[PathLike] = ()) -> Path:
+    """The output path, or one clear error if writing it would lose something."""
+    text = os.fspath(path)
+    if not text.strip():
+        raise SectionmarkError("an output file name is empty")
+    target = Path(text)
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        raise SectionmarkError(f"cannot write {target}: {error.strerror}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise SectionmarkError(f"cannot write {target}: it is {kind}")
+    for source in inputs:
+        if mode is not None and _same_file(target, Path(source)):
+            raise SectionmarkError(f"refusing to write {target}: it is also an input of this command")
+    if not target.parent.is_dir():
+        raise SectionmarkError(f"cannot write {target}: directory {target.parent} does not exist")
+    return target
+
+
+@contextlib.contextmanager
+def atomic_path(path: PathLike, inputs: Iterable[PathLike] = ()) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename.
+
+    For writers that want a file name (matplotlib, a capture tool). On any
+    error the temporary file is removed and ``path`` is untouched.
+    """
+    target = check_output_path(path, inputs)
+    try:
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    except OSError as error:
+        raise SectionmarkError(f"cannot write {target}: {error.strerror}") from None
+    os.close(descriptor)
+    temporary_path = Path(temporary)
+    try:
+        yield temporary_path
+        os.chmod(temporary_path, stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~_UMASK)
+        os.replace(temporary_path, target)
+    except OSError as error:
+        raise SectionmarkError(f"cannot write {target}: {error.strerror or error}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary_path.unlink()
+
+
+def write_atomic(path: PathLike, data: Union[bytes, str], inputs: Iterable[PathLike] = (), newline: str | None = None) -> Path:
+    """Write ``data`` (text is UTF-8) to ``path`` all at once or not at all; returns the path."""
+    with atomic_path(path, inputs) as temporary:
+        if isinstance(data, str):
+            with open(temporary, "w", encoding="utf-8", newline=newline) as file:
+                file.write(data)
+        else:
+            temporary.write_bytes(data)
+    return Path(path)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
