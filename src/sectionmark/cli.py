@@ -22,10 +22,12 @@ EXAMPLES = {
     "profile": """examples:
   sectionmark profile model.vmfb --input x.npy -n 20
   sectionmark profile model.vmfb --input x.npy --perfetto run.json --chart sections.png --tracy run.tracy
-  sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites""",
+  sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites
+  sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy""",
     "report": """examples:
   sectionmark report run.ireeprof --map model.sections.json
-  sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json""",
+  sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json
+  sectionmark report run.tracy --map model-cuda.vmfb --warmup 3""",
     "tracy": """examples:
   sectionmark tracy run.ireeprof --map model.sections.json -o run.tracy""",
     "tracy-stats": """examples:
@@ -72,22 +74,27 @@ def build_parser() -> argparse.ArgumentParser:
                           help="extra iree-compile flag (repeatable), e.g. --iree-arg=--iree-opt-level=O3")
 
     profile = commands.add_parser("profile", help="run a .vmfb under IREE's profiler and report per-section times",
-                                  description="Run a function of a .vmfb with iree-benchmark-module and HAL-native "
-                                  "profiling, then attribute every dispatch to its section(s).",
+                                  description="Run a function of a .vmfb with iree-benchmark-module and measure it "
+                                  "(CPU: HAL-native profiling; CUDA/HIP: a Tracy capture of the GPU zones), then "
+                                  "attribute every dispatch to its section(s).",
                                   epilog=EXAMPLES["profile"], formatter_class=_formatter)
     profile.add_argument("vmfb", help="module compiled by sectionmark (its section map is embedded)")
     profile.add_argument("--input", action="append", default=[], metavar="NPY", help="argument as a .npy file (repeat, in order)")
     profile.add_argument("--function", default="main", help="function to call (default: main)")
     profile.add_argument("-n", "--iterations", type=int, default=20, help="measured calls (default: 20)")
     profile.add_argument("--warmup", type=int, default=3, help="unmeasured calls first (default: 3)")
-    profile.add_argument("--device", default="local-task", help="IREE device (default: local-task)")
-    profile.add_argument("--keep-profile", metavar="FILE", help="also keep the raw .ireeprof")
+    profile.add_argument("--device", default="local-task",
+                         help="IREE device: local-task (default), local-sync, cuda, hip (also cuda://1 ...); "
+                         "vulkan runs, but its profile cannot be read yet (docs/gpu.md)")
+    profile.add_argument("--keep-profile", metavar="FILE",
+                         help="also keep the raw measurement (.ireeprof; the .tracy capture on cuda/hip)")
     _add_outputs(profile)
 
     report = commands.add_parser("report", help="per-section times of a profile recorded elsewhere",
-                                 description="Join a recorded .ireeprof (or its ireeperf-jsonl export) with a section map.",
+                                 description="Join a recorded .ireeprof (or its ireeperf-jsonl export), or the GPU "
+                                 "zones of a .tracy capture, with a section map.",
                                  epilog=EXAMPLES["report"], formatter_class=_formatter)
-    report.add_argument("profile", help=".ireeprof (or .jsonl from iree-profile export)")
+    report.add_argument("profile", help=".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones)")
     report.add_argument("--map", required=True, help=".sections.json, or the .vmfb that embeds it")
     report.add_argument("--function", help="function that was profiled (default: any)")
     report.add_argument("--calls", type=int, help="number of calls in the profile (default: inferred)")

@@ -1,8 +1,10 @@
-"""Exact per-section CPU profiles from IREE's HAL-native profiler.
+"""Per-section profiles: a run measured by IREE, joined with the section map.
 
-``profile`` runs a compiled module under ``iree-benchmark-module`` with
-profiling on and joins the resulting ``.ireeprof`` with the section map;
-``report`` does the join for a profile recorded earlier.
+``profile`` runs a compiled module under ``iree-benchmark-module``: on CPU
+with IREE's HAL-native profiler (an ``.ireeprof``), on CUDA/HIP, where IREE
+3.13 has no HAL-native profiler, under a Tracy capture of its GPU zones (a
+``.tracy``). ``report`` does the join for a profile recorded earlier, of
+either kind; both give the same `ProfileSession`.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from typing import Any, Optional, Sequence, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import attribute
-from sectionmark.profiling.ireeprof import read_profile
-from sectionmark.profiling.runner import run_profile
+from sectionmark.profiling.ireeprof import Profile, read_profile
+from sectionmark.profiling.runner import VULKAN_UNREADABLE, device_driver, run_profile
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import SectionMap, SectionMapError
 
@@ -56,7 +58,12 @@ def profile(
 
     ``compiled_or_vmfb_path``: a ``sectionmark.compiler.CompiledModule`` or a
     saved .vmfb (its map is read from the module or its sidecar unless
-    ``section_map`` is given). ``keep_profile``: also copy the raw .ireeprof there.
+    ``section_map`` is given). ``device``: an IREE device; ``local-task`` /
+    ``local-sync`` use HAL-native profiling, ``cuda`` / ``hip`` (also
+    ``cuda://1`` ...) a Tracy capture of the GPU zones, ``vulkan`` is tried
+    with Vulkan's HAL-native profiling and refused (docs/gpu.md).
+    ``keep_profile``: also copy the raw profile there (.ireeprof, or the
+    .tracy capture on CUDA/HIP).
     """
     with tempfile.TemporaryDirectory(prefix="sectionmark-") as scratch:
         directory = Path(scratch)
@@ -69,26 +76,49 @@ def profile(
         )
         if keep_profile is not None:
             Path(keep_profile).write_bytes(run.profile_path.read_bytes())
-        return report(run.profile_path, section_map, calls=run.calls, warmup=run.warmup, function=function)
+        events = _read_events(run.profile_path, section_map, function)
+        if device_driver(device) == "vulkan" and not len(events.dispatches):
+            kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"
+            raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
+        return _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function)
 
 
 def report(
-    ireeprof_path: Union[str, Path],
+    profile_path: Union[str, Path],
     section_map: Union[SectionMap, str, Path],
     *,
     calls: Optional[int] = None,
     warmup: int = 0,
     function: Optional[str] = None,
 ) -> ProfileSession:
-    """Per-section times of a recorded profile (.ireeprof or exported ireeperf-jsonl).
+    """Per-section times of a recorded profile: .ireeprof, exported ireeperf-jsonl, or a .tracy capture.
 
     ``section_map``: a SectionMap, a .vmfb (embedded map or sidecar) or a
     .sections.json. ``calls``: calls made during the profile (inferred from
     the repeating submissions when None); the first ``warmup`` are dropped.
+    A Tracy capture (recognised by its name or its first bytes) is read for
+    its GPU dispatch zones (a CUDA/HIP run, or a replay by `sectionmark tracy`).
     """
     if not isinstance(section_map, SectionMap):
         section_map = _read_map(Path(section_map))
-    events = read_profile(ireeprof_path)
+    events = _read_events(Path(profile_path), section_map, function)
+    return _session(events, section_map, calls=calls, warmup=warmup, function=function)
+
+
+def _read_events(path: Path, section_map: SectionMap, function: Optional[str]) -> Profile:
+    """The dispatch events of a recorded profile or of a Tracy capture's GPU zones."""
+    from sectionmark.tracy.reader import is_capture, read_capture
+
+    if is_capture(path):
+        from sectionmark.tracy.dispatch_zones import capture_profile
+
+        return capture_profile(read_capture(path), section_map, function=function)
+    return read_profile(path)
+
+
+def _session(
+    events: Profile, section_map: SectionMap, *, calls: Optional[int], warmup: int, function: Optional[str]
+) -> ProfileSession:
     attribution = attribute(events, section_map, calls=calls, warmup=warmup, function=function)
     return ProfileSession.build(attribution, section_map, function=function)
 

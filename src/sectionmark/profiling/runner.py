@@ -1,8 +1,19 @@
-"""Run a compiled module under IREE's HAL-native profiler.
+"""Run a compiled module under IREE's measurement for its device.
 
 Python bindings cannot profile in-process in IREE 3.13, so we run
-``iree-benchmark-module`` with ``--device_profiling_mode`` and read the bundle
-it writes. Warmup is done by running ``warmup + iterations`` calls in the same
+``iree-benchmark-module``:
+
+* CPU (local-task, local-sync): with ``--device_profiling_mode`` (HAL-native
+  profiling, host-execution events per dispatch) into an ``.ireeprof``;
+* CUDA, HIP: IREE 3.13 has no HAL-native profiling there ("CUDA HAL-native
+  profiling is not implemented"), so the tool of the *tracing* runtime runs
+  under a headless Tracy capture, with the driver's GPU zones at dispatch
+  verbosity (``--cuda_tracing=2``): debug groups and dispatches become GPU
+  zones in a ``.tracy``;
+* Vulkan: HAL-native profiling with the families its driver records (queue,
+  dispatch, executable metadata; no host-execution).
+
+Warmup is done by running ``warmup + iterations`` calls in the same
 process and dropping the first ``warmup`` calls when the profile is reported:
 the benchmark tool has no iteration-count warmup of its own, and a separate
 warmup process would not warm this process's caches and thread pool.
@@ -10,8 +21,10 @@ warmup process would not warm this process's caches and thread pool.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,16 +37,35 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.tools import find_tool
 
 PROFILING_MODES = "queue-events,host-execution,executable-metadata"
+# What IREE 3.13's Vulkan driver can record (it has no host-execution events).
+VULKAN_PROFILING_MODES = "queue-events,dispatch-events,executable-metadata"
+VULKAN_UNREADABLE = (
+    "IREE 3.13's Vulkan driver profiles dispatches as device dispatch events without host-execution "
+    "events, and sectionmark does not read those yet; see docs/gpu.md"
+)
+# Drivers measured through Tracy GPU zones, with their names in messages.
+TRACED_DRIVERS = {"cuda": "CUDA", "hip": "HIP"}
+DEVICE_NAMES = {**TRACED_DRIVERS, "vulkan": "Vulkan"}
+# --cuda_tracing / --hip_tracing: 1 gives command buffer and debug group zones, 2 adds dispatch zones.
+DISPATCH_TRACING_VERBOSITY = 2
+# IREE's status line: "<source>:<line>: CODE; message; context; context".
+_STATUS_LINE = re.compile(r"^\S+:\d+: ([A-Z_]+); (.*)$")
+_DEVICE_CONTEXTS = ("; creating driver for device", "; creating device '")
 
 
 @dataclass(frozen=True)
 class ProfileRun:
-    """Where a profiling run left its bundle, and how many calls it made."""
+    """Where a profiling run left its measurement, and how many calls it made."""
 
-    profile_path: Path
+    profile_path: Path  # .ireeprof bundle, or .tracy capture on CUDA/HIP
     calls: int  # warmup + measured calls, in order
     warmup: int
     wall_s: float  # wall-clock time of the whole tool run
+
+
+def device_driver(device: str) -> str:
+    """The HAL driver of an IREE device: ``cuda://0`` -> ``cuda``."""
+    return device.partition("://")[0]
 
 
 def write_inputs(args: Sequence[Any], directory: Path) -> list[Path]:
@@ -58,18 +90,44 @@ def benchmark_command(
     calls: int,
     profile_path: Path | None,
 ) -> list[str]:
-    """The iree-benchmark-module command line (without profiling if no path)."""
+    """The iree-benchmark-module command line for ``device``; no measurement without a path.
+
+    CUDA/HIP: the tracing runtime's tool with dispatch zones on (the capture
+    around it writes ``profile_path``); other devices: the plain tool with
+    HAL-native profiling into ``profile_path``.
+    """
+    driver = device_driver(device)
+    traced = driver in TRACED_DRIVERS
     command = [
-        str(find_tool("iree-benchmark-module")),
+        str(find_tool("iree-benchmark-module", tracing=traced)),
         f"--device={device}",
         f"--module={vmfb}",
         f"--function={function}",
         *[f"--input=@{path}" for path in inputs],
         f"--benchmark_min_time={calls}x",
     ]
-    if profile_path is not None:
-        command += [f"--device_profiling_mode={PROFILING_MODES}", f"--device_profiling_output={profile_path}"]
-    return command
+    if profile_path is None:
+        return command
+    if traced:
+        return command + [f"--{driver}_tracing={DISPATCH_TRACING_VERBOSITY}"]
+    modes = VULKAN_PROFILING_MODES if driver == "vulkan" else PROFILING_MODES
+    return command + [f"--device_profiling_mode={modes}", f"--device_profiling_output={profile_path}"]
+
+
+def tool_failure(device: str, stderr: str) -> str:
+    """One line for a failed tool run; a GPU whose driver or device cannot be opened says so.
+
+    IREE prints the failing status first (its message may go on over several
+    lines with nested causes) and appends context such as "creating driver
+    for device 'cuda'"; that context marks a device that could not be opened.
+    """
+    driver = device_driver(device)
+    if driver in DEVICE_NAMES and any(context in stderr for context in _DEVICE_CONTEXTS):
+        status = next(filter(None, (_STATUS_LINE.match(line.strip()) for line in stderr.splitlines())), None)
+        if status is not None:
+            message = min((status.group(2).split(context)[0] for context in _DEVICE_CONTEXTS), key=len)
+            return f"no {DEVICE_NAMES[driver]} device: {message.rstrip(': ')} ({status.group(1)})"
+    return f"iree-benchmark-module failed on {device}: {_failure_line(stderr)}"
 
 
 def _failure_line(stderr: str) -> str:
@@ -92,14 +150,15 @@ def run_profile(
     warmup: int = 3,
     quiet: bool = False,
 ) -> ProfileRun:
-    """Run ``function`` ``warmup + iterations`` times with profiling on; return the bundle."""
+    """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy."""
     if iterations < 1 or warmup < 0:
         raise SectionmarkError(f"need iterations >= 1 and warmup >= 0 (got {iterations}, {warmup})")
     vmfb = Path(vmfb)
     if not vmfb.is_file():
         raise SectionmarkError(f"module not found: {vmfb}")
     directory.mkdir(parents=True, exist_ok=True)
-    profile_path = directory / "run.ireeprof"
+    traced = device_driver(device) in TRACED_DRIVERS
+    profile_path = directory / ("run.tracy" if traced else "run.ireeprof")
     profile_path.unlink(missing_ok=True)
     calls = iterations + warmup
     command = benchmark_command(
@@ -108,10 +167,26 @@ def run_profile(
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
     start = time.perf_counter()
     with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"):
-        result = subprocess.run(command, capture_output=True, text=True)
+        if traced:
+            _run_captured(command, profile_path, device)
+        else:
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise SectionmarkError(tool_failure(device, result.stderr))
     wall_s = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SectionmarkError(f"iree-benchmark-module failed: {_failure_line(result.stderr)}")
     if not profile_path.is_file() or profile_path.stat().st_size == 0:
         raise SectionmarkError(f"iree-benchmark-module wrote no profile to {profile_path}")
     return ProfileRun(profile_path, calls, warmup, wall_s)
+
+
+def _run_captured(command: list[str], capture_path: Path, device: str) -> None:
+    """Run the tracing tool under a headless Tracy capture written to ``capture_path``."""
+    from sectionmark.tracy.capture import CapturedProgramFailed, capture_command
+
+    with tempfile.TemporaryFile(mode="w+") as output:
+        try:
+            # No time limit on the run (like the CPU path); the capture still has its own after it.
+            capture_command(command, capture_path, timeout=None, save_timeout=600.0, stdout=output, stderr=output)
+        except CapturedProgramFailed:
+            output.seek(0)
+            raise SectionmarkError(tool_failure(device, output.read())) from None

@@ -1,6 +1,7 @@
 """Locate IREE's command-line tools inside the installed iree-base-runtime package.
 
-The tools ship next to the runtime extension in ``iree/_runtime_libs``. We look
+The tools ship next to the runtime extension in ``iree/_runtime_libs``, and
+built with Tracy instrumentation in ``iree/_runtime_libs_tracy``. We look
 there (and nowhere else) so that the profiler, the exporter and the runtime we
 import are always the same IREE version.
 """
@@ -14,25 +15,38 @@ from pathlib import Path
 from sectionmark.errors import SectionmarkError
 
 RUNTIME_LIBS_PACKAGE = "iree._runtime_libs"
+TRACING_RUNTIME_LIBS_PACKAGE = "iree._runtime_libs_tracy"
 
 
 def runtime_tools_dir() -> Path:
     """The directory holding the iree-* tools of the installed runtime package."""
+    return _package_dir(RUNTIME_LIBS_PACKAGE, "runtime tools")
+
+
+def tracing_tools_dir() -> Path:
+    """The directory holding the iree-* tools built with Tracy instrumentation."""
+    return _package_dir(TRACING_RUNTIME_LIBS_PACKAGE, "tracing runtime tools (iree/_runtime_libs_tracy)")
+
+
+def _package_dir(package: str, what: str) -> Path:
     try:
-        spec = importlib.util.find_spec(RUNTIME_LIBS_PACKAGE)
+        spec = importlib.util.find_spec(package)
     except ModuleNotFoundError:
         spec = None
     if spec is None or not spec.submodule_search_locations:
         raise SectionmarkError(
-            "IREE runtime tools not found: the 'iree-base-runtime' package is not installed "
+            f"IREE {what} not found: the 'iree-base-runtime' package is not installed or lacks them "
             "(pip install iree-base-runtime)"
         )
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def find_tool(name: str) -> Path:
-    """Path of an IREE tool such as ``iree-benchmark-module`` or ``iree-profile``."""
-    path = runtime_tools_dir() / name
+def find_tool(name: str, *, tracing: bool = False) -> Path:
+    """Path of an IREE tool such as ``iree-benchmark-module`` or ``iree-profile``.
+
+    ``tracing``: the build with Tracy instrumentation (GPU zones on CUDA/HIP).
+    """
+    path = (tracing_tools_dir if tracing else runtime_tools_dir)() / name
     if not path.is_file() or not os.access(path, os.X_OK):
         raise SectionmarkError(
             f"IREE tool '{name}' not found in {path.parent} "

@@ -14,11 +14,19 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, Union
+from typing import IO, Mapping, Optional, Sequence, Union
 
 from sectionmark.errors import SectionmarkError
 
-__all__ = ["capture_command", "capture_binary", "tracy_environment"]
+__all__ = ["capture_command", "capture_binary", "tracy_environment", "CapturedProgramFailed"]
+
+
+class CapturedProgramFailed(SectionmarkError):
+    """The captured program exited with a non-zero status (``returncode``)."""
+
+    def __init__(self, message: str, returncode: int):
+        super().__init__(message)
+        self.returncode = returncode
 
 def capture_binary() -> Path:
     """The capture tool shipped with iree-base-runtime's tracing runtime.
@@ -77,19 +85,24 @@ def capture_command(
     command: Sequence[str],
     output: Union[str, os.PathLike],
     *,
-    timeout: float = 300.0,
+    timeout: Optional[float] = 300.0,
     save_timeout: float = 60.0,
     env: Optional[Mapping[str, str]] = None,
     cwd: Optional[Union[str, os.PathLike]] = None,
+    stdout: Optional[IO] = None,
+    stderr: Optional[IO] = None,
 ) -> Path:
     """Run ``command`` under a headless Tracy capture and return the .tracy path.
 
-    The program's standard output and error are this process's.
+    The program's standard output and error are this process's unless
+    ``stdout`` / ``stderr`` (open files) are given.
     The program must load the tracing runtime (``sectionmark.tracy.enable()``,
-    or ``import iree.runtime``: IREE_PY_RUNTIME=tracy is set for it) and exit
-    normally; ``os._exit`` loses zones not yet sent. ``timeout`` bounds the
-    program's run, ``save_timeout`` the capture's work after it. Raises
-    SectionmarkError when the program fails, times out or never connects.
+    or ``import iree.runtime``: IREE_PY_RUNTIME=tracy is set for it; IREE's
+    tracing tools have it built in) and exit normally; ``os._exit`` loses
+    zones not yet sent. ``timeout`` bounds the program's run (None: no
+    bound), ``save_timeout`` the capture's work after it. Raises
+    SectionmarkError when the program fails (`CapturedProgramFailed`), times
+    out or never connects.
     """
     output = Path(output)
     binary = capture_binary()
@@ -110,6 +123,8 @@ def capture_command(
                     env=program_env,
                     cwd=cwd,
                     stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
                     timeout=timeout,
                 )
             except subprocess.TimeoutExpired:
@@ -120,8 +135,9 @@ def capture_command(
             except OSError as error:
                 raise SectionmarkError(f"cannot start the program to capture: {error}") from None
             if program.returncode != 0:
-                raise SectionmarkError(
-                    f"the captured program exited with status {program.returncode} (its output is above)"
+                where = " (its output is above)" if stderr is None else ""
+                raise CapturedProgramFailed(
+                    f"the captured program exited with status {program.returncode}{where}", program.returncode
                 )
             try:
                 capture.wait(timeout=save_timeout)

@@ -78,12 +78,20 @@ class _GpuZoneEndData(ctypes.Structure):
     _fields_ = [("queryId", ctypes.c_uint16), ("context", ctypes.c_uint8)]
 
 
+class _GpuCalibrationData(ctypes.Structure):
+    _fields_ = [("gpuTime", ctypes.c_int64), ("cpuDelta", ctypes.c_int64), ("context", ctypes.c_uint8)]
+
+
 assert ctypes.sizeof(_SourceLocation) == 32 and ctypes.sizeof(_GpuNewContextData) == 16
 assert ctypes.sizeof(_GpuContextNameData) == 24 and ctypes.sizeof(_GpuZoneBeginData) == 16
 assert ctypes.sizeof(_GpuTimeData) == 16 and ctypes.sizeof(_GpuZoneEndData) == 4
+assert ctypes.sizeof(_GpuCalibrationData) == 24
 
 _GPU_CONTEXT_TYPE_CUSTOM = 7
 _GPU_CONTEXT_CALIBRATED = 1
+# A GpuTimeline re-anchors its clock until one calibration call took at most this long.
+_ANCHOR_CALL_NS = 1_000
+_ANCHOR_ATTEMPTS = 20
 # The file/function Tracy shows for section zones: Python call sites are unknown.
 _SOURCE_FILE = "sectionmark"
 
@@ -148,6 +156,7 @@ class TracyClient:
             self._gpu_zone_begin = c_api("emit_gpu_zone_begin_serial")
             self._gpu_zone_end = c_api("emit_gpu_zone_end_serial")
             self._gpu_time = c_api("emit_gpu_time_serial")
+            self._gpu_calibration = c_api("emit_gpu_calibration_serial")
             gpu_context_counter = lib._ZN5tracy16GetGpuCtxCounterEv
         except (OSError, AttributeError) as error:
             raise SectionmarkError(f"cannot bind Tracy's C API in {path}: {error}") from None
@@ -163,6 +172,7 @@ class TracyClient:
             (self._gpu_zone_begin, _GpuZoneBeginData),
             (self._gpu_zone_end, _GpuZoneEndData),
             (self._gpu_time, _GpuTimeData),
+            (self._gpu_calibration, _GpuCalibrationData),
         ):
             function.argtypes = [argument]
             function.restype = None
@@ -294,8 +304,8 @@ class GpuTimeline:
         self.name = name
         self._lock = threading.Lock()
         self._depth = 0
-        self._last_ns = time.monotonic_ns() if origin_ns is None else int(origin_ns)
         self._query = 0
+        self._last_ns = time.monotonic_ns() if origin_ns is None else int(origin_ns)
         self._tracy._gpu_new_context(
             _GpuNewContextData(
                 self._last_ns, 1.0, self.context, _GPU_CONTEXT_CALIBRATED, _GPU_CONTEXT_TYPE_CUSTOM
@@ -303,6 +313,30 @@ class GpuTimeline:
         )
         encoded = name.encode("utf-8", "replace")[:65535]
         self._tracy._gpu_context_name(_GpuContextNameData(self.context, encoded, len(encoded)))
+        if origin_ns is None:
+            self._anchor_to_monotonic_clock()
+
+    def _anchor_to_monotonic_clock(self) -> None:
+        """Tie the track to the monotonic clock again, as precisely as a warm call allows.
+
+        Tracy maps a context's times to its CPU clock by the (our time, its
+        time) pair taken when the context is created: its time is read inside
+        the C call, ours just before. The first such call in a process is slow
+        (measured 5-15 µs), which shifted a process's first track by that much
+        against the others. A calibration message re-takes the pair (with
+        equal CPU and GPU deltas Tracy's rate stays exactly 1); the last one
+        sent counts, so it is repeated until one call took at most
+        ``_ANCHOR_CALL_NS``, which bounds the error of the anchor.
+        """
+        data = _GpuCalibrationData(0, 0, self.context)
+        for _ in range(_ANCHOR_ATTEMPTS):
+            now = max(time.monotonic_ns(), self._last_ns + 1)
+            data.gpuTime, data.cpuDelta = now, now - self._last_ns
+            self._tracy._gpu_calibration(data)
+            took = time.monotonic_ns() - now
+            self._last_ns = now
+            if took <= _ANCHOR_CALL_NS:
+                break
 
     def _next_query(self) -> int:
         # Each query's time is sent right after its begin/end, so ids can be

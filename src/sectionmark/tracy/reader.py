@@ -21,7 +21,7 @@ from typing import Iterator, NamedTuple, Optional, Union
 
 from sectionmark.errors import SectionmarkError
 
-__all__ = ["Zone", "Track", "Capture", "read_capture", "SUPPORTED_VERSION"]
+__all__ = ["Zone", "Track", "Capture", "read_capture", "is_capture", "SUPPORTED_VERSION"]
 
 SUPPORTED_VERSION = (0, 11, 2)
 
@@ -165,6 +165,23 @@ _GPU_CONTEXT = struct.Struct("<QBQfB3sQ")
 _GPU_ZONE = struct.Struct("<qqh3sHQ")  # cpu/gpu start deltas, srcloc, callstack, thread, child count
 _GPU_END = struct.Struct("<qq")
 _SAMPLE_SIZE = 11
+
+
+def is_capture(path: Union[str, os.PathLike]) -> bool:
+    """Whether ``path`` is meant as a Tracy capture: named ``.tracy`` or starting like one.
+
+    The name alone is enough so that a damaged ``.tracy`` file gets the
+    reader's own error rather than another format's.
+    """
+    path = Path(path)
+    if path.suffix == ".tracy":
+        return True
+    try:
+        with path.open("rb") as file:
+            head = file.read(4)
+    except OSError:
+        return False
+    return head in (_CONTAINER_MAGIC, _OLD_LZ4_MAGIC, _OLD_ZSTD_MAGIC)
 
 
 def read_capture(path: Union[str, os.PathLike]) -> Capture:

@@ -1,0 +1,362 @@
+"""A Tracy capture's GPU dispatch zones as a profile that the section map can attribute.
+
+On CUDA and HIP, IREE 3.13 has no HAL-native profiler: its tracing runtime is
+the measurement. Every command buffer execution is a GPU zone, each
+``begin/end_debug_group`` the compiler put around a section is a zone named
+after the section's leaf name, and each dispatch is a zone named after its
+executable export, i.e. the section map's dispatch ``key`` (docs/gpu.md says
+where in IREE's source this comes from). sectionmark's own replay of a CPU
+profile (``sectionmark tracy``) has the same section-around-dispatch zones,
+with dispatches that ran concurrently moved to extra "lane" tracks.
+
+A capture has no command-buffer ids or command indices, so they are rebuilt
+here. Per queue, dispatch zones in time order are split into executions of the
+map's static command buffers: each barrier region must hold the region's
+dispatch keys as a multiset, because dispatches inside one region may start
+in any order. Inside a region a zone takes a command of its key whose section
+grouping (the heaviest share, as the compiler grouped it) agrees with the
+section zones around the zone; zones with no section information (lanes,
+modules compiled without debug groups) take the remaining commands of their
+key in recording order. The result is a `Profile` with synthetic ids that
+``sectionmark.profiling.attribute`` joins like a recorded one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import numpy as np
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.paths import SectionPath, format_path
+from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, SUBMISSION_DTYPE, Profile, RecordedCommand
+from sectionmark.section_map import COMMAND_OPS, Command, CommandBuffer, SectionMap
+from sectionmark.tracy.reader import Capture, Track
+
+__all__ = ["capture_profile"]
+
+# Track names of sectionmark's replay (sectionmark.renderers.tracy_out.replay_document):
+# "queue N: sections" holds the section zones, "queue N: concurrent dispatches K" the lanes.
+_REPLAY_TRACK = re.compile(r"queue (\d+): (?:sections|concurrent dispatches \d+)\Z")
+# Zones IREE's GPU drivers add around and beside dispatches (command buffers, fills, copies).
+_DRIVER_ZONE_PREFIX = "iree_hal_"
+
+
+@dataclass(frozen=True)
+class _Zone:
+    """One dispatch zone. ``sections``: enclosing section zones, None when its track has none."""
+
+    key: int
+    start_ns: int
+    end_ns: int
+    sections: Optional[SectionPath]
+    track: str
+
+
+@dataclass(frozen=True)
+class _StaticBuffer:
+    """A static command buffer as the matcher needs it."""
+
+    buffer: CommandBuffer
+    regions: tuple[tuple[int, ...], ...]  # per barrier region: positions of its dispatches, in recording order
+    region_keys: tuple[tuple[int, ...], ...]  # per region: its dispatch key ids, sorted
+    keys: dict[int, int]  # position -> key id
+    groupings: dict[int, frozenset]  # position -> section paths the compiler may have grouped it under
+    dispatches: int
+
+
+@dataclass
+class _Execution:
+    queue: int
+    buffer: _StaticBuffer
+    placed: list[tuple[int, _Zone]]  # (command position, zone)
+
+
+def capture_profile(capture: Capture, section_map: SectionMap, *, function: Optional[str] = None) -> Profile:
+    """The capture's dispatch zones as a `Profile` for ``attribute``.
+
+    ``function``: prefer static command buffers of this function when several
+    could have produced the same zones. Raises SectionmarkError (one line) when
+    the capture has no GPU dispatch zones, has GPU zones the map does not
+    know, or its zones cannot be the map's command buffers.
+    """
+    keys = sorted({c.key for b in section_map.command_buffers for c in b.commands if c.op == "dispatch" and c.key})
+    key_ids = {key: index for index, key in enumerate(keys)}
+    section_names = {name for path in _section_paths(section_map) for name in path}
+    buffers = _static_buffers(section_map, key_ids, function)
+    queues = _queues(capture, key_ids, section_names)
+    executions = [execution for number, zones in queues.items() for execution in _match(number, zones, buffers, keys)]
+    executions.sort(key=lambda execution: min(zone.start_ns for _position, zone in execution.placed))
+
+    rows, submissions, recorded = [], [], {}
+    for number, execution in enumerate(executions):
+        for position, zone in execution.placed:
+            rows.append((number, number, position, zone.key, 0, execution.queue, zone.start_ns, zone.end_ns, 0))
+        starts = [zone.start_ns for _position, zone in execution.placed]
+        ends = [zone.end_ns for _position, zone in execution.placed]
+        submissions.append((number, number, min(starts), max(ends)))
+        recorded[number] = _recorded_commands(execution.buffer.buffer)
+    dispatches = np.array(rows, dtype=DISPATCH_DTYPE)
+    dispatches = dispatches[np.lexsort((dispatches["start_ns"], dispatches["submission"]))]
+    return Profile(
+        dispatches=dispatches,
+        submissions=np.array(submissions, dtype=SUBMISSION_DTYPE),
+        keys=keys,
+        command_buffers=recorded,
+        source="tracy",
+    )
+
+
+# ----------------------------------------------------------------------------- the map
+
+
+def _section_paths(section_map: SectionMap) -> Iterable[SectionPath]:
+    yield from section_map.sections
+    for buffer in section_map.command_buffers:
+        for command in buffer.commands:
+            for share in command.shares:
+                yield tuple(share.path)
+
+
+def _groupings(command: Command) -> frozenset:
+    """Where the compiler put a dispatch's debug group: its heaviest share (ties: any of them)."""
+    if not command.shares:
+        return frozenset({()})
+    heaviest = max(share.weight for share in command.shares)
+    return frozenset(tuple(s.path) for s in command.shares if s.weight >= heaviest * (1 - 1e-9))
+
+
+def _static_buffers(section_map: SectionMap, key_ids: dict[str, int], function: Optional[str]) -> list[_StaticBuffer]:
+    """Buffers that record dispatches, those of ``function`` first (the matcher tries them in order)."""
+    buffers = []
+    for buffer in section_map.command_buffers:
+        regions: list[list[int]] = [[]]
+        keys, groupings = {}, {}
+        for position, command in enumerate(buffer.commands):
+            if command.op == "barrier":
+                regions.append([])
+            elif command.op == "dispatch":
+                regions[-1].append(position)
+                # A dispatch without an export name cannot match any zone: -1 keeps it unmatched.
+                keys[position] = key_ids.get(command.key, -1)
+                groupings[position] = _groupings(command)
+        regions = [region for region in regions if region]
+        if regions:
+            buffers.append(
+                _StaticBuffer(
+                    buffer=buffer,
+                    regions=tuple(tuple(region) for region in regions),
+                    region_keys=tuple(tuple(sorted(keys[p] for p in region)) for region in regions),
+                    keys=keys,
+                    groupings=groupings,
+                    dispatches=len(keys),
+                )
+            )
+    buffers.sort(key=lambda static: function is not None and static.buffer.function != function)
+    return buffers
+
+
+def _recorded_commands(buffer: CommandBuffer) -> list[RecordedCommand]:
+    """The commands as a recorded profile lists them: index, op, key (dispatches only)."""
+    return [
+        (position, command.op, command.key if command.op == "dispatch" else None)
+        for position, command in enumerate(buffer.commands)
+        if command.op in COMMAND_OPS
+    ]
+
+
+# ----------------------------------------------------------------------------- the capture
+
+
+def _queues(capture: Capture, key_ids: dict[str, int], section_names: set[str]) -> dict[int, list[_Zone]]:
+    """Dispatch zones per queue, in time order: a replay's tracks of one queue together, other GPU contexts alone.
+
+    A replay's queues keep their numbers; other GPU contexts (one per device
+    stream on a GPU run) take the free numbers from 0, in capture order.
+    Replay tracks share one clock to within a microsecond (`GpuTimeline`
+    anchors each), so a queue's lanes merge into its section track by time.
+    """
+    gpu_tracks = [track for track in capture.gpu_contexts if track.zones]
+    if not gpu_tracks:
+        raise SectionmarkError(
+            "the Tracy capture has no GPU zones: a report needs a capture of a GPU run "
+            "(sectionmark profile --device cuda|hip) or a replay written by 'sectionmark tracy'; "
+            "a CPU run's Tracy zones cannot be attributed, profile CPU runs with 'sectionmark profile'"
+        )
+    unknown: dict[str, int] = {}
+    tracks = [(track, _dispatch_zones(track, key_ids, section_names, unknown)) for track in gpu_tracks]
+    if not any(zones for _track, zones in tracks):
+        names = sorted({zone.name for track in gpu_tracks for zone in track.zones})
+        raise SectionmarkError(
+            f"none of the capture's GPU zones is a dispatch of the section map (GPU zones: {_some(names)}); "
+            "is the map from the module that ran?"
+        )
+    if unknown:
+        name, count = max(unknown.items(), key=lambda item: item[1])
+        raise SectionmarkError(
+            f"the capture has GPU zones that are neither dispatches nor sections of the section map: "
+            f"'{name}' ({count} zones; {len(unknown)} such names in all); is the map from the module that ran?"
+        )
+    replays = [_REPLAY_TRACK.match(track.name) for track, _zones in tracks]
+    taken = {int(replay.group(1)) for replay in replays if replay}
+    free = (number for number in range(len(tracks) + len(taken)) if number not in taken)
+    queues: dict[int, list[_Zone]] = {}
+    for (_track, zones), replay in zip(tracks, replays):
+        queues.setdefault(int(replay.group(1)) if replay else next(free), []).extend(zones)
+    for zones in queues.values():
+        zones.sort(key=lambda zone: (zone.start_ns, zone.end_ns))
+    return dict(sorted(queues.items()))
+
+
+def _dispatch_zones(
+    track: Track, key_ids: dict[str, int], section_names: set[str], unknown: dict[str, int]
+) -> list[_Zone]:
+    """The track's dispatch zones (leaves named by a map key), each with its enclosing section zones.
+
+    A zone with children and a section's name is a section zone; other zones
+    with children (a command buffer execution) are transparent. Leaves that are
+    neither dispatches nor IREE driver zones nor sections are counted in ``unknown``.
+    """
+    zones = track.zones
+    parents = {zone.parent for zone in zones}
+    paths: list[SectionPath] = []
+    found = []
+    has_sections = False
+    for index, zone in enumerate(zones):
+        enclosing = paths[zone.parent] if zone.parent >= 0 else ()
+        if index in parents:
+            is_section = zone.name in section_names
+            has_sections = has_sections or is_section
+            paths.append(enclosing + (zone.name,) if is_section else enclosing)
+            continue
+        paths.append(enclosing)
+        key = key_ids.get(zone.name)
+        if key is not None:
+            found.append(_Zone(key, zone.start_ns, zone.end_ns, enclosing, track.name))
+        elif not zone.name.startswith(_DRIVER_ZONE_PREFIX) and zone.name not in section_names:
+            unknown[zone.name] = unknown.get(zone.name, 0) + 1
+    if not has_sections:
+        found = [_Zone(z.key, z.start_ns, z.end_ns, None, z.track) for z in found]
+    return found
+
+
+def _some(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(f"'{name}'" for name in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+# ----------------------------------------------------------------------------- matching
+
+
+def _match(queue: int, zones: list[_Zone], buffers: list[_StaticBuffer], keys: list[str]) -> list[_Execution]:
+    """Split one queue's time-ordered zones into consecutive executions of static buffers.
+
+    Backtracking: a buffer whose regions fit the next zones is taken, and
+    given up again when the zones after it cannot be split; positions from
+    which nothing fits are remembered, so each is tried once per buffer.
+    """
+    key_sequence = [zone.key for zone in zones]
+    dead: set[int] = set()  # positions from which no split reaches the end
+    plan: list[tuple[int, int, list[int]]] = []  # (zone position, buffer number, command positions)
+    position, next_buffer = 0, 0
+    furthest = 0
+    disagreements: dict[int, str] = {}  # position -> why the section zones ruled a buffer out there
+    while position < len(zones):
+        choice = None
+        if position not in dead:
+            for number in range(next_buffer, len(buffers)):
+                static = buffers[number]
+                end = position + static.dispatches
+                if end > len(zones) or end in dead or not _same_keys(static, key_sequence, position):
+                    continue
+                placement = _place(static, zones, position)
+                if isinstance(placement, str):
+                    disagreements.setdefault(position, placement)
+                    continue
+                choice = (number, placement)
+                break
+        if choice is None:
+            dead.add(position)
+            furthest = max(furthest, position)
+            if not plan:
+                raise SectionmarkError(_mismatch_message(zones, furthest, disagreements.get(furthest), keys))
+            position, last, _placement = plan.pop()
+            next_buffer = last + 1
+            continue
+        number, placement = choice
+        plan.append((position, number, placement))
+        position += buffers[number].dispatches
+        next_buffer = 0
+    return [
+        _Execution(queue, buffers[number], list(zip(placement, zones[start : start + buffers[number].dispatches])))
+        for start, number, placement in plan
+    ]
+
+
+def _same_keys(static: _StaticBuffer, key_sequence: list[int], position: int) -> bool:
+    for region_keys in static.region_keys:
+        end = position + len(region_keys)
+        if tuple(sorted(key_sequence[position:end])) != region_keys:
+            return False
+        position = end
+    return True
+
+
+def _place(static: _StaticBuffer, zones: list[_Zone], position: int) -> list[int] | str:
+    """The command position of each zone of one execution, or why the section zones disagree.
+
+    Per region and key: zones inside section zones take a command grouped
+    there (the one allowing fewest groupings, then the first recorded), the
+    others take the remaining commands in recording order.
+    """
+    placement = [0] * static.dispatches
+    offset = 0
+    for region in static.regions:
+        free_by_key: dict[int, list[int]] = {}
+        for command in region:
+            free_by_key.setdefault(static.keys[command], []).append(command)
+        members = range(offset, offset + len(region))
+        for index in [i for i in members if zones[position + i].sections is not None] + [
+            i for i in members if zones[position + i].sections is None
+        ]:
+            zone = zones[position + index]
+            free = free_by_key[zone.key]
+            if zone.sections is None:
+                placement[index] = free.pop(0)
+                continue
+            fitting = [c for c in free if zone.sections in static.groupings[c]]
+            if not fitting:
+                return _disagreement(zone, static, region)
+            command = min(fitting, key=lambda c: len(static.groupings[c]))
+            free.remove(command)
+            placement[index] = command
+        offset += len(region)
+    return placement
+
+
+def _disagreement(zone: _Zone, static: _StaticBuffer, region: tuple[int, ...]) -> str:
+    expected = sorted({path for c in region if static.keys[c] == zone.key for path in static.groupings[c]})
+    return (
+        f"the capture and the section map disagree: a dispatch zone on GPU track '{zone.track}' at "
+        f"{zone.start_ns / 1e6:.3f} ms lies in section zones '{_describe(zone.sections)}', but the map groups "
+        f"that dispatch under {' or '.join(repr(_describe(path)) for path in expected)}; "
+        "is the map from the module that ran?"
+    )
+
+
+def _describe(path: Optional[SectionPath]) -> str:
+    return format_path(path) if path else "(none)"
+
+
+def _mismatch_message(zones: list[_Zone], position: int, disagreement: Optional[str], keys: list[str]) -> str:
+    if disagreement is not None:
+        return disagreement
+    zone = zones[position]
+    following = [keys[z.key] for z in zones[position : position + 3]]
+    return (
+        f"the section map does not match this capture: the dispatch zones from {zone.start_ns / 1e6:.3f} ms on "
+        f"GPU track '{zone.track}' ({_some(following, 3)}, ...) are no execution of a command buffer of the map; "
+        "is the map from the module that ran?"
+    )
