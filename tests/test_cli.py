@@ -1,7 +1,9 @@
 """The command line: help with examples, one error line for bad input, real runs."""
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +30,20 @@ def test_python_dash_m_runs_the_cli():
 
 
 def one_error_line(capsys, argv, fragment):
-    assert main(argv) == 2
+    """A runtime failure: exit 1 and one line naming ``fragment``."""
+    assert main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("sectionmark: error:") and "Traceback" not in err
+    assert fragment in err
+
+
+def one_usage_line(capsys, argv, fragment):
+    """A usage error: exit 2 before any work, one line naming ``fragment`` and pointing to --help."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("sectionmark: error:") and err.endswith("--help')")
     assert fragment in err
 
 
@@ -44,7 +57,75 @@ def test_bad_inputs_give_one_error_line(tmp_path, capsys):
     one_error_line(capsys, ["compile", str(bad_mlir), "-o", str(tmp_path / "x.vmfb")], "parse")
     one_error_line(capsys, ["compile", str(tmp_path / "missing.mlir"), "-o", str(tmp_path / "x.vmfb")], "no such MLIR file")
     one_error_line(capsys, ["tracy-stats", str(garbage)], "")
-    one_error_line(capsys, ["profile", str(garbage), "-n", "-1"], "--iterations")
+    one_usage_line(capsys, ["profile", str(garbage), "-n", "-1"], "--iterations")
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["profile", "m.vmfb", "-n", "10000000000000000000000"], "--iterations: must be between 1 and 1,000,000"),
+    (["profile", "m.vmfb", "-n", "0"], "--iterations"),
+    (["profile", "m.vmfb", "--warmup", "-1"], "--warmup"),
+    (["profile", "m.vmfb", "-n", "ten"], "expected a whole number"),
+    (["report", "r.ireeprof", "--map", "m.vmfb", "--calls", "0"], "--calls"),
+    (["report", "r.ireeprof", "--map", "m.vmfb", "--calls", "-3"], "--calls"),
+    (["tracy-stats", "c.tracy", "--top", "-1"], "--top"),
+    (["tracy-stats", "c.tracy", "--depth", "-1"], "--depth"),
+    (["profile"], "the following arguments are required: vmfb"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_usage_errors_are_one_line_with_status_2(argv, fragment, capsys):
+    one_usage_line(capsys, argv, fragment)
+
+
+def test_outputs_that_would_destroy_a_file_are_refused_before_any_work(tmp_path, capsys):
+    source = tmp_path / "a.mlir"
+    source.write_text(MLIR)
+    profile = tmp_path / "run.ireeprof"
+    profile.write_bytes(b"precious")
+    sections = tmp_path / "m.sections.json"
+    sections.write_text("{}")
+    report = ["report", str(profile), "--map", str(sections)]
+    one_error_line(capsys, ["compile", str(source), "-o", str(source)], "it is also an input")
+    one_error_line(capsys, [*report, "--json", str(profile)], "it is also an input")
+    one_error_line(capsys, [*report, "--csv", str(sections)], "it is also an input")
+    one_error_line(capsys, [*report, "--json", ""], "empty")
+    one_error_line(capsys, [*report, "--tracy", "/dev/null"], "not a regular file")
+    one_error_line(capsys, [*report, "--chart", str(tmp_path)], "a directory")
+    one_error_line(capsys, [*report, "--json", str(tmp_path / "x"), "--csv", str(tmp_path / "x")], "--json and --csv")
+    one_error_line(capsys, ["tracy-stats", str(profile), "--json", str(profile)], "it is also an input")
+    one_error_line(capsys, ["tracy", str(profile), "--map", str(sections), "-o", str(profile)], "it is also an input")
+    one_error_line(capsys, ["profile", str(tmp_path / "m.vmfb"), "--input", str(profile), "--keep-profile", str(profile)],
+                   "it is also an input")
+    assert profile.read_bytes() == b"precious" and source.read_text() == MLIR and sections.read_text() == "{}"
+    assert Path("/dev/null").exists() and not Path("/dev/null").is_file()
+
+
+def test_an_output_in_a_directory_without_write_access_fails_at_once_naming_it(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    sections = tmp_path / "m.sections.json"
+    sections.write_text("{}")
+    for read_only in (locked, Path("/proc")):
+        target = read_only / "run.tracy"
+        if read_only == locked:
+            locked.chmod(0o500)
+            if os.access(locked, os.W_OK):  # root ignores permissions: /proc still refuses
+                continue
+        started = time.monotonic()
+        one_error_line(capsys, ["tracy", str(sections), "--map", str(sections), "-o", str(target)], f"cannot write {target}")
+        assert time.monotonic() - started < 5
+
+
+def test_a_closed_stdout_exits_quietly(tmp_path):
+    """`sectionmark ... | head`: no "Broken pipe" error, status 141 (a writer cut off by SIGPIPE)."""
+    source = tmp_path / "m.mlir"
+    source.write_text(MLIR)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sectionmark", "compile", str(source), "-o", str(tmp_path / "m.vmfb"), "--input-type", "none"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    process.stdout.close()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 141 and err == b""
 
 
 MLIR = """

@@ -1,7 +1,11 @@
 """The ``sectionmark`` command: compile, profile, report, tracy, tracy-stats.
 
-Every failure the user can fix prints one line, ``sectionmark: error: ...``,
-and exits with status 2 (set SECTIONMARK_DEBUG=1 for a traceback).
+Every failure prints one line, ``sectionmark: error: ...``. Exit status: 0
+success, 1 a failure while running (bad file, tool error), 2 a usage error
+(bad option or value), 3 an internal error (a bug; set SECTIONMARK_DEBUG=1
+for a traceback), 130 interrupted, 141 the reader of stdout went away
+(``| head``). Every output is checked before any work: never onto an input
+of the command, never over a directory or device, never an empty name.
 """
 
 from __future__ import annotations
@@ -9,10 +13,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import check_output_path, write_atomic
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer cut off by `| head`
+# Upper bounds on counts: far beyond any real run, small enough that a typo
+# (-n 10000000000000000000000) is refused instead of running for ever.
+MAX_CALLS = 1_000_000
+MAX_DEPTH = 1_000
 
 EXAMPLES = {
     "compile": """examples:
@@ -37,6 +53,28 @@ EXAMPLES = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (it prints the whole usage block otherwise)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"sectionmark: error: {message} (see '{self.prog} --help')\n")
+
+
+def _bounded(minimum: int, maximum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in ``[minimum, maximum]``, else a usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"must be between {minimum} and {maximum:,}, got {text[:40]}")
+        return value
+
+    return parse
+
+
 def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
 
@@ -52,7 +90,7 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sectionmark",
         description="Named sections for IREE programs: compile with section markers, profile per section.",
         formatter_class=_formatter,
@@ -81,11 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("vmfb", help="module compiled by sectionmark (its section map is embedded)")
     profile.add_argument("--input", action="append", default=[], metavar="NPY", help="argument as a .npy file (repeat, in order)")
     profile.add_argument("--function", default="main", help="function to call (default: main)")
-    profile.add_argument("-n", "--iterations", type=int, default=20, help="measured calls (default: 20)")
-    profile.add_argument("--warmup", type=int, default=3, help="unmeasured calls first (default: 3)")
+    profile.add_argument("-n", "--iterations", type=_bounded(1, MAX_CALLS), default=20,
+                         help="measured calls (default: 20)")
+    profile.add_argument("--warmup", type=_bounded(0, MAX_CALLS), default=3, help="unmeasured calls first (default: 3)")
     profile.add_argument("--device", default="local-task",
-                         help="IREE device: local-task (default), local-sync, cuda, hip (also cuda://1 ...); "
+                         help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
                          "vulkan runs, but its profile cannot be read yet (docs/gpu.md)")
+    profile.add_argument("--timeout", type=_bounded(1, 7 * 24 * 3600), default=3600, metavar="S",
+                         help="give up when the profiled tool runs longer than S seconds (default: 3600)")
     profile.add_argument("--keep-profile", metavar="FILE",
                          help="also keep the raw measurement (.ireeprof; the .tracy capture on cuda/hip)")
     _add_outputs(profile)
@@ -97,8 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("profile", help=".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones)")
     report.add_argument("--map", required=True, help=".sections.json, or the .vmfb that embeds it")
     report.add_argument("--function", help="function that was profiled (default: any)")
-    report.add_argument("--calls", type=int, help="number of calls in the profile (default: inferred)")
-    report.add_argument("--warmup", type=int, default=0, help="leading calls to drop (default: 0)")
+    report.add_argument("--calls", type=_bounded(1, MAX_CALLS), help="number of calls in the profile (default: inferred)")
+    report.add_argument("--warmup", type=_bounded(0, MAX_CALLS), default=0, help="leading calls to drop (default: 0)")
     _add_outputs(report)
 
     tracy = commands.add_parser("tracy", help="write a Tracy capture of a recorded profile",
@@ -108,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     tracy.add_argument("profile", help=".ireeprof (or .jsonl)")
     tracy.add_argument("--map", required=True, help=".sections.json, or the .vmfb that embeds it")
     tracy.add_argument("-o", "--output", required=True, help="output .tracy path")
-    tracy.add_argument("--warmup", type=int, default=0, help="leading calls to drop (default: 0)")
+    tracy.add_argument("--warmup", type=_bounded(0, MAX_CALLS), default=0, help="leading calls to drop (default: 0)")
 
     stats = commands.add_parser("tracy-stats", help="per-zone statistics of a .tracy capture",
                                 description="Count, total, mean, min, max and p95 per zone name of a Tracy capture "
@@ -116,19 +157,67 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=EXAMPLES["tracy-stats"], formatter_class=_formatter)
     stats.add_argument("capture", help=".tracy file")
     stats.add_argument("--gpu", action="store_true", help="only GPU-context zones (device timelines, replays)")
-    stats.add_argument("--depth", type=int, metavar="D", help="only zones at nesting depth D (0: outermost sections)")
-    stats.add_argument("--top", type=int, metavar="N", help="show only the N zones with the largest total")
+    stats.add_argument("--depth", type=_bounded(0, MAX_DEPTH), metavar="D",
+                       help="only zones at nesting depth D (0: outermost sections)")
+    stats.add_argument("--top", type=_bounded(1, MAX_CALLS), metavar="N",
+                       help="show only the N zones with the largest total")
     stats.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     return parser
 
 
-def _positive(value: int, option: str) -> int:
-    if value < 0:
-        raise SectionmarkError(f"{option} must be >= 0, got {value}")
-    return value
+def _module_inputs(path: str) -> list[str]:
+    """A module or map given on the command line, with the sidecar map read beside a .vmfb."""
+    from sectionmark.compiler.embed import sidecar_path
+
+    return [path] if path.endswith(".json") else [path, str(sidecar_path(path))]
 
 
-def _emit_outputs(session, args: argparse.Namespace) -> None:
+def _planned_io(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The command's input files, and its output files by the option that names them."""
+    renderers = {option: getattr(args, option.lstrip("-").replace("-", "_"), None)
+                 for option in ("--json", "--csv", "--perfetto", "--tracy", "--chart")}
+    if args.command == "compile":
+        from sectionmark.compiler.embed import sidecar_path
+
+        outputs = {"-o": args.output}
+        if not args.no_markers:
+            outputs["-o (its section map)"] = str(sidecar_path(args.output))
+        return [args.mlir], outputs
+    if args.command == "profile":
+        return [*_module_inputs(args.vmfb), *args.input], {**renderers, "--keep-profile": args.keep_profile}
+    if args.command == "report":
+        return [args.profile, *_module_inputs(args.map)], renderers
+    if args.command == "tracy":
+        return [args.profile, *_module_inputs(args.map)], {"-o": args.output}
+    return [args.capture], {"--json": args.json}
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an output that would destroy something or cannot be written.
+
+    `sectionmark.outputs` refuses empty names, directories, device nodes and
+    the command's own inputs; here, in addition, two options naming one file
+    and a directory we cannot create files in (a capture would otherwise run
+    to the end before failing).
+    """
+    inputs, outputs = _planned_io(args)
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        target = check_output_path(path, inputs)
+        real = os.path.realpath(target)
+        if real in seen:
+            raise SectionmarkError(f"{seen[real]} and {option} both name {path}")
+        seen[real] = option
+        try:
+            with tempfile.TemporaryFile(dir=target.parent or "."):
+                pass
+        except OSError as error:
+            raise SectionmarkError(f"cannot write {path}: {error.strerror or error} (in {target.parent})") from None
+
+
+def _emit_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.renderers import chart, csv_out, json_out, perfetto, tracy_out
 
     print(session.table())
@@ -139,8 +228,8 @@ def _emit_outputs(session, args: argparse.Namespace) -> None:
     renderers = [(args.json, json_out), (args.csv, csv_out), (args.perfetto, perfetto), (args.chart, chart),
                  (args.tracy, tracy_out)]
     for path, renderer in renderers:
-        if path:
-            print(f"wrote {renderer.save(session, path)}")
+        if path is not None:
+            print(f"wrote {renderer.save(session, path, inputs=inputs)}")
 
 
 def _load_inputs(paths: Sequence[str]) -> list:
@@ -150,12 +239,14 @@ def _load_inputs(paths: Sequence[str]) -> list:
     for path in paths:
         try:
             arrays.append(np.load(path, allow_pickle=False))
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, EOFError) as error:
             raise SectionmarkError(f"cannot read input {path}: {error}") from None
     return arrays
 
 
 def _run(args: argparse.Namespace) -> None:
+    check_outputs(args)
+    inputs, _outputs = _planned_io(args)
     if args.command == "compile":
         from sectionmark.compiler import compile
 
@@ -167,7 +258,7 @@ def _run(args: argparse.Namespace) -> None:
             debug_groups=not args.no_debug_groups,
             input_type=None if args.input_type == "auto" else args.input_type,
         )
-        written = compiled.save(args.output)
+        written = compiled.save(args.output, inputs=inputs)
         print(f"wrote {written}")
         if compiled.section_map is not None:
             dispatches = sum(c.op == "dispatch" for b in compiled.section_map.command_buffers for c in b.commands)
@@ -177,22 +268,21 @@ def _run(args: argparse.Namespace) -> None:
 
         session = profile(
             args.vmfb, _load_inputs(args.input), function=args.function, device=args.device,
-            iterations=_positive(args.iterations, "--iterations"), warmup=_positive(args.warmup, "--warmup"),
-            keep_profile=args.keep_profile,
+            iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
+            keep_profile_inputs=inputs, timeout=args.timeout,
         )
-        _emit_outputs(session, args)
+        _emit_outputs(session, args, inputs)
     elif args.command == "report":
         from sectionmark.profiling import report
 
-        session = report(args.profile, args.map, calls=args.calls, warmup=_positive(args.warmup, "--warmup"),
-                         function=args.function)
-        _emit_outputs(session, args)
+        session = report(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function)
+        _emit_outputs(session, args, inputs)
     elif args.command == "tracy":
         from sectionmark.profiling import report
         from sectionmark.renderers import tracy_out
 
-        session = report(args.profile, args.map, warmup=_positive(args.warmup, "--warmup"))
-        print(f"wrote {tracy_out.save(session, args.output)}")
+        session = report(args.profile, args.map, warmup=args.warmup)
+        print(f"wrote {tracy_out.save(session, args.output, inputs=inputs)}")
     elif args.command == "tracy-stats":
         import dataclasses
         import json
@@ -202,31 +292,40 @@ def _run(args: argparse.Namespace) -> None:
 
         rows = zone_stats(args.capture, depth=args.depth, gpu_only=args.gpu)[: args.top]
         print(zone_stats_text(rows))
-        if args.json:
+        if args.json is not None:
             document = {"version": 1, "zones": [dataclasses.asdict(row) for row in rows]}
-            Path(args.json).write_text(json.dumps(document, indent=1, ensure_ascii=False), encoding="utf-8")
-            print(f"wrote {args.json}")
+            written = write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False), inputs=inputs)
+            print(f"wrote {written}")
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; returns the exit status (usage errors exit 2 from argparse)."""
     try:
-        _run(args)
+        _run(build_parser().parse_args(argv))
     except SectionmarkError as error:
         print(f"sectionmark: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         print("sectionmark: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `sectionmark ... | head`: the reader has all it wanted
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except OSError as error:
         if os.environ.get("SECTIONMARK_DEBUG"):
             raise
         print(f"sectionmark: error: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
-        return 2
+        return EXIT_FAILURE
     except Exception as error:  # a bug: still one line, traceback on request
         if os.environ.get("SECTIONMARK_DEBUG"):
             raise
         print(f"sectionmark: internal error: {type(error).__name__}: {error} (set SECTIONMARK_DEBUG=1 for a traceback)",
               file=sys.stderr)
-        return 3
+        return EXIT_INTERNAL
     return 0

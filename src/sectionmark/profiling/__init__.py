@@ -9,14 +9,16 @@ either kind; both give the same `ProfileSession`.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.ireeprof import Profile, read_profile
-from sectionmark.profiling.runner import VULKAN_UNREADABLE, device_driver, run_profile
+from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, run_profile
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import SectionMap, SectionMapError
 
@@ -52,19 +54,27 @@ def profile(
     *,
     section_map: Optional[SectionMap] = None,
     keep_profile: Optional[Union[str, Path]] = None,
+    keep_profile_inputs: Sequence[Union[str, Path]] = (),
     quiet: bool = False,
+    timeout: Optional[float] = DEFAULT_TIMEOUT_S,
 ) -> ProfileSession:
     """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
 
     ``compiled_or_vmfb_path``: a ``sectionmark.compiler.CompiledModule`` or a
     saved .vmfb (its map is read from the module or its sidecar unless
-    ``section_map`` is given). ``device``: an IREE device; ``local-task`` /
-    ``local-sync`` use HAL-native profiling, ``cuda`` / ``hip`` (also
+    ``section_map`` is given). ``device``: an IREE device; ``local-task``
+    uses HAL-native profiling (``local-sync`` is refused: IREE 3.13 cannot
+    profile it, docs/cli.md), ``cuda`` / ``hip`` (also
     ``cuda://1`` ...) a Tracy capture of the GPU zones, ``vulkan`` is tried
     with Vulkan's HAL-native profiling and refused (docs/gpu.md).
     ``keep_profile``: also copy the raw profile there (.ireeprof, or the
-    .tracy capture on CUDA/HIP).
+    .tracy capture on CUDA/HIP), atomically and never onto the module or one
+    of ``keep_profile_inputs`` (checked before the run). ``timeout``: seconds
+    the profiled tool may run (None: no limit).
     """
+    if keep_profile is not None:
+        protected = [*keep_profile_inputs, *([compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else [])]
+        check_output_path(keep_profile, protected)
     with tempfile.TemporaryDirectory(prefix="sectionmark-") as scratch:
         directory = Path(scratch)
         if section_map is None:
@@ -72,10 +82,12 @@ def profile(
         else:
             vmfb = _module_path(compiled_or_vmfb_path, directory)
         run = run_profile(
-            vmfb, args, directory, function=function, device=device, iterations=iterations, warmup=warmup, quiet=quiet
+            vmfb, args, directory, function=function, device=device, iterations=iterations, warmup=warmup, quiet=quiet,
+            timeout=timeout,
         )
         if keep_profile is not None:
-            Path(keep_profile).write_bytes(run.profile_path.read_bytes())
+            with atomic_path(keep_profile, protected) as temporary:
+                shutil.copyfile(run.profile_path, temporary)
         events = _read_events(run.profile_path, section_map, function)
         if device_driver(device) == "vulkan" and not len(events.dispatches):
             kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"

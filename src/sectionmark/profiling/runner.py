@@ -28,13 +28,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from rich.console import Console
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.tools import find_tool
+from sectionmark.profiling.tools import exit_description, find_tool, last_useful_line
 
 PROFILING_MODES = "queue-events,host-execution,executable-metadata"
 # What IREE 3.13's Vulkan driver can record (it has no host-execution events).
@@ -51,6 +51,16 @@ DISPATCH_TRACING_VERBOSITY = 2
 # IREE's status line: "<source>:<line>: CODE; message; context; context".
 _STATUS_LINE = re.compile(r"^\S+:\d+: ([A-Z_]+); (.*)$")
 _DEVICE_CONTEXTS = ("; creating driver for device", "; creating device '")
+# Measured with IREE 3.13: iree-benchmark-module --device=local-sync with any
+# --device_profiling_mode crashes (SIGSEGV: a null begin_debug_group in the
+# command buffer it records) on a module with debug groups, and without them
+# it records no command-buffer metadata, so its dispatches cannot be attributed.
+LOCAL_SYNC_UNSUPPORTED = (
+    "--device local-sync cannot be profiled with IREE 3.13: its profiling crashes on the section debug groups "
+    "(SIGSEGV) and, without them, records no command buffers to attribute dispatches to; use local-task "
+    "(the default)"
+)
+DEFAULT_TIMEOUT_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -114,8 +124,11 @@ def benchmark_command(
     return command + [f"--device_profiling_mode={modes}", f"--device_profiling_output={profile_path}"]
 
 
-def tool_failure(device: str, stderr: str) -> str:
+def tool_failure(device: str, stderr: str, returncode: int = 1) -> str:
     """One line for a failed tool run; a GPU whose driver or device cannot be opened says so.
+
+    A tool killed by a signal says so (``crashed with SIGSEGV``) with the last
+    useful line of its output.
 
     IREE prints the failing status first (its message may go on over several
     lines with nested causes) and appends context such as "creating driver
@@ -127,16 +140,8 @@ def tool_failure(device: str, stderr: str) -> str:
         if status is not None:
             message = min((status.group(2).split(context)[0] for context in _DEVICE_CONTEXTS), key=len)
             return f"no {DEVICE_NAMES[driver]} device: {message.rstrip(': ')} ({status.group(1)})"
-    return f"iree-benchmark-module failed on {device}: {_failure_line(stderr)}"
-
-
-def _failure_line(stderr: str) -> str:
-    """The most telling line of a tool's error output (IREE prints the status last)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if any(word in line for word in ("INVALID_ARGUMENT", "NOT_FOUND", "UNIMPLEMENTED", "error", "Error", "FAILED")):
-            return line
-    return lines[-1] if lines else "no error message"
+    how = "failed" if 0 < returncode < 128 else exit_description(returncode)
+    return f"iree-benchmark-module {how} on {device}: {last_useful_line(stderr)}"
 
 
 def run_profile(
@@ -149,10 +154,17 @@ def run_profile(
     iterations: int = 20,
     warmup: int = 3,
     quiet: bool = False,
+    timeout: Optional[float] = DEFAULT_TIMEOUT_S,
 ) -> ProfileRun:
-    """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy."""
+    """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy.
+
+    ``timeout``: seconds the tool may run (None: no limit) before it is ended
+    with one error line, so that a hung tool never hangs the caller.
+    """
     if iterations < 1 or warmup < 0:
         raise SectionmarkError(f"need iterations >= 1 and warmup >= 0 (got {iterations}, {warmup})")
+    if device_driver(device) == "local-sync":
+        raise SectionmarkError(LOCAL_SYNC_UNSUPPORTED)
     vmfb = Path(vmfb)
     if not vmfb.is_file():
         raise SectionmarkError(f"module not found: {vmfb}")
@@ -168,25 +180,30 @@ def run_profile(
     start = time.perf_counter()
     with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"):
         if traced:
-            _run_captured(command, profile_path, device)
+            _run_captured(command, profile_path, device, timeout)
         else:
-            result = subprocess.run(command, capture_output=True, text=True)
+            try:
+                result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise SectionmarkError(
+                    f"iree-benchmark-module did not finish within {timeout:g} s on {device} and was ended "
+                    "(a longer run: raise the timeout, --timeout on the command line)"
+                ) from None
             if result.returncode != 0:
-                raise SectionmarkError(tool_failure(device, result.stderr))
+                raise SectionmarkError(tool_failure(device, result.stderr, result.returncode))
     wall_s = time.perf_counter() - start
     if not profile_path.is_file() or profile_path.stat().st_size == 0:
         raise SectionmarkError(f"iree-benchmark-module wrote no profile to {profile_path}")
     return ProfileRun(profile_path, calls, warmup, wall_s)
 
 
-def _run_captured(command: list[str], capture_path: Path, device: str) -> None:
+def _run_captured(command: list[str], capture_path: Path, device: str, timeout: Optional[float]) -> None:
     """Run the tracing tool under a headless Tracy capture written to ``capture_path``."""
     from sectionmark.tracy.capture import CapturedProgramFailed, capture_command
 
     with tempfile.TemporaryFile(mode="w+") as output:
         try:
-            # No time limit on the run (like the CPU path); the capture still has its own after it.
-            capture_command(command, capture_path, timeout=None, save_timeout=600.0, stdout=output, stderr=output)
-        except CapturedProgramFailed:
+            capture_command(command, capture_path, timeout=timeout, save_timeout=600.0, stdout=output, stderr=output)
+        except CapturedProgramFailed as failure:
             output.seek(0)
-            raise SectionmarkError(tool_failure(device, output.read())) from None
+            raise SectionmarkError(tool_failure(device, output.read(), failure.returncode)) from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 from pathlib import Path
 
 from sectionmark.errors import SectionmarkError
@@ -53,3 +54,35 @@ def find_tool(name: str, *, tracing: bool = False) -> Path:
             "(reinstall iree-base-runtime: pip install --force-reinstall iree-base-runtime)"
         )
     return path
+
+
+# Lines a tool prints that never explain a failure: the IREE tools' ASLR
+# warning (printed at start whenever ASLR is on) and Tracy's banner.
+_NOISE = ("***WARNING*** ASLR is enabled",)
+# Words of a line that states the error (an IREE status code, a tool's "error").
+_ERROR_WORDS = ("INVALID_ARGUMENT", "NOT_FOUND", "UNIMPLEMENTED", "INTERNAL", "error", "Error", "FAILED")
+
+
+def last_useful_line(output: str, default: str = "no error message") -> str:
+    """The line of a tool's output that best explains a failure, skipping known noise.
+
+    IREE's tools print the failing status last, possibly followed by other
+    output: the last line naming an error wins, else the last line. A crashed
+    tool often leaves only its start-up warnings, which are never the answer.
+    """
+    lines = [line.strip() for line in output.splitlines() if line.strip() and not line.strip().startswith(_NOISE)]
+    for line in reversed(lines):
+        if any(word in line for word in _ERROR_WORDS):
+            return line
+    return lines[-1] if lines else default
+
+
+def exit_description(returncode: int) -> str:
+    """``-11`` -> ``crashed with SIGSEGV``, ``139`` (a shell's 128+11) too; else ``exited with status N``."""
+    number = -returncode if returncode < 0 else returncode - 128 if 128 < returncode < 128 + 65 else None
+    if number is not None:
+        try:
+            return f"crashed with {signal.Signals(number).name}"
+        except ValueError:
+            pass
+    return f"exited with status {returncode}"

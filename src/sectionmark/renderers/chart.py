@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.outputs import atomic_path
+from sectionmark.outputs import PathLike, atomic_path
 
 
-def save(session, path: str | Path, title: str | None = None) -> Path:
+def save(session, path: str | Path, title: str | None = None, inputs: Iterable[PathLike] = ()) -> Path:
+    """Write the chart as PNG to exactly ``path`` (whatever its suffix), never onto one of ``inputs``."""
     try:
         import matplotlib
 
@@ -35,7 +37,7 @@ def save(session, path: str | Path, title: str | None = None) -> Path:
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
     try:
-        with atomic_path(path) as temporary:
+        with atomic_path(path, inputs) as temporary:
             figure.savefig(temporary, dpi=110, format="png")  # exactly this file, whatever its suffix
     finally:
         plt.close(figure)

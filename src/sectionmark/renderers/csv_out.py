@@ -13,8 +13,9 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Union
+from typing import Iterable, Union
 
+from sectionmark.outputs import PathLike
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import write_text
 
@@ -43,5 +44,5 @@ def dumps(session: ProfileSession) -> str:
     return buffer.getvalue()
 
 
-def save(session: ProfileSession, path: Union[str, Path]) -> Path:
-    return write_text(path, dumps(session), newline="")
+def save(session: ProfileSession, path: Union[str, Path], inputs: Iterable[PathLike] = ()) -> Path:
+    return write_text(path, dumps(session), newline="", inputs=inputs)

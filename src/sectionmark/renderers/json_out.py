@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Union
+from typing import Iterable, Union
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import PathLike
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import write_text
 
@@ -15,8 +16,8 @@ def dumps(session: ProfileSession) -> str:
     return json.dumps(session.to_json(), ensure_ascii=False, indent=1)
 
 
-def save(session: ProfileSession, path: Union[str, Path]) -> Path:
-    return write_text(path, dumps(session) + "\n")
+def save(session: ProfileSession, path: Union[str, Path], inputs: Iterable[PathLike] = ()) -> Path:
+    return write_text(path, dumps(session) + "\n", inputs=inputs)
 
 
 def load(path: Union[str, Path]) -> ProfileSession:

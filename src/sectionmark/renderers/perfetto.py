@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
+from sectionmark.outputs import PathLike
 from sectionmark.profiling.timeline import QueueTimeline, Span, session_timelines
 from sectionmark.renderers import write_text
 
@@ -48,8 +49,8 @@ def trace_events(timelines: list[QueueTimeline], process_name: str) -> list[dict
     return events
 
 
-def save(session, path: str | Path) -> Path:
+def save(session, path: str | Path, inputs: Iterable[PathLike] = ()) -> Path:
     """Write ``session`` (a ProfileSession with its events) as a Chrome JSON trace."""
     name = f"sectionmark: {session.function or 'profile'}"
     document = {"traceEvents": trace_events(session_timelines(session), name), "displayTimeUnit": "ns"}
-    return write_text(path, json.dumps(document))
+    return write_text(path, json.dumps(document), inputs=inputs)

@@ -13,8 +13,9 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterable
 
-from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import PathLike, check_output_path
 from sectionmark.profiling.timeline import Span, session_timelines
 
 
@@ -33,19 +34,21 @@ def replay_document(session) -> dict:
     return {"origin_ns": origin, "tracks": tracks}
 
 
-def save(session, path: str | Path, timeout: float = 300.0) -> Path:
-    """Write a .tracy capture of ``session``'s timeline (needs IREE's tracing runtime)."""
+def save(session, path: str | Path, timeout: float = 300.0, inputs: Iterable[PathLike] = ()) -> Path:
+    """Write a .tracy capture of ``session``'s timeline (needs IREE's tracing runtime).
+
+    Written atomically, never onto one of ``inputs``; the path is checked
+    before the replay starts.
+    """
     from sectionmark.tracy.capture import capture_command
 
+    check_output_path(path, inputs)
     document = replay_document(session)
-    path = Path(path)
-    if not path.parent.exists():
-        raise SectionmarkError(f"cannot write {path}: directory {path.parent} does not exist")
     with tempfile.TemporaryDirectory(prefix="sectionmark-tracy-") as scratch:
         spans_file = Path(scratch) / "timeline.json"
         spans_file.write_text(json.dumps(document), encoding="utf-8")
         command = [sys.executable, "-m", "sectionmark.renderers.tracy_out", str(spans_file)]
-        return capture_command(command, path, timeout=timeout)
+        return capture_command(command, path, timeout=timeout, inputs=inputs)
 
 
 def _emit(document: dict) -> None:

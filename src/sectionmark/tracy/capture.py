@@ -4,6 +4,11 @@ The recipe (see docs/tracy.md): start IREE's real capture binary on a free
 localhost port, run the program with the tracing runtime and Tracy's client
 told to wait at exit until everything was sent, then wait for the capture to
 write its file. Every wait has a timeout and every process we start is ended.
+The capture goes to a temporary file beside the output, renamed over it only
+once complete (`sectionmark.outputs`): a failed capture leaves the previous
+file intact. If the capture tool stops before the program (it could not
+write, or crashed), the program, which would wait at exit for a capture that
+never comes, is ended and the tool's own message reported.
 """
 
 from __future__ import annotations
@@ -13,10 +18,13 @@ import os
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
-from typing import IO, Mapping, Optional, Sequence, Union
+from typing import IO, Iterable, Mapping, Optional, Sequence, Union
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import PathLike, atomic_path
+from sectionmark.profiling.tools import last_useful_line, exit_description
 
 __all__ = ["capture_command", "capture_binary", "tracy_environment", "CapturedProgramFailed"]
 
@@ -27,6 +35,13 @@ class CapturedProgramFailed(SectionmarkError):
     def __init__(self, message: str, returncode: int):
         super().__init__(message)
         self.returncode = returncode
+
+
+# How long a program may go on after the capture tool stopped: a normal run
+# ends within moments of the capture having all its data.
+_EXIT_GRACE_S = 10.0
+_POLL_S = 0.1
+
 
 def capture_binary() -> Path:
     """The capture tool shipped with iree-base-runtime's tracing runtime.
@@ -69,16 +84,37 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "(no output)"
-
-
 def _end(process: subprocess.Popen) -> None:
     """Stop a process we started and reap it."""
     if process.poll() is None:
         process.kill()
     process.wait(timeout=10)
+
+
+def _wait_for_program(program: subprocess.Popen, capture: subprocess.Popen, timeout: Optional[float],
+                      capture_log: IO) -> int:
+    """The program's exit status; an error if it outlives ``timeout`` or the capture tool."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    capture_ended: Optional[float] = None
+    while True:
+        try:
+            return program.wait(timeout=_POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if deadline is not None and now > deadline:
+            raise SectionmarkError(
+                f"the captured program did not finish within {timeout:g} s "
+                "(with TRACY_NO_EXIT=1 it also waits at exit until the capture has all data)"
+            )
+        if capture_ended is None and capture.poll() is not None:
+            capture_ended = now
+        if capture_ended is not None and now - capture_ended > _EXIT_GRACE_S:
+            capture_log.seek(0)
+            raise SectionmarkError(
+                f"the Tracy capture tool stopped ({exit_description(capture.returncode)}) before the captured "
+                f"program finished: {last_useful_line(capture_log.read(), '(no message)')}"
+            )
 
 
 def capture_command(
@@ -91,6 +127,7 @@ def capture_command(
     cwd: Optional[Union[str, os.PathLike]] = None,
     stdout: Optional[IO] = None,
     stderr: Optional[IO] = None,
+    inputs: Iterable[PathLike] = (),
 ) -> Path:
     """Run ``command`` under a headless Tracy capture and return the .tracy path.
 
@@ -100,11 +137,17 @@ def capture_command(
     or ``import iree.runtime``: IREE_PY_RUNTIME=tracy is set for it; IREE's
     tracing tools have it built in) and exit normally; ``os._exit`` loses
     zones not yet sent. ``timeout`` bounds the program's run (None: no
-    bound), ``save_timeout`` the capture's work after it. Raises
-    SectionmarkError when the program fails (`CapturedProgramFailed`), times
-    out or never connects.
+    bound), ``save_timeout`` the capture's work after it. ``output`` is
+    written atomically and never onto one of ``inputs`` (checked before the
+    program starts). Raises SectionmarkError when the program fails
+    (`CapturedProgramFailed`), times out or never connects.
     """
-    output = Path(output)
+    with atomic_path(output, inputs) as temporary:
+        _capture(command, temporary, timeout, save_timeout, env, cwd, stdout, stderr)
+    return Path(output)
+
+
+def _capture(command, output: Path, timeout, save_timeout, env, cwd, stdout, stderr) -> None:
     binary = capture_binary()
     port = _free_port()
     with tempfile.TemporaryFile(mode="w+") as capture_log:
@@ -118,26 +161,19 @@ def capture_command(
             program_env = dict(os.environ if env is None else env)
             program_env.update(tracy_environment(port))
             try:
-                program = subprocess.run(
-                    list(command),
-                    env=program_env,
-                    cwd=cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=stdout,
-                    stderr=stderr,
-                    timeout=timeout,
+                program = subprocess.Popen(
+                    list(command), env=program_env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr
                 )
-            except subprocess.TimeoutExpired:
-                raise SectionmarkError(
-                    f"the captured program did not finish within {timeout:g} s "
-                    "(with TRACY_NO_EXIT=1 it also waits at exit until the capture has all data)"
-                ) from None
             except OSError as error:
                 raise SectionmarkError(f"cannot start the program to capture: {error}") from None
-            if program.returncode != 0:
+            try:
+                returncode = _wait_for_program(program, capture, timeout, capture_log)
+            finally:
+                _end(program)
+            if returncode != 0:
                 where = " (its output is above)" if stderr is None else ""
                 raise CapturedProgramFailed(
-                    f"the captured program exited with status {program.returncode}{where}", program.returncode
+                    f"the captured program {exit_description(returncode)}{where}", returncode
                 )
             try:
                 capture.wait(timeout=save_timeout)
@@ -154,6 +190,7 @@ def capture_command(
     if "Instrumentation failure: " in log:
         reason = log.split("Instrumentation failure: ", 1)[1].splitlines()[0]
         raise SectionmarkError(f"Tracy reported an instrumentation failure in the captured program: {reason}")
-    if capture.returncode != 0 or not output.is_file():
-        raise SectionmarkError(f"the Tracy capture failed (status {capture.returncode}): {_last_line(log)}")
-    return output
+    if capture.returncode != 0 or not output.is_file() or output.stat().st_size == 0:
+        raise SectionmarkError(
+            f"the Tracy capture failed ({exit_description(capture.returncode)}): {last_useful_line(log, '(no output)')}"
+        )

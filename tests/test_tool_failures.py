@@ -1,0 +1,52 @@
+"""Failed, crashed and hung tools: one line with the real cause, never a hang."""
+
+import numpy as np
+import pytest
+
+from sectionmark.compiler import compile
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling import profile
+from sectionmark.profiling.runner import tool_failure
+from sectionmark.profiling.tools import exit_description, last_useful_line
+
+ASLR = "***WARNING*** ASLR is enabled, the results may have unreproducible noise in them."
+MLIR = """
+func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {
+  %s = math.sin %x : tensor<64xf32> loc("sectionmark:A"("t.py":1:0))
+  return %s : tensor<64xf32>
+}
+"""
+
+
+def test_a_crashed_tool_reports_its_signal_not_the_aslr_warning():
+    assert tool_failure("local-task", ASLR + "\n", -11) == "iree-benchmark-module crashed with SIGSEGV on local-task: no error message"
+    stderr = f"{ASLR}\nloading module\niree/runtime/x.c:12: INTERNAL; out of luck\nbenchmark done\n"
+    assert tool_failure("local-task", stderr, 1) == "iree-benchmark-module failed on local-task: iree/runtime/x.c:12: INTERNAL; out of luck"
+    assert tool_failure("local-task", "abort called\n", 134).startswith("iree-benchmark-module crashed with SIGABRT")
+
+
+def test_last_useful_line_and_exit_description():
+    assert last_useful_line(f"{ASLR}\n\n") == "no error message"
+    assert last_useful_line(f"{ASLR}\nlast words\n", "-") == "last words"
+    assert exit_description(-9) == "crashed with SIGKILL" and exit_description(139) == "crashed with SIGSEGV"
+    assert exit_description(1) == "exited with status 1" and exit_description(2) == "exited with status 2"
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return compile(MLIR, input_type=None)
+
+
+def test_local_sync_is_refused_up_front_with_the_reason(compiled):
+    with pytest.raises(SectionmarkError, match="local-sync cannot be profiled with IREE 3.13.*SIGSEGV"):
+        profile(compiled, (np.zeros(64, np.float32),), device="local-sync", iterations=1, warmup=0, quiet=True)
+
+
+def test_a_tool_that_runs_too_long_is_ended_with_one_line(compiled):
+    with pytest.raises(SectionmarkError, match="did not finish within 0.5 s on local-task and was ended"):
+        profile(compiled, (np.zeros(64, np.float32),), iterations=1_000_000, warmup=0, quiet=True, timeout=0.5)
+
+
+def test_a_bad_compiler_flag_is_named():
+    with pytest.raises(SectionmarkError, match="bad compiler flag: Error parsing flags: option not found: bogus-flag"):
+        compile(MLIR, input_type=None, extra_args=["--bogus-flag"])
