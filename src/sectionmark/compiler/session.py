@@ -56,7 +56,7 @@ class PhasedCompilation:
         try:
             self._session.set_flags(*flags)
         except ValueError as error:
-            raise SectionmarkError(f"bad compiler flag: {_first_line(str(error))}") from None
+            raise SectionmarkError(f"bad compiler flag: {_flag_error(str(error))}") from None
         self._invocation = self._session.invocation()
         self._errors: list[str] = []
         self._callback = _DIAGNOSTIC_CALLBACK(self._on_diagnostic)  # kept alive with self
@@ -124,6 +124,12 @@ class PhasedCompilation:
     def close(self) -> None:
         self._invocation.close()
         self._session.close()
+
+
+def _flag_error(message: str) -> str:
+    """IREE's flag error on one line: "Error parsing flags:" names the flag only on the lines after it."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return " ".join(lines) if lines else "no message"
 
 
 def _first_line(text: str) -> str:
