@@ -11,11 +11,13 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 import zstandard
 
+from sectionmark import zonestack
 from sectionmark.errors import SectionmarkError
 from sectionmark.tracy import capture_command, read_capture, zone_stats
 from sectionmark.tracy.reader import Capture, Track
@@ -416,3 +418,39 @@ def test_missing_capture_tool_is_a_clear_error(tmp_path):
     assert result.stdout.strip() == (
         f"the Tracy capture tool is missing or not executable: {package / 'iree-tracy-capture'}"
     )
+
+
+@pytest.mark.parametrize("use_c", [True, False], ids=["c-stack", "python-stack"])
+def test_a_program_leaving_sections_open_finishes_and_its_capture_is_readable(tmp_path, use_c):
+    """Left open at exit, on a thread that ended (daemon too), entered on one thread and left on another."""
+    if use_c and not zonestack.c_extension_available():
+        pytest.skip("sectionmark._zonestack not built")
+    started = time.monotonic()
+    capture = run_captured(tmp_path, "left_open", f"""
+        import threading
+        import sectionmark as sm
+        from sectionmark import markers
+        from sectionmark.tracy import TracyZones
+
+        markers.set_zone_emitter(TracyZones(use_c={use_c}))
+        for daemon in (False, True):
+            thread = threading.Thread(target=lambda: sm.section(f"thread daemon={{daemon}}").__enter__(), daemon=daemon)
+            thread.start()
+            thread.join()
+        crossing = sm.section("crossing")
+        thread = threading.Thread(target=crossing.__enter__)
+        thread.start()
+        thread.join()
+        crossing.__exit__(None, None, None)
+        sm.section("outer left open").__enter__()
+        sm.section("inner left open").__enter__()
+    """)
+    assert time.monotonic() - started < 30
+    zones = [zone for track in capture.tracks for zone in track.zones]
+    names = {zone.name: zone for zone in zones}
+    assert sorted(names) == sorted(["thread daemon=False", "thread daemon=True", "crossing", "outer left open",
+                                    "inner left open"])
+    track = next(track for track in capture.tracks if any(zone.name == "inner left open" for zone in track.zones))
+    inner = next(zone for zone in track.zones if zone.name == "inner left open")
+    assert track.zones[inner.parent].name == "outer left open"
+    assert all(zone.duration_ns >= 0 for zone in zones)

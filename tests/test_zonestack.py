@@ -101,3 +101,36 @@ def test_each_thread_has_its_own_stack(kind):
     assert len(began_on) == 4 * 50 * 2
     assert ended_on == began_on  # every zone ended, on the thread that began it
     assert sorted(set(depths)) == [0, 2]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_zones_left_open_are_closed_innermost_first_on_their_own_thread(kind):
+    """A thread ending inside sections has them closed by its end; close_all() closes the caller's."""
+    began_on, ended = {}, []
+
+    def begin(location, active):
+        zone = len(began_on) + 1
+        began_on[zone] = threading.get_ident()
+        return zone
+
+    def end(zone):
+        ended.append((zone, threading.get_ident()))
+
+    stack = make_stack(kind, begin, end)
+    outer, inner = object(), object()
+
+    def leave_open():
+        stack.open(outer, 1)
+        stack.open(inner, 2)
+
+    for daemon in (False, True):
+        thread = threading.Thread(target=leave_open, daemon=daemon)
+        thread.start()
+        thread.join()
+        thread_zones = sorted(began_on)[-2:]
+        assert ended[-2:] == [(thread_zones[1], thread.ident), (thread_zones[0], thread.ident)]
+    stack.open(outer, 1)
+    stack.open(inner, 2)
+    assert stack.close_all() == 2 and stack.depth() == 0 and stack.close_all() == 0
+    assert [zone for zone, _ in ended[-2:]] == [6, 5] and {ident for _, ident in ended[-2:]} == {threading.get_ident()}
+    assert not stack.close(outer)  # its section's own exit then finds nothing

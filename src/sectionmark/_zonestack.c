@@ -128,6 +128,22 @@ static PyObject *close_zone(PyObject *module, PyObject *marker) {
     Py_RETURN_TRUE;
 }
 
+/* close_all() -> int: end every zone still open on this thread, innermost
+ * first (at interpreter exit, or when a thread ends inside a section: Tracy
+ * waits for open zones, and a program left inside a section would never
+ * finish under a capture). Returns how many were closed. */
+static PyObject *close_all(PyObject *module, PyObject *unused) {
+    Py_ssize_t top = stack.size;
+    if (top == 0) return PyLong_FromLong(0);
+    stack.size = 0; /* consistent before any reference is released */
+    for (Py_ssize_t i = top - 1; i >= 0; i--) end_zone(stack.entries[i].zone);
+    PyObject *released = PyList_New(top);
+    if (released == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < top; i++) PyList_SET_ITEM(released, i, stack.entries[i].marker);
+    Py_DECREF(released);
+    return PyLong_FromSsize_t(top);
+}
+
 static PyObject *depth(PyObject *module, PyObject *unused) {
     return PyLong_FromSsize_t(stack.size);
 }
@@ -136,6 +152,7 @@ static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, "bind(begin_address, end_address, on_new_thread, keep_alive): set Tracy's zone functions"},
     {"open_zone", (PyCFunction)(void (*)(void))open_zone, METH_FASTCALL, "open_zone(marker, location_address)"},
     {"close_zone", close_zone, METH_O, "close_zone(marker) -> bool"},
+    {"close_all", close_all, METH_NOARGS, "close_all() -> int: end every zone open on this thread"},
     {"depth", depth, METH_NOARGS, "number of zones open on this thread"},
     {NULL, NULL, 0, NULL},
 };

@@ -7,8 +7,17 @@ only when it is the innermost on its thread; when asyncio tasks or suspended
 generators leave sections out of order, the zones opened inside it are closed
 with it (shortened, never mis-nested) and their own exits find nothing.
 
-Two implementations of the same two calls, ``open(marker, location)`` and
-``close(marker) -> bool`` (whether anything was closed):
+Zones must not outlive their thread or the interpreter: Tracy waits for every
+open zone, so a program that exits (or a thread that ends) inside a section
+would never finish under a capture. ``close_all()`` ends the calling thread's
+open zones; every stack calls it at interpreter exit (atexit, main thread)
+and when a thread that opened zones ends (a per-thread guard whose
+finalizer runs in the ending thread). Daemon threads still running at exit
+are frozen by the interpreter, never end, and keep their zones open
+(docs/tracy.md).
+
+Two implementations of the same calls, ``open(marker, location)``,
+``close(marker) -> bool`` (whether anything was closed) and ``close_all()``:
 
 * `CZoneStack`: the `sectionmark._zonestack` extension, calling Tracy's C
   functions directly (built when a C compiler was present at install);
@@ -17,6 +26,7 @@ Two implementations of the same two calls, ``open(marker, location)`` and
 
 from __future__ import annotations
 
+import atexit
 import threading
 import warnings
 from typing import Callable, Optional
@@ -33,10 +43,42 @@ def c_extension_available() -> bool:
     return _zonestack is not None
 
 
-def _name_new_thread(name_thread: Optional[Callable[[str], None]]) -> None:
-    """Name the calling thread in the profiler; a failure must not break the section."""
+class _ThreadEndGuard:
+    """Closes a thread's open zones when the thread ends.
+
+    Kept in a ``threading.local``: CPython clears a thread's locals in that
+    thread as it ends, so the finalizer ends the zones on their own thread.
+    The locals of daemon threads still running at exit are cleared by the
+    main thread instead; ending their zones there would end the main
+    thread's zones in Tracy's eyes, so nothing is done then.
+    """
+
+    def __init__(self, close_all: Callable[[], object]):
+        self._close_all = close_all
+        self._thread = threading.get_ident()
+
+    def __del__(self) -> None:
+        if threading.get_ident() == self._thread:
+            self._close_all()
+
+
+_guards = threading.local()
+
+
+def _on_new_thread(name_thread: Optional[Callable[[str], None]], close_all: Callable[[], object]) -> None:
+    """A thread's first zone: name it in the profiler and close its zones when it ends.
+
+    A failure must not break the section. The main thread's zones are closed
+    at exit (atexit), and the profiler names it itself.
+    """
     thread = threading.current_thread()
-    if name_thread is None or thread is threading.main_thread():  # the profiler names the main thread
+    if thread is threading.main_thread():
+        return
+    guards = getattr(_guards, "guards", None)
+    if guards is None:
+        guards = _guards.guards = []
+    guards.append(_ThreadEndGuard(close_all))
+    if name_thread is None:
         return
     try:
         name_thread(thread.name)
@@ -49,10 +91,19 @@ class PythonZoneStack:
 
     def __init__(self, begin: Callable[[object, int], object], end: Callable[[object], None],
                  name_thread: Optional[Callable[[str], None]] = None):
+        def end_all(entries: list[tuple[object, object]]) -> int:
+            for _marker, zone in reversed(entries):
+                end(zone)
+            closed = len(entries)
+            entries.clear()
+            return closed
+
         class ThreadState(threading.local):
             def __init__(self) -> None:
                 self.open: list[tuple[object, object]] = []  # (marker, zone), innermost last
-                _name_new_thread(name_thread)
+                # The guard holds the list itself: this local may be gone when it runs.
+                entries = self.open
+                _on_new_thread(name_thread, lambda: end_all(entries))
 
         state = ThreadState()
 
@@ -74,9 +125,13 @@ class PythonZoneStack:
                 if entered is marker:
                     return True
 
+        def close_all() -> int:
+            return end_all(state.open)
+
         # Closures, not methods: the hot path does no attribute lookups on self.
-        self.open, self.close = open, close
+        self.open, self.close, self.close_all = open, close, close_all
         self.depth = lambda: len(state.open)
+        atexit.register(close_all)
 
 
 class CZoneStack:
@@ -91,5 +146,11 @@ class CZoneStack:
                  name_thread: Optional[Callable[[str], None]] = None, keep_alive: object = None):
         if _zonestack is None:
             raise RuntimeError("sectionmark._zonestack was not built (no C compiler at install)")
-        _zonestack.bind(begin_address, end_address, lambda: _name_new_thread(name_thread), keep_alive)
+        _zonestack.bind(begin_address, end_address, lambda: _on_new_thread(name_thread, _zonestack.close_all),
+                        keep_alive)
         self.open, self.close, self.depth = _zonestack.open_zone, _zonestack.close_zone, _zonestack.depth
+        self.close_all = _zonestack.close_all
+
+
+if _zonestack is not None:
+    atexit.register(_zonestack.close_all)  # one C stack per thread, whatever was bound
