@@ -454,3 +454,35 @@ def test_a_program_leaving_sections_open_finishes_and_its_capture_is_readable(tm
     inner = next(zone for zone in track.zones if zone.name == "inner left open")
     assert track.zones[inner.parent].name == "outer left open"
     assert all(zone.duration_ns >= 0 for zone in zones)
+
+
+def test_tracy_names_keep_their_bytes_up_to_the_limit_and_mark_the_rest():
+    from sectionmark.tracy.client import NAME_LIMIT_BYTES, tracy_name
+
+    exact = "é" * (NAME_LIMIT_BYTES // 2) + "x"
+    assert tracy_name(exact) == exact.encode() and len(exact.encode()) == NAME_LIMIT_BYTES
+    assert tracy_name(exact + "y").decode().endswith("…") and len(tracy_name(exact + "y")) <= NAME_LIMIT_BYTES
+    assert tracy_name("é" * 40_000).decode() == "é" * 32_766 + "…"  # never half a character
+    assert tracy_name("a\0b") == "a␀b".encode()
+
+
+def test_odd_names_reach_a_capture_byte_exact_up_to_tracys_limit(tmp_path):
+    names = ["a\0b", "x" * 70_000, "\r\n/\"'\\ 😀 \u202e [/x]", "é" * 40_000]
+    capture = run_captured(tmp_path, "names", f"""
+        import time
+        import sectionmark as sm
+        import sectionmark.tracy
+        from sectionmark.tracy import GpuTimeline
+
+        sectionmark.tracy.enable()
+        for name in {names!r}:
+            with sm.section(name):
+                pass
+        timeline = GpuTimeline("gpu\\0track")
+        now = time.monotonic_ns()
+        timeline.zone("z" * 70_000, now + 1_000, now + 2_000)
+    """)
+    cpu = track_named(capture, "Main thread")
+    assert [zone.name for zone in cpu.zones] == ["a␀b", "x" * 65_532 + "…", names[2], "é" * 32_766 + "…"]
+    gpu = track_named(capture, "gpu␀track")
+    assert [zone.name for zone in gpu.zones] == ["z" * 65_532 + "…"]

@@ -94,6 +94,25 @@ _ANCHOR_CALL_NS = 1_000
 _ANCHOR_ATTEMPTS = 20
 # The file/function Tracy shows for section zones: Python call sites are unknown.
 _SOURCE_FILE = "sectionmark"
+# Tracy 0.11.2 sends every string with a 16-bit length: longer names would
+# wrap around. Names are C strings: a NUL would end them. Both are made
+# visible instead (docs/tracy.md).
+NAME_LIMIT_BYTES = 65_535
+TRUNCATION_MARK = "\u2026"  # …
+NUL_MARK = "\u2400"  # ␀
+
+
+def tracy_name(name: str) -> bytes:
+    """``name`` as Tracy can carry it: UTF-8, NUL shown as ␀, at most 65,535 bytes ending in … if cut.
+
+    A cut never splits a character; a lone surrogate becomes "?".
+    """
+    encoded = name.replace("\0", NUL_MARK).encode("utf-8", "replace")
+    if len(encoded) <= NAME_LIMIT_BYTES:
+        return encoded
+    mark = TRUNCATION_MARK.encode("utf-8")
+    kept = encoded[: NAME_LIMIT_BYTES - len(mark)].decode("utf-8", "ignore").encode("utf-8")
+    return kept + mark
 
 
 def _permanent_bytes(data: bytes) -> int:
@@ -196,7 +215,7 @@ class TracyClient:
         with self._lock:
             found = self._locations.get(key)
             if found is None:
-                text = _permanent_bytes(name.encode("utf-8", "replace") + b"\0")
+                text = _permanent_bytes(tracy_name(name) + b"\0")
                 address = _permanent_bytes(bytes(ctypes.sizeof(_SourceLocation)))
                 location = _SourceLocation.from_address(address)
                 location.name = text
@@ -246,7 +265,7 @@ class TracyZones:
 
     def __init__(self, tracy: Optional[TracyClient] = None, *, use_c: Optional[bool] = None):
         tracy = tracy if tracy is not None else client()
-        name_thread = lambda name: tracy.set_thread_name(name.encode("utf-8", "replace"))  # noqa: E731
+        name_thread = lambda name: tracy.set_thread_name(tracy_name(name))  # noqa: E731
         self.uses_c = zonestack.c_extension_available() if use_c is None else use_c
         if self.uses_c:
             address = lambda function: ctypes.cast(function, ctypes.c_void_p).value  # noqa: E731
@@ -311,7 +330,7 @@ class GpuTimeline:
                 self._last_ns, 1.0, self.context, _GPU_CONTEXT_CALIBRATED, _GPU_CONTEXT_TYPE_CUSTOM
             )
         )
-        encoded = name.encode("utf-8", "replace")[:65535]
+        encoded = tracy_name(name)
         self._tracy._gpu_context_name(_GpuContextNameData(self.context, encoded, len(encoded)))
         if origin_ns is None:
             self._anchor_to_monotonic_clock()
