@@ -7,6 +7,7 @@ the reader checks what Tracy recorded. No mocks.
 from __future__ import annotations
 
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import zstandard
 from sectionmark import zonestack
 from sectionmark.errors import SectionmarkError
 from sectionmark.tracy import capture_command, read_capture, zone_stats
-from sectionmark.tracy.reader import Capture, Track
+from sectionmark.tracy.reader import Capture, Track, Zone, implausible_zone
 
 CAPTURE_TIMEOUT_S = 60
 
@@ -486,3 +487,27 @@ def test_odd_names_reach_a_capture_byte_exact_up_to_tracys_limit(tmp_path):
     assert [zone.name for zone in cpu.zones] == ["a␀b", "x" * 65_532 + "…", names[2], "é" * 32_766 + "…"]
     gpu = track_named(capture, "gpu␀track")
     assert [zone.name for zone in gpu.zones] == ["z" * 65_532 + "…"]
+
+
+def test_a_capture_with_impossible_zones_is_refused(gpu_capture_path, tmp_path):
+    """No checksum in a .tracy: zones that cannot have been recorded mark it corrupt (one line)."""
+    payload = inflate(gpu_capture_path.read_bytes())
+    # "other queue", the only 500 ns zone: a leaf GPU zone record ends with its
+    # child count (0) and is followed by its end record, (CPU delta, GPU delta = 500).
+    leaf = [match.start() for match in re.finditer(re.escape(bytes(8)) + b"(?s:.{8})" + re.escape(struct.pack("<q", 500)), payload)]
+    assert len(leaf) == 1
+    at = leaf[0] + 16
+    backwards = tmp_path / "backwards.tracy"
+    backwards.write_bytes(container(payload[:at] + struct.pack("<q", -500) + payload[at + 8 :]))
+    expect_one_line_error(backwards, "corrupt Tracy capture", "'other queue'", "ends before it begins")
+
+
+def test_plausibility_of_hand_built_zone_trees():
+    def capture(*zones):
+        return Capture((0, 11, 2), "p", [Track("thread", 1, "T", [Zone(*zone) for zone in zones])], [])
+
+    assert implausible_zone(capture(("A", 0, 100, 0, -1), ("B", 10, 100, 1, 0), ("C", 100, 100, 0, -1))) is None
+    assert "'B' on thread track 'T' lies outside its parent 'A'" in implausible_zone(
+        capture(("A", 0, 100, 0, -1), ("B", 10, 101, 1, 0)))
+    assert "lies outside its parent" in implausible_zone(capture(("A", 10, 100, 0, -1), ("B", 9, 50, 1, 0)))
+    assert "'A' on thread track 'T' ends before it begins" in implausible_zone(capture(("A", 10, 9, 0, -1)))

@@ -21,7 +21,7 @@ from typing import Iterator, NamedTuple, Optional, Union
 
 from sectionmark.errors import SectionmarkError
 
-__all__ = ["Zone", "Track", "Capture", "read_capture", "is_capture", "SUPPORTED_VERSION"]
+__all__ = ["Zone", "Track", "Capture", "read_capture", "is_capture", "implausible_zone", "SUPPORTED_VERSION"]
 
 SUPPORTED_VERSION = (0, 11, 2)
 
@@ -206,9 +206,45 @@ def read_capture(path: Union[str, os.PathLike]) -> Capture:
             "(IREE 3.13's Tracy), re-capture with iree-tracy-capture from iree-base-runtime 3.13"
         )
     try:
-        return _parse(buf, version)
+        capture = _parse(buf, version)
     except (_Truncated, struct.error, IndexError):
         raise SectionmarkError(f"{path}: Tracy capture is truncated or corrupt") from None
+    problem = implausible_zone(capture)
+    if problem is not None:
+        raise SectionmarkError(f"{path}: corrupt Tracy capture ({problem})")
+    return capture
+
+
+def implausible_zone(capture: Capture) -> Optional[str]:
+    """What is impossible in ``capture``'s zone trees, or None: the first zone found.
+
+    Tracy captures carry no checksum, so a damaged file can decode into zones
+    that cannot have been recorded: a zone that ends before it begins, or a
+    child that starts before its parent or ends after it (Tracy nests every
+    track's zones as a stack). Such a capture would give wrong times, so it
+    is refused. Vectorized: captures hold millions of zones.
+    """
+    import numpy as np
+
+    for track in capture.tracks:
+        if not track.zones:
+            continue
+        starts = np.fromiter((zone.start_ns for zone in track.zones), np.int64, len(track.zones))
+        ends = np.fromiter((zone.end_ns for zone in track.zones), np.int64, len(track.zones))
+        parents = np.fromiter((zone.parent for zone in track.zones), np.int64, len(track.zones))
+        nested = np.flatnonzero(parents >= 0)
+        outside = nested[(starts[nested] < starts[parents[nested]]) | (ends[nested] > ends[parents[nested]])]
+        backwards = np.flatnonzero(ends < starts)
+        where = f"on {track.kind} track {track.name!r}"
+        if len(backwards):
+            zone = track.zones[backwards[0]]
+            return f"zone {zone.name!r} {where} ends before it begins ({zone.start_ns} > {zone.end_ns} ns)"
+        if len(outside):
+            zone = track.zones[outside[0]]
+            parent = track.zones[zone.parent]
+            return (f"zone {zone.name!r} {where} lies outside its parent {parent.name!r} "
+                    f"([{zone.start_ns}, {zone.end_ns}] not in [{parent.start_ns}, {parent.end_ns}] ns)")
+    return None
 
 
 def _parse(buf: bytes, version: tuple[int, int, int]) -> Capture:
