@@ -511,3 +511,24 @@ def test_plausibility_of_hand_built_zone_trees():
         capture(("A", 0, 100, 0, -1), ("B", 10, 101, 1, 0)))
     assert "lies outside its parent" in implausible_zone(capture(("A", 10, 100, 0, -1), ("B", 9, 50, 1, 0)))
     assert "'A' on thread track 'T' ends before it begins" in implausible_zone(capture(("A", 10, 9, 0, -1)))
+
+
+def test_a_capture_tool_that_stops_early_does_not_leave_the_program_hanging(tmp_path, monkeypatch):
+    """The program waits at exit for a capture (TRACY_NO_EXIT): when the tool is gone, it is ended."""
+    from sectionmark.tracy import capture as capture_module
+
+    failing_tool = tmp_path / "capture-tool"
+    failing_tool.write_text("#!/bin/sh\necho 'Cannot open trace file for writing' >&2\nexit 1\n")
+    failing_tool.chmod(0o755)
+    monkeypatch.setattr(capture_module, "capture_binary", lambda: failing_tool)
+    monkeypatch.setattr(capture_module, "_EXIT_GRACE_S", 0.5)
+    previous = tmp_path / "run.tracy"
+    previous.write_bytes(b"previous capture")
+    started = time.monotonic()
+    with pytest.raises(SectionmarkError, match="capture tool stopped .exited with status 1. before the captured program "
+                                               "finished: Cannot open trace file for writing"):
+        capture_command([sys.executable, "-c", "import sectionmark.tracy; sectionmark.tracy.enable()"], previous,
+                        timeout=CAPTURE_TIMEOUT_S)
+    assert time.monotonic() - started < 20
+    assert previous.read_bytes() == b"previous capture"  # and no temporary file left beside it
+    assert sorted(tmp_path.iterdir()) == sorted([failing_tool, previous])
