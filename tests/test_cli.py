@@ -152,8 +152,15 @@ def test_compile_profile_report_from_the_shell(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "coverage:" in out and "dispatch sites" in out
     assert_profile_invariants(json_out.load(tmp_path / "s.json"))
-    assert main(["report", str(profile), "--map", str(vmfb), "--warmup", "1", "--perfetto", str(tmp_path / "p.json")]) == 0
+    chart, capture = tmp_path / "sections.out", tmp_path / "run.tracy"
+    capture.write_bytes(b"previous")
+    assert main(["report", str(profile), "--map", str(vmfb), "--warmup", "1", "--perfetto", str(tmp_path / "p.json"),
+                 "--chart", str(chart), "--tracy", str(capture)]) == 0
+    out = capsys.readouterr().out
     assert Path(tmp_path / "p.json").stat().st_size > 0
+    assert f"wrote {chart}\n" in out and chart.read_bytes().startswith(b"\x89PNG")  # exactly the file it names
+    assert f"wrote {capture}\n" in out and capture.read_bytes().startswith(b"tr\xfdP")  # replaced whole
+    assert not [path for path in tmp_path.iterdir() if path.name.endswith(".partial")]
 
 
 def test_parser_requires_a_command():
