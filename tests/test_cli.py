@@ -71,6 +71,7 @@ def test_bad_inputs_give_one_error_line(tmp_path, capsys):
     (["tracy-stats", "c.tracy", "--depth", "-1"], "--depth"),
     (["profile"], "the following arguments are required: vmfb"),
     (["frobnicate"], "invalid choice"),
+    (["report", "r.ireeprof", "--map", "m.vmfb", "--bogus"], "unrecognized arguments: --bogus (see 'sectionmark report --help')"),
 ])
 def test_usage_errors_are_one_line_with_status_2(argv, fragment, capsys):
     one_usage_line(capsys, argv, fragment)

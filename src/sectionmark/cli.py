@@ -56,8 +56,18 @@ EXAMPLES = {
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors (it prints the whole usage block otherwise)."""
 
+    commands: Optional[argparse._SubParsersAction] = None
+
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"sectionmark: error: {message} (see '{self.prog} --help')\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """Unknown options are reported by the command they were given to (its --help lists the right ones)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self.commands.choices.get(getattr(parsed, "command", None), self) if self.commands else self
+            command.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 def _bounded(minimum: int, maximum: int) -> Callable[[str], int]:
@@ -97,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'sectionmark COMMAND --help' for a command's options and examples.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.commands = commands
 
     compile_ = commands.add_parser("compile", help="compile MLIR with section markers to a .vmfb (+ section map)",
                                    description="Compile MLIR (from sm.torch.export / sm.jax.export) to a .vmfb with "
