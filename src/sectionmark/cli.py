@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("profile", help=".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones)")
     report.add_argument("--map", required=True, help=".sections.json, or the .vmfb that embeds it")
     report.add_argument("--function", help="function that was profiled (default: any)")
-    report.add_argument("--calls", type=_bounded(1, MAX_CALLS), help="number of calls in the profile (default: inferred)")
+    report.add_argument("--calls", type=_bounded(1, MAX_CALLS),
+                        help="number of calls in the profile (default: inferred)")
     report.add_argument("--warmup", type=_bounded(0, MAX_CALLS), default=0, help="leading calls to drop (default: 0)")
     _add_outputs(report)
 
@@ -222,7 +223,7 @@ def check_outputs(args: argparse.Namespace) -> None:
             raise SectionmarkError(f"{seen[real]} and {option} both name {path}")
         seen[real] = option
         try:
-            with tempfile.TemporaryFile(dir=target.parent or "."):
+            with tempfile.TemporaryFile(dir=target.parent):
                 pass
         except OSError as error:
             raise SectionmarkError(f"cannot write {path}: {error.strerror or error} (in {target.parent})") from None

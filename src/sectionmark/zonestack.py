@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import threading
 import warnings
+import weakref
 from typing import Callable, Optional
 
 __all__ = ["PythonZoneStack", "CZoneStack", "c_extension_available"]
@@ -86,6 +87,17 @@ def _on_new_thread(name_thread: Optional[Callable[[str], None]], close_all: Call
         warnings.warn(f"sectionmark: could not name thread {thread.name!r} in the profiler: {error}", RuntimeWarning)
 
 
+# Python stacks still in use: their main-thread zones are closed at exit
+# (weakly held, so that a stack nobody uses any more is freed).
+_python_stacks: "weakref.WeakSet[PythonZoneStack]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_python_stacks() -> None:
+    for stack in list(_python_stacks):
+        stack.close_all()
+
+
 class PythonZoneStack:
     """Zones through Python callables: ``begin(location, 1) -> zone``, ``end(zone)``."""
 
@@ -131,7 +143,7 @@ class PythonZoneStack:
         # Closures, not methods: the hot path does no attribute lookups on self.
         self.open, self.close, self.close_all = open, close, close_all
         self.depth = lambda: len(state.open)
-        atexit.register(close_all)
+        _python_stacks.add(self)
 
 
 class CZoneStack:

@@ -73,7 +73,8 @@ def profile(
     the profiled tool may run (None: no limit).
     """
     if keep_profile is not None:
-        protected = [*keep_profile_inputs, *([compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else [])]
+        module_file = [compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else []
+        protected = [*keep_profile_inputs, *module_file]
         check_output_path(keep_profile, protected)
     with tempfile.TemporaryDirectory(prefix="sectionmark-") as scratch:
         directory = Path(scratch)

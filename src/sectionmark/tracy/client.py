@@ -273,6 +273,7 @@ class TracyZones:
         else:
             stack = zonestack.PythonZoneStack(tracy.zone_begin, tracy.zone_end, name_thread)
         self.open, self.close = stack.open, stack.close
+        self._stack = stack  # alive while in use: its zones are closed at exit
         self._tracy = tracy
 
     def location(self, name: str, color: Optional[int]) -> object:
