@@ -5,5 +5,5 @@ class SectionmarkError(Exception):
     """A user-facing failure: bad input, missing tool, unsupported format.
 
     The message is one line that says what is wrong and, where possible, what
-    to do; the CLI prints it as ``sectionmark: error: <message>`` and exits 2.
+    to do; the CLI prints it as ``sectionmark: error: <message>`` and exits 1.
     """
