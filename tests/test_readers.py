@@ -100,6 +100,8 @@ BUNDLE_CASES = {
                                               "names command buffer 7"),
     "execution of an unrecorded command buffer": (edit_first(EXECUTE, "command_buffer_id", lambda b, o: 7),
                                                   "recording is not in the profile"),
+    "executable id beyond 32 bits": (edit_first(DISPATCH, "executable_id", lambda b, o: field_of(
+        b, o, "executable_id") + (1 << 32)), "dispatch of unknown executable function 4294967297:0"),
     "dispatch at the other dispatch's index": (edit_first(DISPATCH, "command_index", lambda b, o: 2),
                                                "(submission, command index)"),
     "duplicated event id": (lambda blob: edit_first(DISPATCH, "event_id", lambda b, o: field_of(
@@ -383,7 +385,7 @@ def test_files_are_told_apart_by_content_not_name(compiled_two_matmuls, tmp_path
 @pytest.mark.parametrize("content, message", [
     (b"", "the file is empty"),
     (b"\x00" * 64, "neither an IREE module (.vmfb) nor a section map"),
-    (b"PK\x03\x04" + b"\x00" * 200, "not a valid IREE module"),
+    (b"PK\x03\x04" + b"\x00" * 200, "has no embedded section map and no bad.sections.json"),
     (b'{"version": 2, "sections": "\xff"}', "not UTF-8"),
 ])
 def test_bad_map_files_are_one_error(tmp_path, content, message):
@@ -394,13 +396,18 @@ def test_bad_map_files_are_one_error(tmp_path, content, message):
     assert message in one_line(error)
 
 
-def test_corrupt_module_is_one_error(compiled_two_matmuls, tmp_path):
-    data = bytearray(compiled_two_matmuls[1].read_bytes())
-    data[100:140] = bytes(40)  # inside the module flatbuffer's tables
-    path = tmp_path / "bad.vmfb"
-    path.write_bytes(bytes(data))
-    with pytest.raises(SectionmarkError, match="not a valid IREE module") as error:
-        read_section_map(path)
+def test_map_is_read_without_loading_the_module(compiled_two_matmuls, tmp_path):
+    """The runtime can crash on a corrupt module; the checksummed map is found and verified in the bytes."""
+    compiled, path = compiled_two_matmuls
+    data = bytearray(path.read_bytes())
+    data[100:140] = bytes(40)  # inside the module flatbuffer's tables, not the map
+    damaged = tmp_path / "damaged.vmfb"
+    damaged.write_bytes(bytes(data))
+    assert read_section_map(damaged) == compiled.section_map
+    cut = tmp_path / "cut.vmfb"
+    cut.write_bytes(path.read_bytes()[: path.read_bytes().index(b'"command_buffers"')])
+    with pytest.raises(SectionmarkError, match="embedded section map is corrupt") as error:
+        read_section_map(cut)
     one_line(error)
 
 

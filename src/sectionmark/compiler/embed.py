@@ -4,10 +4,14 @@ The map (compact JSON) is stored as one more entry, ``sectionmark.section_map``,
 in the ``iree.reflection`` dictionary of the first exported function, prefixed
 by the SHA-256 of the JSON and a space: a corrupted module gives an error, not
 a map with other section names. IREE keeps reflection entries verbatim in the
-module's function signatures and the runtime exposes them
-(``VmFunction.reflection``), so reading needs no custom flatbuffer parsing;
-executables are untouched. A sidecar ``<name>.sections.json`` is the fallback
-for modules compiled elsewhere.
+module's function signatures (the runtime exposes them as
+``VmFunction.reflection``, ``iree-dump-module`` prints them); executables are
+untouched. A sidecar ``<name>.sections.json`` is the fallback for modules
+compiled elsewhere.
+
+Reading does not load the module: the IREE runtime can crash on a corrupt one
+(found by tests/test_readers_fuzz.py), so the checksummed string is found in
+the file's bytes and verified.
 
 The map also carries the module's fingerprint (its executable functions),
 taken here from the hal-phase module and checked against profiles.
@@ -20,7 +24,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
+import re
 import stat
+import struct
 from pathlib import Path
 from typing import Optional
 
@@ -32,10 +39,13 @@ from sectionmark.section_map import ModuleFingerprint, SectionMap, SectionMapErr
 REFLECTION_KEY = "sectionmark.section_map"
 REFLECTION_ATTR = "iree.reflection"
 LOOKUP_OP = "hal.executable.lookup.function"
-MAX_MAP_BYTES = 1 << 30  # a JSON map larger than this is not a section map
+MAX_MAP_BYTES = 256 << 20  # a JSON map larger than this is not a section map (a 2-block GPT: 36 KB)
 _ZIP_MAGIC = b"PK\x03\x04"  # a .vmfb is a flatbuffer, usually inside a zip (IREE's default)
 _FLATBUFFER_IDENTIFIER = b"IREE"  # at bytes 4..8 of a bare .vmfb flatbuffer
 _HEAD_BYTES = 4096
+_MAP_START = b'{"version":'  # compact JSON of a map (to_json puts the version first)
+_DIGEST_LENGTH = 64  # hex digits of SHA-256
+_CHECKSUM_PREFIX = re.compile(rb"[0-9a-f]{64} ")
 
 
 def embed_section_map(module: ir.Operation, section_map: SectionMap) -> bool:
@@ -99,31 +109,46 @@ def _is_module(head: bytes) -> bool:
 
 
 def _embedded_map(path: Path) -> Optional[SectionMap]:
-    """The map embedded in a .vmfb, or None if it has none."""
-    from iree import runtime
+    """The map embedded in a .vmfb, or None if it has none.
 
-    try:
-        module = runtime.VmModule.mmap(runtime.VmInstance(), str(path))
-        texts = [
-            function.reflection.get(REFLECTION_KEY)
-            for function in map(module.lookup_function, module.function_names)
-            if function is not None
-        ]
-    # The runtime reports a corrupt module as ValueError, IndexError, NotImplementedError,
-    # RuntimeError or UnicodeDecodeError depending on where it breaks: all mean the same here.
-    except Exception as error:  # noqa: BLE001 - see above
-        reason = (str(error).strip().splitlines() or [""])[-1][:200]
-        raise SectionmarkError(f"{path}: not a valid IREE module ({type(error).__name__}: {reason})") from None
-    text = next((text for text in texts if text is not None), None)
-    if text is None:
+    The map is a flatbuffer string (u32 length, the text, a NUL) made of the
+    checksum, a space and JSON starting ``{"version":``; maps embedded before
+    checksums are the same string without them.
+    """
+    with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data.find(REFLECTION_KEY.encode()) < 0:
+            return None
+        position = data.find(_MAP_START)
+        while position >= 0:
+            prefix = data[max(position - _DIGEST_LENGTH - 1, 0) : position]
+            checksummed = _CHECKSUM_PREFIX.fullmatch(prefix) is not None
+            start = position - len(prefix) if checksummed else position
+            text = _flatbuffer_string(data, start)
+            if text is not None:
+                return _checked_map(path, text, checksummed)
+            position = data.find(_MAP_START, position + 1)
+    raise SectionmarkError(f"{path}: the embedded section map is corrupt (no complete copy of it in the module)")
+
+
+def _flatbuffer_string(data: mmap.mmap, start: int) -> Optional[bytes]:
+    """The flatbuffer string whose text begins at ``start``, or None if no well-formed one does."""
+    if start < 4:
         return None
-    if not text.startswith("{"):  # a checksum first (maps embedded before checksums start with '{')
-        digest, _space, text = text.partition(" ")
-        if digest != _digest(text):
+    (length,) = struct.unpack_from("<I", data, start - 4)
+    end = start + length
+    if end >= len(data) or data[end] != 0:
+        return None
+    return data[start:end]
+
+
+def _checked_map(path: Path, text: bytes, checksummed: bool) -> SectionMap:
+    if checksummed:
+        digest, _space, text = text.partition(b" ")
+        if digest.decode("ascii") != hashlib.sha256(text).hexdigest():
             raise SectionmarkError(f"{path}: the embedded section map is corrupt (checksum mismatch)")
     try:
-        return SectionMap.loads(text)
-    except SectionMapError as error:
+        return SectionMap.loads(text.decode("utf-8"))
+    except (SectionMapError, UnicodeDecodeError) as error:
         raise SectionmarkError(f"{path}: embedded section map is unreadable: {error}") from None
 
 
