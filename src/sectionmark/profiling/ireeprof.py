@@ -346,13 +346,16 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     _check_unique(path, "a host execution event", events["stream"], events["event_id"])
 
     raw = events[events["type"] == EVENT_DISPATCH]
-    # Key of each event: look its (executable, function ordinal) up among the known functions.
+    # Key of each event: look its (executable, function ordinal) up among the known functions,
+    # packed into one 64-bit code (ids beyond 32 bits would wrap: no producer makes that many executables).
     known = sorted(functions)
+    if known and known[-1][0] >= 1 << 32:
+        raise _FallBack("executable ids beyond 32 bits")
     keys = list(dict.fromkeys(functions[pair] for pair in known))
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
     codes = (raw["executable_id"] << np.uint64(32)) | raw["function_ordinal"].astype(np.uint64)
-    missing = ~np.isin(codes, known_codes)
+    missing = (raw["executable_id"] >= np.uint64(1 << 32)) | ~np.isin(codes, known_codes)
     if missing.any():
         bad = raw[np.argmax(missing)]
         raise _corrupt(path, f"dispatch of unknown executable function {bad['executable_id']}:{bad['function_ordinal']}")
