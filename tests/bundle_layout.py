@@ -95,43 +95,57 @@ def fixed_records(blob: bytes, content_type: str) -> list[int]:
             for base in range(record.payload, record.payload + record.payload_length - size + 1, size)]
 
 
-def _function_spans(record: Record, blob: bytes) -> list[tuple[int, int]]:
-    """Fields of the variable-size executable function records, and each byte of their names."""
-    spans, base = [], record.payload
+def _function_fields(record: Record, blob: bytes) -> list[tuple[str, int, int]]:
+    """(name, offset, size) of the fields of the variable-size executable function records; "name" is the name."""
+    fields, base = [], record.payload
     while base < record.payload + record.payload_length:
         name_length = read(blob, base + FUNCTION_NAME_LENGTH[0], FUNCTION_NAME_LENGTH[1])
-        spans += [(base + at, size) for at, size in FUNCTION_FIELDS.values()]
-        spans += [(base + FUNCTION_HEADER_SIZE + index, 1) for index in range(name_length)]
+        fields += [(name, base + at, size) for name, (at, size) in FUNCTION_FIELDS.items()]
+        fields.append(("name", base + FUNCTION_HEADER_SIZE, name_length))
         base += read(blob, base, 4)
-    return spans
+    return fields
+
+
+def fields(blob: bytes) -> list[tuple[str, str, int, int]]:
+    """(where, field, offset, size) of every header and record field of a well-formed bundle.
+
+    ``where`` is "file", "record" (a record header), "content_type", "record_name", or the chunk
+    content type of a payload record.
+    """
+    found = [("file", name, at, size) for name, (at, size) in FILE_HEADER_FIELDS.items()]
+    for record in records(blob):
+        found += [("record", name, record.offset + at, size) for name, (at, size) in RECORD_HEADER_FIELDS.items()]
+        type_start = record.offset + RECORD_HEADER_SIZE
+        type_length = len(CONTENT_PREFIX) + len(record.content_type)
+        found += [("content_type", "", type_start, type_length),
+                  ("record_name", "", type_start + type_length, record.payload - type_start - type_length)]
+        if record.content_type in FIXED_RECORDS:
+            size, layout = FIXED_RECORDS[record.content_type]
+            for base in range(record.payload, record.payload + record.payload_length - size + 1, size):
+                found += [(record.content_type, name, base + at, width) for name, (at, width) in layout.items()]
+        elif record.content_type == "executable-functions":
+            found += [(record.content_type, name, at, size) for name, at, size in _function_fields(record, blob)]
+    return found
 
 
 def field_spans(blob: bytes) -> list[tuple[int, int]]:
-    """(offset, size) of every header and record field and name byte: where corruption means something."""
-    spans = list(FILE_HEADER_FIELDS.values())
-    for record in records(blob):
-        spans += [(record.offset + at, size) for at, size in RECORD_HEADER_FIELDS.values()]
-        type_start = record.offset + RECORD_HEADER_SIZE
-        spans += [(type_start + index, 1) for index in range(record.payload - type_start)]
-        if record.content_type in FIXED_RECORDS:
-            size, fields = FIXED_RECORDS[record.content_type]
-            for base in range(record.payload, record.payload + record.payload_length - size + 1, size):
-                spans += [(base + at, width) for at, width in fields.values()]
-        elif record.content_type == "executable-functions":
-            spans += _function_spans(record, blob)
-    return spans
-
-
-def unread_spans(blob: bytes, read_types: set[str]) -> list[tuple[int, int]]:
-    """(offset, size) of the bytes a reader of only ``read_types`` chunks never looks at: other chunks'
-    payloads and every record's name."""
+    """(offset, size) of every header and record field, and of each byte of names: where corruption means something."""
     spans = []
-    for record in records(blob):
-        name_start = record.offset + RECORD_HEADER_SIZE + len(CONTENT_PREFIX) + len(record.content_type)
-        spans.append((name_start, record.payload - name_start))
-        if record.record_type == 2 and record.content_type not in read_types:
-            spans.append((record.payload, record.payload_length))
+    for where, field, offset, size in fields(blob):
+        if where in ("content_type", "record_name") or field == "name":
+            spans += [(offset + index, 1) for index in range(size)]
+        else:
+            spans.append((offset, size))
     return spans
+
+
+def unread_positions(blob: bytes, read_fields: dict[str, set[str]]) -> list[int]:
+    """Byte positions that no field named in ``read_fields`` (``where`` -> field names) covers."""
+    covered = bytearray(len(blob))
+    for where, field, offset, size in fields(blob):
+        if field in read_fields.get(where, ()):
+            covered[offset : offset + size] = b"\x01" * size
+    return [position for position, flag in enumerate(covered) if not flag]
 
 
 def with_record(blob: bytes, content_type: str, payload: bytes, after_end: bool = False) -> bytes:

@@ -8,7 +8,8 @@ a module embedding its section map, and of an input array. For every mutant:
   computes from the same mutant: `iree-profile export` of the mutated bundle
   decoded in plain Python (tiny_profiles.section_oracle: measured calls and
   each section's exclusive time). Mutations in bytes sectionmark never reads
-  (chunks documented as irrelevant, record names) are undone for the oracle;
+  (chunks documented as irrelevant, record names, unused fields) are undone
+  for the oracle;
   when IREE still refuses the mutant, the mutation touched bytes that carry no
   attributed data, so the result must be the baseline's. A JSONL mutant is
   its own export: the oracle reads its rows;
@@ -124,13 +125,34 @@ def mutate_bundle(data: st.DataObject, original: bytes) -> bytes:
     return bytes(blob)
 
 
+# The fields sectionmark's bundle reader reads (ireeprof.py); no other byte can change its result.
+READ_FIELDS = {
+    "file": {"magic", "version_major", "header_length", "file_length"},
+    "record": {"record_length", "payload_length", "header_length", "content_type_length", "name_length",
+               "chunk_flags", "dropped_record_count", "session_status_code", "record_type"},
+    "content_type": {""},
+    "host-execution-events": {"record_length", "type", "status_code", "event_id", "submission_id",
+                              "command_buffer_id", "executable_id", "stream_id", "physical_device_ordinal",
+                              "queue_ordinal", "command_index", "export_ordinal", "start_host_time_ns",
+                              "end_host_time_ns", "tile_duration_sum_ns"},
+    "command-operations": {"record_length", "type", "flags", "command_index", "command_buffer_id", "executable_id",
+                           "export_ordinal", "workgroup_count_x", "workgroup_count_y", "workgroup_count_z"},
+    "command-buffers": {"record_length", "command_buffer_id"},
+    "executable-functions": {"record_length", "executable_id", "function_ordinal", "name_length", "name"},
+}
+
+
+def test_read_fields_name_the_chunks_the_reader_uses():
+    assert set(READ_FIELDS) - {"file", "record", "content_type"} == set(ireeprof.USED_CHUNKS)
+
+
 def without_unread_mutations(path: Path, original: bytes) -> Path:
     """The mutant with the bytes sectionmark never reads put back (chunks it documents as irrelevant,
-    record names), so that IREE's decoder can be the oracle for the rest."""
+    record names, fields it does not use), so that IREE's decoder can be the oracle for the rest."""
     mutant = bytearray(path.read_bytes())
     if len(mutant) == len(original):
-        for offset, size in layout.unread_spans(original, set(ireeprof.USED_CHUNKS)):
-            mutant[offset : offset + size] = original[offset : offset + size]
+        for position in layout.unread_positions(original, READ_FIELDS):
+            mutant[position] = original[position]
     repaired = path.with_suffix(".repaired.ireeprof")
     repaired.write_bytes(bytes(mutant))
     return repaired
@@ -188,6 +210,7 @@ OTHER_VALUES = st.one_of(st.none(), st.booleans(), st.sampled_from(BOUNDARY), st
 
 def mutate_lines(data: st.DataObject, original: list[str]) -> list[str]:
     lines = list(original)
+    original_rows = [json.loads(line) for line in original]
     for _ in range(data.draw(st.integers(1, 4), label="mutations")):
         index = data.draw(st.integers(0, len(lines) - 1), label="line")
         action = data.draw(st.sampled_from(["drop", "duplicate", "swap", "garble", "field", "field", "field"]))
@@ -208,12 +231,12 @@ def mutate_lines(data: st.DataObject, original: list[str]) -> list[str]:
             if not isinstance(row, dict) or not row:
                 continue
             field = data.draw(st.sampled_from(sorted(row)), label="field")
-            peers = [json.loads(line) for line in original]
-            peers = [peer[field] for peer in peers if peer.get("record_type") == row.get("record_type") and field in peer]
+            peers = [peer[field] for peer in original_rows
+                     if peer.get("record_type") == row.get("record_type") and field in peer]
             current = row[field]
             row[field] = data.draw(st.one_of(
                 OTHER_VALUES,
-                st.sampled_from(peers),
+                st.sampled_from(peers) if peers else OTHER_VALUES,
                 st.integers(-3, 3).map(lambda delta: current + delta if type(current) is int else current),
             ), label="value")
             lines[index] = json.dumps(row)
