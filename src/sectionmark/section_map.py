@@ -85,12 +85,26 @@ class DispatchSite:
 
 
 @dataclass
+class ModuleFingerprint:
+    """What ties a map to its module in a profile (docs/section-map.md, "Module fingerprint").
+
+    IREE's CPU profile lists the executable functions of the loaded module but
+    no hash of their code, so the fingerprint is that list: a profile whose
+    module has other functions is refused. Modules with the same functions
+    (the same model compiled with other section names) cannot be told apart.
+    """
+
+    exports: list[str]  # every executable function (export) the module dispatches, sorted
+
+
+@dataclass
 class SectionMap:
     sections: list[SectionPath]  # every section the exported program declared, reached or not
     command_buffers: list[CommandBuffer]
     sites: list[DispatchSite]
     weight_rule: str = WEIGHT_RULE
     target: Optional[str] = None
+    fingerprint: Optional[ModuleFingerprint] = None  # None: maps built by hand or before fingerprints
     version: int = SECTION_MAP_VERSION
 
     def to_json(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Optional, Sequence, Union
 
 from iree.compiler import ir
 
-from sectionmark.compiler.embed import embed_section_map, sidecar_path
+from sectionmark.compiler.embed import embed_section_map, module_fingerprint, sidecar_path
 from sectionmark.compiler.flow import annotate_sites, restore_executable_locations
 from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.session import PhasedCompilation
@@ -103,7 +103,8 @@ def compile(
         module = compilation.advance(COMMANDS_PHASE)
         buffers = CommandRecorder({site.id: site for site in sites}, debug_groups).run(module)
         section_map = SectionMap(
-            sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target
+            sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target,
+            fingerprint=module_fingerprint(module),
         )
         embed_section_map(module, section_map)
         return CompiledModule(compilation.finish(), section_map, target)

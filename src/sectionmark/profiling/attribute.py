@@ -4,18 +4,27 @@ Runtime command-buffer ids are opaque and one-shot buffers (dynamic shapes)
 get a new id per call, so each runtime buffer is matched to a static buffer of
 the section map by its recorded ``(op, key)`` sequence. The event's
 ``command_index`` then names the static command, whose shares say which
-section(s) it belongs to. Nothing is dropped: a dispatch in no section belongs
-to ``()`` (shown as "(unmarked)"); a dispatch we cannot place is an error.
+section(s) it belongs to, and the event's own key must be that command's.
+Nothing is dropped: a dispatch in no section belongs to ``()`` (shown as
+"(unmarked)"); a dispatch we cannot place is an error. A map whose module
+fingerprint lists other executable functions than the profiled module has is
+refused before anything is matched.
 
 Calls: the benchmark tool calls the function ``calls`` times and every call
 submits the same number of command buffers, so submission ``i`` belongs to
-call ``i // (submissions / calls)``. Warmup calls are dropped here.
+call ``i // (submissions / calls)``. Without a count, the calls are the
+repetitions of the shortest repeating pattern of executed command-buffer
+signatures (not ids: one-shot buffers get a new id per call); when the
+submissions do not repeat, the calls cannot be told apart and the result says
+so (``calls_known``). Warmup calls are dropped here; a count or warmup that
+cannot be honoured is an error, never silently ignored.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -23,6 +32,8 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
 from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, Profile, RecordedCommand
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap
+
+CONTROL_FLOW_OPS = ("branch", "cond_branch")  # recorded ops that make commands run other than once, in order
 
 ATTRIBUTED_DTYPE = np.dtype(DISPATCH_DTYPE.descr + [("slot", "<i4"), ("call", "<i4")])
 
@@ -49,7 +60,7 @@ class Attribution:
     compositions: list[Composition]
     calls: int  # measured calls (after warmup); 1 when calls could not be told apart
     warmup: int  # warmup calls dropped
-    calls_known: bool  # False: submissions did not split evenly into calls
+    calls_known: bool  # False: no count was given and the submissions do not repeat
     keys: list[str]
     buffer_matches: dict[int, int]  # runtime command buffer id -> static CommandBuffer.index
 
@@ -71,28 +82,75 @@ def _static_signature(commands: list[Command]) -> tuple:
     return tuple((c.op, c.key if c.op == "dispatch" else None) for c in commands)
 
 
-def _calls_per_submission(
-    profile: Profile, calls: Optional[int]
-) -> tuple[np.ndarray, int, bool]:
-    """Call index of each submission, number of calls, whether the split is exact."""
+def _whole_number(value: Any, name: str, minimum: int) -> int:
+    if not isinstance(value, bool):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            pass
+        else:
+            if number >= minimum:
+                return number
+    raise SectionmarkError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+
+
+def _submission_period(profile: Profile) -> Optional[int]:
+    """Submissions per call: the shortest period of the executed buffers' signatures; None if none repeats."""
     count = len(profile.submissions)
-    if calls is None:
-        # Smallest period of the sequence of executed buffer signatures.
-        signature_ids: dict[tuple, int] = {}
-        ids = np.array(
-            [
-                signature_ids.setdefault(_signature(profile.command_buffers.get(buffer, [])), len(signature_ids))
-                for buffer in profile.submissions["command_buffer"].tolist()
-            ],
-            dtype=np.int64,
-        )
-        for period in range(1, count + 1):
-            if count % period == 0 and np.array_equal(ids, np.resize(ids[:period], count)):
-                return np.arange(count) // period, count // period, True
-        return np.zeros(count, np.int64), 1, False
-    if calls > 0 and count % calls == 0 and count:
+    signature_ids: dict[tuple, int] = {}
+    ids = np.array(
+        [
+            signature_ids.setdefault(_signature(profile.command_buffers.get(buffer, [])), len(signature_ids))
+            for buffer in profile.submissions["command_buffer"].tolist()
+        ],
+        dtype=np.int64,
+    )
+    for period in range(1, count):
+        if count % period == 0 and np.array_equal(ids, np.resize(ids[:period], count)):
+            return period
+    return None if count > 1 else 1
+
+
+def _calls_per_submission(profile: Profile, calls: Optional[int]) -> tuple[np.ndarray, int, bool]:
+    """Call index of each submission, number of calls, whether calls could be told apart."""
+    count = len(profile.submissions)
+    if calls is not None:
+        calls = _whole_number(calls, "calls", 1)
+        if count % calls:
+            raise SectionmarkError(
+                f"cannot split the profile into {calls} calls: it has {count} command-buffer submissions "
+                "(every call submits the same number)"
+            )
         return np.arange(count) // (count // calls), calls, True
-    return np.zeros(count, np.int64), 1, False
+    period = _submission_period(profile)
+    if period is None:
+        return np.zeros(count, np.int64), 1, False
+    return np.arange(count) // period, count // period, True
+
+
+def check_fingerprint(profile: Profile, section_map: SectionMap) -> None:
+    """Refuse a map whose module has other executable functions than the profiled module.
+
+    The profile lists the functions of every executable the run loaded (all of
+    a module's executables load with it). The map's module must have exactly
+    the functions of the executables it shares with the profile; other
+    executables (another module loaded beside it) are not compared. Nothing to
+    check when the map has no fingerprint or the profile lists no functions.
+    """
+    if section_map.fingerprint is None or not profile.exports:
+        return
+    expected = set(section_map.fingerprint.exports)
+    listed = {name for names in profile.exports.values() for name in names}
+    missing = sorted(expected - listed)
+    shared = {name for names in profile.exports.values() if expected.intersection(names) for name in names}
+    extra = sorted(shared - expected)
+    if missing or extra:
+        names, verb = (missing, "has no") if missing else (extra, "also has")
+        others = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+        raise SectionmarkError(
+            f"the section map is not from the profiled module: the profiled module {verb} executable function "
+            f"'{names[0]}'{others} (was the map compiled from another model or with other flags?)"
+        )
 
 
 def attribute(
@@ -108,8 +166,16 @@ def attribute(
     ``calls``: how many times the function was called during the profile
     (warmup included); None infers it from the repeating submission pattern.
     ``function``: prefer static buffers of this function when several have the
-    same command sequence.
+    same command sequence. ``warmup``: leading calls to drop; it needs calls
+    that can be told apart and must leave at least one call.
     """
+    warmup = _whole_number(warmup, "warmup", 0)
+    if not len(profile.dispatches):
+        raise SectionmarkError(
+            "the profile contains no dispatch events (did the function run any dispatches, "
+            "and was host-execution profiling on?)"
+        )
+    check_fingerprint(profile, section_map)
     slots: list[Slot] = []
     compositions: dict[Composition, int] = {}
     by_signature: dict[tuple, list[tuple[int, list[int]]]] = {}
@@ -150,6 +216,12 @@ def attribute(
                 f"profile has dispatches from command buffer {runtime_id} but no record of its commands "
                 "(was executable-metadata profiling on?)"
             )
+        control_flow = next((op for _i, op, _k in recorded if op in CONTROL_FLOW_OPS), None)
+        if control_flow is not None:
+            raise SectionmarkError(
+                f"command buffer {runtime_id} of the profile uses control flow ({control_flow}), so its commands "
+                "do not run once each in order; sectionmark cannot attribute it"
+            )
         candidates = by_signature.get(_signature(recorded))
         if candidates is None:
             first = next((key for _i, op, key in recorded if op == "dispatch"), None)
@@ -168,7 +240,7 @@ def attribute(
     flat = np.concatenate(tables) if tables else np.zeros(0, np.int32)
 
     index = dispatches["command_index"].astype(np.int64)
-    in_range = index < (bases[1:] - bases[:-1])[dense] if len(dispatches) else np.zeros(0, bool)
+    in_range = index < (bases[1:] - bases[:-1])[dense]
     slot = np.full(len(dispatches), -1, np.int32)
     slot[in_range] = flat[bases[dense[in_range]] + index[in_range]]
     if (slot < 0).any():
@@ -177,28 +249,45 @@ def attribute(
             f"profile dispatch '{profile.keys[bad['key']]}' at command {bad['command_index']} of command buffer "
             f"{bad['command_buffer']} is not a dispatch in the section map"
         )
-    call_of_submission, total_calls, exact = _calls_per_submission(profile, calls)
+    key_ids = {key: index for index, key in enumerate(profile.keys)}
+    slot_keys = np.array([key_ids.get(s.command.key, -1) for s in slots], np.int64)
+    wrong_key = slot_keys[slot] != dispatches["key"]
+    if wrong_key.any():
+        bad, expected = dispatches[np.argmax(wrong_key)], slots[slot[np.argmax(wrong_key)]].command.key
+        raise SectionmarkError(
+            f"profile dispatch '{profile.keys[bad['key']]}' at command {bad['command_index']} of command buffer "
+            f"{bad['command_buffer']} is '{expected}' in the section map: the profile's event and its recorded "
+            "command disagree (corrupt profile?)"
+        )
     rank = np.searchsorted(profile.submissions["submission"], dispatches["submission"])
-    if len(dispatches) and (
-        (rank >= len(profile.submissions)).any()
-        or (profile.submissions["submission"][np.minimum(rank, len(profile.submissions) - 1)] != dispatches["submission"]).any()
-    ):
+    if (rank >= len(profile.submissions)).any() or (
+        profile.submissions["submission"][np.minimum(rank, len(profile.submissions) - 1)] != dispatches["submission"]
+    ).any():
         raise SectionmarkError("profile has dispatches outside any queue submission (incomplete profile?)")
-    call = call_of_submission[rank] if len(dispatches) else np.zeros(0, np.int64)
-    dropped = warmup if exact and warmup < total_calls else 0
+    call_of_submission, total_calls, exact = _calls_per_submission(profile, calls)
+    call = call_of_submission[rank]
+    if warmup and not exact:
+        raise SectionmarkError(
+            f"cannot drop {warmup} warmup calls: the calls cannot be told apart in this profile (its command-buffer "
+            "submissions do not repeat); give the number of calls"
+        )
+    if warmup >= total_calls:
+        raise SectionmarkError(
+            f"warmup {warmup} leaves no call to measure: the profile has {total_calls} call{'s' * (total_calls != 1)}"
+        )
 
     events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
     for name in DISPATCH_DTYPE.names:
         events[name] = dispatches[name]
     events["slot"] = slot
-    events["call"] = call - dropped
+    events["call"] = call - warmup
     events = events[events["call"] >= 0]
     return Attribution(
         events=events,
         slots=slots,
         compositions=list(compositions),
-        calls=total_calls - dropped,
-        warmup=dropped,
+        calls=total_calls - warmup,
+        warmup=warmup,
         calls_known=exact,
         keys=profile.keys,
         buffer_matches=buffer_matches,

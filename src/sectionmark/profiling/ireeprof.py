@@ -1,4 +1,4 @@
-"""Read an IREE HAL profile into compact numpy arrays.
+"""Read an IREE HAL profile into compact numpy arrays, refusing anything inconsistent.
 
 Two readers produce the same :class:`Profile`:
 
@@ -21,17 +21,41 @@ What we keep (see docs/profile-json.md for how it is used):
   type execute), in submission order: the unit we group into calls;
 * ``command_buffers``: for every runtime command buffer id, its recorded
   commands ``(command_index, op, key)`` — the sequence matched against the
-  section map.
+  section map;
+* ``exports``: the executable functions of the loaded module(s), which the
+  section map's module fingerprint is checked against.
+
+A profile has no checksum, so a wrong number is caught only when it makes the
+profile inconsistent. Both readers check the same things, and anything else is
+one error line naming the problem (docs/limitations.md lists what cannot be
+detected):
+
+* structure: known record, chunk and event types (chunks that carry no CPU
+  dispatch timing are skipped by name, ``IGNORED_CHUNKS``), no truncated chunk,
+  no dropped records, the session ended OK and every event has status OK;
+* identity: no event recorded twice (a duplicated execution would be a phantom
+  call), no command or executable function recorded twice with different
+  contents;
+* time: timestamps in [0, 2^62), no event ending before it starts or lasting
+  more than an hour, a session shorter than 30 days, every dispatch inside the
+  execution of its command buffer;
+* links: every dispatch belongs to an execution of the command buffer it names,
+  every executed command buffer is recorded, and every execution has exactly
+  one event for each of its dispatches that runs workgroups (a static count
+  above zero; dispatches with zero workgroups leave no event).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 import subprocess
 from dataclasses import dataclass, field
+from itertools import count
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, BinaryIO, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -67,13 +91,35 @@ OPERATION_NAMES = {
     8: "cond_branch",
     9: "return",
 }
-# Host execution event types we use (iree_hal_profile_queue_event_type_t).
+# Host execution event types (iree_hal_profile_queue_event_type_t), named as iree-profile exports them.
+# Only dispatch and execute events are used; the others are queue operations outside command buffers.
+EVENT_NAMES = {
+    1: "barrier",
+    2: "dispatch",
+    3: "execute",
+    4: "copy",
+    5: "fill",
+    6: "update",
+    7: "read",
+    8: "write",
+    9: "alloca",
+    10: "dealloca",
+    11: "host_call",
+}
 EVENT_DISPATCH = 2
 EVENT_EXECUTE = 3
+INDIRECT_PARAMETERS = 1 << 1  # command operation flag: the workgroup count is read at run time
 
 NO_INDEX = 0xFFFFFFFF
 
+# Plausibility bounds: beyond them a profile is corrupt, and int64 sums of durations cannot overflow.
+MAX_TIMESTAMP_NS = 1 << 62
+MAX_EVENT_NS = 3600 * 10**9
+MAX_SESSION_NS = 30 * 86400 * 10**9
+MAX_JSONL_LINE_BYTES = 1 << 20
+
 RecordedCommand = tuple[int, str, Optional[str]]  # (command_index, op, key or None)
+_Command = tuple[str, Optional[str], bool]  # (op, key, timed): timed = one event per execution expected
 
 
 @dataclass
@@ -84,11 +130,22 @@ class Profile:
     submissions: np.ndarray  # SUBMISSION_DTYPE, sorted by submission
     keys: list[str]  # dispatch key (executable function name) by ``dispatches["key"]``
     command_buffers: dict[int, list[RecordedCommand]] = field(default_factory=dict)
+    exports: dict[int, list[str]] = field(default_factory=dict)  # executable id -> its function names
     source: str = ""  # "bundle" or "jsonl": which reader produced it
 
 
 class _FallBack(Exception):
     """The bundle uses a record layout this reader was not checked against."""
+
+
+def _corrupt(path: Path, what: str) -> SectionmarkError:
+    return SectionmarkError(f"{path}: not a valid IREE profile ({what})")
+
+
+def _run_failed(path: Path, event: str, event_id: int, status: int) -> SectionmarkError:
+    return SectionmarkError(
+        f"{path}: {event} event {event_id} finished with IREE status code {status}: the profiled run failed"
+    )
 
 
 # --------------------------------------------------------------------------- bundle
@@ -99,41 +156,57 @@ _RECORD_HEADER_SIZE = 104
 # record_length, payload_length, 5 ids, header_length, content_type_length, name_length,
 # device, queue, (padding), chunk flags, dropped_record_count, session_status_code, record_type, flags
 _RECORD_HEADER = struct.Struct("<QQ5QIIIII4xQQIHH")
-_RECORD_SESSION_END = 3
+_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END = 1, 2, 3
+_CHUNK_TRUNCATED = 1
 _CONTENT_PREFIX = "application/vnd.iree.hal.profile."
+
+USED_CHUNKS = ("executable-functions", "command-buffers", "command-operations", "host-execution-events")
+# Chunk types that carry no CPU dispatch timing: session metadata, queue and memory events,
+# device-side counters and traces. They are skipped; any other type is an error.
+IGNORED_CHUNKS = frozenset(
+    {
+        "session", "devices", "queues", "executables", "clock-correlations", "queue-events",
+        "queue-device-events", "memory-events", "event-relationships", "executable-code-objects",
+        "executable-code-object-loads", "executable-traces", "counter-sets", "counters", "counter-samples",
+        "device-metric-sources", "device-metric-descriptors", "device-metric-samples", "command-region-events",
+    }
+)
+_DEVICE_TIMED = (
+    "it has device-timed dispatch events (a GPU profile); sectionmark reports CPU (local-task) profiles, "
+    "GPU sections are measured with Tracy"
+)
 
 _HOST_EVENT = np.dtype(
     {
         "names": [
-            "record_length", "type", "status_code", "event_id", "submission",
-            "command_buffer", "executable_id", "device", "queue", "command_index",
-            "function_ordinal", "start_ns", "end_ns", "tile_count", "tile_ns",
+            "record_length", "type", "status_code", "event_id", "submission", "command_buffer",
+            "executable_id", "stream", "device", "queue", "command_index", "function_ordinal",
+            "start_ns", "end_ns", "tile_count", "tile_ns",
         ],
-        "formats": ["<u4", "<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u4",
+        "formats": ["<u4", "<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u4",
                     "<u4", "<i8", "<i8", "<u8", "<u8"],
-        "offsets": [0, 4, 12, 16, 24, 32, 40, 64, 68, 72, 76, 104, 112, 128, 136],
+        "offsets": [0, 4, 12, 16, 24, 32, 40, 56, 64, 68, 72, 76, 104, 112, 128, 136],
         "itemsize": 152,
     }
 )
 _COMMAND_OPERATION = np.dtype(
     {
-        "names": ["record_length", "type", "command_index", "command_buffer",
-                  "executable_id", "function_ordinal"],
-        "formats": ["<u4", "<u4", "<u4", "<u8", "<u8", "<u4"],
-        "offsets": [0, 4, 12, 16, 32, 40],
+        "names": ["record_length", "type", "flags", "command_index", "command_buffer",
+                  "executable_id", "function_ordinal", "workgroup_count"],
+        "formats": ["<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u4", ("<u4", (3,))],
+        "offsets": [0, 4, 8, 12, 16, 32, 40, 48],
         "itemsize": 120,
     }
+)
+_COMMAND_BUFFER = np.dtype(
+    {"names": ["record_length", "command_buffer"], "formats": ["<u4", "<u8"], "offsets": [0, 8], "itemsize": 48}
 )
 _FUNCTION_HEADER = struct.Struct("<IIQI")  # record_length, flags, executable_id, function_ordinal
 _FUNCTION_NAME_LENGTH_OFFSET = 44
 _FUNCTION_HEADER_SIZE = 64
 
 
-def _corrupt(path: Path, what: str) -> SectionmarkError:
-    return SectionmarkError(f"{path}: not a valid IREE profile ({what})")
-
-
-def _fixed_records(path: Path, payloads: list[memoryview], dtype: np.dtype) -> np.ndarray:
+def _fixed_records(payloads: list[memoryview], dtype: np.dtype) -> np.ndarray:
     """Concatenate chunks of fixed-size records, checking each record's own length."""
     for payload in payloads:
         if len(payload) % dtype.itemsize:
@@ -144,51 +217,54 @@ def _fixed_records(path: Path, payloads: list[memoryview], dtype: np.dtype) -> n
     return records
 
 
-def _read_bundle(path: Path, data: bytes) -> Profile:
-    if len(data) < _FILE_HEADER.size:
-        raise _corrupt(path, "file is shorter than its header")
-    magic, major, _minor, header_length, _flags, file_length = _FILE_HEADER.unpack_from(data)
-    if magic != _MAGIC:
-        raise _corrupt(path, "bad magic")
-    if major != 1:
-        raise _FallBack(f"bundle version {major}")
-    if file_length == 0:
-        raise _corrupt(path, "the profiling session was not finished; did the run crash?")
-    if file_length > len(data):
-        raise _corrupt(path, f"truncated: {len(data)} of {file_length} bytes")
-    if header_length < _FILE_HEADER.size or header_length > file_length:
-        raise _corrupt(path, "bad header length")
-
-    view = memoryview(data)[:file_length]
-    chunks: dict[str, list[memoryview]] = {}
+def _bundle_chunks(path: Path, data: bytes, header_length: int) -> dict[str, list[memoryview]]:
+    """Walk the records: check their framing and session, return the payloads of the chunks we use."""
+    file_length = len(data)
+    view = memoryview(data)
+    chunks: dict[str, list[memoryview]] = {name: [] for name in USED_CHUNKS}
     content_types: dict[bytes, str] = {}
     dropped_records = 0
     ended = False
     offset = header_length
-    while offset < file_length:
+    for index in count():
+        if offset >= file_length:
+            break
+        if ended:
+            raise _corrupt(path, f"record after the session end at byte {offset}")
         if file_length - offset < _RECORD_HEADER_SIZE:
             raise _corrupt(path, f"truncated record at byte {offset}")
         (record_length, payload_length, *_ids, header_size, type_length, name_length, _device, _queue,
-         _chunk_flags, dropped, status, record_type, _flags) = _RECORD_HEADER.unpack_from(view, offset)
+         chunk_flags, dropped, status, record_type, _flags) = _RECORD_HEADER.unpack_from(view, offset)
         if (
             header_size < _RECORD_HEADER_SIZE
             or record_length > file_length - offset
             or header_size + type_length + name_length + payload_length != record_length
         ):
             raise _corrupt(path, f"inconsistent record lengths at byte {offset}")
-        start = offset + header_size
-        raw_type = data[start : start + type_length]
-        content_type = content_types.get(raw_type)
-        if content_type is None:
-            content_type = content_types[raw_type] = raw_type.decode("utf-8", "replace").removeprefix(_CONTENT_PREFIX)
-        payload = view[start + type_length + name_length : offset + record_length]
+        if record_type not in (_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END):
+            raise _corrupt(path, f"unknown record type {record_type} at byte {offset}")
+        if (record_type == _RECORD_SESSION_BEGIN) != (index == 0):
+            raise _corrupt(path, f"the session begin record must come first, and once (byte {offset})")
+        if chunk_flags & _CHUNK_TRUNCATED:
+            raise SectionmarkError(f"{path}: the profiler truncated a chunk, so times would be incomplete")
         dropped_records += dropped
+        start = offset + header_size
         if record_type == _RECORD_SESSION_END:
             ended = True
             if status != 0:
                 raise SectionmarkError(f"{path}: the profiling session ended with IREE status code {status}")
-        if payload_length:
-            chunks.setdefault(content_type, []).append(payload)
+        elif record_type == _RECORD_CHUNK:
+            raw_type = data[start : start + type_length]
+            content_type = content_types.get(raw_type)
+            if content_type is None:
+                content_type = raw_type.decode("utf-8", "replace").removeprefix(_CONTENT_PREFIX)
+                content_types[raw_type] = content_type
+            if content_type in chunks:
+                chunks[content_type].append(view[start + type_length + name_length : offset + record_length])
+            elif content_type == "dispatch-events":
+                raise SectionmarkError(f"{path}: {_DEVICE_TIMED}")
+            elif content_type not in IGNORED_CHUNKS:
+                raise _corrupt(path, f"unknown chunk type {content_type[:80]!r} at byte {offset}")
         offset += record_length
     if not ended:
         raise _corrupt(path, "no session end record")
@@ -197,9 +273,13 @@ def _read_bundle(path: Path, data: bytes) -> Profile:
             f"{path}: the profiler dropped {dropped_records} records, so times would be incomplete; "
             "profile fewer iterations"
         )
+    return chunks
 
+
+def _executable_functions(path: Path, payloads: list[memoryview]) -> dict[tuple[int, int], str]:
+    """``(executable_id, function ordinal) -> name`` from the variable-length function records."""
     functions: dict[tuple[int, int], str] = {}
-    for payload in chunks.get("executable-functions", []):
+    for payload in payloads:
         position = 0
         while position < len(payload):
             if len(payload) - position < _FUNCTION_HEADER_SIZE:
@@ -209,10 +289,35 @@ def _read_bundle(path: Path, data: bytes) -> Profile:
             if length != _FUNCTION_HEADER_SIZE + name_length or length > len(payload) - position:
                 raise _FallBack("executable function record layout")
             name_start = position + _FUNCTION_HEADER_SIZE
-            functions[(executable_id, ordinal)] = bytes(payload[name_start : name_start + name_length]).decode(
-                "utf-8", "replace"
-            )
+            name = bytes(payload[name_start : name_start + name_length]).decode("utf-8", "replace")
+            _define_function(path, functions, executable_id, ordinal, name)
             position += length
+    return functions
+
+
+def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
+    file.seek(0)
+    header = file.read(_FILE_HEADER.size)
+    if len(header) < _FILE_HEADER.size:
+        raise _corrupt(path, "file is shorter than its header")
+    magic, major, _minor, header_length, _flags, file_length = _FILE_HEADER.unpack(header)
+    if magic != _MAGIC:
+        raise _corrupt(path, "bad magic")
+    if major != 1:
+        raise _FallBack(f"bundle version {major}")
+    if file_length == 0:
+        raise _corrupt(path, "the profiling session was not finished; did the run crash?")
+    if file_length > size:
+        raise _corrupt(path, f"truncated: {size} of {file_length} bytes")
+    if header_length < _FILE_HEADER.size or header_length > file_length:
+        raise _corrupt(path, "bad header length")
+    file.seek(0)
+    data = file.read(file_length)  # bounded by the header, which was checked against the file size
+    if len(data) != file_length:
+        raise _corrupt(path, f"truncated: {len(data)} of {file_length} bytes")
+    chunks = _bundle_chunks(path, data, header_length)
+
+    functions = _executable_functions(path, chunks["executable-functions"])
 
     def key_of(executable_id: int, ordinal: int) -> str:
         name = functions.get((executable_id, ordinal))
@@ -220,26 +325,37 @@ def _read_bundle(path: Path, data: bytes) -> Profile:
             raise _corrupt(path, f"dispatch of unknown executable function {executable_id}:{ordinal}")
         return name
 
-    operations = _fixed_records(path, chunks.get("command-operations", []), _COMMAND_OPERATION)
-    command_buffers: dict[int, list[RecordedCommand]] = {}
-    for record in operations.tolist():
-        _length, op_type, index, buffer_id, executable_id, ordinal = record
+    declared = {record[1] for record in _fixed_records(chunks["command-buffers"], _COMMAND_BUFFER).tolist()}
+    commands: dict[int, dict[int, _Command]] = {}
+    for record in _fixed_records(chunks["command-operations"], _COMMAND_OPERATION).tolist():
+        _length, op_type, flags, index, buffer_id, executable_id, ordinal, workgroups = record
         op = OPERATION_NAMES.get(op_type)
         if op is None:
             raise _FallBack(f"command operation type {op_type}")
         key = key_of(executable_id, ordinal) if op == "dispatch" else None
-        command_buffers.setdefault(buffer_id, []).append((index, op, key))
+        _record_command(path, commands, buffer_id, index, (op, key, _timed(op, flags, workgroups)))
 
-    events = _fixed_records(path, chunks.get("host-execution-events", []), _HOST_EVENT)
-    is_dispatch = events["type"] == EVENT_DISPATCH
-    raw = events[is_dispatch]
-    # Key of each event: look its (executable, function ordinal) up among the known functions.
+    events = _fixed_records(chunks["host-execution-events"], _HOST_EVENT)
+    unknown = ~np.isin(events["type"], list(EVENT_NAMES))
+    if unknown.any():
+        raise _corrupt(path, f"unknown host execution event type {events['type'][np.argmax(unknown)]}")
+    failed = events["status_code"] != 0
+    if failed.any():
+        bad = events[np.argmax(failed)]
+        raise _run_failed(path, EVENT_NAMES[int(bad["type"])], int(bad["event_id"]), int(bad["status_code"]))
+    _check_unique(path, "a host execution event", events["stream"], events["event_id"])
+
+    raw = events[events["type"] == EVENT_DISPATCH]
+    # Key of each event: look its (executable, function ordinal) up among the known functions,
+    # packed into one 64-bit code (ids beyond 32 bits would wrap: no producer makes that many executables).
     known = sorted(functions)
+    if known and known[-1][0] >= 1 << 32:
+        raise _FallBack("executable ids beyond 32 bits")
     keys = list(dict.fromkeys(functions[pair] for pair in known))
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
     codes = (raw["executable_id"] << np.uint64(32)) | raw["function_ordinal"].astype(np.uint64)
-    missing = ~np.isin(codes, known_codes)
+    missing = (raw["executable_id"] >= np.uint64(1 << 32)) | ~np.isin(codes, known_codes)
     if missing.any():
         bad = raw[np.argmax(missing)]
         raise _corrupt(path, f"dispatch of unknown executable function {bad['executable_id']}:{bad['function_ordinal']}")
@@ -254,77 +370,191 @@ def _read_bundle(path: Path, data: bytes) -> Profile:
     submissions = np.empty(len(executes), SUBMISSION_DTYPE)
     for name in SUBMISSION_DTYPE.names:
         submissions[name] = executes[name]
-    return _finish(path, dispatches, submissions, keys, command_buffers, "bundle")
+    return _finish(path, dispatches, submissions, keys, declared, commands, _exports(functions), "bundle")
 
 
 # --------------------------------------------------------------------------- jsonl
 
 _JSONL_SCHEMA_VERSIONS = {15}
+# Record types of ireeperf-jsonl that carry no CPU dispatch timing (see IGNORED_CHUNKS); any
+# type neither here nor read below is an error.
+IGNORED_JSONL_RECORDS = frozenset(
+    {
+        "device", "queue", "executable", "clock_correlation", "queue_event", "queue_device_event",
+        "memory_event", "event_relationship", "counter_set", "counter", "counter_sample",
+        "device_metric_source", "device_metric_descriptor", "device_metric_sample", "command_region_event",
+        "executable_trace",
+    }
+)
+_U32, _U64 = (0, (1 << 32) - 1), (0, (1 << 64) - 1)
+_I64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def _read_jsonl_lines(path: Path, lines: Iterable[str]) -> Profile:
-    keys: list[str] = []
-    key_ids: dict[str, int] = {}
-    dispatch_rows: list[tuple] = []
-    submission_rows: list[tuple] = []
-    command_buffers: dict[int, list[RecordedCommand]] = {}
-    saw_schema = False
-    ended = False
-    for number, line in enumerate(lines, 1):
+class _BadRow(ValueError):
+    """A JSONL row field with the wrong type or range."""
+
+
+def _checked_int(value: Any, name: str, bounds: tuple[int, int]) -> int:
+    if type(value) is not int or not bounds[0] <= value <= bounds[1]:
+        raise _BadRow(f"'{name}' must be an integer in [{bounds[0]}, {bounds[1]}], got {str(value)[:40]!r}")
+    return value
+
+
+def _int(row: dict, name: str, bounds: tuple[int, int]) -> int:
+    return _checked_int(row[name], name, bounds)
+
+
+def _text(row: dict, name: str) -> str:
+    value = row[name]
+    if not isinstance(value, str):
+        raise _BadRow(f"'{name}' must be a string, got {str(value)[:40]!r}")
+    return value
+
+
+class _JsonlProfile:
+    """Accumulates the rows of an ireeperf-jsonl stream."""
+
+    _READERS = {
+        "schema": "_schema", "session": "_session", "diagnostic": "_diagnostic",
+        "executable_function": "_executable_function", "command_buffer": "_command_buffer",
+        "command_operation": "_command_operation", "host_execution_event": "_host_execution_event",
+    }
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.keys: list[str] = []
+        self.key_ids: dict[str, int] = {}
+        self.dispatch_rows: list[tuple] = []
+        self.submission_rows: list[tuple] = []
+        self.event_ids: list[tuple[int, int]] = []
+        self.declared: set[int] = set()
+        self.commands: dict[int, dict[int, _Command]] = {}
+        self.functions: dict[tuple[int, int], str] = {}
+        self.saw_schema = False
+        self.ended = False
+
+    def add(self, row: Any) -> None:
+        if not isinstance(row, dict):
+            raise _BadRow("a row must be a JSON object")
+        kind = _text(row, "record_type")
+        if kind in self._READERS:
+            getattr(self, self._READERS[kind])(row)
+        elif kind == "dispatch_event":
+            raise SectionmarkError(f"{self.path}: {_DEVICE_TIMED}")
+        elif kind not in IGNORED_JSONL_RECORDS:
+            raise _BadRow(f"unknown record type {kind[:80]!r}")
+
+    def _schema(self, row: dict) -> None:
+        if row.get("format") != "ireeperf-jsonl" or row.get("schema_version") not in _JSONL_SCHEMA_VERSIONS:
+            raise SectionmarkError(
+                f"{self.path}: unsupported profile export schema {row.get('format')!r} "
+                f"version {row.get('schema_version')!r} (expected ireeperf-jsonl {sorted(_JSONL_SCHEMA_VERSIONS)})"
+            )
+        self.saw_schema = True
+
+    def _session(self, row: dict) -> None:
+        event = _text(row, "event")
+        if event == "end":
+            self.ended = True
+            if _int(row, "session_status_code", _U32) != 0:
+                raise SectionmarkError(f"{self.path}: the profiling session ended with status {row.get('session_status')}")
+        elif event != "begin":
+            raise _BadRow(f"unknown session event {event[:40]!r}")
+
+    def _diagnostic(self, row: dict) -> None:
+        if row.get("severity") == "error":
+            raise SectionmarkError(f"{self.path}: iree-profile reports: {str(row.get('message'))[:200]}")
+
+    def _executable_function(self, row: dict) -> None:
+        _define_function(self.path, self.functions, _int(row, "executable_id", _U64),
+                         _int(row, "function_ordinal", _U32), _text(row, "name"))
+
+    def _command_buffer(self, row: dict) -> None:
+        self.declared.add(_int(row, "command_buffer_id", _U64))
+
+    def _command_operation(self, row: dict) -> None:
+        op = _text(row, "op")
+        if op not in OPERATION_NAMES.values():
+            raise _BadRow(f"unknown command operation {op[:40]!r}")
+        workgroups = row["workgroup_count"]
+        if not isinstance(workgroups, list) or len(workgroups) != 3:
+            raise _BadRow("'workgroup_count' must be a list of 3 integers")
+        counts = [_checked_int(value, "workgroup_count", _U32) for value in workgroups]
+        key = _text(row, "key") if op == "dispatch" else None
+        command = (op, key, _timed(op, _int(row, "flags", _U32), counts))
+        _record_command(self.path, self.commands, _int(row, "command_buffer_id", _U64),
+                        _int(row, "command_index", _U32), command)
+
+    def _host_execution_event(self, row: dict) -> None:
+        op, type_value = _text(row, "op"), _int(row, "type_value", _U32)
+        if EVENT_NAMES.get(type_value) != op:
+            raise _BadRow(f"host execution event op {op[:40]!r} does not match its type_value {type_value}")
+        event_id = _int(row, "event_id", _U64)
+        self.event_ids.append((_int(row, "stream_id", _U64), event_id))
+        status = _int(row, "status_code", _U32)
+        if status != 0:
+            raise _run_failed(self.path, op, event_id, status)
+        if op not in ("dispatch", "execute"):
+            return
+        if row["valid"] is not True:
+            raise _BadRow(f"{op} event {event_id} is marked invalid")
+        start, end = _int(row, "start_host_time_ns", _I64), _int(row, "end_host_time_ns", _I64)
+        if _int(row, "duration_ns", _I64) != end - start:
+            raise _BadRow(f"{op} event {event_id}: duration_ns differs from its end - start")
+        submission, buffer = _int(row, "submission_id", _U64), _int(row, "command_buffer_id", _U64)
+        if op == "execute":
+            self.submission_rows.append((submission, buffer, start, end))
+            return
+        key = _text(row, "key")
+        key_id = self.key_ids.setdefault(key, len(self.keys))
+        if key_id == len(self.keys):
+            self.keys.append(key)
+        self.dispatch_rows.append(
+            (submission, buffer, _int(row, "command_index", _U32), key_id, _int(row, "physical_device_ordinal", _U32),
+             _int(row, "queue_ordinal", _U32), start, end, _int(row, "tile_duration_sum_ns", (0, _I64[1])))
+        )
+
+    def finish(self) -> Profile:
+        if not self.saw_schema:
+            raise _corrupt(self.path, "no ireeperf-jsonl schema row")
+        if not self.ended:
+            raise _corrupt(self.path, "no session end row")
+        streams, events = (np.array(column, np.uint64) for column in zip(*self.event_ids)) if self.event_ids else (
+            np.zeros(0, np.uint64), np.zeros(0, np.uint64))
+        _check_unique(self.path, "a host execution event", streams, events)
+        dispatches = np.array(self.dispatch_rows, dtype=DISPATCH_DTYPE)
+        submissions = np.array(self.submission_rows, dtype=SUBMISSION_DTYPE)
+        return _finish(self.path, dispatches, submissions, self.keys, self.declared, self.commands,
+                       _exports(self.functions), "jsonl")
+
+
+def _read_jsonl_lines(path: Path, lines: Iterable[tuple[int, str]]) -> Profile:
+    profile = _JsonlProfile(path)
+    for number, line in lines:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-            kind = row["record_type"]
-            if kind == "host_execution_event":
-                op = row["op"]
-                if op == "dispatch":
-                    key = str(row["key"])
-                    key_id = key_ids.setdefault(key, len(keys))
-                    if key_id == len(keys):
-                        keys.append(key)
-                    dispatch_rows.append(
-                        (
-                            row["submission_id"], row["command_buffer_id"], row["command_index"], key_id,
-                            row["physical_device_ordinal"], row["queue_ordinal"],
-                            row["start_host_time_ns"], row["end_host_time_ns"], row["tile_duration_sum_ns"],
-                        )
-                    )
-                elif op == "execute":
-                    submission_rows.append(
-                        (row["submission_id"], row["command_buffer_id"], row["start_host_time_ns"], row["end_host_time_ns"])
-                    )
-            elif kind == "command_operation":
-                op = row["op"]
-                key = str(row["key"]) if op == "dispatch" else None
-                command_buffers.setdefault(int(row["command_buffer_id"]), []).append(
-                    (int(row["command_index"]), str(op), key)
-                )
-            elif kind == "schema":
-                if row.get("format") != "ireeperf-jsonl" or row.get("schema_version") not in _JSONL_SCHEMA_VERSIONS:
-                    raise SectionmarkError(
-                        f"{path}: unsupported profile export schema {row.get('format')!r} "
-                        f"version {row.get('schema_version')!r} (expected ireeperf-jsonl {sorted(_JSONL_SCHEMA_VERSIONS)})"
-                    )
-                saw_schema = True
-            elif kind == "session" and row.get("event") == "end":
-                ended = True
-                if row.get("session_status_code", 0) != 0:
-                    raise SectionmarkError(f"{path}: the profiling session ended with status {row.get('session_status')}")
+            profile.add(json.loads(line))
         except SectionmarkError:
             raise
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
-            raise _corrupt(path, f"line {number}: {type(error).__name__}: {error}") from None
-    if not saw_schema:
-        raise _corrupt(path, "no ireeperf-jsonl schema row")
-    if not ended:
-        raise _corrupt(path, "no session end row")
-    try:
-        dispatches = np.array(dispatch_rows, dtype=DISPATCH_DTYPE)
-        submissions = np.array(submission_rows, dtype=SUBMISSION_DTYPE)
-    except (ValueError, TypeError, OverflowError) as error:
-        raise _corrupt(path, f"bad event field: {error}") from None
-    return _finish(path, dispatches, submissions, keys, command_buffers, "jsonl")
+        except (_BadRow, ValueError, KeyError, TypeError, RecursionError) as error:
+            what = f"missing field {error}" if isinstance(error, KeyError) else str(error)[:200]
+            raise _corrupt(path, f"line {number}: {what}") from None
+    return profile.finish()
+
+
+def _lines(path: Path, stream: BinaryIO) -> Iterator[tuple[int, str]]:
+    """Numbered UTF-8 lines, each read with a bound (a profile row is well under a megabyte)."""
+    for number in count(1):
+        raw = stream.readline(MAX_JSONL_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_JSONL_LINE_BYTES:
+            raise _corrupt(path, f"line {number} is longer than {MAX_JSONL_LINE_BYTES} bytes")
+        try:
+            yield number, raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise _corrupt(path, f"line {number} is not UTF-8 ({error.reason})") from None
 
 
 def _export_jsonl(path: Path) -> Profile:
@@ -334,21 +564,20 @@ def _export_jsonl(path: Path) -> Profile:
         [str(tool), "export", "--format=ireeperf-jsonl", "--output=-", str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
     )
     assert process.stdout is not None and process.stderr is not None
     try:
-        profile = _read_jsonl_lines(path, process.stdout)
+        profile = _read_jsonl_lines(path, _lines(path, process.stdout))
     except SectionmarkError:
         process.kill()
         process.wait()
-        stderr = process.stderr.read().strip().splitlines()
+        stderr = process.stderr.read().decode("utf-8", "replace").strip().splitlines()
         if stderr:
             raise SectionmarkError(f"{path}: iree-profile could not read it: {stderr[-1]}") from None
         raise
     finally:
         process.stdout.close()
-    stderr = process.stderr.read()
+    stderr = process.stderr.read().decode("utf-8", "replace")
     if process.wait() != 0:
         last = (stderr.strip().splitlines() or ["no message"])[-1]
         raise SectionmarkError(f"{path}: iree-profile could not read it: {last}")
@@ -358,24 +587,150 @@ def _export_jsonl(path: Path) -> Profile:
 # --------------------------------------------------------------------------- common
 
 
+def _timed(op: str, flags: int, workgroups: list[int]) -> bool:
+    """A dispatch whose every execution must produce one event: static, non-zero workgroup count."""
+    return op == "dispatch" and not flags & INDIRECT_PARAMETERS and min(workgroups) > 0
+
+
+def _define_function(path: Path, functions: dict[tuple[int, int], str], executable: int, ordinal: int, name: str) -> None:
+    if functions.setdefault((executable, ordinal), name) != name:
+        raise _corrupt(path, f"executable function {executable}:{ordinal} is recorded twice with different names")
+
+
+def _record_command(path: Path, commands: dict[int, dict[int, _Command]], buffer: int, index: int,
+                    command: _Command) -> None:
+    if commands.setdefault(buffer, {}).setdefault(index, command) != command:
+        raise _corrupt(path, f"command {index} of command buffer {buffer} is recorded twice with different contents")
+
+
+def _exports(functions: dict[tuple[int, int], str]) -> dict[int, list[str]]:
+    exports: dict[int, list[str]] = {}
+    for (executable, _ordinal), name in sorted(functions.items()):
+        exports.setdefault(executable, []).append(name)
+    return exports
+
+
+def _check_unique(path: Path, what: str, first: np.ndarray, second: np.ndarray) -> None:
+    """Error if two rows agree in both columns (a duplicated record)."""
+    if len(first) < 2:
+        return
+    first, second = first.astype(np.uint64), second.astype(np.uint64)
+    width = int(second.max()).bit_length()
+    if int(first.max()).bit_length() + width <= 64:  # one sortable key: much faster than lexsort
+        keys = np.sort((first << np.uint64(width)) | second)
+        same = keys[1:] == keys[:-1]
+        if same.any():
+            key = int(keys[1:][same][0])
+            raise _corrupt(path, f"{what} ({key >> width}, {key & ((1 << width) - 1)}) is recorded twice")
+        return
+    order = np.lexsort((second, first))
+    first, second = first[order], second[order]
+    same = (first[1:] == first[:-1]) & (second[1:] == second[:-1])
+    if same.any():
+        index = np.argmax(same)
+        raise _corrupt(path, f"{what} ({first[index]}, {second[index]}) is recorded twice")
+
+
+def _check_times(path: Path, dispatches: np.ndarray, submissions: np.ndarray) -> None:
+    """Every timestamp plausible, so that durations and their sums fit in int64."""
+    for what, table in (("dispatch", dispatches), ("command-buffer execution", submissions)):
+        start, end = table["start_ns"], table["end_ns"]
+        impossible = (start < 0) | (end < start) | (end >= MAX_TIMESTAMP_NS)
+        if impossible.any():
+            index = np.argmax(impossible)
+            raise _corrupt(path, f"a {what} event has impossible timestamps: {start[index]} to {end[index]} ns")
+        too_long = end - start > MAX_EVENT_NS
+        if too_long.any():
+            index = np.argmax(too_long)
+            raise _corrupt(path, f"a {what} event lasts {(end[index] - start[index]) / 1e9:.0f} s (more than an hour)")
+    if len(dispatches) and (dispatches["tile_ns"] >= np.uint64(1 << 63)).any():
+        raise _corrupt(path, "a dispatch event has a negative tile time")
+    if len(submissions) and submissions["end_ns"].max() - submissions["start_ns"].min() > MAX_SESSION_NS:
+        raise _corrupt(path, "its command-buffer executions span more than 30 days")
+
+
+def _check_links(
+    path: Path, dispatches: np.ndarray, submissions: np.ndarray, command_buffers: dict[int, list[RecordedCommand]],
+    timed: dict[int, set[int]],
+) -> None:
+    """Dispatches inside executions of their command buffer, one event per timed dispatch and execution."""
+    ids = submissions["submission"]
+    if len(ids) > 1 and (ids[1:] == ids[:-1]).any():
+        raise _corrupt(path, f"submission {ids[1:][ids[1:] == ids[:-1]][0]} executes twice (duplicated records)")
+    executed = submissions["command_buffer"].tolist()
+    unknown = next((buffer for buffer in executed if buffer not in command_buffers), None)
+    if unknown is not None:
+        raise _corrupt(path, f"a command buffer ({unknown}) is executed but its recording is not in the profile")
+    if not len(dispatches):
+        return
+    rank = np.minimum(np.searchsorted(ids, dispatches["submission"]), max(len(ids) - 1, 0))
+    if not len(ids) or (ids[rank] != dispatches["submission"]).any():
+        bad = dispatches[np.argmax(ids[rank] != dispatches["submission"]) if len(ids) else 0]
+        raise _corrupt(path, f"a dispatch belongs to submission {bad['submission']}, which executes no command buffer")
+    execution = submissions[rank]
+    wrong_buffer = execution["command_buffer"] != dispatches["command_buffer"]
+    if wrong_buffer.any():
+        index = np.argmax(wrong_buffer)
+        raise _corrupt(path, f"a dispatch names command buffer {dispatches['command_buffer'][index]} but its "
+                             f"submission {ids[rank[index]]} executes command buffer {execution['command_buffer'][index]}")
+    outside = (dispatches["start_ns"] < execution["start_ns"]) | (dispatches["end_ns"] > execution["end_ns"])
+    if outside.any():
+        index = np.argmax(outside)
+        raise _corrupt(path, f"a dispatch of submission {ids[rank[index]]} runs outside the execution of its command buffer")
+    _check_unique(path, "a dispatch of (submission, command index)", dispatches["submission"], dispatches["command_index"])
+
+    buffer_ids = np.array(sorted(command_buffers), np.uint64)
+    dense = np.searchsorted(buffer_ids, dispatches["command_buffer"]).astype(np.uint64)
+    codes = (dense << np.uint64(32)) | dispatches["command_index"].astype(np.uint64)
+    timed_codes = np.array(
+        [(position << 32) | index for position, buffer in enumerate(buffer_ids.tolist()) for index in timed[buffer]],
+        np.uint64,
+    )
+    found = np.bincount(rank[np.isin(codes, timed_codes)], minlength=len(ids))
+    expected = np.array([len(timed[buffer]) for buffer in executed], np.int64)
+    missing = found < expected
+    if missing.any():
+        index = np.argmax(missing)
+        raise SectionmarkError(
+            f"{path}: submission {ids[index]} has {found[index]} of the {expected[index]} dispatch events its command "
+            f"buffer must produce: events are missing (a capture filtered with --device_profiling_filter_* cannot "
+            "be attributed)"
+        )
+
+
 def _finish(
     path: Path,
     dispatches: np.ndarray,
     submissions: np.ndarray,
     keys: list[str],
-    command_buffers: dict[int, list[RecordedCommand]],
+    declared: set[int],
+    commands: dict[int, dict[int, _Command]],
+    exports: dict[int, list[str]],
     source: str,
 ) -> Profile:
-    if len(dispatches) and (dispatches["end_ns"] < dispatches["start_ns"]).any():
-        raise _corrupt(path, "a dispatch ends before it starts")
-    for commands in command_buffers.values():
-        commands.sort()
+    """Check a reader's tables against each other (module docstring) and build the Profile.
+
+    ``declared``: the command buffers the profile defines (command-buffer
+    records); ``commands``: the recorded commands of each, by index.
+    """
+    undeclared = sorted(set(commands) - declared)
+    if undeclared:
+        raise _corrupt(path, f"commands are recorded for command buffer {undeclared[0]}, which the profile does not define")
+    recorded = {buffer: commands.get(buffer, {}) for buffer in declared}
+    command_buffers = {
+        buffer: [(index, op, key) for index, (op, key, _timed) in sorted(by_index.items())]
+        for buffer, by_index in recorded.items()
+    }
+    timed = {buffer: {index for index, (_op, _key, is_timed) in by_index.items() if is_timed}
+             for buffer, by_index in recorded.items()}
+    _check_times(path, dispatches, submissions)
     submission, start = dispatches["submission"], dispatches["start_ns"]
     in_order = (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
     if not in_order.all():
         dispatches = dispatches[np.lexsort((start, submission))]
     submissions = submissions[np.argsort(submissions["submission"], kind="stable")]
-    return Profile(dispatches, submissions, keys, command_buffers, source)
+    _check_links(path, dispatches, submissions, command_buffers, timed)
+    return Profile(dispatches, submissions, keys, command_buffers, exports, source)
 
 
 def read_profile(path: str | Path, reader: str = "auto") -> Profile:
@@ -383,27 +738,31 @@ def read_profile(path: str | Path, reader: str = "auto") -> Profile:
 
     ``reader``: "auto" (bundle reader, falling back to ``iree-profile export``
     for layouts it does not know), "bundle" or "jsonl" (always go through
-    ``iree-profile export``; for tests and benchmarks).
+    ``iree-profile export``; for tests and benchmarks). The file type is
+    decided by its first bytes, before anything else is read.
     """
     path = Path(path)
     try:
-        with path.open("rb") as file:
-            head = file.read(4)
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise SectionmarkError(f"{path}: not a regular file, so not a profile")
+        file = path.open("rb")
     except OSError as error:
         raise SectionmarkError(f"cannot read profile {path}: {error.strerror or error}") from None
-    if head == _MAGIC:
-        if reader == "jsonl":
-            return _export_jsonl(path)
-        try:
-            return _read_bundle(path, path.read_bytes())
-        except _FallBack as why:
-            if reader == "bundle":
-                raise SectionmarkError(f"{path}: unsupported profile layout ({why})") from None
-            return _export_jsonl(path)
-    if head[:1] == b"{":
-        with path.open("r", encoding="utf-8", errors="replace") as file:
-            return _read_jsonl_lines(path, file)
+    with file:
+        head = file.read(4)
+        if head == _MAGIC:
+            if reader == "jsonl":
+                return _export_jsonl(path)
+            try:
+                return _read_bundle(path, file, os.fstat(file.fileno()).st_size)
+            except _FallBack as why:
+                if reader == "bundle":
+                    raise SectionmarkError(f"{path}: unsupported profile layout ({why})") from None
+                return _export_jsonl(path)
+        if head[:1] == b"{":
+            file.seek(0)
+            return _read_jsonl_lines(path, _lines(path, file))
     if not head:
         raise SectionmarkError(f"{path}: the profile file is empty")
     raise _corrupt(path, "neither an .ireeprof bundle nor ireeperf-jsonl")
-

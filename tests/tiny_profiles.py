@@ -1,0 +1,117 @@
+"""Tiny real profiles shared by the profiling tests: modules, a hand-written map, an independent oracle.
+
+The oracle computes per-section times straight from `iree-profile export`
+rows in plain Python (one submission per call, as these modules make), so the
+readers and the attribution are checked against IREE's own decoder.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+from sectionmark.paths import SectionPath
+from sectionmark.profiling import tools
+from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
+
+CPU_FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+             "--iree-llvmcpu-target-cpu=host"]
+
+# Two dispatches on IREE 3.13: matmul (the fill fuses in) and exp+matmul fused.
+TWO_MATMULS = """
+func.func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %c0 = arith.constant 0.0 : f32 loc("sectionmark:Block/Attn"("t.py":1:1))
+  %e = tensor.empty() : tensor<64x64xf32> loc("sectionmark:Block/Attn"("t.py":1:1))
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:Block/Attn"("t.py":1:1))
+  %m = linalg.matmul ins(%x, %w : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:Block/Attn"("t.py":2:1))
+  %t = tensor.empty() : tensor<64x64xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0,d1)->(d1,d0)>, affine_map<(d0,d1)->(d0,d1)>],
+                       iterator_types = ["parallel","parallel"]} ins(%m : tensor<64x64xf32>) outs(%t : tensor<64x64xf32>) {
+  ^bb0(%a: f32, %b: f32):
+    %s = math.exp %a : f32
+    linalg.yield %s : f32
+  } -> tensor<64x64xf32> loc("sectionmark:Block/MLP"("t.py":3:1))
+  %m2 = linalg.matmul ins(%r, %w : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:Block/MLP"("t.py":4:1))
+  return %m2 : tensor<64x64xf32>
+}
+"""
+
+DYNAMIC = """
+func.func @main(%x: tensor<?x64xf32>, %w: tensor<64x64xf32>) -> tensor<?x64xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %i0 = arith.constant 0 : index
+  %n = tensor.dim %x, %i0 : tensor<?x64xf32>
+  %e = tensor.empty(%n) : tensor<?x64xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<?x64xf32>) -> tensor<?x64xf32>
+  %m = linalg.matmul ins(%x, %w : tensor<?x64xf32>, tensor<64x64xf32>) outs(%z : tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %m : tensor<?x64xf32>
+}
+"""
+
+KEY_0 = "main_dispatch_0_matmul_64x64x64_f32"
+KEY_1 = "main_dispatch_1_matmul_64x64x64_f32"
+
+
+def compile_plain(text: str, path: Path) -> Path:
+    import iree.compiler
+
+    path.write_bytes(iree.compiler.compile_str(text, extra_args=CPU_FLAGS))
+    return path
+
+
+def hand_map(weights: tuple[float, float] = (0.25, 0.75)) -> SectionMap:
+    """The command sequence IREE 3.13 records for TWO_MATMULS, with a fused second dispatch."""
+    return SectionMap(
+        sections=[("Block",), ("Block", "Attn"), ("Block", "MLP")],
+        sites=[],
+        command_buffers=[
+            CommandBuffer(
+                index=0,
+                function="main",
+                commands=[
+                    Command("dispatch", KEY_0, site=0, shares=[Share(("Block", "Attn"), 1.0)], workgroups=[8, 1, 1]),
+                    Command("barrier"),
+                    Command("dispatch", KEY_1, site=1,
+                            shares=[Share(("Block", "Attn"), weights[0]), Share(("Block", "MLP"), weights[1])]),
+                    Command("barrier"),
+                ],
+            )
+        ],
+    )
+
+
+def export_rows(profile_path: Path) -> Optional[list[dict]]:
+    """`iree-profile export --format=ireeperf-jsonl` of a bundle as parsed rows; None if IREE refuses the file."""
+    result = subprocess.run([str(tools.find_tool("iree-profile")), "export", "--format=ireeperf-jsonl", "--output=-",
+                             str(profile_path)], capture_output=True, timeout=60)
+    if result.returncode != 0:
+        return None
+    return [json.loads(line) for line in result.stdout.decode("utf-8", "replace").splitlines() if line.strip()]
+
+
+class Inconsistent(Exception):
+    """Rows that no correct reader may turn into a table."""
+
+
+def section_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int) -> tuple[int, dict[SectionPath, float]]:
+    """(measured calls, exclusive busy ns per path) from ireeperf-jsonl rows, in plain Python.
+
+    One submission per call (these modules submit one command buffer per call),
+    one static command buffer in the map; raises Inconsistent where an event
+    contradicts the map or its own row.
+    """
+    events = [r for r in rows if r.get("record_type") == "host_execution_event"]
+    executes = sorted(r["submission_id"] for r in events if r.get("op") == "execute")
+    measured = set(executes[warmup_calls:])
+    commands = section_map.command_buffers[0].commands
+    totals: dict[SectionPath, float] = {}
+    for r in events:
+        if r.get("op") != "dispatch" or r["submission_id"] not in measured:
+            continue
+        if not 0 <= r["command_index"] < len(commands) or commands[r["command_index"]].key != r["key"]:
+            raise Inconsistent(f"event {r.get('event_id')} is not the map's command {r['command_index']}")
+        for share in commands[r["command_index"]].shares or [Share((), 1.0)]:
+            totals[share.path] = totals.get(share.path, 0.0) + share.weight * r["duration_ns"]
+    return len(executes) - warmup_calls, totals
