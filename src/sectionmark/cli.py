@@ -245,15 +245,9 @@ def _emit_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> N
 
 
 def _load_inputs(paths: Sequence[str]) -> list:
-    import numpy as np
+    from sectionmark.profiling.inputs import load_input_array
 
-    arrays = []
-    for path in paths:
-        try:
-            arrays.append(np.load(path, allow_pickle=False))
-        except (OSError, ValueError, EOFError) as error:
-            raise SectionmarkError(f"cannot read input {path}: {error}") from None
-    return arrays
+    return [load_input_array(path) for path in paths]
 
 
 def _run(args: argparse.Namespace) -> None:

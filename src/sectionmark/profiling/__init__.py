@@ -20,7 +20,7 @@ from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.ireeprof import Profile, read_profile
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, run_profile
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.section_map import SectionMap, SectionMapError
+from sectionmark.section_map import SectionMap
 
 __all__ = ["profile", "report", "ProfileSession"]
 
@@ -137,12 +137,7 @@ def _session(
 
 
 def _read_map(path: Path) -> SectionMap:
-    """A section map from a .sections.json, or from a .vmfb (embedded or sidecar)."""
-    if path.suffix == ".json":
-        try:
-            return SectionMap.load(path)
-        except (SectionMapError, OSError) as error:
-            raise SectionmarkError(f"cannot read section map {path}: {error}") from None
+    """A section map from a .vmfb (embedded or sidecar) or a .sections.json, told apart by content."""
     from sectionmark.compiler import read_section_map
 
     return read_section_map(path)

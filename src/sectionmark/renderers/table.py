@@ -48,13 +48,15 @@ def build_table(session: ProfileSession) -> Table:
     table = Table(title=Text(title), title_justify="left", show_footer=True)
     table.add_column("Section", footer="Total")
     table.add_column("Share", justify="right", footer="100.0%")
-    table.add_column("Busy/call", justify="right", footer=format_ns(session.total_ns / calls))
-    table.add_column("Wall/call", justify="right", footer=format_ns(session.wall_ns / calls))
-    table.add_column("Excl/call", justify="right")
-    table.add_column("Shared/call", justify="right")
+    # Calls that cannot be told apart are reported as one: the columns hold totals then.
+    per = "/call" if session.calls_known else " (total)"
+    table.add_column(f"Busy{per}", justify="right", footer=format_ns(session.total_ns / calls))
+    table.add_column(f"Wall{per}", justify="right", footer=format_ns(session.wall_ns / calls))
+    table.add_column(f"Excl{per}", justify="right")
+    table.add_column(f"Shared{per}", justify="right")
     table.add_column("p50", justify="right")
     table.add_column("p95", justify="right")
-    table.add_column("Dispatches/call", justify="right",
+    table.add_column(f"Dispatches{per}", justify="right",
                      footer=f"{sum(site.dispatches for site in session.sites) / calls:g}")
     for row in session.sections:
         if not row.path and row.busy_ns == 0:
