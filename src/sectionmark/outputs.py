@@ -6,7 +6,8 @@ the middle leaves the previous file intact: the data goes to a temporary file
 in the same directory, which is renamed over the target only once complete
 (a rename within one file system is atomic). Paths that would destroy what
 the user has are refused up front with one clear line: an empty name, a
-directory or device node, or a file the same command reads (``--json
+directory or device node, a directory where no file can be created, or a
+file the same command reads (``--json
 run.ireeprof``; ``compile a.mlir -o a.mlir``).
 """
 
@@ -49,6 +50,11 @@ def check_output_path(path: PathLike, inputs: Iterable[PathLike] = ()) -> Path:
             raise SectionmarkError(f"refusing to write {target}: it is also an input of this command")
     if not target.parent.is_dir():
         raise SectionmarkError(f"cannot write {target}: directory {target.parent} does not exist")
+    try:  # a file can be created there (a long run must not fail only at the end)
+        with tempfile.TemporaryFile(dir=target.parent):
+            pass
+    except OSError as error:
+        raise SectionmarkError(f"cannot write {target}: {error.strerror or error} (in {target.parent})") from None
     return target
 
 

@@ -52,6 +52,7 @@ import os
 import stat
 import struct
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
@@ -60,7 +61,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.tools import find_tool
+from sectionmark.profiling.tools import find_tool, last_useful_line
 
 DISPATCH_DTYPE = np.dtype(
     [
@@ -111,6 +112,7 @@ EVENT_EXECUTE = 3
 INDIRECT_PARAMETERS = 1 << 1  # command operation flag: the workgroup count is read at run time
 
 NO_INDEX = 0xFFFFFFFF
+EXPORT_TIMEOUT_S = 600.0  # iree-profile export of a long profile takes seconds; a hang must not last
 
 # Plausibility bounds: beyond them a profile is corrupt, and int64 sums of durations cannot overflow.
 MAX_TIMESTAMP_NS = 1 << 62
@@ -557,8 +559,8 @@ def _lines(path: Path, stream: BinaryIO) -> Iterator[tuple[int, str]]:
             raise _corrupt(path, f"line {number} is not UTF-8 ({error.reason})") from None
 
 
-def _export_jsonl(path: Path) -> Profile:
-    """Stream ``iree-profile export`` output into the JSONL reader."""
+def _export_jsonl(path: Path, timeout_s: float = EXPORT_TIMEOUT_S) -> Profile:
+    """Stream ``iree-profile export`` output into the JSONL reader (the tool is ended after ``timeout_s``)."""
     tool = find_tool("iree-profile")
     process = subprocess.Popen(
         [str(tool), "export", "--format=ireeperf-jsonl", "--output=-", str(path)],
@@ -566,21 +568,31 @@ def _export_jsonl(path: Path) -> Profile:
         stderr=subprocess.PIPE,
     )
     assert process.stdout is not None and process.stderr is not None
+    timed_out = threading.Event()
+
+    def end() -> None:
+        timed_out.set()
+        process.kill()
+
+    watchdog = threading.Timer(timeout_s, end)
+    watchdog.start()
+    reader_error: Optional[SectionmarkError] = None
     try:
         profile = _read_jsonl_lines(path, _lines(path, process.stdout))
-    except SectionmarkError:
+    except SectionmarkError as error:
+        reader_error = error
         process.kill()
-        process.wait()
-        stderr = process.stderr.read().decode("utf-8", "replace").strip().splitlines()
-        if stderr:
-            raise SectionmarkError(f"{path}: iree-profile could not read it: {stderr[-1]}") from None
-        raise
     finally:
+        watchdog.cancel()
         process.stdout.close()
+    returncode = process.wait()
+    if timed_out.is_set():
+        raise SectionmarkError(f"{path}: iree-profile export did not finish within {timeout_s:g} s and was ended")
     stderr = process.stderr.read().decode("utf-8", "replace")
-    if process.wait() != 0:
-        last = (stderr.strip().splitlines() or ["no message"])[-1]
-        raise SectionmarkError(f"{path}: iree-profile could not read it: {last}")
+    if (reader_error is not None and stderr.strip()) or (reader_error is None and returncode != 0):
+        raise SectionmarkError(f"{path}: iree-profile could not read it: {last_useful_line(stderr)}")
+    if reader_error is not None:
+        raise reader_error
     return profile
 
 
