@@ -409,3 +409,8 @@ def test_compile_says_how_many_sections_reached_dispatches(tmp_path, capsys):
     (tmp_path / "f.mlir").write_text(source)
     assert cli.main(["compile", str(tmp_path / "f.mlir"), "-o", str(tmp_path / "f.vmfb")]) == 0
     assert "1 of 2 sections reached dispatches (not: Folded)" in capsys.readouterr().out
+
+
+def test_memoized_command_buffers_belong_to_the_function_that_runs_them(fused):
+    marked = fused[0]
+    assert {buffer.function for buffer in marked.section_map.command_buffers} == {"main"}

@@ -20,6 +20,7 @@ its full composition is in the section map.
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from iree.compiler import ir
@@ -39,6 +40,7 @@ COMMAND_KINDS = {
     "hal.command_buffer.update_buffer": "update",
 }
 FINALIZE = "hal.command_buffer.finalize"
+_MEMOIZE_HELPER = re.compile(r"^__(.+)_memoize_apply$")
 BEGIN_GROUP = "hal.command_buffer.begin_debug_group"
 END_GROUP = "hal.command_buffer.end_debug_group"
 
@@ -56,7 +58,7 @@ class CommandRecorder:
         for function in module.regions[0].blocks[0].operations:
             function = function.operation
             if function.regions and function.name != "hal.executable":
-                self._visit_regions(function, function_name(function))
+                self._visit_regions(function, _user_function(function_name(function)))
         return self.buffers
 
     def _visit_regions(self, op: ir.Operation, function: str) -> bool:
@@ -143,6 +145,12 @@ class CommandRecorder:
             open_groups[buffer] = target
         else:
             open_groups.pop(buffer, None)
+
+
+def _user_function(name: str) -> str:
+    """The function whose calls record a buffer: IREE records memoized buffers in ``__<f>_memoize_apply``."""
+    match = _MEMOIZE_HELPER.match(name)
+    return match.group(1) if match else name
 
 
 def _group_path(command: Command, op: ir.Operation) -> SectionPath:
