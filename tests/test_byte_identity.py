@@ -10,8 +10,6 @@ Also the same unmarked MLIR compiled with markers on and off.
 
 from __future__ import annotations
 
-import functools
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +18,8 @@ import pytest
 import sectionmark as sm
 import sectionmark.compiler as smc
 from sectionmark.compiler.targets import target_flags
+from nanogpt_builders import jax_gpt, torch_gpt
 from test_compiler import dump, executables, fused_source, run, vm_call_count
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "nanogpt"
 
 
 def plain_compile(mlir_text: str, input_type: str) -> bytes:
@@ -46,16 +43,6 @@ def _torch_plain_text(model, args, **options) -> str:
     from iree.turbine import aot
 
     return aot.export(model, args=args, **options).mlir_module.get_asm(enable_debug_info=True)
-
-
-def _nanogpt(marked: bool):
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        from model_torch import CONFIGS, GPT, example_input
-    finally:
-        sys.path.remove(str(EXAMPLES))
-    config = CONFIGS["small"]
-    return GPT(config, marked=marked), (example_input(config),)
 
 
 def _cnn():
@@ -92,7 +79,7 @@ def _cnn():
     return model, (torch.randn(1, 8, 16, 16),)
 
 
-@pytest.mark.parametrize("build", [lambda: _nanogpt(True), _cnn], ids=["nanogpt", "cnn"])
+@pytest.mark.parametrize("build", [lambda: torch_gpt(True), _cnn], ids=["nanogpt", "cnn"])
 def test_torch_model_matches_the_plain_turbine_pipeline(build, tmp_path):
     model, args = build()
     ours = sm.compile(sm.torch.export(model, args=args))
@@ -103,14 +90,14 @@ def test_torch_model_matches_the_plain_turbine_pipeline(build, tmp_path):
 
 
 def test_non_strict_export_matches_the_plain_non_strict_pipeline(tmp_path):
-    model, args = _nanogpt(True)
+    model, args = torch_gpt(True)
     ours = sm.compile(sm.torch.export(model, args=args, strict_export=False))
     plain = plain_compile(_torch_plain_text(model, args, strict_export=False), "torch")
     assert_same_executables(ours.vmfb, plain, tmp_path)
 
 
 def test_unmarked_model_compiles_identically_with_markers_on_and_off(tmp_path):
-    model, args = _nanogpt(False)
+    model, args = torch_gpt(False)
     exported = sm.torch.export(model, args=args)
     on, off = sm.compile(exported), sm.compile(exported, markers=False)
     assert on.section_map is not None and off.section_map is None
@@ -134,16 +121,7 @@ def test_fused_three_section_mlir_matches_plain_iree_compile(tmp_path):
 
 def test_jax_export_matches_the_plain_jitted_lowering(tmp_path):
     jax = pytest.importorskip("jax")
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import model_jax
-        from model_torch import CONFIGS, example_input
-    finally:
-        sys.path.remove(str(EXAMPLES))
-    config = CONFIGS["small"]
-    params = jax.tree_util.tree_map(jax.numpy.asarray, model_jax.init_params(config))
-    forward = functools.partial(model_jax.gpt, params, n_head=config.n_head)
-    tokens = example_input(config).numpy().astype(np.int32)
+    forward, tokens = jax_gpt()
     plain = plain_compile(jax.jit(forward).lower(tokens).as_text(debug_info=True), "stablehlo")
     ours = sm.compile(sm.jax.export(forward, tokens))
     assert_same_executables(ours.vmfb, plain, tmp_path)

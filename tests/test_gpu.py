@@ -31,24 +31,7 @@ def _has_cuda() -> bool:
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_cuda(), reason="needs an NVIDIA GPU with IREE's CUDA driver")]
 
-# Two dispatches: matmul (Attn, with MLP's exp fused in: shared 2:1) and exp+matmul (MLP).
-MLIR = """
-func.func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32>) -> tensor<64x64xf32> {
-  %c0 = arith.constant 0.0 : f32 loc("sectionmark:Block/Attn"("t.py":1:1))
-  %e = tensor.empty() : tensor<64x64xf32> loc("sectionmark:Block/Attn"("t.py":1:1))
-  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:Block/Attn"("t.py":1:1))
-  %m = linalg.matmul ins(%x, %w : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:Block/Attn"("t.py":2:1))
-  %t = tensor.empty() : tensor<64x64xf32>
-  %r = linalg.generic {indexing_maps = [affine_map<(d0,d1)->(d1,d0)>, affine_map<(d0,d1)->(d0,d1)>],
-                       iterator_types = ["parallel","parallel"]} ins(%m : tensor<64x64xf32>) outs(%t : tensor<64x64xf32>) {
-  ^bb0(%a: f32, %b: f32):
-    %s = math.exp %a : f32
-    linalg.yield %s : f32
-  } -> tensor<64x64xf32> loc("sectionmark:Block/MLP"("t.py":3:1))
-  %m2 = linalg.matmul ins(%r, %w : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:Block/MLP"("t.py":4:1))
-  return %m2 : tensor<64x64xf32>
-}
-"""
+from tiny_profiles import TWO_MATMULS as MLIR  # noqa: E402  (two dispatches, one shared by Attn and MLP)
 ARGS = (np.full((64, 64), 0.01, np.float32), np.eye(64, dtype=np.float32))
 SECTIONS = {("Block",), ("Block", "Attn"), ("Block", "MLP")}
 

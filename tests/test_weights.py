@@ -8,10 +8,6 @@ across blocks (a causal mask) does not pull another block into a dispatch.
 
 from __future__ import annotations
 
-import functools
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -20,8 +16,7 @@ import sectionmark.compiler as smc
 from sectionmark.compiler.weights import FLOPS_PER_BYTE
 from sectionmark.section_map import SectionMap
 from invariants import assert_profile_invariants
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "nanogpt"
+from nanogpt_builders import jax_gpt
 
 
 def _site_with(section_map: SectionMap, path: tuple[str, ...]):
@@ -167,17 +162,9 @@ def test_dynamic_shapes_fall_back_to_op_count():
 
 
 def test_jax_nanogpt_has_no_site_weighed_across_blocks():
-    jax = pytest.importorskip("jax")
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import model_jax
-        from model_torch import CONFIGS, example_input
-    finally:
-        sys.path.remove(str(EXAMPLES))
-    config = CONFIGS["small"]
-    params = jax.tree_util.tree_map(jax.numpy.asarray, model_jax.init_params(config))
-    forward = functools.partial(model_jax.gpt, params, n_head=config.n_head)
-    compiled = sm.compile(sm.jax.export(forward, example_input(config).numpy().astype(np.int32)))
+    pytest.importorskip("jax")
+    forward, tokens = jax_gpt()
+    compiled = sm.compile(sm.jax.export(forward, tokens))
     for site in compiled.section_map.sites:
         by_block: dict = {}
         for share in site.shares:
