@@ -63,3 +63,25 @@ def test_written_files_get_the_usual_mode(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert (path.stat().st_mode & 0o777) == 0o666 & ~umask
+
+
+def test_a_writer_killed_mid_write_leaves_the_previous_file_intact(tmp_path):
+    import signal
+    import time
+
+    target = tmp_path / "run.perfetto.json"
+    target.write_text("previous")
+    script = (
+        "import sys, time\n"
+        "from sectionmark.outputs import atomic_path\n"
+        f"with atomic_path({str(target)!r}) as temporary:\n"
+        "    temporary.write_text('half of a trace')\n"
+        "    print('writing', flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "writing"
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    time.sleep(0.1)
+    assert target.read_text() == "previous"

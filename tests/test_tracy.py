@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sectionmark import zonestack
 from sectionmark.errors import SectionmarkError
@@ -532,3 +534,28 @@ def test_a_capture_tool_that_stops_early_does_not_leave_the_program_hanging(tmp_
     assert time.monotonic() - started < 20
     assert previous.read_bytes() == b"previous capture"  # and no temporary file left beside it
     assert sorted(tmp_path.iterdir()) == sorted([failing_tool, previous])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_mutated_captures_are_read_plausibly_or_refused_in_one_line(gpu_capture_path, tmp_path, data):
+    """Tracy captures carry no checksum (docs/limitations.md): a mutant is either refused in one
+    line or read into zones that still make sense (each ends after it begins, inside its parent)."""
+    payload = bytearray(inflate(gpu_capture_path.read_bytes()))
+    for _ in range(data.draw(st.integers(1, 4))):
+        position = data.draw(st.integers(0, len(payload) - 8))
+        width = data.draw(st.sampled_from([1, 2, 4, 8]))
+        payload[position:position + width] = data.draw(st.binary(min_size=width, max_size=width))
+    mutant = tmp_path / "mutant.tracy"
+    mutant.write_bytes(container(bytes(payload)))
+    try:
+        capture = read_capture(mutant)
+    except SectionmarkError as error:
+        assert "\n" not in str(error)
+        return
+    for track in capture.tracks:
+        for zone in track.zones:
+            assert zone.end_ns >= zone.start_ns
+            if zone.parent >= 0:
+                parent = track.zones[zone.parent]
+                assert parent.start_ns <= zone.start_ns and zone.end_ns <= parent.end_ns
