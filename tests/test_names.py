@@ -24,6 +24,7 @@ from sectionmark.section_map import SectionMap
 NAMES = [
     'quote "x"', "back\\slash", "new\nline", "carriage\rreturn", "nul\x00byte", "emoji 🚀", "rtl עברית",
     "a/b", "a / b", "[bold]MLP[/bold]", "[/x]", "tab\tand\x7fdel", "x" * 10_000, "y" * 70_000,
+    "ends with \\", "family 👩\u200d👩\u200d👧", "sm:not a jax scope", "sectionmark:not a location", " leading space",
 ]
 
 
