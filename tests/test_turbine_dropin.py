@@ -249,3 +249,89 @@ def test_jittable_functions_of_a_compiled_module_keep_their_sections(turbine_pro
     result = sm.load(compiled).main(x.numpy()).to_host()
     np.testing.assert_allclose(result, model(x).detach().numpy(), rtol=1e-6, atol=1e-6)
 
+
+# --------------------------------------------------------------------------- external parameters
+
+
+@dataclass
+class ExternalModel:
+    """``Wide`` exported with its weights in .irpa files: what bench_scale does to a 1B model."""
+
+    exported: Any
+    compiled: Any
+    x: np.ndarray
+    expected: np.ndarray
+    parameter_bytes: int
+
+
+def _externalized(tmp_path, scopes: dict[str, str]) -> ExternalModel:
+    """``scopes``: submodule name -> parameter scope; each submodule's weights in ``<name>.irpa``."""
+    torch.manual_seed(0)
+    model, x = Wide().eval(), torch.randn(2, 512)
+    expected = model(x).detach().numpy()
+    for name, scope in scopes.items():
+        aot.externalize_module_parameters(getattr(model, name), external_scope=scope, prefix=name)
+        aot.save_module_parameters(tmp_path / f"{name}.irpa", getattr(model, name), prefix=name)
+    exported = sm.torch.export(model, args=(x,))
+    parameter_bytes = sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
+    return ExternalModel(exported, sm.compile(exported), x.numpy(), expected, parameter_bytes)
+
+
+@pytest.fixture(scope="module")
+def external(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("external")
+    return directory, _externalized(directory, {"first": "model", "second": "model"})
+
+
+def test_external_parameters_load_and_profile_with_sections(external, capsys):
+    from invariants import assert_profile_invariants
+
+    from sectionmark.cli import main
+
+    directory, model = external
+    text_bytes = model.exported.save_mlir(directory / "wide.mlir").stat().st_size
+    assert text_bytes < 0.01 * model.parameter_bytes, f"{text_bytes} bytes of MLIR, {model.parameter_bytes} of weights"
+    assert model.compiled.section_map.reached == list(WIDE_SECTIONS)
+    files = [f"model={directory / 'first.irpa'}", f"model={directory / 'second.irpa'}"]  # one scope, two files
+
+    result = sm.load(model.compiled, parameters=files).main(model.x).to_host()
+    np.testing.assert_allclose(result, model.expected, rtol=1e-5, atol=1e-5)
+    session = sm.profile(model.compiled, args=(model.x,), iterations=3, warmup=1, parameters=files, quiet=True)
+    assert_profile_invariants(session)
+    assert {row.path for row in session.sections if row.dispatched} >= set(WIDE_SECTIONS)
+
+    vmfb = model.compiled.save(directory / "wide.vmfb")
+    np.save(directory / "x.npy", model.x)
+    flags = [flag for file in files for flag in ("--parameters", file)]
+    assert main(["profile", str(vmfb), "--input", str(directory / "x.npy"), "-n", "2", "--warmup", "0", *flags]) == 0
+    assert "First" in capsys.readouterr().out
+
+
+def test_parameters_of_several_scopes(tmp_path):
+    model = _externalized(tmp_path, {"first": "encoder", "second": "head"})
+    files = [f"encoder={tmp_path / 'first.irpa'}", f"head={tmp_path / 'second.irpa'}"]
+    result = sm.load(model.compiled, parameters=files).main(model.x).to_host()
+    np.testing.assert_allclose(result, model.expected, rtol=1e-5, atol=1e-5)
+
+
+def test_missing_or_wrong_parameters_are_one_clear_error(external, tmp_path, capsys):
+    from sectionmark.cli import main
+
+    directory, model = external
+    with pytest.raises(SectionmarkError, match="reads external parameters: pass parameters="):
+        sm.load(model.compiled)
+    with pytest.raises(SectionmarkError, match="parameter file not found: .*nothing.irpa"):
+        sm.load(model.compiled, parameters=tmp_path / "nothing.irpa")
+    with pytest.raises(SectionmarkError, match="scopes like 'model'"):  # the weights are in scope "model"
+        sm.load(model.compiled, parameters=str(directory / "first.irpa"))
+    not_parameters = tmp_path / "weights.bin"
+    not_parameters.write_bytes(b"\0" * 64)
+    with pytest.raises(SectionmarkError, match="cannot read parameter file .*unsupported file format"):
+        sm.load(model.compiled, parameters=f"model={not_parameters}")
+    with pytest.raises(SectionmarkError, match="iree-benchmark-module failed: .*scopes like 'model'"):
+        sm.profile(model.compiled, args=(model.x,), iterations=1, warmup=0,
+                   parameters=f"other={directory / 'first.irpa'}", quiet=True)
+    vmfb = model.compiled.save(tmp_path / "wide.vmfb")
+    assert main(["profile", str(vmfb), "--parameters", str(tmp_path / "nothing.irpa")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "parameter file not found" in error

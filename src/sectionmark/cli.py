@@ -22,7 +22,8 @@ EXAMPLES = {
     "profile": """examples:
   sectionmark profile model.vmfb --input x.npy -n 20
   sectionmark profile model.vmfb --input x.npy --perfetto run.json --chart sections.png --tracy run.tracy
-  sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites""",
+  sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites
+  sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa""",
     "report": """examples:
   sectionmark report run.ireeprof --map model.sections.json
   sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json""",
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    description="Compile MLIR (from sm.torch.export / sm.jax.export) to a .vmfb with "
                                    "section debug groups and an embedded section map; also writes <out>.sections.json.",
                                    epilog=EXAMPLES["compile"], formatter_class=_formatter)
-    compile_.add_argument("mlir", help="MLIR text file")
+    compile_.add_argument("mlir", help="MLIR file: text (.mlir) or bytecode (.mlirbc)")
     compile_.add_argument("-o", "--output", required=True, help="output .vmfb path")
     compile_.add_argument("--target", default="llvm-cpu", help="llvm-cpu (default), cuda, rocm or vulkan-spirv")
     compile_.add_argument("--input-type", default="auto", help="torch, stablehlo or auto (default: from the MLIR)")
@@ -82,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--warmup", type=int, default=3, help="unmeasured calls first (default: 3)")
     profile.add_argument("--device", default="local-task", help="IREE device (default: local-task)")
     profile.add_argument("--keep-profile", metavar="FILE", help="also keep the raw .ireeprof")
+    profile.add_argument("--parameters", action="append", default=[], metavar="[SCOPE=]FILE",
+                         help="external parameter file (.irpa, .gguf, .safetensors; repeatable), "
+                         "scoped as IREE's --parameters")
     _add_outputs(profile)
 
     report = commands.add_parser("report", help="per-section times of a profile recorded elsewhere",
@@ -171,7 +175,7 @@ def _run(args: argparse.Namespace) -> None:
         session = profile(
             args.vmfb, _load_inputs(args.input), function=args.function, device=args.device,
             iterations=_positive(args.iterations, "--iterations"), warmup=_positive(args.warmup, "--warmup"),
-            keep_profile=args.keep_profile,
+            keep_profile=args.keep_profile, parameters=args.parameters,
         )
         _emit_outputs(session, args)
     elif args.command == "report":

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.ireeprof import read_profile
 from sectionmark.profiling.runner import run_profile
@@ -51,13 +52,17 @@ def profile(
     section_map: Optional[SectionMap] = None,
     keep_profile: Optional[Union[str, Path]] = None,
     quiet: bool = False,
+    parameters: Parameters = None,
 ) -> ProfileSession:
     """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
 
     ``compiled_or_vmfb_path``: a ``sectionmark.compiler.CompiledModule`` or a
     saved .vmfb (its map is read from the module or its sidecar unless
     ``section_map`` is given). ``keep_profile``: also copy the raw .ireeprof there.
+    ``parameters``: external parameter file(s), ``path`` or ``scope=path`` as
+    IREE's ``--parameters`` spells them (see `sectionmark.load`).
     """
+    specs = parameter_specs(parameters)
     with tempfile.TemporaryDirectory(prefix="sectionmark-") as scratch:
         directory = Path(scratch)
         if section_map is None:
@@ -65,7 +70,8 @@ def profile(
         else:
             vmfb = _module_path(compiled_or_vmfb_path, directory)
         run = run_profile(
-            vmfb, args, directory, function=function, device=device, iterations=iterations, warmup=warmup, quiet=quiet
+            vmfb, args, directory, function=function, device=device, iterations=iterations, warmup=warmup, quiet=quiet,
+            parameters=specs,
         )
         if keep_profile is not None:
             Path(keep_profile).write_bytes(run.profile_path.read_bytes())

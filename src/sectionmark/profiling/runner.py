@@ -21,6 +21,7 @@ import numpy as np
 from rich.console import Console
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.parameters import tool_flags
 from sectionmark.profiling.tools import find_tool
 
 PROFILING_MODES = "queue-events,host-execution,executable-metadata"
@@ -57,11 +58,17 @@ def benchmark_command(
     device: str,
     calls: int,
     profile_path: Path | None,
+    parameters: Sequence[tuple[str, Path]] = (),
 ) -> list[str]:
-    """The iree-benchmark-module command line (without profiling if no path)."""
+    """The iree-benchmark-module command line (without profiling if no path).
+
+    ``parameters``: external parameter files as ``(scope, path)``
+    (`sectionmark.parameters.parameter_specs`).
+    """
     command = [
         str(find_tool("iree-benchmark-module")),
         f"--device={device}",
+        *tool_flags(parameters),
         f"--module={vmfb}",
         f"--function={function}",
         *[f"--input=@{path}" for path in inputs],
@@ -91,6 +98,7 @@ def run_profile(
     iterations: int = 20,
     warmup: int = 3,
     quiet: bool = False,
+    parameters: Sequence[tuple[str, Path]] = (),
 ) -> ProfileRun:
     """Run ``function`` ``warmup + iterations`` times with profiling on; return the bundle."""
     if iterations < 1 or warmup < 0:
@@ -103,7 +111,8 @@ def run_profile(
     profile_path.unlink(missing_ok=True)
     calls = iterations + warmup
     command = benchmark_command(
-        vmfb, function, write_inputs(args, directory), device=device, calls=calls, profile_path=profile_path
+        vmfb, function, write_inputs(args, directory), device=device, calls=calls, profile_path=profile_path,
+        parameters=parameters,
     )
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
     start = time.perf_counter()
