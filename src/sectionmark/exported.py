@@ -32,15 +32,21 @@ def find_sections(mlir_text: str) -> tuple[SectionPath, ...]:
 def module_sections(module: Any) -> tuple[SectionPath, ...]:
     """Every section path in the op locations of a live MLIR module, in module order.
 
-    Reads each op's location only (never its attributes, which hold the weights).
+    Reads each op's location only (never its attributes, which hold the
+    weights), and prints each distinct location once: locations are uniqued,
+    so their attribute identifies them.
     """
     from iree.compiler import ir
 
     found: dict[SectionPath, None] = {}
+    seen: set[ir.Attribute] = set()
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        for path in section_paths(str(op.location)):
-            found.setdefault(path, None)
+        location = op.location
+        if location.attr not in seen:
+            seen.add(location.attr)
+            for path in section_paths(str(location)):
+                found.setdefault(path, None)
         return ir.WalkResult.ADVANCE
 
     module.walk(visit, ir.WalkOrder.PRE_ORDER)

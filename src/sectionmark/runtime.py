@@ -88,7 +88,8 @@ def _registration_failure(message: str, specs: list) -> str:
     """One line for a module the runtime would not load, saying what to pass when parameters are missing."""
     detail = next((line.strip() for line in message.splitlines() if line.strip()), message)
     if PARAMETERS_MODULE in detail and not specs:
-        return "this module reads external parameters: pass parameters= (e.g. 'model.irpa' or 'model=model.irpa')"
+        return ("this module reads external parameters: pass parameters= (e.g. 'model=weights.irpa'; "
+                "'model' is iree-turbine's scope when none is given)")
     return f"cannot load the module: {detail}"
 
 

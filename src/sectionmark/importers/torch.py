@@ -471,7 +471,8 @@ def export(
     finally:
         _this_thread.entered = None
     exported = TorchExport(output)
-    warn_empty_sections(entered, exported.sections)
+    if entered:  # only non-strict export records the sections it entered
+        warn_empty_sections(entered, exported.sections)
     return exported
 
 
