@@ -89,3 +89,14 @@ def test_a_section_without_ops_is_reported_in_one_warning_line():
         "sectionmark: section 'Outer / Host only' produced no ops in the export",
     ]
     assert exported.sections == (("Scale",), ("Outer",))
+
+
+def test_a_jax_export_saves_as_text_and_refuses_bytecode_in_one_line(tmp_path):
+    from sectionmark.errors import SectionmarkError
+    from sectionmark.exported import find_sections
+
+    exported = sm.jax.export(loss, *ARGS)
+    assert find_sections(exported.save_mlir(tmp_path / "loss.mlir").read_text(encoding="utf-8")) == exported.sections
+    with pytest.raises(SectionmarkError, match=r"a jax export is MLIR text: save it as \.mlir, not loss\.mlirbc"):
+        exported.save_mlir(tmp_path / "loss.mlirbc")
+    assert not (tmp_path / "loss.mlirbc").exists()

@@ -8,6 +8,7 @@ training steps and other threads running sections meanwhile.
 
 import inspect
 import re
+import sys
 import threading
 import time
 import warnings
@@ -81,20 +82,28 @@ def assert_stack_paths(module, functions=1):
 @STRICTNESS
 def test_every_op_carries_exactly_its_path(strict):
     exported = sm.torch.export(Stack(), args=(torch.randn(4),), strict_export=strict)
-    assert_stack_paths(exported.module)
+    assert_stack_paths(exported.mlir_module)
     assert set(exported.sections) == STACK_SECTIONS
 
 
-def test_defaults_are_those_of_aot_export():
-    ours, turbines = inspect.signature(sm.torch.export).parameters, inspect.signature(aot.export).parameters
-    assert ours["strict_export"].default is turbines["strict_export"].default is True
+def test_parameters_and_defaults_are_those_of_aot_export_plus_auto_modules():
+    ours = dict(inspect.signature(sm.torch.export).parameters)
+    turbines = inspect.signature(aot.export).parameters
+    assert ours.pop("auto_modules").default is False
+
+    def described(parameter):  # a positional-only parameter's name is nobody's business
+        name = None if parameter.kind is inspect.Parameter.POSITIONAL_ONLY else parameter.name
+        return name, parameter.kind, parameter.default
+
+    assert list(map(described, ours.values())) == list(map(described, turbines.values()))
+    assert ours["strict_export"].default is True
 
 
 @STRICTNESS
 def test_a_program_exported_with_plain_torch_export_keeps_each_section_apart(strict):
     program = torch.export.export(Stack(), (torch.randn(4),), strict=strict)
     exported = sm.torch.export(program)
-    assert_stack_paths(exported.module)
+    assert_stack_paths(exported.mlir_module)
     assert set(exported.sections) == STACK_SECTIONS
 
 
@@ -113,7 +122,7 @@ def test_fx_programs_builder_exports_two_functions_with_their_sections(strict):
             return module(x) * 2
 
     exported = sm.torch.export(builder)
-    functions = [op for op in operations(exported.module) if op.name == "func.func"]
+    functions = [op for op in operations(exported.mlir_module) if op.name == "func.func"]
     assert [str(op.attributes["sym_name"]) for op in functions] == ['"prefill"', '"decode"']
     assert op_paths(functions[0], "torch.aten.sin") == STACK_BLOCKS
     assert op_paths(functions[1], "torch.aten.sin") == [("Decode step",) + block for block in STACK_BLOCKS]
@@ -166,7 +175,7 @@ class GradRegions(torch.nn.Module):
 @STRICTNESS
 def test_sections_inside_and_around_no_grad_and_autocast_regions(strict):
     exported = sm.torch.export(GradRegions(), args=(torch.randn(4),), strict_export=strict)
-    module = exported.module
+    module = exported.mlir_module
     assert op_paths(module, "torch.aten.mul.Tensor") == [None]
     assert op_paths(module, "torch.aten.sin") == [("Outer",)]
     assert op_paths(module, "torch.aten.cos") == [("Outer", "Inner")]
@@ -212,8 +221,8 @@ def test_llama_prefill_from_fx_programs_builder_keeps_every_section_in_place(str
     expected = {("Embedding",), ("Rotary",), ("LM Head",), *layers}
     expected |= {layer + (part,) for layer in layers for part in ("Self Attention", "MLP")}
     assert set(exported.sections) == expected  # nothing nested into the section before it
-    assert set(op_paths(exported.module, "torch.aten.cos")) == {("Rotary",)}
-    assert set(op_paths(exported.module, "torch.aten.sin")) == {("Rotary",)}
+    assert set(op_paths(exported.mlir_module, "torch.aten.cos")) == {("Rotary",)}
+    assert set(op_paths(exported.mlir_module, "torch.aten.sin")) == {("Rotary",)}
 
 
 OUR_NAMELOC = re.compile(r'loc\("' + re.escape(LOC_PREFIX) + r'(?:[^"\\]|\\.)*"(?:\((.*)\))?\)', re.S)
@@ -252,7 +261,7 @@ def test_every_location_is_the_plain_one_wrapped_in_its_section(model, strict):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = aot.export(model, args=(x,), strict_export=strict).mlir_module
-    marked = sm.torch.export(model, args=(x,), strict_export=strict).module
+    marked = sm.torch.export(model, args=(x,), strict_export=strict).mlir_module
     unwrapped = [(name, without_section(text)) for name, text in locations(marked)]
     assert unwrapped == locations(plain)
     assert any(name.startswith("torch.aten") and LOC_PREFIX in text for name, text in locations(marked))
@@ -306,10 +315,14 @@ def patched_places():
     from iree.compiler.extras.fx_importer import ContextCache, GraphNodeImporter
     from torch._higher_order_ops.wrap import WrapWithAutocast, WrapWithSetGradEnabled
 
+    from sectionmark import markers
+
     places = [(ContextCache, "get_node_location"), (GraphNodeImporter, "import_nodes"),
               (WrapWithSetGradEnabled, "__call__"), (WrapWithAutocast, "__call__"),
               (aot_autograd, "_aot_export_function"),
-              (exported_program, "_decompose_and_get_gm_with_new_signature_constants")]
+              (exported_program, "_decompose_and_get_gm_with_new_signature_constants"),
+              (sys.modules["iree.turbine.aot.builtins.jittable"], "functorch_functionalize"),
+              (markers, "_torch_exporting")]
     return {place: getattr(*place) for place in places}
 
 
@@ -402,11 +415,11 @@ def test_training_step_keeps_forward_sections_and_names_backward_ops(strict):
     model, x, target = TrainStep(), torch.randn(3, 4), torch.randn(3, 2)
     exported = sm.torch.export_training_step(model, args=(x, target), strict_export=strict)
     hidden_back, head_back = ("Hidden (backward)",), ("Head (backward)",)
-    assert op_paths(exported.module, "torch.aten.addmm") == [("Hidden",), ("Head",)]
-    assert op_paths(exported.module, "torch.aten.relu") == [("Hidden",)]
-    assert op_paths(exported.module, "torch.aten.mm") == [head_back, head_back, hidden_back]
-    assert op_paths(exported.module, "torch.aten.where.self") == [hidden_back]  # relu's gradient
-    assert op_paths(exported.module, "torch.aten.mean") == [None]  # the loss is in no section
+    assert op_paths(exported.mlir_module, "torch.aten.addmm") == [("Hidden",), ("Head",)]
+    assert op_paths(exported.mlir_module, "torch.aten.relu") == [("Hidden",)]
+    assert op_paths(exported.mlir_module, "torch.aten.mm") == [head_back, head_back, hidden_back]
+    assert op_paths(exported.mlir_module, "torch.aten.where.self") == [hidden_back]  # relu's gradient
+    assert op_paths(exported.mlir_module, "torch.aten.mean") == [None]  # the loss is in no section
     assert set(exported.sections) == {("Hidden",), ("Head",), hidden_back, head_back}
 
     vmfb = iree.compiler.compile_str(exported.mlir, target_backends=["llvm-cpu"], input_type="torch")
@@ -475,11 +488,16 @@ def test_a_training_step_made_outside_the_scope_warns_once():
 
 
 def test_what_sm_torch_export_cannot_take_is_one_clear_error():
-    with pytest.raises(SectionmarkError, match="nn.Module, a torch.export.ExportedProgram or"):
+    with pytest.raises(SectionmarkError, match="nn.Module, a torch.export.ExportedProgram, .* or a CompiledModule "
+                       "class, got function"):
         sm.torch.export(lambda x: x, args=(torch.randn(4),))
+    with pytest.raises(SectionmarkError, match="got class Stack"):
+        sm.torch.export(Stack, args=(torch.randn(4),))
     program = torch.export.export(Stack(), (torch.randn(4),))
-    with pytest.raises(SectionmarkError, match="already exported"):
+    with pytest.raises(SectionmarkError, match="ExportedProgram was already exported"):
         sm.torch.export(program, args=(torch.randn(4),))
+    with pytest.raises(SectionmarkError, match="already exported"):
+        sm.torch.export(program, torch.randn(4))
 
 
 def test_exported_mlir_compiles_for_llvm_cpu_and_runs():

@@ -1,7 +1,8 @@
 """sectionmark: name parts of a model once, see the names wherever IREE runs it.
 
 The public API (see docs/): ``section`` marks code; ``sm.torch.export`` /
-``sm.jax.export`` keep the names in MLIR; ``compile`` carries them through
+``sm.jax.export`` keep the names in MLIR (a `SectionedExport`; a torch one is
+also iree-turbine's ``ExportOutput``); ``compile`` carries them through
 IREE; ``load`` runs a module; ``profile`` / ``report`` measure per-section
 times. Heavy modules (frameworks, the compiler) load on first use.
 """
@@ -12,10 +13,13 @@ from typing import Any
 from sectionmark.markers import section
 from sectionmark.paths import SectionPath
 
-__all__ = ["section", "SectionPath", "torch", "jax", "compile", "load", "profile", "report", "tracing"]
+__all__ = [
+    "section", "SectionPath", "SectionedExport", "torch", "jax", "compile", "load", "profile", "report", "tracing",
+]
 __version__ = "0.1.0"
 
 _LAZY = {
+    "SectionedExport": ("sectionmark.exported", "SectionedExport"),
     "torch": ("sectionmark.importers.torch", None),
     "jax": ("sectionmark.importers.jax", None),
     "compile": ("sectionmark.compiler", "compile"),

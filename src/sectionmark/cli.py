@@ -38,7 +38,8 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy -n 20
   sectionmark profile model.vmfb --input x.npy --perfetto run.json --chart sections.png --tracy run.tracy
   sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites
-  sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy""",
+  sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
+  sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa""",
     "report": """examples:
   sectionmark report run.ireeprof --map model.sections.json
   sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json
@@ -112,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    description="Compile MLIR (from sm.torch.export / sm.jax.export) to a .vmfb with "
                                    "section debug groups and an embedded section map; also writes <out>.sections.json.",
                                    epilog=EXAMPLES["compile"], formatter_class=_formatter)
-    compile_.add_argument("mlir", help="MLIR text file")
+    compile_.add_argument("mlir", help="MLIR file: text (.mlir) or bytecode (.mlirbc)")
     compile_.add_argument("-o", "--output", required=True, help="output .vmfb path")
     compile_.add_argument("--target", default="llvm-cpu", help="llvm-cpu (default), cuda, rocm or vulkan-spirv")
     compile_.add_argument("--input-type", default="auto", help="torch, stablehlo or auto (default: from the MLIR)")
@@ -139,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="give up when the profiled tool runs longer than S seconds (default: 3600)")
     profile.add_argument("--keep-profile", metavar="FILE",
                          help="also keep the raw measurement (.ireeprof; the .tracy capture on cuda/hip)")
+    profile.add_argument("--parameters", action="append", default=[], metavar="[SCOPE=]FILE",
+                         help="external parameter file (.irpa, .gguf, .safetensors; repeatable), "
+                         "scoped as IREE's --parameters")
     _add_outputs(profile)
 
     report = commands.add_parser("report", help="per-section times of a profile recorded elsewhere",
@@ -268,7 +272,7 @@ def _run(args: argparse.Namespace) -> None:
         session = profile(
             args.vmfb, _load_inputs(args.input), function=args.function, device=args.device,
             iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
-            keep_profile_inputs=inputs, timeout=args.timeout,
+            keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters,
         )
         _emit_outputs(session, args, inputs)
     elif args.command == "report":

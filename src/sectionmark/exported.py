@@ -1,12 +1,20 @@
-"""An exported program: MLIR whose op locations carry section paths."""
+"""An exported program: MLIR whose op locations carry section paths.
+
+The MLIR module is the source of truth, never its text: a model's weights
+live in the module (or in external parameter files) and printing them would
+cost gigabytes for a model of real size. Sections are read from op
+locations by walking the module; text is printed only when asked for
+(`SectionedExport.mlir`, `save_mlir` to a ``.mlir`` path).
+"""
 
 from __future__ import annotations
 
+import sys
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from sectionmark.errors import SectionmarkError
 from sectionmark.locations import section_paths
 from sectionmark.paths import BACKWARD_SUFFIX, SectionPath, format_path
 
@@ -21,32 +29,104 @@ def find_sections(mlir_text: str) -> tuple[SectionPath, ...]:
     return tuple(found)
 
 
-@dataclass
-class ExportedProgram:
+def module_sections(module: Any) -> tuple[SectionPath, ...]:
+    """Every section path in the op locations of a live MLIR module, in module order.
+
+    Reads each op's location only (never its attributes, which hold the
+    weights), and prints each distinct location once: locations are uniqued,
+    so their attribute identifies them.
+    """
+    from iree.compiler import ir
+
+    found: dict[SectionPath, None] = {}
+    seen: set[ir.Attribute] = set()
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        location = op.location
+        if location.attr not in seen:
+            seen.add(location.attr)
+            for path in section_paths(str(location)):
+                found.setdefault(path, None)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return tuple(found)
+
+
+class SectionedExport:
     """What the importers produce and `sectionmark.compile` consumes.
 
     ``input_type`` is the iree-compile input dialect ("torch" for iree-turbine
-    output, "stablehlo" for JAX). ``module`` is the live MLIR module when the
-    importer has one; the compiler takes it as MLIR bytecode, so compiling
-    needs no text round trip of the weights.
+    output, "stablehlo" for JAX). A torch export is iree-turbine's
+    ``ExportOutput`` itself (`sectionmark.importers.torch.TorchExport`) and
+    keeps its live module; a JAX export is the text JAX lowers to.
     """
 
-    mlir: str
-    input_type: str
-    framework: str
-    module: Optional[Any] = None  # iree.compiler.ir.Operation
-    _sections: Optional[tuple[SectionPath, ...]] = field(default=None, repr=False)
+    def __init__(self, *, input_type: str, framework: str, text: Optional[str] = None):
+        self.input_type = input_type
+        self.framework = framework
+        self._text = text
+        self._text_sections: Optional[tuple[SectionPath, ...]] = None
+
+    @property
+    def mlir_module(self) -> Optional[Any]:
+        """The live MLIR module (an ``iree.compiler.ir.Operation``), or None for an export made of text."""
+        return None
+
+    @property
+    def mlir(self) -> str:
+        """MLIR text with locations; a module is printed on each request (weights included)."""
+        module = self.mlir_module
+        if module is None:
+            return self._text
+        return module.get_asm(enable_debug_info=True)
 
     @property
     def sections(self) -> tuple[SectionPath, ...]:
-        if self._sections is None:
-            self._sections = find_sections(self.mlir)
-        return self._sections
+        """Every section path in the program's op locations, in program order."""
+        module = self.mlir_module
+        if module is not None:
+            return module_sections(module)
+        if self._text_sections is None:
+            self._text_sections = find_sections(self._text)
+        return self._text_sections
 
     def save_mlir(self, path: str | Path) -> Path:
+        """Write the program with its locations: MLIR bytecode for ``.mlirbc``, else text.
+
+        Text is streamed to the file from the module, never held as one string.
+        """
         path = Path(path)
-        path.write_text(self.mlir, encoding="utf-8")
+        module = self.mlir_module
+        if path.suffix == ".mlirbc" and module is None:
+            raise SectionmarkError(f"a {self.framework} export is MLIR text: save it as .mlir, not {path.name}")
+        try:
+            with open(path, "wb") as file:
+                if module is None:
+                    file.write(self._text.encode("utf-8"))
+                elif path.suffix == ".mlirbc":
+                    module.write_bytecode(file)
+                else:
+                    module.print(file=file, binary=True, enable_debug_info=True)
+        except OSError as error:
+            raise SectionmarkError(f"cannot write {error.filename or path}: {error.strerror}") from None
         return path
+
+
+def as_sectioned_export(source: Any) -> Optional[SectionedExport]:
+    """``source`` as a SectionedExport: itself, or iree-turbine's ``ExportOutput`` wrapped; else None.
+
+    Without iree-turbine imported nothing can be its ExportOutput, so this
+    never imports torch.
+    """
+    if isinstance(source, SectionedExport):
+        return source
+    exporter = sys.modules.get("iree.turbine.aot.exporter")
+    if exporter is not None and isinstance(source, exporter.ExportOutput):
+        from sectionmark.importers.turbine import TorchExport
+
+        return TorchExport(source)
+    return None
 
 
 def warn_empty_sections(entered: list[SectionPath], found: tuple[SectionPath, ...]) -> None:

@@ -13,15 +13,17 @@ from typing import Any, Optional, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.markers import section
+from sectionmark.parameters import PARAMETERS_MODULE, Parameters, parameter_specs, parameters_module
 from sectionmark.section_map import SectionMap
 
 
 class LoadedModule:
     """A .vmfb loaded on an IREE device; functions are attributes (``module.main(x)``)."""
 
-    def __init__(self, source: Union[Any, str, Path, bytes], device: str = "local-task"):
+    def __init__(self, source: Union[Any, str, Path, bytes], device: str = "local-task", parameters: Parameters = None):
         import iree.runtime as rt
 
+        specs = parameter_specs(parameters)
         vmfb, self.section_map = _vmfb_and_map(source)
         try:
             config = rt.Config(device)
@@ -29,11 +31,17 @@ class LoadedModule:
             raise SectionmarkError(f"cannot open IREE device {device!r}: {error}") from None
         self.device = device
         self._context = rt.SystemContext(config=config)
+        provider = parameters_module(config.vm_instance, specs)
+        if provider is not None:
+            self._context.add_vm_module(provider)
         try:
             vm_module = rt.VmModule.copy_buffer(config.vm_instance, vmfb)
         except (ValueError, RuntimeError) as error:
             raise SectionmarkError(f"not a loadable IREE module: {error}") from None
-        self._context.add_vm_module(vm_module)
+        try:
+            self._context.add_vm_module(vm_module)
+        except (ValueError, RuntimeError) as error:
+            raise SectionmarkError(_registration_failure(str(error), specs)) from None
         self.name = vm_module.name
         self._module = self._context.modules[vm_module.name]
 
@@ -76,6 +84,22 @@ def _vmfb_and_map(source: Any) -> tuple[bytes, Optional[SectionMap]]:
         return data, None  # a plain IREE module runs fine without a map
 
 
-def load(source: Union[Any, str, Path, bytes], device: str = "local-task") -> LoadedModule:
-    """Load a CompiledModule, a .vmfb path or its bytes on ``device`` (e.g. "local-task", "cuda")."""
-    return LoadedModule(source, device)
+def _registration_failure(message: str, specs: list) -> str:
+    """One line for a module the runtime would not load, saying what to pass when parameters are missing."""
+    detail = next((line.strip() for line in message.splitlines() if line.strip()), message)
+    if PARAMETERS_MODULE in detail and not specs:
+        return ("this module reads external parameters: pass parameters= (e.g. 'model=weights.irpa'; "
+                "'model' is iree-turbine's scope when none is given)")
+    return f"cannot load the module: {detail}"
+
+
+def load(
+    source: Union[Any, str, Path, bytes], device: str = "local-task", parameters: Parameters = None
+) -> LoadedModule:
+    """Load a CompiledModule, a .vmfb path or its bytes on ``device`` (e.g. "local-task", "cuda").
+
+    ``parameters``: the external parameter file(s) of a model exported with
+    ``aot.externalize_module_parameters``, each ``path`` or ``scope=path`` as
+    IREE's ``--parameters`` spells it (see `sectionmark.parameters`).
+    """
+    return LoadedModule(source, device, parameters)

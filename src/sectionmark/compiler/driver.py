@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Union
-
-from iree.compiler import ir
+from typing import Any, Optional, Sequence, Union
 
 from sectionmark.compiler.embed import embed_section_map, module_fingerprint, sidecar_path
 from sectionmark.compiler.flow import annotate_sites, restore_executable_locations
@@ -26,13 +24,13 @@ from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.session import PhasedCompilation
 from sectionmark.compiler.targets import target_flags
 from sectionmark.errors import SectionmarkError
-from sectionmark.exported import ExportedProgram
+from sectionmark.exported import SectionedExport, as_sectioned_export, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
-from sectionmark.locations import section_paths
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.section_map import CommandBuffer, DispatchSite, SectionMap
 
-Source = Union[ExportedProgram, str, Path]
+# A SectionedExport, iree-turbine's ExportOutput, MLIR text, or a .mlir/.mlirbc path.
+Source = Union[SectionedExport, Any, str, Path]
 
 # Last phase where fused dispatch bodies are inline and not yet deduplicated.
 SITES_PHASE = "dispatch-creation"
@@ -83,21 +81,33 @@ def compile(
     debug_groups: bool = True,
     input_type: Optional[str] = None,
 ) -> CompiledModule:
-    """Compile ``source`` (ExportedProgram, MLIR text, or a .mlir/.mlirbc path) for ``target``.
+    """Compile ``source`` for ``target``.
 
-    ``input_type`` defaults to the ExportedProgram's, else IREE's ``auto``.
+    ``source``: what ``sm.torch.export`` / ``sm.jax.export`` return,
+    iree-turbine's ``ExportOutput`` (an ``aot.export`` made inside
+    ``sm.torch.sections()``), MLIR text, or a .mlir/.mlirbc path. A live
+    module goes to the compiler as MLIR bytecode, never as text.
+    ``input_type`` defaults to the export's, else IREE's ``auto``.
     ``debug_groups=False`` records the section map without touching the
     command buffers.
     """
+    export = as_sectioned_export(source)
     if input_type is None:
-        input_type = source.input_type if isinstance(source, ExportedProgram) else "auto"
+        input_type = export.input_type if export is not None else "auto"
     flags = [*target_flags(target), f"--iree-input-type={input_type}", *extra_args]
+    return compile_with_flags(export if export is not None else source, flags, target, markers, debug_groups)
+
+
+def compile_with_flags(
+    source: Source, flags: Sequence[str], target: str, markers: bool = True, debug_groups: bool = True
+) -> CompiledModule:
+    """`compile` with exactly ``flags`` (all of them: target, input type, options); ``target`` names the map's."""
     compilation = PhasedCompilation(flags)
     try:
         _parse(compilation, source)
         if not markers:
             return CompiledModule(compilation.finish(), None, target)
-        declared = _declared_sections(compilation.parsed_module())
+        declared = list(module_sections(compilation.parsed_module()))
         sites = annotate_sites(compilation.advance(SITES_PHASE))
         restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
         module = compilation.advance(COMMANDS_PHASE)
@@ -113,11 +123,13 @@ def compile(
 
 
 def _parse(compilation: PhasedCompilation, source: Source) -> None:
-    if isinstance(source, ExportedProgram):
-        if source.module is not None:
-            compilation.parse_module(source.module)
+    export = as_sectioned_export(source)
+    if export is not None:
+        module = export.mlir_module
+        if module is not None:
+            compilation.parse_module(module)
         else:
-            compilation.parse_text(source.mlir)
+            compilation.parse_text(export.mlir)
     elif isinstance(source, Path) or (isinstance(source, str) and _looks_like_path(source)):
         path = Path(source)
         if not path.is_file():
@@ -127,25 +139,13 @@ def _parse(compilation: PhasedCompilation, source: Source) -> None:
         compilation.parse_text(source)
     else:
         raise SectionmarkError(
-            f"cannot compile a {type(source).__name__}; pass an ExportedProgram, MLIR text or a .mlir path"
+            f"cannot compile a {type(source).__name__}; pass an export (sm.torch.export, aot.export, sm.jax.export), "
+            "MLIR text or a .mlir path"
         )
 
 
 def _looks_like_path(text: str) -> bool:
     return "\n" not in text and "{" not in text and len(text) < 4096
-
-
-def _declared_sections(module) -> list[SectionPath]:
-    """Every section path in the locations of the module as parsed, in module order."""
-    found: dict[SectionPath, None] = {}
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        for path in section_paths(str(op.location)):
-            found.setdefault(path, None)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return list(found)
 
 
 def _sections(declared: list[SectionPath], sites: list[DispatchSite], buffers: list[CommandBuffer]) -> list[SectionPath]:

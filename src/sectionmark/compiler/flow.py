@@ -36,7 +36,7 @@ from typing import Optional
 from iree.compiler import ir
 from iree.compiler.passmanager import PassManager
 
-from sectionmark.compiler.weights import site_costs, site_op_counts
+from sectionmark.compiler.weights import LocationPaths, site_costs, site_op_counts
 from sectionmark.errors import SectionmarkError
 from sectionmark.locations import section_path, strip_sectionmark_names
 from sectionmark.paths import SectionPath
@@ -72,8 +72,9 @@ def annotate_sites(module: ir.Operation) -> list[DispatchSite]:
     if len(originals) != len(copies):
         raise SectionmarkError("internal error: generalizing linalg ops changed the dispatch sites")
     sites: list[DispatchSite] = []
+    paths = LocationPaths()  # a site and its generalized copy share their locations
     for index, ((site, function), (copy, _)) in enumerate(zip(originals, copies)):
-        sites.append(_composition(site, copy, function, index))
+        sites.append(_composition(site, copy, function, index, paths))
         site.location = ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=site.location, context=site.context)
     return sites
 
@@ -140,10 +141,12 @@ def _site_ops(module: ir.Operation) -> list[tuple[ir.Operation, str]]:
     return sites
 
 
-def _composition(site: ir.Operation, generalized: ir.Operation, function: str, index: int) -> DispatchSite:
+def _composition(
+    site: ir.Operation, generalized: ir.Operation, function: str, index: int, paths: LocationPaths
+) -> DispatchSite:
     """The site's shares by estimated cost, else by op count, else its root op's section."""
-    counts = site_op_counts(site)
-    costs = site_costs(generalized)
+    counts = site_op_counts(site, paths)
+    costs = site_costs(generalized, paths)
     total_cost = sum(cost.value for cost in costs.values()) if costs is not None else 0.0
     if total_cost > 0:
         rule = "cost"

@@ -75,13 +75,40 @@ class Unsized(Exception):
     """An op whose cost cannot be estimated statically."""
 
 
-def walk_body(site: ir.Operation, visit: Callable[[ir.Operation, Optional[SectionPath]], ir.WalkResult]) -> None:
+class LocationPaths:
+    """The section path of each op's location, every distinct location printed once.
+
+    Printing a torch location (a chain of call sites) costs ~10 µs, and the
+    ops of a site share a few locations; locations are uniqued in their
+    context, so their attribute is a key that needs no printing. Keep one for
+    one analysis, not longer: it holds the compiler's context alive.
+    """
+
+    __slots__ = ("_paths",)
+
+    def __init__(self) -> None:
+        self._paths: dict[ir.Attribute, Optional[SectionPath]] = {}
+
+    def __call__(self, op: ir.Operation) -> Optional[SectionPath]:
+        location = op.location
+        key = location.attr
+        if key not in self._paths:
+            self._paths[key] = section_path(str(location))
+        return self._paths[key]
+
+
+def walk_body(
+    site: ir.Operation,
+    visit: Callable[[ir.Operation, Optional[SectionPath]], ir.WalkResult],
+    paths: Optional[LocationPaths] = None,
+) -> None:
     """Call ``visit(op, path)`` for each op of the site's body, pre-order.
 
     ``path`` is the op's own section, else its enclosing op's: the implicit
     bodies of named linalg ops (``linalg.matmul``) have unknown locations.
     The workgroup-count region after the body is not visited.
     """
+    paths = paths or LocationPaths()
     path_of: dict[ir.Operation, Optional[SectionPath]] = {site: None}
 
     def step(op: ir.Operation) -> ir.WalkResult:
@@ -90,40 +117,48 @@ def walk_body(site: ir.Operation, visit: Callable[[ir.Operation, Optional[Sectio
         parent = op.parent
         if op.name == "flow.return" and parent == site:
             return ir.WalkResult.INTERRUPT
-        path = path_of[op] = section_path(str(op.location)) or path_of[parent]
+        path = path_of[op] = paths(op) or path_of[parent]
         return visit(op, path)
 
     site.walk(step, ir.WalkOrder.PRE_ORDER)
 
 
-def site_costs(site: ir.Operation) -> Optional[dict[Optional[SectionPath], Cost]]:
+def site_costs(
+    site: ir.Operation, paths: Optional[LocationPaths] = None
+) -> Optional[dict[Optional[SectionPath], Cost]]:
     """Cost of each section's ops in a dispatch site (``None`` key: ops in no section).
 
     ``site`` must have its named linalg ops generalized (see flow.py). Returns
     None when some op cannot be sized.
     """
+    paths = paths or LocationPaths()
     costs: dict[Optional[SectionPath], Cost] = defaultdict(Cost)
     sized = True
+    # Results of the dispatch's input loads; a load precedes its readers in the walk. (Asking a
+    # value for its ``owner`` gives a typed op view: the first one imports the dialect's Python package.)
+    loaded: set[ir.Value] = set()
 
     def visit(op: ir.Operation, path: Optional[SectionPath]) -> ir.WalkResult:
         nonlocal sized
         try:
+            if op.name == LOAD_OP:
+                loaded.update(op.results)
             if "indexing_maps" in op.attributes:
-                _structured_cost(op, path, costs)
+                _structured_cost(op, path, costs, loaded, paths)
                 return ir.WalkResult.SKIP
             if _is_free(op) or not _has_tensors(op):
                 return ir.WalkResult.ADVANCE
-            _opaque_cost(op, path, costs)
+            _opaque_cost(op, path, costs, loaded)
             return ir.WalkResult.SKIP
         except Unsized:  # exceptions must not cross the C++ walk
             sized = False
             return ir.WalkResult.INTERRUPT
 
-    walk_body(site, visit)
+    walk_body(site, visit, paths)
     return dict(costs) if sized else None
 
 
-def site_op_counts(site: ir.Operation) -> Counter:
+def site_op_counts(site: ir.Operation, paths: Optional[LocationPaths] = None) -> Counter:
     """The fallback rule: counted ops of the site's body by section path.
 
     Counted: ops without regions except bookkeeping (data movement, constants,
@@ -150,13 +185,15 @@ def site_op_counts(site: ir.Operation) -> Counter:
             parent = parent.parent
         return ir.WalkResult.ADVANCE
 
-    walk_body(site, visit)
+    walk_body(site, visit, paths)
     for container in empty_containers:
         counts[path_of[container]] += 1
     return counts
 
 
-def _structured_cost(op: ir.Operation, path: Optional[SectionPath], costs: dict) -> None:
+def _structured_cost(
+    op: ir.Operation, path: Optional[SectionPath], costs: dict, loaded: set[ir.Value], paths: LocationPaths
+) -> None:
     maps = [ir.AffineMapAttr(attr).value for attr in ir.ArrayAttr(op.attributes["indexing_maps"])]
     sizes = _dim_sizes(op, maps)
     points = 1
@@ -176,13 +213,13 @@ def _structured_cost(op: ir.Operation, path: Optional[SectionPath], costs: dict)
             elif all(operand in index_values for operand in inner.operands):
                 index_values.update(inner.results)  # index arithmetic: addressing, not work
             else:
-                costs[section_path(str(inner.location)) or path].flops += points
+                costs[paths(inner) or path].flops += points
             if inner.name in ("linalg.index", "arith.constant"):
                 index_values.update(inner.results)
             return ir.WalkResult.ADVANCE
 
         op.walk(count, ir.WalkOrder.PRE_ORDER)
-    _charge_loads(op, path, costs, body)
+    _charge_loads(op, path, costs, body, loaded, paths)
 
 
 def _attention_flops(maps: list, sizes: dict[int, int], points: int) -> int:
@@ -212,15 +249,23 @@ def _scalar_body(op: ir.Operation) -> Optional[ir.Block]:
     return None if any(_is_shaped(argument.type) for argument in block.arguments) else block
 
 
-def _charge_loads(op: ir.Operation, path: Optional[SectionPath], costs: dict, body: Optional[ir.Block]) -> None:
-    """Bytes of the operands loaded from dispatch inputs, split between the body ops that read them."""
+def _charge_loads(
+    op: ir.Operation,
+    path: Optional[SectionPath],
+    costs: dict,
+    body: Optional[ir.Block],
+    loaded: set[ir.Value],
+    paths: LocationPaths,
+) -> None:
+    """Bytes of the operands loaded from dispatch inputs (``loaded``), split between the body ops that read them."""
     arguments = list(body.arguments) if body is not None and op.name.startswith("linalg.") else []
+    users = _argument_users(op, arguments) if arguments else []
     for number, operand in enumerate(op.operands):
-        if not _is_load(operand):
+        if operand not in loaded:
             continue
         readers = [path]
         if number < len(arguments):
-            readers = [_reader_path(use.owner, path) for use in arguments[number].uses]
+            readers = [_reader_path(user, path, paths) for user in users[number]]
             if not readers:
                 continue  # an output operand whose old value the body never reads
         size = _tensor_bytes(operand.type)
@@ -228,14 +273,33 @@ def _charge_loads(op: ir.Operation, path: Optional[SectionPath], costs: dict, bo
             costs[reader].bytes += size / len(readers)
 
 
-def _reader_path(owner, path: Optional[SectionPath]) -> Optional[SectionPath]:
-    owner = owner.operation if isinstance(owner, ir.OpView) else owner
-    if owner.name in _FREE_BODY_OPS:  # copied straight to the output: the op's own read
+def _argument_users(op: ir.Operation, arguments: list[ir.Value]) -> list[list[ir.Operation]]:
+    """For each body argument, the ops of the body that read it, once per use.
+
+    Found by a walk: ``Value.uses`` gives typed op views, whose first use
+    imports the dialect's Python package (linalg's: ~0.1 s, a few % of a compile).
+    """
+    users: list[list[ir.Operation]] = [[] for _ in arguments]
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        if inner != op:
+            for operand in inner.operands:
+                for number, argument in enumerate(arguments):
+                    if operand == argument:
+                        users[number].append(inner)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return users
+
+
+def _reader_path(reader: ir.Operation, path: Optional[SectionPath], paths: LocationPaths) -> Optional[SectionPath]:
+    if reader.name in _FREE_BODY_OPS:  # copied straight to the output: the op's own read
         return path
-    return section_path(str(owner.location)) or path
+    return paths(reader) or path
 
 
-def _opaque_cost(op: ir.Operation, path: Optional[SectionPath], costs: dict) -> None:
+def _opaque_cost(op: ir.Operation, path: Optional[SectionPath], costs: dict, loaded: set[ir.Value]) -> None:
     """An op without indexing maps (gather, scatter, sort, ...): one FLOP per result element."""
     elements = 0
     for result in op.results:
@@ -243,7 +307,7 @@ def _opaque_cost(op: ir.Operation, path: Optional[SectionPath], costs: dict) -> 
             elements += _elements(result.type)
     costs[path].flops += elements
     for operand in op.operands:
-        if _is_load(operand):
+        if operand in loaded:
             costs[path].bytes += _tensor_bytes(operand.type)
 
 
@@ -277,11 +341,6 @@ def _is_shaped(value_type: ir.Type) -> bool:
 
 def _has_tensors(op: ir.Operation) -> bool:
     return any(_is_shaped(value.type) for value in [*op.operands, *op.results])
-
-
-def _is_load(value: ir.Value) -> bool:
-    owner = value.owner
-    return isinstance(owner, (ir.Operation, ir.OpView)) and owner.operation.name == LOAD_OP
 
 
 def _elements(value_type: ir.Type) -> int:

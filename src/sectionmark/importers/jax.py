@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 import jax
 from jax._src import source_info_util
 
-from sectionmark.exported import ExportedProgram, warn_empty_sections
+from sectionmark.exported import SectionedExport, warn_empty_sections
 from sectionmark.locations import path_from_jax_name_stack
 from sectionmark.paths import encode_jax_scope
 
@@ -39,7 +39,7 @@ def enter_named_scope(name: str):
     return scope
 
 
-def export(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ExportedProgram:
+def export(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SectionedExport:
     """Lower ``fn`` (plain or ``jax.jit``-ed) for ``args`` to StableHLO MLIR with locations."""
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     _entered.paths = {}
@@ -48,6 +48,6 @@ def export(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ExportedProgram
         entered = list(_entered.paths)
     finally:
         _entered.paths = None
-    exported = ExportedProgram(mlir=lowered.as_text(debug_info=True), input_type="stablehlo", framework="jax")
+    exported = SectionedExport(text=lowered.as_text(debug_info=True), input_type="stablehlo", framework="jax")
     warn_empty_sections(entered, exported.sections)
     return exported

@@ -21,8 +21,8 @@ Neither needs any sectionmark scope: a program exported with plain
 
 Import. `sections` is the scope that turns those paths into MLIR locations
 (`export` runs inside it). What a thread exports, decomposes and imports
-inside one is changed in two ways, by patches installed once for the process
-while any scope is open and acting only on threads inside one:
+inside one is changed in three ways, by patches installed once for the
+process while any scope is open and acting only on threads inside one:
 
 * iree-turbine's FX importer gives each op the location plain iree-turbine
   gives it, wrapped in a NameLoc ``sectionmark:<path>`` (`_tagging_locations`);
@@ -32,7 +32,11 @@ while any scope is open and acting only on threads inside one:
   joint forward+backward graph once more: both run a graph's generated code
   and record its ops without that graph's node meta. `_carry_sections` gives
   each op the sections of its node back, with " (backward)" on backward ops
-  (torch gives backward nodes their forward node's sections).
+  (torch gives backward nodes their forward node's sections);
+* ``aot.jittable`` functions of a ``CompiledModule`` keep sections: jittable
+  runs the model's Python under make_fx, outside torch.export, where
+  sections would stay eager; there they annotate the graph's node meta as in
+  non-strict export (`_annotating_jittable_traces`).
 """
 
 from __future__ import annotations
@@ -42,16 +46,19 @@ import itertools
 import re
 import threading
 import warnings
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import torch
 import torch.fx.traceback as fx_traceback
 from torch._guards import TracingContext
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.exported import ExportedProgram, warn_empty_sections
+from sectionmark.exported import warn_empty_sections
 from sectionmark.markers import TORCH_ANNOTATION_PREFIX as ANNOTATION_PREFIX
 from sectionmark.paths import BACKWARD_SUFFIX, LOC_PREFIX, SectionPath, encode_path
+
+if TYPE_CHECKING:
+    from sectionmark.importers.turbine import TorchExport
 
 __all__ = ["export", "export_training_step", "sections", "node_section_path"]
 
@@ -63,9 +70,10 @@ def enter_export_scope(name: str) -> Optional["_ExportSection"]:
 
     Called while ``torch.compiler.is_exporting()``, which is true for every
     thread as long as any thread exports; torch's tracing context is set only
-    on the exporting one.
+    on the exporting one. ``aot.jittable`` traces outside torch.export, on
+    this thread only (see `_annotating_jittable_traces`).
     """
-    if TracingContext.try_get() is None:
+    if TracingContext.try_get() is None and not _this_thread.tracing_jittable:
         return None
     scope = _ExportSection(name)
     scope.__enter__()
@@ -144,6 +152,7 @@ class _ThreadScopes(threading.local):
         self.traced_code: Optional[dict[str, _TracedCode]] = None  # see _carrying_sections_through_retraces
         self.op_locations: Optional[_OpLocations] = None  # inside GraphNodeImporter.import_nodes
         self.entered: Optional[dict[SectionPath, None]] = None  # sections entered by `export` (non-strict)
+        self.tracing_jittable = False  # inside aot.jittable's trace of the model's Python
 
 
 _this_thread = _ThreadScopes()
@@ -181,13 +190,21 @@ def sections(auto_modules: bool = False) -> Iterator[None]:
 
 
 def _install_hooks() -> Callable[[], None]:
-    """Patch the importer and torch where sections would be lost; returns the undo."""
+    """Patch the importer, torch and turbine where sections would be lost; returns the undo."""
+    import sys
+
+    import iree.turbine.aot  # noqa: F401 - loads the jittable module patched below
     import torch._functorch.aot_autograd as aot_autograd
     import torch.export.exported_program as exported_program
     from iree.compiler.extras.fx_importer import ContextCache, GraphNodeImporter
     from torch._higher_order_ops.wrap import WrapWithAutocast, WrapWithSetGradEnabled
 
+    from sectionmark import markers
+
+    markers._bind_torch_probes()  # bound lazily otherwise, which would undo the patch of the probe
     patches = [
+        (sys.modules["iree.turbine.aot.builtins.jittable"], "functorch_functionalize", _annotating_jittable_traces),
+        (markers, "_torch_exporting", _exporting_or_tracing_jittable),
         (ContextCache, "get_node_location", _tagging_locations),
         (GraphNodeImporter, "import_nodes", _importing_ops),
         (WrapWithSetGradEnabled, "__call__", _recording_regions),
@@ -204,6 +221,36 @@ def _install_hooks() -> Callable[[], None]:
             setattr(owner, name, original)
 
     return remove
+
+
+def _annotating_jittable_traces(original: Callable) -> Callable:
+    """``functorch_functionalize``: where ``aot.jittable`` runs the model's Python.
+
+    It traces with make_fx, outside torch.export, where sections stay eager
+    and the graph gets no sections. Inside a scope they annotate its nodes as
+    in non-strict export; jittable's Dynamo trace of that graph then keeps
+    each node's sections.
+    """
+
+    def functorch_functionalize(*args: Any, **kwargs: Any):
+        if not _this_thread.auto_modules:
+            return original(*args, **kwargs)
+        outer, _this_thread.tracing_jittable = _this_thread.tracing_jittable, True
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _this_thread.tracing_jittable = outer
+
+    return functorch_functionalize
+
+
+def _exporting_or_tracing_jittable(original: Callable[[], bool]) -> Callable[[], bool]:
+    """The markers' probe ``torch.compiler.is_exporting``, also true while this thread traces a jittable."""
+
+    def is_exporting() -> bool:
+        return original() or _this_thread.tracing_jittable
+
+    return is_exporting
 
 
 class _OpLocations:
@@ -375,50 +422,62 @@ def _traced_path(node: torch.fx.Node, traced: dict[str, _TracedCode]) -> Optiona
 
 def export(
     model: Any,
-    args: tuple = (),
+    /,
+    *example_args: torch.Tensor,
+    args: Optional[tuple] = None,
     kwargs: Optional[dict[str, Any]] = None,
-    *,
     dynamic_shapes: Any = None,
+    module_name: Optional[str] = None,
+    function_name: Optional[str] = None,
     strict_export: bool = True,
+    import_symbolic_shape_expressions: bool = False,
+    arg_device: Optional[dict[int, Any]] = None,
     auto_modules: bool = False,
-    function_name: str = "main",
-) -> ExportedProgram:
-    """Export with iree-turbine's ``aot.export``, keeping section names.
+) -> "TorchExport":
+    """iree-turbine's ``aot.export``, keeping section names: same arguments, same defaults.
 
-    ``model`` is an ``nn.Module`` (traced here with ``args``/``kwargs``), a
-    ``torch.export.ExportedProgram`` or an ``aot.FxProgramsBuilder`` (several
-    functions, e.g. prefill and decode; declare them inside `sections` when
-    they have no_grad regions, as each is exported and decomposed right away). ``strict_export`` selects TorchDynamo
-    (the default, as in ``aot.export``) or Python (non-strict) export; both
-    carry sections. ``auto_modules`` names unmarked ops after their
-    ``nn.Module`` path.
+    ``model`` is an ``nn.Module`` (traced here with ``args``/``kwargs`` or
+    positional example tensors), a ``torch.export.ExportedProgram``, an
+    ``aot.FxProgramsBuilder`` (several functions, e.g. prefill and decode;
+    declare them inside `sections` when they have no_grad regions, as each is
+    exported and decomposed right away) or an ``aot.CompiledModule`` class.
+    ``strict_export`` selects TorchDynamo (the default, as in ``aot.export``)
+    or Python (non-strict) export; both carry sections. ``auto_modules``
+    names unmarked ops after their ``nn.Module`` path. The result is turbine's
+    ``ExportOutput`` with ``sections`` (see `TorchExport`).
     """
     from iree.turbine import aot
 
-    if isinstance(model, torch.nn.Module):
-        export_arguments = dict(args=tuple(args), kwargs=kwargs, dynamic_shapes=dynamic_shapes,
-                                strict_export=strict_export, function_name=function_name)
-    elif isinstance(model, (torch.export.ExportedProgram, aot.FxPrograms)):
-        if args or kwargs or dynamic_shapes is not None:
-            raise SectionmarkError(f"args, kwargs and dynamic_shapes apply to an nn.Module; this "
-                                   f"{type(model).__name__} was already exported with its own")
-        export_arguments = dict(function_name=function_name) if isinstance(model, torch.export.ExportedProgram) else {}
+    from sectionmark.importers.turbine import TorchExport
+
+    is_compiled_module = isinstance(model, type) and issubclass(model, aot.CompiledModule)
+    if not (isinstance(model, (torch.nn.Module, torch.export.ExportedProgram, aot.FxPrograms)) or is_compiled_module):
+        raise SectionmarkError("sm.torch.export takes an nn.Module, a torch.export.ExportedProgram, an "
+                               f"iree.turbine.aot.FxProgramsBuilder or a CompiledModule class, got {_kind(model)}")
+    if not isinstance(model, torch.nn.Module):
+        if example_args or args is not None or kwargs is not None or dynamic_shapes is not None:
+            raise SectionmarkError(f"example arguments, args, kwargs and dynamic_shapes apply to an nn.Module; this "
+                                   f"{_kind(model)} was already exported with its own")
         _warn_if_joint_graph_without_sections(model)
-    else:
-        raise SectionmarkError("sm.torch.export takes an nn.Module, a torch.export.ExportedProgram or an "
-                               f"iree.turbine.aot.FxProgramsBuilder, got {type(model).__name__}")
     _this_thread.entered = {}
     try:
         with sections(auto_modules), _without_export_notices():
-            output = aot.export(model, **export_arguments)
+            output = aot.export(
+                model, *example_args, args=args, kwargs=kwargs, dynamic_shapes=dynamic_shapes,
+                module_name=module_name, function_name=function_name, strict_export=strict_export,
+                import_symbolic_shape_expressions=import_symbolic_shape_expressions, arg_device=arg_device,
+            )
         entered = list(_this_thread.entered)
     finally:
         _this_thread.entered = None
-    module = output.mlir_module
-    text = module.get_asm(enable_debug_info=True)
-    exported = ExportedProgram(mlir=text, input_type="torch", framework="torch", module=module)
-    warn_empty_sections(entered, exported.sections)
+    exported = TorchExport(output)
+    if entered:  # only non-strict export records the sections it entered
+        warn_empty_sections(entered, exported.sections)
     return exported
+
+
+def _kind(model: Any) -> str:
+    return f"class {model.__name__}" if isinstance(model, type) else type(model).__name__
 
 
 @contextlib.contextmanager
@@ -443,8 +502,8 @@ def export_training_step(
     dynamic_shapes: Any = None,
     strict_export: bool = True,
     auto_modules: bool = False,
-    function_name: str = "main",
-) -> ExportedProgram:
+    function_name: Optional[str] = None,
+) -> "TorchExport":
     """Export one training step of ``model``: forward, loss and backward, keeping section names.
 
     ``model(*args, **kwargs)`` returns a tuple whose ``loss_index`` element is

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path
+from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.ireeprof import Profile, read_profile
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, run_profile
@@ -57,6 +58,7 @@ def profile(
     keep_profile_inputs: Sequence[Union[str, Path]] = (),
     quiet: bool = False,
     timeout: Optional[float] = DEFAULT_TIMEOUT_S,
+    parameters: Parameters = None,
 ) -> ProfileSession:
     """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
 
@@ -71,7 +73,10 @@ def profile(
     .tracy capture on CUDA/HIP), atomically and never onto the module or one
     of ``keep_profile_inputs`` (checked before the run). ``timeout``: seconds
     the profiled tool may run (None: no limit).
+    ``parameters``: external parameter file(s), ``path`` or ``scope=path`` as
+    IREE's ``--parameters`` spells them (see `sectionmark.load`).
     """
+    specs = parameter_specs(parameters)
     if keep_profile is not None:
         module_file = [compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else []
         protected = [*keep_profile_inputs, *module_file]
@@ -85,6 +90,7 @@ def profile(
         run = run_profile(
             vmfb, args, directory, function=function, device=device, iterations=iterations, warmup=warmup, quiet=quiet,
             timeout=timeout,
+            parameters=specs,
         )
         if keep_profile is not None:
             with atomic_path(keep_profile, protected) as temporary:

@@ -34,6 +34,7 @@ import numpy as np
 from rich.console import Console
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.parameters import tool_flags
 from sectionmark.profiling.tools import exit_description, find_tool, last_useful_line
 
 PROFILING_MODES = "queue-events,host-execution,executable-metadata"
@@ -99,18 +100,21 @@ def benchmark_command(
     device: str,
     calls: int,
     profile_path: Path | None,
+    parameters: Sequence[tuple[str, Path]] = (),
 ) -> list[str]:
     """The iree-benchmark-module command line for ``device``; no measurement without a path.
 
     CUDA/HIP: the tracing runtime's tool with dispatch zones on (the capture
     around it writes ``profile_path``); other devices: the plain tool with
-    HAL-native profiling into ``profile_path``.
+    HAL-native profiling into ``profile_path``. ``parameters``: external
+    parameter files as ``(scope, path)`` (`sectionmark.parameters.parameter_specs`).
     """
     driver = device_driver(device)
     traced = driver in TRACED_DRIVERS
     command = [
         str(find_tool("iree-benchmark-module", tracing=traced)),
         f"--device={device}",
+        *tool_flags(parameters),
         f"--module={vmfb}",
         f"--function={function}",
         *[f"--input=@{path}" for path in inputs],
@@ -155,6 +159,7 @@ def run_profile(
     warmup: int = 3,
     quiet: bool = False,
     timeout: Optional[float] = DEFAULT_TIMEOUT_S,
+    parameters: Sequence[tuple[str, Path]] = (),
 ) -> ProfileRun:
     """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy.
 
@@ -174,7 +179,8 @@ def run_profile(
     profile_path.unlink(missing_ok=True)
     calls = iterations + warmup
     command = benchmark_command(
-        vmfb, function, write_inputs(args, directory), device=device, calls=calls, profile_path=profile_path
+        vmfb, function, write_inputs(args, directory), device=device, calls=calls, profile_path=profile_path,
+        parameters=parameters,
     )
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
     start = time.perf_counter()
