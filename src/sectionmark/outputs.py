@@ -31,7 +31,22 @@ os.umask(_UMASK)
 
 
 def check_output_path(path: PathLike, inputs: Iterable[PathLike] = ()) -> Path:
-    """The output path, or one clear error if writing it would lose something."""
+    """The output path, or one clear error if writing it would lose something or cannot succeed.
+
+    For checking ahead (before a long run); `atomic_path` does the same checks
+    as it creates its temporary file.
+    """
+    target = _refuse_destructive(path, inputs)
+    try:  # a file can be created there (a long run must not fail only at the end)
+        with tempfile.TemporaryFile(dir=target.parent):
+            pass
+    except OSError as error:
+        raise _cannot_create(target, error) from None
+    return target
+
+
+def _refuse_destructive(path: PathLike, inputs: Iterable[PathLike]) -> Path:
+    """The output path, unless it is empty, not a regular file, an input, or in a missing directory."""
     text = os.fspath(path)
     if not text.strip():
         raise SectionmarkError("an output file name is empty")
@@ -50,12 +65,11 @@ def check_output_path(path: PathLike, inputs: Iterable[PathLike] = ()) -> Path:
             raise SectionmarkError(f"refusing to write {target}: it is also an input of this command")
     if not target.parent.is_dir():
         raise SectionmarkError(f"cannot write {target}: directory {target.parent} does not exist")
-    try:  # a file can be created there (a long run must not fail only at the end)
-        with tempfile.TemporaryFile(dir=target.parent):
-            pass
-    except OSError as error:
-        raise SectionmarkError(f"cannot write {target}: {error.strerror or error} (in {target.parent})") from None
     return target
+
+
+def _cannot_create(target: Path, error: OSError) -> SectionmarkError:
+    return SectionmarkError(f"cannot write {target}: {error.strerror or error} (in {target.parent})")
 
 
 @contextlib.contextmanager
@@ -65,11 +79,11 @@ def atomic_path(path: PathLike, inputs: Iterable[PathLike] = ()) -> Iterator[Pat
     For writers that want a file name (matplotlib, a capture tool). On any
     error the temporary file is removed and ``path`` is untouched.
     """
-    target = check_output_path(path, inputs)
-    try:
+    target = _refuse_destructive(path, inputs)
+    try:  # also the check that a file can be created there
         descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     except OSError as error:
-        raise SectionmarkError(f"cannot write {target}: {error.strerror}") from None
+        raise _cannot_create(target, error) from None
     os.close(descriptor)
     temporary_path = Path(temporary)
     try:
