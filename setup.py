@@ -1,9 +1,9 @@
 """Only the optional C extension lives here; everything else is in pyproject.toml.
 
 `optional=True`: without a C compiler the install still succeeds and
-sectionmark uses its Python zone stack (sectionmark.zonestack).
+sectionmark uses its Python zone stack (sectionmark.markers.zonestack).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("sectionmark._zonestack", ["src/sectionmark/_zonestack.c"], optional=True)])
+setup(ext_modules=[Extension("sectionmark.markers._zonestack", ["src/sectionmark/markers/_zonestack.c"], optional=True)])

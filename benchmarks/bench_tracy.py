@@ -5,7 +5,7 @@
 Prints, in one run:
   * eager section enter+exit with tracing on, in ns, and its ratio to the bare
     Tracy begin+end ctypes calls a user would write by hand (the C zone stack,
-    sectionmark._zonestack, calls the same two functions directly; the Python
+    sectionmark.markers._zonestack, calls the same two functions directly; the Python
     zone stack, the fallback without a C compiler, calls them through ctypes);
   * eager section enter+exit with tracing off, and its ratio to an empty
     context manager;
@@ -45,7 +45,7 @@ def child(iterations: int, rounds: int, stack: str, result_path: str) -> None:
     every exit also asks the previous one).
     """
     import sectionmark as sm
-    from sectionmark import markers
+    from sectionmark.markers import marker as markers
     from sectionmark.tracy import client as tracy_client
 
     tracy = tracy_client.client()
@@ -118,7 +118,7 @@ def main() -> None:
         return
 
     from sectionmark.tracy.capture import capture_command
-    from sectionmark import zonestack
+    from sectionmark.markers import zonestack
     from sectionmark.tracy.reader import read_capture
 
     stacks = ["c", "python"] if zonestack.c_extension_available() else ["python"]

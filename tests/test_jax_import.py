@@ -46,7 +46,7 @@ def test_names_with_odd_characters_survive():
 
 
 def test_eager_use_outside_jit_adds_no_jax_scope():
-    from sectionmark import markers
+    from sectionmark.markers import marker as markers
 
     with sm.section("eager"):
         assert markers._scopes.depth() == 0  # no jax named_scope entered
@@ -93,7 +93,7 @@ def test_a_section_without_ops_is_reported_in_one_warning_line():
 
 def test_a_jax_export_saves_as_text_and_refuses_bytecode_in_one_line(tmp_path):
     from sectionmark.errors import SectionmarkError
-    from sectionmark.exported import find_sections
+    from sectionmark.importers.exported import find_sections
 
     exported = sm.jax.export(loss, *ARGS)
     assert find_sections(exported.save_mlir(tmp_path / "loss.mlir").read_text(encoding="utf-8")) == exported.sections

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import sectionmark as sm
-from sectionmark import markers, zonestack
+from sectionmark.markers import marker as markers, zonestack
 from zone_stacks import KINDS, make_stack
 
 

@@ -282,7 +282,7 @@ class OddNames(torch.nn.Module):
 def test_odd_names_survive_the_mlir_text_byte_exactly(tmp_path):
     exported = sm.torch.export(OddNames(), args=(torch.randn(3),))
     saved = exported.save_mlir(tmp_path / "odd.mlir")
-    from sectionmark.exported import find_sections
+    from sectionmark.importers.exported import find_sections
 
     expected = [(name,) for name in ODD_NAMES] + [(ODD_NAMES[0], "a/b")]
     assert list(find_sections(saved.read_text(encoding="utf-8"))) == expected
@@ -315,7 +315,7 @@ def patched_places():
     from iree.compiler.extras.fx_importer import ContextCache, GraphNodeImporter
     from torch._higher_order_ops.wrap import WrapWithAutocast, WrapWithSetGradEnabled
 
-    from sectionmark import markers
+    from sectionmark.markers import marker as markers
 
     places = [(ContextCache, "get_node_location"), (GraphNodeImporter, "import_nodes"),
               (WrapWithSetGradEnabled, "__call__"), (WrapWithAutocast, "__call__"),

@@ -20,7 +20,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sectionmark import zonestack
+from sectionmark.markers import zonestack
 from sectionmark.errors import SectionmarkError
 from sectionmark.tracy import capture_command, read_capture, zone_stats
 from sectionmark.tracy.reader import Capture, Track, Zone, implausible_zone
@@ -427,12 +427,12 @@ def test_missing_capture_tool_is_a_clear_error(tmp_path):
 def test_a_program_leaving_sections_open_finishes_and_its_capture_is_readable(tmp_path, use_c):
     """Left open at exit, on a thread that ended (daemon too), entered on one thread and left on another."""
     if use_c and not zonestack.c_extension_available():
-        pytest.skip("sectionmark._zonestack not built")
+        pytest.skip("sectionmark.markers._zonestack not built")
     started = time.monotonic()
     capture = run_captured(tmp_path, "left_open", f"""
         import threading
         import sectionmark as sm
-        from sectionmark import markers
+        from sectionmark.markers import marker as markers
         from sectionmark.tracy import TracyZones
 
         markers.set_zone_emitter(TracyZones(use_c={use_c}))

@@ -25,7 +25,7 @@ from test_torch_import import STACK_SECTIONS, Stack, assert_stack_paths, locatio
 import sectionmark as sm
 from sectionmark.compiler import read_section_map
 from sectionmark.errors import SectionmarkError
-from sectionmark.exported import find_sections
+from sectionmark.importers.exported import find_sections
 from sectionmark.paths import LOC_PREFIX
 
 

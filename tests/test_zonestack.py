@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sectionmark import zonestack
+from sectionmark.markers import zonestack
 from zone_stacks import KINDS, make_stack
 
 MARKERS = [object() for _ in range(4)]
@@ -53,7 +53,7 @@ def replay(kind, steps):
     return recorder, results
 
 
-@pytest.mark.skipif(not zonestack.c_extension_available(), reason="sectionmark._zonestack not built")
+@pytest.mark.skipif(not zonestack.c_extension_available(), reason="sectionmark.markers._zonestack not built")
 @settings(max_examples=300, deadline=None)
 @given(operations)
 def test_python_and_c_stacks_agree_and_close_innermost_first(steps):

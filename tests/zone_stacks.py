@@ -9,13 +9,13 @@ import ctypes
 
 import pytest
 
-from sectionmark import zonestack
+from sectionmark.markers import zonestack
 
 BEGIN_C = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int32)
 END_C = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
 
 KINDS = ["python", pytest.param("c", marks=pytest.mark.skipif(
-    not zonestack.c_extension_available(), reason="sectionmark._zonestack not built (no C compiler)"))]
+    not zonestack.c_extension_available(), reason="sectionmark.markers._zonestack not built (no C compiler)"))]
 
 
 def make_stack(kind, begin, end, name_thread=None):

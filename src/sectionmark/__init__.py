@@ -19,7 +19,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _LAZY = {
-    "SectionedExport": ("sectionmark.exported", "SectionedExport"),
+    "SectionedExport": ("sectionmark.importers.exported", "SectionedExport"),
     "torch": ("sectionmark.importers.torch", None),
     "jax": ("sectionmark.importers.jax", None),
     "compile": ("sectionmark.compiler", "compile"),

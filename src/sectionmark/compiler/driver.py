@@ -24,7 +24,7 @@ from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.session import PhasedCompilation
 from sectionmark.compiler.targets import target_flags
 from sectionmark.errors import SectionmarkError
-from sectionmark.exported import SectionedExport, as_sectioned_export, module_sections
+from sectionmark.importers.exported import SectionedExport, as_sectioned_export, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.section_map import CommandBuffer, DispatchSite, SectionMap

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 import jax
 from jax._src import source_info_util
 
-from sectionmark.exported import SectionedExport, warn_empty_sections
+from sectionmark.importers.exported import SectionedExport, warn_empty_sections
 from sectionmark.locations import path_from_jax_name_stack
 from sectionmark.paths import encode_jax_scope
 

@@ -53,8 +53,8 @@ import torch.fx.traceback as fx_traceback
 from torch._guards import TracingContext
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.exported import warn_empty_sections
-from sectionmark.markers import TORCH_ANNOTATION_PREFIX as ANNOTATION_PREFIX
+from sectionmark.importers.exported import warn_empty_sections
+from sectionmark.markers.marker import TORCH_ANNOTATION_PREFIX as ANNOTATION_PREFIX
 from sectionmark.paths import BACKWARD_SUFFIX, LOC_PREFIX, SectionPath, encode_path
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ def _install_hooks() -> Callable[[], None]:
     from iree.compiler.extras.fx_importer import ContextCache, GraphNodeImporter
     from torch._higher_order_ops.wrap import WrapWithAutocast, WrapWithSetGradEnabled
 
-    from sectionmark import markers
+    from sectionmark.markers import marker as markers
 
     markers._bind_torch_probes()  # bound lazily otherwise, which would undo the patch of the probe
     patches = [

@@ -18,7 +18,7 @@ from iree.compiler.api import Output
 from iree.turbine.aot import ExportOutput
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.exported import SectionedExport
+from sectionmark.importers.exported import SectionedExport
 
 __all__ = ["TorchExport"]
 

@@ -13,7 +13,7 @@ zones in the same capture as IREE's own. Three things live here:
 Tracy does not check nesting in this build: a zone closed out of order
 silently corrupts times. So both zone kinds only ever close the innermost
 open zone: eager sections through the per-thread stacks of
-`sectionmark.zonestack`, `GpuTimeline` through its own.
+`sectionmark.markers.zonestack`, `GpuTimeline` through its own.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Optional, Union
 
-from sectionmark import markers, zonestack
+from sectionmark.markers import marker as markers, zonestack
 from sectionmark.errors import SectionmarkError
 
 __all__ = ["TracyClient", "TracyZones", "GpuTimeline", "client", "enable", "disable"]
@@ -258,7 +258,7 @@ def client() -> TracyClient:
 class TracyZones:
     """The zone emitter that makes eager sections Tracy CPU zones.
 
-    Zones go through the C zone stack (`sectionmark._zonestack`, Tracy's C
+    Zones go through the C zone stack (`sectionmark.markers._zonestack`, Tracy's C
     functions called directly) when it was built, else through the Python
     stack over the ctypes functions; see benchmarks/bench_tracy.py for both.
     """

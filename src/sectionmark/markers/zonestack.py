@@ -19,7 +19,7 @@ are frozen by the interpreter, never end, and keep their zones open
 Two implementations of the same calls, ``open(marker, location)``,
 ``close(marker) -> bool`` (whether anything was closed) and ``close_all()``:
 
-* `CZoneStack`: the `sectionmark._zonestack` extension, calling Tracy's C
+* `CZoneStack`: the `sectionmark.markers._zonestack` extension, calling Tracy's C
   functions directly (built when a C compiler was present at install);
 * `PythonZoneStack`: the same logic over any Python ``begin``/``end``.
 """
@@ -35,7 +35,7 @@ from typing import Callable, Optional
 __all__ = ["PythonZoneStack", "CZoneStack", "c_extension_available"]
 
 try:
-    from sectionmark import _zonestack
+    from sectionmark.markers import _zonestack
 except ImportError:  # built without a C compiler
     _zonestack = None
 
@@ -157,7 +157,7 @@ class CZoneStack:
     def __init__(self, begin_address: int, end_address: int,
                  name_thread: Optional[Callable[[str], None]] = None, keep_alive: object = None):
         if _zonestack is None:
-            raise RuntimeError("sectionmark._zonestack was not built (no C compiler at install)")
+            raise RuntimeError("sectionmark.markers._zonestack was not built (no C compiler at install)")
         _zonestack.bind(begin_address, end_address, lambda: _on_new_thread(name_thread, _zonestack.close_all),
                         keep_alive)
         self.open, self.close, self.depth = _zonestack.open_zone, _zonestack.close_zone, _zonestack.depth

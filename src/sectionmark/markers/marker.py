@@ -7,7 +7,7 @@ locations. While plain Python runs it is a zone of the installed zone emitter
 
 Speed matters on the eager path: ``with section(...)`` may wrap every call of
 a decode loop. So a section keeps no state of its own: open zones live in
-the emitter's per-thread zone stack (`sectionmark.zonestack`), entered
+the emitter's per-thread zone stack (`sectionmark.markers.zonestack`), entered
 framework scopes in a per-thread stack here, and neither is touched unless
 something was ever switched on.
 """
@@ -19,7 +19,7 @@ import inspect
 import sys
 from typing import Any, Callable, Optional, Protocol, TypeVar
 
-from sectionmark import zonestack
+from sectionmark.markers import zonestack
 
 __all__ = ["section", "ZoneEmitter", "set_zone_emitter", "zone_emitter"]
 
