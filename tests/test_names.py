@@ -18,7 +18,6 @@ import torch
 
 import sectionmark as sm
 from invariants import assert_profile_invariants
-from sectionmark.renderers import csv_out, perfetto
 from sectionmark.section_map import SectionMap
 
 NAMES = [
@@ -62,10 +61,10 @@ def test_json_csv_perfetto_and_table_keep_every_name(profiled, tmp_path):
     rows = [tuple(row["path"]) for row in json.loads(json.dumps(prof.to_json()))["sections"] if row["path"]]
     assert rows == EXPECTED
     csv.field_size_limit(1 << 24)  # Python's reader stops at 128 KiB per field; the 70k name is there twice
-    with io.StringIO(csv_out.dumps(prof), newline="") as text:
+    with io.StringIO(prof.render("csv"), newline="") as text:
         csv_rows = list(csv.DictReader(text))
     assert [tuple(json.loads(row["path"])) for row in csv_rows if row["path"] != "[]"] == EXPECTED
-    trace = json.loads(perfetto.save(prof, tmp_path / "t.json").read_text(encoding="utf-8"))
+    trace = json.loads(prof.save(tmp_path / "t.json", "perfetto").read_text(encoding="utf-8"))
     traced = {tuple(event["args"]["path"]) for event in trace["traceEvents"] if event.get("cat") == "section"}
     assert traced == set(EXPECTED)
     table = prof.table()

@@ -14,8 +14,7 @@ import sectionmark.profiling as profiling
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import tools
 from sectionmark.profiling.ireeprof import read_profile
-from sectionmark.renderers import csv_out, json_out
-from sectionmark.renderers.table import render_text
+from sectionmark.renderers import json_out
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 
 pytest.importorskip("iree.compiler")
@@ -96,7 +95,7 @@ def test_declared_sections_without_dispatches_are_reported(plain_run):
     assert (cache.dispatched, cache.note) == (False, "no dispatches: ran only in initializers")
     assert (folded.dispatched, folded.note) == (False, "no dispatches: optimised away or folded into constants")
     assert session.section(("Block",)).note is None
-    assert "Cache — no dispatches: ran only in initializers" in render_text(session, width=200)
+    assert "Cache — no dispatches: ran only in initializers" in session.render("table", width=200)
 
 
 def test_calls_are_inferred_without_a_count(plain_run):
@@ -155,11 +154,11 @@ def test_json_round_trip_and_csv(plain_run, tmp_path):
     assert data["version"] == 2 and data["total_ns"] == session.total_ns
     assert {"path", "busy_ns", "wall_ns", "exclusive_wall_ns", "calls", "dispatches", "dispatched", "note",
             "share"} <= set(data["sections"][0])
-    saved = json_out.save(session, tmp_path / "p.json")
+    saved = session.save(tmp_path / "p.json")
     loaded = json_out.load(saved)
     assert_profile_invariants(loaded)
     assert loaded.to_json() == json.loads(json.dumps(data))
-    lines = csv_out.dumps(session).splitlines()
+    lines = session.render("csv").splitlines()
     assert lines[0].startswith("section,path") and len(lines) == 1 + len(session.sections)
     text = session.table()
     assert "Attn *" in text and "coverage:" in text

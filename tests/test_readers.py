@@ -25,7 +25,6 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.inputs import load_input_array
 from sectionmark.profiling.ireeprof import MAX_EVENT_NS, Profile, read_profile
-from sectionmark.renderers.table import render_text
 from sectionmark.section_map import ModuleFingerprint
 
 pytest.importorskip("iree.compiler")
@@ -236,7 +235,7 @@ def test_submissions_that_do_not_repeat_cannot_be_split_into_calls(real_profile)
     assert_profile_invariants(session)
     assert (session.calls, session.warmup, session.calls_known) == (1, 0, False)
     assert session.to_json()["calls_known"] is False
-    assert "calls could not be told apart" in render_text(session, width=200)
+    assert "calls could not be told apart" in session.render("table", width=200)
     with pytest.raises(SectionmarkError, match="cannot drop 3 warmup calls: the calls cannot be told apart") as error:
         attribute(odd, hand_map(), warmup=3)
     one_line(error)

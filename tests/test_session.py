@@ -30,8 +30,6 @@ from sectionmark.profiling.session import (
     wall_parts,
     weight_matrices,
 )
-from sectionmark.renderers import csv_out
-from sectionmark.renderers.table import render_text
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 
 A, B, C = ("A",), ("B",), ("C",)
@@ -283,11 +281,11 @@ def test_sections_without_dispatches_say_why():
 
 def test_table_csv_and_json_show_the_notes():
     session = sections_without_dispatches()
-    text = render_text(session, width=200)
+    text = session.render("table", width=200)
     init_line = next(line for line in text.splitlines() if "Init" in line)
     assert "Init — no dispatches: ran only in initializers" in init_line
     assert "%" not in init_line and " ns" not in init_line  # a note, not a row of zeros
-    rows = {row["section"]: row for row in csv.DictReader(io.StringIO(csv_out.dumps(session)))}
+    rows = {row["section"]: row for row in csv.DictReader(io.StringIO(session.render("csv")))}
     assert rows["Block / Gone"]["note"] == "no dispatches: optimised away or folded into constants"
     assert rows["Block / Attn"]["note"] == ""
     data = session.to_json()

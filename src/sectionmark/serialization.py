@@ -11,7 +11,14 @@ e.g. ``sites[3].shares[0].weight: expected a finite number, got NaN``.
 Supported field types: ``str``, ``int``, ``float``, ``bool``, ``Optional[T]``,
 ``list[T]``, ``tuple[str, ...]`` (section paths), ``dict[str, T]`` and nested
 dataclasses. Field names are the JSON keys; a field with a default may be
-missing from the input.
+missing from the input. A field made with `json_field` can say more about its
+JSON form: ``rounded`` (its numbers are written as integers, for nanosecond
+totals kept as floats in memory), ``entries=(key, value)`` (a dict, or a list
+of pairs, written as a list of ``{key: ..., value: ...}`` objects: section
+paths cannot be JSON object keys) and ``stored=False`` (in memory only, such
+as per-event arrays: neither written nor read). Read-only properties named in
+a class's ``JSON_PROPERTIES`` are written too, for readers' convenience, and
+ignored when reading.
 """
 
 from __future__ import annotations
@@ -21,13 +28,35 @@ import math
 import types
 import typing
 from functools import lru_cache
-from typing import Any, TypeVar, Union
+from typing import Any, NamedTuple, Optional, TypeVar, Union
 
 T = TypeVar("T")
 
 
 class SchemaError(ValueError):
     """Input that does not match the dataclass schema; the message names the place."""
+
+
+class _FieldOptions(NamedTuple):
+    rounded: bool = False
+    entries: Optional[tuple[str, str]] = None
+    stored: bool = True
+
+
+_OPTIONS = "sectionmark.serialization"
+_PLAIN = _FieldOptions()
+
+
+def json_field(
+    *, rounded: bool = False, entries: Optional[tuple[str, str]] = None, stored: bool = True, **field_arguments: Any
+) -> Any:
+    """``dataclasses.field(**field_arguments)`` with the JSON options described in the module docstring."""
+    options = _FieldOptions(rounded, entries, stored)
+    return dataclasses.field(metadata={_OPTIONS: options}, **field_arguments)
+
+
+def _options(field: dataclasses.Field) -> _FieldOptions:
+    return field.metadata.get(_OPTIONS, _PLAIN)
 
 
 def check_version(data: Any, expected: int, document: str, advice: str) -> None:
@@ -41,11 +70,32 @@ def check_version(data: Any, expected: int, document: str, advice: str) -> None:
 def to_json(value: Any) -> Any:
     """A dataclass (or list/tuple/dict of them) as plain JSON-serialisable values."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {field.name: to_json(getattr(value, field.name)) for field in _fields(type(value))}
+        data = {field.name: _write_field(field, getattr(value, field.name)) for field in _fields(type(value))}
+        data.update((name, to_json(getattr(value, name))) for name in getattr(type(value), "JSON_PROPERTIES", ()))
+        return data
     if isinstance(value, (list, tuple)):
         return [to_json(item) for item in value]
     if isinstance(value, dict):
         return {key: to_json(item) for key, item in value.items()}
+    return value
+
+
+def _write_field(field: dataclasses.Field, value: Any) -> Any:
+    options = _options(field)
+    if options.entries:
+        key_name, value_name = options.entries
+        value = [{key_name: key, value_name: item} for key, item in (value.items() if isinstance(value, dict) else value)]
+    value = to_json(value)
+    return _rounded(value) if options.rounded else value
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value)
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
     return value
 
 
@@ -56,7 +106,7 @@ def from_json(cls: type[T], data: Any, where: str = "") -> T:
 
 @lru_cache(maxsize=None)
 def _fields(cls: type) -> tuple[dataclasses.Field, ...]:
-    return tuple(field for field in dataclasses.fields(cls) if field.init)
+    return tuple(field for field in dataclasses.fields(cls) if field.init and _options(field).stored)
 
 
 @lru_cache(maxsize=None)
@@ -106,10 +156,28 @@ def _read_dataclass(cls: type, data: Any, where: str) -> Any:
     values = {}
     for field in _fields(cls):
         if field.name in mapping:
-            values[field.name] = _read(hints[field.name], mapping[field.name], f"{where}.{field.name}")
+            here, entries = f"{where}.{field.name}", _options(field).entries
+            kind, data_here = hints[field.name], mapping[field.name]
+            values[field.name] = _read_entries(kind, entries, data_here, here) if entries else _read(kind, data_here, here)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise SchemaError(f"{where}: missing field '{field.name}'")
     return cls(**values)
+
+
+def _read_entries(kind: Any, names: tuple[str, str], data: Any, where: str) -> Any:
+    """A ``dict[K, V]`` or ``list[tuple[K, V]]`` field from its list of ``{names[0]: K, names[1]: V}`` objects."""
+    is_dict = typing.get_origin(kind) is dict
+    key_kind, value_kind = typing.get_args(kind if is_dict else typing.get_args(kind)[0])
+    pairs = []
+    for index, item in enumerate(_expect(list, data, where)):
+        here = f"{where}[{index}]"
+        item = _expect(dict, item, here)
+        missing = [name for name in names if name not in item]
+        if missing:
+            raise SchemaError(f"{here}: missing field '{missing[0]}'")
+        pairs.append((_read(key_kind, item[names[0]], f"{here}.{names[0]}"),
+                      _read(value_kind, item[names[1]], f"{here}.{names[1]}")))
+    return dict(pairs) if is_dict else pairs
 
 
 def _expect(kind: type, data: Any, where: str) -> Any:

@@ -24,17 +24,19 @@ events; each is unit-tested on hand-built data in tests/test_session.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, ClassVar, Iterable, Optional, Union
 
 import numpy as np
 
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.outputs import PathLike
+from sectionmark.paths import UNMARKED, SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
+from sectionmark.serialization import json_field
 
 PROFILE_JSON_VERSION = 2
 COVERAGE_TOLERANCE = 1e-3
@@ -62,22 +64,34 @@ class CallStats:
 class SectionStats:
     """One row of the report. ``path == ()`` is the "(unmarked)" row."""
 
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("name", "unmarked", "dispatched")
+
     path: SectionPath
-    busy_ns: float  # inclusive: this section and its nested sections
-    exclusive_ns: float  # this section alone
-    shared_ns: float  # part of exclusive_ns that came from dispatches fused with other sections
-    wall_ns: float  # inclusive part of the total wall time (apportioned like busy time)
-    exclusive_wall_ns: float  # this section alone
+    busy_ns: float = json_field(rounded=True)  # inclusive: this section and its nested sections
+    exclusive_ns: float = json_field(rounded=True)  # this section alone
+    shared_ns: float = json_field(rounded=True)  # part of exclusive_ns from dispatches fused with other sections
+    wall_ns: float = json_field(rounded=True)  # inclusive part of the total wall time (apportioned like busy time)
+    exclusive_wall_ns: float = json_field(rounded=True)  # this section alone
     calls: int  # measured calls in which the section ran
     dispatches: int  # dispatch events touching the section (inclusive)
     share: float  # busy_ns / total busy
-    per_call: CallStats
-    shared_with: dict[SectionPath, float] = field(default_factory=dict)  # other section -> ns it took from shared dispatches
+    per_call: CallStats = json_field(rounded=True)
+    # other section -> ns it took from the shared dispatches
+    shared_with: dict[SectionPath, float] = json_field(rounded=True, entries=("path", "ns"), default_factory=dict)
     note: Optional[str] = None  # a declared section without dispatches: why it has none
 
     @property
     def name(self) -> str:
         return format_path(self.path)
+
+    @property
+    def leaf(self) -> str:
+        """The innermost name (``MLP`` of ``Block 0 / MLP``); "(unmarked)" for the unmarked row."""
+        return self.path[-1] if self.path else UNMARKED
+
+    @property
+    def unmarked(self) -> bool:
+        return not self.path
 
     @property
     def depth(self) -> int:
@@ -96,11 +110,11 @@ class SiteStats:
     site: int
     key: str
     executable: Optional[str]
-    sections: list[tuple[SectionPath, float]]  # composition; [((), 1.0)] when unmarked
+    sections: list[tuple[SectionPath, float]] = json_field(entries=("path", "weight"))  # [((), 1.0)] when unmarked
     workgroups: Optional[list[int]]
     binding_bytes: Optional[int]
     dispatches: int
-    busy_ns: float
+    busy_ns: float = json_field(rounded=True)
     shared_executable: bool  # the same export function (key) also runs for another section
 
 
@@ -132,11 +146,18 @@ class CompositionSums:
 
 @dataclass
 class ProfileSession:
-    """The second core data model: a profiled run joined with its section map."""
+    """The second core data model: a profiled run joined with its section map.
+
+    Outputs are not made here: `render` and `save` look the format up in
+    `sectionmark.renderers` when called, so the session imports no renderer
+    and a new output needs no change here. ``table()`` and the ``save_*``
+    methods are one-line aliases kept because they are the documented API
+    (``print(prof.table())``, ``prof.save_tracy("run.tracy")``).
+    """
 
     total_ns: int  # sum of all measured dispatch durations
     wall_ns: int  # union of all measured dispatch intervals
-    unmarked_ns: float
+    unmarked_ns: float = json_field(rounded=True)
     calls: int  # measured calls (warmup excluded)
     warmup: int
     calls_known: bool
@@ -145,7 +166,8 @@ class ProfileSession:
     coverage_error: float  # |sections + unmarked - total| / total (busy time)
     function: Optional[str] = None
     weight_rule: str = "op-count"  # how fused dispatches were split (from the section map)
-    attribution: Optional[Attribution] = None  # per-event data for timelines; None after from_json
+    # per-event data for timelines; None after from_json
+    attribution: Optional[Attribution] = json_field(stored=False, default=None)
 
     # ------------------------------------------------------------------ building
 
@@ -214,149 +236,67 @@ class ProfileSession:
                 return row
         raise KeyError(path)
 
+    # ------------------------------------------------------------------ outputs
+
+    def render(self, format: str, **options: Any) -> Union[str, bytes]:
+        """This profile in an output format by name (``sectionmark.renderers.RENDERERS``): text or bytes.
+
+        ``options`` go to the renderer (``width`` of the table, ``title`` of the chart).
+        """
+        from sectionmark import renderers
+
+        return renderers.get(format).render(self, **options)
+
+    def save(self, path: PathLike, format: Optional[str] = None, *, inputs: Iterable[PathLike] = (), **options: Any) -> Path:
+        """Write this profile to ``path`` in ``format`` (default: from the suffix: .json, .csv,
+        .perfetto.json, .tracy, .png, .txt), all at once, never onto one of ``inputs``."""
+        from sectionmark import renderers
+
+        return renderers.save(self, path, format, inputs=inputs, **options)
+
     def table(self) -> str:
-        """The console table as text (see sectionmark.renderers.table)."""
-        from sectionmark.renderers.table import render_text
+        """The console table as text."""
+        return self.render("table")
 
-        return render_text(self)
+    def save_json(self, path: PathLike) -> Path:
+        return self.save(path, "json")
 
-    def to_csv(self, path: Union[str, Path]) -> Path:
-        from sectionmark.renderers import csv_out
+    def save_csv(self, path: PathLike) -> Path:
+        return self.save(path, "csv")
 
-        return csv_out.save(self, path)
-
-    def save_json(self, path: Union[str, Path]) -> Path:
-        from sectionmark.renderers import json_out
-
-        return json_out.save(self, path)
-
-    def save_perfetto(self, path: Union[str, Path]) -> Path:
+    def save_perfetto(self, path: PathLike) -> Path:
         """Chrome/Perfetto JSON trace: section tracks enclosing dispatch slices."""
-        from sectionmark.renderers import perfetto
+        return self.save(path, "perfetto")
 
-        return perfetto.save(self, path)
-
-    def save_tracy(self, path: Union[str, Path]) -> Path:
+    def save_tracy(self, path: PathLike) -> Path:
         """A real .tracy capture of the profiled timeline (needs IREE's tracing runtime)."""
-        from sectionmark.renderers import tracy_out
+        return self.save(path, "tracy")
 
-        return tracy_out.save(self, path)
-
-    def save_chart(self, path: Union[str, Path]) -> Path:
-        """PNG bar chart of the section breakdown."""
-        from sectionmark.renderers import chart
-
-        return chart.save(self, path)
+    def save_chart(self, path: PathLike) -> Path:
+        """PNG bar chart of the section breakdown (to exactly ``path``, whatever its suffix)."""
+        return self.save(path, "chart")
 
     # ------------------------------------------------------------------ JSON
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable, versioned dict (schema: docs/profile-json.md)."""
-
-        def stats(row: SectionStats) -> dict[str, Any]:
-            return {
-                "path": list(row.path),
-                "name": row.name,
-                "unmarked": not row.path,
-                "busy_ns": round(row.busy_ns),
-                "exclusive_ns": round(row.exclusive_ns),
-                "shared_ns": round(row.shared_ns),
-                "wall_ns": round(row.wall_ns),
-                "exclusive_wall_ns": round(row.exclusive_wall_ns),
-                "calls": row.calls,
-                "dispatches": row.dispatches,
-                "dispatched": row.dispatched,
-                "note": row.note,
-                "share": row.share,
-                "per_call": {name: round(value) for name, value in vars(row.per_call).items()},
-                "shared_with": [{"path": list(p), "ns": round(ns)} for p, ns in row.shared_with.items()],
-            }
-
-        return {
-            "version": PROFILE_JSON_VERSION,
-            "function": self.function,
-            "weight_rule": self.weight_rule,
-            "total_ns": self.total_ns,
-            "wall_ns": self.wall_ns,
-            "unmarked_ns": round(self.unmarked_ns),
-            "calls": self.calls,
-            "warmup": self.warmup,
-            "calls_known": self.calls_known,
-            "coverage_error": self.coverage_error,
-            "sections": [stats(row) for row in self.sections],
-            "sites": [
-                {
-                    "site": site.site,
-                    "key": site.key,
-                    "executable": site.executable,
-                    "sections": [{"path": list(p), "weight": w} for p, w in site.sections],
-                    "workgroups": site.workgroups,
-                    "binding_bytes": site.binding_bytes,
-                    "dispatches": site.dispatches,
-                    "busy_ns": round(site.busy_ns),
-                    "shared_executable": site.shared_executable,
-                }
-                for site in self.sites
-            ],
-        }
+        """A JSON-serialisable, versioned dict (schema: docs/profile-json.md), derived from the dataclasses."""
+        return {"version": PROFILE_JSON_VERSION, **serialization.to_json(self)}
 
     @classmethod
     def from_json(cls, data: Any) -> "ProfileSession":
-        """Rebuild the statistics (not the per-event data) from :meth:`to_json` output."""
+        """Rebuild the statistics (not the per-event data) from :meth:`to_json` output, checking every value."""
         try:
             serialization.check_version(data, PROFILE_JSON_VERSION, "profile JSON",
                                         "run `sectionmark report` on the .ireeprof again")
         except serialization.SchemaError as error:
             raise SectionmarkError(str(error)) from None
         try:
-            sections = [
-                SectionStats(
-                    path=tuple(row["path"]),
-                    busy_ns=float(row["busy_ns"]),
-                    exclusive_ns=float(row["exclusive_ns"]),
-                    shared_ns=float(row["shared_ns"]),
-                    wall_ns=float(row["wall_ns"]),
-                    exclusive_wall_ns=float(row["exclusive_wall_ns"]),
-                    calls=int(row["calls"]),
-                    dispatches=int(row["dispatches"]),
-                    share=float(row["share"]),
-                    per_call=CallStats(**{k: float(v) for k, v in row["per_call"].items()}),
-                    shared_with={tuple(item["path"]): float(item["ns"]) for item in row["shared_with"]},
-                    note=None if row["note"] is None else str(row["note"]),
-                )
-                for row in data["sections"]
-            ]
-            sites = [
-                SiteStats(
-                    site=int(site["site"]),
-                    key=str(site["key"]),
-                    executable=site["executable"],
-                    sections=[(tuple(item["path"]), float(item["weight"])) for item in site["sections"]],
-                    workgroups=site["workgroups"],
-                    binding_bytes=site["binding_bytes"],
-                    dispatches=int(site["dispatches"]),
-                    busy_ns=float(site["busy_ns"]),
-                    shared_executable=bool(site["shared_executable"]),
-                )
-                for site in data["sites"]
-            ]
-            if not sections or sections[-1].path != ():
-                raise ValueError("the last section row must be the unmarked row")
-            return cls(
-                total_ns=int(data["total_ns"]),
-                wall_ns=int(data["wall_ns"]),
-                unmarked_ns=float(data["unmarked_ns"]),
-                calls=int(data["calls"]),
-                warmup=int(data["warmup"]),
-                calls_known=bool(data["calls_known"]),
-                sections=sections,
-                sites=sites,
-                coverage_error=float(data["coverage_error"]),
-                function=data.get("function"),
-                weight_rule=str(data.get("weight_rule", "op-count")),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            session = serialization.from_json(cls, data, "profile")
+        except serialization.SchemaError as error:
             raise SectionmarkError(f"malformed sectionmark profile JSON: {error}") from None
+        if not session.sections or not session.sections[-1].unmarked:
+            raise SectionmarkError("malformed sectionmark profile JSON: the last section row must be the unmarked row")
+        return session
 
 
 def section_paths(declared: Iterable[SectionPath], compositions: Iterable[Composition]) -> list[SectionPath]:

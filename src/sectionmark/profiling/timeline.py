@@ -44,6 +44,16 @@ class QueueTimeline:
     main: list[Span]  # top-level spans: sections (with nested sections/dispatches) and unmarked dispatches
     lanes: list[list[Span]]  # extra flat lanes for dispatches that overlapped the main track
 
+    def tracks(self) -> list[tuple[str, list[Span]]]:
+        """(track name, top-level spans): the main track, then each lane.
+
+        The one place these names are made: Perfetto threads and Tracy replay
+        tracks carry them, and `sectionmark.tracy.dispatch_zones` recognises a
+        replay by them.
+        """
+        lanes = [(f"queue {self.queue}: concurrent dispatches {number}", lane) for number, lane in enumerate(self.lanes, 1)]
+        return [(f"queue {self.queue}: sections", self.main), *lanes]
+
 
 def dispatch_label(parts: tuple[tuple[SectionPath, float], ...]) -> tuple[SectionPath, str]:
     """Where a dispatch is drawn (its heaviest section) and how its sections are described."""

@@ -1,16 +1,101 @@
-"""Renderers: one module per output format, each with ``save(session, path, inputs=())``;
-``inputs`` are the files the output must never replace."""
+"""Renderers: every output of a ProfileSession, by name, behind one small contract.
+
+A renderer is a module with ``render(session, **options) -> str | bytes`` (text
+or the bytes of a binary file) and one line in ``RENDERERS`` below: its name
+(what ``ProfileSession.render`` / ``save``, the CLI's ``--NAME FILE`` options
+and the demo ask for), its file extensions (the first is the usual one; a
+path's suffix picks the renderer when no name is given), whether it is
+binary, and a one-line summary (the CLI's help text). Adding an output is one
+new module and one line here.
+
+Renderers depend on the session, never the reverse: the session looks this
+registry up when it is asked to render, and the modules are imported only
+then (the chart needs matplotlib, the Tracy replay IREE's tracing runtime).
+Every file is written by `save`, the one path to disk: the target is checked
+before rendering (a long render must not fail only at the end), then written
+all at once (`sectionmark.outputs`), never onto one of ``inputs``.
+"""
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
-from sectionmark.outputs import PathLike, write_atomic
+from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import PathLike, check_output_path, write_atomic
+
+if TYPE_CHECKING:
+    from sectionmark.profiling.session import ProfileSession
 
 
-def write_text(
-    path: Union[str, Path], text: str, newline: Optional[str] = None, inputs: Iterable[PathLike] = ()
+@dataclass(frozen=True)
+class Renderer:
+    """One output format: what it is called, how its files are named, and where ``render`` lives."""
+
+    name: str
+    extensions: tuple[str, ...]  # the first is the usual one
+    binary: bool  # render returns bytes (else text, written as UTF-8)
+    summary: str  # one line, for --help and the docs
+    module: str  # the module defining render(session, **options)
+
+    def render(self, session: "ProfileSession", **options: Any) -> Union[str, bytes]:
+        output = importlib.import_module(self.module).render(session, **options)
+        if not isinstance(output, bytes if self.binary else str):
+            raise TypeError(f"renderer {self.name!r} returned {type(output).__name__}")
+        return output
+
+
+RENDERERS: dict[str, Renderer] = {
+    renderer.name: renderer
+    for renderer in (
+        Renderer("table", (".txt",), False, "the per-section table as text", "sectionmark.renderers.table"),
+        Renderer("json", (".json",), False, "per-section statistics as versioned JSON", "sectionmark.renderers.json_out"),
+        Renderer("csv", (".csv",), False, "per-section statistics as CSV", "sectionmark.renderers.csv_out"),
+        Renderer("perfetto", (".perfetto.json", ".trace.json"), False,
+                 "Chrome/Perfetto JSON trace (open in ui.perfetto.dev)", "sectionmark.renderers.perfetto"),
+        Renderer("tracy", (".tracy",), True, "Tracy capture (.tracy) of the profiled timeline",
+                 "sectionmark.renderers.tracy_out"),
+        Renderer("chart", (".png",), True, "PNG chart of the section breakdown", "sectionmark.renderers.chart"),
+    )
+}
+
+
+def get(name: str) -> Renderer:
+    """The renderer called ``name``, or one error line listing the known ones."""
+    try:
+        return RENDERERS[name]
+    except KeyError:
+        raise SectionmarkError(f"unknown output format {name!r}; use one of: {', '.join(RENDERERS)}") from None
+
+
+def for_path(path: PathLike) -> Renderer:
+    """The renderer whose extension ends ``path`` (the longest match: ``run.perfetto.json`` is perfetto)."""
+    name = Path(path).name.lower()
+    matches = [(len(ext), renderer) for renderer in RENDERERS.values() for ext in renderer.extensions
+               if name.endswith(ext)]
+    if not matches:
+        known = ", ".join(f"{ext} ({renderer.name})" for renderer in RENDERERS.values() for ext in renderer.extensions)
+        raise SectionmarkError(f"cannot tell the output format of {path} from its name ({known}); name the format")
+    return max(matches, key=lambda match: match[0])[1]
+
+
+def save(
+    session: "ProfileSession",
+    path: PathLike,
+    format: Optional[str] = None,
+    *,
+    inputs: Iterable[PathLike] = (),
+    **options: Any,
 ) -> Path:
-    """Write an output file all at once, never onto one of ``inputs`` (see `sectionmark.outputs`)."""
-    return write_atomic(path, text, inputs=inputs, newline=newline)
+    """Render ``session`` with the renderer ``format`` (default: from ``path``'s suffix) into ``path``.
+
+    The file is written exactly as rendered (text as UTF-8, line ends
+    unchanged), all at once, never onto one of ``inputs``.
+    """
+    renderer = get(format) if format is not None else for_path(path)
+    inputs = list(inputs)
+    check_output_path(path, inputs)
+    output = renderer.render(session, **options)
+    return write_atomic(path, output.encode("utf-8") if isinstance(output, str) else output, inputs=inputs)

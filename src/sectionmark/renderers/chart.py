@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Iterable
+import io
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.outputs import PathLike, atomic_path
 
 
-def save(session, path: str | Path, title: str | None = None, inputs: Iterable[PathLike] = ()) -> Path:
-    """Write the chart as PNG to exactly ``path`` (whatever its suffix), never onto one of ``inputs``."""
+def render(session, title: str | None = None) -> bytes:
+    """The chart as PNG bytes; ``title`` replaces the default (function and time per call)."""
     try:
         import matplotlib
 
@@ -19,7 +17,7 @@ def save(session, path: str | Path, title: str | None = None, inputs: Iterable[P
     except ImportError:
         raise SectionmarkError("the chart needs matplotlib: pip install 'sectionmark[chart]'") from None
     rows = [row for row in session.sections if row.busy_ns > 0]
-    labels = [("· " * row.depth) + (row.path[-1] if row.path else "(unmarked)") for row in rows]
+    labels = [("· " * row.depth) + row.leaf for row in rows]
     per_call = 1e6 * max(session.calls, 1)
     own_ms = [row.exclusive_ns / per_call for row in rows]
     nested_ms = [(row.busy_ns - row.exclusive_ns) / per_call for row in rows]
@@ -36,9 +34,9 @@ def save(session, path: str | Path, title: str | None = None, inputs: Iterable[P
     axes.set_title(title or f"sectionmark: {session.function or 'profile'} — {session.total_ns / 1e6 / max(session.calls, 1):.3f} ms per call")
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
+    png = io.BytesIO()
     try:
-        with atomic_path(path, inputs) as temporary:
-            figure.savefig(temporary, dpi=110, format="png")  # exactly this file, whatever its suffix
+        figure.savefig(png, dpi=110, format="png")
     finally:
         plt.close(figure)
-    return Path(path)
+    return png.getvalue()

@@ -12,12 +12,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from pathlib import Path
-from typing import Iterable, Union
 
-from sectionmark.outputs import PathLike
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.renderers import write_text
 
 COLUMNS = [
     "section", "path", "depth", "calls", "dispatches", "busy_ns", "exclusive_ns", "shared_ns", "wall_ns",
@@ -25,7 +21,8 @@ COLUMNS = [
 ]
 
 
-def dumps(session: ProfileSession) -> str:
+def render(session: ProfileSession) -> str:
+    """The CSV text, RFC 4180 line ends (written unchanged)."""
     buffer = io.StringIO()
     # RFC 4180 line ends: the csv module then quotes any field holding "\r" or "\n".
     writer = csv.writer(buffer, lineterminator="\r\n")
@@ -43,6 +40,3 @@ def dumps(session: ProfileSession) -> str:
         )
     return buffer.getvalue()
 
-
-def save(session: ProfileSession, path: Union[str, Path], inputs: Iterable[PathLike] = ()) -> Path:
-    return write_text(path, dumps(session), newline="", inputs=inputs)

@@ -1,23 +1,17 @@
-"""Versioned JSON output of a ProfileSession (schema: docs/profile-json.md)."""
+"""Versioned JSON output of a ProfileSession (schema: docs/profile-json.md), and its reader."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Union
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.outputs import PathLike
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.renderers import write_text
 
 
-def dumps(session: ProfileSession) -> str:
-    return json.dumps(session.to_json(), ensure_ascii=False, indent=1)
-
-
-def save(session: ProfileSession, path: Union[str, Path], inputs: Iterable[PathLike] = ()) -> Path:
-    return write_text(path, dumps(session) + "\n", inputs=inputs)
+def render(session: ProfileSession) -> str:
+    return json.dumps(session.to_json(), ensure_ascii=False, indent=1) + "\n"
 
 
 def load(path: Union[str, Path]) -> ProfileSession:

@@ -8,12 +8,9 @@ dispatches that ran concurrently (see `sectionmark.profiling.timeline`).
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from sectionmark.outputs import PathLike
 from sectionmark.profiling.timeline import QueueTimeline, Span, session_timelines
-from sectionmark.renderers import write_text
 
 
 def _thread_name(pid: int, tid: int, name: str) -> dict[str, Any]:
@@ -34,23 +31,16 @@ def _slices(spans: list[Span], pid: int, tid: int, origin: int) -> list[dict[str
 
 def trace_events(timelines: list[QueueTimeline], process_name: str) -> list[dict[str, Any]]:
     pid = 1
-    starts = [t.main[0].start_ns for t in timelines if t.main] + [lane[0].start_ns for t in timelines for lane in t.lanes]
-    origin = min(starts, default=0)
+    tracks = [track for timeline in timelines for track in timeline.tracks()]
+    origin = min((spans[0].start_ns for _name, spans in tracks if spans), default=0)
     events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": process_name}}]
-    tid = 0
-    for timeline in timelines:
-        tid += 1
-        events.append(_thread_name(pid, tid, f"queue {timeline.queue}: sections"))
-        events += _slices(timeline.main, pid, tid, origin)
-        for number, lane in enumerate(timeline.lanes, 1):
-            tid += 1
-            events.append(_thread_name(pid, tid, f"queue {timeline.queue}: concurrent dispatches {number}"))
-            events += _slices(lane, pid, tid, origin)
+    for tid, (name, spans) in enumerate(tracks, 1):
+        events.append(_thread_name(pid, tid, name))
+        events += _slices(spans, pid, tid, origin)
     return events
 
 
-def save(session, path: str | Path, inputs: Iterable[PathLike] = ()) -> Path:
-    """Write ``session`` (a ProfileSession with its events) as a Chrome JSON trace."""
+def render(session) -> str:
+    """``session`` (a ProfileSession with its events) as a Chrome JSON trace."""
     name = f"sectionmark: {session.function or 'profile'}"
-    document = {"traceEvents": trace_events(session_timelines(session), name), "displayTimeUnit": "ns"}
-    return write_text(path, json.dumps(document), inputs=inputs)
+    return json.dumps({"traceEvents": trace_events(session_timelines(session), name), "displayTimeUnit": "ns"})

@@ -15,12 +15,11 @@ names) goes into the table as ``rich.text.Text``, never as markup, so
 from __future__ import annotations
 
 import io
-from typing import Optional
-
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sectionmark.paths import UNMARKED, format_path
 from sectionmark.profiling.session import ProfileSession, SectionStats
 
 SHARED_MARK = "*"
@@ -36,7 +35,7 @@ def format_ns(ns: float) -> str:
 
 def _name(row: SectionStats) -> str:
     mark = f" {SHARED_MARK}" if row.shared_ns > 0 else ""
-    return "  " * row.depth + (row.path[-1] if row.path else row.name) + mark
+    return "  " * row.depth + row.leaf + mark
 
 
 def build_table(session: ProfileSession) -> Table:
@@ -88,7 +87,7 @@ def build_sites_table(session: ProfileSession) -> Table:
                          no_wrap=column == "Export key", overflow="ellipsis")
     for site in sorted(session.sites, key=lambda s: -s.busy_ns):
         sections = ", ".join(
-            (" / ".join(path) or "(unmarked)") + (f" {weight:.0%}" if len(site.sections) > 1 else "")
+            format_path(path) + (f" {weight:.0%}" if len(site.sections) > 1 else "")
             for path, weight in site.sections
         )
         key = site.key + (f" {SHARED_MARK}" if site.shared_executable else "")
@@ -125,7 +124,7 @@ def notes(session: ProfileSession) -> list[str]:
     """Lines printed under the table: coverage check and how to read it."""
     covered = sum(row.busy_ns for row in session.sections if len(row.path) == 1) + session.unmarked_ns
     lines = [
-        f"coverage: sections + (unmarked) = {format_ns(covered)} of {format_ns(session.total_ns)} "
+        f"coverage: sections + {UNMARKED} = {format_ns(covered)} of {format_ns(session.total_ns)} "
         f"measured dispatch time over {session.calls} calls (error {session.coverage_error:.4%})"
     ]
     if session.wall_ns < session.total_ns:
@@ -137,16 +136,15 @@ def notes(session: ProfileSession) -> list[str]:
     return lines
 
 
-def render(session: ProfileSession, console: Optional[Console] = None) -> None:
-    """Print the table and its notes to ``console`` (stdout by default)."""
-    console = console or Console()
+def print_table(session: ProfileSession, console: Console) -> None:
+    """Print the table and its notes to ``console``."""
     console.print(build_table(session))
     for line in notes(session):
         console.print(line, style="dim", highlight=False, markup=False)
 
 
-def render_text(session: ProfileSession, width: int = 140) -> str:
-    """The table as plain text (for ``ProfileSession.table()`` and tests)."""
+def render(session: ProfileSession, width: int = 140) -> str:
+    """The table and its notes as plain text, ``width`` columns wide."""
     buffer = io.StringIO()
-    render(session, Console(file=buffer, width=width, color_system=None, force_terminal=False))
+    print_table(session, Console(file=buffer, width=width, color_system=None, force_terminal=False))
     return buffer.getvalue()

@@ -13,9 +13,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterable
 
-from sectionmark.outputs import PathLike, check_output_path
 from sectionmark.profiling.timeline import Span, session_timelines
 
 
@@ -25,30 +23,25 @@ def _span_json(span: Span) -> list:
 
 def replay_document(session) -> dict:
     """The tracks to replay: ``[[track name, [span tree...]], ...]`` plus the time origin."""
-    tracks = []
-    for timeline in session_timelines(session):
-        tracks.append([f"queue {timeline.queue}: sections", [_span_json(s) for s in timeline.main]])
-        for number, lane in enumerate(timeline.lanes, 1):
-            tracks.append([f"queue {timeline.queue}: concurrent dispatches {number}", [_span_json(s) for s in lane]])
+    tracks = [[name, [_span_json(span) for span in spans]]
+              for timeline in session_timelines(session) for name, spans in timeline.tracks()]
     origin = min((spans[0][1] for _name, spans in tracks if spans), default=0)
     return {"origin_ns": origin, "tracks": tracks}
 
 
-def save(session, path: str | Path, timeout: float = 300.0, inputs: Iterable[PathLike] = ()) -> Path:
-    """Write a .tracy capture of ``session``'s timeline (needs IREE's tracing runtime).
+def render(session, timeout: float = 300.0) -> bytes:
+    """The bytes of a .tracy capture of ``session``'s timeline (needs IREE's tracing runtime).
 
-    Written atomically, never onto one of ``inputs``; the path is checked
-    before the replay starts.
+    ``timeout`` bounds the replay process (seconds).
     """
     from sectionmark.tracy.capture import capture_command
 
-    check_output_path(path, inputs)
     document = replay_document(session)
     with tempfile.TemporaryDirectory(prefix="sectionmark-tracy-") as scratch:
         spans_file = Path(scratch) / "timeline.json"
         spans_file.write_text(json.dumps(document), encoding="utf-8")
         command = [sys.executable, "-m", "sectionmark.renderers.tracy_out", str(spans_file)]
-        return capture_command(command, path, timeout=timeout, inputs=inputs)
+        return capture_command(command, Path(scratch) / "replay.tracy", timeout=timeout).read_bytes()
 
 
 def _emit(document: dict) -> None:

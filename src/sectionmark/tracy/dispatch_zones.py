@@ -37,7 +37,7 @@ from sectionmark.tracy.reader import Capture, Track
 
 __all__ = ["capture_profile"]
 
-# Track names of sectionmark's replay (sectionmark.renderers.tracy_out.replay_document):
+# Track names of sectionmark's replay (sectionmark.profiling.timeline.QueueTimeline.tracks):
 # "queue N: sections" holds the section zones, "queue N: concurrent dispatches K" the lanes.
 _REPLAY_TRACK = re.compile(r"queue (\d+): (?:sections|concurrent dispatches \d+)\Z")
 # Zones IREE's GPU drivers add around and beside dispatches (command buffers, fills, copies).
