@@ -1,6 +1,7 @@
 """The command line: help with examples, one error line for bad input, real runs."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -11,9 +12,11 @@ import pytest
 from invariants import assert_profile_invariants
 
 from sectionmark.cli import build_parser, main
-from sectionmark.renderers import json_out
+from sectionmark.renderers import RENDERERS, json_out
+from sectionmark.section_map import SectionMap
 
 COMMANDS = ["compile", "profile", "report", "tracy", "tracy-stats"]
+CLI_DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -22,6 +25,32 @@ def test_every_command_has_help_with_an_example(command, capsys):
         main([command, "--help"])
     assert exit_info.value.code == 0
     assert "examples:" in capsys.readouterr().out
+
+
+def documented_options(command: str) -> set[str]:
+    """The options docs/cli.md shows in the usage block of ``## sectionmark COMMAND``."""
+    section = re.split(r"^## sectionmark ", CLI_DOCS.read_text(encoding="utf-8"), flags=re.M)
+    body = next(part for part in section[1:] if part.split("\n", 1)[0].strip() == command)
+    usage = body.split("```")[1]
+    return set(re.findall(r"(?<![\w=-])(--?[a-z][a-z-]*)", usage))  # not the value of --iree-arg=--flag
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_docs_show_exactly_the_options_of_each_command(command):
+    parser = build_parser().commands.choices[command]
+    options = {option for action in parser._actions for option in action.option_strings} - {"-h", "--help"}
+    documented = documented_options(command)
+    assert documented - options == set(), "documented in docs/cli.md but not an option"
+    assert options - documented == set(), "an option missing from docs/cli.md"
+    help_text = parser.format_help()
+    assert all(re.search(rf"(?<![\w-]){re.escape(option)}\b", help_text) for option in documented)
+
+
+def test_profile_and_report_have_one_output_option_per_renderer():
+    for command in ("profile", "report"):
+        options = {option for action in build_parser().commands.choices[command]._actions
+                   for option in action.option_strings}
+        assert {f"--{name}" for name in RENDERERS} <= options
 
 
 def test_python_dash_m_runs_the_cli():
@@ -52,12 +81,19 @@ def test_bad_inputs_give_one_error_line(tmp_path, capsys):
     garbage.write_bytes(b"\x00\x01not a profile" * 10)
     bad_mlir = tmp_path / "bad.mlir"
     bad_mlir.write_text("func.func @main( {")
-    one_error_line(capsys, ["report", str(garbage), "--map", str(tmp_path / "none.json")], "")
-    one_error_line(capsys, ["report", str(tmp_path / "missing.ireeprof"), "--map", str(garbage)], "")
-    one_error_line(capsys, ["compile", str(bad_mlir), "-o", str(tmp_path / "x.vmfb")], "parse")
+    empty_map = tmp_path / "m.sections.json"
+    SectionMap(sections=[], command_buffers=[], sites=[]).save(empty_map)
+    one_error_line(capsys, ["report", str(garbage), "--map", str(tmp_path / "none.json")],
+                   f"cannot read {tmp_path / 'none.json'}: No such file or directory")
+    one_error_line(capsys, ["report", str(garbage), "--map", str(garbage)],
+                   f"{garbage}: neither an IREE module (.vmfb) nor a section map (.sections.json)")
+    one_error_line(capsys, ["report", str(garbage), "--map", str(empty_map)], f"{garbage}: not a valid IREE profile")
+    one_error_line(capsys, ["report", str(tmp_path / "missing.ireeprof"), "--map", str(empty_map)],
+                   f"cannot read profile {tmp_path / 'missing.ireeprof'}: No such file or directory")
+    one_error_line(capsys, ["compile", str(bad_mlir), "-o", str(tmp_path / "x.vmfb")], "MLIR input does not parse")
     one_error_line(capsys, ["compile", str(tmp_path / "missing.mlir"), "-o", str(tmp_path / "x.vmfb")], "no such MLIR file")
-    one_error_line(capsys, ["tracy-stats", str(garbage)], "")
-    one_usage_line(capsys, ["profile", str(garbage), "-n", "-1"], "--iterations")
+    one_error_line(capsys, ["tracy-stats", str(garbage)], f"{garbage}: not a Tracy capture (bad magic bytes)")
+    one_usage_line(capsys, ["profile", str(garbage), "-n", "-1"], "--iterations: must be between 1 and 1,000,000, got -1")
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -70,6 +106,10 @@ def test_bad_inputs_give_one_error_line(tmp_path, capsys):
     (["tracy-stats", "c.tracy", "--top", "-1"], "--top"),
     (["tracy-stats", "c.tracy", "--depth", "-1"], "--depth"),
     (["profile"], "the following arguments are required: vmfb"),
+    (["compile", "m.mlir", "-o", "m.vmfb", "--target", "llvm"], "--target: invalid choice: 'llvm'"),
+    (["compile", "m.mlir", "-o", "m.vmfb", "--input-type", "pytorch"], "--input-type: invalid choice: 'pytorch'"),
+    (["tracy-stats", "c.tracy", "--gpu", "--cpu"], "argument --cpu: not allowed with argument --gpu"),
+    (["tracy", "r.ireeprof", "--map", "m.vmfb"], "the following arguments are required: -o/--output"),
     (["frobnicate"], "invalid choice"),
     (["report", "r.ireeprof", "--map", "m.vmfb", "--bogus"], "unrecognized arguments: --bogus (see 'sectionmark report --help')"),
 ])
@@ -161,6 +201,18 @@ def test_compile_profile_report_from_the_shell(tmp_path, capsys):
     assert Path(tmp_path / "p.json").stat().st_size > 0
     assert f"wrote {chart}\n" in out and chart.read_bytes().startswith(b"\x89PNG")  # exactly the file it names
     assert f"wrote {capture}\n" in out and capture.read_bytes().startswith(b"tr\xfdP")  # replaced whole
+    table, rows = tmp_path / "table.txt", tmp_path / "s.csv"
+    assert main(["report", str(profile), "--map", str(vmfb), "--warmup", "1", "--table", str(table), "--csv", str(rows)]) == 0
+    out = capsys.readouterr().out
+    assert table.read_text(encoding="utf-8") in out and "coverage:" in table.read_text(encoding="utf-8")
+    assert rows.read_bytes().startswith(b"section,path,")
+    replay = tmp_path / "alias.tracy"  # `tracy` is `report --tracy` without the table
+    assert main(["tracy", str(profile), "--map", str(vmfb), "--warmup", "1", "-o", str(replay)]) == 0
+    assert capsys.readouterr().out == f"wrote {replay}\n" and replay.read_bytes().startswith(b"tr\xfdP")
+    assert main(["tracy-stats", str(replay), "--gpu"]) == 0
+    assert "GPU" in capsys.readouterr().out  # the replay's tracks are GPU contexts
+    assert main(["tracy-stats", str(replay), "--cpu"]) == 0
+    assert "GPU" not in capsys.readouterr().out
     assert not [path for path in tmp_path.iterdir() if path.name.endswith(".partial")]
 
 

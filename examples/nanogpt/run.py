@@ -70,17 +70,14 @@ def run(args: argparse.Namespace) -> None:
     with step(f"profiling {args.iterations} calls on local-task"):
         session = sm.profile(vmfb, args=(tokens,), iterations=args.iterations, warmup=args.warmup,
                              keep_profile=out / "run.ireeprof")
-    table = session.table()
-    print(table)
-    (out / "table.txt").write_text(table + "\n", encoding="utf-8")
-    from sectionmark.renderers import chart, csv_out, json_out, perfetto, tracy_out
-
-    with step("writing JSON, CSV, Perfetto trace, chart and Tracy capture"):
-        json_out.save(session, out / "sections.json")
-        csv_out.save(session, out / "sections.csv")
-        perfetto.save(session, out / "run.perfetto.json")
-        chart.save(session, out / "sections.png", title=f"nanoGPT {args.config} ({args.framework}) on llvm-cpu")
-        tracy_out.save(session, out / "run.tracy")
+    print(session.table())
+    # Every output by the renderer's name (sectionmark.renderers.RENDERERS), written all at once.
+    outputs = {"table": "table.txt", "json": "sections.json", "csv": "sections.csv",
+               "perfetto": "run.perfetto.json", "chart": "sections.png", "tracy": "run.tracy"}
+    options = {"chart": {"title": f"nanoGPT {args.config} ({args.framework}) on llvm-cpu"}}
+    with step(f"writing {', '.join(outputs)}"):
+        for name, file_name in outputs.items():
+            session.save(out / file_name, name, **options.get(name, {}))
     summary = f"""sectionmark nanoGPT demo ({args.config}, {args.framework}) — files in {out}/
 
   table.txt            the per-section table printed above
@@ -113,7 +110,7 @@ def main(argv=None) -> int:
         run(args)
     except SectionmarkError as error:
         print(f"sectionmark demo: error: {error}", file=sys.stderr)
-        return 2
+        return 1  # a failure while running (2 is argparse's usage error)
     return 0
 
 

@@ -1,5 +1,11 @@
 """The ``sectionmark`` command: compile, profile, report, tracy, tracy-stats.
 
+Each command is a parser with ``set_defaults(run=..., planned_io=...)``: the
+function that does the work, and the one that names its input and output
+files (checked before any work). Output options of profile and report come
+from the renderer registry (`sectionmark.renderers`): one ``--NAME FILE`` per
+renderer. ``tracy`` is ``report --tracy`` without the table (kept for scripts).
+
 Every failure prints one line, ``sectionmark: error: ...``. Exit status: 0
 success, 1 a failure while running (bad file, tool error), 2 a usage error
 (bad option or value), 3 an internal error (a bug; set SECTIONMARK_DEBUG=1
@@ -28,6 +34,7 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer cut o
 # (-n 10000000000000000000000) is refused instead of running for ever.
 MAX_CALLS = 1_000_000
 MAX_DEPTH = 1_000
+INPUT_TYPES = ["auto", "none", "torch", "stablehlo"]  # iree-compile --iree-input-type values sectionmark uses
 
 EXAMPLES = {
     "compile": """examples:
@@ -38,6 +45,7 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy -n 20
   sectionmark profile model.vmfb --input x.npy --perfetto run.json --chart sections.png --tracy run.tracy
   sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites
+  sectionmark profile model.vmfb --input x.npy --table table.txt
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa""",
     "report": """examples:
@@ -45,10 +53,13 @@ EXAMPLES = {
   sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json
   sectionmark report run.tracy --map model-cuda.vmfb --warmup 3""",
     "tracy": """examples:
-  sectionmark tracy run.ireeprof --map model.sections.json -o run.tracy""",
+  sectionmark tracy run.ireeprof --map model.sections.json -o run.tracy
+  sectionmark tracy run.ireeprof --map model.vmfb --warmup 3 -o run.tracy
+  (the same as: sectionmark report run.ireeprof --map model.vmfb --warmup 3 --tracy run.tracy)""",
     "tracy-stats": """examples:
   sectionmark tracy-stats run.tracy
   sectionmark tracy-stats run.tracy --gpu --top 20
+  sectionmark tracy-stats run.tracy --cpu
   sectionmark tracy-stats run.tracy --depth 0 --json top-level.json""",
 }
 
@@ -90,16 +101,33 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
 
 
 def _add_outputs(parser: argparse.ArgumentParser) -> None:
+    """One ``--NAME FILE`` option per renderer of `sectionmark.renderers`, plus ``--sites``."""
+    from sectionmark.renderers import RENDERERS
+
     outputs = parser.add_argument_group("outputs (besides the table on stdout)")
-    outputs.add_argument("--json", metavar="FILE", help="per-section statistics as versioned JSON")
-    outputs.add_argument("--csv", metavar="FILE", help="per-section statistics as CSV")
-    outputs.add_argument("--perfetto", metavar="FILE", help="Chrome/Perfetto JSON trace (open in ui.perfetto.dev)")
-    outputs.add_argument("--tracy", metavar="FILE", help="Tracy capture (.tracy) of the profiled timeline")
-    outputs.add_argument("--chart", metavar="FILE", help="PNG chart of the section breakdown")
+    for renderer in RENDERERS.values():
+        outputs.add_argument(f"--{renderer.name}", metavar="FILE", help=renderer.summary)
     outputs.add_argument("--sites", action="store_true", help="also print the per-dispatch-site table")
 
 
+def _output_paths(args: argparse.Namespace) -> dict[str, Optional[str]]:
+    """The renderer outputs asked for, by option (``--json``: path or None)."""
+    from sectionmark.renderers import RENDERERS
+
+    return {f"--{name}": getattr(args, name) for name in RENDERERS}
+
+
+def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("profile", help=".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones)")
+    parser.add_argument("--map", required=True, help=".sections.json, or the .vmfb that embeds it")
+    parser.add_argument("--function", help="function that was profiled (default: any)")
+    parser.add_argument("--calls", type=_bounded(1, MAX_CALLS), help="number of calls in the profile (default: inferred)")
+    parser.add_argument("--warmup", type=_bounded(0, MAX_CALLS), default=0, help="leading calls to drop (default: 0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from sectionmark.compiler.targets import TARGET_FLAGS
+
     parser = _Parser(
         prog="sectionmark",
         description="Named sections for IREE programs: compile with section markers, profile per section.",
@@ -113,10 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    description="Compile MLIR (from sm.torch.export / sm.jax.export) to a .vmfb with "
                                    "section debug groups and an embedded section map; also writes <out>.sections.json.",
                                    epilog=EXAMPLES["compile"], formatter_class=_formatter)
+    compile_.set_defaults(run=_compile, planned_io=_compile_io)
     compile_.add_argument("mlir", help="MLIR file: text (.mlir) or bytecode (.mlirbc)")
     compile_.add_argument("-o", "--output", required=True, help="output .vmfb path")
-    compile_.add_argument("--target", default="llvm-cpu", help="llvm-cpu (default), cuda, rocm or vulkan-spirv")
-    compile_.add_argument("--input-type", default="auto", help="torch, stablehlo or auto (default: from the MLIR)")
+    compile_.add_argument("--target", default="llvm-cpu", choices=list(TARGET_FLAGS),
+                          help="target: %(choices)s (default: %(default)s)")
+    compile_.add_argument("--input-type", default="auto", choices=INPUT_TYPES,
+                          help="MLIR input dialects: %(choices)s (default: auto, from the MLIR)")
     compile_.add_argument("--no-markers", action="store_true", help="plain IREE compile, no section map")
     compile_.add_argument("--no-debug-groups", action="store_true", help="section map only, no HAL debug groups")
     compile_.add_argument("--iree-arg", action="append", default=[], metavar="FLAG",
@@ -127,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(CPU: HAL-native profiling; CUDA/HIP: a Tracy capture of the GPU zones), then "
                                   "attribute every dispatch to its section(s).",
                                   epilog=EXAMPLES["profile"], formatter_class=_formatter)
+    profile.set_defaults(run=_profile, planned_io=_profile_io)
     profile.add_argument("vmfb", help="module compiled by sectionmark (its section map is embedded)")
     profile.add_argument("--input", action="append", default=[], metavar="NPY", help="argument as a .npy file (repeat, in order)")
     profile.add_argument("--function", default="main", help="function to call (default: main)")
@@ -149,35 +181,40 @@ def build_parser() -> argparse.ArgumentParser:
                                  description="Join a recorded .ireeprof (or its ireeperf-jsonl export), or the GPU "
                                  "zones of a .tracy capture, with a section map.",
                                  epilog=EXAMPLES["report"], formatter_class=_formatter)
-    report.add_argument("profile", help=".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones)")
-    report.add_argument("--map", required=True, help=".sections.json, or the .vmfb that embeds it")
-    report.add_argument("--function", help="function that was profiled (default: any)")
-    report.add_argument("--calls", type=_bounded(1, MAX_CALLS),
-                        help="number of calls in the profile (default: inferred)")
-    report.add_argument("--warmup", type=_bounded(0, MAX_CALLS), default=0, help="leading calls to drop (default: 0)")
+    report.set_defaults(run=_report, planned_io=_report_io)
+    _add_report_arguments(report)
     _add_outputs(report)
 
-    tracy = commands.add_parser("tracy", help="write a Tracy capture of a recorded profile",
-                                description="Replay a recorded profile as Tracy GPU-context tracks (sections enclosing "
+    tracy = commands.add_parser("tracy", help="write a Tracy capture of a recorded profile (report --tracy, no table)",
+                                description="The same as 'sectionmark report PROFILE --map MAP --tracy OUTPUT', without "
+                                "the table: replay a recorded profile as Tracy GPU-context tracks (sections enclosing "
                                 "dispatches at the profiled timestamps) and save a .tracy capture.",
                                 epilog=EXAMPLES["tracy"], formatter_class=_formatter)
-    tracy.add_argument("profile", help=".ireeprof (or .jsonl)")
-    tracy.add_argument("--map", required=True, help=".sections.json, or the .vmfb that embeds it")
+    tracy.set_defaults(run=_tracy, planned_io=_tracy_io)
+    _add_report_arguments(tracy)
     tracy.add_argument("-o", "--output", required=True, help="output .tracy path")
-    tracy.add_argument("--warmup", type=_bounded(0, MAX_CALLS), default=0, help="leading calls to drop (default: 0)")
 
     stats = commands.add_parser("tracy-stats", help="per-zone statistics of a .tracy capture",
                                 description="Count, total, mean, min, max and p95 per zone name of a Tracy capture "
                                 "(file version 0.11.2, as written by IREE 3.13's iree-tracy-capture).",
                                 epilog=EXAMPLES["tracy-stats"], formatter_class=_formatter)
+    stats.set_defaults(run=_tracy_stats, planned_io=_tracy_stats_io)
     stats.add_argument("capture", help=".tracy file")
-    stats.add_argument("--gpu", action="store_true", help="only GPU-context zones (device timelines, replays)")
+    tracks = stats.add_mutually_exclusive_group()
+    tracks.add_argument("--gpu", action="store_true", help="only GPU-context zones (device timelines, replays)")
+    tracks.add_argument("--cpu", action="store_true", help="only CPU zones (host threads)")
     stats.add_argument("--depth", type=_bounded(0, MAX_DEPTH), metavar="D",
                        help="only zones at nesting depth D (0: outermost sections)")
     stats.add_argument("--top", type=_bounded(1, MAX_CALLS), metavar="N",
                        help="show only the N zones with the largest total")
     stats.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     return parser
+
+
+# ---------------------------------------------------------------------- inputs and outputs of each command
+# Each returns the command's input files and its output files by the option that names them.
+
+PlannedIO = tuple[list[str], dict[str, Optional[str]]]
 
 
 def _module_inputs(path: str) -> list[str]:
@@ -187,23 +224,28 @@ def _module_inputs(path: str) -> list[str]:
     return [path] if path.endswith(".json") else [path, str(sidecar_path(path))]
 
 
-def _planned_io(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
-    """The command's input files, and its output files by the option that names them."""
-    renderers = {option: getattr(args, option.lstrip("-").replace("-", "_"), None)
-                 for option in ("--json", "--csv", "--perfetto", "--tracy", "--chart")}
-    if args.command == "compile":
-        from sectionmark.compiler.embed import sidecar_path
+def _compile_io(args: argparse.Namespace) -> PlannedIO:
+    from sectionmark.compiler.embed import sidecar_path
 
-        outputs = {"-o": args.output}
-        if not args.no_markers:
-            outputs["-o (its section map)"] = str(sidecar_path(args.output))
-        return [args.mlir], outputs
-    if args.command == "profile":
-        return [*_module_inputs(args.vmfb), *args.input], {**renderers, "--keep-profile": args.keep_profile}
-    if args.command == "report":
-        return [args.profile, *_module_inputs(args.map)], renderers
-    if args.command == "tracy":
-        return [args.profile, *_module_inputs(args.map)], {"-o": args.output}
+    outputs = {"-o": args.output}
+    if not args.no_markers:
+        outputs["-o (its section map)"] = str(sidecar_path(args.output))
+    return [args.mlir], outputs
+
+
+def _profile_io(args: argparse.Namespace) -> PlannedIO:
+    return [*_module_inputs(args.vmfb), *args.input], {**_output_paths(args), "--keep-profile": args.keep_profile}
+
+
+def _report_io(args: argparse.Namespace) -> PlannedIO:
+    return [args.profile, *_module_inputs(args.map)], _output_paths(args)
+
+
+def _tracy_io(args: argparse.Namespace) -> PlannedIO:
+    return [args.profile, *_module_inputs(args.map)], {"-o": args.output}
+
+
+def _tracy_stats_io(args: argparse.Namespace) -> PlannedIO:
     return [args.capture], {"--json": args.json}
 
 
@@ -214,7 +256,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     unwritable directories and the command's own inputs; here, in addition,
     two options naming one file.
     """
-    inputs, outputs = _planned_io(args)
+    inputs, outputs = args.planned_io(args)
     seen: dict[str, str] = {}
     for option, path in outputs.items():
         if path is None:
@@ -226,19 +268,19 @@ def check_outputs(args: argparse.Namespace) -> None:
         seen[real] = option
 
 
-def _emit_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    from sectionmark.renderers import chart, csv_out, json_out, perfetto, tracy_out
+# ---------------------------------------------------------------------- commands
 
+
+def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    """The table (and the sites table) on stdout, then every renderer output asked for."""
     print(session.table())
     if args.sites:
         from sectionmark.renderers.table import render_sites_text
 
         print(render_sites_text(session))
-    renderers = [(args.json, json_out), (args.csv, csv_out), (args.perfetto, perfetto), (args.chart, chart),
-                 (args.tracy, tracy_out)]
-    for path, renderer in renderers:
+    for option, path in _output_paths(args).items():
         if path is not None:
-            print(f"wrote {renderer.save(session, path, inputs=inputs)}")
+            print(f"wrote {session.save(path, option[2:], inputs=inputs)}")
 
 
 def _load_inputs(paths: Sequence[str]) -> list:
@@ -247,58 +289,68 @@ def _load_inputs(paths: Sequence[str]) -> list:
     return [load_input_array(path) for path in paths]
 
 
+def _compile(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.compiler import compile
+
+    source = Path(args.mlir)
+    if not source.is_file():
+        raise SectionmarkError(f"no such MLIR file: {source}")
+    compiled = compile(
+        source, target=args.target, extra_args=args.iree_arg, markers=not args.no_markers,
+        debug_groups=not args.no_debug_groups,
+        input_type=None if args.input_type == "auto" else args.input_type,
+    )
+    print(f"wrote {compiled.save(args.output, inputs=inputs)}")
+    if compiled.section_map is not None:
+        dispatches = sum(c.op == "dispatch" for b in compiled.section_map.command_buffers for c in b.commands)
+        print(f"section map: {compiled.sections_summary}; {dispatches} recorded dispatches")
+
+
+def _profile(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.profiling import profile
+
+    session = profile(
+        args.vmfb, _load_inputs(args.input), function=args.function, device=args.device,
+        iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
+        keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters,
+    )
+    _write_outputs(session, args, inputs)
+
+
+def _recorded_session(args: argparse.Namespace):
+    from sectionmark.profiling import report
+
+    return report(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function)
+
+
+def _report(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    _write_outputs(_recorded_session(args), args, inputs)
+
+
+def _tracy(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    print(f"wrote {_recorded_session(args).save(args.output, 'tracy', inputs=inputs)}")
+
+
+def _tracy_stats(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    import dataclasses
+    import json
+
+    from sectionmark.renderers.table import zone_stats_text
+    from sectionmark.tracy.stats import zone_stats
+
+    rows = zone_stats(args.capture, depth=args.depth, gpu_only=args.gpu)
+    rows = [row for row in rows if not args.cpu or row.kind != "gpu"][: args.top]
+    print(zone_stats_text(rows))
+    if args.json is not None:
+        document = {"version": 1, "zones": [dataclasses.asdict(row) for row in rows]}
+        written = write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False), inputs=inputs)
+        print(f"wrote {written}")
+
+
 def _run(args: argparse.Namespace) -> None:
     check_outputs(args)
-    inputs, _outputs = _planned_io(args)
-    if args.command == "compile":
-        from sectionmark.compiler import compile
-
-        source = Path(args.mlir)
-        if not source.is_file():
-            raise SectionmarkError(f"no such MLIR file: {source}")
-        compiled = compile(
-            source, target=args.target, extra_args=args.iree_arg, markers=not args.no_markers,
-            debug_groups=not args.no_debug_groups,
-            input_type=None if args.input_type == "auto" else args.input_type,
-        )
-        written = compiled.save(args.output, inputs=inputs)
-        print(f"wrote {written}")
-        if compiled.section_map is not None:
-            dispatches = sum(c.op == "dispatch" for b in compiled.section_map.command_buffers for c in b.commands)
-            print(f"section map: {compiled.sections_summary}; {dispatches} recorded dispatches")
-    elif args.command == "profile":
-        from sectionmark.profiling import profile
-
-        session = profile(
-            args.vmfb, _load_inputs(args.input), function=args.function, device=args.device,
-            iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
-            keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters,
-        )
-        _emit_outputs(session, args, inputs)
-    elif args.command == "report":
-        from sectionmark.profiling import report
-
-        session = report(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function)
-        _emit_outputs(session, args, inputs)
-    elif args.command == "tracy":
-        from sectionmark.profiling import report
-        from sectionmark.renderers import tracy_out
-
-        session = report(args.profile, args.map, warmup=args.warmup)
-        print(f"wrote {tracy_out.save(session, args.output, inputs=inputs)}")
-    elif args.command == "tracy-stats":
-        import dataclasses
-        import json
-
-        from sectionmark.renderers.table import zone_stats_text
-        from sectionmark.tracy.stats import zone_stats
-
-        rows = zone_stats(args.capture, depth=args.depth, gpu_only=args.gpu)[: args.top]
-        print(zone_stats_text(rows))
-        if args.json is not None:
-            document = {"version": 1, "zones": [dataclasses.asdict(row) for row in rows]}
-            written = write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False), inputs=inputs)
-            print(f"wrote {written}")
+    inputs, _outputs = args.planned_io(args)
+    args.run(args, inputs)
 
 
 def _quiet_stdout() -> None:
