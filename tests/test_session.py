@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from typing import Optional, Sequence
 
 import numpy as np
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from invariants import assert_profile_invariants
 
+from sectionmark import renderers
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
 from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
@@ -30,6 +32,7 @@ from sectionmark.profiling.session import (
     wall_parts,
     weight_matrices,
 )
+from sectionmark.renderers import RENDERERS
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 
 A, B, C = ("A",), ("B",), ("C",)
@@ -307,15 +310,88 @@ def test_json_round_trip():
     assert again.section(("Block", "Init")).note == "no dispatches: ran only in initializers"
 
 
+def test_json_is_the_documented_schema():
+    """docs/profile-json.md, field by field, on the worked example (times rounded to integer ns)."""
+    session = build([(0, 100_000, ((A, 1.0),)), (50_000, 150_000, ((A, 0.7), (B, 0.3)))], declared=[A, B])
+    data = json.loads(json.dumps(session.to_json()))
+    sections, sites = data.pop("sections"), data.pop("sites")
+    assert data == {"version": 2, "function": "main", "weight_rule": "cost", "total_ns": 200_000, "wall_ns": 150_000,
+                    "unmarked_ns": 0, "calls": 1, "warmup": 0, "calls_known": True, "coverage_error": 0.0}
+    assert sections[0] == {
+        "path": ["A"], "name": "A", "unmarked": False, "busy_ns": 170_000, "exclusive_ns": 170_000,
+        "shared_ns": 70_000, "shared_with": [{"path": ["B"], "ns": 30_000}], "wall_ns": 127_500,
+        "exclusive_wall_ns": 127_500, "calls": 1, "dispatches": 2, "dispatched": True, "note": None, "share": 0.85,
+        "per_call": {"mean_ns": 170_000, "min_ns": 170_000, "max_ns": 170_000, "p50_ns": 170_000, "p95_ns": 170_000},
+    }
+    assert sections[2] == {
+        "path": [], "name": "(unmarked)", "unmarked": True, "busy_ns": 0, "exclusive_ns": 0, "shared_ns": 0,
+        "shared_with": [], "wall_ns": 0, "exclusive_wall_ns": 0, "calls": 0, "dispatches": 0, "dispatched": False,
+        "note": None, "share": 0.0, "per_call": {"mean_ns": 0, "min_ns": 0, "max_ns": 0, "p50_ns": 0, "p95_ns": 0},
+    }
+    assert sites[1] == {
+        "site": 1, "key": "main_dispatch_1", "executable": None, "workgroups": None, "binding_bytes": None,
+        "sections": [{"path": ["A"], "weight": 0.7}, {"path": ["B"], "weight": 0.3}], "dispatches": 1,
+        "busy_ns": 100_000, "shared_executable": False,
+    }
+    assert all(isinstance(row[key], int) for row in sections for key in row if key.endswith("_ns"))
+
+
 @pytest.mark.parametrize("data, message", [
     ({"version": 1, "sections": []}, "version 1 is not supported"),
     ([], "no 'version' field"),
-    ({"version": 2, "sections": [{"path": []}]}, "malformed"),
+    ({"version": 2, "sections": [{"path": []}]}, "malformed sectionmark profile JSON: profile: missing field 'total_ns'"),
 ])
 def test_from_json_refuses_other_versions_and_malformed_data(data, message):
-    with pytest.raises(SectionmarkError, match=message) as error:
+    with pytest.raises(SectionmarkError, match=re.escape(message)) as error:
         ProfileSession.from_json(data)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["sections"][0].update(busy_ns="12"), "profile.sections[0].busy_ns: expected a number, got str '12'"),
+    (lambda d: d["sections"][0]["shared_with"].append({"path": ["B"]}), "profile.sections[0].shared_with[1]: missing field 'ns'"),
+    (lambda d: d["sites"][0].update(dispatches=1.5), "profile.sites[0].dispatches: expected an integer, got float 1.5"),
+    (lambda d: d["sections"].pop(), "the last section row must be the unmarked row"),
+])
+def test_from_json_names_the_place_of_a_bad_value(change, message):
+    data = build([(0, 100, ((A, 0.5), (B, 0.5))), (100, 200, ((B, 1.0),))], declared=[A, B]).to_json()
+    change(data)
+    with pytest.raises(SectionmarkError, match=re.escape(message)):
+        ProfileSession.from_json(data)
+
+
+# ---------------------------------------------------------------------------- renderers
+
+
+def test_every_renderer_by_name_and_by_suffix(tmp_path):
+    session = build([(0, 100, ((A, 1.0),)), (50, 150, ((A, 0.7), (B, 0.3)))], declared=[A, B])
+    for renderer in RENDERERS.values():
+        assert renderers.for_path(tmp_path / f"out{renderer.extensions[0]}") is renderer
+        if renderer.name == "tracy":  # needs IREE's tracing runtime: tests/test_tracy_replay.py
+            continue
+        output = session.render(renderer.name)
+        assert isinstance(output, bytes if renderer.binary else str) and output
+        written = session.save(tmp_path / f"out{renderer.extensions[0]}")
+        if not renderer.binary:  # written exactly as rendered (the CSV keeps its \r\n)
+            assert written.read_bytes() == output.encode("utf-8")
+    assert session.save(tmp_path / "chart.data", "chart").read_bytes().startswith(b"\x89PNG")
+    assert renderers.for_path("run.perfetto.json").name == "perfetto" and renderers.for_path("RUN.JSON").name == "json"
+
+
+def test_unknown_formats_are_one_line_errors(tmp_path):
+    session = build([(0, 100, ((A, 1.0),))], declared=[A])
+    with pytest.raises(SectionmarkError, match="unknown output format 'xml'; use one of: table, json, csv"):
+        session.render("xml")
+    with pytest.raises(SectionmarkError, match=r"cannot tell the output format of .*run\.xml from its name"):
+        session.save(tmp_path / "run.xml")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_session_read_from_json_has_no_timeline():
+    session = ProfileSession.from_json(build([(0, 100, ((A, 1.0),))], declared=[A]).to_json())
+    assert session.render("json") and session.render("table")
+    with pytest.raises(SectionmarkError, match="no per-dispatch events"):
+        session.render("perfetto")
 
 
 # ---------------------------------------------------------------------------- property
