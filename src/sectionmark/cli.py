@@ -106,15 +106,19 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
 
     outputs = parser.add_argument_group("outputs (besides the table on stdout)")
     for renderer in RENDERERS.values():
-        outputs.add_argument(f"--{renderer.name}", metavar="FILE", help=renderer.summary)
+        outputs.add_argument(f"--{renderer.name}", dest=renderer.name, metavar="FILE", help=renderer.summary)
     outputs.add_argument("--sites", action="store_true", help="also print the per-dispatch-site table")
 
 
-def _output_paths(args: argparse.Namespace) -> dict[str, Optional[str]]:
-    """The renderer outputs asked for, by option (``--json``: path or None)."""
+def _rendered_outputs(args: argparse.Namespace) -> dict[str, str]:
+    """The renderer outputs asked for: renderer name -> path."""
     from sectionmark.renderers import RENDERERS
 
-    return {f"--{name}": getattr(args, name) for name in RENDERERS}
+    return {name: getattr(args, name) for name in RENDERERS if getattr(args, name) is not None}
+
+
+def _rendered_options(args: argparse.Namespace) -> dict[str, str]:
+    return {f"--{name}": path for name, path in _rendered_outputs(args).items()}
 
 
 def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -234,11 +238,11 @@ def _compile_io(args: argparse.Namespace) -> PlannedIO:
 
 
 def _profile_io(args: argparse.Namespace) -> PlannedIO:
-    return [*_module_inputs(args.vmfb), *args.input], {**_output_paths(args), "--keep-profile": args.keep_profile}
+    return [*_module_inputs(args.vmfb), *args.input], {**_rendered_options(args), "--keep-profile": args.keep_profile}
 
 
 def _report_io(args: argparse.Namespace) -> PlannedIO:
-    return [args.profile, *_module_inputs(args.map)], _output_paths(args)
+    return [args.profile, *_module_inputs(args.map)], _rendered_options(args)
 
 
 def _tracy_io(args: argparse.Namespace) -> PlannedIO:
@@ -278,9 +282,8 @@ def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> 
         from sectionmark.renderers.table import render_sites_text
 
         print(render_sites_text(session))
-    for option, path in _output_paths(args).items():
-        if path is not None:
-            print(f"wrote {session.save(path, option[2:], inputs=inputs)}")
+    for name, path in _rendered_outputs(args).items():
+        print(f"wrote {session.save(path, name, inputs=inputs)}")
 
 
 def _load_inputs(paths: Sequence[str]) -> list:

@@ -53,7 +53,7 @@ RENDERERS: dict[str, Renderer] = {
         Renderer("table", (".txt",), False, "the per-section table as text", "sectionmark.renderers.table"),
         Renderer("json", (".json",), False, "per-section statistics as versioned JSON", "sectionmark.renderers.json_out"),
         Renderer("csv", (".csv",), False, "per-section statistics as CSV", "sectionmark.renderers.csv_out"),
-        Renderer("perfetto", (".perfetto.json", ".trace.json"), False,
+        Renderer("perfetto", (".perfetto.json",), False,
                  "Chrome/Perfetto JSON trace (open in ui.perfetto.dev)", "sectionmark.renderers.perfetto"),
         Renderer("tracy", (".tracy",), True, "Tracy capture (.tracy) of the profiled timeline",
                  "sectionmark.renderers.tracy_out"),
