@@ -69,6 +69,8 @@ def check_version(data: Any, expected: int, document: str, advice: str) -> None:
 
 def to_json(value: Any) -> Any:
     """A dataclass (or list/tuple/dict of them) as plain JSON-serialisable values."""
+    if value is None or isinstance(value, (str, int, float)):  # most values: first, for speed
+        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         data = {field.name: _write_field(field, getattr(value, field.name)) for field in _fields(type(value))}
         data.update((name, to_json(getattr(value, name))) for name in getattr(type(value), "JSON_PROPERTIES", ()))
@@ -115,6 +117,18 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _read(kind: Any, data: Any, where: str) -> Any:
+    if kind is float:  # scalars first: most values are
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise SchemaError(f"{where}: expected a number, got {_describe(data)}")
+        if not math.isfinite(data):
+            raise SchemaError(f"{where}: expected a finite number, got {data}")
+        return float(data)
+    if kind is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise SchemaError(f"{where}: expected an integer, got {_describe(data)}")
+        return data
+    if kind in (str, bool):
+        return _expect(kind, data, where)
     origin, arguments = typing.get_origin(kind), typing.get_args(kind)
     if origin in (Union, types.UnionType):
         options = [option for option in arguments if option is not type(None)]
@@ -133,18 +147,6 @@ def _read(kind: Any, data: Any, where: str) -> Any:
     if origin is dict:
         mapping = _expect(dict, data, where)
         return {_read(arguments[0], key, f"{where} key"): _read(arguments[1], item, f"{where}.{key}") for key, item in mapping.items()}
-    if kind is float:
-        if isinstance(data, bool) or not isinstance(data, (int, float)):
-            raise SchemaError(f"{where}: expected a number, got {_describe(data)}")
-        if not math.isfinite(data):
-            raise SchemaError(f"{where}: expected a finite number, got {data}")
-        return float(data)
-    if kind is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise SchemaError(f"{where}: expected an integer, got {_describe(data)}")
-        return data
-    if kind in (str, bool):
-        return _expect(kind, data, where)
     if kind is Any:
         return data
     raise TypeError(f"serialization: unsupported field type {kind!r} at {where}")
