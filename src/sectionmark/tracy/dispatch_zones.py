@@ -23,7 +23,6 @@ key in recording order. The result is a `Profile` with synthetic ids that
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -32,14 +31,12 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, SUBMISSION_DTYPE, Profile, RecordedCommand
+from sectionmark.profiling.timeline import track_queue
 from sectionmark.section_map import COMMAND_OPS, Command, CommandBuffer, SectionMap
 from sectionmark.tracy.reader import Capture, Track
 
 __all__ = ["capture_profile"]
 
-# Track names of sectionmark's replay (sectionmark.profiling.timeline.QueueTimeline.tracks):
-# "queue N: sections" holds the section zones, "queue N: concurrent dispatches K" the lanes.
-_REPLAY_TRACK = re.compile(r"queue (\d+): (?:sections|concurrent dispatches \d+)\Z")
 # Zones IREE's GPU drivers add around and beside dispatches (command buffers, fills, copies).
 _DRIVER_ZONE_PREFIX = "iree_hal_"
 
@@ -199,12 +196,12 @@ def _queues(capture: Capture, key_ids: dict[str, int], section_names: set[str]) 
             f"the capture has GPU zones that are neither dispatches nor sections of the section map: "
             f"'{name}' ({count} zones; {len(unknown)} such names in all); is the map from the module that ran?"
         )
-    replays = [_REPLAY_TRACK.match(track.name) for track, _zones in tracks]
-    taken = {int(replay.group(1)) for replay in replays if replay}
+    replayed = [track_queue(track.name) for track, _zones in tracks]  # a replay's tracks name their queue
+    taken = {queue for queue in replayed if queue is not None}
     free = (number for number in range(len(tracks) + len(taken)) if number not in taken)
     queues: dict[int, list[_Zone]] = {}
-    for (_track, zones), replay in zip(tracks, replays):
-        queues.setdefault(int(replay.group(1)) if replay else next(free), []).extend(zones)
+    for (_track, zones), queue in zip(tracks, replayed):
+        queues.setdefault(queue if queue is not None else next(free), []).extend(zones)
     for zones in queues.values():
         zones.sort(key=lambda zone: (zone.start_ns, zone.end_ns))
     return dict(sorted(queues.items()))
