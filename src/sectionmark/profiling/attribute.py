@@ -23,14 +23,15 @@ cannot be honoured is an error, never silently ignored.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
-from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, Profile, RecordedCommand
+from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand
+from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap
 
 CONTROL_FLOW_OPS = ("branch", "cond_branch")  # recorded ops that make commands run other than once, in order
@@ -63,6 +64,10 @@ class Attribution:
     calls_known: bool  # False: no count was given and the submissions do not repeat
     keys: list[str]
     buffer_matches: dict[int, int]  # runtime command buffer id -> static CommandBuffer.index
+    # Command-buffer executions and other queue operations of all calls (warmup calls: call < 0);
+    # empty for a profile without queue operations (a Tracy capture).
+    queue_spans: np.ndarray = field(default_factory=lambda: np.zeros(0, QUEUE_SPAN_DTYPE))
+    memory: np.ndarray = field(default_factory=lambda: np.zeros(0, MEMORY_DTYPE))  # memory events, by time
 
 
 def _composition(command: Command) -> Composition:
@@ -282,6 +287,7 @@ def attribute(
     events["slot"] = slot
     events["call"] = call - warmup
     events = events[events["call"] >= 0]
+    queue_spans = _queue_spans(profile, call_of_submission - warmup) if profile.source != "tracy" else None
     return Attribution(
         events=events,
         slots=slots,
@@ -291,4 +297,20 @@ def attribute(
         calls_known=exact,
         keys=profile.keys,
         buffer_matches=buffer_matches,
+        **({} if queue_spans is None else {"queue_spans": queue_spans, "memory": profile.memory}),
     )
+
+
+def _queue_spans(profile: Profile, call_of_submission: np.ndarray) -> np.ndarray:
+    """Command-buffer executions and the other queue operations, each with its call (queue_time.assign_calls)."""
+    executes, others = profile.submissions, profile.queue_ops
+    spans = np.zeros(len(executes) + len(others), QUEUE_SPAN_DTYPE)
+    spans["type"][: len(executes)] = EVENT_EXECUTE
+    spans["call"][: len(executes)] = call_of_submission
+    spans["call"][len(executes):] = assign_calls(others["submission"], others["type"], executes["submission"],
+                                                 call_of_submission)
+    for name in ("start_ns", "end_ns"):
+        spans[name] = np.concatenate([executes[name], others[name]])
+    for name in ("type", "payload_bytes"):
+        spans[name][len(executes):] = others[name]
+    return spans

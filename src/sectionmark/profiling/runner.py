@@ -37,7 +37,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.parameters import tool_flags
 from sectionmark.profiling.tools import exit_description, find_tool, last_useful_line
 
-PROFILING_MODES = "queue-events,host-execution,executable-metadata"
+PROFILING_MODES = "queue-events,host-execution,executable-metadata,memory-events"
 # What IREE 3.13's Vulkan driver can record (it has no host-execution events).
 VULKAN_PROFILING_MODES = "queue-events,dispatch-events,executable-metadata"
 VULKAN_UNREADABLE = (

@@ -34,6 +34,7 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution, Composition
+from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time, device_memory
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
 
 PROFILE_JSON_VERSION = 2
@@ -146,6 +147,8 @@ class ProfileSession:
     function: Optional[str] = None
     weight_rule: str = "op-count"  # how fused dispatches were split (from the section map)
     attribution: Optional[Attribution] = None  # per-event data for timelines; None after from_json
+    call_time: Optional[CallTime] = None  # where the calls' time went beside dispatches (queue_time.py)
+    memory: Optional[DeviceMemory] = None  # device memory during the calls (memory-events)
 
     # ------------------------------------------------------------------ building
 
@@ -195,6 +198,8 @@ class ProfileSession:
             function=function,
             weight_rule=section_map.weight_rule,
             attribution=attribution,
+            call_time=call_time(starts, ends, attribution.queue_spans, attribution.calls),
+            memory=device_memory(attribution.memory, attribution.queue_spans, attribution.calls),
         )
 
     # ------------------------------------------------------------------ views
@@ -298,6 +303,8 @@ class ProfileSession:
                 }
                 for site in self.sites
             ],
+            "call_time": serialization.to_json(self.call_time),
+            "memory": serialization.to_json(self.memory),
         }
 
     @classmethod
@@ -354,6 +361,8 @@ class ProfileSession:
                 coverage_error=float(data["coverage_error"]),
                 function=data.get("function"),
                 weight_rule=str(data.get("weight_rule", "op-count")),
+                call_time=serialization.from_json(Optional[CallTime], data.get("call_time"), "call_time"),
+                memory=serialization.from_json(Optional[DeviceMemory], data.get("memory"), "memory"),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise SectionmarkError(f"malformed sectionmark profile JSON: {error}") from None
