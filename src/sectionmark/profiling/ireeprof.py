@@ -48,6 +48,7 @@ detected):
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import stat
 import struct
@@ -260,9 +261,9 @@ def _fixed_records(payloads: list[memoryview], dtype: np.dtype) -> np.ndarray:
     return records
 
 
-def _bundle_chunks(path: Path, data: bytes, header_length: int) -> dict[str, list[memoryview]]:
-    """Walk the records: check their framing and session, return the payloads of the chunks we use."""
-    file_length = len(data)
+def _bundle_chunks(path: Path, data: mmap.mmap, header_length: int, file_length: int) -> dict[str, list[memoryview]]:
+    """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
+    chunks we use."""
     view = memoryview(data)
     chunks: dict[str, list[memoryview]] = {name: [] for name in USED_CHUNKS}
     content_types: dict[bytes, str] = {}
@@ -354,11 +355,11 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
         raise _corrupt(path, f"truncated: {size} of {file_length} bytes")
     if header_length < _FILE_HEADER.size or header_length > file_length:
         raise _corrupt(path, "bad header length")
-    file.seek(0)
-    data = file.read(file_length)  # bounded by the header, which was checked against the file size
-    if len(data) != file_length:
+    # Mapped, not read: only the chunks used are copied (once, into their record arrays).
+    data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    if len(data) < file_length:
         raise _corrupt(path, f"truncated: {len(data)} of {file_length} bytes")
-    chunks = _bundle_chunks(path, data, header_length)
+    chunks = _bundle_chunks(path, data, header_length, file_length)
 
     functions = _executable_functions(path, chunks["executable-functions"])
 
@@ -388,7 +389,8 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
         raise _run_failed(path, EVENT_NAMES[int(bad["type"])], int(bad["event_id"]), int(bad["status_code"]))
     _check_unique(path, "a host execution event", events["stream"], events["event_id"])
 
-    raw = events[events["type"] == EVENT_DISPATCH]
+    types = events["type"]
+    raw = np.flatnonzero(types == EVENT_DISPATCH)  # positions: indexing whole 152-byte records would copy them all
     # Key of each event: look its (executable, function ordinal) up among the known functions,
     # packed into one 64-bit code (ids beyond 32 bits would wrap: no producer makes that many executables).
     known = sorted(functions)
@@ -397,36 +399,34 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     keys = list(dict.fromkeys(functions[pair] for pair in known))
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
-    codes = (raw["executable_id"] << np.uint64(32)) | raw["function_ordinal"].astype(np.uint64)
-    missing = (raw["executable_id"] >= np.uint64(1 << 32)) | ~np.isin(codes, known_codes)
+    executable, ordinal = events["executable_id"][raw], events["function_ordinal"][raw]
+    codes = (executable << np.uint64(32)) | ordinal.astype(np.uint64)
+    missing = (executable >= np.uint64(1 << 32)) | ~np.isin(codes, known_codes)
     if missing.any():
-        bad = raw[np.argmax(missing)]
-        raise _corrupt(path, f"dispatch of unknown executable function {bad['executable_id']}:{bad['function_ordinal']}")
+        bad = np.argmax(missing)
+        raise _corrupt(path, f"dispatch of unknown executable function {executable[bad]}:{ordinal[bad]}")
     found = np.searchsorted(known_codes, codes)
 
-    dispatches = np.empty(len(raw), DISPATCH_DTYPE)
-    for name in ("submission", "command_buffer", "command_index", "device", "queue", "start_ns", "end_ns", "tile_ns"):
-        dispatches[name] = raw[name]
+    dispatches = _columns(events, DISPATCH_DTYPE, raw, skip=("key",))
     dispatches["key"] = known_keys[found]
-
-    executes = events[events["type"] == EVENT_EXECUTE]
-    submissions = _columns(executes, SUBMISSION_DTYPE)
-    queue_ops = _columns(events[(events["type"] != EVENT_DISPATCH) & (events["type"] != EVENT_EXECUTE)], QUEUE_OP_DTYPE)
+    submissions = _columns(events, SUBMISSION_DTYPE, np.flatnonzero(types == EVENT_EXECUTE))
+    queue_ops = _columns(events, QUEUE_OP_DTYPE, np.flatnonzero((types != EVENT_DISPATCH) & (types != EVENT_EXECUTE)))
 
     memory_events = _fixed_records(chunks["memory-events"], _MEMORY_EVENT)
     unknown = ~np.isin(memory_events["type"], list(MEMORY_EVENT_NAMES))
     if unknown.any():
         raise _corrupt(path, f"unknown memory event type {memory_events['type'][np.argmax(unknown)]}")
-    memory = _columns(memory_events, MEMORY_DTYPE)
+    memory = _columns(memory_events, MEMORY_DTYPE, np.arange(len(memory_events)))
     return _finish(path, dispatches, submissions, keys, declared, commands, _exports(functions), "bundle",
                    queue_ops, memory)
 
 
-def _columns(records: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """The fields of ``dtype`` copied out of raw records (the same names), as a packed array."""
-    table = np.empty(len(records), dtype)
+def _columns(records: np.ndarray, dtype: np.dtype, rows: np.ndarray, skip: tuple[str, ...] = ()) -> np.ndarray:
+    """The fields of ``dtype`` (but ``skip``) of raw records ``rows``, as a packed array (one gather per field)."""
+    table = np.empty(len(rows), dtype)
     for name in dtype.names:
-        table[name] = records[name]
+        if name not in skip:
+            table[name] = records[name][rows]
     return table
 
 
@@ -699,7 +699,10 @@ def _check_unique(path: Path, what: str, first: np.ndarray, second: np.ndarray) 
     first, second = first.astype(np.uint64), second.astype(np.uint64)
     width = int(second.max()).bit_length()
     if int(first.max()).bit_length() + width <= 64:  # one sortable key: much faster than lexsort
-        keys = np.sort((first << np.uint64(width)) | second)
+        keys = (first << np.uint64(width)) | second
+        if (keys[1:] > keys[:-1]).all():  # in increasing order, as IREE writes them: unique, no sort needed
+            return
+        keys = np.sort(keys)
         same = keys[1:] == keys[:-1]
         if same.any():
             key = int(keys[1:][same][0])
