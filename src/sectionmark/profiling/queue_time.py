@@ -161,9 +161,8 @@ def partition_time(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, row_c
 def union_by_window(starts: np.ndarray, ends: np.ndarray, window_starts: np.ndarray,
                     window_ends: np.ndarray) -> np.ndarray:
     """Per window: the length of the union of intervals ``[start, end)`` inside it."""
-    result = np.zeros(len(window_starts), np.int64)
     if not len(starts):
-        return result
+        return np.zeros(len(window_starts), np.int64)
     if not (starts[1:] >= starts[:-1]).all():
         order = np.argsort(starts, kind="stable")
         starts, ends = starts[order], ends[order]
@@ -176,8 +175,7 @@ def union_by_window(starts: np.ndarray, ends: np.ndarray, window_starts: np.ndar
     inside = window >= 0
     window = window[inside]
     lengths = np.minimum(block_ends[inside], window_ends[window]) - block_starts[inside]
-    np.add.at(result, window, lengths)
-    return result
+    return np.rint(np.bincount(window, weights=lengths, minlength=len(window_starts))).astype(np.int64)
 
 
 def memory_by_window(times: np.ndarray, pools: np.ndarray, reserved: np.ndarray, window_starts: np.ndarray,
@@ -218,16 +216,24 @@ def memory_by_window(times: np.ndarray, pools: np.ndarray, reserved: np.ndarray,
     return peak, average
 
 
+def _measured_windows(spans: np.ndarray, calls: int) -> Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(window starts, window ends, spans) of the measured calls; None unless every call has a span."""
+    measured = spans[(spans["call"] >= 0) & (spans["call"] < calls)]
+    if not len(measured) or not np.bincount(measured["call"], minlength=calls).all():
+        return None
+    return (*call_windows(measured["start_ns"], measured["end_ns"], measured["call"], calls), measured)
+
+
 def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.ndarray, calls: int) -> Optional[CallTime]:
     """The breakdown of the measured calls ``0 .. calls-1``; None without queue spans (e.g. a Tracy capture).
 
     ``spans``: QUEUE_SPAN_DTYPE, command-buffer executions and other queue
     operations of all calls (warmup calls have negative call numbers).
     """
-    measured = spans[(spans["call"] >= 0) & (spans["call"] < calls)]
-    if not len(measured) or len(np.unique(measured["call"])) != calls:
+    windows = _measured_windows(spans, calls)
+    if windows is None:
         return None
-    window_starts, window_ends = call_windows(measured["start_ns"], measured["end_ns"], measured["call"], calls)
+    window_starts, window_ends, measured = windows
     rows = ROW_OF_EVENT_TYPE[spans["type"]]
     parts = partition_time(spans["start_ns"], spans["end_ns"], rows, len(QUEUE_ROWS), window_starts, window_ends)
     dispatch = union_by_window(dispatch_starts, dispatch_ends, window_starts, window_ends)
@@ -250,11 +256,11 @@ def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.
 
 def device_memory(memory: np.ndarray, spans: np.ndarray, calls: int) -> Optional[DeviceMemory]:
     """Device memory of the measured calls from memory events (MEMORY_DTYPE); None without pool figures."""
-    measured = spans[(spans["call"] >= 0) & (spans["call"] < calls)]
     stats = memory[(memory["flags"] & MEMORY_POOL_STATS) != 0]
-    if not len(stats) or not len(measured) or len(np.unique(measured["call"])) != calls:
+    windows = _measured_windows(spans, calls)
+    if not len(stats) or windows is None:
         return None
-    window_starts, window_ends = call_windows(measured["start_ns"], measured["end_ns"], measured["call"], calls)
+    window_starts, window_ends, _measured = windows
     peak, average = memory_by_window(stats["time_ns"], stats["pool"], stats["pool_reserved"], window_starts,
                                      window_ends)
     lengths = (window_ends - window_starts).astype(np.float64)
