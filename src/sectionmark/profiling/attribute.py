@@ -282,11 +282,12 @@ def attribute(
         )
 
     events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
-    for name in DISPATCH_DTYPE.names:
-        events[name] = dispatches[name]
+    # ATTRIBUTED_DTYPE begins with DISPATCH_DTYPE's packed fields: one copy of the rows' bytes, not one per field
+    _row_bytes(events)[:, : DISPATCH_DTYPE.itemsize] = _row_bytes(np.ascontiguousarray(dispatches, DISPATCH_DTYPE))
     events["slot"] = slot
     events["call"] = call - warmup
-    events = events[events["call"] >= 0]
+    if warmup:
+        events = events[events["call"] >= 0]
     queue_spans = _queue_spans(profile, call_of_submission - warmup) if profile.source != "tracy" else None
     return Attribution(
         events=events,
@@ -299,6 +300,11 @@ def attribute(
         buffer_matches=buffer_matches,
         **({} if queue_spans is None else {"queue_spans": queue_spans, "memory": profile.memory}),
     )
+
+
+def _row_bytes(table: np.ndarray) -> np.ndarray:
+    """A contiguous structured array as a ``[rows, itemsize]`` uint8 view."""
+    return table.view(np.uint8).reshape(len(table), table.dtype.itemsize)
 
 
 def _queue_spans(profile: Profile, call_of_submission: np.ndarray) -> np.ndarray:
