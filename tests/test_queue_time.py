@@ -80,11 +80,13 @@ def test_call_time_rows_add_up_to_the_call_time():
     queue = spans(("alloca", 0, 10, 0), ("execute", 20, 100, 0), ("dealloca", 110, 115, 0),
                   ("alloca", 200, 210, 1), ("execute", 215, 300, 1), ("copy", 300, 320, 1),
                   ("alloca", -50, -40, -1))  # a warmup call: not measured
+    queue["payload_bytes"][5] = 4096  # the copy
     timing = call_time(np.array([25, 60, 220]), np.array([55, 90, 280]), queue, 2)
     assert timing is not None
     assert (timing.call_ns, timing.dispatch_ns, timing.command_buffer_gap_ns) == (235, 120, 45)
     assert (timing.transfer_ns, timing.allocation_ns, timing.idle_ns, timing.execute_ns) == (20, 25, 25, 165)
     assert sum(timing.rows.values()) == timing.call_ns
+    assert timing.transfer_bytes == 4096
 
 
 def test_no_call_time_without_queue_spans_or_with_a_call_missing():

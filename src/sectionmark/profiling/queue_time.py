@@ -43,13 +43,16 @@ QUEUE_SPAN_DTYPE = np.dtype(
     [("type", "<u4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("payload_bytes", "<u8"), ("call", "<i4")]
 )
 
-# Rows of the call-time breakdown, in precedence order (dispatch is computed separately: see module docstring).
+# Rows of the call-time breakdown, in precedence order (dispatch is computed separately: see module docstring),
+# with the queue operations (host execution event names) each holds; any other operation is "other_queue".
 QUEUE_ROWS = ("command_buffer", "transfer", "allocation", "other_queue")
-_ROW_OF_EVENT = {"execute": 0, "fill": 1, "copy": 1, "update": 1, "read": 1, "write": 1, "alloca": 2,
-                 "dealloca": 2, "barrier": 3, "host_call": 3, "dispatch": 3}
-ROW_OF_EVENT_TYPE = np.zeros(max(EVENT_NAMES) + 1, np.int64)
-for _type, _name in EVENT_NAMES.items():
-    ROW_OF_EVENT_TYPE[_type] = _ROW_OF_EVENT[_name]
+COMMAND_BUFFER, TRANSFER, ALLOCATION, OTHER_QUEUE = range(len(QUEUE_ROWS))
+_OPERATIONS_OF_ROW = {"command_buffer": ("execute",), "transfer": ("fill", "copy", "update", "read", "write"),
+                      "allocation": ("alloca", "dealloca")}
+_ROW_OF_NAME = {name: QUEUE_ROWS.index(row) for row, names in _OPERATIONS_OF_ROW.items() for name in names}
+ROW_OF_EVENT_TYPE = np.array(
+    [_ROW_OF_NAME.get(EVENT_NAMES.get(type_, ""), OTHER_QUEUE) for type_ in range(max(EVENT_NAMES) + 1)]
+)
 QUEUE_ALLOCA = next(type_ for type_, name in MEMORY_EVENT_NAMES.items() if name == "queue_alloca")
 # Queue operations that finish a call's work (they belong to the call before them); the others prepare one.
 _CLOSING_EVENTS = frozenset(type_ for type_, name in EVENT_NAMES.items() if name in ("dealloca", "read"))
@@ -57,7 +60,7 @@ _CLOSING_EVENTS = frozenset(type_ for type_, name in EVENT_NAMES.items() if name
 
 @dataclass
 class CallTime:
-    """Time of the measured calls, summed over them (ns); the first seven rows add up to ``call_ns``."""
+    """Time of the measured calls, summed over them (ns); the six ``rows`` add up to ``call_ns``."""
 
     call_ns: int  # the call windows (first queue operation's start to last one's end)
     dispatch_ns: int  # a dispatch ran (union of dispatch intervals)
@@ -69,6 +72,7 @@ class CallTime:
     execute_ns: int  # summed command-buffer execution spans (overlaps the rows above)
     call_p50_ns: float  # per call: median call time
     call_p95_ns: float
+    transfer_bytes: int = 0  # summed payload of the transfers (fill / copy / update / read / write)
 
     @property
     def rows(self) -> dict[str, int]:
@@ -240,17 +244,19 @@ def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.
     per_call = window_ends - window_starts
     p50, p95 = np.percentile(per_call, [50, 95])
     executes = measured[measured["type"] == EVENT_EXECUTE]
+    transfers = measured[ROW_OF_EVENT_TYPE[measured["type"]] == TRANSFER]
     return CallTime(
         call_ns=int(per_call.sum()),
         dispatch_ns=int(dispatch.sum()),
-        command_buffer_gap_ns=int((parts[:, 0] - dispatch).sum()),
-        transfer_ns=int(parts[:, 1].sum()),
-        allocation_ns=int(parts[:, 2].sum()),
-        other_queue_ns=int(parts[:, 3].sum()),
-        idle_ns=int(parts[:, 4].sum()),
+        command_buffer_gap_ns=int((parts[:, COMMAND_BUFFER] - dispatch).sum()),
+        transfer_ns=int(parts[:, TRANSFER].sum()),
+        allocation_ns=int(parts[:, ALLOCATION].sum()),
+        other_queue_ns=int(parts[:, OTHER_QUEUE].sum()),
+        idle_ns=int(parts[:, len(QUEUE_ROWS)].sum()),
         execute_ns=int((executes["end_ns"] - executes["start_ns"]).sum()),
         call_p50_ns=float(p50),
         call_p95_ns=float(p95),
+        transfer_bytes=int(transfers["payload_bytes"].sum()),
     )
 
 
