@@ -11,7 +11,7 @@ import pytest
 import sectionmark.compiler as smc
 from sectionmark import profiling
 from sectionmark.profiling import tools
-from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.session import UNTIMED_TRANSFERS_NOTE, ProfileSession
 from invariants import assert_profile_invariants
 
 # One transient (the 32x128 f32 product: 16 KiB) and one result (32x16 f32: 2 KiB) per call.
@@ -110,3 +110,6 @@ def test_fills_and_copies_in_a_command_buffer_are_inside_its_execution(tmp_path)
     timing = session.call_time
     assert timing is not None and timing.command_buffer_gap_ns > 0
     assert timing.dispatch_ns + timing.command_buffer_gap_ns <= timing.execute_ns
+    for path in [("Fill",), ("Concat",)]:  # their ops became a fill or copy command beside the dispatch
+        assert session.section(path).note == UNTIMED_TRANSFERS_NOTE
+    assert session.section(("Neg",)).note is None

@@ -39,6 +39,8 @@ from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
 
 PROFILE_JSON_VERSION = 2
 COVERAGE_TOLERANCE = 1e-3
+# A section whose only commands are fills / copies / updates: local-task times none of them individually.
+UNTIMED_TRANSFERS_NOTE = "no dispatches: only fills/copies, not timed on CPU (in the command-buffer gaps below)"
 
 
 @dataclass
@@ -504,6 +506,10 @@ def no_dispatch_note(path: SectionPath, section_map: SectionMap, profiled_functi
     }
     if not functions:
         return "no dispatches: optimised away or folded into constants"
+    transfers = {buffer.function for buffer in section_map.command_buffers
+                 if any(c.op in ("fill", "copy", "update") and carries(c.shares) for c in buffer.commands)}
+    if transfers & profiled_functions:
+        return UNTIMED_TRANSFERS_NOTE
     if functions & profiled_functions:
         return "no dispatches: its dispatches did not run in the profiled calls"
     if functions == {INITIALIZER_FUNCTION}:
