@@ -702,7 +702,7 @@ def _check_unique(path: Path, what: str, first: np.ndarray, second: np.ndarray) 
         keys = (first << np.uint64(width)) | second
         if (keys[1:] > keys[:-1]).all():  # in increasing order, as IREE writes them: unique, no sort needed
             return
-        keys = np.sort(keys)
+        keys = np.sort(keys, kind="stable")  # timsort: near-linear on the nearly sorted keys profiles have
         same = keys[1:] == keys[:-1]
         if same.any():
             key = int(keys[1:][same][0])
