@@ -4,7 +4,8 @@ Python bindings cannot profile in-process in IREE 3.13, so we run
 ``iree-benchmark-module``:
 
 * CPU (local-task, local-sync): with ``--device_profiling_mode`` (HAL-native
-  profiling, host-execution events per dispatch) into an ``.ireeprof``;
+  profiling: host-execution events per dispatch and per queue operation, and
+  memory events for the device memory of the calls) into an ``.ireeprof``;
 * CUDA, HIP: IREE 3.13 has no HAL-native profiling there ("CUDA HAL-native
   profiling is not implemented"), so the tool of the *tracing* runtime runs
   under a headless Tracy capture, with the driver's GPU zones at dispatch
