@@ -186,9 +186,10 @@ def _run_failed(path: Path, event: str, event_id: int, status: int) -> Sectionma
 _MAGIC = b"IRPF"
 _FILE_HEADER = struct.Struct("<4sHHIIQ")  # magic, major, minor, header_length, flags, file_length
 _RECORD_HEADER_SIZE = 104
-# record_length, payload_length, 5 ids, header_length, content_type_length, name_length,
-# device, queue, (padding), chunk flags, dropped_record_count, session_status_code, record_type, flags
-_RECORD_HEADER = struct.Struct("<QQ5QIIIII4xQQIHH")
+# record_length, payload_length, (5 ids), header_length, content_type_length, name_length,
+# (device, queue, padding), chunk flags, dropped_record_count, session_status_code, record_type, (flags):
+# the fields in parentheses are not used and skipped as padding.
+_RECORD_HEADER = struct.Struct("<QQ40xIII12xQQIH2x")
 _RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END = 1, 2, 3
 _CHUNK_TRUNCATED = 1
 _CONTENT_PREFIX = "application/vnd.iree.hal.profile."
@@ -277,8 +278,8 @@ def _bundle_chunks(path: Path, data: mmap.mmap, header_length: int, file_length:
             raise _corrupt(path, f"record after the session end at byte {offset}")
         if file_length - offset < _RECORD_HEADER_SIZE:
             raise _corrupt(path, f"truncated record at byte {offset}")
-        (record_length, payload_length, *_ids, header_size, type_length, name_length, _device, _queue,
-         chunk_flags, dropped, status, record_type, _flags) = _RECORD_HEADER.unpack_from(view, offset)
+        (record_length, payload_length, header_size, type_length, name_length, chunk_flags, dropped, status,
+         record_type) = _RECORD_HEADER.unpack_from(view, offset)
         if (
             header_size < _RECORD_HEADER_SIZE
             or record_length > file_length - offset
