@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 
@@ -11,6 +12,8 @@ import pytest
 import sectionmark.compiler as smc
 from sectionmark import profiling
 from sectionmark.profiling import tools
+from sectionmark.profiling.attribute import attribute
+from sectionmark.profiling.ireeprof import read_profile
 from sectionmark.profiling.session import UNTIMED_TRANSFERS_NOTE, ProfileSession
 from invariants import assert_profile_invariants
 
@@ -113,3 +116,13 @@ def test_fills_and_copies_in_a_command_buffer_are_inside_its_execution(tmp_path)
     for path in [("Fill",), ("Concat",)]:  # their ops became a fill or copy command beside the dispatch
         assert session.section(path).note == UNTIMED_TRANSFERS_NOTE
     assert session.section(("Neg",)).note is None
+
+
+def test_a_tracy_capture_has_no_call_time_or_memory(known_sizes):
+    """A capture's submissions are spans of dispatch zones, not queue operations: nothing is made up from them."""
+    _session, path = known_sizes
+    traced = dataclasses.replace(read_profile(path), source="tracy")
+    section_map = session_map(path)
+    session = ProfileSession.build(attribute(traced, section_map, calls=CALLS + WARMUP, warmup=WARMUP), section_map)
+    assert session.call_time is None and session.memory is None
+    assert "call time" not in session.table() and "device memory" not in session.table()

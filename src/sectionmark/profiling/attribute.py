@@ -288,7 +288,9 @@ def attribute(
     events["call"] = call - warmup
     if warmup:
         events = events[events["call"] >= 0]
-    queue_spans = _queue_spans(profile, call_of_submission - warmup) if profile.source != "tracy" else None
+    # A Tracy capture's "submissions" are spans of its dispatch zones, not queue operations: no call time from them.
+    traced = profile.source == "tracy"
+    queue_spans = np.zeros(0, QUEUE_SPAN_DTYPE) if traced else _queue_spans(profile, call_of_submission - warmup)
     return Attribution(
         events=events,
         slots=slots,
@@ -298,7 +300,8 @@ def attribute(
         calls_known=exact,
         keys=profile.keys,
         buffer_matches=buffer_matches,
-        **({} if queue_spans is None else {"queue_spans": queue_spans, "memory": profile.memory}),
+        queue_spans=queue_spans,
+        memory=profile.memory,
     )
 
 

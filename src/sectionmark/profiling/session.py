@@ -40,7 +40,7 @@ from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
 PROFILE_JSON_VERSION = 2
 COVERAGE_TOLERANCE = 1e-3
 # A section whose only commands are fills / copies / updates: local-task times none of them individually.
-UNTIMED_TRANSFERS_NOTE = "no dispatches: only fills/copies, not timed on CPU (in the command-buffer gaps below)"
+UNTIMED_TRANSFERS_NOTE = "no dispatches: only fills/copies, not timed on CPU (in the call time's command-buffer gaps)"
 
 
 @dataclass
