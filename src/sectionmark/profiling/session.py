@@ -415,7 +415,12 @@ def wall_parts(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
     if not len(starts):
         return np.zeros(0)
-    boundaries, index = np.unique(np.concatenate([starts, ends]), return_inverse=True)
+    values = np.concatenate([starts, ends])
+    order = np.argsort(values, kind="stable")  # near-linear: starts and ends are each (nearly) sorted already
+    ordered = values[order]
+    new = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    boundaries, index = ordered[new], np.empty(len(values), np.int64)
+    index[order] = np.cumsum(new) - 1  # each value's position among the boundaries
     first, last = index[: len(starts)], index[len(starts):]
     change = np.bincount(first, minlength=len(boundaries)) - np.bincount(last, minlength=len(boundaries))
     active = np.cumsum(change)[:-1]  # intervals covering segment [boundaries[i], boundaries[i + 1])
