@@ -138,8 +138,8 @@ READ_FIELDS = {
     "command-operations": {"record_length", "type", "flags", "command_index", "command_buffer_id", "executable_id",
                            "export_ordinal", "workgroup_count_x", "workgroup_count_y", "workgroup_count_z"},
     "command-buffers": {"record_length", "command_buffer_id"},
-    "memory-events": {"record_length", "type", "flags", "host_time_ns", "allocation_id", "pool_id",
-                      "submission_id", "length", "pool_bytes_reserved"},
+    "memory-events": {"record_length", "type", "flags", "event_id", "host_time_ns", "allocation_id", "pool_id",
+                      "submission_id", "physical_device_ordinal", "length", "pool_bytes_reserved"},
     "executable-functions": {"record_length", "executable_id", "function_ordinal", "name_length", "name"},
 }
 

@@ -24,6 +24,11 @@ What we keep (see docs/profile-json.md for how it is used):
   section map;
 * ``exports``: the executable functions of the loaded module(s), which the
   section map's module fingerprint is checked against.
+* ``queue_ops``: the queue operations outside command buffers (host
+  execution events of type alloca, dealloca, fill, copy, update, read, write,
+  barrier, host call): the time of a call beside its dispatches;
+* ``memory``: memory events (``memory-events`` family): pool reservations and
+  queue allocations with the pool's live bytes after each, for device memory.
 
 A profile has no checksum, so a wrong number is caught only when it makes the
 profile inconsistent. Both readers check the same things, and anything else is
@@ -34,7 +39,7 @@ detected):
   dispatch timing are skipped by name, ``IGNORED_CHUNKS``), no truncated chunk,
   no dropped records, the session ended OK and every event has status OK;
 * identity: no event recorded twice (a duplicated execution would be a phantom
-  call), no command or executable function recorded twice with different
+  call; memory events included), no command or executable function recorded twice with different
   contents;
 * time: timestamps in [0, 2^62), no event ending before it starts or lasting
   more than an hour, a session shorter than 30 days, every dispatch inside the
@@ -228,9 +233,9 @@ _HOST_EVENT = np.dtype(
 _MEMORY_EVENT = np.dtype(
     {
         "names": ["record_length", "type", "flags", "event_id", "time_ns", "allocation", "pool", "submission",
-                  "length", "pool_reserved"],
-        "formats": ["<u4", "<u4", "<u4", "<u8", "<i8", "<u8", "<u8", "<u8", "<u8", "<u8"],
-        "offsets": [0, 4, 8, 16, 24, 32, 40, 56, 104, 120],
+                  "device", "length", "pool_reserved"],
+        "formats": ["<u4", "<u4", "<u4", "<u8", "<i8", "<u8", "<u8", "<u8", "<u4", "<u8", "<u8"],
+        "offsets": [0, 4, 8, 16, 24, 32, 40, 56, 64, 104, 120],
         "itemsize": 160,
     }
 )
@@ -417,6 +422,7 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     unknown = ~np.isin(memory_events["type"], list(MEMORY_EVENT_NAMES))
     if unknown.any():
         raise _corrupt(path, f"unknown memory event type {memory_events['type'][np.argmax(unknown)]}")
+    _check_unique(path, "a memory event", memory_events["device"], memory_events["event_id"])
     memory = _columns(memory_events, MEMORY_DTYPE, np.arange(len(memory_events)))
     return _finish(path, dispatches, submissions, keys, declared, commands, _exports(functions), "bundle",
                    queue_ops, memory)
@@ -487,6 +493,7 @@ class _JsonlProfile:
         self.submission_rows: list[tuple] = []
         self.queue_op_rows: list[tuple] = []
         self.memory_rows: list[tuple] = []
+        self.memory_ids: list[tuple[int, int]] = []  # (device, event id)
         self.event_ids: list[tuple[int, int]] = []
         self.declared: set[int] = set()
         self.commands: dict[int, dict[int, _Command]] = {}
@@ -580,6 +587,7 @@ class _JsonlProfile:
         kind, type_value = _text(row, "event_type"), _int(row, "event_type_value", _U32)
         if MEMORY_EVENT_NAMES.get(type_value) != kind:
             raise _BadRow(f"memory event type {kind[:40]!r} does not match its event_type_value {type_value}")
+        self.memory_ids.append((_int(row, "physical_device_ordinal", _U32), _int(row, "event_id", _U64)))
         self.memory_rows.append(
             (_int(row, "host_time_ns", _I64), type_value, _int(row, "flags", _U32), _int(row, "submission_id", _U64),
              _int(row, "allocation_id", _U64), _int(row, "pool_id", _U64), _int(row, "length", _U64),
@@ -594,6 +602,9 @@ class _JsonlProfile:
         streams, events = (np.array(column, np.uint64) for column in zip(*self.event_ids)) if self.event_ids else (
             np.zeros(0, np.uint64), np.zeros(0, np.uint64))
         _check_unique(self.path, "a host execution event", streams, events)
+        devices, ids = (np.array(column, np.uint64) for column in zip(*self.memory_ids)) if self.memory_ids else (
+            np.zeros(0, np.uint64), np.zeros(0, np.uint64))
+        _check_unique(self.path, "a memory event", devices, ids)
         dispatches = np.array(self.dispatch_rows, dtype=DISPATCH_DTYPE)
         submissions = np.array(self.submission_rows, dtype=SUBMISSION_DTYPE)
         return _finish(self.path, dispatches, submissions, self.keys, self.declared, self.commands,
