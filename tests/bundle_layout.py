@@ -46,13 +46,22 @@ COMMAND_BUFFER: tuple[int, Fields] = (48, {
     "record_length": (0, 4), "flags": (4, 4), "command_buffer_id": (8, 8), "mode": (16, 8),
     "command_categories": (24, 8), "queue_affinity": (32, 8), "physical_device_ordinal": (40, 4), "reserved0": (44, 4),
 })
+MEMORY_EVENT: tuple[int, Fields] = (160, {
+    "record_length": (0, 4), "type": (4, 4), "flags": (8, 4), "result": (12, 4), "event_id": (16, 8),
+    "host_time_ns": (24, 8), "allocation_id": (32, 8), "pool_id": (40, 8), "backing_id": (48, 8),
+    "submission_id": (56, 8), "physical_device_ordinal": (64, 4), "queue_ordinal": (68, 4),
+    "frontier_entry_count": (72, 4), "reserved0": (76, 4), "memory_type": (80, 8), "buffer_usage": (88, 8),
+    "offset": (96, 8), "length": (104, 8), "alignment": (112, 8), "pool_bytes_reserved": (120, 8),
+    "pool_bytes_free": (128, 8), "pool_bytes_committed": (136, 8), "pool_budget_limit": (144, 8),
+    "pool_reservation_count": (152, 4), "pool_slab_count": (156, 4),
+})
 FUNCTION_HEADER_SIZE = 64  # executable function record: this header, then name_length bytes of name
 FUNCTION_FIELDS: Fields = {"record_length": (0, 4), "flags": (4, 4), "executable_id": (8, 8),
                            "function_ordinal": (16, 4), "name_length": (44, 4)}
 FUNCTION_NAME_LENGTH = FUNCTION_FIELDS["name_length"]
 RECORD_HEADER_SIZE = 104
 FIXED_RECORDS = {"host-execution-events": HOST_EXECUTION_EVENT, "command-operations": COMMAND_OPERATION,
-                 "command-buffers": COMMAND_BUFFER}
+                 "command-buffers": COMMAND_BUFFER, "memory-events": MEMORY_EVENT}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from sectionmark.profiling.session import ProfileSession, SectionStats
 
 FLOAT_RELATIVE = 1e-9  # float rounding of sums over millions of events
 COVERAGE_RELATIVE = 1e-6
+CALL_TIME_RELATIVE = 0.01  # the acceptance bound: the call-time rows add up to the call time within 1%
 
 
 def assert_profile_invariants(session: ProfileSession) -> None:
@@ -55,6 +56,24 @@ def assert_profile_invariants(session: ProfileSession) -> None:
         assert abs(sum(row.share for row in top_level) - 1) <= COVERAGE_RELATIVE + rounded_terms / session.total_ns
         for row in rows:
             assert abs(row.share - row.busy_ns / session.total_ns) <= COVERAGE_RELATIVE + rounding / session.total_ns, row.name
+    _assert_call_time(session)
+
+
+def _assert_call_time(session: ProfileSession) -> None:
+    """Dispatch time + the time outside dispatches = call time; memory figures ordered as they must be."""
+    timing = session.call_time
+    if timing is not None:
+        assert all(value >= 0 for value in timing.rows.values()), timing
+        assert abs(sum(timing.rows.values()) - timing.call_ns) <= CALL_TIME_RELATIVE * timing.call_ns, timing
+        # dispatch time inside the call windows is the union of the measured dispatches
+        assert abs(timing.dispatch_ns - session.wall_ns) <= CALL_TIME_RELATIVE * session.wall_ns, (timing, session.wall_ns)
+        assert timing.dispatch_ns + timing.command_buffer_gap_ns <= timing.execute_ns, timing
+        assert timing.call_p50_ns <= timing.call_p95_ns
+    memory = session.memory
+    if memory is not None:
+        assert 0 <= memory.average_bytes <= memory.peak_bytes, memory
+        assert 0 <= memory.mean_peak_bytes <= memory.peak_bytes, memory
+        assert memory.allocated_bytes >= 0 and memory.allocations >= 0, memory
 
 
 def _assert_holds_children(row: SectionStats, children: list[SectionStats], rounding: float, slack: float) -> None:

@@ -37,6 +37,8 @@ def test_bundle_reader_matches_iree_profile_export(plain_run):
     assert bundle.keys == exported.keys == [KEY_0, KEY_1]
     assert np.array_equal(bundle.dispatches, exported.dispatches)
     assert np.array_equal(bundle.submissions, exported.submissions)
+    assert np.array_equal(bundle.queue_ops, exported.queue_ops) and len(bundle.queue_ops) == 3 * 11  # 2 alloca, 1 dealloca
+    assert np.array_equal(bundle.memory, exported.memory) and len(bundle.memory)
     assert bundle.command_buffers == exported.command_buffers
     assert len(bundle.dispatches) == 2 * 11 and len(bundle.submissions) == 11
     assert [op for _i, op, _k in next(iter(bundle.command_buffers.values()))] == ["dispatch", "barrier"] * 2

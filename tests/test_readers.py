@@ -107,6 +107,8 @@ BUNDLE_CASES = {
         b, event_offsets(b, DISPATCH)[1], "event_id"))(blob), "is recorded twice"),
     "duplicated event chunk": (lambda blob: layout.duplicated(blob, next(
         r for r in layout.records(blob) if r.content_type == HOST_EVENTS)), "is recorded twice"),
+    "duplicated memory event chunk": (lambda blob: layout.duplicated(blob, next(
+        r for r in layout.records(blob) if r.content_type == "memory-events")), "a memory event"),
     "unknown chunk type": (lambda blob: rename_chunk(blob, HOST_EVENTS, "host-execution-eventz"), "unknown chunk type"),
     "device-timed dispatch events": (lambda blob: layout.with_record(blob, "dispatch-events", b""), "device-timed"),
     "record after the session end": (lambda blob: layout.with_record(blob, "counters", b"", after_end=True),
@@ -148,6 +150,10 @@ def first(rows: list[dict], op: str) -> dict:
     return next(r for r in rows if r["record_type"] == "host_execution_event" and r["op"] == op)
 
 
+def first_memory(rows: list[dict]) -> dict:
+    return next(r for r in rows if r["record_type"] == "memory_event")
+
+
 def huge_timestamps(rows: list[dict]) -> None:
     row = first(rows, "dispatch")
     row["start_host_time_ns"], row["end_host_time_ns"] = 2**62 + 5, 2**62 + 10
@@ -161,6 +167,10 @@ JSONL_CASES = {
     "duplicated dispatch row": (lambda rows: rows.append(dict(first(rows, "dispatch"))), "is recorded twice"),
     "duplicated execute row (a phantom call)": (lambda rows: rows.append(dict(first(rows, "execute"))),
                                                 "is recorded twice"),
+    "duplicated memory event": (lambda rows: rows.append(dict(first_memory(rows))), "a memory event"),
+    "memory event type and value disagree": (lambda rows: first_memory(rows).update(event_type="pool_release"),
+                                             "does not match its event_type_value"),
+    "negative allocation size": (lambda rows: first_memory(rows).update(length=-1), "must be an integer"),
     "unknown record type": (lambda rows: rows.append({"record_type": "mystery"}), "unknown record type 'mystery'"),
     "event status": (lambda rows: first(rows, "dispatch").update(status_code=5), "finished with IREE status code 5"),
     "invalid event": (lambda rows: first(rows, "dispatch").update(valid=False), "marked invalid"),

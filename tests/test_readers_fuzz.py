@@ -134,10 +134,12 @@ READ_FIELDS = {
     "host-execution-events": {"record_length", "type", "status_code", "event_id", "submission_id",
                               "command_buffer_id", "executable_id", "stream_id", "physical_device_ordinal",
                               "queue_ordinal", "command_index", "export_ordinal", "start_host_time_ns",
-                              "end_host_time_ns", "tile_duration_sum_ns"},
+                              "end_host_time_ns", "payload_length", "tile_duration_sum_ns"},
     "command-operations": {"record_length", "type", "flags", "command_index", "command_buffer_id", "executable_id",
                            "export_ordinal", "workgroup_count_x", "workgroup_count_y", "workgroup_count_z"},
     "command-buffers": {"record_length", "command_buffer_id"},
+    "memory-events": {"record_length", "type", "flags", "event_id", "host_time_ns", "allocation_id", "pool_id",
+                      "submission_id", "physical_device_ordinal", "length", "pool_bytes_reserved"},
     "executable-functions": {"record_length", "executable_id", "function_ordinal", "name_length", "name"},
 }
 

@@ -316,7 +316,7 @@ def test_json_is_the_documented_schema():
     data = json.loads(json.dumps(session.to_json()))
     sections, sites = data.pop("sections"), data.pop("sites")
     assert data == {"version": 2, "function": "main", "weight_rule": "cost", "total_ns": 200_000, "wall_ns": 150_000,
-                    "unmarked_ns": 0, "calls": 1, "warmup": 0, "calls_known": True, "coverage_error": 0.0}
+                    "unmarked_ns": 0, "calls": 1, "warmup": 0, "calls_known": True, "coverage_error": 0.0, "call_time": None, "memory": None}
     assert sections[0] == {
         "path": ["A"], "name": "A", "unmarked": False, "busy_ns": 170_000, "exclusive_ns": 170_000,
         "shared_ns": 70_000, "shared_with": [{"path": ["B"], "ns": 30_000}], "wall_ns": 127_500,

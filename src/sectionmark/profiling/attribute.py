@@ -23,14 +23,15 @@ cannot be honoured is an error, never silently ignored.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
-from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, Profile, RecordedCommand
+from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand
+from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap
 
 CONTROL_FLOW_OPS = ("branch", "cond_branch")  # recorded ops that make commands run other than once, in order
@@ -63,6 +64,10 @@ class Attribution:
     calls_known: bool  # False: no count was given and the submissions do not repeat
     keys: list[str]
     buffer_matches: dict[int, int]  # runtime command buffer id -> static CommandBuffer.index
+    # Command-buffer executions and other queue operations of all calls (warmup calls: call < 0);
+    # empty for a profile without queue operations (a Tracy capture).
+    queue_spans: np.ndarray = field(default_factory=lambda: np.zeros(0, QUEUE_SPAN_DTYPE))
+    memory: np.ndarray = field(default_factory=lambda: np.zeros(0, MEMORY_DTYPE))  # memory events, by time
 
 
 def _composition(command: Command) -> Composition:
@@ -203,8 +208,8 @@ def attribute(
         return candidates[0]
 
     dispatches = profile.dispatches
-    runtime_ids, dense = np.unique(dispatches["command_buffer"], return_inverse=True)
-    dense = dense.reshape(-1)
+    runtime_ids = np.unique(dispatches["command_buffer"])  # few distinct ids: cheaper than return_inverse
+    dense = np.searchsorted(runtime_ids, dispatches["command_buffer"])
     # Flat lookup: slot of (runtime buffer, command_index) at base[buffer] + command_index.
     bases = np.zeros(len(runtime_ids) + 1, np.int64)
     tables: list[np.ndarray] = []
@@ -277,11 +282,15 @@ def attribute(
         )
 
     events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
-    for name in DISPATCH_DTYPE.names:
-        events[name] = dispatches[name]
+    # ATTRIBUTED_DTYPE begins with DISPATCH_DTYPE's packed fields: one copy of the rows' bytes, not one per field
+    _row_bytes(events)[:, : DISPATCH_DTYPE.itemsize] = _row_bytes(np.ascontiguousarray(dispatches, DISPATCH_DTYPE))
     events["slot"] = slot
     events["call"] = call - warmup
-    events = events[events["call"] >= 0]
+    if warmup:
+        events = events[events["call"] >= 0]
+    # A Tracy capture's "submissions" are spans of its dispatch zones, not queue operations: no call time from them.
+    traced = profile.source == "tracy"
+    queue_spans = np.zeros(0, QUEUE_SPAN_DTYPE) if traced else _queue_spans(profile, call_of_submission - warmup)
     return Attribution(
         events=events,
         slots=slots,
@@ -291,4 +300,26 @@ def attribute(
         calls_known=exact,
         keys=profile.keys,
         buffer_matches=buffer_matches,
+        queue_spans=queue_spans,
+        memory=profile.memory,
     )
+
+
+def _row_bytes(table: np.ndarray) -> np.ndarray:
+    """A contiguous structured array as a ``[rows, itemsize]`` uint8 view."""
+    return table.view(np.uint8).reshape(len(table), table.dtype.itemsize)
+
+
+def _queue_spans(profile: Profile, call_of_submission: np.ndarray) -> np.ndarray:
+    """Command-buffer executions and the other queue operations, each with its call (queue_time.assign_calls)."""
+    executes, others = profile.submissions, profile.queue_ops
+    spans = np.zeros(len(executes) + len(others), QUEUE_SPAN_DTYPE)
+    spans["type"][: len(executes)] = EVENT_EXECUTE
+    spans["call"][: len(executes)] = call_of_submission
+    spans["call"][len(executes):] = assign_calls(others["submission"], others["type"], executes["submission"],
+                                                 call_of_submission)
+    for name in ("start_ns", "end_ns"):
+        spans[name] = np.concatenate([executes[name], others[name]])
+    for name in ("type", "payload_bytes"):
+        spans[name][len(executes):] = others[name]
+    return spans

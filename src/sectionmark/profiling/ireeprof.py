@@ -24,6 +24,11 @@ What we keep (see docs/profile-json.md for how it is used):
   section map;
 * ``exports``: the executable functions of the loaded module(s), which the
   section map's module fingerprint is checked against.
+* ``queue_ops``: the queue operations outside command buffers (host
+  execution events of type alloca, dealloca, fill, copy, update, read, write,
+  barrier, host call): the time of a call beside its dispatches;
+* ``memory``: memory events (``memory-events`` family): pool reservations and
+  queue allocations with the pool's live bytes after each, for device memory.
 
 A profile has no checksum, so a wrong number is caught only when it makes the
 profile inconsistent. Both readers check the same things, and anything else is
@@ -34,7 +39,7 @@ detected):
   dispatch timing are skipped by name, ``IGNORED_CHUNKS``), no truncated chunk,
   no dropped records, the session ended OK and every event has status OK;
 * identity: no event recorded twice (a duplicated execution would be a phantom
-  call), no command or executable function recorded twice with different
+  call; memory events included), no command or executable function recorded twice with different
   contents;
 * time: timestamps in [0, 2^62), no event ending before it starts or lasting
   more than an hour, a session shorter than 30 days, every dispatch inside the
@@ -48,6 +53,7 @@ detected):
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import stat
 import struct
@@ -79,6 +85,17 @@ DISPATCH_DTYPE = np.dtype(
 SUBMISSION_DTYPE = np.dtype(
     [("submission", "<u8"), ("command_buffer", "<u8"), ("start_ns", "<i8"), ("end_ns", "<i8")]
 )
+# Queue operations outside command buffers (host execution events other than dispatch and execute):
+# allocations, transfers, barriers, host calls. ``type`` is the event type (EVENT_NAMES).
+QUEUE_OP_DTYPE = np.dtype(
+    [("submission", "<u8"), ("type", "<u4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("payload_bytes", "<u8")]
+)
+# Memory lifecycle events (memory-events family). ``pool_reserved``: the pool's bytes in live
+# reservations after the event, valid where ``flags`` has MEMORY_POOL_STATS.
+MEMORY_DTYPE = np.dtype(
+    [("time_ns", "<i8"), ("type", "<u4"), ("flags", "<u4"), ("submission", "<u8"), ("allocation", "<u8"),
+     ("pool", "<u8"), ("length", "<u8"), ("pool_reserved", "<u8")]
+)
 
 # Command operation type codes (iree_hal_profile_command_operation_type_t).
 OPERATION_NAMES = {
@@ -93,7 +110,8 @@ OPERATION_NAMES = {
     9: "return",
 }
 # Host execution event types (iree_hal_profile_queue_event_type_t), named as iree-profile exports them.
-# Only dispatch and execute events are used; the others are queue operations outside command buffers.
+# Dispatch and execute events are the timed work of command buffers; the others are queue operations
+# outside command buffers (kept as ``Profile.queue_ops``).
 EVENT_NAMES = {
     1: "barrier",
     2: "dispatch",
@@ -109,6 +127,22 @@ EVENT_NAMES = {
 }
 EVENT_DISPATCH = 2
 EVENT_EXECUTE = 3
+# Memory event types (iree_hal_profile_memory_event_type_t), named as iree-profile exports them.
+MEMORY_EVENT_NAMES = {
+    1: "slab_acquire",
+    2: "slab_release",
+    3: "pool_reserve",
+    4: "pool_materialize",
+    5: "pool_release",
+    6: "pool_wait",
+    7: "queue_alloca",
+    8: "queue_dealloca",
+    9: "buffer_allocate",
+    10: "buffer_free",
+    11: "buffer_import",
+    12: "buffer_unimport",
+}
+MEMORY_POOL_STATS = 1 << 4  # memory event flag: pool_bytes_reserved and the other pool figures are valid
 INDIRECT_PARAMETERS = 1 << 1  # command operation flag: the workgroup count is read at run time
 
 NO_INDEX = 0xFFFFFFFF
@@ -134,6 +168,8 @@ class Profile:
     command_buffers: dict[int, list[RecordedCommand]] = field(default_factory=dict)
     exports: dict[int, list[str]] = field(default_factory=dict)  # executable id -> its function names
     source: str = ""  # "bundle" or "jsonl": which reader produced it
+    queue_ops: np.ndarray = field(default_factory=lambda: np.zeros(0, QUEUE_OP_DTYPE))  # sorted by (start, submission)
+    memory: np.ndarray = field(default_factory=lambda: np.zeros(0, MEMORY_DTYPE))  # sorted by time
 
 
 class _FallBack(Exception):
@@ -155,20 +191,23 @@ def _run_failed(path: Path, event: str, event_id: int, status: int) -> Sectionma
 _MAGIC = b"IRPF"
 _FILE_HEADER = struct.Struct("<4sHHIIQ")  # magic, major, minor, header_length, flags, file_length
 _RECORD_HEADER_SIZE = 104
-# record_length, payload_length, 5 ids, header_length, content_type_length, name_length,
-# device, queue, (padding), chunk flags, dropped_record_count, session_status_code, record_type, flags
-_RECORD_HEADER = struct.Struct("<QQ5QIIIII4xQQIHH")
+# record_length, payload_length, (5 ids), header_length, content_type_length, name_length,
+# (device, queue, padding), chunk flags, dropped_record_count, session_status_code, record_type, (flags):
+# the fields in parentheses are not used and skipped as padding.
+_RECORD_HEADER = struct.Struct("<QQ40xIII12xQQIH2x")
 _RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END = 1, 2, 3
 _CHUNK_TRUNCATED = 1
 _CONTENT_PREFIX = "application/vnd.iree.hal.profile."
 
-USED_CHUNKS = ("executable-functions", "command-buffers", "command-operations", "host-execution-events")
-# Chunk types that carry no CPU dispatch timing: session metadata, queue and memory events,
-# device-side counters and traces. They are skipped; any other type is an error.
+USED_CHUNKS = ("executable-functions", "command-buffers", "command-operations", "host-execution-events",
+               "memory-events")
+# Chunk types that carry no CPU timing or memory figure we use: session metadata, queue submission
+# events (their execution is in host-execution-events), device-side counters and traces. They are
+# skipped; any other type is an error.
 IGNORED_CHUNKS = frozenset(
     {
         "session", "devices", "queues", "executables", "clock-correlations", "queue-events",
-        "queue-device-events", "memory-events", "event-relationships", "executable-code-objects",
+        "queue-device-events", "event-relationships", "executable-code-objects",
         "executable-code-object-loads", "executable-traces", "counter-sets", "counters", "counter-samples",
         "device-metric-sources", "device-metric-descriptors", "device-metric-samples", "command-region-events",
     }
@@ -183,12 +222,21 @@ _HOST_EVENT = np.dtype(
         "names": [
             "record_length", "type", "status_code", "event_id", "submission", "command_buffer",
             "executable_id", "stream", "device", "queue", "command_index", "function_ordinal",
-            "start_ns", "end_ns", "tile_count", "tile_ns",
+            "start_ns", "end_ns", "payload_bytes", "tile_count", "tile_ns",
         ],
         "formats": ["<u4", "<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u4",
-                    "<u4", "<i8", "<i8", "<u8", "<u8"],
-        "offsets": [0, 4, 12, 16, 24, 32, 40, 56, 64, 68, 72, 76, 104, 112, 128, 136],
+                    "<u4", "<i8", "<i8", "<u8", "<u8", "<u8"],
+        "offsets": [0, 4, 12, 16, 24, 32, 40, 56, 64, 68, 72, 76, 104, 112, 120, 128, 136],
         "itemsize": 152,
+    }
+)
+_MEMORY_EVENT = np.dtype(
+    {
+        "names": ["record_length", "type", "flags", "event_id", "time_ns", "allocation", "pool", "submission",
+                  "device", "length", "pool_reserved"],
+        "formats": ["<u4", "<u4", "<u4", "<u8", "<i8", "<u8", "<u8", "<u8", "<u4", "<u8", "<u8"],
+        "offsets": [0, 4, 8, 16, 24, 32, 40, 56, 64, 104, 120],
+        "itemsize": 160,
     }
 )
 _COMMAND_OPERATION = np.dtype(
@@ -219,9 +267,9 @@ def _fixed_records(payloads: list[memoryview], dtype: np.dtype) -> np.ndarray:
     return records
 
 
-def _bundle_chunks(path: Path, data: bytes, header_length: int) -> dict[str, list[memoryview]]:
-    """Walk the records: check their framing and session, return the payloads of the chunks we use."""
-    file_length = len(data)
+def _bundle_chunks(path: Path, data: mmap.mmap, header_length: int, file_length: int) -> dict[str, list[memoryview]]:
+    """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
+    chunks we use."""
     view = memoryview(data)
     chunks: dict[str, list[memoryview]] = {name: [] for name in USED_CHUNKS}
     content_types: dict[bytes, str] = {}
@@ -235,8 +283,8 @@ def _bundle_chunks(path: Path, data: bytes, header_length: int) -> dict[str, lis
             raise _corrupt(path, f"record after the session end at byte {offset}")
         if file_length - offset < _RECORD_HEADER_SIZE:
             raise _corrupt(path, f"truncated record at byte {offset}")
-        (record_length, payload_length, *_ids, header_size, type_length, name_length, _device, _queue,
-         chunk_flags, dropped, status, record_type, _flags) = _RECORD_HEADER.unpack_from(view, offset)
+        (record_length, payload_length, header_size, type_length, name_length, chunk_flags, dropped, status,
+         record_type) = _RECORD_HEADER.unpack_from(view, offset)
         if (
             header_size < _RECORD_HEADER_SIZE
             or record_length > file_length - offset
@@ -313,11 +361,11 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
         raise _corrupt(path, f"truncated: {size} of {file_length} bytes")
     if header_length < _FILE_HEADER.size or header_length > file_length:
         raise _corrupt(path, "bad header length")
-    file.seek(0)
-    data = file.read(file_length)  # bounded by the header, which was checked against the file size
-    if len(data) != file_length:
+    # Mapped, not read: only the chunks used are copied (once, into their record arrays).
+    data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    if len(data) < file_length:
         raise _corrupt(path, f"truncated: {len(data)} of {file_length} bytes")
-    chunks = _bundle_chunks(path, data, header_length)
+    chunks = _bundle_chunks(path, data, header_length, file_length)
 
     functions = _executable_functions(path, chunks["executable-functions"])
 
@@ -347,7 +395,8 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
         raise _run_failed(path, EVENT_NAMES[int(bad["type"])], int(bad["event_id"]), int(bad["status_code"]))
     _check_unique(path, "a host execution event", events["stream"], events["event_id"])
 
-    raw = events[events["type"] == EVENT_DISPATCH]
+    types = events["type"]
+    raw = np.flatnonzero(types == EVENT_DISPATCH)  # positions: indexing whole 152-byte records would copy them all
     # Key of each event: look its (executable, function ordinal) up among the known functions,
     # packed into one 64-bit code (ids beyond 32 bits would wrap: no producer makes that many executables).
     known = sorted(functions)
@@ -356,23 +405,36 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     keys = list(dict.fromkeys(functions[pair] for pair in known))
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
-    codes = (raw["executable_id"] << np.uint64(32)) | raw["function_ordinal"].astype(np.uint64)
-    missing = (raw["executable_id"] >= np.uint64(1 << 32)) | ~np.isin(codes, known_codes)
+    executable, ordinal = events["executable_id"][raw], events["function_ordinal"][raw]
+    codes = (executable << np.uint64(32)) | ordinal.astype(np.uint64)
+    missing = (executable >= np.uint64(1 << 32)) | ~np.isin(codes, known_codes)
     if missing.any():
-        bad = raw[np.argmax(missing)]
-        raise _corrupt(path, f"dispatch of unknown executable function {bad['executable_id']}:{bad['function_ordinal']}")
+        bad = np.argmax(missing)
+        raise _corrupt(path, f"dispatch of unknown executable function {executable[bad]}:{ordinal[bad]}")
     found = np.searchsorted(known_codes, codes)
 
-    dispatches = np.empty(len(raw), DISPATCH_DTYPE)
-    for name in ("submission", "command_buffer", "command_index", "device", "queue", "start_ns", "end_ns", "tile_ns"):
-        dispatches[name] = raw[name]
+    dispatches = _columns(events, DISPATCH_DTYPE, raw, skip=("key",))
     dispatches["key"] = known_keys[found]
+    submissions = _columns(events, SUBMISSION_DTYPE, np.flatnonzero(types == EVENT_EXECUTE))
+    queue_ops = _columns(events, QUEUE_OP_DTYPE, np.flatnonzero((types != EVENT_DISPATCH) & (types != EVENT_EXECUTE)))
 
-    executes = events[events["type"] == EVENT_EXECUTE]
-    submissions = np.empty(len(executes), SUBMISSION_DTYPE)
-    for name in SUBMISSION_DTYPE.names:
-        submissions[name] = executes[name]
-    return _finish(path, dispatches, submissions, keys, declared, commands, _exports(functions), "bundle")
+    memory_events = _fixed_records(chunks["memory-events"], _MEMORY_EVENT)
+    unknown = ~np.isin(memory_events["type"], list(MEMORY_EVENT_NAMES))
+    if unknown.any():
+        raise _corrupt(path, f"unknown memory event type {memory_events['type'][np.argmax(unknown)]}")
+    _check_unique(path, "a memory event", memory_events["device"], memory_events["event_id"])
+    memory = _columns(memory_events, MEMORY_DTYPE, np.arange(len(memory_events)))
+    return _finish(path, dispatches, submissions, keys, declared, commands, _exports(functions), "bundle",
+                   queue_ops, memory)
+
+
+def _columns(records: np.ndarray, dtype: np.dtype, rows: np.ndarray, skip: tuple[str, ...] = ()) -> np.ndarray:
+    """The fields of ``dtype`` (but ``skip``) of raw records ``rows``, as a packed array (one gather per field)."""
+    table = np.empty(len(rows), dtype)
+    for name in dtype.names:
+        if name not in skip:
+            table[name] = records[name][rows]
+    return table
 
 
 # --------------------------------------------------------------------------- jsonl
@@ -383,7 +445,7 @@ _JSONL_SCHEMA_VERSIONS = {15}
 IGNORED_JSONL_RECORDS = frozenset(
     {
         "device", "queue", "executable", "clock_correlation", "queue_event", "queue_device_event",
-        "memory_event", "event_relationship", "counter_set", "counter", "counter_sample",
+        "event_relationship", "counter_set", "counter", "counter_sample",
         "device_metric_source", "device_metric_descriptor", "device_metric_sample", "command_region_event",
         "executable_trace",
     }
@@ -420,6 +482,7 @@ class _JsonlProfile:
         "schema": "_schema", "session": "_session", "diagnostic": "_diagnostic",
         "executable_function": "_executable_function", "command_buffer": "_command_buffer",
         "command_operation": "_command_operation", "host_execution_event": "_host_execution_event",
+        "memory_event": "_memory_event",
     }
 
     def __init__(self, path: Path):
@@ -428,6 +491,9 @@ class _JsonlProfile:
         self.key_ids: dict[str, int] = {}
         self.dispatch_rows: list[tuple] = []
         self.submission_rows: list[tuple] = []
+        self.queue_op_rows: list[tuple] = []
+        self.memory_rows: list[tuple] = []
+        self.memory_ids: list[tuple[int, int]] = []  # (device, event id)
         self.event_ids: list[tuple[int, int]] = []
         self.declared: set[int] = set()
         self.commands: dict[int, dict[int, _Command]] = {}
@@ -496,14 +562,15 @@ class _JsonlProfile:
         status = _int(row, "status_code", _U32)
         if status != 0:
             raise _run_failed(self.path, op, event_id, status)
-        if op not in ("dispatch", "execute"):
-            return
         if row["valid"] is not True:
             raise _BadRow(f"{op} event {event_id} is marked invalid")
         start, end = _int(row, "start_host_time_ns", _I64), _int(row, "end_host_time_ns", _I64)
         if _int(row, "duration_ns", _I64) != end - start:
             raise _BadRow(f"{op} event {event_id}: duration_ns differs from its end - start")
         submission, buffer = _int(row, "submission_id", _U64), _int(row, "command_buffer_id", _U64)
+        if op not in ("dispatch", "execute"):
+            self.queue_op_rows.append((submission, type_value, start, end, _int(row, "payload_length", _U64)))
+            return
         if op == "execute":
             self.submission_rows.append((submission, buffer, start, end))
             return
@@ -516,6 +583,17 @@ class _JsonlProfile:
              _int(row, "queue_ordinal", _U32), start, end, _int(row, "tile_duration_sum_ns", (0, _I64[1])))
         )
 
+    def _memory_event(self, row: dict) -> None:
+        kind, type_value = _text(row, "event_type"), _int(row, "event_type_value", _U32)
+        if MEMORY_EVENT_NAMES.get(type_value) != kind:
+            raise _BadRow(f"memory event type {kind[:40]!r} does not match its event_type_value {type_value}")
+        self.memory_ids.append((_int(row, "physical_device_ordinal", _U32), _int(row, "event_id", _U64)))
+        self.memory_rows.append(
+            (_int(row, "host_time_ns", _I64), type_value, _int(row, "flags", _U32), _int(row, "submission_id", _U64),
+             _int(row, "allocation_id", _U64), _int(row, "pool_id", _U64), _int(row, "length", _U64),
+             _int(row, "pool_bytes_reserved", _U64))
+        )
+
     def finish(self) -> Profile:
         if not self.saw_schema:
             raise _corrupt(self.path, "no ireeperf-jsonl schema row")
@@ -524,10 +602,14 @@ class _JsonlProfile:
         streams, events = (np.array(column, np.uint64) for column in zip(*self.event_ids)) if self.event_ids else (
             np.zeros(0, np.uint64), np.zeros(0, np.uint64))
         _check_unique(self.path, "a host execution event", streams, events)
+        devices, ids = (np.array(column, np.uint64) for column in zip(*self.memory_ids)) if self.memory_ids else (
+            np.zeros(0, np.uint64), np.zeros(0, np.uint64))
+        _check_unique(self.path, "a memory event", devices, ids)
         dispatches = np.array(self.dispatch_rows, dtype=DISPATCH_DTYPE)
         submissions = np.array(self.submission_rows, dtype=SUBMISSION_DTYPE)
         return _finish(self.path, dispatches, submissions, self.keys, self.declared, self.commands,
-                       _exports(self.functions), "jsonl")
+                       _exports(self.functions), "jsonl", np.array(self.queue_op_rows, dtype=QUEUE_OP_DTYPE),
+                       np.array(self.memory_rows, dtype=MEMORY_DTYPE))
 
 
 def _read_jsonl_lines(path: Path, lines: Iterable[tuple[int, str]]) -> Profile:
@@ -629,7 +711,10 @@ def _check_unique(path: Path, what: str, first: np.ndarray, second: np.ndarray) 
     first, second = first.astype(np.uint64), second.astype(np.uint64)
     width = int(second.max()).bit_length()
     if int(first.max()).bit_length() + width <= 64:  # one sortable key: much faster than lexsort
-        keys = np.sort((first << np.uint64(width)) | second)
+        keys = (first << np.uint64(width)) | second
+        if (keys[1:] > keys[:-1]).all():  # in increasing order, as IREE writes them: unique, no sort needed
+            return
+        keys = np.sort(keys, kind="stable")  # timsort: near-linear on the nearly sorted keys profiles have
         same = keys[1:] == keys[:-1]
         if same.any():
             key = int(keys[1:][same][0])
@@ -643,9 +728,12 @@ def _check_unique(path: Path, what: str, first: np.ndarray, second: np.ndarray) 
         raise _corrupt(path, f"{what} ({first[index]}, {second[index]}) is recorded twice")
 
 
-def _check_times(path: Path, dispatches: np.ndarray, submissions: np.ndarray) -> None:
+def _check_times(path: Path, dispatches: np.ndarray, submissions: np.ndarray, queue_ops: np.ndarray,
+                 memory: np.ndarray) -> None:
     """Every timestamp plausible, so that durations and their sums fit in int64."""
-    for what, table in (("dispatch", dispatches), ("command-buffer execution", submissions)):
+    if len(memory) and ((memory["time_ns"] < 0) | (memory["time_ns"] >= MAX_TIMESTAMP_NS)).any():
+        raise _corrupt(path, f"a memory event has an impossible timestamp: {memory['time_ns'].min()} ns")
+    for what, table in (("dispatch", dispatches), ("command-buffer execution", submissions), ("queue operation", queue_ops)):
         start, end = table["start_ns"], table["end_ns"]
         impossible = (start < 0) | (end < start) | (end >= MAX_TIMESTAMP_NS)
         if impossible.any():
@@ -719,6 +807,8 @@ def _finish(
     commands: dict[int, dict[int, _Command]],
     exports: dict[int, list[str]],
     source: str,
+    queue_ops: np.ndarray,
+    memory: np.ndarray,
 ) -> Profile:
     """Check a reader's tables against each other (module docstring) and build the Profile.
 
@@ -735,14 +825,16 @@ def _finish(
     }
     timed = {buffer: {index for index, (_op, _key, is_timed) in by_index.items() if is_timed}
              for buffer, by_index in recorded.items()}
-    _check_times(path, dispatches, submissions)
+    _check_times(path, dispatches, submissions, queue_ops, memory)
     submission, start = dispatches["submission"], dispatches["start_ns"]
     in_order = (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
     if not in_order.all():
         dispatches = dispatches[np.lexsort((start, submission))]
     submissions = submissions[np.argsort(submissions["submission"], kind="stable")]
     _check_links(path, dispatches, submissions, command_buffers, timed)
-    return Profile(dispatches, submissions, keys, command_buffers, exports, source)
+    queue_ops = queue_ops[np.lexsort((queue_ops["submission"], queue_ops["start_ns"]))]
+    memory = memory[np.argsort(memory["time_ns"], kind="stable")]
+    return Profile(dispatches, submissions, keys, command_buffers, exports, source, queue_ops, memory)
 
 
 def read_profile(path: str | Path, reader: str = "auto") -> Profile:

@@ -4,7 +4,8 @@ Python bindings cannot profile in-process in IREE 3.13, so we run
 ``iree-benchmark-module``:
 
 * CPU (local-task, local-sync): with ``--device_profiling_mode`` (HAL-native
-  profiling, host-execution events per dispatch) into an ``.ireeprof``;
+  profiling: host-execution events per dispatch and per queue operation, and
+  memory events for the device memory of the calls) into an ``.ireeprof``;
 * CUDA, HIP: IREE 3.13 has no HAL-native profiling there ("CUDA HAL-native
   profiling is not implemented"), so the tool of the *tracing* runtime runs
   under a headless Tracy capture, with the driver's GPU zones at dispatch
@@ -37,7 +38,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.parameters import tool_flags
 from sectionmark.profiling.tools import exit_description, find_tool, last_useful_line
 
-PROFILING_MODES = "queue-events,host-execution,executable-metadata"
+PROFILING_MODES = "queue-events,host-execution,executable-metadata,memory-events"
 # What IREE 3.13's Vulkan driver can record (it has no host-execution events).
 VULKAN_PROFILING_MODES = "queue-events,dispatch-events,executable-metadata"
 VULKAN_UNREADABLE = (

@@ -35,11 +35,14 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution, Composition
+from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time, device_memory
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
 from sectionmark.serialization import json_field
 
 PROFILE_JSON_VERSION = 2
 COVERAGE_TOLERANCE = 1e-3
+# A section whose only commands are fills / copies / updates: local-task times none of them individually.
+UNTIMED_TRANSFERS_NOTE = "no dispatches: only fills/copies, not timed on CPU (in the call time's command-buffer gaps)"
 
 
 @dataclass
@@ -168,6 +171,8 @@ class ProfileSession:
     weight_rule: str = "op-count"  # how fused dispatches were split (from the section map)
     # per-event data for timelines; None after from_json
     attribution: Optional[Attribution] = json_field(stored=False, default=None)
+    call_time: Optional[CallTime] = None  # where the calls' time went beside dispatches (queue_time.py)
+    memory: Optional[DeviceMemory] = None  # device memory during the calls (memory-events)
 
     # ------------------------------------------------------------------ building
 
@@ -217,6 +222,8 @@ class ProfileSession:
             function=function,
             weight_rule=section_map.weight_rule,
             attribution=attribution,
+            call_time=call_time(starts, ends, attribution.queue_spans, attribution.calls),
+            memory=device_memory(attribution.memory, attribution.queue_spans, attribution.calls),
         )
 
     # ------------------------------------------------------------------ views
@@ -344,7 +351,12 @@ def wall_parts(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
     if not len(starts):
         return np.zeros(0)
-    boundaries, index = np.unique(np.concatenate([starts, ends]), return_inverse=True)
+    values = np.concatenate([starts, ends])
+    order = np.argsort(values, kind="stable")  # near-linear: starts and ends are each (nearly) sorted already
+    ordered = values[order]
+    new = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    boundaries, index = ordered[new], np.empty(len(values), np.int64)
+    index[order] = np.cumsum(new) - 1  # each value's position among the boundaries
     first, last = index[: len(starts)], index[len(starts):]
     change = np.bincount(first, minlength=len(boundaries)) - np.bincount(last, minlength=len(boundaries))
     active = np.cumsum(change)[:-1]  # intervals covering segment [boundaries[i], boundaries[i + 1])
@@ -435,6 +447,10 @@ def no_dispatch_note(path: SectionPath, section_map: SectionMap, profiled_functi
     }
     if not functions:
         return "no dispatches: optimised away or folded into constants"
+    transfers = {buffer.function for buffer in section_map.command_buffers
+                 if any(c.op in ("fill", "copy", "update") and carries(c.shares) for c in buffer.commands)}
+    if transfers & profiled_functions:
+        return UNTIMED_TRANSFERS_NOTE
     if functions & profiled_functions:
         return "no dispatches: its dispatches did not run in the profiled calls"
     if functions == {INITIALIZER_FUNCTION}:

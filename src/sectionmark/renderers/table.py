@@ -133,6 +133,36 @@ def notes(session: ProfileSession) -> list[str]:
         lines.append(f"{SHARED_MARK} shares fused dispatches with other sections; their time is split by {session.weight_rule} weight")
     if not session.calls_known:
         lines.append("calls could not be told apart in this profile: per-call percentiles are not shown")
+    return lines + call_time_lines(session)
+
+
+CALL_TIME_LABELS = {"dispatch": "dispatches", "command_buffer_gap": "command-buffer gaps (fills/copies/barriers)",
+                    "transfer": "transfers", "allocation": "alloc/dealloc", "other_queue": "other queue ops",
+                    "idle": "idle"}
+
+
+def format_bytes(count: float) -> str:
+    """``32768`` -> ``32.0 KiB``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(count) >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count:.0f} B"
+
+
+def call_time_lines(session: ProfileSession) -> list[str]:
+    """Where each call's time went beside dispatches, and its device memory (when the profile has them)."""
+    calls = max(session.calls, 1)
+    lines = []
+    timing = session.call_time
+    if timing is not None:
+        parts = " + ".join(f"{label} {format_ns(timing.rows[name] / calls)}"
+                           for name, label in CALL_TIME_LABELS.items() if timing.rows[name] or name == "dispatch")
+        lines.append(f"call time {format_ns(timing.call_ns / calls)}/call = {parts} "
+                     f"(command-buffer executions {format_ns(timing.execute_ns / calls)})")
+    memory = session.memory
+    if memory is not None:
+        lines.append(f"device memory: peak {format_bytes(memory.peak_bytes)}, average {format_bytes(memory.average_bytes)}"
+                     f"; {memory.allocations / calls:g} allocations of {format_bytes(memory.allocated_bytes / calls)}/call")
     return lines
 
 

@@ -1,0 +1,282 @@
+"""Where each call's time goes outside dispatches, and how much device memory it holds.
+
+Dispatch events say how long kernels ran; the queue operations around them
+(host execution events of the ``queue-events`` / ``host-execution`` families)
+and the memory events (``memory-events``) say what else a call spent time and
+memory on. Everything here is a pure function over numpy arrays, unit-tested
+on hand-built data in tests/test_queue_time.py.
+
+Call time. A call's window runs from the start of its first queue operation to
+the end of its last (windows are clipped so that no two overlap). Each
+nanosecond of a window goes to exactly one row, the first that applies:
+
+1. ``dispatch``: a dispatch ran (union of the dispatch intervals);
+2. ``command_buffer_gap``: inside a command-buffer execution, no dispatch
+   running: barriers, scheduling between dispatches, and the fills, copies and
+   updates recorded in the command buffer (local-task does not time those
+   individually, so they cannot be told apart from scheduling);
+3. ``transfer``: queue fill, copy, update, file read or write;
+4. ``allocation``: queue alloca or dealloca;
+5. ``other_queue``: queue barriers and host calls;
+6. ``idle``: no queue operation running (waits between operations).
+
+So the rows add up to the call time by construction. Command-buffer executions
+take precedence over the other queue operations, so every dispatch lies in
+time counted as command-buffer time, and the gap is that time minus dispatch time.
+
+Memory. Pool events carry a snapshot of the pool's bytes in live
+reservations after the event; the sum over pools is the device memory
+allocated at that moment (a step function of time). Per call: its peak and
+its time-weighted average over the call window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from sectionmark.profiling.ireeprof import EVENT_EXECUTE, EVENT_NAMES, MEMORY_EVENT_NAMES, MEMORY_POOL_STATS
+
+QUEUE_SPAN_DTYPE = np.dtype(
+    [("type", "<u4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("payload_bytes", "<u8"), ("call", "<i4")]
+)
+
+# Rows of the call-time breakdown, in precedence order (dispatch is computed separately: see module docstring),
+# with the queue operations (host execution event names) each holds; any other operation is "other_queue".
+QUEUE_ROWS = ("command_buffer", "transfer", "allocation", "other_queue")
+COMMAND_BUFFER, TRANSFER, ALLOCATION, OTHER_QUEUE = range(len(QUEUE_ROWS))
+_OPERATIONS_OF_ROW = {"command_buffer": ("execute",), "transfer": ("fill", "copy", "update", "read", "write"),
+                      "allocation": ("alloca", "dealloca")}
+_ROW_OF_NAME = {name: QUEUE_ROWS.index(row) for row, names in _OPERATIONS_OF_ROW.items() for name in names}
+ROW_OF_EVENT_TYPE = np.array(
+    [_ROW_OF_NAME.get(EVENT_NAMES.get(type_, ""), OTHER_QUEUE) for type_ in range(max(EVENT_NAMES) + 1)]
+)
+QUEUE_ALLOCA = next(type_ for type_, name in MEMORY_EVENT_NAMES.items() if name == "queue_alloca")
+# Queue operations that finish a call's work (they belong to the call before them); the others prepare one.
+_CLOSING_EVENTS = frozenset(type_ for type_, name in EVENT_NAMES.items() if name in ("dealloca", "read"))
+
+
+@dataclass
+class CallTime:
+    """Time of the measured calls, summed over them (ns); the six ``rows`` add up to ``call_ns``."""
+
+    call_ns: int  # the call windows (first queue operation's start to last one's end)
+    dispatch_ns: int  # a dispatch ran (union of dispatch intervals)
+    command_buffer_gap_ns: int  # in a command-buffer execution, no dispatch running
+    transfer_ns: int  # queue fill / copy / update / read / write
+    allocation_ns: int  # queue alloca / dealloca
+    other_queue_ns: int  # queue barrier / host call
+    idle_ns: int  # no queue operation running
+    execute_ns: int  # summed command-buffer execution spans (overlaps the rows above)
+    call_p50_ns: float  # per call: median call time
+    call_p95_ns: float
+    transfer_bytes: int = 0  # summed payload of the transfers (fill / copy / update / read / write)
+
+    @property
+    def rows(self) -> dict[str, int]:
+        """The rows that add up to ``call_ns``, by name."""
+        return {"dispatch": self.dispatch_ns, "command_buffer_gap": self.command_buffer_gap_ns,
+                "transfer": self.transfer_ns, "allocation": self.allocation_ns,
+                "other_queue": self.other_queue_ns, "idle": self.idle_ns}
+
+
+@dataclass
+class DeviceMemory:
+    """Device memory in live pool reservations during the measured calls (bytes)."""
+
+    peak_bytes: int  # highest over all measured calls
+    mean_peak_bytes: float  # mean over calls of each call's peak
+    average_bytes: float  # time-weighted average over all call windows
+    allocated_bytes: int  # summed sizes of the queue allocations made in the measured calls
+    allocations: int  # queue allocations made in the measured calls
+
+
+def assign_calls(submissions: np.ndarray, types: np.ndarray, execute_submissions: np.ndarray,
+                 execute_calls: np.ndarray) -> np.ndarray:
+    """The call of each queue operation, from its place among the command-buffer executions.
+
+    ``execute_submissions`` (sorted) and ``execute_calls``: the submission id and
+    call of each execution. An operation that closes a call (dealloca, read)
+    belongs to the execution before it, any other (alloca, update, ...) to the
+    one after it; operations beyond the first or last execution go to that one.
+    """
+    if not len(execute_submissions):
+        return np.zeros(len(submissions), np.int64)
+    after = np.searchsorted(execute_submissions, submissions)  # index of the next execution
+    closing = np.isin(types, list(_CLOSING_EVENTS))
+    index = np.where(closing, after - 1, after)
+    index = np.clip(index, 0, len(execute_submissions) - 1)
+    return np.asarray(execute_calls, np.int64)[index]
+
+
+def call_windows(starts: np.ndarray, ends: np.ndarray, calls: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[start, end)`` of calls ``0 .. count-1``: their operations' extent, clipped not to overlap.
+
+    Every call must have at least one operation. A window that would reach
+    into the next call's start ends there; starts never go backwards.
+    """
+    window_starts = np.full(count, np.iinfo(np.int64).max, np.int64)
+    window_ends = np.full(count, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(window_starts, calls, starts)
+    np.maximum.at(window_ends, calls, ends)
+    window_starts = np.maximum.accumulate(window_starts)
+    next_starts = np.concatenate([window_starts[1:], [np.iinfo(np.int64).max]])
+    window_ends = np.maximum(np.minimum(window_ends, next_starts), window_starts)
+    return window_starts, window_ends
+
+
+def _window_of(times: np.ndarray, window_starts: np.ndarray, window_ends: np.ndarray) -> np.ndarray:
+    """Index of the window holding each time, -1 where none does (windows sorted, disjoint)."""
+    window = np.searchsorted(window_starts, times, side="right") - 1
+    inside = (window >= 0) & (times < window_ends[np.maximum(window, 0)])
+    return np.where(inside, window, -1)
+
+
+def partition_time(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, row_count: int,
+                   window_starts: np.ndarray, window_ends: np.ndarray) -> np.ndarray:
+    """``[window, row_count + 1]``: each window's time under the first active row; last column: none active.
+
+    Intervals ``[start, end)`` of row ``rows[i]`` (0 takes precedence over 1 ...)
+    cut time into elementary segments; a segment goes to the lowest row active
+    in it, or to the last column when none is. Each window's columns add up to
+    its length exactly.
+    """
+    windows = len(window_starts)
+    boundaries = np.unique(np.concatenate([starts, ends, window_starts, window_ends]))
+    if len(boundaries) < 2:
+        return np.zeros((windows, row_count + 1), np.int64)
+    first, last = np.searchsorted(boundaries, starts), np.searchsorted(boundaries, ends)
+    top = np.full(len(boundaries) - 1, row_count, np.int64)
+    for row in reversed(range(row_count)):
+        mine = rows == row
+        change = (np.bincount(first[mine], minlength=len(boundaries))
+                  - np.bincount(last[mine], minlength=len(boundaries)))
+        top[np.cumsum(change)[:-1] > 0] = row
+    window = _window_of(boundaries[:-1], window_starts, window_ends)
+    inside = window >= 0
+    lengths = np.diff(boundaries)
+    sums = np.bincount(window[inside] * (row_count + 1) + top[inside], weights=lengths[inside],
+                       minlength=windows * (row_count + 1))
+    return np.rint(sums).astype(np.int64).reshape(windows, row_count + 1)
+
+
+def union_by_window(starts: np.ndarray, ends: np.ndarray, window_starts: np.ndarray,
+                    window_ends: np.ndarray) -> np.ndarray:
+    """Per window: the length of the union of intervals ``[start, end)`` inside it."""
+    if not len(starts):
+        return np.zeros(len(window_starts), np.int64)
+    if not (starts[1:] >= starts[:-1]).all():
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    first = np.flatnonzero(np.concatenate([[True], starts[1:] > reach[:-1]]))
+    last = np.concatenate([first[1:] - 1, [len(starts) - 1]])
+    block_starts, block_ends = starts[first], reach[last]
+    # A block lies in one window (dispatches run inside their call); one reaching past it is clipped there.
+    window = _window_of(block_starts, window_starts, window_ends)
+    inside = window >= 0
+    window = window[inside]
+    lengths = np.minimum(block_ends[inside], window_ends[window]) - block_starts[inside]
+    return np.rint(np.bincount(window, weights=lengths, minlength=len(window_starts))).astype(np.int64)
+
+
+def memory_by_window(times: np.ndarray, pools: np.ndarray, reserved: np.ndarray, window_starts: np.ndarray,
+                     window_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per window: (peak, time-weighted average) of the bytes reserved over all pools.
+
+    ``times`` sorted; ``reserved[i]``: pool ``pools[i]``'s live reservations
+    after event i. A pool counts 0 before its first event.
+    """
+    windows = len(window_starts)
+    if not len(times):
+        return np.zeros(windows, np.int64), np.zeros(windows)
+    by_pool = np.lexsort((np.arange(len(times)), pools))
+    previous = np.zeros(len(times), np.int64)
+    same_pool = pools[by_pool][1:] == pools[by_pool][:-1]
+    previous[by_pool[1:][same_pool]] = reserved[by_pool[:-1][same_pool]].astype(np.int64)
+    level = np.cumsum(reserved.astype(np.int64) - previous)  # all pools' total after each event
+    # integral of the level from the first event to each event
+    integral = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(times).astype(np.float64))])
+
+    def at(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(level, integral) at times t."""
+        index = np.searchsorted(times, t, side="right") - 1
+        safe = np.maximum(index, 0)
+        known = index >= 0
+        value = np.where(known, level[safe], 0)
+        area = np.where(known, integral[safe] + level[safe] * (t - times[safe]).astype(np.float64), 0.0)
+        return value, area
+
+    start_level, start_area = at(window_starts)
+    _end_level, end_area = at(window_ends)
+    lengths = (window_ends - window_starts).astype(np.float64)
+    average = np.divide(end_area - start_area, lengths, out=start_level.astype(np.float64), where=lengths > 0)
+    peak = start_level.copy()
+    window = _window_of(times, window_starts, window_ends)
+    inside = window >= 0
+    np.maximum.at(peak, window[inside], level[inside])
+    return peak, average
+
+
+def _measured_windows(spans: np.ndarray, calls: int) -> Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(window starts, window ends, spans) of the measured calls; None unless every call has a span."""
+    measured = spans[(spans["call"] >= 0) & (spans["call"] < calls)]
+    if not len(measured) or not np.bincount(measured["call"], minlength=calls).all():
+        return None
+    return (*call_windows(measured["start_ns"], measured["end_ns"], measured["call"], calls), measured)
+
+
+def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.ndarray, calls: int) -> Optional[CallTime]:
+    """The breakdown of the measured calls ``0 .. calls-1``; None without queue spans (e.g. a Tracy capture).
+
+    ``spans``: QUEUE_SPAN_DTYPE, command-buffer executions and other queue
+    operations of all calls (warmup calls have negative call numbers).
+    """
+    windows = _measured_windows(spans, calls)
+    if windows is None:
+        return None
+    window_starts, window_ends, measured = windows
+    rows = ROW_OF_EVENT_TYPE[spans["type"]]
+    parts = partition_time(spans["start_ns"], spans["end_ns"], rows, len(QUEUE_ROWS), window_starts, window_ends)
+    dispatch = union_by_window(dispatch_starts, dispatch_ends, window_starts, window_ends)
+    per_call = window_ends - window_starts
+    p50, p95 = np.percentile(per_call, [50, 95])
+    executes = measured[measured["type"] == EVENT_EXECUTE]
+    transfers = measured[ROW_OF_EVENT_TYPE[measured["type"]] == TRANSFER]
+    return CallTime(
+        call_ns=int(per_call.sum()),
+        dispatch_ns=int(dispatch.sum()),
+        command_buffer_gap_ns=int((parts[:, COMMAND_BUFFER] - dispatch).sum()),
+        transfer_ns=int(parts[:, TRANSFER].sum()),
+        allocation_ns=int(parts[:, ALLOCATION].sum()),
+        other_queue_ns=int(parts[:, OTHER_QUEUE].sum()),
+        idle_ns=int(parts[:, len(QUEUE_ROWS)].sum()),
+        execute_ns=int((executes["end_ns"] - executes["start_ns"]).sum()),
+        call_p50_ns=float(p50),
+        call_p95_ns=float(p95),
+        transfer_bytes=int(transfers["payload_bytes"].sum()),
+    )
+
+
+def device_memory(memory: np.ndarray, spans: np.ndarray, calls: int) -> Optional[DeviceMemory]:
+    """Device memory of the measured calls from memory events (MEMORY_DTYPE); None without pool figures."""
+    stats = memory[(memory["flags"] & MEMORY_POOL_STATS) != 0]
+    windows = _measured_windows(spans, calls)
+    if not len(stats) or windows is None:
+        return None
+    window_starts, window_ends, _measured = windows
+    peak, average = memory_by_window(stats["time_ns"], stats["pool"], stats["pool_reserved"], window_starts,
+                                     window_ends)
+    lengths = (window_ends - window_starts).astype(np.float64)
+    allocations = memory[(memory["type"] == QUEUE_ALLOCA) & (_window_of(memory["time_ns"], window_starts,
+                                                                        window_ends) >= 0)]
+    return DeviceMemory(
+        peak_bytes=int(peak.max()),
+        mean_peak_bytes=float(peak.mean()),
+        average_bytes=float((average * lengths).sum() / lengths.sum()) if lengths.sum() else float(average.mean()),
+        allocated_bytes=int(allocations["length"].sum()),
+        allocations=len(allocations),
+    )
+
