@@ -46,12 +46,12 @@ def child(iterations: int, rounds: int, stack: str, result_path: str) -> None:
     """
     import sectionmark as sm
     from sectionmark.markers import marker as markers
-    from sectionmark.tracy import client as tracy_client
+    from sectionmark.tracy import binding, zones as tracy_zones
 
-    tracy = tracy_client.client()
+    tracy = binding.client()
     begin, end = tracy.zone_begin, tracy.zone_end
     location = tracy.source_location("bare")[1]
-    zones = tracy_client.TracyZones(tracy, use_c=stack == "c")
+    zones = tracy_zones.TracyZones(tracy, use_c=stack == "c")
     marker = sm.section("Prefill")
 
     class Empty:
