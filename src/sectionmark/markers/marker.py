@@ -9,7 +9,12 @@ Speed matters on the eager path: ``with section(...)`` may wrap every call of
 a decode loop. So a section keeps no state of its own: open zones live in
 the emitter's per-thread zone stack (`sectionmark.markers.zonestack`), entered
 framework scopes in a per-thread stack here, and neither is touched unless
-something was ever switched on.
+something was ever switched on. The constructor returns one cached marker per
+(name, color). Where the C extension was built, ``__enter__``/``__exit__`` are
+C (`_zonestack.MarkerBase`): they read torch's export flag and JAX's current
+trace without calling into either, open and close the C zone stack's zones
+themselves, and run the Python logic here (`_enter`, `_exit`) only when there
+is more to do; `_configure_fast_path` keeps them told.
 """
 
 from __future__ import annotations
