@@ -242,6 +242,11 @@ def _exit(marker: "section", exc_type: object, exc: object, tb: object) -> None:
 if zonestack._zonestack is not None:
     # Enter and exit in C: they call _enter/_exit only when there is something to do.
     _fast_path = zonestack._zonestack
+    if not hasattr(_fast_path, "MarkerBase"):
+        raise ImportError(
+            f"{_fast_path.__file__} was built from an older _zonestack.c: rebuild it "
+            "(python setup.py build_ext --inplace, or reinstall sectionmark)"
+        )
     _fast_path.bind_marker(_enter, _exit)
     _MarkerBase = _fast_path.MarkerBase
 else:
