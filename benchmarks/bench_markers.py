@@ -1,10 +1,12 @@
-"""Issue A figures, measured in one run.
+"""The cost of markers, measured in one run.
 
 1. Eager ``section`` enter+exit with no tracing, as a ratio to an empty
    no-op context manager used the same way (reused, or created in the
    ``with`` statement as models write it; goal <= 1.5 for the latter), in
    three fresh processes: neither framework imported, torch imported, JAX
-   imported (each entry then asks that framework whether it is tracing).
+   imported (each entry then reads torch's export flag or JAX's current
+   trace; in C when sectionmark.markers._zonestack was built). Tracy-on
+   figures: benchmarks/bench_tracy.py.
 2. Export time of the small nanoGPT with sections (``sm.torch.export``) as a
    ratio to the same model without sections (plain ``aot.export``), both
    non-strict, alternated, best of N (goal <= 1.05).

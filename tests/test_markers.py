@@ -6,7 +6,11 @@ zones end innermost first.
 """
 
 import asyncio
+import os
 import shutil
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -289,3 +293,80 @@ def test_inline_markers_are_shared_per_name_and_color_and_checked_once():
         sm.section("bad \ud800 name")
     with pytest.raises(TypeError, match="must be a str"):
         sm.section(["not", "hashable"])
+
+
+@pytest.fixture
+def framework_scope_requests(monkeypatch):
+    """Names the section logic asked framework scopes for (none are entered)."""
+    torch = pytest.importorskip("torch")
+    requests = []
+
+    def record(name):
+        requests.append(name)
+        return None
+
+    monkeypatch.setattr(markers, "_framework_scopes", record)
+    return torch, requests
+
+
+def test_torchs_export_flag_makes_sections_ask_for_framework_scopes(framework_scope_requests, monkeypatch):
+    # The C enter reads the flag behind torch.compiler.is_exporting() itself.
+    torch, requests = framework_scope_requests
+    with sm.section("eager"):
+        pass
+    monkeypatch.setattr(torch.compiler, "_is_exporting_flag", True)
+    assert torch.compiler.is_exporting()
+    with sm.section("exporting"):
+        pass
+    assert requests == ["exporting"]
+
+
+def test_a_replaced_torch_probe_is_asked_on_every_entry(framework_scope_requests):
+    # As sm.torch.sections() does: its probe is also true while a jittable traces.
+    _torch, requests = framework_scope_requests
+    original = markers._torch_exporting
+    markers._torch_exporting = lambda: True
+    markers.torch_probe_replaced()
+    try:
+        with sm.section("probed"):
+            pass
+    finally:
+        markers._torch_exporting = original
+        markers.torch_probe_replaced()
+    with sm.section("torch's own probe again"):
+        pass
+    assert requests == ["probed"]
+
+
+def test_without_the_c_extension_sections_work_in_plain_python():
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["sectionmark.markers._zonestack"] = None  # as if built without a C compiler
+        import sectionmark as sm
+        from sectionmark.markers import marker as markers, zonestack
+
+        events = []
+        stack = zonestack.PythonZoneStack(lambda location, active: events.append(("begin", location)) or location,
+                                          lambda zone: events.append(("end", zone)))
+
+        class Emitter:
+            def __init__(self):
+                self.open, self.close = stack.open, stack.close
+
+            def location(self, name, color):
+                return name
+
+        assert markers._fast_path is None and sm.section.__mro__[1].__module__ == "sectionmark.markers.marker"
+        markers.set_zone_emitter(Emitter())
+        with sm.section("outer"):
+            with sm.section("inner"):
+                pass
+        markers.set_zone_emitter(None)
+        with sm.section("off"):
+            pass
+        print(events)
+    """)
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str([("begin", "outer"), ("begin", "inner"), ("end", "inner"), ("end", "outer")])

@@ -460,7 +460,7 @@ def test_a_program_leaving_sections_open_finishes_and_its_capture_is_readable(tm
 
 
 def test_tracy_names_keep_their_bytes_up_to_the_limit_and_mark_the_rest():
-    from sectionmark.tracy.client import NAME_LIMIT_BYTES, tracy_name
+    from sectionmark.tracy.binding import NAME_LIMIT_BYTES, tracy_name
 
     exact = "é" * (NAME_LIMIT_BYTES // 2) + "x"
     assert tracy_name(exact) == exact.encode() and len(exact.encode()) == NAME_LIMIT_BYTES

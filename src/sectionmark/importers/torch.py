@@ -215,10 +215,12 @@ def _install_hooks() -> Callable[[], None]:
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     for (owner, name, wrap), (_, _, original) in zip(patches, originals):
         setattr(owner, name, wrap(original))
+    markers.torch_probe_replaced()
 
     def remove() -> None:
         for owner, name, original in originals:
             setattr(owner, name, original)
+        markers.torch_probe_replaced()
 
     return remove
 

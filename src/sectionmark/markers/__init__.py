@@ -3,7 +3,7 @@
 `section` (marker.py) is the one object that is both decorator and context
 manager; zone emitters (Tracy, see sectionmark.tracy) hang off it through the
 per-thread zone stacks in zonestack.py (a C extension, _zonestack.c, with a
-pure-Python fallback).
+pure-Python fallback). The same extension holds section's fast enter/exit.
 """
 
 from sectionmark.markers.marker import section

@@ -9,7 +9,12 @@ Speed matters on the eager path: ``with section(...)`` may wrap every call of
 a decode loop. So a section keeps no state of its own: open zones live in
 the emitter's per-thread zone stack (`sectionmark.markers.zonestack`), entered
 framework scopes in a per-thread stack here, and neither is touched unless
-something was ever switched on.
+something was ever switched on. The constructor returns one cached marker per
+(name, color). Where the C extension was built, ``__enter__``/``__exit__`` are
+C (`_zonestack.MarkerBase`): they read torch's export flag and JAX's current
+trace without calling into either, open and close the C zone stack's zones
+themselves, and run the Python logic here (`_enter`, `_exit`) only when there
+is more to do; `_configure_fast_path` keeps them told.
 """
 
 from __future__ import annotations
@@ -70,11 +75,12 @@ def set_zone_emitter(emitter: Optional[ZoneEmitter]) -> None:
     global _zones, _close, _closers
     if emitter is None:
         _zones = None
-        return
-    if emitter.close not in _closers:
-        _closers = _closers + (emitter.close,)
-        _close = _closers[0] if len(_closers) == 1 else _close_with_every_emitter
-    _zones = (emitter.open, emitter, {})
+    else:
+        if emitter.close not in _closers:
+            _closers = _closers + (emitter.close,)
+            _close = _closers[0] if len(_closers) == 1 else _close_with_every_emitter
+        _zones = (emitter.open, emitter, {})
+    _configure_fast_path()
 
 
 def _close_with_every_emitter(marker: "section") -> None:
@@ -85,6 +91,48 @@ def _close_with_every_emitter(marker: "section") -> None:
 def zone_emitter() -> Optional[ZoneEmitter]:
     zones = _zones
     return zones[1] if zones is not None else None
+
+
+def torch_probe_replaced() -> None:
+    """Say that ``_torch_exporting`` was replaced or put back (see `sectionmark.importers.torch`).
+
+    The C fast path reads torch's export flag itself, which only stands for
+    torch's own probe: a replaced probe is asked on every entry.
+    """
+    _configure_fast_path()
+
+
+def _configure_fast_path() -> None:
+    """Tell the C enter/exit (`_zonestack.MarkerBase`) what it may do without the Python logic.
+
+    Enter runs ``_enter`` while the torch probe is not torch's own or an
+    emitter other than the C zone stack is installed; with the C stack
+    installed it opens zones itself (``_enter`` caches each new location).
+    Exit closes the C stack's zones itself while that stack is the only one
+    ever installed and no framework scope was entered; once one was, or
+    another emitter was installed, exit runs ``_exit`` from then on (their
+    zones and scopes stay closable).
+    """
+    if _fast_path is None:
+        return
+    torch_probe_replaced = _torch_exporting not in (_first_torch_exporting, _torchs_is_exporting())
+    zones = _zones
+    c_zones = zones is not None and zones[0] is _fast_path.open_zone
+    enter_in_python = torch_probe_replaced or (zones is not None and not c_zones)
+    if _scopes_used or (_close is not None and _close is not _fast_path.close_zone):
+        exit_mode = _EXIT_IN_PYTHON
+    else:
+        exit_mode = _EXIT_NOTHING if _close is None else _EXIT_CLOSE_ZONE
+    _fast_path.configure(enter_in_python, zones[2] if c_zones else None, exit_mode)
+
+
+_EXIT_NOTHING, _EXIT_CLOSE_ZONE, _EXIT_IN_PYTHON = 0, 1, 2  # exit modes of the C fast path
+
+
+def _torchs_is_exporting() -> Optional[Callable[[], bool]]:
+    torch = _modules.get("torch")
+    compiler = getattr(torch, "compiler", None)
+    return getattr(compiler, "is_exporting", None)
 
 
 # Section paths in torch node meta: key "sectionmark#<n>" per level, see
@@ -121,11 +169,13 @@ if "torch" in _modules:
 def _jax_tracing() -> bool:
     """Whether JAX traces on this thread: its current trace is not the eager one.
 
+    ``trace_state_strong_ref.value`` is what ``trace_ctx.trace`` returns,
+    without the property call; the C fast path asks the same.
     (``trace_ctx.is_top_level()`` also compares the axis environment, which
     only matters under a trace, at twice the cost.)
     """
     jax_core = _modules.get("jax._src.core")
-    return jax_core is not None and jax_core.trace_ctx.trace is not jax_core.eval_trace
+    return jax_core is not None and jax_core.trace_state_strong_ref.value is not jax_core.eval_trace
 
 
 def _framework_scopes(name: str) -> Optional[tuple]:
@@ -160,6 +210,54 @@ def _dynamo_scope(name: str):
     return _modules["torch"].fx.traceback.annotate({TORCH_ANNOTATION_PREFIX + str(_dynamo_entries): name})
 
 
+def _enter(marker: "section") -> "section":
+    """``section.__enter__``: a framework's scope while it traces, else a zone of the emitter, if any."""
+    global _scopes_used
+    if ("torch" in _modules and _torch_exporting()) or ("jax" in _modules and _jax_tracing()):
+        scopes = _framework_scopes(marker.name)
+        if scopes is not None:
+            if not _scopes_used:
+                _scopes_used = True
+                _configure_fast_path()  # before the exit that must close the scopes
+            _scopes.open(marker, scopes)
+            return marker
+    zones = _zones
+    if zones is not None:
+        open_zone, emitter, locations = zones
+        location = locations.get(marker._key)
+        if location is None:
+            location = locations[marker._key] = emitter.location(marker.name, marker.color)
+        open_zone(marker, location)
+    return marker
+
+
+def _exit(marker: "section", exc_type: object, exc: object, tb: object) -> None:
+    """``section.__exit__``: closes what ``_enter`` opened for ``marker`` on this thread."""
+    if _scopes_used and _scopes.close(marker):
+        return
+    if _close is not None:
+        _close(marker)
+
+
+if zonestack._zonestack is not None:
+    # Enter and exit in C: they call _enter/_exit only when there is something to do.
+    _fast_path = zonestack._zonestack
+    if not hasattr(_fast_path, "MarkerBase"):
+        raise ImportError(
+            f"{_fast_path.__file__} was built from an older _zonestack.c: rebuild it "
+            "(python setup.py build_ext --inplace, or reinstall sectionmark)"
+        )
+    _fast_path.bind_marker(_enter, _exit)
+    _MarkerBase = _fast_path.MarkerBase
+else:
+    _fast_path = None
+
+    class _MarkerBase:
+        __slots__ = ()
+        __enter__ = _enter
+        __exit__ = _exit
+
+
 _markers: dict = {}  # (name, color) -> section; see section.__new__
 _MAX_CACHED_MARKERS = 100_000  # programs that make names on the fly stop being cached, not growing
 
@@ -184,7 +282,7 @@ def _check(name: object, color: object) -> None:
             raise ValueError(f"section color must be within 0x000000..0xFFFFFF, got {color:#x}")
 
 
-class section:
+class section(_MarkerBase):
     """Names a part of a model: ``@section("MLP")`` or ``with section("MLP"):``.
 
     Nesting builds a path (``("Block 3", "Self Attention")``). Names are any
@@ -217,7 +315,7 @@ class section:
     @classmethod
     def _unshared(cls, name: str, color: Optional[int]) -> "section":
         """A marker of its own (checked names only): the zone stack tells markers apart by identity."""
-        self = object.__new__(cls)
+        self = _MarkerBase.__new__(cls)
         self.name = name
         self.color = color
         self._key = name if color is None else (name, color)  # of the emitter's locations and of _markers
@@ -225,29 +323,6 @@ class section:
 
     def __repr__(self) -> str:
         return f"section({self.name!r})" if self.color is None else f"section({self.name!r}, color={self.color:#08x})"
-
-    def __enter__(self) -> "section":
-        global _scopes_used
-        if ("torch" in _modules and _torch_exporting()) or ("jax" in _modules and _jax_tracing()):
-            scopes = _framework_scopes(self.name)
-            if scopes is not None:
-                _scopes_used = True
-                _scopes.open(self, scopes)
-                return self
-        zones = _zones
-        if zones is not None:
-            open_zone, emitter, locations = zones
-            location = locations.get(self._key)
-            if location is None:
-                location = locations[self._key] = emitter.location(self.name, self.color)
-            open_zone(self, location)
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if _scopes_used and _scopes.close(self):
-            return
-        if _close is not None:
-            _close(self)
 
     def __call__(self, fn: F) -> F:
         if not callable(fn):

@@ -4,10 +4,12 @@ Tracy version: the client embedded in iree-base-runtime 3.13 (Tracy 0.11.2,
 protocol 72). See docs/tracy.md.
 """
 
+from sectionmark.tracy.binding import TracyClient
 from sectionmark.tracy.capture import capture_command
-from sectionmark.tracy.client import GpuTimeline, TracyClient, TracyZones, disable, enable
+from sectionmark.tracy.gpu_timeline import GpuTimeline
 from sectionmark.tracy.reader import Capture, Track, Zone, read_capture
 from sectionmark.tracy.stats import ZoneStats, zone_stats
+from sectionmark.tracy.zones import TracyZones, disable, enable
 
 __all__ = [
     "enable",

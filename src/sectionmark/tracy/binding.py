@@ -1,0 +1,241 @@
+"""The tracing runtime's Tracy C API, bound with ctypes.
+
+With ``IREE_PY_RUNTIME=tracy``, iree-base-runtime's extension module embeds a
+Tracy 0.11.2 client and exports its C API; binding it with ctypes puts our
+zones in the same capture as IREE's own. `TracyClient` is that binding plus a
+cache of static source locations; `client()` is the process-wide one. The
+users of the binding live beside it: `sectionmark.tracy.zones` (eager
+sections as CPU zones) and `sectionmark.tracy.gpu_timeline` (tracks with
+explicit timestamps).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import importlib.util
+import os
+import threading
+from pathlib import Path
+from typing import Optional, Union
+
+from sectionmark.errors import SectionmarkError
+
+__all__ = ["TracyClient", "client", "tracy_name", "NAME_LIMIT_BYTES"]
+
+
+class _SourceLocation(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("function", ctypes.c_void_p),
+        ("file", ctypes.c_void_p),
+        ("line", ctypes.c_uint32),
+        ("color", ctypes.c_uint32),
+    ]
+
+
+class _ZoneContext(ctypes.Structure):
+    """Tracy's ``TracyCZoneCtx``: returned by zone begin, handed back to zone end.
+
+    A Structure (not a plain int) so ctypes passes it back by value unchanged.
+    """
+
+    _fields_ = [("id", ctypes.c_uint32), ("active", ctypes.c_int32)]
+
+
+class GpuNewContextData(ctypes.Structure):
+    _fields_ = [
+        ("gpuTime", ctypes.c_int64),
+        ("period", ctypes.c_float),
+        ("context", ctypes.c_uint8),
+        ("flags", ctypes.c_uint8),
+        ("type", ctypes.c_uint8),
+    ]
+
+
+class GpuContextNameData(ctypes.Structure):
+    _fields_ = [("context", ctypes.c_uint8), ("name", ctypes.c_char_p), ("len", ctypes.c_uint16)]
+
+
+class GpuZoneBeginData(ctypes.Structure):
+    _fields_ = [("srcloc", ctypes.c_uint64), ("queryId", ctypes.c_uint16), ("context", ctypes.c_uint8)]
+
+
+class GpuTimeData(ctypes.Structure):
+    _fields_ = [("gpuTime", ctypes.c_int64), ("queryId", ctypes.c_uint16), ("context", ctypes.c_uint8)]
+
+
+class GpuZoneEndData(ctypes.Structure):
+    _fields_ = [("queryId", ctypes.c_uint16), ("context", ctypes.c_uint8)]
+
+
+class GpuCalibrationData(ctypes.Structure):
+    _fields_ = [("gpuTime", ctypes.c_int64), ("cpuDelta", ctypes.c_int64), ("context", ctypes.c_uint8)]
+
+
+assert ctypes.sizeof(_SourceLocation) == 32 and ctypes.sizeof(GpuNewContextData) == 16
+assert ctypes.sizeof(GpuContextNameData) == 24 and ctypes.sizeof(GpuZoneBeginData) == 16
+assert ctypes.sizeof(GpuTimeData) == 16 and ctypes.sizeof(GpuZoneEndData) == 4
+assert ctypes.sizeof(GpuCalibrationData) == 24
+
+# The file/function Tracy shows for section zones: Python call sites are unknown.
+_SOURCE_FILE = "sectionmark"
+# Tracy 0.11.2 sends every string with a 16-bit length: longer names would
+# wrap around. Names are C strings: a NUL would end them. Both are made
+# visible instead (docs/tracy.md).
+NAME_LIMIT_BYTES = 65_535
+TRUNCATION_MARK = "\u2026"  # …
+NUL_MARK = "\u2400"  # ␀
+
+
+def tracy_name(name: str) -> bytes:
+    """``name`` as Tracy can carry it: UTF-8, NUL shown as ␀, at most 65,535 bytes ending in … if cut.
+
+    A cut never splits a character; a lone surrogate becomes "?".
+    """
+    encoded = name.replace("\0", NUL_MARK).encode("utf-8", "replace")
+    if len(encoded) <= NAME_LIMIT_BYTES:
+        return encoded
+    mark = TRUNCATION_MARK.encode("utf-8")
+    kept = encoded[: NAME_LIMIT_BYTES - len(mark)].decode("utf-8", "ignore").encode("utf-8")
+    return kept + mark
+
+
+def _permanent_bytes(data: bytes) -> int:
+    """Copy ``data`` into memory that is never freed and return its address.
+
+    Tracy reads source locations lazily, possibly after the interpreter has
+    shut down (TRACY_NO_EXIT), so they must not be Python-owned.
+    """
+    address = ctypes.pythonapi.PyMem_RawMalloc(ctypes.c_size_t(max(len(data), 1)))
+    if not address:
+        raise MemoryError("cannot allocate a Tracy source location")
+    ctypes.memmove(address, data, len(data))
+    return address
+
+
+ctypes.pythonapi.PyMem_RawMalloc.restype = ctypes.c_void_p
+ctypes.pythonapi.PyMem_RawMalloc.argtypes = [ctypes.c_size_t]
+
+
+def _tracing_runtime_library() -> Path:
+    """Path of the tracing runtime's extension module, which embeds Tracy."""
+    if os.environ.get("IREE_PY_RUNTIME") != "tracy":
+        raise SectionmarkError(
+            "Tracy zones need IREE's tracing runtime: set IREE_PY_RUNTIME=tracy before starting Python"
+        )
+    spec = importlib.util.find_spec("iree._runtime_libs_tracy")
+    if spec is None or not spec.submodule_search_locations:
+        raise SectionmarkError(
+            "IREE_PY_RUNTIME=tracy is set but this iree-base-runtime has no tracing runtime "
+            "(iree/_runtime_libs_tracy is missing)"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = folder / f"_runtime{suffix}"
+        if candidate.is_file():
+            return candidate
+    raise SectionmarkError(f"the tracing runtime's extension module is missing from {folder}")
+
+
+class TracyClient:
+    """The Tracy C API of one loaded library, bound once with fixed signatures.
+
+    Functions are looked up once; argument and result types are set once. The
+    library is loaded with `ctypes.PyDLL`, which keeps the GIL during calls:
+    Tracy's emit functions only write to a lock-free queue, and not releasing
+    and re-taking the GIL makes each call markedly cheaper.
+    """
+
+    def __init__(self, library: Union[str, os.PathLike, None] = None):
+        path = Path(library) if library is not None else _tracing_runtime_library()
+        try:
+            lib = ctypes.PyDLL(str(path))
+            # getattr with strings: "___tracy..." inside a class body would be name-mangled.
+            c_api = lambda name: getattr(lib, "___tracy_" + name)  # noqa: E731
+            self.zone_begin = c_api("emit_zone_begin")
+            self.zone_end = c_api("emit_zone_end")
+            self.set_thread_name = c_api("set_thread_name")
+            self.gpu_new_context = c_api("emit_gpu_new_context_serial")
+            self.gpu_context_name = c_api("emit_gpu_context_name_serial")
+            self.gpu_zone_begin = c_api("emit_gpu_zone_begin_serial")
+            self.gpu_zone_end = c_api("emit_gpu_zone_end_serial")
+            self.gpu_time = c_api("emit_gpu_time_serial")
+            self.gpu_calibration = c_api("emit_gpu_calibration_serial")
+            gpu_context_counter = lib._ZN5tracy16GetGpuCtxCounterEv
+        except (OSError, AttributeError) as error:
+            raise SectionmarkError(f"cannot bind Tracy's C API in {path}: {error}") from None
+        # zone_begin takes a source location by pointer: pass the cached
+        # `byref` objects directly (no argtypes: the cheapest conversion).
+        self.zone_begin.restype = _ZoneContext
+        self.zone_end.restype = None
+        self.set_thread_name.argtypes = [ctypes.c_char_p]  # Tracy copies the name
+        self.set_thread_name.restype = None
+        for function, argument in (
+            (self.gpu_new_context, GpuNewContextData),
+            (self.gpu_context_name, GpuContextNameData),
+            (self.gpu_zone_begin, GpuZoneBeginData),
+            (self.gpu_zone_end, GpuZoneEndData),
+            (self.gpu_time, GpuTimeData),
+            (self.gpu_calibration, GpuCalibrationData),
+        ):
+            function.argtypes = [argument]
+            function.restype = None
+        gpu_context_counter.restype = ctypes.c_void_p
+        gpu_context_counter.argtypes = []
+        # std::atomic<uint8_t>, shared with IREE's own GPU contexts.
+        self._gpu_context_counter = ctypes.c_uint8.from_address(gpu_context_counter())
+        self._lock = threading.Lock()
+        self._locations: dict[tuple[str, Optional[int]], tuple[int, object]] = {}
+        self.path = path
+
+    def source_location(self, name: str, color: Optional[int] = None) -> tuple[int, object]:
+        """The static source location for (name, color): (address, by-pointer argument).
+
+        One per distinct pair, created on first use and never freed.
+        """
+        key = (name, color)
+        found = self._locations.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._locations.get(key)
+            if found is None:
+                text = _permanent_bytes(tracy_name(name) + b"\0")
+                address = _permanent_bytes(bytes(ctypes.sizeof(_SourceLocation)))
+                location = _SourceLocation.from_address(address)
+                location.name = text
+                location.function = text
+                location.file = _permanent_bytes(_SOURCE_FILE.encode() + b"\0")
+                location.line = 0
+                location.color = color or 0
+                found = (address, ctypes.byref(location))
+                self._locations[key] = found
+        return found
+
+    def new_gpu_context_id(self) -> int:
+        """Take the next GPU context id from the counter IREE's contexts also use.
+
+        The counter is a C++ atomic that Python cannot increment atomically:
+        create timelines before IREE creates its HAL devices.
+        """
+        with self._lock:
+            context = self._gpu_context_counter.value
+            if context == 255:
+                raise SectionmarkError("Tracy supports at most 255 GPU contexts per process")
+            self._gpu_context_counter.value = context + 1
+        return context
+
+
+_client: Optional[TracyClient] = None
+_client_lock = threading.Lock()
+
+
+def client() -> TracyClient:
+    """The process-wide client for the tracing runtime (loaded on first use)."""
+    global _client
+    if _client is None:
+        with _client_lock:
+            if _client is None:
+                _client = TracyClient()
+    return _client
