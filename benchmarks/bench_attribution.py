@@ -29,10 +29,10 @@ from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.ireeprof import read_profile
 from sectionmark.profiling.runner import benchmark_command, write_inputs
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.profiling.tools import find_tool
+from sectionmark.artifacts.tools import find_tool
 from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
 
-GOAL_EVENTS_PER_S = 5e6  # issue G.6: end to end, and at most GOAL_RATIO x the time of iree-profile dispatch
+GOAL_EVENTS_PER_S = 5e6  # end to end, and at most GOAL_RATIO x the time of iree-profile dispatch
 GOAL_RATIO = 2.0
 CPU_FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
              "--iree-llvmcpu-target-cpu=host"]

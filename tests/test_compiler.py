@@ -1,4 +1,4 @@
-"""The compiler hook (issue B): real in-process IREE compiles of tiny programs.
+"""The compiler hook: real in-process IREE compiles of tiny programs.
 
 Checks invariant 1 (executables byte-identical, same dispatch and executable
 counts, bit-identical outputs with and without markers), that every HAL
@@ -23,6 +23,7 @@ import pytest
 import sectionmark as sm
 import sectionmark.compiler as smc
 import sectionmark.compiler.driver as driver
+from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
 
 RUNTIME_TOOLS = Path(__import__("iree._runtime_libs", fromlist=["_"]).__file__).parent
@@ -73,7 +74,7 @@ func.func @fill_copy(%a: tensor<8x16xf32>, %c: f32) -> (tensor<8x16xf32>, tensor
 # --------------------------------------------------------------------------- helpers
 
 
-def compile_capturing_hal(source, **options) -> tuple[smc.CompiledModule, str]:
+def compile_capturing_hal(source, **options) -> tuple[smc.CompiledExport, str]:
     """Compile and also return the hal-phase IR exactly as it goes on to the VM."""
     captured = {}
     original = driver.embed_section_map
@@ -221,7 +222,7 @@ def gpt():
 # --------------------------------------------------------------------------- invariant 1
 
 
-def _assert_same_program(marked: smc.CompiledModule, plain: smc.CompiledModule, tmp_path: Path) -> None:
+def _assert_same_program(marked: smc.CompiledExport, plain: smc.CompiledExport, tmp_path: Path) -> None:
     marked_exes, plain_exes = executables(marked.vmfb), executables(plain.vmfb)
     assert marked_exes and marked_exes == plain_exes  # byte-identical, same count
     marked_asm, plain_asm = dump(marked.vmfb, tmp_path, "disassembly"), dump(plain.vmfb, tmp_path, "disassembly")
@@ -304,7 +305,7 @@ def test_map_is_embedded_and_saved_beside(multi, tmp_path):
     path = compiled.save(tmp_path / "model.vmfb")
     assert (tmp_path / "model.sections.json").exists()
     (tmp_path / "model.sections.json").unlink()
-    assert smc.read_section_map(path) == compiled.section_map  # from the .vmfb alone
+    assert read_section_map(path) == compiled.section_map  # from the .vmfb alone
 
 
 def test_plain_compile_has_no_map_and_sidecar_is_the_fallback(fused, tmp_path):
@@ -312,9 +313,9 @@ def test_plain_compile_has_no_map_and_sidecar_is_the_fallback(fused, tmp_path):
     path = tmp_path / "plain.vmfb"
     path.write_bytes(plain.vmfb)
     with pytest.raises(SectionmarkError, match="no embedded section map"):
-        smc.read_section_map(path)
+        read_section_map(path)
     fused[0].section_map.save(tmp_path / "plain.sections.json")
-    assert smc.read_section_map(path) == fused[0].section_map
+    assert read_section_map(path) == fused[0].section_map
 
 
 # --------------------------------------------------------------------------- debug groups

@@ -12,7 +12,7 @@ from tiny_profiles import DYNAMIC, KEY_0, KEY_1, TWO_MATMULS, compile_plain, exp
 
 import sectionmark.profiling as profiling
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling import tools
+from sectionmark.artifacts import tools
 from sectionmark.profiling.ireeprof import read_profile
 from sectionmark.renderers import json_out
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share

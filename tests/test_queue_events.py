@@ -11,7 +11,7 @@ import pytest
 
 import sectionmark.compiler as smc
 from sectionmark import profiling
-from sectionmark.profiling import tools
+from sectionmark.artifacts import tools
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.ireeprof import read_profile
 from sectionmark.profiling.session import UNTIMED_TRANSFERS_NOTE, ProfileSession

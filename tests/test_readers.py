@@ -20,7 +20,8 @@ from invariants import assert_profile_invariants
 from tiny_profiles import KEY_0, KEY_1, TWO_MATMULS, export_rows, hand_map
 
 import sectionmark.profiling as profiling
-from sectionmark.compiler import compile, driver, embed, read_section_map
+from sectionmark.artifacts import read_section_map
+from sectionmark.compiler import compile, driver, embed
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.inputs import load_input_array

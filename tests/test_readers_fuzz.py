@@ -36,7 +36,7 @@ from invariants import assert_profile_invariants
 from tiny_profiles import Inconsistent, export_rows, section_oracle
 
 import sectionmark.profiling as profiling
-from sectionmark.compiler import read_section_map
+from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import ireeprof
 from sectionmark.profiling.inputs import load_input_array

@@ -7,7 +7,7 @@ from sectionmark.compiler import compile
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import profile
 from sectionmark.profiling.runner import tool_failure
-from sectionmark.profiling.tools import exit_description, last_useful_line
+from sectionmark.artifacts.tools import exit_description, last_useful_line
 
 ASLR = "***WARNING*** ASLR is enabled, the results may have unreproducible noise in them."
 MLIR = """

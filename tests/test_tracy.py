@@ -96,6 +96,12 @@ EAGER_SCRIPT = """
 
     asyncio.run(interleave())
 
+    assert sm.tracing(False) is None  # the public switch: stops zones
+    with sm.section("Not traced"):
+        pass
+    assert sm.tracing() is smt.enable()
+    with sm.section("Traced again"):
+        pass
     smt.disable()
     with sm.section("Not traced"):
         pass
@@ -132,6 +138,7 @@ def test_interleaved_async_sections_still_nest(eager_capture):
 
 def test_disable_stops_zones(eager_capture):
     assert all(zone.name != "Not traced" for _, zone in eager_capture.zones())
+    assert [zone.name for _, zone in eager_capture.zones() if zone.name == "Traced again"] == ["Traced again"]
 
 
 def test_sections_enclose_iree_runtime_zones(tmp_path):
@@ -419,7 +426,8 @@ def test_missing_capture_tool_is_a_clear_error(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (
-        f"the Tracy capture tool is missing or not executable: {package / 'iree-tracy-capture'}"
+        f"IREE tool 'iree-tracy-capture' not found in {package} or not executable "
+        "(reinstall iree-base-runtime: pip install --force-reinstall iree-base-runtime)"
     )
 
 
@@ -522,7 +530,7 @@ def test_a_capture_tool_that_stops_early_does_not_leave_the_program_hanging(tmp_
     failing_tool = tmp_path / "capture-tool"
     failing_tool.write_text("#!/bin/sh\necho 'Cannot open trace file for writing' >&2\nexit 1\n")
     failing_tool.chmod(0o755)
-    monkeypatch.setattr(capture_module, "capture_binary", lambda: failing_tool)
+    monkeypatch.setattr(capture_module, "find_tool", lambda name, tracing: failing_tool)
     monkeypatch.setattr(capture_module, "_EXIT_GRACE_S", 0.5)
     previous = tmp_path / "run.tracy"
     previous.write_bytes(b"previous capture")

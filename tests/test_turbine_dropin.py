@@ -1,4 +1,4 @@
-"""sectionmark as a drop-in for iree-turbine users (issue I).
+"""sectionmark as a drop-in for iree-turbine users.
 
 Every style ``aot.export`` takes (nn.Module, ExportedProgram,
 FxProgramsBuilder with two functions, CompiledModule class, aot.jittable),
@@ -23,7 +23,7 @@ from test_byte_identity import assert_same_executables, plain_compile
 from test_torch_import import STACK_SECTIONS, Stack, assert_stack_paths, locations
 
 import sectionmark as sm
-from sectionmark.compiler import read_section_map
+from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import find_sections
 from sectionmark.paths import LOC_PREFIX

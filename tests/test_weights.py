@@ -1,6 +1,6 @@
 """Cost-based weights of fused dispatches (weight rule "cost"), on real IREE compiles.
 
-The acceptance figures of issue F: in a conv → BatchNorm → ReLU dispatch the
+The acceptance figures of the cost model: in a conv → BatchNorm → ReLU dispatch the
 conv gets >= 90%; an add fused into a 128³ matmul gets <= 5%; ops in no
 section keep their share as "(unmarked)"; index arithmetic that CSE merged
 across blocks (a causal mask) does not pull another block into a dispatch.

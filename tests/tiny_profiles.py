@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from sectionmark.paths import SectionPath
-from sectionmark.profiling import tools
+from sectionmark.artifacts import tools
 from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
 
 CPU_FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",

@@ -3,30 +3,37 @@
 The public API (see docs/): ``section`` marks code; ``sm.torch.export`` /
 ``sm.jax.export`` keep the names in MLIR (a `SectionedExport`; a torch one is
 also iree-turbine's ``ExportOutput``); ``compile`` carries them through
-IREE; ``load`` runs a module; ``profile`` / ``report`` measure per-section
-times. Heavy modules (frameworks, the compiler) load on first use.
+IREE (a `CompiledExport`); ``load`` runs a module; ``profile`` / ``report``
+measure per-section times (a `ProfileSession`); ``tracing`` turns Tracy zones
+for eager sections on and off. Every user-facing failure is a
+`SectionmarkError` with a one-line message. Heavy modules (frameworks, the
+compiler) load on first use: ``import sectionmark`` imports none of them.
 """
 
 import importlib
 from typing import Any
 
+from sectionmark.errors import SectionmarkError
 from sectionmark.markers import section
 from sectionmark.paths import SectionPath
 
 __all__ = [
-    "section", "SectionPath", "SectionedExport", "torch", "jax", "compile", "load", "profile", "report", "tracing",
+    "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledExport", "ProfileSession",
+    "torch", "jax", "compile", "load", "profile", "report", "tracing",
 ]
 __version__ = "0.1.0"
 
 _LAZY = {
     "SectionedExport": ("sectionmark.importers.exported", "SectionedExport"),
+    "CompiledExport": ("sectionmark.compiler.driver", "CompiledExport"),
+    "ProfileSession": ("sectionmark.profiling.session", "ProfileSession"),
     "torch": ("sectionmark.importers.torch", None),
     "jax": ("sectionmark.importers.jax", None),
-    "compile": ("sectionmark.compiler", "compile"),
+    "compile": ("sectionmark.compiler.driver", "compile"),
     "load": ("sectionmark.runtime", "load"),
     "profile": ("sectionmark.profiling", "profile"),
     "report": ("sectionmark.profiling", "report"),
-    "tracing": ("sectionmark.tracy", "enable"),
+    "tracing": ("sectionmark.tracy.zones", "tracing"),
 }
 
 
@@ -38,3 +45,7 @@ def __getattr__(name: str) -> Any:
     value = module if attribute is None else getattr(module, attribute)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

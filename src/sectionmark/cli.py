@@ -223,13 +223,13 @@ PlannedIO = tuple[list[str], dict[str, Optional[str]]]
 
 def _module_inputs(path: str) -> list[str]:
     """A module or map given on the command line, with the sidecar map read beside a .vmfb."""
-    from sectionmark.compiler.embed import sidecar_path
+    from sectionmark.artifacts import sidecar_path
 
     return [path] if path.endswith(".json") else [path, str(sidecar_path(path))]
 
 
 def _compile_io(args: argparse.Namespace) -> PlannedIO:
-    from sectionmark.compiler.embed import sidecar_path
+    from sectionmark.artifacts import sidecar_path
 
     outputs = {"-o": args.output}
     if not args.no_markers:

@@ -7,3 +7,8 @@ class SectionmarkError(Exception):
     The message is one line that says what is wrong and, where possible, what
     to do; the CLI prints it as ``sectionmark: error: <message>`` and exits 1.
     """
+
+
+def first_line(text: str, default: str = "no message") -> str:
+    """The first non-blank line of a library's multi-line error, for a one-line message."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), default)

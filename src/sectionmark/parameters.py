@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from sectionmark.errors import SectionmarkError
+from sectionmark.errors import SectionmarkError, first_line
 
 ParameterSpec = Union[str, Path]
 Parameters = Union[ParameterSpec, Sequence[ParameterSpec], None]
@@ -59,10 +59,6 @@ def parameters_module(instance: Any, specs: Sequence[tuple[str, Path]]) -> Optio
         try:
             index.load(str(path))
         except (ValueError, RuntimeError, NotImplementedError) as error:
-            raise SectionmarkError(f"cannot read parameter file {path}: {_first_line(str(error))}") from None
+            raise SectionmarkError(f"cannot read parameter file {path}: {first_line(str(error))}") from None
     providers = [index.create_provider(scope=scope) for scope, index in indices.items()]
     return rt.create_io_parameters_module(instance, *providers)
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), text)

@@ -8,23 +8,22 @@ is a zone on the calling thread.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
-from sectionmark.errors import SectionmarkError
+from sectionmark.artifacts.modules import ModuleSource, module_bytes_and_map
+from sectionmark.errors import SectionmarkError, first_line
 from sectionmark.markers import section
 from sectionmark.parameters import PARAMETERS_MODULE, Parameters, parameter_specs, parameters_module
-from sectionmark.section_map import SectionMap
 
 
 class LoadedModule:
     """A .vmfb loaded on an IREE device; functions are attributes (``module.main(x)``)."""
 
-    def __init__(self, source: Union[Any, str, Path, bytes], device: str = "local-task", parameters: Parameters = None):
+    def __init__(self, source: ModuleSource, device: str = "local-task", parameters: Parameters = None):
         import iree.runtime as rt
 
         specs = parameter_specs(parameters)
-        vmfb, self.section_map = _vmfb_and_map(source)
+        vmfb, self.section_map = module_bytes_and_map(source)
         try:
             config = rt.Config(device)
         except (ValueError, RuntimeError) as error:
@@ -66,27 +65,9 @@ class LoadedModule:
         return call
 
 
-def _vmfb_and_map(source: Any) -> tuple[bytes, Optional[SectionMap]]:
-    if hasattr(source, "vmfb"):
-        return source.vmfb, source.section_map
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return bytes(source), None
-    path = Path(source)
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise SectionmarkError(f"cannot read {path}: {error.strerror}") from None
-    from sectionmark.compiler import read_section_map
-
-    try:
-        return data, read_section_map(path)
-    except SectionmarkError:
-        return data, None  # a plain IREE module runs fine without a map
-
-
 def _registration_failure(message: str, specs: list) -> str:
     """One line for a module the runtime would not load, saying what to pass when parameters are missing."""
-    detail = next((line.strip() for line in message.splitlines() if line.strip()), message)
+    detail = first_line(message, message)
     if PARAMETERS_MODULE in detail and not specs:
         return ("this module reads external parameters: pass parameters= (e.g. 'model=weights.irpa'; "
                 "'model' is iree-turbine's scope when none is given)")
@@ -94,9 +75,9 @@ def _registration_failure(message: str, specs: list) -> str:
 
 
 def load(
-    source: Union[Any, str, Path, bytes], device: str = "local-task", parameters: Parameters = None
+    source: ModuleSource, device: str = "local-task", parameters: Parameters = None
 ) -> LoadedModule:
-    """Load a CompiledModule, a .vmfb path or its bytes on ``device`` (e.g. "local-task", "cuda").
+    """Load a CompiledExport (what `compile` returns), a .vmfb path or its bytes on ``device`` (e.g. "local-task", "cuda").
 
     ``parameters``: the external parameter file(s) of a model exported with
     ``aot.externalize_module_parameters``, each ``path`` or ``scope=path`` as

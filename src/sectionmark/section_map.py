@@ -9,6 +9,7 @@ mapped back to a dispatch site and its sections. Schema: docs/section-map.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,11 @@ from sectionmark import serialization
 from sectionmark.paths import SectionPath
 
 SECTION_MAP_VERSION = 2
+# A .vmfb carries its map as this reflection entry of its first exported
+# function: "<SHA-256 of the JSON> <compact JSON>" (written by
+# sectionmark.compiler.embed, read by sectionmark.artifacts).
+EMBEDDED_KEY = "sectionmark.section_map"
+EMBEDDED_JSON_START = '{"version":'  # compact JSON of a map starts so (to_json puts the version first)
 WEIGHT_RULE = "cost"  # docs/section-map.md; sites that cannot be sized say "op-count"
 COMMAND_OPS = ("dispatch", "barrier", "fill", "copy", "update")
 INITIALIZER_FUNCTION = "__init"  # the VM's name for module initializers (`function` of sites and buffers)
@@ -156,6 +162,26 @@ class SectionMap:
     def dumps(self) -> str:
         return json.dumps(self.to_json(), ensure_ascii=False, indent=1)
 
+    def embedded_text(self) -> str:
+        """The map as a module carries it: checksum, a space, compact JSON (see EMBEDDED_KEY)."""
+        text = json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
+        return f"{_digest(text.encode('utf-8'))} {text}"
+
+    @classmethod
+    def from_embedded_text(cls, text: bytes, checksummed: bool = True) -> "SectionMap":
+        """Read `embedded_text` back, refusing a copy whose checksum does not match.
+
+        ``checksummed=False``: maps embedded before checksums (the JSON alone).
+        """
+        if checksummed:
+            digest, _space, text = text.partition(b" ")
+            if digest != _digest(text).encode("ascii"):
+                raise SectionMapError("checksum mismatch")
+        try:
+            return cls.loads(text.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise SectionMapError(f"not UTF-8 text: {error.reason} at byte {error.start}") from None
+
     @classmethod
     def loads(cls, text: str) -> "SectionMap":
         try:
@@ -176,3 +202,13 @@ class SectionMap:
         except UnicodeDecodeError as error:
             raise SectionMapError(f"section map is not UTF-8 text: {error.reason} at byte {error.start}") from None
         return cls.loads(text)
+
+
+def sidecar_path(vmfb_path: str | Path) -> Path:
+    """Where a module's map is saved beside it: ``model.vmfb`` -> ``model.sections.json``."""
+    path = Path(vmfb_path)
+    return path.with_name(path.stem + ".sections.json")
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

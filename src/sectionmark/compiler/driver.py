@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from sectionmark.compiler.embed import embed_section_map, module_fingerprint, sidecar_path
+from sectionmark.compiler.embed import embed_section_map, module_fingerprint
 from sectionmark.compiler.flow import annotate_sites, restore_executable_locations
 from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.session import PhasedCompilation
@@ -27,7 +27,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
 from sectionmark.paths import SectionPath, format_path
-from sectionmark.section_map import CommandBuffer, DispatchSite, SectionMap
+from sectionmark.section_map import CommandBuffer, DispatchSite, SectionMap, sidecar_path
 
 # A SectionedExport, iree-turbine's ExportOutput, MLIR text, or a .mlir/.mlirbc path.
 Source = Union[SectionedExport, Any, str, Path]
@@ -40,7 +40,7 @@ COMMANDS_PHASE = "hal"
 
 
 @dataclass
-class CompiledModule:
+class CompiledExport:
     """A compiled .vmfb and, when compiled with markers, its section map."""
 
     vmfb: bytes
@@ -80,7 +80,7 @@ def compile(
     markers: bool = True,
     debug_groups: bool = True,
     input_type: Optional[str] = None,
-) -> CompiledModule:
+) -> CompiledExport:
     """Compile ``source`` for ``target``.
 
     ``source``: what ``sm.torch.export`` / ``sm.jax.export`` return,
@@ -100,13 +100,13 @@ def compile(
 
 def compile_with_flags(
     source: Source, flags: Sequence[str], target: str, markers: bool = True, debug_groups: bool = True
-) -> CompiledModule:
+) -> CompiledExport:
     """`compile` with exactly ``flags`` (all of them: target, input type, options); ``target`` names the map's."""
     compilation = PhasedCompilation(flags)
     try:
         _parse(compilation, source)
         if not markers:
-            return CompiledModule(compilation.finish(), None, target)
+            return CompiledExport(compilation.finish(), None, target)
         declared = list(module_sections(compilation.parsed_module()))
         sites = annotate_sites(compilation.advance(SITES_PHASE))
         restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
@@ -117,7 +117,7 @@ def compile_with_flags(
             fingerprint=module_fingerprint(module),
         )
         embed_section_map(module, section_map)
-        return CompiledModule(compilation.finish(), section_map, target)
+        return CompiledExport(compilation.finish(), section_map, target)
     finally:
         compilation.close()
 

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 from iree.compiler import ir
 from iree.compiler.api import Output, Session, Source, ctypes_dl
 
-from sectionmark.errors import SectionmarkError
+from sectionmark.errors import SectionmarkError, first_line
 
 _DIAGNOSTIC_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
 _SEVERITY_ERROR = 2
@@ -69,7 +69,7 @@ class PhasedCompilation:
             self._errors.append(ctypes.string_at(message, size).decode("utf-8", errors="replace"))
 
     def _fail(self, what: str) -> SectionmarkError:
-        detail = _first_line(self._errors[0]) if self._errors else "no diagnostic was reported"
+        detail = first_line(self._errors[0]) if self._errors else "no diagnostic was reported"
         return SectionmarkError(f"{what}: {detail}")
 
     def parse_text(self, text: str, name: str = "source.mlir") -> None:
@@ -106,7 +106,7 @@ class PhasedCompilation:
         try:
             self._invocation.output_vm_bytecode(output)
         except ValueError as error:
-            raise SectionmarkError(f"could not write the compiled module: {_first_line(str(error))}") from None
+            raise SectionmarkError(f"could not write the compiled module: {first_line(str(error))}") from None
         return bytes(output.map_memory())
 
     def _run(self, phase: str) -> None:
@@ -130,8 +130,3 @@ def _flag_error(message: str) -> str:
     """IREE's flag error on one line: "Error parsing flags:" names the flag only on the lines after it."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     return " ".join(lines) if lines else "no message"
-
-
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else text

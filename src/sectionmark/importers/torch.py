@@ -52,7 +52,7 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch._guards import TracingContext
 
-from sectionmark.errors import SectionmarkError
+from sectionmark.errors import SectionmarkError, first_line
 from sectionmark.importers.exported import warn_empty_sections
 from sectionmark.markers.marker import TORCH_ANNOTATION_PREFIX as ANNOTATION_PREFIX
 from sectionmark.paths import BACKWARD_SUFFIX, LOC_PREFIX, SectionPath, encode_path
@@ -525,7 +525,7 @@ def export_training_step(
         try:
             joint = torch.export.experimental._export_forward_backward(program, joint_loss_index=loss_index)
         except RuntimeError as error:
-            reason = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+            reason = first_line(str(error), type(error).__name__)
             raise SectionmarkError(f"cannot export the training step of {type(model).__name__}: {reason}") from None
     results = (OutputKind.LOSS_OUTPUT, OutputKind.GRADIENT_TO_PARAMETER, OutputKind.GRADIENT_TO_USER_INPUT)
     outputs = [OutputSpec(OutputKind.USER_OUTPUT, spec.arg, None) if spec.kind in results else spec

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
+from sectionmark.artifacts import module_file, module_file_and_map, read_section_map
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.parameters import Parameters, parameter_specs
@@ -24,25 +25,6 @@ from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import SectionMap
 
 __all__ = ["profile", "report", "ProfileSession"]
-
-
-def _module_path(compiled_or_vmfb: Any, directory: Path) -> Path:
-    """A .vmfb path for the tools: a CompiledModule is written to ``directory``."""
-    if hasattr(compiled_or_vmfb, "vmfb"):
-        path = directory / "module.vmfb"
-        path.write_bytes(compiled_or_vmfb.vmfb)
-        return path
-    return Path(compiled_or_vmfb)
-
-
-def _module_and_map(compiled_or_vmfb: Any, directory: Path) -> tuple[Path, SectionMap]:
-    """The .vmfb path and its section map (carried by a CompiledModule, else read from the file)."""
-    path = _module_path(compiled_or_vmfb, directory)
-    if not hasattr(compiled_or_vmfb, "section_map"):
-        return path, _read_map(path)
-    if compiled_or_vmfb.section_map is None:
-        raise SectionmarkError("this module was compiled without markers; it has no section map to report")
-    return path, compiled_or_vmfb.section_map
 
 
 def profile(
@@ -62,7 +44,7 @@ def profile(
 ) -> ProfileSession:
     """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
 
-    ``compiled_or_vmfb_path``: a ``sectionmark.compiler.CompiledModule`` or a
+    ``compiled_or_vmfb_path``: a ``sectionmark.CompiledExport`` or a
     saved .vmfb (its map is read from the module or its sidecar unless
     ``section_map`` is given). ``device``: an IREE device; ``local-task``
     uses HAL-native profiling (``local-sync`` is refused: IREE 3.13 cannot
@@ -78,15 +60,15 @@ def profile(
     """
     specs = parameter_specs(parameters)
     if keep_profile is not None:
-        module_file = [compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else []
-        protected = [*keep_profile_inputs, *module_file]
+        module_files = [compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else []
+        protected = [*keep_profile_inputs, *module_files]
         check_output_path(keep_profile, protected)
     with tempfile.TemporaryDirectory(prefix="sectionmark-") as scratch:
         directory = Path(scratch)
         if section_map is None:
-            vmfb, section_map = _module_and_map(compiled_or_vmfb_path, directory)
+            vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory)
         else:
-            vmfb = _module_path(compiled_or_vmfb_path, directory)
+            vmfb = module_file(compiled_or_vmfb_path, directory)
         run = run_profile(
             vmfb, args, directory, function=function, device=device, iterations=iterations, warmup=warmup, quiet=quiet,
             timeout=timeout,
@@ -119,7 +101,7 @@ def report(
     its GPU dispatch zones (a CUDA/HIP run, or a replay by `sectionmark tracy`).
     """
     if not isinstance(section_map, SectionMap):
-        section_map = _read_map(Path(section_map))
+        section_map = read_section_map(section_map)
     events = _read_events(Path(profile_path), section_map, function)
     return _session(events, section_map, calls=calls, warmup=warmup, function=function)
 
@@ -140,10 +122,3 @@ def _session(
 ) -> ProfileSession:
     attribution = attribute(events, section_map, calls=calls, warmup=warmup, function=function)
     return ProfileSession.build(attribution, section_map, function=function)
-
-
-def _read_map(path: Path) -> SectionMap:
-    """A section map from a .vmfb (embedded or sidecar) or a .sections.json, told apart by content."""
-    from sectionmark.compiler import read_section_map
-
-    return read_section_map(path)

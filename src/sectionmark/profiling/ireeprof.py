@@ -67,7 +67,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.tools import find_tool, last_useful_line
+from sectionmark.artifacts.tools import find_tool, last_useful_line
 
 DISPATCH_DTYPE = np.dtype(
     [

@@ -36,7 +36,7 @@ from rich.console import Console
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.parameters import tool_flags
-from sectionmark.profiling.tools import exit_description, find_tool, last_useful_line
+from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
 
 PROFILING_MODES = "queue-events,host-execution,executable-metadata,memory-events"
 # What IREE 3.13's Vulkan driver can record (it has no host-execution events).

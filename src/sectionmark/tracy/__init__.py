@@ -9,10 +9,11 @@ from sectionmark.tracy.capture import capture_command
 from sectionmark.tracy.gpu_timeline import GpuTimeline
 from sectionmark.tracy.reader import Capture, Track, Zone, read_capture
 from sectionmark.tracy.stats import ZoneStats, zone_stats
-from sectionmark.tracy.zones import TracyZones, disable, enable
+from sectionmark.tracy.zones import TracyZones, disable, enable, tracing
 
 __all__ = [
     "enable",
+    "tracing",
     "disable",
     "GpuTimeline",
     "TracyClient",

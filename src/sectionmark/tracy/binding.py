@@ -12,13 +12,12 @@ explicit timestamps).
 from __future__ import annotations
 
 import ctypes
-import importlib.machinery
-import importlib.util
 import os
 import threading
 from pathlib import Path
 from typing import Optional, Union
 
+from sectionmark.artifacts.tools import tracing_runtime_library
 from sectionmark.errors import SectionmarkError
 
 __all__ = ["TracyClient", "client", "tracy_name", "NAME_LIMIT_BYTES"]
@@ -118,26 +117,6 @@ ctypes.pythonapi.PyMem_RawMalloc.restype = ctypes.c_void_p
 ctypes.pythonapi.PyMem_RawMalloc.argtypes = [ctypes.c_size_t]
 
 
-def _tracing_runtime_library() -> Path:
-    """Path of the tracing runtime's extension module, which embeds Tracy."""
-    if os.environ.get("IREE_PY_RUNTIME") != "tracy":
-        raise SectionmarkError(
-            "Tracy zones need IREE's tracing runtime: set IREE_PY_RUNTIME=tracy before starting Python"
-        )
-    spec = importlib.util.find_spec("iree._runtime_libs_tracy")
-    if spec is None or not spec.submodule_search_locations:
-        raise SectionmarkError(
-            "IREE_PY_RUNTIME=tracy is set but this iree-base-runtime has no tracing runtime "
-            "(iree/_runtime_libs_tracy is missing)"
-        )
-    folder = Path(list(spec.submodule_search_locations)[0])
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        candidate = folder / f"_runtime{suffix}"
-        if candidate.is_file():
-            return candidate
-    raise SectionmarkError(f"the tracing runtime's extension module is missing from {folder}")
-
-
 class TracyClient:
     """The Tracy C API of one loaded library, bound once with fixed signatures.
 
@@ -148,7 +127,7 @@ class TracyClient:
     """
 
     def __init__(self, library: Union[str, os.PathLike, None] = None):
-        path = Path(library) if library is not None else _tracing_runtime_library()
+        path = Path(library) if library is not None else tracing_runtime_library()
         try:
             lib = ctypes.PyDLL(str(path))
             # getattr with strings: "___tracy..." inside a class body would be name-mangled.

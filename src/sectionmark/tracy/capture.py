@@ -13,7 +13,6 @@ never comes, is ended and the tool's own message reported.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -24,9 +23,9 @@ from typing import IO, Iterable, Mapping, Optional, Sequence, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike, atomic_path
-from sectionmark.profiling.tools import last_useful_line, exit_description
+from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
 
-__all__ = ["capture_command", "capture_binary", "tracy_environment", "CapturedProgramFailed"]
+__all__ = ["capture_command", "tracy_environment", "CapturedProgramFailed"]
 
 
 class CapturedProgramFailed(SectionmarkError):
@@ -41,24 +40,6 @@ class CapturedProgramFailed(SectionmarkError):
 # ends within moments of the capture having all its data.
 _EXIT_GRACE_S = 10.0
 _POLL_S = 0.1
-
-
-def capture_binary() -> Path:
-    """The capture tool shipped with iree-base-runtime's tracing runtime.
-
-    Not the `iree-tracy-capture` on PATH: that is a Python wrapper that spawns
-    this binary, and ending the wrapper would leave the binary running.
-    """
-    spec = importlib.util.find_spec("iree._runtime_libs_tracy")
-    if spec is None or not spec.submodule_search_locations:
-        raise SectionmarkError(
-            "the Tracy capture tool is missing: install iree-base-runtime with its tracing runtime "
-            "(iree/_runtime_libs_tracy)"
-        )
-    binary = Path(list(spec.submodule_search_locations)[0]) / "iree-tracy-capture"
-    if not os.access(binary, os.X_OK):
-        raise SectionmarkError(f"the Tracy capture tool is missing or not executable: {binary}")
-    return binary
 
 
 def tracy_environment(port: int) -> dict[str, str]:
@@ -148,7 +129,7 @@ def capture_command(
 
 
 def _capture(command, output: Path, timeout, save_timeout, env, cwd, stdout, stderr) -> None:
-    binary = capture_binary()
+    binary = find_tool("iree-tracy-capture", tracing=True)
     port = _free_port()
     with tempfile.TemporaryFile(mode="w+") as capture_log:
         capture = subprocess.Popen(

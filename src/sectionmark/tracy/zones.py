@@ -69,3 +69,16 @@ def disable() -> None:
     """Stop emitting zones for eager sections (zones already open still close)."""
     if markers.zone_emitter() is _installed:
         markers.set_zone_emitter(None)
+
+
+def tracing(enabled: bool = True) -> Optional[TracyZones]:
+    """``sm.tracing()``: eager sections become Tracy CPU zones; ``sm.tracing(False)``: they stop.
+
+    Returns the zone emitter while tracing, None once stopped. Zones open when
+    tracing stops still close at their section's exit, so no zone is left
+    dangling in the capture.
+    """
+    if enabled:
+        return enable()
+    disable()
+    return None

@@ -1,13 +1,17 @@
-"""Locate IREE's command-line tools inside the installed iree-base-runtime package.
+"""IREE's tools and tracing runtime inside the installed iree-base-runtime, and what their failures mean.
 
 The tools ship next to the runtime extension in ``iree/_runtime_libs``, and
-built with Tracy instrumentation in ``iree/_runtime_libs_tracy``. We look
-there (and nowhere else) so that the profiler, the exporter and the runtime we
-import are always the same IREE version.
+built with Tracy instrumentation (with the tracing runtime's extension
+module, which embeds the Tracy client) in ``iree/_runtime_libs_tracy``. We
+look there and nowhere else, so that the profiler, the capture tool and the
+runtime we import are always the same IREE version. (Not the
+``iree-tracy-capture`` on PATH either: that is a Python wrapper that spawns
+the binary, and ending the wrapper would leave the binary running.)
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import signal
@@ -43,17 +47,32 @@ def _package_dir(package: str, what: str) -> Path:
 
 
 def find_tool(name: str, *, tracing: bool = False) -> Path:
-    """Path of an IREE tool such as ``iree-benchmark-module`` or ``iree-profile``.
+    """Path of an IREE tool such as ``iree-benchmark-module``, ``iree-profile`` or ``iree-tracy-capture``.
 
-    ``tracing``: the build with Tracy instrumentation (GPU zones on CUDA/HIP).
+    ``tracing``: the build with Tracy instrumentation (GPU zones on CUDA/HIP,
+    and the capture tool).
     """
     path = (tracing_tools_dir if tracing else runtime_tools_dir)() / name
     if not path.is_file() or not os.access(path, os.X_OK):
         raise SectionmarkError(
-            f"IREE tool '{name}' not found in {path.parent} "
+            f"IREE tool '{name}' not found in {path.parent} or not executable "
             "(reinstall iree-base-runtime: pip install --force-reinstall iree-base-runtime)"
         )
     return path
+
+
+def tracing_runtime_library() -> Path:
+    """Path of the tracing runtime's extension module, which embeds Tracy's client and its C API."""
+    if os.environ.get("IREE_PY_RUNTIME") != "tracy":
+        raise SectionmarkError(
+            "Tracy zones need IREE's tracing runtime: set IREE_PY_RUNTIME=tracy before starting Python"
+        )
+    folder = tracing_tools_dir()
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = folder / f"_runtime{suffix}"
+        if candidate.is_file():
+            return candidate
+    raise SectionmarkError(f"the tracing runtime's extension module is missing from {folder}")
 
 
 # Lines a tool prints that never explain a failure: the IREE tools' ASLR

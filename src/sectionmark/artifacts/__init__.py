@@ -1,0 +1,33 @@
+"""What the runtime side reads, without ``iree.compiler``: compiled modules, their section maps, IREE's tools.
+
+`sm.load`, `sm.profile`, `sm.report`, ``sectionmark report`` and
+``tracy-stats`` go through here, so a runtime-only install (iree-base-runtime
+alone) can run and profile modules compiled elsewhere
+(tests/test_import_graph.py checks that none of them imports the compiler).
+
+* `modules`: a compiled object, .vmfb bytes or a .vmfb file, and its section
+  map (embedded, or a sidecar ``.sections.json``);
+* `tools`: the IREE tools and the tracing runtime of the installed
+  iree-base-runtime, and the one line that explains a tool's failure.
+"""
+
+from sectionmark.artifacts.modules import (
+    module_bytes_and_map,
+    module_file,
+    module_file_and_map,
+    read_section_map,
+    sidecar_path,
+)
+from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line, tracing_runtime_library
+
+__all__ = [
+    "exit_description",
+    "find_tool",
+    "last_useful_line",
+    "module_bytes_and_map",
+    "module_file",
+    "module_file_and_map",
+    "read_section_map",
+    "sidecar_path",
+    "tracing_runtime_library",
+]
