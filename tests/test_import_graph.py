@@ -27,7 +27,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "sectionmark"
 
 STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "profiling", "renderers", "entry"]
-FOUNDATION = {"errors", "paths", "outputs", "serialization", "parameters", "section_map"}
+FOUNDATION = {"errors", "paths", "outputs", "serialization", "parameters", "section_map", "lazy"}
 PREFIX_STAGES = {
     "markers": "markers", "importers": "importers", "locations": "importers", "compiler": "compiler",
     "runtime": "runtime", "artifacts": "runtime", "profiling": "profiling", "tracy": "profiling",

@@ -10,10 +10,8 @@ for eager sections on and off. Every user-facing failure is a
 compiler) load on first use: ``import sectionmark`` imports none of them.
 """
 
-import importlib
-from typing import Any
-
 from sectionmark.errors import SectionmarkError
+from sectionmark.lazy import lazy_attributes
 from sectionmark.markers import section
 from sectionmark.paths import SectionPath
 
@@ -35,16 +33,7 @@ _LAZY = {
     "report": ("sectionmark.profiling", "report"),
     "tracing": ("sectionmark.tracy.zones", "tracing"),
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'sectionmark' has no attribute {name!r}")
-    module_name, attribute = _LAZY[name]
-    module = importlib.import_module(module_name)
-    value = module if attribute is None else getattr(module, attribute)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, globals(), _LAZY)
 
 
 def __dir__() -> list[str]:

@@ -121,14 +121,11 @@ class SectionMap:
     def from_json(cls, data: Any) -> "SectionMap":
         """Read and validate a map (types, finite non-negative weights summing to 1, known ops, site ids)."""
         try:
-            serialization.check_version(data, SECTION_MAP_VERSION, "section map",
-                                        "recompile the model with this version of sectionmark")
+            section_map = serialization.from_versioned_json(
+                cls, data, version=SECTION_MAP_VERSION, document="section map", root="section map",
+                advice="recompile the model with this version of sectionmark")
         except serialization.SchemaError as error:
             raise SectionMapError(str(error)) from None
-        try:
-            section_map = serialization.from_json(cls, data, "section map")
-        except serialization.SchemaError as error:
-            raise SectionMapError(f"malformed section map: {error}") from None
         section_map._validate()
         return section_map
 

@@ -67,6 +67,15 @@ def check_version(data: Any, expected: int, document: str, advice: str) -> None:
         raise SchemaError(f"{document} version {data['version']!r} is not supported (expected {expected}); {advice}")
 
 
+def from_versioned_json(cls: type, data: Any, *, version: int, document: str, root: str, advice: str) -> Any:
+    """`check_version`, then `from_json`: one SchemaError line ("malformed sectionmark <document>: <place>: ...")."""
+    check_version(data, version, document, advice)
+    try:
+        return from_json(cls, data, root)
+    except SchemaError as error:
+        raise SchemaError(f"malformed sectionmark {document}: {error}") from None
+
+
 def to_json(value: Any) -> Any:
     """A dataclass (or list/tuple/dict of them) as plain JSON-serialisable values."""
     if value is None or isinstance(value, (str, int, float)):  # most values: first, for speed

@@ -293,14 +293,11 @@ class ProfileSession:
     def from_json(cls, data: Any) -> "ProfileSession":
         """Rebuild the statistics (not the per-event data) from :meth:`to_json` output, checking every value."""
         try:
-            serialization.check_version(data, PROFILE_JSON_VERSION, "profile JSON",
-                                        "run `sectionmark report` on the .ireeprof again")
+            session = serialization.from_versioned_json(
+                cls, data, version=PROFILE_JSON_VERSION, document="profile JSON", root="profile",
+                advice="run `sectionmark report` on the .ireeprof again")
         except serialization.SchemaError as error:
             raise SectionmarkError(str(error)) from None
-        try:
-            session = serialization.from_json(cls, data, "profile")
-        except serialization.SchemaError as error:
-            raise SectionmarkError(f"malformed sectionmark profile JSON: {error}") from None
         if not session.sections or not session.sections[-1].unmarked:
             raise SectionmarkError("malformed sectionmark profile JSON: the last section row must be the unmarked row")
         return session
