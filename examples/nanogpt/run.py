@@ -20,6 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sectionmark as sm  # noqa: E402
+from sectionmark.cli import MAX_CALLS, whole_number_in  # noqa: E402
 from model_torch import CONFIGS, GPT, GPTConfig, example_input  # noqa: E402
 from sectionmark.errors import SectionmarkError  # noqa: E402
 
@@ -103,8 +104,10 @@ def main(argv=None) -> int:
     parser.add_argument("--config", choices=sorted(CONFIGS), default="small", help="model size (default: small)")
     parser.add_argument("--framework", choices=["torch", "jax"], default="torch", help="exporter (default: torch)")
     parser.add_argument("--out", default="out", help="output directory (default: out)")
-    parser.add_argument("-n", "--iterations", type=int, default=20, help="profiled calls (default: 20)")
-    parser.add_argument("--warmup", type=int, default=3, help="unprofiled calls first (default: 3)")
+    parser.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=20,
+                        help="profiled calls (default: 20)")
+    parser.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=3,
+                        help="unprofiled calls first (default: 3)")
     args = parser.parse_args(argv)
     try:
         run(args)

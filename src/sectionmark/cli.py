@@ -81,7 +81,7 @@ class _Parser(argparse.ArgumentParser):
         return parsed
 
 
-def _bounded(minimum: int, maximum: int) -> Callable[[str], int]:
+def whole_number_in(minimum: int, maximum: int) -> Callable[[str], int]:
     """An argparse type: a whole number in ``[minimum, maximum]``, else a usage error."""
 
     def parse(text: str) -> int:
@@ -125,8 +125,8 @@ def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profile", help=".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones)")
     parser.add_argument("--map", required=True, help=".sections.json, or the .vmfb that embeds it")
     parser.add_argument("--function", help="function that was profiled (default: any)")
-    parser.add_argument("--calls", type=_bounded(1, MAX_CALLS), help="number of calls in the profile (default: inferred)")
-    parser.add_argument("--warmup", type=_bounded(0, MAX_CALLS), default=0, help="leading calls to drop (default: 0)")
+    parser.add_argument("--calls", type=whole_number_in(1, MAX_CALLS), help="number of calls in the profile (default: inferred)")
+    parser.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=0, help="leading calls to drop (default: 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,13 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("vmfb", help="module compiled by sectionmark (its section map is embedded)")
     profile.add_argument("--input", action="append", default=[], metavar="NPY", help="argument as a .npy file (repeat, in order)")
     profile.add_argument("--function", default="main", help="function to call (default: main)")
-    profile.add_argument("-n", "--iterations", type=_bounded(1, MAX_CALLS), default=20,
+    profile.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=20,
                          help="measured calls (default: 20)")
-    profile.add_argument("--warmup", type=_bounded(0, MAX_CALLS), default=3, help="unmeasured calls first (default: 3)")
+    profile.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=3, help="unmeasured calls first (default: 3)")
     profile.add_argument("--device", default="local-task",
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
                          "vulkan runs, but its profile cannot be read yet (docs/gpu.md)")
-    profile.add_argument("--timeout", type=_bounded(1, 7 * 24 * 3600), default=3600, metavar="S",
+    profile.add_argument("--timeout", type=whole_number_in(1, 7 * 24 * 3600), default=3600, metavar="S",
                          help="give up when the profiled tool runs longer than S seconds (default: 3600)")
     profile.add_argument("--keep-profile", metavar="FILE",
                          help="also keep the raw measurement (.ireeprof; the .tracy capture on cuda/hip)")
@@ -207,9 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     tracks = stats.add_mutually_exclusive_group()
     tracks.add_argument("--gpu", action="store_true", help="only GPU-context zones (device timelines, replays)")
     tracks.add_argument("--cpu", action="store_true", help="only CPU zones (host threads)")
-    stats.add_argument("--depth", type=_bounded(0, MAX_DEPTH), metavar="D",
+    stats.add_argument("--depth", type=whole_number_in(0, MAX_DEPTH), metavar="D",
                        help="only zones at nesting depth D (0: outermost sections)")
-    stats.add_argument("--top", type=_bounded(1, MAX_CALLS), metavar="N",
+    stats.add_argument("--top", type=whole_number_in(1, MAX_CALLS), metavar="N",
                        help="show only the N zones with the largest total")
     stats.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     return parser
