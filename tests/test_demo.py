@@ -60,6 +60,13 @@ def test_demo_small_config_end_to_end(tmp_path):
     assert_profile_invariants(again)
     assert again.total_ns == session.total_ns
 
+    # The component view under the tree: one row per name, the blocks' attention rows summed.
+    components = (out / "components.txt").read_text(encoding="utf-8")
+    assert "components by name: busy time" in result.stdout and components in result.stdout
+    attention = next(c for c in again.components() if c.name == "Self Attention")
+    blocks = [row for row in again.section_rows if row.leaf == "Self Attention"]
+    assert len(blocks) == 2 and attention.busy_ns == sum(row.busy_ns for row in blocks)
+
     with open(out / "sections.csv", newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == len(session.sections)

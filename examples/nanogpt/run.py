@@ -72,9 +72,11 @@ def run(args: argparse.Namespace) -> None:
         session = sm.profile(vmfb, args=(tokens,), iterations=args.iterations, warmup=args.warmup,
                              keep_profile=out / "run.ireeprof")
     print(session.table())
+    print(session.render("components"))  # the same time by component: every block's "Self Attention" summed
     # Every output by the renderer's name (sectionmark.renderers.RENDERERS), written all at once.
     outputs = {"table": "table.txt", "json": "sections.json", "csv": "sections.csv",
-               "perfetto": "run.perfetto.json", "chart": "sections.png", "tracy": "run.tracy"}
+               "perfetto": "run.perfetto.json", "chart": "sections.png", "tracy": "run.tracy",
+               "components": "components.txt"}
     options = {"chart": {"title": f"nanoGPT {args.config} ({args.framework}) on llvm-cpu"}}
     with step(f"writing {', '.join(outputs)}"):
         for name, file_name in outputs.items():
@@ -82,6 +84,7 @@ def run(args: argparse.Namespace) -> None:
     summary = f"""sectionmark nanoGPT demo ({args.config}, {args.framework}) — files in {out}/
 
   table.txt            the per-section table printed above
+  components.txt       the component view printed under it (sections of one name summed over the blocks)
   sections.json        per-section statistics (JSON, docs/profile-json.md)
   sections.csv         the same as CSV (spreadsheet)
   sections.png         chart of where the time went

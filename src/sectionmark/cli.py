@@ -46,11 +46,13 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy --perfetto run.json --chart sections.png --tracy run.tracy
   sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites
   sectionmark profile model.vmfb --input x.npy --table table.txt
+  sectionmark profile model.vmfb --input x.npy --by name
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa""",
     "report": """examples:
   sectionmark report run.ireeprof --map model.sections.json
   sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json
+  sectionmark report run.ireeprof --map model.vmfb --by "*/Self Attention"
   sectionmark report run.tracy --map model-cuda.vmfb --warmup 3""",
     "tracy": """examples:
   sectionmark tracy run.ireeprof --map model.sections.json -o run.tracy
@@ -108,6 +110,9 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     for renderer in RENDERERS.values():
         outputs.add_argument(f"--{renderer.name}", dest=renderer.name, metavar="FILE", help=renderer.summary)
     outputs.add_argument("--sites", action="store_true", help="also print the per-dispatch-site table")
+    outputs.add_argument("--by", metavar="name|PATTERN",
+                         help="also print the component view: sections of one name summed across blocks ('name'), "
+                         "or the sections whose path matches PATTERN ('*/Self Attention')")
 
 
 def _rendered_outputs(args: argparse.Namespace) -> dict[str, str]:
@@ -282,6 +287,8 @@ def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> 
         from sectionmark.renderers.table import render_sites_text
 
         print(render_sites_text(session))
+    if args.by:
+        print(session.render("components", by=args.by))
     for name, path in _rendered_outputs(args).items():
         print(f"wrote {session.save(path, name, inputs=inputs)}")
 

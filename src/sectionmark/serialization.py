@@ -76,13 +76,19 @@ def from_versioned_json(cls: type, data: Any, *, version: int, document: str, ro
         raise SchemaError(f"malformed sectionmark {document}: {error}") from None
 
 
+def _property(value: Any, name: str) -> Any:
+    """A JSON property's value: an attribute, or what a method called without arguments returns."""
+    attribute = getattr(value, name)
+    return attribute() if callable(attribute) else attribute
+
+
 def to_json(value: Any) -> Any:
     """A dataclass (or list/tuple/dict of them) as plain JSON-serialisable values."""
     if value is None or isinstance(value, (str, int, float)):  # most values: first, for speed
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         data = {field.name: _write_field(field, getattr(value, field.name)) for field in _fields(type(value))}
-        data.update((name, to_json(getattr(value, name))) for name in getattr(type(value), "JSON_PROPERTIES", ()))
+        data.update((name, to_json(_property(value, name))) for name in getattr(type(value), "JSON_PROPERTIES", ()))
         return data
     if isinstance(value, (list, tuple)):
         return [to_json(item) for item in value]

@@ -158,6 +158,8 @@ class ProfileSession:
     (``print(prof.table())``, ``prof.save_tracy("run.tracy")``).
     """
 
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("components",)  # the component view by name: written, not read
+
     total_ns: int  # sum of all measured dispatch durations
     wall_ns: int  # union of all measured dispatch intervals
     unmarked_ns: float = json_field(rounded=True)
@@ -187,10 +189,7 @@ class ProfileSession:
         compositions = attribution.compositions
         starts, ends = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64)
         duration = (ends - starts).astype(np.float64)
-        slot_composition = np.array([slot.composition for slot in attribution.slots], np.int64)
-        composition = slot_composition[events["slot"]]
-        calls = max(attribution.calls, 1)
-        call = np.minimum(events["call"], calls - 1).astype(np.int64)
+        composition, call, calls = _event_compositions_and_calls(attribution)
 
         paths = section_paths(section_map.sections, compositions)
         sums = composition_sums(composition, call, duration, wall_parts(starts, ends), calls, len(compositions))
@@ -242,6 +241,13 @@ class ProfileSession:
             if row.path == tuple(path):
                 return row
         raise KeyError(path)
+
+    def components(self, by: str = "name") -> list:
+        """Sections of one name summed across repeated blocks (or one path pattern): see
+        `sectionmark.profiling.components`."""
+        from sectionmark.profiling.components import components
+
+        return components(self, by)
 
     # ------------------------------------------------------------------ outputs
 
@@ -368,12 +374,17 @@ def composition_sums(
     composition: np.ndarray, call: np.ndarray, duration: np.ndarray, wall: np.ndarray, calls: int, compositions: int
 ) -> CompositionSums:
     """Sum each event's duration (per call) and wall part into its composition."""
-    busy_by_call = np.bincount(call * compositions + composition, weights=duration, minlength=calls * compositions)
     return CompositionSums(
-        busy_by_call=busy_by_call.reshape(calls, compositions),
+        busy_by_call=busy_by_call(composition, call, duration, calls, compositions),
         wall=np.bincount(composition, weights=wall, minlength=compositions),
         count=np.bincount(composition, minlength=compositions),
     )
+
+
+def busy_by_call(composition: np.ndarray, call: np.ndarray, duration: np.ndarray, calls: int, compositions: int) -> np.ndarray:
+    """[calls, compositions]: summed event durations."""
+    flat = np.bincount(call * compositions + composition, weights=duration, minlength=calls * compositions)
+    return flat.reshape(calls, compositions)
 
 
 def shared_time(
@@ -427,6 +438,27 @@ def section_rows(
         )
         for s, path in enumerate([*paths, ()])
     ]
+
+
+def per_call_inclusive(attribution: Attribution, paths: list[SectionPath]) -> np.ndarray:
+    """[calls, sections + unmarked]: each measured call's inclusive busy time per section column.
+
+    The same split as the rows' ``per_call`` statistics, kept as a matrix for
+    views that sum sections (`sectionmark.profiling.components`).
+    """
+    events = attribution.events
+    duration = (events["end_ns"].astype(np.int64) - events["start_ns"].astype(np.int64)).astype(np.float64)
+    composition, call, calls = _event_compositions_and_calls(attribution)
+    sums = busy_by_call(composition, call, duration, calls, len(attribution.compositions))
+    return sums @ weight_matrices(attribution.compositions, paths).inclusive
+
+
+def _event_compositions_and_calls(attribution: Attribution) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each event's composition and measured-call index, and the number of calls (at least 1)."""
+    events = attribution.events
+    slot_composition = np.array([slot.composition for slot in attribution.slots], np.int64)
+    calls = max(attribution.calls, 1)
+    return slot_composition[events["slot"]], np.minimum(events["call"], calls - 1).astype(np.int64), calls
 
 
 def no_dispatch_note(path: SectionPath, section_map: SectionMap, profiled_functions: set[str]) -> str:

@@ -58,6 +58,8 @@ RENDERERS: dict[str, Renderer] = {
         Renderer("tracy", (".tracy",), True, "Tracy capture (.tracy) of the profiled timeline",
                  "sectionmark.renderers.tracy_out"),
         Renderer("chart", (".png",), True, "PNG chart of the section breakdown", "sectionmark.renderers.chart"),
+        Renderer("components", (".components.txt",), False,
+                 "sections of one name summed across blocks, as a text table", "sectionmark.renderers.components"),
     )
 }
 

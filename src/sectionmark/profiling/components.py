@@ -1,0 +1,112 @@
+"""Components: sections with the same name summed across repeated blocks.
+
+A model marked like the LLM visualisation has "Self Attention" inside every
+"Block i"; the question "how much time goes to attention?" is the sum over
+the blocks. ``components(session)`` groups the session's section rows by
+their innermost name (``by="name"``) or gathers every row whose path matches
+a pattern such as ``"*/Self Attention"`` (``by=<pattern>``, fnmatch on the
+path joined with "/").
+
+Two times per component, both **busy** time (summed dispatch durations, as
+in the section table):
+
+* ``busy_ns`` (inclusive): the rows' inclusive time, each dispatch counted
+  once: a matching row nested inside another matching row (a "Layer Norm"
+  inside a "Layer Norm") is already in its ancestor's time. It equals the sum
+  of the per-block rows of the table;
+* ``exclusive_ns``: the rows' exclusive time. Every nanosecond of the profile
+  is exclusive time of exactly one section or of "(unmarked)", so with
+  ``by="name"`` the exclusive shares of all components plus "(unmarked)" add
+  up to 100%.
+
+Per-call statistics need the per-event data of a profiled run; a session
+read back from JSON has none, and its components say so (``per_call`` None).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.paths import UNMARKED, SectionPath
+from sectionmark.profiling.session import CallStats, ProfileSession, SectionStats, per_call_inclusive
+from sectionmark.serialization import json_field
+
+BY_NAME = "name"
+
+
+@dataclass
+class ComponentStats:
+    """One component: the sections of one name (or matching one pattern), summed."""
+
+    name: str  # the sections' innermost name, the pattern, or "(unmarked)"
+    sections: list[SectionPath]  # the rows summed, in table order
+    busy_ns: float = json_field(rounded=True)  # inclusive busy time, each dispatch once
+    exclusive_ns: float = json_field(rounded=True)  # the rows' exclusive busy time
+    wall_ns: float = json_field(rounded=True)  # inclusive wall time, apportioned like busy time
+    share: float  # busy_ns / total busy
+    exclusive_share: float  # exclusive_ns / total busy
+    dispatches: int  # dispatch events of the outermost rows (each event once)
+    calls: Optional[int]  # measured calls in which the component ran; None without per-event data
+    per_call: Optional[CallStats] = json_field(rounded=True)  # inclusive busy time per call; None without per-event data
+
+
+def components(session: ProfileSession, by: str = BY_NAME) -> list[ComponentStats]:
+    """The component view of ``session``: by innermost name (most time first, "(unmarked)" last), or one pattern.
+
+    ``by``: ``"name"``, or a pattern over section paths joined with "/"
+    (``"*/Self Attention"``, ``"Block 1?/*"``); a pattern that matches no
+    section is an error naming the known sections.
+    """
+    rows = session.section_rows
+    per_call = _per_call_matrix(session)
+    if by == BY_NAME:
+        groups: dict[str, list[int]] = {}
+        for index, row in enumerate(rows):
+            groups.setdefault(row.leaf, []).append(index)
+        found = [_component(session, name, members, per_call) for name, members in groups.items()]
+        found.sort(key=lambda component: -component.exclusive_ns)
+        return found + [_component(session, UNMARKED, [len(session.sections) - 1], per_call)]
+    members = [index for index, row in enumerate(rows) if fnmatch.fnmatchcase("/".join(row.path), by)]
+    if not members:
+        known = ", ".join("/".join(row.path) for row in rows[:12]) + (", …" if len(rows) > 12 else "")
+        raise SectionmarkError(f"no section matches {by!r} (sections: {known}); patterns match paths like 'Block 0/MLP'")
+    return [_component(session, by, members, per_call)]
+
+
+def _component(
+    session: ProfileSession, name: str, members: list[int], per_call_matrix: Optional[np.ndarray]
+) -> ComponentStats:
+    rows: list[SectionStats] = session.sections
+    outermost = [index for index in members if not _nested_in_any(rows[index].path, [rows[m].path for m in members])]
+    total = float(session.total_ns)
+    busy = sum(rows[index].busy_ns for index in outermost)
+    exclusive = sum(rows[index].exclusive_ns for index in members)
+    per_call = None if per_call_matrix is None else per_call_matrix[:, outermost].sum(axis=1)
+    return ComponentStats(
+        name=name,
+        sections=[rows[index].path for index in members],
+        busy_ns=busy,
+        exclusive_ns=exclusive,
+        wall_ns=sum(rows[index].wall_ns for index in outermost),
+        share=busy / total if total else 0.0,
+        exclusive_share=exclusive / total if total else 0.0,
+        dispatches=sum(rows[index].dispatches for index in outermost),
+        calls=None if per_call is None else int((per_call > 0).sum()),
+        per_call=None if per_call is None else CallStats.of(per_call),
+    )
+
+
+def _nested_in_any(path: SectionPath, others: list[SectionPath]) -> bool:
+    return any(len(other) < len(path) and path[: len(other)] == other for other in others)
+
+
+def _per_call_matrix(session: ProfileSession) -> Optional[np.ndarray]:
+    """[calls, rows + unmarked] inclusive busy time per call (None after from_json: no per-event data)."""
+    if session.attribution is None:
+        return None
+    return per_call_inclusive(session.attribution, [row.path for row in session.section_rows])
