@@ -43,7 +43,8 @@ EXAMPLES = {
     "report": """examples:
   sectionmark report run.ireeprof --map model.sections.json
   sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json
-  sectionmark report run.tracy --map model-cuda.vmfb --warmup 3""",
+  sectionmark report run.tracy --map model-cuda.vmfb --warmup 3
+  sectionmark report capture.tracy --map model.vmfb   # live capture (IREE_PY_RUNTIME=tracy, local-task)""",
     "tracy": """examples:
   sectionmark tracy run.ireeprof --map model.sections.json -o run.tracy""",
     "tracy-stats": """examples:
@@ -149,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  description="Join a recorded .ireeprof (or its ireeperf-jsonl export), or the GPU "
                                  "zones of a .tracy capture, with a section map.",
                                  epilog=EXAMPLES["report"], formatter_class=_formatter)
-    report.add_argument("profile", help=".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones)")
+    report.add_argument("profile", help=".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones, or a live local-task run)")
     report.add_argument("--map", required=True, help=".sections.json, or the .vmfb that embeds it")
     report.add_argument("--function", help="function that was profiled (default: any)")
     report.add_argument("--calls", type=_bounded(1, MAX_CALLS),
@@ -280,6 +281,10 @@ def _run(args: argparse.Namespace) -> None:
 
         session = report(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function)
         _emit_outputs(session, args, inputs)
+        from sectionmark.tracy.live_capture import APPROXIMATION_NOTE, is_live_capture_file
+
+        if is_live_capture_file(args.profile):
+            print(APPROXIMATION_NOTE)
     elif args.command == "tracy":
         from sectionmark.profiling import report
         from sectionmark.renderers import tracy_out

@@ -33,7 +33,8 @@ like a GPU capture.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.ireeprof import Profile
@@ -46,9 +47,9 @@ from sectionmark.tracy.dispatch_zones import (
     executions_profile,
     static_buffers,
 )
-from sectionmark.tracy.reader import Capture
+from sectionmark.tracy.reader import Capture, is_capture, read_capture
 
-__all__ = ["APPROXIMATION_NOTE", "is_live_capture", "live_capture_profile"]
+__all__ = ["APPROXIMATION_NOTE", "is_live_capture", "is_live_capture_file", "live_capture_profile"]
 
 APPROXIMATION_NOTE = (
     "note: times from a live Tracy capture are approximations inflated by Tracy's instrumentation; "
@@ -62,6 +63,11 @@ def is_live_capture(capture: Capture) -> bool:
     """A capture of a program on local-task: no GPU zones, and IREE's per-tile worker zones."""
     has_gpu_zones = any(track.zones for track in capture.gpu_contexts)
     return not has_gpu_zones and any(zone.name == TILE_PARENT_ZONE for _track, zone in capture.zones())
+
+
+def is_live_capture_file(path: Union[str, Path]) -> bool:
+    """Whether ``path`` is a readable live capture (the CLI prints `APPROXIMATION_NOTE` under its report)."""
+    return is_capture(path) and is_live_capture(read_capture(path))
 
 
 def live_capture_profile(capture: Capture, section_map: SectionMap, *, function: Optional[str] = None) -> Profile:
@@ -81,9 +87,7 @@ def live_capture_profile(capture: Capture, section_map: SectionMap, *, function:
     if not starts:
         raise SectionmarkError(f"the capture has dispatch zones but no '{EXECUTE_ZONE}' zone to tell executions apart")
     buffers = static_buffers(section_map, key_ids, function)
-    executions = [
-        _execution(window, buffers, keys) for window in _windows(tiles, starts) if window
-    ]
+    executions = [_execution(window, buffers, keys) for window in _windows(tiles, starts) if window]
     return executions_profile(executions, keys)
 
 
