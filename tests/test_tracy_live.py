@@ -30,7 +30,7 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # compiles, profiles and captures a model (a few seconds each)
 
 CAPTURE_TIMEOUT_S = 120
-CALLS, WARMUP = 6, 1  # the first live call also loads the executables: left out of the comparison
+CALLS, WARMUP = 12, 1  # the first live call also loads the executables: left out of the comparison
 ACCEPTED_RATIO = 2.0  # the acceptance criterion: live dispatch total within 2x of the exact profile
 
 
@@ -44,7 +44,7 @@ def live_run(tmp_path_factory):
     compiled = sm.compile(sm.torch.export(model, args=(tokens,)), target="llvm-cpu")
     vmfb = compiled.save(folder / "model.vmfb")
     np.save(folder / "tokens.npy", tokens.numpy())
-    exact = sm.profile(compiled, args=(tokens.numpy(),), iterations=10, warmup=2, quiet=True)
+    exact = sm.profile(compiled, args=(tokens.numpy(),), iterations=12, warmup=2, quiet=True)
     program = folder / "program.py"
     program.write_text(textwrap.dedent(f"""
         import numpy as np
@@ -77,10 +77,18 @@ def test_live_report_names_every_section_with_its_dispatches(live_run):
         assert live_rows[path].busy_ns > 0, path
 
 
+def _median_call_total(session) -> float:
+    """Median over the measured calls of their summed dispatch durations (robust to a preempted call)."""
+    events = session.attribution.events  # measured calls only
+    durations = (events["end_ns"] - events["start_ns"]).astype(float)
+    return float(np.median(np.bincount(events["call"] - events["call"].min(), weights=durations)))
+
+
 def test_live_dispatch_total_is_within_2x_of_the_exact_profile(live_run):
     vmfb, capture, exact = live_run
     live = report(capture, vmfb, warmup=WARMUP)
-    ratio = (live.total_ns / live.calls) / (exact.total_ns / exact.calls)
+    ratio = _median_call_total(live) / _median_call_total(exact)
+    print(f"live/exact dispatch time per call (median): {ratio:.2f}")
     assert 1 / ACCEPTED_RATIO <= ratio <= ACCEPTED_RATIO, f"live/exact dispatch time per call: {ratio:.2f}"
 
 
