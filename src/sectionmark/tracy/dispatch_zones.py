@@ -190,9 +190,9 @@ def _queues(capture: Capture, key_ids: dict[str, int], section_names: set[str]) 
     gpu_tracks = [track for track in capture.gpu_contexts if track.zones]
     if not gpu_tracks:
         raise SectionmarkError(
-            "the Tracy capture has no GPU zones: a report needs a capture of a GPU run "
-            "(sectionmark profile --device cuda|hip) or a replay written by 'sectionmark tracy'; "
-            "a CPU run's Tracy zones cannot be attributed, profile CPU runs with 'sectionmark profile'"
+            "the Tracy capture has no GPU zones and no IREE worker dispatch zones: a report needs a capture of a "
+            "GPU run (sectionmark profile --device cuda|hip), a replay written by 'sectionmark tracy', or a live "
+            "capture of a program on local-task with the tracing runtime (IREE_PY_RUNTIME=tracy)"
         )
     unknown: dict[str, int] = {}
     tracks = [(track, _dispatch_zones(track, key_ids, section_names, unknown)) for track in gpu_tracks]
