@@ -35,7 +35,9 @@ from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, SUBMISSION_DTYPE, Pro
 from sectionmark.section_map import COMMAND_OPS, Command, CommandBuffer, SectionMap
 from sectionmark.tracy.reader import Capture, Track
 
-__all__ = ["capture_profile", "dispatch_keys", "executions_profile", "static_buffers", "DispatchZone", "Execution", "StaticBuffer"]
+__all__ = [
+    "capture_profile", "dispatch_keys", "executions_profile", "static_buffers", "DispatchZone", "Execution", "StaticBuffer",
+]
 
 # Track names of sectionmark's replay (sectionmark.renderers.tracy_out.replay_document):
 # "queue N: sections" holds the section zones, "queue N: concurrent dispatches K" the lanes.

@@ -124,8 +124,8 @@ def _execution(tiles: list[DispatchZone], buffers: list[StaticBuffer], keys: lis
         commands_by_key: dict[int, list[int]] = defaultdict(list)
         for position in sorted(static.keys):
             commands_by_key[static.keys[position]].append(position)
-        if all(len(commands_by_key.get(key, ())) and len(found) >= len(commands_by_key[key])
-               for key, found in tiles_by_key.items()):
+        # Every key of the execution needs a command, and at least one tile per command of its key.
+        if all(0 < len(commands_by_key.get(key, ())) <= len(found) for key, found in tiles_by_key.items()):
             placed = []
             for key, found in tiles_by_key.items():
                 groups = _split_at_widest_gaps(found, len(commands_by_key[key]))
@@ -149,4 +149,5 @@ def _split_at_widest_gaps(tiles: list[DispatchZone], groups: int) -> list[list[D
 
 def _span(tiles: list[DispatchZone]) -> DispatchZone:
     """A dispatch from its tiles: first start to last end."""
-    return DispatchZone(tiles[0].key, min(t.start_ns for t in tiles), max(t.end_ns for t in tiles), None, tiles[0].track)
+    start, end = min(tile.start_ns for tile in tiles), max(tile.end_ns for tile in tiles)
+    return DispatchZone(tiles[0].key, start, end, None, tiles[0].track)
