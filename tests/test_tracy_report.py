@@ -7,6 +7,7 @@ local-task, and a matmul fused across sections):
 * CPU: compile -> profile (.ireeprof kept) -> replay into a real .tracy
   (`ProfileSession.save_tracy`) -> report the .tracy: the same sections,
   dispatch counts and busy times (within 1%) as the report of the .ireeprof;
+  a traced iree-benchmark-module run is a live capture with the same dispatches;
 * CUDA without a GPU: `sm.profile(..., device="cuda")` with only the GPU run
   replaced: the tracing tool's command line is checked and, instead of
   running it, a child process emits the zones IREE's CUDA driver records
@@ -181,18 +182,20 @@ def test_capture_of_another_model_is_one_line(cpu_run, tmp_path):
     assert "\n" not in str(error.value)
 
 
-def test_capture_of_a_cpu_run_has_no_gpu_zones(cpu_run, tmp_path, model_input):
-    """IREE's own Tracy zones of a CPU run (per-tile worker zones) are refused with a pointer to profile."""
-    vmfb, _ireeprof, _tracy = cpu_run
+def test_capture_of_a_cpu_run_is_reported_from_its_worker_zones(cpu_run, tmp_path, model_input):
+    """IREE's own Tracy zones of a CPU run (per-tile worker zones) are a live capture (tests/test_tracy_live.py)."""
+    vmfb, ireeprof, _tracy = cpu_run
     np.save(tmp_path / "x.npy", model_input.numpy())
     command = [str(find_tool("iree-benchmark-module", tracing=True)), "--device=local-task", f"--module={vmfb}",
                "--function=main", f"--input=@{tmp_path / 'x.npy'}", "--benchmark_min_time=2x"]
     with open(tmp_path / "tool.log", "w") as log:
         path = capture_command(command, tmp_path / "cpu.tracy", timeout=CAPTURE_TIMEOUT_S, stdout=log, stderr=log)
-    assert any(track.zones for track in read_capture(path).threads)
-    with pytest.raises(SectionmarkError, match="has no GPU zones") as error:
-        report(path, vmfb)
-    assert "\n" not in str(error.value)
+    assert not any(track.zones for track in read_capture(path).gpu_contexts)
+    live = report(path, vmfb)
+    exact = report(ireeprof, vmfb, calls=WARMUP + ITERATIONS, warmup=WARMUP)
+    assert [(row.path, row.dispatches / live.calls) for row in live.sections if row.dispatches] == [
+        (row.path, row.dispatches / exact.calls) for row in exact.sections if row.dispatches
+    ]
 
 
 def test_replay_tracks_share_one_clock(tmp_path):

@@ -53,7 +53,8 @@ EXAMPLES = {
   sectionmark report run.ireeprof --map model.sections.json
   sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json
   sectionmark report run.ireeprof --map model.vmfb --by "*/Self Attention"
-  sectionmark report run.tracy --map model-cuda.vmfb --warmup 3""",
+  sectionmark report run.tracy --map model-cuda.vmfb --warmup 3
+  sectionmark report capture.tracy --map model.vmfb --warmup 1   # live capture (IREE_PY_RUNTIME=tracy, local-task)""",
     "tracy": """examples:
   sectionmark tracy run.ireeprof --map model.sections.json -o run.tracy
   sectionmark tracy run.ireeprof --map model.vmfb --warmup 3 -o run.tracy
@@ -127,7 +128,7 @@ def _rendered_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("profile", help=".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones)")
+    parser.add_argument("profile", help=".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones, or a live local-task run)")
     parser.add_argument("--map", required=True, help=".sections.json, or the .vmfb that embeds it")
     parser.add_argument("--function", help="function that was profiled (default: any)")
     parser.add_argument("--calls", type=whole_number_in(1, MAX_CALLS), help="number of calls in the profile (default: inferred)")
@@ -334,7 +335,11 @@ def _recorded_session(args: argparse.Namespace):
 
 
 def _report(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.tracy.live_capture import APPROXIMATION_NOTE, is_live_capture_file
+
     _write_outputs(_recorded_session(args), args, inputs)
+    if is_live_capture_file(args.profile):
+        print(APPROXIMATION_NOTE)
 
 
 def _tracy(args: argparse.Namespace, inputs: Sequence[str]) -> None:

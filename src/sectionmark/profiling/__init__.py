@@ -98,7 +98,9 @@ def report(
     .sections.json. ``calls``: calls made during the profile (inferred from
     the repeating submissions when None); the first ``warmup`` are dropped.
     A Tracy capture (recognised by its name or its first bytes) is read for
-    its GPU dispatch zones (a CUDA/HIP run, or a replay by `sectionmark tracy`).
+    its GPU dispatch zones (a CUDA/HIP run, or a replay by `sectionmark tracy`),
+    or, for a live capture of a program on local-task, its worker-thread
+    dispatch zones (approximate times: `sectionmark.tracy.live_capture`).
     """
     if not isinstance(section_map, SectionMap):
         section_map = read_section_map(section_map)
@@ -112,8 +114,12 @@ def _read_events(path: Path, section_map: SectionMap, function: Optional[str]) -
 
     if is_capture(path):
         from sectionmark.tracy.dispatch_zones import capture_profile
+        from sectionmark.tracy.live_capture import is_live_capture, live_capture_profile
 
-        return capture_profile(read_capture(path), section_map, function=function)
+        capture = read_capture(path)
+        if is_live_capture(capture):
+            return live_capture_profile(capture, section_map, function=function)
+        return capture_profile(capture, section_map, function=function)
     return read_profile(path)
 
 

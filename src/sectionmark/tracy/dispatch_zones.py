@@ -35,14 +35,16 @@ from sectionmark.profiling.timeline import track_queue
 from sectionmark.section_map import COMMAND_OPS, Command, CommandBuffer, SectionMap
 from sectionmark.tracy.reader import Capture, Track
 
-__all__ = ["capture_profile"]
+__all__ = [
+    "capture_profile", "dispatch_keys", "executions_profile", "static_buffers", "DispatchZone", "Execution", "StaticBuffer",
+]
 
 # Zones IREE's GPU drivers add around and beside dispatches (command buffers, fills, copies).
 _DRIVER_ZONE_PREFIX = "iree_hal_"
 
 
 @dataclass(frozen=True)
-class _Zone:
+class DispatchZone:
     """One dispatch zone. ``sections``: enclosing section zones, None when its track has none."""
 
     key: int
@@ -53,7 +55,7 @@ class _Zone:
 
 
 @dataclass(frozen=True)
-class _StaticBuffer:
+class StaticBuffer:
     """A static command buffer as the matcher needs it."""
 
     buffer: CommandBuffer
@@ -65,10 +67,10 @@ class _StaticBuffer:
 
 
 @dataclass
-class _Execution:
+class Execution:
     queue: int
-    buffer: _StaticBuffer
-    placed: list[tuple[int, _Zone]]  # (command position, zone)
+    buffer: StaticBuffer
+    placed: list[tuple[int, DispatchZone]]  # (command position, zone)
 
 
 def capture_profile(capture: Capture, section_map: SectionMap, *, function: Optional[str] = None) -> Profile:
@@ -79,14 +81,17 @@ def capture_profile(capture: Capture, section_map: SectionMap, *, function: Opti
     the capture has no GPU dispatch zones, has GPU zones the map does not
     know, or its zones cannot be the map's command buffers.
     """
-    keys = sorted({c.key for b in section_map.command_buffers for c in b.commands if c.op == "dispatch" and c.key})
-    key_ids = {key: index for index, key in enumerate(keys)}
+    keys, key_ids = dispatch_keys(section_map)
     section_names = {name for path in _section_paths(section_map) for name in path}
-    buffers = _static_buffers(section_map, key_ids, function)
+    buffers = static_buffers(section_map, key_ids, function)
     queues = _queues(capture, key_ids, section_names)
     executions = [execution for number, zones in queues.items() for execution in _match(number, zones, buffers, keys)]
-    executions.sort(key=lambda execution: min(zone.start_ns for _position, zone in execution.placed))
+    return executions_profile(executions, keys)
 
+
+def executions_profile(executions: list[Execution], keys: list[str]) -> Profile:
+    """Matched executions as a `Profile` with synthetic ids: one submission per execution, in time order."""
+    executions = sorted(executions, key=lambda execution: min(zone.start_ns for _position, zone in execution.placed))
     rows, submissions, recorded = [], [], {}
     for number, execution in enumerate(executions):
         for position, zone in execution.placed:
@@ -109,6 +114,12 @@ def capture_profile(capture: Capture, section_map: SectionMap, *, function: Opti
 # ----------------------------------------------------------------------------- the map
 
 
+def dispatch_keys(section_map: SectionMap) -> tuple[list[str], dict[str, int]]:
+    """The map's dispatch keys, sorted, and each key's index: the key ids of a `Profile`."""
+    keys = sorted({c.key for b in section_map.command_buffers for c in b.commands if c.op == "dispatch" and c.key})
+    return keys, {key: index for index, key in enumerate(keys)}
+
+
 def _section_paths(section_map: SectionMap) -> Iterable[SectionPath]:
     yield from section_map.sections
     for buffer in section_map.command_buffers:
@@ -125,7 +136,7 @@ def _groupings(command: Command) -> frozenset:
     return frozenset(tuple(s.path) for s in command.shares if s.weight >= heaviest * (1 - 1e-9))
 
 
-def _static_buffers(section_map: SectionMap, key_ids: dict[str, int], function: Optional[str]) -> list[_StaticBuffer]:
+def static_buffers(section_map: SectionMap, key_ids: dict[str, int], function: Optional[str]) -> list[StaticBuffer]:
     """Buffers that record dispatches, those of ``function`` first (the matcher tries them in order)."""
     buffers = []
     for buffer in section_map.command_buffers:
@@ -142,7 +153,7 @@ def _static_buffers(section_map: SectionMap, key_ids: dict[str, int], function: 
         regions = [region for region in regions if region]
         if regions:
             buffers.append(
-                _StaticBuffer(
+                StaticBuffer(
                     buffer=buffer,
                     regions=tuple(tuple(region) for region in regions),
                     region_keys=tuple(tuple(sorted(keys[p] for p in region)) for region in regions),
@@ -167,7 +178,7 @@ def _recorded_commands(buffer: CommandBuffer) -> list[RecordedCommand]:
 # ----------------------------------------------------------------------------- the capture
 
 
-def _queues(capture: Capture, key_ids: dict[str, int], section_names: set[str]) -> dict[int, list[_Zone]]:
+def _queues(capture: Capture, key_ids: dict[str, int], section_names: set[str]) -> dict[int, list[DispatchZone]]:
     """Dispatch zones per queue, in time order: a replay's tracks of one queue together, other GPU contexts alone.
 
     A replay's queues keep their numbers; other GPU contexts (one per device
@@ -178,9 +189,9 @@ def _queues(capture: Capture, key_ids: dict[str, int], section_names: set[str]) 
     gpu_tracks = [track for track in capture.gpu_contexts if track.zones]
     if not gpu_tracks:
         raise SectionmarkError(
-            "the Tracy capture has no GPU zones: a report needs a capture of a GPU run "
-            "(sectionmark profile --device cuda|hip) or a replay written by 'sectionmark tracy'; "
-            "a CPU run's Tracy zones cannot be attributed, profile CPU runs with 'sectionmark profile'"
+            "the Tracy capture has no GPU zones and no IREE worker dispatch zones: a report needs a capture of a "
+            "GPU run (sectionmark profile --device cuda|hip), a replay written by 'sectionmark tracy', or a live "
+            "capture of a program on local-task with the tracing runtime (IREE_PY_RUNTIME=tracy)"
         )
     unknown: dict[str, int] = {}
     tracks = [(track, _dispatch_zones(track, key_ids, section_names, unknown)) for track in gpu_tracks]
@@ -199,7 +210,7 @@ def _queues(capture: Capture, key_ids: dict[str, int], section_names: set[str]) 
     replayed = [track_queue(track.name) for track, _zones in tracks]  # a replay's tracks name their queue
     taken = {queue for queue in replayed if queue is not None}
     free = (number for number in range(len(tracks) + len(taken)) if number not in taken)
-    queues: dict[int, list[_Zone]] = {}
+    queues: dict[int, list[DispatchZone]] = {}
     for (_track, zones), queue in zip(tracks, replayed):
         queues.setdefault(queue if queue is not None else next(free), []).extend(zones)
     for zones in queues.values():
@@ -209,7 +220,7 @@ def _queues(capture: Capture, key_ids: dict[str, int], section_names: set[str]) 
 
 def _dispatch_zones(
     track: Track, key_ids: dict[str, int], section_names: set[str], unknown: dict[str, int]
-) -> list[_Zone]:
+) -> list[DispatchZone]:
     """The track's dispatch zones (leaves named by a map key), each with its enclosing section zones.
 
     A zone with children and a section's name is a section zone; other zones
@@ -231,11 +242,11 @@ def _dispatch_zones(
         paths.append(enclosing)
         key = key_ids.get(zone.name)
         if key is not None:
-            found.append(_Zone(key, zone.start_ns, zone.end_ns, enclosing, track.name))
+            found.append(DispatchZone(key, zone.start_ns, zone.end_ns, enclosing, track.name))
         elif not zone.name.startswith(_DRIVER_ZONE_PREFIX) and zone.name not in section_names:
             unknown[zone.name] = unknown.get(zone.name, 0) + 1
     if not has_sections:
-        found = [_Zone(z.key, z.start_ns, z.end_ns, None, z.track) for z in found]
+        found = [DispatchZone(z.key, z.start_ns, z.end_ns, None, z.track) for z in found]
     return found
 
 
@@ -247,7 +258,7 @@ def _some(names: list[str], limit: int = 5) -> str:
 # ----------------------------------------------------------------------------- matching
 
 
-def _match(queue: int, zones: list[_Zone], buffers: list[_StaticBuffer], keys: list[str]) -> list[_Execution]:
+def _match(queue: int, zones: list[DispatchZone], buffers: list[StaticBuffer], keys: list[str]) -> list[Execution]:
     """Split one queue's time-ordered zones into consecutive executions of static buffers.
 
     Backtracking: a buffer whose regions fit the next zones is taken, and
@@ -287,12 +298,12 @@ def _match(queue: int, zones: list[_Zone], buffers: list[_StaticBuffer], keys: l
         position += buffers[number].dispatches
         next_buffer = 0
     return [
-        _Execution(queue, buffers[number], list(zip(placement, zones[start : start + buffers[number].dispatches])))
+        Execution(queue, buffers[number], list(zip(placement, zones[start : start + buffers[number].dispatches])))
         for start, number, placement in plan
     ]
 
 
-def _same_keys(static: _StaticBuffer, key_sequence: list[int], position: int) -> bool:
+def _same_keys(static: StaticBuffer, key_sequence: list[int], position: int) -> bool:
     for region_keys in static.region_keys:
         end = position + len(region_keys)
         if tuple(sorted(key_sequence[position:end])) != region_keys:
@@ -301,7 +312,7 @@ def _same_keys(static: _StaticBuffer, key_sequence: list[int], position: int) ->
     return True
 
 
-def _place(static: _StaticBuffer, zones: list[_Zone], position: int) -> list[int] | str:
+def _place(static: StaticBuffer, zones: list[DispatchZone], position: int) -> list[int] | str:
     """The command position of each zone of one execution, or why the section zones disagree.
 
     Per region and key: zones inside section zones take a command grouped
@@ -333,7 +344,7 @@ def _place(static: _StaticBuffer, zones: list[_Zone], position: int) -> list[int
     return placement
 
 
-def _disagreement(zone: _Zone, static: _StaticBuffer, region: tuple[int, ...]) -> str:
+def _disagreement(zone: DispatchZone, static: StaticBuffer, region: tuple[int, ...]) -> str:
     expected = sorted({path for c in region if static.keys[c] == zone.key for path in static.groupings[c]})
     return (
         f"the capture and the section map disagree: a dispatch zone on GPU track '{zone.track}' at "
@@ -347,7 +358,7 @@ def _describe(path: Optional[SectionPath]) -> str:
     return format_path(path) if path else "(none)"
 
 
-def _mismatch_message(zones: list[_Zone], position: int, disagreement: Optional[str], keys: list[str]) -> str:
+def _mismatch_message(zones: list[DispatchZone], position: int, disagreement: Optional[str], keys: list[str]) -> str:
     if disagreement is not None:
         return disagreement
     zone = zones[position]
