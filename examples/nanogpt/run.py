@@ -72,6 +72,9 @@ def run(args: argparse.Namespace) -> None:
                              keep_profile=out / "run.ireeprof")
     table = session.table()
     print(table)
+    from sectionmark.renderers import components
+
+    print(components.render(session))  # "Self Attention" etc. summed over all blocks
     (out / "table.txt").write_text(table + "\n", encoding="utf-8")
     from sectionmark.renderers import chart, csv_out, json_out, perfetto, tracy_out
 

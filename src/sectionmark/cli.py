@@ -97,6 +97,9 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     outputs.add_argument("--tracy", metavar="FILE", help="Tracy capture (.tracy) of the profiled timeline")
     outputs.add_argument("--chart", metavar="FILE", help="PNG chart of the section breakdown")
     outputs.add_argument("--sites", action="store_true", help="also print the per-dispatch-site table")
+    outputs.add_argument("--by", metavar="name|PATTERN",
+                         help="also print the component view: sections summed by name across blocks "
+                              "(--by name) or the sections matching a path pattern (--by '*/Self Attention')")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -234,6 +237,10 @@ def _emit_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> N
         from sectionmark.renderers.table import render_sites_text
 
         print(render_sites_text(session))
+    if args.by:
+        from sectionmark.renderers import components
+
+        print(components.render(session, args.by))
     renderers = [(args.json, json_out), (args.csv, csv_out), (args.perfetto, perfetto), (args.chart, chart),
                  (args.tracy, tracy_out)]
     for path, renderer in renderers:

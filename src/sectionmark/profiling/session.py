@@ -248,6 +248,12 @@ class ProfileSession:
 
         return chart.save(self, path)
 
+    def components(self, by: str = "name"):
+        """Sections with the same name summed across blocks (sectionmark.profiling.components)."""
+        from sectionmark.profiling.components import components
+
+        return components(self, by)
+
     # ------------------------------------------------------------------ JSON
 
     def to_json(self) -> dict[str, Any]:
