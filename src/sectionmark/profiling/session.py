@@ -34,7 +34,7 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution, Composition
-from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
+from sectionmark.section_map import INITIALIZER_FUNCTION, Binding, SectionMap, Share
 
 PROFILE_JSON_VERSION = 2
 COVERAGE_TOLERANCE = 1e-3
@@ -102,6 +102,8 @@ class SiteStats:
     dispatches: int
     busy_ns: float
     shared_executable: bool  # the same export function (key) also runs for another section
+    bindings: list[Binding] = field(default_factory=list)  # tensors read/written (from the section map)
+    flops: Optional[float] = None  # estimated FLOPs per execution (from the section map)
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,18 @@ class ProfileSession:
         from sectionmark.renderers import tracy_out
 
         return tracy_out.save(self, path)
+
+    def kernels(self):
+        """One row per dispatch site in execution order (sectionmark.profiling.kernels)."""
+        from sectionmark.profiling.kernels import kernels
+
+        return kernels(self)
+
+    def save_graph(self, path: Union[str, Path]) -> Path:
+        """The read/write graph of the dispatches: .dot, .svg (needs graphviz) or .html."""
+        from sectionmark.renderers import graph
+
+        return graph.save(self, path)
 
     def save_chart(self, path: Union[str, Path]) -> Path:
         """PNG bar chart of the section breakdown."""
@@ -581,6 +595,8 @@ def _sites(attribution: Attribution, section_map: SectionMap, duration: np.ndarr
                 dispatches=int(count[members].sum()),
                 busy_ns=float(busy[members].sum()),
                 shared_executable=False,
+                bindings=map_sites[site].bindings if site in map_sites else [],
+                flops=map_sites[site].flops if site in map_sites else None,
             )
         )
     for row in rows:
