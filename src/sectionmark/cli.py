@@ -38,6 +38,7 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy -n 20
   sectionmark profile model.vmfb --input x.npy --perfetto run.json --chart sections.png --tracy run.tracy
   sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites
+  sectionmark profile model.vmfb --input x.npy --by name --kernels --graph graph.svg
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa""",
     "report": """examples:
@@ -100,6 +101,11 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     outputs.add_argument("--by", metavar="name|PATTERN",
                          help="also print the component view: sections summed by name across blocks "
                               "(--by name) or the sections matching a path pattern (--by '*/Self Attention')")
+    outputs.add_argument("--kernels", action="store_true",
+                         help="also print the kernel table: per dispatch site its argument shapes, exact bytes read "
+                              "and written, FLOPs, time, GB/s, GFLOP/s; data-movement dispatches flagged")
+    outputs.add_argument("--graph", metavar="FILE",
+                         help="read/write graph of the dispatches: .dot, .svg (needs Graphviz 'dot') or .html")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,7 +199,7 @@ def _module_inputs(path: str) -> list[str]:
 def _planned_io(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The command's input files, and its output files by the option that names them."""
     renderers = {option: getattr(args, option.lstrip("-").replace("-", "_"), None)
-                 for option in ("--json", "--csv", "--perfetto", "--tracy", "--chart")}
+                 for option in ("--json", "--csv", "--perfetto", "--tracy", "--chart", "--graph")}
     if args.command == "compile":
         from sectionmark.compiler.embed import sidecar_path
 
@@ -241,8 +247,14 @@ def _emit_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> N
         from sectionmark.renderers import components
 
         print(components.render(session, args.by))
+    if args.kernels:
+        from sectionmark.renderers import kernels
+
+        print(kernels.render(session))
+    from sectionmark.renderers import graph
+
     renderers = [(args.json, json_out), (args.csv, csv_out), (args.perfetto, perfetto), (args.chart, chart),
-                 (args.tracy, tracy_out)]
+                 (args.tracy, tracy_out), (args.graph, graph)]
     for path, renderer in renderers:
         if path is not None:
             print(f"wrote {renderer.save(session, path, inputs=inputs)}")
