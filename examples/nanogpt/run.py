@@ -76,9 +76,12 @@ def run(args: argparse.Namespace) -> None:
 
     print(components.render(session))  # "Self Attention" etc. summed over all blocks
     (out / "table.txt").write_text(table + "\n", encoding="utf-8")
-    from sectionmark.renderers import chart, csv_out, json_out, perfetto, tracy_out
+    from sectionmark.renderers import chart, csv_out, graph, json_out, kernels, perfetto, tracy_out
 
-    with step("writing JSON, CSV, Perfetto trace, chart and Tracy capture"):
+    with step("writing JSON, CSV, Perfetto trace, chart, Tracy capture, kernel table and read/write graph"):
+        (out / "kernels.txt").write_text(kernels.render(session), encoding="utf-8")
+        graph.save(session, out / "graph.dot")
+        graph.save(session, out / "graph.html")
         json_out.save(session, out / "sections.json")
         csv_out.save(session, out / "sections.csv")
         perfetto.save(session, out / "run.perfetto.json")
@@ -90,6 +93,8 @@ def run(args: argparse.Namespace) -> None:
   sections.json        per-section statistics (JSON, docs/profile-json.md)
   sections.csv         the same as CSV (spreadsheet)
   sections.png         chart of where the time went
+  kernels.txt          kernel table: per dispatch its arguments, exact bytes, FLOPs, GB/s (docs/optimise.md)
+  graph.dot, .html     read/write graph of the dispatches (render the .dot: dot -Tsvg graph.dot -o graph.svg)
   run.perfetto.json    timeline: open https://ui.perfetto.dev and drop the file in
   run.tracy            timeline in Tracy 0.11.2 (protocol 72): open with that Tracy GUI version
   model.mlir           exported MLIR; ops carry loc("sectionmark:<path>")
