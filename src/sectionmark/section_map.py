@@ -80,7 +80,7 @@ class Binding:
     execution of the dispatch, None when a size is dynamic.
     """
 
-    tensor: str  # program value: "site 3 #0", "input0", "@global", "constant"
+    tensor: str  # program value: "site 3 #0", "input0", "@global", "constant 0"
     shape: list[int]
     tensor_shape: list[int]
     dtype: str

@@ -9,9 +9,10 @@ edge of the read/write graph. Each tensor gets a stable name:
 
 * ``site 3 #0``: result 0 of dispatch site 3;
 * ``input0``, ``output0``: the function's arguments and results (IREE's
-  ``hal.tensor.import`` / ``export`` names);
+  ``hal.tensor.import`` / ``export`` names, else the argument's position);
 * ``@name``: a global (a parameter or an inlined constant's global);
-* ``constant``: a constant in the program text; else the producing op's name.
+* ``constant 0``, ``constant 1``...: constants in the program text, numbered as
+  met; else the producing op's name.
 
 Reshapes and bitcasts move no data (``flow.tensor.reshape``, ``bitcast``,
 ``tie_shape``): a tensor passed through them keeps its producer's name.
@@ -39,24 +40,31 @@ EXTRACT_OP = "tensor.extract"
 _ACCESS = re.compile(r"dispatch\.tensor<(readonly|writeonly|readwrite):")
 
 
-def tensor_name(value: ir.Value, site_of_result: dict[ir.Value, str]) -> str:
-    """The program-level name of a tensor value (see the module docstring)."""
+def tensor_name(value: ir.Value, names: dict[ir.Value, str]) -> str:
+    """The program-level name of a tensor value (see the module docstring).
+
+    ``names`` holds the site results' names; constants are numbered in it as they are met.
+    """
     while True:
-        if value in site_of_result:
-            return site_of_result[value]
+        if value in names:
+            return names[value]
         owner = value.owner
         if isinstance(owner, ir.Block):
-            return f"argument {ir.BlockArgument(value).arg_number}"
+            return f"input{ir.BlockArgument(value).arg_number}"
         op = owner.operation
         if op.name in PASS_THROUGH_OPS:
             value = op.operands[0]
             continue
-        if op.name == "hal.tensor.import" and "name" in op.attributes:
-            return ir.StringAttr(op.attributes["name"]).value
+        if op.name == "hal.tensor.import":
+            if "name" in op.attributes:
+                return ir.StringAttr(op.attributes["name"]).value
+            value = op.operands[0]  # the imported buffer view: a function argument
+            continue
         if op.name == "util.global.load" and "global" in op.attributes:
             return "@" + ir.FlatSymbolRefAttr(op.attributes["global"]).value
         if op.name in ("arith.constant", "flow.tensor.constant"):
-            return "constant"
+            names[value] = f"constant {sum(name.startswith('constant ') for name in names.values())}"
+            return names[value]
         return op.name
 
 
@@ -68,9 +76,11 @@ def program_outputs(value: ir.Value) -> list[str]:
         if op.name == "hal.tensor.export" and "name" in op.attributes:
             names.append(ir.StringAttr(op.attributes["name"]).value)
         elif op.name in RETURN_OPS:
-            names.append(f"result {use.operand_number}")
-        elif op.name in PASS_THROUGH_OPS:
+            names.append(f"output{use.operand_number}")
+        elif op.name in PASS_THROUGH_OPS or op.name == "hal.tensor.export":  # an unnamed export: its return
             names.extend(program_outputs(op.results[0]))
+        elif op.name == "hal.tensor.barrier":  # result i is operand i, once the fence is signalled
+            names.extend(program_outputs(op.results[use.operand_number]))
     return names
 
 
