@@ -108,8 +108,8 @@ def test_griffin_graph_shows_the_readers_of_the_conv_output(tmp_path):
     import sectionmark as sm
 
     exported, args = griffin_block.export()
-    session = sm.profile(sm.compile(exported, target="llvm-cpu").save(tmp_path / "g.vmfb"), args=args,
-                         iterations=2, warmup=1)
+    vmfb = sm.compile(exported, target="llvm-cpu").save(tmp_path / "g.vmfb")
+    session = sm.profile(vmfb, args=args, iterations=2, warmup=1, keep_profile=tmp_path / "run.ireeprof")
     (conv,) = [site for site in session.sites if "_conv_" in site.key and site.sections[0][0] == ("Conv",)]
     conv_output = next(b.tensor for b in conv.bindings if b.access != "read")
     readers = {site.site for site in session.sites
@@ -118,6 +118,26 @@ def test_griffin_graph_shows_the_readers_of_the_conv_output(tmp_path):
     nodes, edges = parse_dot(graph.render(session))
     assert {target for source, target, _label in edges if source == f"s{conv.site}"} == {f"s{r}" for r in readers}
     render_svg(graph.render(session), tmp_path)
+
+
+def test_cli_prints_components_and_kernels_and_writes_the_graph(tmp_path, capsys):
+    pytest.importorskip("jax")
+    import griffin_block
+
+    import sectionmark as sm
+    from sectionmark.cli import main
+
+    exported, args = griffin_block.export()
+    vmfb = sm.compile(exported, target="llvm-cpu").save(tmp_path / "g.vmfb")
+    sm.profile(vmfb, args=args, iterations=2, warmup=1, keep_profile=tmp_path / "run.ireeprof", quiet=True)
+    capsys.readouterr()
+    code = main(["report", str(tmp_path / "run.ireeprof"), "--map", str(vmfb), "--warmup", "1",
+                 "--by", "Conv*", "--kernels", "--graph", str(tmp_path / "g.html")])
+    printed = capsys.readouterr().out
+    assert code == 0 and "components by Conv*" in printed and "Conv (backward)" in printed and "(other)" in printed
+    assert "[data movement]" in printed and "transpose" in printed
+    assert (tmp_path / "g.html").read_text().startswith("<!DOCTYPE html>")
+    assert main(["report", str(tmp_path / "run.ireeprof"), "--map", str(vmfb), "--graph", str(tmp_path / "g.png")]) == 1
 
 
 def test_nanogpt_graph_renders(tmp_path):
