@@ -12,7 +12,7 @@ edge of the read/write graph. Each tensor gets a stable name:
   ``hal.tensor.import`` / ``export`` names, else the argument's position);
 * ``@name``: a global (a parameter or an inlined constant's global);
 * ``constant 0``, ``constant 1``...: constants in the program text, numbered as
-  met; else the producing op's name.
+  met; a loop's block argument (``scf.while argument 0``); else the producing op's name.
 
 Reshapes and bitcasts move no data (``flow.tensor.reshape``, ``bitcast``,
 ``tie_shape``): a tensor passed through them keeps its producer's name.
@@ -36,6 +36,7 @@ STORE_OP = "iree_tensor_ext.dispatch.tensor.store"
 WORKGROUPS_OP = "flow.dispatch.workgroups"
 PASS_THROUGH_OPS = ("flow.tensor.reshape", "flow.tensor.bitcast", "flow.tensor.tie_shape", "tensor.cast")
 RETURN_OPS = ("util.return", "func.return")
+FUNCTION_OPS = ("util.func", "func.func")
 EXTRACT_OP = "tensor.extract"
 _ACCESS = re.compile(r"dispatch\.tensor<(readonly|writeonly|readwrite):")
 
@@ -50,7 +51,9 @@ def tensor_name(value: ir.Value, names: dict[ir.Value, str]) -> str:
             return names[value]
         owner = value.owner
         if isinstance(owner, ir.Block):
-            return f"input{ir.BlockArgument(value).arg_number}"
+            number = ir.BlockArgument(value).arg_number
+            region_op = owner.owner.operation
+            return f"input{number}" if region_op.name in FUNCTION_OPS else f"{region_op.name} argument {number}"
         op = owner.operation
         if op.name in PASS_THROUGH_OPS:
             value = op.operands[0]

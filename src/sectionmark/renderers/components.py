@@ -46,7 +46,7 @@ def render(session, by: str = BY_NAME, width: int = 160) -> str:
 
 
 def to_json(session, by: str = BY_NAME) -> dict[str, Any]:
-    """The ``components`` object of the profile JSON (docs/profile-json.md)."""
+    """The component view as a JSON-serialisable dict (states which time its rows show)."""
     view = components(session, by)
     return {
         "by": view.by,

@@ -79,7 +79,7 @@ def render(session, width: int = 200) -> str:
 
 
 def to_json(session) -> list[dict[str, Any]]:
-    """The ``kernels`` list of the profile JSON (docs/profile-json.md)."""
+    """The kernel table as JSON-serialisable rows (one per site, fields named as in KernelRow)."""
     return [
         {
             "site": row.site, "key": row.key,
