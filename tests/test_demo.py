@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from invariants import assert_profile_invariants
+from test_graph import parse_dot
 
 from sectionmark.profiling import report
 from sectionmark.renderers import json_out
@@ -47,6 +48,9 @@ def test_demo_small_config_end_to_end(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "coverage:" in result.stdout and "Self Attention" in result.stdout
+    assert "[data movement]" in (out / "kernels.txt").read_text(encoding="utf-8")
+    parse_dot((out / "graph.dot").read_text(encoding="utf-8"))
+    assert (out / "graph.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
     section_map = SectionMap.load(out / "model.sections.json")
     assert ("Block 1", "Self Attention", "Attention Softmax") in section_map.sections

@@ -339,7 +339,7 @@ def test_json_is_the_documented_schema():
     assert sites[1] == {
         "site": 1, "key": "main_dispatch_1", "executable": None, "workgroups": None, "binding_bytes": None,
         "sections": [{"path": ["A"], "weight": 0.7}, {"path": ["B"], "weight": 0.3}], "dispatches": 1,
-        "busy_ns": 100_000, "shared_executable": False,
+        "busy_ns": 100_000, "shared_executable": False, "bindings": [], "flops": None,
     }
     assert all(isinstance(row[key], int) for row in sections for key in row if key.endswith("_ns"))
 

@@ -46,7 +46,7 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy --perfetto run.json --chart sections.png --tracy run.tracy
   sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites
   sectionmark profile model.vmfb --input x.npy --table table.txt
-  sectionmark profile model.vmfb --input x.npy --by name
+  sectionmark profile model.vmfb --input x.npy --by name --kernels kernels.txt --graph graph.svg
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa""",
     "report": """examples:
@@ -114,6 +114,8 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     outputs.add_argument("--by", metavar="name|PATTERN",
                          help="also print the component view: sections of one name summed across blocks ('name'), "
                          "or the sections whose path matches PATTERN ('*/Self Attention')")
+    outputs.add_argument("--graph", metavar="FILE",
+                         help="read/write graph of the dispatches: .dot, .svg (needs Graphviz 'dot') or .html")
 
 
 def _rendered_outputs(args: argparse.Namespace) -> dict[str, str]:
@@ -124,7 +126,9 @@ def _rendered_outputs(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _rendered_options(args: argparse.Namespace) -> dict[str, str]:
-    return {f"--{name}": path for name, path in _rendered_outputs(args).items()}
+    """Every output file asked for, by its option (checked before any work)."""
+    options = {f"--{name}": path for name, path in _rendered_outputs(args).items()}
+    return {**options, "--graph": args.graph} if args.graph is not None else options
 
 
 def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -292,6 +296,10 @@ def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> 
         print(session.render("components", by=args.by))
     for name, path in _rendered_outputs(args).items():
         print(f"wrote {session.save(path, name, inputs=inputs)}")
+    if args.graph is not None:
+        from sectionmark.renderers import graph
+
+        print(f"wrote {graph.save(session, args.graph, inputs=inputs)}")
 
 
 def _load_inputs(paths: Sequence[str]) -> list:

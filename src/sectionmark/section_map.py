@@ -77,6 +77,25 @@ class CommandBuffer:
         return [(command.op, command.key) for command in self.commands]
 
 
+@dataclass(frozen=True)
+class Binding:
+    """One tensor a dispatch site reads and/or writes (sectionmark.compiler.bindings).
+
+    ``shape`` is the exact slice the dispatch's body loads or stores (-1: a
+    dynamic size), ``tensor_shape`` the whole tensor bound; bytes are per
+    execution of the dispatch, None when a size is dynamic.
+    """
+
+    tensor: str  # program value: "site 3 #0", "input0", "@global", "constant 0"
+    shape: list[int]
+    tensor_shape: list[int]
+    dtype: str
+    access: str  # "read", "write" or "readwrite"
+    read_bytes: Optional[int]
+    written_bytes: Optional[int]
+    outputs: list[str] = field(default_factory=list)  # a written tensor that the function returns: "output0"
+
+
 @dataclass
 class DispatchSite:
     """A dispatch site found at phase flow, before deduplication."""
@@ -88,6 +107,8 @@ class DispatchSite:
     rule: str = WEIGHT_RULE  # how the shares were weighed: "cost", "op-count" or "root"
     executable: Optional[str] = None  # executable after deduplication/linking
     key: Optional[str] = None
+    bindings: list[Binding] = field(default_factory=list)  # tensors read/written, in binding order
+    flops: Optional[float] = None  # estimated FLOPs per execution (rule "cost" only)
 
 
 @dataclass

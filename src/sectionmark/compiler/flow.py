@@ -36,6 +36,7 @@ from typing import Optional
 from iree.compiler import ir
 from iree.compiler.passmanager import PassManager
 
+from sectionmark.compiler.bindings import site_bindings
 from sectionmark.compiler.weights import LocationPaths, site_costs, site_op_counts
 from sectionmark.errors import SectionmarkError
 from sectionmark.locations import section_path, strip_sectionmark_names
@@ -73,8 +74,11 @@ def annotate_sites(module: ir.Operation) -> list[DispatchSite]:
         raise SectionmarkError("internal error: generalizing linalg ops changed the dispatch sites")
     sites: list[DispatchSite] = []
     paths = LocationPaths()  # a site and its generalized copy share their locations
+    site_of_result = {result: f"site {index} #{number}"
+                      for index, (site, _) in enumerate(originals) for number, result in enumerate(site.results)}
     for index, ((site, function), (copy, _)) in enumerate(zip(originals, copies)):
         sites.append(_composition(site, copy, function, index, paths))
+        sites[-1].bindings = site_bindings(site, site_of_result)
         site.location = ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=site.location, context=site.context)
     return sites
 
@@ -165,4 +169,6 @@ def _composition(
     shares.sort(key=lambda share: -share.weight)
     if all(not share.path for share in shares):
         shares = []  # wholly unmarked
-    return DispatchSite(id=index, function=function, shares=shares, op_count=sum(counts.values()), rule=rule)
+    flops = sum(cost.flops for cost in costs.values()) if rule == "cost" else None
+    return DispatchSite(id=index, function=function, shares=shares, op_count=sum(counts.values()), rule=rule,
+                        flops=flops)

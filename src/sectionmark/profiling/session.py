@@ -36,7 +36,7 @@ from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time, device_memory
-from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
+from sectionmark.section_map import INITIALIZER_FUNCTION, Binding, SectionMap, Share
 from sectionmark.serialization import json_field
 
 PROFILE_JSON_VERSION = 2
@@ -119,6 +119,8 @@ class SiteStats:
     dispatches: int
     busy_ns: float = json_field(rounded=True)
     shared_executable: bool  # the same export function (key) also runs for another section
+    bindings: list[Binding] = json_field(default_factory=list)  # tensors read/written (from the section map)
+    flops: Optional[float] = None  # estimated FLOPs per execution (from the section map)
 
 
 @dataclass(frozen=True)
@@ -288,6 +290,18 @@ class ProfileSession:
     def save_chart(self, path: PathLike) -> Path:
         """PNG bar chart of the section breakdown (to exactly ``path``, whatever its suffix)."""
         return self.save(path, "chart")
+
+    def kernels(self) -> list:
+        """One row per dispatch site in execution order: shapes, bytes, FLOPs, rates (sectionmark.profiling.kernels)."""
+        from sectionmark.profiling.kernels import kernels
+
+        return kernels(self)
+
+    def save_graph(self, path: PathLike) -> Path:
+        """The read/write graph of the dispatches: .dot, .svg (needs graphviz) or .html (sectionmark.renderers.graph)."""
+        from sectionmark.renderers import graph
+
+        return graph.save(self, path)
 
     # ------------------------------------------------------------------ JSON
 
@@ -560,6 +574,8 @@ def _sites(attribution: Attribution, section_map: SectionMap, duration: np.ndarr
                 dispatches=int(count[members].sum()),
                 busy_ns=float(busy[members].sum()),
                 shared_executable=False,
+                bindings=map_sites[site].bindings if site in map_sites else [],
+                flops=map_sites[site].flops if site in map_sites else None,
             )
         )
     for row in rows:

@@ -60,6 +60,9 @@ RENDERERS: dict[str, Renderer] = {
         Renderer("chart", (".png",), True, "PNG chart of the section breakdown", "sectionmark.renderers.chart"),
         Renderer("components", (".components.txt",), False,
                  "sections of one name summed across blocks, as a text table", "sectionmark.renderers.components"),
+        Renderer("kernels", (".kernels.txt",), False,
+                 "per dispatch site: argument shapes, exact bytes, FLOPs, time, GB/s, GFLOP/s (text table)",
+                 "sectionmark.renderers.kernels"),
     )
 }
 

@@ -82,7 +82,8 @@ def build_sites_table(session: ProfileSession) -> Table:
     """One row per dispatch site: its sections, what it ran, how often and how long."""
     calls = max(session.calls, 1)
     table = Table(title="dispatch sites", title_justify="left")
-    for column in ("Site", "Section(s)", "Export key", "Workgroups", "Bytes bound", "Dispatches/call", "Busy/call"):
+    for column in ("Site", "Section(s)", "Export key", "Workgroups", "Bytes bound (whole buffers)", "Dispatches/call",
+                   "Busy/call"):
         table.add_column(column, justify="left" if column in ("Section(s)", "Export key") else "right",
                          no_wrap=column == "Export key", overflow="ellipsis")
     for site in sorted(session.sites, key=lambda s: -s.busy_ns):
@@ -109,7 +110,10 @@ def render_sites_text(session: ProfileSession, width: int = 160) -> str:
 
 def zone_stats_text(rows: list, width: int = 160) -> str:
     """``sectionmark tracy-stats``: one row per (zone name, track kind) of a capture."""
-    table = Table(title="Tracy zones", title_justify="left")
+    # Zone spans run from a zone's begin to its end, gaps between its dispatches included: they are
+    # longer than the section table's busy time (summed dispatch durations) and do not add up to it.
+    table = Table(title="Tracy zones: zone spans (begin to end, gaps between dispatches included), "
+                        "not busy time", title_justify="left")
     for column in ("Zone", "Track", "Count", "Total", "Mean", "Min", "Max", "p95"):
         table.add_column(column, justify="left" if column in ("Zone", "Track") else "right")
     for row in rows:

@@ -1,0 +1,197 @@
+"""What each dispatch site reads and writes, at phase ``dispatch-creation`` (read only).
+
+A ``flow.dispatch.workgroups`` op binds whole tensors, but its body loads and
+stores exact slices of them (``iree_tensor_ext.dispatch.tensor.load`` /
+``.store`` with static sizes), so the bytes a dispatch moves are the sizes of
+those slices, not of the buffers bound. Outside the body, the op's operands
+and results are the program's values: a result consumed by a later site is an
+edge of the read/write graph. Each tensor gets a stable name:
+
+* ``site 3 #0``: result 0 of dispatch site 3;
+* ``input0``, ``output0``: the function's arguments and results (IREE's
+  ``hal.tensor.import`` / ``export`` names, else the argument's position);
+* ``@name``: a global (a parameter or an inlined constant's global);
+* ``constant 0``, ``constant 1``...: constants in the program text, numbered as
+  met; a loop's block argument (``scf.while argument 0``); else the producing op's name.
+
+Reshapes and bitcasts move no data (``flow.tensor.reshape``, ``bitcast``,
+``tie_shape``): a tensor passed through them keeps its producer's name.
+
+An embedding lookup loads its whole table but reads one row per token
+(``tensor.extract`` inside the body of a gather): such a load is charged one
+element per iteration point of the ops that extract from it, not the table.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from iree.compiler import ir
+
+from sectionmark.compiler.weights import LOAD_OP
+from sectionmark.section_map import Binding
+
+STORE_OP = "iree_tensor_ext.dispatch.tensor.store"
+WORKGROUPS_OP = "flow.dispatch.workgroups"
+PASS_THROUGH_OPS = ("flow.tensor.reshape", "flow.tensor.bitcast", "flow.tensor.tie_shape", "tensor.cast")
+RETURN_OPS = ("util.return", "func.return")
+FUNCTION_OPS = ("util.func", "func.func")
+EXTRACT_OP = "tensor.extract"
+_ACCESS = re.compile(r"dispatch\.tensor<(readonly|writeonly|readwrite):")
+
+
+def tensor_name(value: ir.Value, names: dict[ir.Value, str]) -> str:
+    """The program-level name of a tensor value (see the module docstring).
+
+    ``names`` holds the site results' names; constants are numbered in it as they are met.
+    """
+    while True:
+        if value in names:
+            return names[value]
+        owner = value.owner
+        if isinstance(owner, ir.Block):
+            number = ir.BlockArgument(value).arg_number
+            region_op = owner.owner.operation
+            return f"input{number}" if region_op.name in FUNCTION_OPS else f"{region_op.name} argument {number}"
+        op = owner.operation
+        if op.name in PASS_THROUGH_OPS:
+            value = op.operands[0]
+            continue
+        if op.name == "hal.tensor.import":
+            if "name" in op.attributes:
+                return ir.StringAttr(op.attributes["name"]).value
+            value = op.operands[0]  # the imported buffer view: a function argument
+            continue
+        if op.name == "util.global.load" and "global" in op.attributes:
+            return "@" + ir.FlatSymbolRefAttr(op.attributes["global"]).value
+        if op.name in ("arith.constant", "flow.tensor.constant"):
+            names[value] = f"constant {sum(name.startswith('constant ') for name in names.values())}"
+            return names[value]
+        return op.name
+
+
+def program_outputs(value: ir.Value) -> list[str]:
+    """Names under which a site result leaves the function (``output0``), through reshapes."""
+    names = []
+    for use in value.uses:
+        op = use.owner.operation
+        if op.name == "hal.tensor.export" and "name" in op.attributes:
+            names.append(ir.StringAttr(op.attributes["name"]).value)
+        elif op.name in RETURN_OPS:
+            names.append(f"output{use.operand_number}")
+        elif op.name in PASS_THROUGH_OPS or op.name == "hal.tensor.export":  # an unnamed export: its return
+            names.extend(program_outputs(op.results[0]))
+        elif op.name == "hal.tensor.barrier":  # result i is operand i, once the fence is signalled
+            names.extend(program_outputs(op.results[use.operand_number]))
+    return names
+
+
+def site_bindings(site: ir.Operation, site_of_result: dict[ir.Value, str]) -> list[Binding]:
+    """Every tensor the site binds, with the exact slices its body loads and stores."""
+    if site.name != WORKGROUPS_OP:
+        return []
+    segments = list(ir.DenseI32ArrayAttr(site.attributes["operandSegmentSizes"]))
+    arguments = list(site.operands)[segments[0]:segments[0] + segments[1]]
+    tied = [ir.IntegerAttr(attr).value for attr in ir.ArrayAttr(site.attributes["tied_operands"])] \
+        if "tied_operands" in site.attributes else [-1] * len(site.results)
+    block = site.regions[0].blocks[0]
+    # Block arguments: one per argument, then one per result not tied to an argument.
+    outer: list[tuple[ir.Value, Optional[ir.Value]]] = [(value, None) for value in arguments]
+    for index, result in enumerate(site.results):
+        if tied[index] < 0:
+            outer.append((result, result))
+        else:
+            outer[tied[index]] = (arguments[tied[index]], result)
+    loads, stores = _slices(site)
+    bindings = []
+    for argument, (value, result) in zip(block.arguments, outer):
+        access = _ACCESS.search(str(argument.type))
+        if access is None:  # an index or other scalar argument
+            continue
+        read, written = loads.get(argument, []), stores.get(argument, [])
+        slice_type = (read or written)[0][0] if (read or written) else value.type
+        bindings.append(Binding(
+            tensor=site_of_result[result] if result is not None and result in site_of_result
+            else tensor_name(value, site_of_result),
+            shape=_shape(slice_type),
+            tensor_shape=_shape(value.type),
+            dtype=str(ir.ShapedType(value.type).element_type),
+            access={"readonly": "read", "writeonly": "write"}.get(access.group(1), "readwrite"),
+            read_bytes=_sum_bytes(read),
+            written_bytes=_sum_bytes(written),
+            outputs=program_outputs(result) if result is not None else [],
+        ))
+    return bindings
+
+
+def _slices(site: ir.Operation) -> tuple[dict, dict]:
+    """Per dispatch argument: (slice type, bytes actually touched or None) of each load and store."""
+    loads: dict[ir.Value, list] = {}
+    stores: dict[ir.Value, list] = {}
+    extracted: dict[ir.Value, int] = {}  # loaded value -> points of the ops that extract from it
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == LOAD_OP:
+            loads.setdefault(op.operands[0], []).append((op.results[0].type, op.results[0]))
+        elif op.name == STORE_OP:
+            stores.setdefault(op.operands[1], []).append((op.operands[0].type, None))
+        elif op.name == EXTRACT_OP:
+            structured = op.parent.operation
+            while "indexing_maps" not in structured.attributes and structured.name != WORKGROUPS_OP:
+                structured = structured.parent.operation
+            if "indexing_maps" in structured.attributes:
+                extracted[op.operands[0]] = extracted.get(op.operands[0], 0) + _points(structured)
+        return ir.WalkResult.ADVANCE
+
+    for operation in site.regions[0].blocks[0].operations:
+        operation.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    for argument, entries in loads.items():
+        loads[argument] = [(slice_type, _loaded_bytes(slice_type, value, extracted)) for slice_type, value in entries]
+    stores = {argument: [(slice_type, _bytes(slice_type)) for slice_type, _ in entries]
+              for argument, entries in stores.items()}
+    return loads, stores
+
+
+def _loaded_bytes(slice_type: ir.Type, value: ir.Value, extracted: dict[ir.Value, int]) -> Optional[int]:
+    """A load's bytes; a gather's table (only read by ``tensor.extract``) counts the extracted elements."""
+    whole = _bytes(slice_type)
+    if value in extracted and all(use.owner.operation.name == EXTRACT_OP for use in value.uses) and whole:
+        return min(whole, extracted[value] * _element_bytes(slice_type))
+    return whole
+
+
+def _points(op: ir.Operation) -> int:
+    """Iteration points of a structured op: the elements of its first shaped result."""
+    for result in op.results:
+        size = _bytes(result.type)
+        if size is not None:
+            return size // _element_bytes(result.type)
+    return 0
+
+
+def _shape(value_type: ir.Type) -> list[int]:
+    shaped = ir.ShapedType(value_type)
+    return [size if not ir.ShapedType.is_dynamic_size(size) else -1 for size in shaped.shape]
+
+
+def _element_bytes(value_type: ir.Type) -> int:
+    element = ir.ShapedType(value_type).element_type
+    return -(-(getattr(element, "width", None) or 64) // 8)
+
+
+def _bytes(value_type: ir.Type) -> Optional[int]:
+    shaped = ir.ShapedType(value_type)
+    if not shaped.has_static_shape:
+        return None
+    count = 1
+    for size in shaped.shape:
+        count *= size
+    return count * _element_bytes(value_type)
+
+
+def _sum_bytes(entries: list[tuple[ir.Type, Optional[int]]]) -> Optional[int]:
+    if not entries:
+        return 0
+    sizes = [size for _type, size in entries]
+    return None if any(size is None for size in sizes) else sum(sizes)

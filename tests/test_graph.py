@@ -1,0 +1,156 @@
+"""Read/write graph: DOT structure on hand-built data, the Griffin conv's readers, the nanoGPT graph rendered."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import replace
+
+import pytest
+from test_kernels import binding, hand_built
+from test_session import synthetic
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.renderers import graph
+
+_ID = r"[A-Za-z_][A-Za-z0-9_]*"
+_STRING = r'"(?:[^"\\]|\\.)*"'
+_VALUE = rf"(?:{_STRING}|[^,\]\s]+)"
+_ATTRS = rf"\[\s*{_ID}={_VALUE}(?:\s*,\s*{_ID}={_VALUE})*\s*\]"
+_STATEMENTS = {
+    "node": re.compile(rf"({_ID}) {_ATTRS};"),
+    "edge": re.compile(rf"({_ID}) -> ({_ID}) {_ATTRS};"),
+    "cluster": re.compile(rf"subgraph cluster_\d+ {{ label={_STRING}; style=rounded; color=grey60;"),
+    "defaults": re.compile(rf"(?:{_ID}=[^;]+; )*(?:node|edge) {_ATTRS};|{_ID}=[^;]+;( {_ID} {_ATTRS};)*"),
+}
+
+
+def parse_dot(text: str) -> tuple[set[str], list[tuple[str, str, str]]]:
+    """Validate the DOT this renderer writes, statement by statement; return its nodes and (source, target, label)."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    assert lines[0] == "digraph sectionmark {" and lines[-1] == "}"
+    nodes, edges, depth = set(), [], 1
+    for line in lines[1:-1]:
+        if line == "}":
+            depth -= 1
+            assert depth >= 1, "unbalanced braces"
+            continue
+        kinds = [kind for kind, pattern in _STATEMENTS.items() if pattern.fullmatch(line)]
+        assert kinds, f"not a DOT statement: {line}"
+        match = _STATEMENTS[kinds[0]].fullmatch(line)
+        if kinds[0] == "node":
+            nodes.add(match.group(1))
+        elif kinds[0] == "edge":
+            edges.append((match.group(1), match.group(2), re.search(rf"label=({_STRING})", line).group(1)))
+        elif kinds[0] == "cluster":
+            depth += 1
+    assert depth == 1, "unbalanced braces"
+    assert all(source in nodes and target in nodes for source, target, _label in edges), "edge to an undeclared node"
+    return nodes, edges
+
+
+def test_dispatches_program_values_and_shared_reads():
+    attribution, section_map = synthetic([(0, 100, ((("A",), 1.0),)), (100, 200, ((("B",), 1.0),)),
+                                          (200, 300, ((("B", 'odd "name" \\'), 1.0),))])
+    first, second, third = section_map.sites
+    first.bindings = [binding("input0", "read", [4], read=16), binding("site 0 #0", "write", [4], written=16)]
+    second.bindings = [binding("site 0 #0", "read", [4], read=16), binding("site 1 #0", "write", [4], written=16)]
+    third.bindings = [binding("site 0 #0", "read", [2], read=8, tensor_shape=[4]),
+                      replace(binding("site 2 #0", "write", [2], written=8), outputs=["output0"])]
+    text = graph.render(ProfileSession.build(attribution, section_map, function="main"))
+    nodes, edges = parse_dot(text)
+    assert {"s0", "s1", "s2"} <= nodes
+    readers_of_first = [(target, label) for source, target, label in edges if source == "s0"]
+    assert sorted(target for target, _ in readers_of_first) == ["s1", "s2"]
+    assert all("read by 2" in label for _, label in readers_of_first)
+    assert any("f32[2] 8 B" in label for _, label in readers_of_first)
+    assert [source for source, target, _ in edges if target == "s0"] == ["t0"] and '"input0"' in text
+    output_node = re.search(r'(t\d+) \[label="output0"', text).group(1)
+    assert ("s2", output_node, '"f32[2] 8 B"') in edges
+    assert '\\"name\\" \\\\' in text  # quotes and backslashes of section names escaped
+
+
+def test_save_by_suffix(tmp_path):
+    session = hand_built()
+    assert graph.save(session, tmp_path / "g.dot").read_text().startswith("digraph")
+    page = graph.save(session, tmp_path / "g.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and 'href="#site0"' in page and "http" not in page.split("<svg")[0]
+    with pytest.raises(SectionmarkError, match="must end in .dot, .svg or .html"):
+        graph.save(session, tmp_path / "g.png")
+
+
+def test_svg_without_graphviz_writes_the_dot_and_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setattr(graph.shutil, "which", lambda name: None)
+    with pytest.raises(SectionmarkError, match="apt-get install graphviz"):
+        graph.save(hand_built(), tmp_path / "g.svg")
+    assert (tmp_path / "g.dot").read_text().startswith("digraph") and not (tmp_path / "g.svg").exists()
+    assert "No Graphviz here" in graph.save(hand_built(), tmp_path / "g.html").read_text()
+
+
+# ---------------------------------------------------------------------------- real stack
+
+
+def render_svg(dot_text: str, tmp_path) -> None:
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz 'dot' is not installed (apt-get install graphviz); the .dot was validated")
+    path = tmp_path / "graph.dot"
+    path.write_text(dot_text)
+    done = subprocess.run(["dot", "-Tsvg", str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "<svg" in done.stdout, done.stderr
+
+
+def test_griffin_graph_shows_the_readers_of_the_conv_output(tmp_path):
+    pytest.importorskip("jax")
+    import griffin_block
+
+    import sectionmark as sm
+
+    exported, args = griffin_block.export()
+    vmfb = sm.compile(exported, target="llvm-cpu").save(tmp_path / "g.vmfb")
+    session = sm.profile(vmfb, args=args, iterations=2, warmup=1, keep_profile=tmp_path / "run.ireeprof")
+    (conv,) = [site for site in session.sites if "_conv_" in site.key and site.sections[0][0] == ("Conv",)]
+    conv_output = next(b.tensor for b in conv.bindings if b.access != "read")
+    readers = {site.site for site in session.sites
+               if any(b.tensor == conv_output and b.access != "write" for b in site.bindings)}
+    assert readers  # the gates' matmuls and the backward pass read it
+    nodes, edges = parse_dot(graph.render(session))
+    assert {target for source, target, _label in edges if source == f"s{conv.site}"} == {f"s{r}" for r in readers}
+    render_svg(graph.render(session), tmp_path)
+
+
+def test_cli_prints_components_and_kernels_and_writes_the_graph(tmp_path, capsys):
+    pytest.importorskip("jax")
+    import griffin_block
+
+    import sectionmark as sm
+    from sectionmark.cli import main
+
+    exported, args = griffin_block.export()
+    vmfb = sm.compile(exported, target="llvm-cpu").save(tmp_path / "g.vmfb")
+    sm.profile(vmfb, args=args, iterations=2, warmup=1, keep_profile=tmp_path / "run.ireeprof", quiet=True)
+    capsys.readouterr()
+    code = main(["report", str(tmp_path / "run.ireeprof"), "--map", str(vmfb), "--warmup", "1",
+                 "--by", "Conv*", "--kernels", str(tmp_path / "k.txt"), "--graph", str(tmp_path / "g.html")])
+    printed = capsys.readouterr().out
+    assert code == 0 and "components matching 'Conv*'" in printed and "Conv*" in printed
+    kernel_table = (tmp_path / "k.txt").read_text(encoding="utf-8")
+    assert "[data movement]" in kernel_table and "transpose" in kernel_table
+    assert (tmp_path / "g.html").read_text().startswith("<!DOCTYPE html>")
+    assert main(["report", str(tmp_path / "run.ireeprof"), "--map", str(vmfb), "--graph", str(tmp_path / "g.png")]) == 1
+
+
+def test_nanogpt_graph_renders(tmp_path):
+    from nanogpt_builders import torch_gpt
+
+    import sectionmark as sm
+
+    model, args = torch_gpt(config="small")
+    compiled = sm.compile(sm.torch.export(model, args=args), target="llvm-cpu")
+    session = sm.profile(compiled.save(tmp_path / "gpt.vmfb"), args=[a.numpy() for a in args], iterations=2, warmup=1)
+    text = graph.render(session)
+    nodes, edges = parse_dot(text)
+    assert len(nodes) > len(session.sites) and "Self Attention" in text
+    assert any("read by" in label for _s, _t, label in edges)
+    render_svg(text, tmp_path)
