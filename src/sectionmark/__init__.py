@@ -14,7 +14,7 @@ from sectionmark.markers import section
 from sectionmark.paths import SectionPath
 
 __all__ = [
-    "section", "SectionPath", "SectionedExport", "torch", "jax", "compile", "load", "profile", "report", "tracing",
+    "section", "SectionPath", "SectionedExport", "torch", "jax", "compile", "load", "profile", "report", "tracing", "slice",
 ]
 __version__ = "0.1.0"
 
@@ -27,6 +27,7 @@ _LAZY = {
     "profile": ("sectionmark.profiling", "profile"),
     "report": ("sectionmark.profiling", "report"),
     "tracing": ("sectionmark.tracy", "enable"),
+    "slice": ("sectionmark.compiler.slicing", "slice_section"),
 }
 
 
