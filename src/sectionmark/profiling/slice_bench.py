@@ -1,0 +1,97 @@
+"""Benchmark one section alone against the same section inside the whole model.
+
+`bench_section` slices the section (`sectionmark.compiler.slicing`), runs the
+whole program once on the user's inputs to capture the values flowing into
+and out of the section, checks that the slice fed with those inputs gives
+those outputs, then profiles both with the same target and flags: the
+section's busy time and dispatch count per call in context (the whole
+model's profile) against the slice's alone. More dispatches alone than in
+context means fusions across the section's boundary were lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
+
+import numpy as np
+
+from sectionmark.compiler import compile
+from sectionmark.compiler.slicing import SectionSlice, slice_section
+from sectionmark.paths import SectionPath, format_path
+from sectionmark.runtime import load
+
+
+@dataclass
+class SliceBench:
+    """A section's time per call alone and in context, and how well the slice reproduced the model's values."""
+
+    path: SectionPath
+    in_context_ns: float  # the section's inclusive busy time per call in the whole model
+    isolated_ns: float  # the slice's busy time per call
+    in_context_dispatches: float  # dispatches touching the section per call in the whole model
+    isolated_dispatches: float  # the slice's dispatches per call
+    max_abs_error: list[float]  # per output: |slice - whole model| at the boundary, largest element
+
+    def table(self) -> str:
+        """The isolated vs in-context comparison as console text."""
+        rows = [
+            ("", "in context", "isolated"),
+            ("time per call (us)", f"{self.in_context_ns / 1e3:.1f}", f"{self.isolated_ns / 1e3:.1f}"),
+            ("dispatches per call", f"{self.in_context_dispatches:g}", f"{self.isolated_dispatches:g}"),
+        ]
+        widths = [max(len(row[column]) for row in rows) for column in range(3)]
+        lines = [f"section {format_path(self.path)}"]
+        lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+        lost = self.isolated_dispatches - self.in_context_dispatches
+        if lost > 0:
+            lines.append(f"{lost:g} more dispatch(es) alone: fusions across the section's boundary were lost")
+        errors = ", ".join(f"{error:.3g}" for error in self.max_abs_error)
+        lines.append(f"slice outputs vs whole model (max abs difference per output): {errors}")
+        return "\n".join(lines)
+
+
+def capture_boundary(section_slice: SectionSlice, args: Sequence[Any], target: str = "llvm-cpu",
+                     device: str = "local-task") -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The values flowing into and out of the section when the whole model runs on ``args``."""
+    compiled = compile(section_slice.capture_export(), target, markers=False)
+    results = _host(load(compiled, device).main(*args))
+    start = section_slice.original_results
+    middle = start + len(section_slice.inputs)
+    return results[start:middle], results[middle:]
+
+
+def run_slice(compiled_slice: Any, inputs: Sequence[np.ndarray], device: str = "local-task") -> list[np.ndarray]:
+    return _host(load(compiled_slice, device).main(*inputs))
+
+
+def bench_section(
+    source: Any, section: Union[str, SectionPath], args: Sequence[Any], target: str = "llvm-cpu",
+    device: str = "local-task", iterations: int = 10, warmup: int = 2,
+) -> SliceBench:
+    """Slice ``section`` of ``source``, check it on ``args``'s captured values, profile it alone and in context."""
+    from sectionmark.profiling import profile
+
+    section_slice = slice_section(source, section)
+    inputs, expected = capture_boundary(section_slice, args, target, device)
+    compiled_slice = compile(section_slice.export(), target)
+    outputs = run_slice(compiled_slice, inputs, device)
+    errors = [float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0
+              for got, want in zip(outputs, expected)]
+    whole = profile(compile(source, target), args, device=device, iterations=iterations, warmup=warmup, quiet=True)
+    alone = profile(compiled_slice, inputs, device=device, iterations=iterations, warmup=warmup, quiet=True)
+    row = whole.section(section_slice.path)
+    return SliceBench(
+        path=section_slice.path,
+        in_context_ns=row.per_call.mean_ns,
+        isolated_ns=alone.total_ns / alone.calls,
+        in_context_dispatches=row.dispatches / whole.calls,
+        isolated_dispatches=len(alone.attribution.events) / alone.calls,
+        max_abs_error=errors,
+    )
+
+
+def _host(results: Any) -> list[np.ndarray]:
+    if not isinstance(results, (list, tuple)):
+        results = [results]
+    return [np.asarray(result.to_host()) for result in results]
