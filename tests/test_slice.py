@@ -73,3 +73,16 @@ def test_section_with_no_ops_of_its_own_is_one_line():
     assert sm.slice(text, "A").inputs == ["tensor<4xf32>"]
     with pytest.raises(SectionmarkError, match="^section 'B' computes nothing used outside it"):
         sm.slice(text, "B")
+
+
+def test_cli_writes_the_slice_and_refuses_an_unknown_section_in_one_line(torch_export, tmp_path, capsys):
+    from sectionmark.cli import main
+
+    exported, _ = torch_export
+    model = exported.save_mlir(tmp_path / "gpt.mlir")
+    assert main(["slice", str(model), "--section", "Block 0 / Self Attention", "-o", str(tmp_path / "attn.mlir")]) == 0
+    assert "util.global.load" in (tmp_path / "attn.mlir").read_text()
+    assert main(["slice", str(model), "--section", "Nope", "-o", str(tmp_path / "nope.mlir")]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("sectionmark: error: unknown section 'Nope'") and error.count("\n") == 1
+    assert not (tmp_path / "nope.mlir").exists()

@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import check_output_path, write_atomic
@@ -177,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--top", type=_bounded(1, MAX_CALLS), metavar="N",
                        help="show only the N zones with the largest total")
     stats.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    add_slice_parser(commands)
     return parser
 
 
@@ -248,6 +249,8 @@ def _load_inputs(paths: Sequence[str]) -> list:
 
 
 def _run(args: argparse.Namespace) -> None:
+    if args.command == "slice":
+        return run_slice_command(args)
     check_outputs(args)
     inputs, _outputs = _planned_io(args)
     if args.command == "compile":
@@ -299,6 +302,50 @@ def _run(args: argparse.Namespace) -> None:
             document = {"version": 1, "zones": [dataclasses.asdict(row) for row in rows]}
             written = write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False), inputs=inputs)
             print(f"wrote {written}")
+
+
+SLICE_EXAMPLES = """examples:
+  sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir
+  sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir --bench --input tokens.npy
+"""
+
+
+def add_slice_parser(commands: Any) -> argparse.ArgumentParser:
+    """``sectionmark slice``: outline one section into its own program, optionally benchmark it (docs/slice.md)."""
+    slice_ = commands.add_parser(
+        "slice", help="cut one section out of an exported model into its own MLIR program",
+        description="Outline the ops of one section (nested sections included) into a standalone @main whose "
+        "arguments are the values flowing in and whose results are the values flowing out; parameters stay "
+        "globals. With --bench, also check it against the whole model on --input and time it alone vs in context.",
+        epilog=SLICE_EXAMPLES, formatter_class=_formatter)
+    slice_.add_argument("mlir", help="exported MLIR with sections (.mlir text)")
+    slice_.add_argument("--section", required=True, help='section path, names joined by "/" (e.g. "Block 0/MLP")')
+    slice_.add_argument("-o", "--output", required=True, help="output .mlir for the slice")
+    slice_.add_argument("--bench", action="store_true", help="compile, verify and time the slice against the whole model")
+    slice_.add_argument("--input", action="append", default=[], metavar="NPY",
+                        help="the whole model's argument as a .npy file (repeat, in order); needed by --bench")
+    slice_.add_argument("--target", default="llvm-cpu", help="compile target for --bench (default: llvm-cpu)")
+    slice_.add_argument("-n", "--iterations", type=_bounded(1, MAX_CALLS), default=10,
+                        help="measured calls per profile with --bench (default: 10)")
+    return slice_
+
+
+def run_slice_command(args: argparse.Namespace) -> None:
+    from sectionmark.compiler.slicing import slice_section
+
+    check_output_path(args.output, [args.mlir, *args.input])
+    if args.bench and not args.input:
+        raise SectionmarkError("--bench needs the whole model's arguments (--input NPY, in order)")
+    if not Path(args.mlir).is_file():
+        raise SectionmarkError(f"no such MLIR file: {args.mlir}")
+    section_slice = slice_section(Path(args.mlir), args.section)
+    written = write_atomic(args.output, section_slice.mlir, inputs=[args.mlir, *args.input])
+    print(f"wrote {written}: {len(section_slice.inputs)} value(s) in, {len(section_slice.outputs)} out")
+    if args.bench:
+        from sectionmark.profiling.slice_bench import bench_section
+
+        print(bench_section(Path(args.mlir), args.section, _load_inputs(args.input), target=args.target,
+                            iterations=args.iterations).table())
 
 
 def _quiet_stdout() -> None:
