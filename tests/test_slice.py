@@ -42,7 +42,7 @@ def test_jax_slice_reproduces_the_whole_models_values():
     exported = sm.jax.export(forward, tokens)
     attention = sm.slice(exported, ("Block 0", "Self Attention"))
     inputs, expected = capture_boundary(attention, [tokens])
-    outputs = run_slice(sm.compile(attention.export()), inputs)
+    outputs = run_slice(sm.compile(attention.program), inputs)
     assert len(outputs) == len(expected) >= 1
     for got, want in zip(outputs, expected):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)

@@ -8,7 +8,7 @@ Parameters stay parameters: ops that only read weights or build constants
 ``torch.constant.*`` and anything computed from those alone) are kept beside
 the section's ops, so the slice reads the same globals as the whole model.
 
-`capture_module` is the whole program again, returning the values flowing
+`SectionSlice.capture_program` is the whole program again, returning the values flowing
 into and out of the section after its own results: run on the user's
 inputs, it gives realistic arguments for the slice and the values the slice
 must reproduce.
@@ -20,42 +20,50 @@ dialect (torch or stablehlo), before any IREE pass.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from pathlib import Path
+from typing import Any, Optional, Union
 
+from sectionmark.compiler.driver import looks_like_path
 from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, module_sections
 from sectionmark.locations import section_path
 from sectionmark.paths import SectionPath, decode_path, format_path
 
-# Where a value of the top-level block is defined: ("arg", index) or ("op", op index, result index).
+# Where a value of main's entry block is defined: ("arg", index) or ("op", op index, result index).
 ValueKey = tuple
+
+
+class ModuleExport(SectionedExport):
+    """A live MLIR module made here (a slice, or the whole program returning a section's boundary values).
+
+    `sectionmark.compile` takes it as MLIR bytecode, like a torch export: the
+    weights are never printed as text.
+    """
+
+    def __init__(self, module: Any, input_type: str):
+        super().__init__(input_type=input_type, framework="slice")
+        self._module = module
+
+    @property
+    def mlir_module(self) -> Any:
+        return self._module.operation
 
 
 @dataclass
 class SectionSlice:
-    """One section outlined into its own program (``slice_module``) and the whole program instrumented to feed it."""
+    """One section outlined into its own program, and the whole program instrumented to feed it."""
 
     path: SectionPath
-    input_type: str
-    slice_module: Any  # iree.compiler.ir.Module: main(values in) -> values out
-    capture_module: Any  # the whole program; main returns its results, then the values in, then the values out
+    program: ModuleExport  # main(values flowing in) -> values flowing out
+    capture_program: ModuleExport  # the whole program; main returns its results, then the values in, then out
     original_results: int  # how many results the whole program's main has
     inputs: list[str]  # MLIR types of the values flowing in
     outputs: list[str]  # MLIR types of the values flowing out
 
     @property
     def mlir(self) -> str:
-        return self.slice_module.operation.get_asm(enable_debug_info=True)
-
-    def export(self) -> SectionedExport:
-        """The slice as an export `sectionmark.compile` takes (same input dialect as the model)."""
-        return SectionedExport(input_type=self.input_type, framework="slice", text=self.mlir)
-
-    def capture_export(self) -> SectionedExport:
-        return SectionedExport(
-            input_type=self.input_type, framework="slice",
-            text=self.capture_module.operation.get_asm(enable_debug_info=True),
-        )
+        """The slice as MLIR text with locations (weights included)."""
+        return self.program.mlir
 
 
 def parse_section_path(text: Union[str, SectionPath]) -> SectionPath:
@@ -66,14 +74,12 @@ def parse_section_path(text: Union[str, SectionPath]) -> SectionPath:
 
 
 def slice_section(source: Any, section: Union[str, SectionPath]) -> SectionSlice:
-    """Outline ``section`` of ``source`` (an export, ExportOutput, MLIR text or .mlir path).
+    """Outline ``section`` of ``source`` (an export, ExportOutput, MLIR text or a .mlir/.mlirbc path).
 
     Raises SectionmarkError (one line) for MLIR without sections, an unknown
-    path (listing the known ones) and a section with no ops.
+    path (listing the known ones) and a section with no ops of its own.
     """
-    from iree.compiler import ir
-
-    export, module = _module_of(source)
+    input_type, module = _module_of(source)
     path = parse_section_path(section)
     known = module_sections(module.operation)
     if not known:
@@ -84,53 +90,52 @@ def slice_section(source: Any, section: Union[str, SectionPath]) -> SectionSlice
     with module.context:
         body = _main_block(module)
         ops = list(body.operations)
-        selected = [index for index, op in enumerate(ops) if _in_section(op, path)]
+        selected = {index for index, op in enumerate(ops) if _in_section(op, path)}
         if not selected:
-            raise SectionmarkError(f"section {format_path(path)!r} has no ops of its own in this program")
-        plan = _Plan(body, ops, set(selected))
+            raise SectionmarkError(
+                f"section {format_path(path)!r} has no ops of its own in the model's main function "
+                "(its ops are nested in other ops or functions)"
+            )
+        plan = _Plan(body, ops, selected)
         if not plan.outputs:
             raise SectionmarkError(f"section {format_path(path)!r} computes nothing used outside it: nothing to slice")
-        types = [str(_value(body, ops, key).type) for key in plan.inputs + plan.outputs]
+        types = [str(plan.value(body, ops, key).type) for key in plan.inputs + plan.outputs]
         for text in types:
             if not (text.startswith("tensor<") or text.startswith("!torch.vtensor<")):
                 raise SectionmarkError(f"section {format_path(path)!r} passes a non-tensor value ({text}) across its boundary")
-        slice_module = _outline(module, plan)
-        capture = _capture(module, plan)
+        program = ModuleExport(_outline(module, plan), input_type)
+        capture = ModuleExport(_capture(module, plan), input_type)
     return SectionSlice(
-        path=path, input_type=export.input_type if export is not None else "auto", slice_module=slice_module,
-        capture_module=capture, original_results=plan.original_results,
+        path=path, program=program, capture_program=capture, original_results=plan.original_results,
         inputs=types[:len(plan.inputs)], outputs=types[len(plan.inputs):],
     )
 
 
-def _module_of(source: Any):
+def _module_of(source: Any) -> tuple[str, Any]:
+    """The input type and a builtin.module op to read (never modified: slices are cut from clones)."""
     from iree.compiler import ir
-    from pathlib import Path
 
     export = as_sectioned_export(source)
     if export is not None and export.mlir_module is not None:
-        module = ir.Module.parse(export.mlir_module.get_asm(binary=True, enable_debug_info=True),
-                                 context=export.mlir_module.context)
-        return export, module
+        return export.input_type, export.mlir_module.opview
     if export is not None:
-        text = export.mlir
-    elif isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and "{" not in source):
+        data, input_type = export.mlir, export.input_type
+    elif isinstance(source, Path) or (isinstance(source, str) and looks_like_path(source)):
         try:
-            text = Path(source).read_text()
+            data, input_type = Path(source).read_bytes(), "auto"
         except OSError as error:
             raise SectionmarkError(f"cannot read {source}: {error.strerror}") from None
     else:
-        text = source
-    from iree.compiler.ir import Context
-
-    context = Context()
-    context.allow_unregistered_dialects = True
+        data, input_type = source, "auto"
     try:
-        module = ir.Module.parse(text, context=context)
-    except Exception as error:  # noqa: BLE001 - the binding raises MLIRError, ValueError...
-        first = next((line for line in str(error).splitlines() if line.strip()), str(error))
-        raise SectionmarkError(f"cannot parse the MLIR: {first}") from None
-    return export, module
+        module = ir.Module.parse(data, context=ir.Context())
+    except ir.MLIRError as error:
+        raise SectionmarkError(f"cannot parse the MLIR: {_first_line(str(error))}") from None
+    return input_type, module.operation.opview
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)
 
 
 def _main_block(module: Any):
@@ -150,142 +155,135 @@ def _in_section(op: Any, path: SectionPath) -> bool:
 
 
 class _Plan:
-    """Which top-level ops to keep and which values cross the section's boundary."""
+    """Which top-level ops of ``main`` to keep and which values cross the section's boundary.
+
+    Values are named by position (`ValueKey`), so the plan made on the
+    model applies to each clone of it.
+    """
 
     def __init__(self, body: Any, ops: list, selected: set[int]):
-        self.ops = ops
-        self.index_of = {_op_key(op): index for index, op in enumerate(ops)}
-        self.body = body
+        from iree.compiler import ir
+
+        self._body, self._ops = body, ops
+        self._index_of = {op.operation: index for index, op in enumerate(ops)}
         self._constant: dict[int, bool] = {}
         self.keep = set(selected)
         self.inputs: list[ValueKey] = []
         for index in sorted(selected):
-            for value in _nested_operands(ops[index]):
-                key = self.key(value)
-                if key is None or key in self.inputs:
+            operands: list = []
+            ops[index].operation.walk(lambda inner: operands.extend(inner.operands) or ir.WalkResult.ADVANCE)
+            for value in operands:
+                key = self._key(value)
+                if key is None or key in self.inputs or (key[0] == "op" and key[1] in selected):
                     continue
-                if key[0] == "op" and (key[1] in selected or self._is_constant(key[1])):
-                    self._keep_constants(key[1])
-                    continue
-                self.inputs.append(key)
-        self.outputs: list[ValueKey] = []
-        for index in sorted(selected):
-            for result_index, result in enumerate(ops[index].results):
-                if any(self._top_index(use.owner) not in selected for use in result.uses):
-                    self.outputs.append(("op", index, result_index))
-        terminator = ops[-1]
-        self.original_results = len(terminator.operands)
+                if key[0] == "op" and self._is_constant(key[1]):
+                    self._keep_with_operands(key[1])
+                else:
+                    self.inputs.append(key)
+        self.outputs: list[ValueKey] = [
+            ("op", index, number)
+            for index in sorted(selected)
+            for number, result in enumerate(ops[index].results)
+            if any(self._top_index(use.owner) not in selected for use in result.uses)
+        ]
+        self.original_results = len(ops[-1].operands)
 
-    def key(self, value: Any):
+    @staticmethod
+    def value(body: Any, ops: list, key: ValueKey) -> Any:
+        """The value ``key`` names in the function whose entry block is ``body`` and top-level ops ``ops``."""
+        return body.arguments[key[1]] if key[0] == "arg" else ops[key[1]].results[key[2]]
+
+    def _key(self, value: Any) -> Optional[ValueKey]:
+        """Where ``value`` is defined in the entry block; None when inside a nested region."""
+        from iree.compiler import ir
+
         owner = value.owner
-        if isinstance(owner, type(self.body)):
-            return ("arg", value.arg_number) if owner == self.body else None
-        index = self.index_of.get(_op_key(owner))
+        if isinstance(owner, ir.Block):
+            return ("arg", value.arg_number) if owner == self._body else None
+        index = self._index_of.get(owner.operation)
         return None if index is None else ("op", index, value.result_number)
 
     def _top_index(self, op: Any) -> int:
-        while _op_key(op) not in self.index_of:
+        """Index of the top-level op that is or contains ``op``."""
+        while op.operation not in self._index_of:
             op = op.parent
-        return self.index_of[_op_key(op)]
+        return self._index_of[op.operation]
 
     def _is_constant(self, index: int) -> bool:
-        """Reads weights or builds a constant: no regions, and every operand from such an op."""
+        """Reads weights or builds a constant: no regions, not a call, and every operand from such an op."""
         if index not in self._constant:
-            op = self.ops[index]
-            keys = [self.key(value) for value in op.operands]
+            op = self._ops[index]
+            keys = [self._key(value) for value in op.operands]
             self._constant[index] = (
-                not op.regions and op.name not in ("func.call", "func.return", "util.call")
+                not op.regions and op.name not in _NOT_CONSTANT
                 and all(key is not None and key[0] == "op" and self._is_constant(key[1]) for key in keys)
             )
         return self._constant[index]
 
-    def _keep_constants(self, index: int) -> None:
-        if index in self.keep:
-            return
-        self.keep.add(index)
-        for value in self.ops[index].operands:
-            self._keep_constants(self.key(value)[1])
+    def _keep_with_operands(self, index: int) -> None:
+        if index not in self.keep:
+            self.keep.add(index)
+            for value in self._ops[index].operands:
+                self._keep_with_operands(self._key(value)[1])
 
 
-def _op_key(op: Any):
-    return op.operation
+# Ops without operands that still are not constants.
+_NOT_CONSTANT = frozenset({"func.call", "util.call", "func.return", "util.return"})
 
 
-def _nested_operands(op: Any):
-    """Operands of ``op`` and of every op nested in its regions."""
-    found = []
-
-    def visit(inner):
-        found.extend(inner.operands)
-        from iree.compiler import ir
-
-        return ir.WalkResult.ADVANCE
-
-    from iree.compiler import ir
-
-    op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return found
-
-
-def _value(body: Any, ops: list, key: ValueKey):
-    if key[0] == "arg":
-        return body.arguments[key[1]]
-    return ops[key[1]].results[key[2]]
-
-
-def _clone(module: Any):
-    from iree.compiler import ir
-
-    copy = ir.Module.parse(module.operation.get_asm(binary=True, enable_debug_info=True), context=module.context)
+def _clone(module: Any) -> tuple[Any, Any, list]:
+    """A detached copy of the module, its ``main`` entry block and that block's ops."""
+    copy = module.operation.clone().opview
     body = _main_block(copy)
     return copy, body, list(body.operations)
 
 
-def _set_returns(body: Any, ops: list, values: list, arguments: list) -> None:
-    """Replace ``main``'s return with one of ``values`` and its signature with ``arguments`` -> those."""
+def _return(body: Any, ops: list, values: list) -> None:
+    """Replace ``main``'s return (``ops[-1]``) with one of ``values``."""
     from iree.compiler import ir
     from iree.compiler.dialects import func
 
     terminator = ops[-1]
-    location = terminator.location
-    with ir.InsertionPoint.at_block_terminator(body), location:
+    with ir.InsertionPoint.at_block_terminator(body), terminator.location:
         func.ReturnOp(values)
     terminator.operation.erase()
-    function = body.owner
-    function.attributes["function_type"] = ir.TypeAttr.get(
-        ir.FunctionType.get([value.type for value in arguments], [value.type for value in values])
-    )
-    if "res_attrs" in function.attributes:
-        del function.attributes["res_attrs"]
 
 
-def _outline(module: Any, plan: _Plan):
+def _update_signature(body: Any) -> None:
+    """``main``'s type from its block arguments and return; per-argument/result attributes no longer apply."""
     from iree.compiler import ir
 
+    function = body.owner
+    returned = list(body.operations)[-1].operands
+    function.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get([argument.type for argument in body.arguments], [value.type for value in returned])
+    )
+    for name in ("arg_attrs", "res_attrs"):
+        if name in function.attributes:
+            del function.attributes[name]
+
+
+def _outline(module: Any, plan: _Plan) -> Any:
+    """main(values in) -> values out, with the section's ops and the constants they read."""
     copy, body, ops = _clone(module)
     original_arguments = len(body.arguments)
-    new_arguments = []
     for key in plan.inputs:
-        value = _value(body, ops, key)
-        argument = body.add_argument(value.type, ops[min(plan.keep)].location)
-        value.replace_all_uses_with(argument)
-        new_arguments.append(argument)
-    outputs = [_value(body, ops, key) for key in plan.outputs]
-    _set_returns(body, ops, outputs, list(body.arguments)[original_arguments:])
-    for index in reversed(range(len(ops) - 1)):
+        value = plan.value(body, ops, key)
+        value.replace_all_uses_with(body.add_argument(value.type, value.location))
+    _return(body, ops, [plan.value(body, ops, key) for key in plan.outputs])
+    for index in reversed(range(len(ops) - 1)):  # users before the ops defining their operands
         if index not in plan.keep:
             ops[index].operation.erase()
     for _ in range(original_arguments):
         body.erase_argument(0)
-    function = body.owner
-    if "arg_attrs" in function.attributes:
-        del function.attributes["arg_attrs"]
+    _update_signature(body)
     return copy
 
 
-def _capture(module: Any, plan: _Plan):
+def _capture(module: Any, plan: _Plan) -> Any:
+    """The whole program, returning the section's values in and out after its own results."""
     copy, body, ops = _clone(module)
-    returned = list(ops[-1].operands)
-    extra = [_value(body, ops, key) for key in plan.inputs + plan.outputs]
-    _set_returns(body, ops, returned + extra, list(body.arguments))
+    extra = [plan.value(body, ops, key) for key in plan.inputs + plan.outputs]
+    _return(body, ops, list(ops[-1].operands) + extra)
+    _update_signature(body)
     return copy

@@ -54,7 +54,7 @@ class SliceBench:
 def capture_boundary(section_slice: SectionSlice, args: Sequence[Any], target: str = "llvm-cpu",
                      device: str = "local-task") -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The values flowing into and out of the section when the whole model runs on ``args``."""
-    compiled = compile(section_slice.capture_export(), target, markers=False)
+    compiled = compile(section_slice.capture_program, target, markers=False)
     results = _host(load(compiled, device).main(*args))
     start = section_slice.original_results
     middle = start + len(section_slice.inputs)
@@ -74,7 +74,7 @@ def bench_section(
 
     section_slice = slice_section(source, section)
     inputs, expected = capture_boundary(section_slice, args, target, device)
-    compiled_slice = compile(section_slice.export(), target)
+    compiled_slice = compile(section_slice.program, target)
     outputs = run_slice(compiled_slice, inputs, device)
     errors = [float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0
               for got, want in zip(outputs, expected)]
