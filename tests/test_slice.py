@@ -7,7 +7,8 @@ import pytest
 
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.slice_bench import bench_section, capture_boundary, run_slice
+from sectionmark.profiling.slice_bench import bench_section, capture_boundary, fused_across_boundary, run_slice
+from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
 from nanogpt_builders import jax_gpt, torch_gpt
 
 ATTENTION = "Block 0/Self Attention"
@@ -27,6 +28,22 @@ def test_torch_slice_reproduces_the_whole_models_values_bit_for_bit_and_prints_t
     assert bench.in_context_dispatches >= 1 and bench.isolated_dispatches >= 1
     table = bench.table()
     assert "Block 0 / Self Attention" in table and "in context" in table and "isolated" in table
+    assert "dispatches fused across the boundary" in table
+
+
+def test_fused_across_boundary_counts_dispatches_shared_with_ops_outside_the_section():
+    attention, softmax, mlp = ("Block 0", "Attention"), ("Block 0", "Attention", "Softmax"), ("Block 0", "MLP")
+    commands = [
+        Command(op="dispatch", key="inside", shares=[Share(attention, 0.5), Share(softmax, 0.5)]),
+        Command(op="dispatch", key="across", shares=[Share(softmax, 0.9), Share(mlp, 0.1)]),
+        Command(op="dispatch", key="unmarked"),
+        Command(op="barrier"),
+    ]
+    section_map = SectionMap(sections=[attention, softmax, mlp], command_buffers=[CommandBuffer(0, "main", commands)],
+                             sites=[])
+    assert fused_across_boundary(section_map, attention) == 1
+    assert fused_across_boundary(section_map, softmax) == 2  # its parent's own ops are outside it
+    assert fused_across_boundary(section_map, ("Block 0",)) == 0
 
 
 def test_slice_signature_is_the_values_crossing_the_boundary(torch_export):
