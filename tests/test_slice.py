@@ -103,3 +103,14 @@ def test_cli_writes_the_slice_and_refuses_an_unknown_section_in_one_line(torch_e
     error = capsys.readouterr().err
     assert error.startswith("sectionmark: error: unknown section 'Nope'") and error.count("\n") == 1
     assert not (tmp_path / "nope.mlir").exists()
+
+
+def test_a_repeated_nested_section_is_addressed_by_its_path(torch_export):
+    exported, args = torch_export
+    qkv = sm.slice(exported, "Block 1/Self Attention/QKV")
+    assert qkv.path == ("Block 1", "Self Attention", "QKV")
+    inputs, expected = capture_boundary(qkv, args)
+    outputs = run_slice(sm.compile(qkv.program), inputs)
+    assert len(outputs) == len(expected) >= 1
+    for got, want in zip(outputs, expected):
+        np.testing.assert_array_equal(got, want)
