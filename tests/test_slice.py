@@ -78,6 +78,11 @@ def test_mlir_without_sections_is_one_line():
         sm.slice(text, "A")
 
 
+def test_mlir_that_does_not_parse_is_one_line_with_where():
+    with pytest.raises(SectionmarkError, match=r'^cannot parse the MLIR: .* at loc\("-":1:1\)$'):
+        sm.slice("garbage {", "A")
+
+
 def test_section_with_no_ops_of_its_own_is_one_line():
     # "B" owns only a constant nothing outside reads: no value leaves it.
     text = (

@@ -4,7 +4,8 @@ The public API (see docs/): ``section`` marks code; ``sm.torch.export`` /
 ``sm.jax.export`` keep the names in MLIR (a `SectionedExport`; a torch one is
 also iree-turbine's ``ExportOutput``); ``compile`` carries them through
 IREE; ``load`` runs a module; ``profile`` / ``report`` measure per-section
-times. Heavy modules (frameworks, the compiler) load on first use.
+times; ``slice`` cuts one section out into its own program (docs/slice.md).
+Heavy modules (frameworks, the compiler) load on first use.
 """
 
 import importlib

@@ -318,7 +318,7 @@ def add_slice_parser(commands: Any) -> argparse.ArgumentParser:
         "arguments are the values flowing in and whose results are the values flowing out; parameters stay "
         "globals. With --bench, also check it against the whole model on --input and time it alone vs in context.",
         epilog=SLICE_EXAMPLES, formatter_class=_formatter)
-    slice_.add_argument("mlir", help="exported MLIR with sections (.mlir text)")
+    slice_.add_argument("mlir", help="exported MLIR with sections: text (.mlir) or bytecode (.mlirbc)")
     slice_.add_argument("--section", required=True, help='section path, names joined by "/" (e.g. "Block 0/MLP")')
     slice_.add_argument("-o", "--output", required=True, help="output .mlir for the slice")
     slice_.add_argument("--bench", action="store_true", help="compile, verify and time the slice against the whole model")

@@ -130,12 +130,10 @@ def _module_of(source: Any) -> tuple[str, Any]:
     try:
         module = ir.Module.parse(data, context=ir.Context())
     except ir.MLIRError as error:
-        raise SectionmarkError(f"cannot parse the MLIR: {_first_line(str(error))}") from None
+        first = error.error_diagnostics[0] if error.error_diagnostics else None
+        detail = f"{first.message} at {first.location}" if first else str(error).splitlines()[0]
+        raise SectionmarkError(f"cannot parse the MLIR: {detail}") from None
     return input_type, module.operation.opview
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), text)
 
 
 def _main_block(module: Any):
