@@ -90,7 +90,7 @@ def slice_section(source: Any, section: Union[str, SectionPath]) -> SectionSlice
     with module.context:
         body = _main_block(module)
         ops = list(body.operations)
-        selected = {index for index, op in enumerate(ops) if _in_section(op, path)}
+        selected = {index for index, op in enumerate(ops[:-1]) if _in_section(op, path)}  # never the return
         if not selected:
             raise SectionmarkError(
                 f"section {format_path(path)!r} has no ops of its own in the model's main function "
@@ -275,7 +275,15 @@ def _outline(module: Any, plan: _Plan) -> Any:
     for _ in range(original_arguments):
         body.erase_argument(0)
     _update_signature(body)
+    _drop_unused_symbols(copy)
     return copy
+
+
+def _drop_unused_symbols(module: Any) -> None:
+    """Remove the private globals and functions the slice no longer uses (the other sections' weights)."""
+    from iree.compiler import passmanager
+
+    passmanager.PassManager.parse("builtin.module(symbol-dce)", context=module.context).run(module.operation)
 
 
 def _capture(module: Any, plan: _Plan) -> Any:
