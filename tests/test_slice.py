@@ -119,3 +119,37 @@ def test_a_repeated_nested_section_is_addressed_by_its_path(torch_export):
     assert len(outputs) == len(expected) >= 1
     for got, want in zip(outputs, expected):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_slice_of_a_model_with_external_parameters_reads_the_same_parameter_file(tmp_path, capsys):
+    import torch
+    from iree.turbine import aot
+
+    from sectionmark.cli import main
+
+    class TwoLayers(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = torch.nn.Linear(64, 64), torch.nn.Linear(64, 64)
+
+        def forward(self, x):
+            with sm.section("First"):
+                x = torch.relu(self.first(x))
+            with sm.section("Second"):
+                return self.second(x)
+
+    torch.manual_seed(0)
+    model, x = TwoLayers().eval(), torch.randn(4, 64)
+    aot.externalize_module_parameters(model)
+    aot.save_module_parameters(tmp_path / "weights.irpa", model)
+    exported = sm.torch.export(model, args=(x,))
+    second = sm.slice(exported, "Second")
+    weights = [line for line in second.mlir.splitlines() if line.lstrip().startswith("util.global")]
+    assert weights and all(".parameter.named<\"model\"::\"second." in line for line in weights)  # its own, still external
+    model_path = exported.save_mlir(tmp_path / "two.mlir")
+    np.save(tmp_path / "x.npy", x.numpy())
+    argv = ["slice", str(model_path), "--section", "Second", "-o", str(tmp_path / "second.mlir"), "--bench",
+            "--input", str(tmp_path / "x.npy"), "--parameters", f"model={tmp_path / 'weights.irpa'}", "-n", "2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "section Second" in out and "max abs difference per output): 0" in out

@@ -325,6 +325,8 @@ def add_slice_parser(commands: Any) -> argparse.ArgumentParser:
     slice_.add_argument("--input", action="append", default=[], metavar="NPY",
                         help="the whole model's argument as a .npy file (repeat, in order); needed by --bench")
     slice_.add_argument("--target", default="llvm-cpu", help="compile target for --bench (default: llvm-cpu)")
+    slice_.add_argument("--parameters", action="append", default=[], metavar="[SCOPE=]FILE",
+                        help="with --bench: the model's external parameter file (repeatable), scoped as IREE's --parameters")
     slice_.add_argument("-n", "--iterations", type=_bounded(1, MAX_CALLS), default=10,
                         help="measured calls per profile with --bench (default: 10)")
     return slice_
@@ -345,7 +347,7 @@ def run_slice_command(args: argparse.Namespace) -> None:
         from sectionmark.profiling.slice_bench import bench_section
 
         print(bench_section(Path(args.mlir), args.section, _load_inputs(args.input), target=args.target,
-                            iterations=args.iterations).table())
+                            iterations=args.iterations, parameters=args.parameters).table())
 
 
 def _quiet_stdout() -> None:

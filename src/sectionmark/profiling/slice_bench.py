@@ -19,6 +19,7 @@ import numpy as np
 
 from sectionmark.compiler import compile
 from sectionmark.compiler.slicing import SectionSlice, slice_section
+from sectionmark.parameters import Parameters
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.runtime import load
 from sectionmark.section_map import SectionMap
@@ -56,35 +57,44 @@ class SliceBench:
 
 
 def capture_boundary(section_slice: SectionSlice, args: Sequence[Any], target: str = "llvm-cpu",
-                     device: str = "local-task") -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The values flowing into and out of the section when the whole model runs on ``args``."""
+                     device: str = "local-task", parameters: Parameters = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The values flowing into and out of the section when the whole model runs on ``args``.
+
+    ``parameters``: the model's external parameter files, as `sectionmark.load` takes them.
+    """
     compiled = compile(section_slice.capture_program, target, markers=False)
-    results = _host(load(compiled, device).main(*args))
+    results = _host(load(compiled, device, parameters).main(*args))
     start = section_slice.original_results
     middle = start + len(section_slice.inputs)
     return results[start:middle], results[middle:]
 
 
-def run_slice(compiled_slice: Any, inputs: Sequence[np.ndarray], device: str = "local-task") -> list[np.ndarray]:
-    return _host(load(compiled_slice, device).main(*inputs))
+def run_slice(compiled_slice: Any, inputs: Sequence[np.ndarray], device: str = "local-task",
+              parameters: Parameters = None) -> list[np.ndarray]:
+    return _host(load(compiled_slice, device, parameters).main(*inputs))
 
 
 def bench_section(
     source: Any, section: Union[str, SectionPath], args: Sequence[Any], target: str = "llvm-cpu",
-    device: str = "local-task", iterations: int = 10, warmup: int = 2,
+    device: str = "local-task", iterations: int = 10, warmup: int = 2, parameters: Parameters = None,
 ) -> SliceBench:
-    """Slice ``section`` of ``source``, check it on ``args``'s captured values, profile it alone and in context."""
+    """Slice ``section`` of ``source``, check it on ``args``'s captured values, profile it alone and in context.
+
+    ``parameters``: the model's external parameter files (the slice reads the same ones).
+    """
     from sectionmark.profiling import profile
 
     section_slice = slice_section(source, section)
-    inputs, expected = capture_boundary(section_slice, args, target, device)
+    inputs, expected = capture_boundary(section_slice, args, target, device, parameters)
     compiled_slice = compile(section_slice.program, target)
-    outputs = run_slice(compiled_slice, inputs, device)
+    outputs = run_slice(compiled_slice, inputs, device, parameters)
     errors = [float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0
               for got, want in zip(outputs, expected)]
     compiled_whole = compile(source, target)
-    whole = profile(compiled_whole, args, device=device, iterations=iterations, warmup=warmup, quiet=True)
-    alone = profile(compiled_slice, inputs, device=device, iterations=iterations, warmup=warmup, quiet=True)
+    whole = profile(compiled_whole, args, device=device, iterations=iterations, warmup=warmup, quiet=True,
+                    parameters=parameters)
+    alone = profile(compiled_slice, inputs, device=device, iterations=iterations, warmup=warmup, quiet=True,
+                    parameters=parameters)
     row = whole.section(section_slice.path)
     return SliceBench(
         path=section_slice.path,
