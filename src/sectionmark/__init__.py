@@ -4,10 +4,11 @@ The public API (see docs/): ``section`` marks code; ``sm.torch.export`` /
 ``sm.jax.export`` keep the names in MLIR (a `SectionedExport`; a torch one is
 also iree-turbine's ``ExportOutput``); ``compile`` carries them through
 IREE (a `CompiledExport`); ``load`` runs a module; ``profile`` / ``report``
-measure per-section times (a `ProfileSession`); ``tracing`` turns Tracy zones
-for eager sections on and off. Every user-facing failure is a
-`SectionmarkError` with a one-line message. Heavy modules (frameworks, the
-compiler) load on first use: ``import sectionmark`` imports none of them.
+measure per-section times (a `ProfileSession`); ``slice`` cuts one section out
+into its own program (docs/slice.md); ``tracing`` turns Tracy zones for eager
+sections on and off. Every user-facing failure is a `SectionmarkError` with a
+one-line message. Heavy modules (frameworks, the compiler) load on first use:
+``import sectionmark`` imports none of them.
 """
 
 from sectionmark.errors import SectionmarkError
@@ -17,7 +18,7 @@ from sectionmark.paths import SectionPath
 
 __all__ = [
     "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledExport", "ProfileSession",
-    "torch", "jax", "compile", "load", "profile", "report", "tracing",
+    "torch", "jax", "compile", "load", "profile", "report", "tracing", "slice",
 ]
 __version__ = "0.1.0"
 
@@ -32,6 +33,7 @@ _LAZY = {
     "profile": ("sectionmark.profiling", "profile"),
     "report": ("sectionmark.profiling", "report"),
     "tracing": ("sectionmark.tracy.zones", "tracing"),
+    "slice": ("sectionmark.compiler.slicing", "slice_section"),
 }
 __getattr__ = lazy_attributes(__name__, globals(), _LAZY)
 

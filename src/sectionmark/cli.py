@@ -59,6 +59,9 @@ EXAMPLES = {
   sectionmark tracy run.ireeprof --map model.sections.json -o run.tracy
   sectionmark tracy run.ireeprof --map model.vmfb --warmup 3 -o run.tracy
   (the same as: sectionmark report run.ireeprof --map model.vmfb --warmup 3 --tracy run.tracy)""",
+    "slice": """examples:
+  sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir
+  sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir --bench --input tokens.npy""",
     "tracy-stats": """examples:
   sectionmark tracy-stats run.tracy
   sectionmark tracy-stats run.tracy --gpu --top 20
@@ -114,8 +117,6 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     outputs.add_argument("--by", metavar="name|PATTERN",
                          help="also print the component view: sections of one name summed across blocks ('name'), "
                          "or the sections whose path matches PATTERN ('*/Self Attention')")
-    outputs.add_argument("--graph", metavar="FILE",
-                         help="read/write graph of the dispatches: .dot, .svg (needs Graphviz 'dot') or .html")
 
 
 def _rendered_outputs(args: argparse.Namespace) -> dict[str, str]:
@@ -126,9 +127,7 @@ def _rendered_outputs(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _rendered_options(args: argparse.Namespace) -> dict[str, str]:
-    """Every output file asked for, by its option (checked before any work)."""
-    options = {f"--{name}": path for name, path in _rendered_outputs(args).items()}
-    return {**options, "--graph": args.graph} if args.graph is not None else options
+    return {f"--{name}": path for name, path in _rendered_outputs(args).items()}
 
 
 def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -222,6 +221,26 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--top", type=whole_number_in(1, MAX_CALLS), metavar="N",
                        help="show only the N zones with the largest total")
     stats.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+
+    slice_ = commands.add_parser(
+        "slice", help="cut one section out of an exported model into its own MLIR program",
+        description="Outline the ops of one section (nested sections included) into a standalone @main whose "
+        "arguments are the values flowing in and whose results are the values flowing out; parameters stay "
+        "globals. With --bench, also check it against the whole model on --input and time it alone vs in context.",
+        epilog=EXAMPLES["slice"], formatter_class=_formatter)
+    slice_.set_defaults(run=_slice, planned_io=_slice_io)
+    slice_.add_argument("mlir", help="exported MLIR with sections: text (.mlir) or bytecode (.mlirbc)")
+    slice_.add_argument("--section", required=True, help='section path, names joined by "/" (e.g. "Block 0/MLP")')
+    slice_.add_argument("-o", "--output", required=True, help="output .mlir for the slice")
+    slice_.add_argument("--bench", action="store_true", help="compile, verify and time the slice against the whole model")
+    slice_.add_argument("--input", action="append", default=[], metavar="NPY",
+                        help="the whole model's argument as a .npy file (repeat, in order); needed by --bench")
+    slice_.add_argument("--target", default="llvm-cpu", choices=list(TARGET_FLAGS),
+                        help="compile target for --bench (default: llvm-cpu)")
+    slice_.add_argument("--parameters", action="append", default=[], metavar="[SCOPE=]FILE",
+                        help="with --bench: the model's external parameter file (repeatable), scoped as IREE's --parameters")
+    slice_.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=10,
+                        help="measured calls per profile with --bench (default: 10)")
     return parser
 
 
@@ -245,6 +264,10 @@ def _compile_io(args: argparse.Namespace) -> PlannedIO:
     if not args.no_markers:
         outputs["-o (its section map)"] = str(sidecar_path(args.output))
     return [args.mlir], outputs
+
+
+def _slice_io(args: argparse.Namespace) -> PlannedIO:
+    return [args.mlir, *args.input], {"-o": args.output}
 
 
 def _profile_io(args: argparse.Namespace) -> PlannedIO:
@@ -296,10 +319,6 @@ def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> 
         print(session.render("components", by=args.by))
     for name, path in _rendered_outputs(args).items():
         print(f"wrote {session.save(path, name, inputs=inputs)}")
-    if args.graph is not None:
-        from sectionmark.renderers import graph
-
-        print(f"wrote {graph.save(session, args.graph, inputs=inputs)}")
 
 
 def _load_inputs(paths: Sequence[str]) -> list:
@@ -368,6 +387,23 @@ def _tracy_stats(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         document = {"version": 1, "zones": [dataclasses.asdict(row) for row in rows]}
         written = write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False), inputs=inputs)
         print(f"wrote {written}")
+
+
+def _slice(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.compiler.slicing import slice_section
+
+    if args.bench and not args.input:
+        raise SectionmarkError("--bench needs the whole model's arguments (--input NPY, in order)")
+    if not Path(args.mlir).is_file():
+        raise SectionmarkError(f"no such MLIR file: {args.mlir}")
+    section_slice = slice_section(Path(args.mlir), args.section)
+    written = write_atomic(args.output, section_slice.mlir, inputs=inputs)
+    print(f"wrote {written}: {len(section_slice.inputs)} value(s) in, {len(section_slice.outputs)} out")
+    if args.bench:
+        from sectionmark.profiling.slice_bench import bench_section
+
+        print(bench_section(Path(args.mlir), args.section, _load_inputs(args.input), target=args.target,
+                            iterations=args.iterations, parameters=args.parameters).table())
 
 
 def _run(args: argparse.Namespace) -> None:

@@ -130,7 +130,7 @@ def _parse(compilation: PhasedCompilation, source: Source) -> None:
             compilation.parse_module(module)
         else:
             compilation.parse_text(export.mlir)
-    elif isinstance(source, Path) or (isinstance(source, str) and _looks_like_path(source)):
+    elif isinstance(source, Path) or (isinstance(source, str) and looks_like_path(source)):
         path = Path(source)
         if not path.is_file():
             raise SectionmarkError(f"MLIR file not found: {path}")
@@ -144,7 +144,7 @@ def _parse(compilation: PhasedCompilation, source: Source) -> None:
         )
 
 
-def _looks_like_path(text: str) -> bool:
+def looks_like_path(text: str) -> bool:
     return "\n" not in text and "{" not in text and len(text) < 4096
 
 

@@ -299,9 +299,7 @@ class ProfileSession:
 
     def save_graph(self, path: PathLike) -> Path:
         """The read/write graph of the dispatches: .dot, .svg (needs graphviz) or .html (sectionmark.renderers.graph)."""
-        from sectionmark.renderers import graph
-
-        return graph.save(self, path)
+        return self.save(path, "graph")
 
     # ------------------------------------------------------------------ JSON
 

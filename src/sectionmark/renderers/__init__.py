@@ -6,7 +6,9 @@ or the bytes of a binary file) and one line in ``RENDERERS`` below: its name
 and the demo ask for), its file extensions (the first is the usual one; a
 path's suffix picks the renderer when no name is given), whether it is
 binary, and a one-line summary (the CLI's help text). Adding an output is one
-new module and one line here.
+new module and one line here. A renderer whose file depends on its suffix (the
+graph: DOT text, SVG through Graphviz, or HTML) also defines
+``save(session, path, inputs)``, which `save` hands the checked path to.
 
 Renderers depend on the session, never the reverse: the session looks this
 registry up when it is asked to render, and the modules are imported only
@@ -60,6 +62,9 @@ RENDERERS: dict[str, Renderer] = {
         Renderer("chart", (".png",), True, "PNG chart of the section breakdown", "sectionmark.renderers.chart"),
         Renderer("components", (".components.txt",), False,
                  "sections of one name summed across blocks, as a text table", "sectionmark.renderers.components"),
+        Renderer("graph", (".dot", ".svg", ".html"), False,
+                 "read/write graph of the dispatches: .dot, .svg (needs Graphviz 'dot') or self-contained .html",
+                 "sectionmark.renderers.graph"),
         Renderer("kernels", (".kernels.txt",), False,
                  "per dispatch site: argument shapes, exact bytes, FLOPs, time, GB/s, GFLOP/s (text table)",
                  "sectionmark.renderers.kernels"),
@@ -102,5 +107,8 @@ def save(
     renderer = get(format) if format is not None else for_path(path)
     inputs = list(inputs)
     check_output_path(path, inputs)
+    module = importlib.import_module(renderer.module)
+    if hasattr(module, "save"):  # a file whose form depends on its suffix (the graph: .dot, .svg or .html)
+        return module.save(session, path, inputs=inputs, **options)
     output = renderer.render(session, **options)
     return write_atomic(path, output.encode("utf-8") if isinstance(output, str) else output, inputs=inputs)

@@ -1,0 +1,124 @@
+"""Benchmark one section alone against the same section inside the whole model.
+
+`bench_section` slices the section (`sectionmark.compiler.slicing`), runs the
+whole program once on the user's inputs to capture the values flowing into
+and out of the section, checks that the slice fed with those inputs gives
+those outputs, then profiles both with the same target and flags: the
+section's busy time and dispatch count per call in context (the whole
+model's profile) against the slice's alone, and how many of the section's
+dispatches in context were fused with ops outside it (fusions the slice
+cannot have).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
+
+import numpy as np
+
+from sectionmark.compiler import compile
+from sectionmark.compiler.slicing import SectionSlice, slice_section
+from sectionmark.parameters import Parameters
+from sectionmark.paths import SectionPath, format_path
+from sectionmark.runtime import load
+from sectionmark.section_map import SectionMap
+
+
+@dataclass
+class SliceBench:
+    """A section's time per call alone and in context, and how well the slice reproduced the model's values."""
+
+    path: SectionPath
+    in_context_ns: float  # the section's inclusive busy time per call in the whole model
+    isolated_ns: float  # the slice's busy time per call
+    in_context_dispatches: float  # dispatches touching the section per call in the whole model
+    isolated_dispatches: float  # the slice's dispatches per call
+    fused_across_boundary: int  # recorded dispatches in context that also hold ops of other sections
+    max_abs_error: list[float]  # per output: |slice - whole model| at the boundary, largest element
+
+    def table(self) -> str:
+        """The isolated vs in-context comparison as console text."""
+        rows = [
+            ("", "in context", "isolated"),
+            ("time per call (us)", f"{self.in_context_ns / 1e3:.1f}", f"{self.isolated_ns / 1e3:.1f}"),
+            ("dispatches per call", f"{self.in_context_dispatches:g}", f"{self.isolated_dispatches:g}"),
+            ("dispatches fused across the boundary", f"{self.fused_across_boundary}", "0"),
+        ]
+        widths = [max(len(row[column]) for row in rows) for column in range(3)]
+        lines = [f"section {format_path(self.path)}"]
+        lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+        if self.fused_across_boundary:
+            lines.append(f"{self.fused_across_boundary} dispatch(es) fused with ops outside the section in context "
+                         "run without them alone: those fusions are lost in the slice")
+        errors = ", ".join(f"{error:.3g}" for error in self.max_abs_error)
+        lines.append(f"slice outputs vs whole model (max abs difference per output): {errors}")
+        return "\n".join(lines)
+
+
+def capture_boundary(section_slice: SectionSlice, args: Sequence[Any], target: str = "llvm-cpu",
+                     device: str = "local-task", parameters: Parameters = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The values flowing into and out of the section when the whole model runs on ``args``.
+
+    ``parameters``: the model's external parameter files, as `sectionmark.load` takes them.
+    """
+    compiled = compile(section_slice.capture_program, target, markers=False)
+    results = _host(load(compiled, device, parameters).main(*args))
+    start = section_slice.original_results
+    middle = start + len(section_slice.inputs)
+    return results[start:middle], results[middle:]
+
+
+def run_slice(compiled_slice: Any, inputs: Sequence[np.ndarray], device: str = "local-task",
+              parameters: Parameters = None) -> list[np.ndarray]:
+    return _host(load(compiled_slice, device, parameters).main(*inputs))
+
+
+def bench_section(
+    source: Any, section: Union[str, SectionPath], args: Sequence[Any], target: str = "llvm-cpu",
+    device: str = "local-task", iterations: int = 10, warmup: int = 2, parameters: Parameters = None,
+) -> SliceBench:
+    """Slice ``section`` of ``source``, check it on ``args``'s captured values, profile it alone and in context.
+
+    ``parameters``: the model's external parameter files (the slice reads the same ones).
+    """
+    from sectionmark.profiling import profile
+
+    section_slice = slice_section(source, section)
+    inputs, expected = capture_boundary(section_slice, args, target, device, parameters)
+    compiled_slice = compile(section_slice.program, target)
+    outputs = run_slice(compiled_slice, inputs, device, parameters)
+    errors = [float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0
+              for got, want in zip(outputs, expected)]
+    compiled_whole = compile(source, target)
+    whole = profile(compiled_whole, args, device=device, iterations=iterations, warmup=warmup, quiet=True,
+                    parameters=parameters)
+    alone = profile(compiled_slice, inputs, device=device, iterations=iterations, warmup=warmup, quiet=True,
+                    parameters=parameters)
+    row = whole.section(section_slice.path)
+    return SliceBench(
+        path=section_slice.path,
+        in_context_ns=row.per_call.mean_ns,
+        isolated_ns=alone.total_ns / alone.calls,
+        in_context_dispatches=row.dispatches / whole.calls,
+        isolated_dispatches=len(alone.attribution.events) / alone.calls,
+        fused_across_boundary=fused_across_boundary(compiled_whole.section_map, section_slice.path),
+        max_abs_error=errors,
+    )
+
+
+def fused_across_boundary(section_map: SectionMap, path: SectionPath) -> int:
+    """Recorded dispatches holding ops of ``path`` (or nested in it) and ops of other sections or unmarked ops."""
+    count = 0
+    for buffer in section_map.command_buffers:
+        for command in buffer.commands:
+            inside = [share.path[:len(path)] == path for share in command.shares]
+            if command.op == "dispatch" and any(inside) and not all(inside):
+                count += 1
+    return count
+
+
+def _host(results: Any) -> list[np.ndarray]:
+    if not isinstance(results, (list, tuple)):
+        results = [results]
+    return [np.asarray(result.to_host()) for result in results]

@@ -1,0 +1,155 @@
+"""sm.slice / bench_section on the real stack: nanoGPT (torch and JAX), and one-line errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sectionmark as sm
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.slice_bench import bench_section, capture_boundary, fused_across_boundary, run_slice
+from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
+from nanogpt_builders import jax_gpt, torch_gpt
+
+ATTENTION = "Block 0/Self Attention"
+
+
+@pytest.fixture(scope="module")
+def torch_export():
+    model, args = torch_gpt()
+    return sm.torch.export(model, args=args), [args[0].numpy()]
+
+
+def test_torch_slice_reproduces_the_whole_models_values_bit_for_bit_and_prints_the_table(torch_export):
+    exported, args = torch_export
+    bench = bench_section(exported, ATTENTION, args, iterations=3, warmup=1)
+    assert bench.max_abs_error == [0.0]  # same kernels on the same inputs: bit-identical
+    assert bench.in_context_ns > 0 and bench.isolated_ns > 0
+    assert bench.in_context_dispatches >= 1 and bench.isolated_dispatches >= 1
+    table = bench.table()
+    assert "Block 0 / Self Attention" in table and "in context" in table and "isolated" in table
+    assert "dispatches fused across the boundary" in table
+
+
+def test_fused_across_boundary_counts_dispatches_shared_with_ops_outside_the_section():
+    attention, softmax, mlp = ("Block 0", "Attention"), ("Block 0", "Attention", "Softmax"), ("Block 0", "MLP")
+    commands = [
+        Command(op="dispatch", key="inside", shares=[Share(attention, 0.5), Share(softmax, 0.5)]),
+        Command(op="dispatch", key="across", shares=[Share(softmax, 0.9), Share(mlp, 0.1)]),
+        Command(op="dispatch", key="unmarked"),
+        Command(op="barrier"),
+    ]
+    section_map = SectionMap(sections=[attention, softmax, mlp], command_buffers=[CommandBuffer(0, "main", commands)],
+                             sites=[])
+    assert fused_across_boundary(section_map, attention) == 1
+    assert fused_across_boundary(section_map, softmax) == 2  # its parent's own ops are outside it
+    assert fused_across_boundary(section_map, ("Block 0",)) == 0
+
+
+def test_slice_signature_is_the_values_crossing_the_boundary(torch_export):
+    exported, _ = torch_export
+    attention = sm.slice(exported, ATTENTION)
+    assert attention.inputs == ["!torch.vtensor<[1,32,64],f32>"]
+    assert attention.outputs == ["!torch.vtensor<[1,32,64],f32>"]
+    assert "util.global.load" in attention.mlir  # parameters stay parameters
+
+
+def test_jax_slice_reproduces_the_whole_models_values():
+    forward, tokens = jax_gpt()
+    exported = sm.jax.export(forward, tokens)
+    attention = sm.slice(exported, ("Block 0", "Self Attention"))
+    inputs, expected = capture_boundary(attention, [tokens])
+    outputs = run_slice(sm.compile(attention.program), inputs)
+    assert len(outputs) == len(expected) >= 1
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_unknown_path_lists_the_known_sections(torch_export):
+    exported, _ = torch_export
+    with pytest.raises(SectionmarkError, match="unknown section 'Block 9'; known sections: Embedding;") as error:
+        sm.slice(exported, "Block 9")
+    assert "\n" not in str(error.value)
+
+
+def test_mlir_without_sections_is_one_line():
+    text = "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %x : tensor<4xf32>\n}\n"
+    with pytest.raises(SectionmarkError, match="^the MLIR has no sections"):
+        sm.slice(text, "A")
+
+
+def test_mlir_that_does_not_parse_is_one_line_with_where():
+    with pytest.raises(SectionmarkError, match=r'^cannot parse the MLIR: .* at loc\("-":1:1\)$'):
+        sm.slice("garbage {", "A")
+
+
+def test_section_with_no_ops_of_its_own_is_one_line():
+    # "B" owns only a constant nothing outside reads: no value leaves it.
+    text = (
+        'func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n'
+        '  %c = arith.constant dense<1.0> : tensor<4xf32> loc("sectionmark:B")\n'
+        '  %y = arith.addf %x, %x : tensor<4xf32> loc("sectionmark:A")\n'
+        '  return %y : tensor<4xf32>\n'
+        '}\n'
+    )
+    assert sm.slice(text, "A").inputs == ["tensor<4xf32>"]
+    with pytest.raises(SectionmarkError, match="^section 'B' computes nothing used outside it"):
+        sm.slice(text, "B")
+
+
+def test_cli_writes_the_slice_and_refuses_an_unknown_section_in_one_line(torch_export, tmp_path, capsys):
+    from sectionmark.cli import main
+
+    exported, _ = torch_export
+    model = exported.save_mlir(tmp_path / "gpt.mlir")
+    assert main(["slice", str(model), "--section", "Block 0 / Self Attention", "-o", str(tmp_path / "attn.mlir")]) == 0
+    assert "util.global.load" in (tmp_path / "attn.mlir").read_text()
+    assert main(["slice", str(model), "--section", "Nope", "-o", str(tmp_path / "nope.mlir")]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("sectionmark: error: unknown section 'Nope'") and error.count("\n") == 1
+    assert not (tmp_path / "nope.mlir").exists()
+
+
+def test_a_repeated_nested_section_is_addressed_by_its_path(torch_export):
+    exported, args = torch_export
+    qkv = sm.slice(exported, "Block 1/Self Attention/QKV")
+    assert qkv.path == ("Block 1", "Self Attention", "QKV")
+    inputs, expected = capture_boundary(qkv, args)
+    outputs = run_slice(sm.compile(qkv.program), inputs)
+    assert len(outputs) == len(expected) >= 1
+    for got, want in zip(outputs, expected):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_slice_of_a_model_with_external_parameters_reads_the_same_parameter_file(tmp_path, capsys):
+    import torch
+    from iree.turbine import aot
+
+    from sectionmark.cli import main
+
+    class TwoLayers(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = torch.nn.Linear(64, 64), torch.nn.Linear(64, 64)
+
+        def forward(self, x):
+            with sm.section("First"):
+                x = torch.relu(self.first(x))
+            with sm.section("Second"):
+                return self.second(x)
+
+    torch.manual_seed(0)
+    model, x = TwoLayers().eval(), torch.randn(4, 64)
+    aot.externalize_module_parameters(model)
+    aot.save_module_parameters(tmp_path / "weights.irpa", model)
+    exported = sm.torch.export(model, args=(x,))
+    second = sm.slice(exported, "Second")
+    weights = [line for line in second.mlir.splitlines() if line.lstrip().startswith("util.global")]
+    assert weights and all(".parameter.named<\"model\"::\"second." in line for line in weights)  # its own, still external
+    model_path = exported.save_mlir(tmp_path / "two.mlir")
+    np.save(tmp_path / "x.npy", x.numpy())
+    argv = ["slice", str(model_path), "--section", "Second", "-o", str(tmp_path / "second.mlir"), "--bench",
+            "--input", str(tmp_path / "x.npy"), "--parameters", f"model={tmp_path / 'weights.irpa'}", "-n", "2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "section Second" in out and "max abs difference per output): 0" in out
