@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import pytest
 from test_session import synthetic
@@ -59,11 +60,12 @@ def test_renderers_show_shapes_access_and_flags():
     session = hand_built()
     text = kernels_renderer.render(session)
     assert "R input0 f32[64x64]" in text and "W site 1 #0 f32[64x64]" in text and "[data movement]" in text
-    document = kernels_renderer.to_json(session)
+    document = json.loads(json.dumps(session.to_json()))["kernels"]
     assert [row["site"] for row in document] == [0, 1] and document[1]["data_movement"]
-    assert document[0]["arguments"][1] == {"tensor": "@w", "shape": [64, 64], "tensor_shape": [64, 64], "dtype": "f32",
-                                           "access": "read", "read_bytes": 16384, "written_bytes": 0, "outputs": []}
-    rows = list(csv.DictReader(io.StringIO(kernels_renderer.render_csv(session))))
+    assert document[0]["bindings"][1] == {"tensor": "@w", "shape": [64, 64], "tensor_shape": [64, 64], "dtype": "f32",
+                                          "access": "read", "read_bytes": 16384, "written_bytes": 0, "outputs": []}
+    assert document[0]["bytes"] == document[0]["read_bytes"] + document[0]["written_bytes"]
+    rows = list(csv.DictReader(io.StringIO(session.render("kernels-csv"))))
     assert rows[1]["data_movement"] == "1" and rows[0]["read_bytes"] == "32768"
 
 

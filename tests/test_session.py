@@ -317,6 +317,7 @@ def test_json_is_the_documented_schema():
     session = build([(0, 100_000, ((A, 1.0),)), (50_000, 150_000, ((A, 0.7), (B, 0.3)))], declared=[A, B])
     data = json.loads(json.dumps(session.to_json()))
     sections, sites, components = data.pop("sections"), data.pop("sites"), data.pop("components")
+    assert [row["site"] for row in data.pop("kernels")] == [0, 1]
     assert [component["name"] for component in components] == ["A", "B", "(unmarked)"]
     assert components[0] == {
         "name": "A", "sections": [["A"]], "busy_ns": 170_000, "exclusive_ns": 170_000, "wall_ns": 127_500,

@@ -18,25 +18,30 @@ FLOPs). Rows are in execution order (site ids follow the program order).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from sectionmark.paths import SectionPath
 from sectionmark.section_map import Binding
+from sectionmark.serialization import json_field
 
 DATA_MOVEMENT_INTENSITY = 0.01  # FLOPs per byte
 
 
 @dataclass
 class KernelRow:
+    """One dispatch site of the kernel table (the profile JSON's ``kernels`` rows)."""
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("bytes", "gb_per_s", "gflop_per_s", "intensity")
+
     site: int
     key: str
-    sections: list[tuple[SectionPath, float]]
+    sections: list[tuple[SectionPath, float]] = json_field(entries=("path", "weight"))
     bindings: list[Binding]
     read_bytes: Optional[int]  # per execution; None when a size is dynamic or the map has no bindings
     written_bytes: Optional[int]
     flops: Optional[float]  # per execution (cost model); None when the site could not be sized
     dispatches: int
-    busy_ns: float  # all measured executions
+    busy_ns: float = json_field(rounded=True)  # all measured executions
     time_per_dispatch_ns: float
     shared_with: list[int]  # other sites running the same export function
     data_movement: bool

@@ -160,7 +160,8 @@ class ProfileSession:
     (``print(prof.table())``, ``prof.save_tracy("run.tracy")``).
     """
 
-    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("components",)  # the component view by name: written, not read
+    # The component view by name and the kernel table: written for readers, recomputed (not read) by from_json.
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("components", "kernels")
 
     total_ns: int  # sum of all measured dispatch durations
     wall_ns: int  # union of all measured dispatch intervals

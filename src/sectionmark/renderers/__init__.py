@@ -68,6 +68,7 @@ RENDERERS: dict[str, Renderer] = {
         Renderer("kernels", (".kernels.txt",), False,
                  "per dispatch site: argument shapes, exact bytes, FLOPs, time, GB/s, GFLOP/s (text table)",
                  "sectionmark.renderers.kernels"),
+        Renderer("kernels-csv", (".kernels.csv",), False, "the kernel table as CSV", "sectionmark.renderers.kernels_csv"),
     )
 }
 

@@ -1,4 +1,4 @@
-"""Renderers of the kernel table (sectionmark.profiling.kernels): text, JSON, CSV.
+"""The kernel table (sectionmark.profiling.kernels) as text; kernels_csv.py writes it as CSV, the profile JSON has it as `kernels`.
 
 Times are busy time (dispatch durations); "time/exec" is one execution of the
 dispatch, "busy/call" all its executions in one measured call. Bytes are the
@@ -7,9 +7,8 @@ exact slices each execution loads and stores.
 
 from __future__ import annotations
 
-import csv
 import io
-from typing import Any, Optional
+from typing import Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -75,42 +74,6 @@ def render(session, width: int = 200) -> str:
                      f"{DATA_MOVEMENT_MARK}: bytes moved, (almost) no FLOPs (transpose, copy)")  # Text: brackets are not markup
     buffer = io.StringIO()
     Console(file=buffer, width=width, color_system=None, force_terminal=False).print(table)
-    return buffer.getvalue()
-
-
-def to_json(session) -> list[dict[str, Any]]:
-    """The kernel table as JSON-serialisable rows (one per site, fields named as in KernelRow)."""
-    return [
-        {
-            "site": row.site, "key": row.key,
-            "sections": [{"path": list(path), "weight": weight} for path, weight in row.sections],
-            "arguments": [
-                {"tensor": b.tensor, "shape": b.shape, "tensor_shape": b.tensor_shape, "dtype": b.dtype,
-                 "access": b.access, "read_bytes": b.read_bytes, "written_bytes": b.written_bytes, "outputs": b.outputs}
-                for b in row.bindings
-            ],
-            "read_bytes": row.read_bytes, "written_bytes": row.written_bytes, "flops": row.flops,
-            "dispatches": row.dispatches, "busy_ns": row.busy_ns, "time_per_dispatch_ns": row.time_per_dispatch_ns,
-            "gb_per_s": row.gb_per_s, "gflop_per_s": row.gflop_per_s, "flops_per_byte": row.intensity,
-            "shared_with_sites": row.shared_with, "data_movement": row.data_movement,
-        }
-        for row in kernels(session)
-    ]
-
-
-def render_csv(session) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["site", "sections", "key", "arguments", "read_bytes", "written_bytes", "flops", "dispatches",
-                     "busy_ns", "time_per_dispatch_ns", "gb_per_s", "gflop_per_s", "flops_per_byte",
-                     "shared_with_sites", "data_movement"])
-    for row in kernels(session):
-        writer.writerow([
-            row.site, format_sections(row), row.key, "; ".join(format_binding(b) for b in row.bindings),
-            _blank(row.read_bytes), _blank(row.written_bytes), _blank(row.flops), row.dispatches,
-            f"{row.busy_ns:.0f}", f"{row.time_per_dispatch_ns:.1f}", _blank(row.gb_per_s), _blank(row.gflop_per_s),
-            _blank(row.intensity), " ".join(map(str, row.shared_with)), int(row.data_movement),
-        ])
     return buffer.getvalue()
 
 
