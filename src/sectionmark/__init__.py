@@ -4,7 +4,9 @@ The public API (see docs/): ``section`` marks code; ``sm.torch.export`` /
 ``sm.jax.export`` keep the names in MLIR (a `SectionedExport`; a torch one is
 also iree-turbine's ``ExportOutput``); ``compile`` carries them through
 IREE (a `CompiledExport`); ``load`` runs a module; ``profile`` / ``report``
-measure per-section times (a `ProfileSession`); ``slice`` cuts one section out
+measure per-section times (a `ProfileSession`); ``record`` notes the calls
+a program makes through a loaded module and replays them under the profiler
+(a `Recording`, per-function profiles: docs/record.md); ``slice`` cuts one section out
 into its own program (docs/slice.md); ``tracing`` turns Tracy zones for eager
 sections on and off. Every user-facing failure is a `SectionmarkError` with a
 one-line message. Heavy modules (frameworks, the compiler) load on first use:
@@ -18,7 +20,7 @@ from sectionmark.paths import SectionPath
 
 __all__ = [
     "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledExport", "ProfileSession",
-    "torch", "jax", "compile", "load", "profile", "report", "tracing", "slice",
+    "Recording", "ReplayProfile", "torch", "jax", "compile", "load", "profile", "report", "record", "tracing", "slice",
 ]
 __version__ = "0.1.0"
 
@@ -32,6 +34,9 @@ _LAZY = {
     "load": ("sectionmark.runtime", "load"),
     "profile": ("sectionmark.profiling", "profile"),
     "report": ("sectionmark.profiling", "report"),
+    "record": ("sectionmark.profiling.record", "record"),
+    "Recording": ("sectionmark.profiling.record", "Recording"),
+    "ReplayProfile": ("sectionmark.profiling.replay", "ReplayProfile"),
     "tracing": ("sectionmark.tracy.zones", "tracing"),
     "slice": ("sectionmark.compiler.slicing", "slice_section"),
 }

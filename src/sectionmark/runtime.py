@@ -8,7 +8,7 @@ is a zone on the calling thread.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from sectionmark.artifacts.modules import ModuleSource, module_bytes_and_map
 from sectionmark.errors import SectionmarkError, first_line
@@ -20,29 +20,13 @@ class LoadedModule:
     """A .vmfb loaded on an IREE device; functions are attributes (``module.main(x)``)."""
 
     def __init__(self, source: ModuleSource, device: str = "local-task", parameters: Parameters = None):
-        import iree.runtime as rt
-
-        specs = parameter_specs(parameters)
-        vmfb, self.section_map = module_bytes_and_map(source)
-        try:
-            config = rt.Config(device)
-        except (ValueError, RuntimeError) as error:
-            raise SectionmarkError(f"cannot open IREE device {device!r}: {error}") from None
+        self.vmfb, self.section_map = module_bytes_and_map(source)
         self.device = device
-        self._context = rt.SystemContext(config=config)
-        provider = parameters_module(config.vm_instance, specs)
-        if provider is not None:
-            self._context.add_vm_module(provider)
-        try:
-            vm_module = rt.VmModule.copy_buffer(config.vm_instance, vmfb)
-        except (ValueError, RuntimeError) as error:
-            raise SectionmarkError(f"not a loadable IREE module: {error}") from None
-        try:
-            self._context.add_vm_module(vm_module)
-        except (ValueError, RuntimeError) as error:
-            raise SectionmarkError(_registration_failure(str(error), specs)) from None
+        self.parameters = parameter_specs(parameters)
+        self._context, (vm_module,) = open_context(device, self.parameters, [self.vmfb])
         self.name = vm_module.name
         self._module = self._context.modules[vm_module.name]
+        self._recording: Optional[Any] = None  # what `sectionmark.record` attaches: its add(name, args, kwargs, result)
 
     @property
     def functions(self) -> list[str]:
@@ -59,10 +43,43 @@ class LoadedModule:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             with marker:
-                return invoke(*args, **kwargs)
+                result = invoke(*args, **kwargs)
+            if self._recording is not None:
+                self._recording.add(name, args, kwargs, result)
+            return result
 
         call.__name__ = name
         return call
+
+
+def open_context(device: str, specs: list, modules: Sequence[bytes]) -> tuple[Any, list[Any]]:
+    """An IREE context on ``device`` with the parameter files and ``modules`` (.vmfb bytes, in order); their VM modules.
+
+    A later module may import the functions of an earlier one (a replay driver
+    imports the model's). Every failure is one SectionmarkError line.
+    """
+    import iree.runtime as rt
+
+    try:
+        config = rt.Config(device)
+    except (ValueError, RuntimeError) as error:
+        raise SectionmarkError(f"cannot open IREE device {device!r}: {error}") from None
+    context = rt.SystemContext(config=config)
+    provider = parameters_module(config.vm_instance, specs)
+    if provider is not None:
+        context.add_vm_module(provider)
+    vm_modules = []
+    for vmfb in modules:
+        try:
+            vm_module = rt.VmModule.copy_buffer(config.vm_instance, vmfb)
+        except (ValueError, RuntimeError) as error:
+            raise SectionmarkError(f"not a loadable IREE module: {error}") from None
+        try:
+            context.add_vm_module(vm_module)
+        except (ValueError, RuntimeError) as error:
+            raise SectionmarkError(_registration_failure(str(error), specs)) from None
+        vm_modules.append(vm_module)
+    return context, vm_modules
 
 
 def _registration_failure(message: str, specs: list) -> str:

@@ -133,6 +133,30 @@ def _calls_per_submission(profile: Profile, calls: Optional[int]) -> tuple[np.nd
     return np.arange(count) // period, count // period, True
 
 
+def public_function(name: str) -> str:
+    """The function a user calls for a map function: turbine's ``prefill$async`` is called as ``prefill``."""
+    return name.removesuffix("$async")
+
+
+def submitted_functions(profile: Profile, section_map: SectionMap) -> list[frozenset[str]]:
+    """For each submission, the functions (user's names) of the static command buffers that record its commands.
+
+    Empty when no static buffer records them (not this model's buffer); more
+    than one when several functions record the same commands.
+    """
+    functions: dict[tuple, set[str]] = {}
+    for buffer in section_map.command_buffers:
+        functions.setdefault(_static_signature(buffer.commands), set()).add(public_function(buffer.function))
+    by_buffer: dict[int, frozenset[str]] = {}
+    result = []
+    for buffer_id in profile.submissions["command_buffer"].tolist():
+        if buffer_id not in by_buffer:
+            signature = _signature(profile.command_buffers.get(buffer_id, []))
+            by_buffer[buffer_id] = frozenset(functions.get(signature, ()))
+        result.append(by_buffer[buffer_id])
+    return result
+
+
 def check_fingerprint(profile: Profile, section_map: SectionMap) -> None:
     """Refuse a map whose module has other executable functions than the profiled module.
 

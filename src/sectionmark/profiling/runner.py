@@ -102,6 +102,7 @@ def benchmark_command(
     calls: int,
     profile_path: Path | None,
     parameters: Sequence[tuple[str, Path]] = (),
+    imported: Sequence[Path] = (),
 ) -> list[str]:
     """The iree-benchmark-module command line for ``device``; no measurement without a path.
 
@@ -109,6 +110,8 @@ def benchmark_command(
     around it writes ``profile_path``); other devices: the plain tool with
     HAL-native profiling into ``profile_path``. ``parameters``: external
     parameter files as ``(scope, path)`` (`sectionmark.parameters.parameter_specs`).
+    ``imported``: modules loaded before ``vmfb`` whose functions it calls (a
+    replay driver imports the model's); ``function`` is ``vmfb``'s.
     """
     driver = device_driver(device)
     traced = driver in TRACED_DRIVERS
@@ -116,6 +119,7 @@ def benchmark_command(
         str(find_tool("iree-benchmark-module", tracing=traced)),
         f"--device={device}",
         *tool_flags(parameters),
+        *[f"--module={module}" for module in imported],
         f"--module={vmfb}",
         f"--function={function}",
         *[f"--input=@{path}" for path in inputs],
@@ -161,6 +165,7 @@ def run_profile(
     quiet: bool = False,
     timeout: Optional[float] = DEFAULT_TIMEOUT_S,
     parameters: Sequence[tuple[str, Path]] = (),
+    imported: Sequence[Path] = (),
 ) -> ProfileRun:
     """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy.
 
@@ -181,7 +186,7 @@ def run_profile(
     calls = iterations + warmup
     command = benchmark_command(
         vmfb, function, write_inputs(args, directory), device=device, calls=calls, profile_path=profile_path,
-        parameters=parameters,
+        parameters=parameters, imported=imported,
     )
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
     start = time.perf_counter()

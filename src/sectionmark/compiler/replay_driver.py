@@ -1,0 +1,112 @@
+"""The replay driver: a tiny IREE module that makes a recorded sequence of calls again.
+
+IREE 3.13's Python bindings cannot profile in-process, and its benchmark tool
+calls one function with fixed inputs. A recorded program (prefill, then many
+decode steps passing the KV cache along) becomes one function of a second
+module that imports the model's functions::
+
+    func.func private @"model.prefill"(!hal.buffer_view, ...) -> (...)
+    func.func @replay(%input0: !hal.buffer_view, ...) -> (...) {
+      %call0:3 = func.call @"model.prefill"(%input0, ...) ...
+      %call1:3 = func.call @"model.decode"(%input1, %call0#1, %call0#2) ...
+      return %call1#0, ...
+    }
+
+Results flow from call to call as buffer views, so state stays on the device
+exactly as in the user's program; host inputs are the function's arguments
+(``--input`` of the tool). The driver has no tensors and no dispatches: it
+compiles in well under a second, for any target, and the executables of the
+model are untouched. The function returns the last call's results, so an
+in-process replay can be compared with the recorded run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from sectionmark.errors import SectionmarkError, first_line
+
+DRIVER_MODULE = "sectionmark_replay"
+DRIVER_FUNCTION = "replay"
+_BUFFER_VIEW = "!hal.buffer_view"
+
+
+@dataclass(frozen=True)
+class InputArgument:
+    """A host value: the driver function's argument ``index``."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class ResultArgument:
+    """Result ``result`` of the earlier call ``call``."""
+
+    call: int
+    result: int
+
+
+Argument = Union[InputArgument, ResultArgument]
+
+
+@dataclass(frozen=True)
+class DriverCall:
+    """One call of the model's ``function`` with its arguments, giving ``results`` results."""
+
+    function: str
+    arguments: tuple[Argument, ...]
+    results: int
+
+
+def driver_text(module_name: str, calls: list[DriverCall], inputs: int) -> str:
+    """The driver's MLIR: imports of the model functions called, then one function making the calls in order."""
+    signatures: dict[str, tuple[int, int]] = {}
+    for call in calls:
+        signature = (len(call.arguments), call.results)
+        if signatures.setdefault(call.function, signature) != signature:
+            raise SectionmarkError(
+                f"function {call.function!r} was called with {signature[0]} arguments giving {signature[1]} results "
+                f"and with {signatures[call.function][0]} giving {signatures[call.function][1]}: a replay needs one "
+                "signature per function"
+            )
+
+    def types(count: int) -> str:
+        return ", ".join([_BUFFER_VIEW] * count)
+
+    def symbol(function: str) -> str:
+        return '@"' + f"{module_name}.{function}".replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    def value(argument: Argument) -> str:
+        if isinstance(argument, InputArgument):
+            return f"%input{argument.index}"
+        single = calls[argument.call].results == 1
+        return f"%call{argument.call}" if single else f"%call{argument.call}#{argument.result}"
+
+    last = calls[-1]
+    returned = [value(ResultArgument(len(calls) - 1, index)) for index in range(last.results)]
+    lines = [f"module @{DRIVER_MODULE} {{"]
+    for function, (arguments, results) in signatures.items():
+        lines.append(f"  func.func private {symbol(function)}({types(arguments)}) -> ({types(results)})")
+    parameters = ", ".join(f"%input{index}: {_BUFFER_VIEW}" for index in range(inputs))
+    lines.append(f"  func.func @{DRIVER_FUNCTION}({parameters}) -> ({types(last.results)}) {{")
+    for index, call in enumerate(calls):
+        named = f"%call{index}" if call.results == 1 else f"%call{index}:{call.results}"
+        target = f"{'' if not call.results else named + ' = '}func.call {symbol(call.function)}"
+        operands = ", ".join(value(argument) for argument in call.arguments)
+        lines.append(f"    {target}({operands}) : ({types(len(call.arguments))}) -> ({types(call.results)})")
+    lines.append(f"    return {', '.join(returned)}{' : ' + types(last.results) if returned else ''}")
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def compile_driver(module_name: str, calls: list[DriverCall], inputs: int) -> bytes:
+    """The driver compiled to a .vmfb (no target flags: it has no device code)."""
+    if not calls:
+        raise SectionmarkError("nothing was recorded: call the module's functions inside `with sm.record(module):`")
+    from iree.compiler import CompilerToolError, compile_str
+
+    try:
+        return bytes(compile_str(driver_text(module_name, calls, inputs)))
+    except CompilerToolError as error:
+        raise SectionmarkError(f"cannot compile the replay driver: {first_line(str(error), 'iree-compile failed')}") from None

@@ -1,0 +1,305 @@
+"""Record the calls a program makes through a loaded module, then replay them under IREE's profiler.
+
+``with sm.record(module) as rec:`` notes every call made through ``module``
+(`sectionmark.runtime.LoadedModule`): the function, each host argument (a copy,
+saved as ``.npy`` for the replay) and, for each device array, which earlier
+call's result it is. ``rec.profile()`` compiles a replay driver
+(`sectionmark.compiler.replay_driver`) that makes the same calls passing
+results along on the device, runs it under ``iree-benchmark-module`` with
+HAL-native profiling and splits the profile per function
+(`sectionmark.profiling.replay`). ``rec.save(directory)`` keeps everything
+needed to profile it again (``sectionmark profile DIR``) without the program.
+
+What a replay cannot reproduce, by design: control flow is frozen (the host
+values the program computed between calls, such as the next token, are
+replayed as recorded), and host time between calls is not measured; only
+device work is. A device array that did not come from a recorded call of this
+module is recorded as its host value.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from sectionmark.compiler.replay_driver import Argument, DriverCall, InputArgument, ResultArgument
+from sectionmark import serialization
+from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import atomic_path, check_output_path
+from sectionmark.parameters import Parameters, parameter_specs
+from sectionmark.profiling.inputs import load_input_array
+from sectionmark.profiling.ireeprof import read_profile
+from sectionmark.profiling.replay import ReplayProfile
+from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, TRACED_DRIVERS, device_driver, run_profile
+from sectionmark.runtime import LoadedModule, open_context
+from sectionmark.section_map import SectionMap, sidecar_path
+
+RECORDING_VERSION = 1
+RECORDING_FILE = "recording.json"
+MODEL_FILE = "model.vmfb"
+DRIVER_FILE = "replay.vmfb"
+
+
+class Recording:
+    """The calls made through a module while recording: replayable, profilable, savable.
+
+    Made by `record` (attached to a live module) or `Recording.load` (a saved
+    recording). The data: ``calls`` (function, arguments as
+    `InputArgument` / `ResultArgument`, result count) and ``inputs`` (host
+    values, by InputArgument index).
+    """
+
+    def __init__(self, name: str, vmfb: bytes, section_map: Optional[SectionMap], device: str,
+                 parameters: list, calls: Optional[list[DriverCall]] = None,
+                 inputs: Optional[list[np.ndarray]] = None, module: Optional[LoadedModule] = None,
+                 driver: Optional[bytes] = None):
+        self.name, self.vmfb, self.section_map = name, vmfb, section_map
+        self.device, self.parameters = device, parameters
+        self.calls: list[DriverCall] = calls or []
+        self.inputs: list[np.ndarray] = inputs or []
+        self._module = module
+        # id of a live result device array -> (weak reference, which result it is); dropped when it is freed,
+        # so an id reused by a new object is never taken for an old result.
+        self._origins: dict[int, tuple[weakref.ref, ResultArgument]] = {}
+        self._device_array: Optional[type] = None
+        self._driver = driver  # compiled replay driver, made when first needed
+
+    # ------------------------------------------------------------------ recording
+
+    def __enter__(self) -> "Recording":
+        module = self._module
+        if module is None:
+            raise SectionmarkError("a loaded recording cannot record more calls; record a module with sm.record(module)")
+        if module._recording is not None:
+            raise SectionmarkError(f"module {module.name!r} is already being recorded")
+        from iree.runtime import DeviceArray
+
+        self._device_array = DeviceArray
+        module._recording = self
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._module is not None and self._module._recording is self:
+            self._module._recording = None
+
+    def add(self, function: str, args: Sequence[Any], kwargs: dict, result: Any) -> None:
+        """Note one call made through the module (called by LoadedModule after the call returned)."""
+        if kwargs:
+            raise SectionmarkError(f"{function}: keyword arguments cannot be recorded; pass them by position")
+        arguments = tuple(self._argument(function, position, value) for position, value in enumerate(args))
+        results = result if isinstance(result, tuple) else (() if result is None else (result,))
+        call = len(self.calls)
+        origins = self._origins
+        for index, value in enumerate(results):
+            key = id(value)
+            reference = weakref.ref(value, lambda ref, key=key: origins.pop(key, None) if origins.get(key, (None,))[0] is ref else None)
+            origins[key] = (reference, ResultArgument(call, index))
+        self.calls.append(DriverCall(function, arguments, len(results)))
+        self._driver = None
+
+    def _argument(self, function: str, position: int, value: Any) -> Argument:
+        if type(value) is self._device_array:
+            origin = self._origins.get(id(value))
+            if origin is not None and origin[0]() is value:
+                return origin[1]
+            host = value.to_host()
+        elif isinstance(value, np.ndarray):
+            host = value.copy()
+        elif hasattr(value, "detach"):  # a torch tensor, without importing torch
+            host = value.detach().cpu().numpy().copy()
+        elif isinstance(value, (int, float, bool, np.generic)):
+            host = np.asarray(value)
+        else:
+            raise SectionmarkError(
+                f"{function}: argument {position} cannot be recorded: unsupported type {type(value).__name__} "
+                "(pass arrays, tensors or device arrays)"
+            )
+        self.inputs.append(host)
+        return InputArgument(len(self.inputs) - 1)
+
+    # ------------------------------------------------------------------ replaying
+
+    @property
+    def sequence(self) -> list[str]:
+        """The functions called, in order."""
+        return [call.function for call in self.calls]
+
+    def driver(self) -> bytes:
+        """The compiled replay driver (.vmfb); a saved recording's own, so that profiling it needs no compiler."""
+        if self._driver is None:
+            from sectionmark.compiler.replay_driver import compile_driver
+
+            self._driver = compile_driver(self.name, self.calls, len(self.inputs))
+        return self._driver
+
+    def replay(self) -> Union[Any, tuple]:
+        """Replay once in this process; the last call's results as host arrays (compare with the recorded run)."""
+        context, (_model, driver_module) = open_context(self.device, self.parameters,
+                                                         [self.vmfb, self.driver()])
+        results = context.modules[driver_module.name]["replay"](*self.inputs)
+        if isinstance(results, tuple):
+            return tuple(value.to_host() for value in results)
+        return None if results is None else results.to_host()
+
+    def profile(self, iterations: int = 5, warmup: int = 1, *, quiet: bool = False,
+                timeout: Optional[float] = DEFAULT_TIMEOUT_S,
+                keep_profile: Optional[Union[str, Path]] = None) -> ReplayProfile:
+        """Replay the recorded calls ``warmup + iterations`` times under IREE's profiler; per-function profiles.
+
+        Each replay starts again from the recorded host inputs, so every replay
+        does the same work; the first ``warmup`` replays are not measured.
+        """
+        if self.section_map is None:
+            raise SectionmarkError("this module was compiled without markers; it has no section map to report")
+        if device_driver(self.device) in TRACED_DRIVERS:
+            raise SectionmarkError(
+                f"replaying a recording is profiled with IREE's HAL-native profiler, which {self.device} lacks in "
+                "IREE 3.13; profile the recording on local-task, or use sm.profile per function (docs/gpu.md)"
+            )
+        if keep_profile is not None:
+            check_output_path(keep_profile)
+        with tempfile.TemporaryDirectory(prefix="sectionmark-replay-") as scratch:
+            directory = Path(scratch)
+            model, replay = directory / MODEL_FILE, directory / DRIVER_FILE
+            model.write_bytes(self.vmfb)
+            replay.write_bytes(self.driver())
+            run = run_profile(replay, self.inputs, directory, function="replay", device=self.device,
+                              iterations=iterations, warmup=warmup, quiet=quiet, timeout=timeout,
+                              parameters=self.parameters, imported=[model])
+            if keep_profile is not None:
+                with atomic_path(keep_profile) as temporary:
+                    shutil.copyfile(run.profile_path, temporary)
+            return ReplayProfile.build(read_profile(run.profile_path), self.section_map, self.sequence,
+                                       replays=iterations, warmup=warmup)
+
+    # ------------------------------------------------------------------ saving
+
+    def save(self, directory: Union[str, Path]) -> Path:
+        """Write the recording to ``directory`` (new or empty): the model, its map, the driver, the inputs.
+
+        ``sectionmark profile DIR`` profiles it; `Recording.load` reads it back.
+        The directory is written whole or not at all.
+        """
+        directory = Path(directory)
+        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+            raise SectionmarkError(f"{directory} already exists and is not an empty directory")
+        driver = self.driver()
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+        try:
+            (staging / MODEL_FILE).write_bytes(self.vmfb)
+            if self.section_map is not None:
+                self.section_map.save(sidecar_path(staging / MODEL_FILE))
+            (staging / DRIVER_FILE).write_bytes(driver)
+            (staging / "inputs").mkdir()
+            for index, value in enumerate(self.inputs):
+                np.save(staging / "inputs" / f"{index}.npy", value)
+            (staging / RECORDING_FILE).write_text(json.dumps(self._description(), indent=1) + "\n")
+            if directory.exists():
+                directory.rmdir()
+            staging.rename(directory)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return directory
+
+    def _description(self) -> dict[str, Any]:
+        def argument(value: Argument) -> dict[str, Any]:
+            if isinstance(value, InputArgument):
+                return {"input": value.index}
+            return {"call": value.call, "result": value.result}
+
+        return {
+            "version": RECORDING_VERSION, "kind": "recording", "module": self.name, "device": self.device,
+            "parameters": [f"{scope}={path}" if scope else str(path) for scope, path in self.parameters],
+            "inputs": len(self.inputs),
+            "calls": [{"function": call.function, "arguments": [argument(value) for value in call.arguments],
+                       "results": call.results} for call in self.calls],
+        }
+
+    @classmethod
+    def load(cls, directory: Union[str, Path], *, device: Optional[str] = None,
+             parameters: Parameters = None) -> "Recording":
+        """A recording saved by `save`; ``device`` / ``parameters`` replace the recorded ones when given."""
+        from sectionmark.artifacts import read_section_map
+
+        directory = Path(directory)
+        description = _read_description(directory)
+        try:
+            vmfb = (directory / MODEL_FILE).read_bytes()
+        except OSError as error:
+            raise SectionmarkError(f"cannot read the recording's module {directory / MODEL_FILE}: {error.strerror}") from None
+        calls = _calls(description)
+        inputs = [load_input_array(directory / "inputs" / f"{index}.npy") for index in range(description["inputs"])]
+        for position, call in enumerate(calls):
+            for value in call.arguments:
+                bad = (isinstance(value, InputArgument) and not 0 <= value.index < len(inputs)) or (
+                    isinstance(value, ResultArgument)
+                    and not (0 <= value.call < position and 0 <= value.result < calls[value.call].results))
+                if bad:
+                    raise SectionmarkError(f"malformed recording {directory / RECORDING_FILE}: call {position} "
+                                           f"refers to {value}, which it cannot use")
+        specs = parameter_specs(description["parameters"] if parameters is None else parameters)
+        driver = directory / DRIVER_FILE
+        return cls(description["module"], vmfb, read_section_map(directory / MODEL_FILE),
+                   device or description["device"], specs, calls, inputs,
+                   driver=driver.read_bytes() if driver.is_file() else None)
+
+
+def is_recording(path: Union[str, Path]) -> bool:
+    """Whether ``path`` is a directory written by `Recording.save`."""
+    return (Path(path) / RECORDING_FILE).is_file()
+
+
+def _read_description(directory: Path) -> dict[str, Any]:
+    path = directory / RECORDING_FILE
+    try:
+        data = json.loads(path.read_text())
+    except OSError as error:
+        raise SectionmarkError(f"not a saved recording: cannot read {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise SectionmarkError(f"malformed recording {path}: {error}") from None
+    try:
+        serialization.check_version(data, RECORDING_VERSION, "recording", "record the program again")
+    except serialization.SchemaError as error:
+        raise SectionmarkError(f"{path}: {error}") from None
+    expected = {"module": str, "device": str, "parameters": list, "inputs": int, "calls": list}
+    for name, kind in expected.items():
+        if not isinstance(data.get(name), kind) or isinstance(data.get(name), bool):
+            raise SectionmarkError(f"malformed recording {path}: {name!r} must be a {kind.__name__}")
+    return data
+
+
+def _calls(description: dict[str, Any]) -> list[DriverCall]:
+    calls = []
+    try:
+        for entry in description["calls"]:
+            arguments = tuple(InputArgument(int(value["input"])) if "input" in value
+                              else ResultArgument(int(value["call"]), int(value["result"]))
+                              for value in entry["arguments"])
+            calls.append(DriverCall(str(entry["function"]), arguments, int(entry["results"])))
+    except (KeyError, TypeError, ValueError) as error:
+        raise SectionmarkError(f"malformed recording: a call entry lacks or mistypes {error}") from None
+    return calls
+
+
+def record(module: LoadedModule) -> Recording:
+    """Record the calls made through ``module`` (what `sectionmark.load` returned) inside ``with``.
+
+    ::
+
+        with sm.record(module) as rec:
+            logits, *kv = module.prefill(ids)
+            for step in range(32):
+                logits, *kv = module.decode(next_token(logits), *kv)
+        prof = rec.profile(iterations=5)   # per-function profiles (ReplayProfile)
+    """
+    if not isinstance(module, LoadedModule):
+        raise SectionmarkError(f"sm.record needs a module from sm.load, got {type(module).__name__}")
+    return Recording(module.name, module.vmfb, module.section_map, module.device, module.parameters, module=module)

@@ -1,0 +1,200 @@
+"""Per-function profiles of a replayed call sequence (`sectionmark.record`).
+
+A replay runs the recorded sequence of calls (say prefill, then 32 decode
+steps) ``replays`` times in one profiled process. Each call of a function
+submits the same command buffers every time, so the profile's submissions
+are, per replay, one block per recorded call. Which function submitted a
+block is read from the section map (the static command buffers of each
+function; `attribute.submitted_functions`); how many submissions one call of
+``f`` makes is what ``f`` submitted in the first replay divided by its calls,
+and the whole profile is then checked against that layout call by call, so
+a profile that does not follow the recording is refused, never guessed.
+Each function's submissions (with their dispatches and queue operations)
+become a profile of their own, attributed exactly as `sm.profile` does for
+one function called ``calls`` times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from sectionmark import serialization
+from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import write_atomic
+from sectionmark.profiling.attribute import attribute, public_function, submitted_functions
+from sectionmark.profiling.ireeprof import Profile
+from sectionmark.profiling.queue_time import assign_calls
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
+
+REPLAY_JSON_VERSION = 1
+
+
+def replay_calls(profile: Profile, section_map: SectionMap, sequence: Sequence[str], replays: int) -> np.ndarray:
+    """The recorded call (``replay * len(sequence) + index``) of each submission; -1 for initializer submissions."""
+    functions = submitted_functions(profile, section_map)
+    initializers = 0
+    while initializers < len(functions) and functions[initializers] == {INITIALIZER_FUNCTION}:
+        initializers += 1
+    labels = functions[initializers:]
+    if len(labels) % replays:
+        raise SectionmarkError(
+            f"the profile does not follow the recording: {len(labels)} command-buffer submissions cannot be "
+            f"{replays} equal replays"
+        )
+    per_replay = len(labels) // replays
+    submitted: Counter = Counter()
+    for label in labels[:per_replay]:
+        if len(label) != 1:
+            raise SectionmarkError(_unknown_submission(label))
+        submitted[next(iter(label))] += 1
+    per_call = {}
+    for function, calls in Counter(sequence).items():
+        count, rest = divmod(submitted.pop(function, 0), calls)
+        if rest:
+            raise SectionmarkError(
+                f"the profile does not follow the recording: {function!r} submitted {count * calls + rest} command "
+                f"buffers per replay over {calls} calls (every call of a function submits the same number)"
+            )
+        per_call[function] = count
+    if submitted:
+        raise SectionmarkError(
+            f"the profile does not follow the recording: it has command buffers of {sorted(submitted)[0]!r}, "
+            "which the recording never called (was it recorded from another module?)"
+        )
+    calls = np.full(len(functions), -1, np.int64)
+    position = initializers
+    for replay in range(replays):
+        for index, function in enumerate(sequence):
+            for _ in range(per_call[function]):
+                if functions[position] != {function}:
+                    raise SectionmarkError(
+                        f"the profile does not follow the recording: call {index} of replay {replay} is {function!r} "
+                        f"but its submission {position} is {_names(functions[position])}"
+                    )
+                calls[position] = replay * len(sequence) + index
+                position += 1
+    return calls
+
+
+def _names(functions: frozenset) -> str:
+    return " or ".join(repr(name) for name in sorted(functions)) or "no function of the model"
+
+
+def _unknown_submission(label: frozenset) -> str:
+    if not label:
+        return "a command buffer of the profile is recorded by no function of the section map (another model?)"
+    return f"cannot tell which function submitted a command buffer: {_names(label)} record the same commands"
+
+
+def function_profile(profile: Profile, call_of_submission: np.ndarray, keep_calls: np.ndarray) -> Profile:
+    """The part of ``profile`` made by the calls in ``keep_calls`` (a boolean per recorded call)."""
+    submissions = profile.submissions
+    recorded = call_of_submission >= 0
+    kept = recorded & keep_calls[np.maximum(call_of_submission, 0)]
+    dispatches = profile.dispatches[np.isin(profile.dispatches["submission"], submissions["submission"][kept])]
+    operations = profile.queue_ops
+    operation_calls = assign_calls(operations["submission"], operations["type"], submissions["submission"][recorded],
+                                   call_of_submission[recorded])
+    return dataclasses.replace(profile, dispatches=dispatches, submissions=submissions[kept],
+                               queue_ops=operations[keep_calls[operation_calls]])
+
+
+@dataclass
+class FunctionProfile:
+    """One function of a replay: its calls per replay and its per-section profile (None: it ran no dispatch)."""
+
+    function: str
+    calls_per_replay: int
+    profile: Optional[ProfileSession]
+
+
+@dataclass
+class ReplayProfile:
+    """Per-function profiles of a replayed recording, functions in the order they were first called."""
+
+    replays: int  # measured replays (warmup replays excluded)
+    warmup: int
+    calls_per_replay: int  # calls in the recorded sequence
+    functions: list[FunctionProfile]
+
+    @classmethod
+    def build(cls, profile: Profile, section_map: SectionMap, sequence: Sequence[str], *, replays: int,
+              warmup: int) -> "ReplayProfile":
+        """Attribute a profile of ``warmup + replays`` replays of ``sequence`` per function."""
+        call_of_submission = replay_calls(profile, section_map, sequence, warmup + replays)
+        functions = []
+        for function in dict.fromkeys(sequence):
+            calls = sum(name == function for name in sequence)
+            keep = np.array([name == function for name in sequence] * (warmup + replays), bool)
+            part = function_profile(profile, call_of_submission, keep)
+            session = None
+            if len(part.dispatches):
+                map_name = next((buffer.function for buffer in section_map.command_buffers
+                                 if public_function(buffer.function) == function), function)
+                attribution = attribute(part, section_map, calls=calls * (warmup + replays), warmup=calls * warmup,
+                                        function=map_name)
+                session = ProfileSession.build(attribution, section_map, function=function)
+            functions.append(FunctionProfile(function, calls, session))
+        return cls(replays=replays, warmup=warmup, calls_per_replay=len(sequence), functions=functions)
+
+    def function(self, name: str) -> ProfileSession:
+        """The ProfileSession of one function's calls (all its calls in all measured replays)."""
+        for entry in self.functions:
+            if entry.function == name:
+                if entry.profile is None:
+                    raise SectionmarkError(f"function {name!r} ran no dispatch in the replay: it has no profile")
+                return entry.profile
+        known = ", ".join(entry.function for entry in self.functions)
+        raise SectionmarkError(f"the recording never called {name!r} (it called: {known})")
+
+    def table(self) -> str:
+        """Each function's section table under a heading with its calls."""
+        parts = []
+        for entry in self.functions:
+            calls = f"{entry.calls_per_replay} call{'s' * (entry.calls_per_replay != 1)} per replay"
+            heading = f"{entry.function}: {calls}, {self.replays} measured replay{'s' * (self.replays != 1)}"
+            body = entry.profile.table() if entry.profile is not None else "no dispatches\n"
+            parts.append(f"── {heading} ──\n{body}")
+        return "\n".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """Versioned JSON (docs/profile-json.md): each function's profile is a profile JSON document."""
+        return {
+            "version": REPLAY_JSON_VERSION, "kind": "replay", "replays": self.replays, "warmup": self.warmup,
+            "calls_per_replay": self.calls_per_replay,
+            "functions": [{"function": entry.function, "calls_per_replay": entry.calls_per_replay,
+                           "profile": entry.profile.to_json() if entry.profile is not None else None}
+                          for entry in self.functions],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ReplayProfile":
+        try:
+            serialization.check_version(data, REPLAY_JSON_VERSION, "replay profile JSON",
+                                        "profile the recording again")
+            functions = [FunctionProfile(_field(entry, "function", str), _field(entry, "calls_per_replay", int),
+                                         None if entry.get("profile") is None else ProfileSession.from_json(entry["profile"]))
+                         for entry in _field(data, "functions", list)]
+            return cls(replays=_field(data, "replays", int), warmup=_field(data, "warmup", int),
+                       calls_per_replay=_field(data, "calls_per_replay", int), functions=functions)
+        except serialization.SchemaError as error:
+            raise SectionmarkError(str(error)) from None
+
+    def save_json(self, path: str | Path) -> Path:
+        import json
+
+        return write_atomic(path, json.dumps(self.to_json(), indent=1) + "\n")
+
+
+def _field(data: Any, name: str, kind: type) -> Any:
+    value = data.get(name) if isinstance(data, dict) else None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise serialization.SchemaError(f"malformed sectionmark replay profile JSON: {name!r} must be a {kind.__name__}")
+    return value
