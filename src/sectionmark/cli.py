@@ -48,7 +48,9 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy --table table.txt
   sectionmark profile model.vmfb --input x.npy --by name --kernels kernels.txt --graph graph.svg
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
-  sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa""",
+  sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa
+  sectionmark profile recording/ -n 5 --warmup 1 --json replay.json   # saved by rec.save("recording")
+  sectionmark profile recording/ --function decode --perfetto decode.json""",
     "report": """examples:
   sectionmark report run.ireeprof --map model.sections.json
   sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json
@@ -169,15 +171,19 @@ def build_parser() -> argparse.ArgumentParser:
     profile = commands.add_parser("profile", help="run a .vmfb under IREE's profiler and report per-section times",
                                   description="Run a function of a .vmfb with iree-benchmark-module and measure it "
                                   "(CPU: HAL-native profiling; CUDA/HIP: a Tracy capture of the GPU zones), then "
-                                  "attribute every dispatch to its section(s).",
+                                  "attribute every dispatch to its section(s). Given a directory saved by "
+                                  "rec.save() (sm.record), replay the recorded calls instead: one table per function.",
                                   epilog=EXAMPLES["profile"], formatter_class=_formatter)
     profile.set_defaults(run=_profile, planned_io=_profile_io)
-    profile.add_argument("vmfb", help="module compiled by sectionmark (its section map is embedded)")
+    profile.add_argument("vmfb", help="module compiled by sectionmark (its section map is embedded), "
+                         "or a recording directory (rec.save)")
     profile.add_argument("--input", action="append", default=[], metavar="NPY", help="argument as a .npy file (repeat, in order)")
-    profile.add_argument("--function", default="main", help="function to call (default: main)")
+    profile.add_argument("--function", help="function to call (default: main); of a recording: the function whose "
+                         "profile the outputs show (default: a table per function, JSON of all)")
     profile.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=20,
-                         help="measured calls (default: 20)")
-    profile.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=3, help="unmeasured calls first (default: 3)")
+                         help="measured calls, or replays of a recording (default: 20)")
+    profile.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=3,
+                         help="unmeasured calls (replays) first (default: 3)")
     profile.add_argument("--device", default="local-task",
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
                          "vulkan runs, but its profile cannot be read yet (docs/gpu.md)")
@@ -271,7 +277,10 @@ def _slice_io(args: argparse.Namespace) -> PlannedIO:
 
 
 def _profile_io(args: argparse.Namespace) -> PlannedIO:
-    return [*_module_inputs(args.vmfb), *args.input], {**_rendered_options(args), "--keep-profile": args.keep_profile}
+    from sectionmark.profiling.record import is_recording
+
+    module_inputs = [args.vmfb] if is_recording(args.vmfb) else _module_inputs(args.vmfb)
+    return [*module_inputs, *args.input], {**_rendered_options(args), "--keep-profile": args.keep_profile}
 
 
 def _report_io(args: argparse.Namespace) -> PlannedIO:
@@ -346,13 +355,42 @@ def _compile(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 
 def _profile(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.profiling import profile
+    from sectionmark.profiling.record import is_recording
 
+    if is_recording(args.vmfb):
+        _profile_recording(args, inputs)
+        return
     session = profile(
-        args.vmfb, _load_inputs(args.input), function=args.function, device=args.device,
+        args.vmfb, _load_inputs(args.input), function=args.function or "main", device=args.device,
         iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
         keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters,
     )
     _write_outputs(session, args, inputs)
+
+
+def _profile_recording(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    """Replay a saved recording: a table per function, or one function's outputs with --function."""
+    from sectionmark.profiling.record import Recording
+
+    if args.input:
+        raise SectionmarkError("a recording replays its own inputs: drop --input")
+    recording = Recording.load(args.vmfb, device=args.device, parameters=args.parameters or None)
+    if args.function is not None and args.function not in recording.sequence:
+        raise SectionmarkError(f"the recording never called {args.function!r} (it called: "
+                               f"{', '.join(dict.fromkeys(recording.sequence))})")
+    outputs = _rendered_outputs(args)
+    per_function = [f"--{name}" for name in outputs if name != "json"] + ["--sites"] * args.sites + ["--by"] * bool(args.by)
+    if args.function is None and per_function:
+        raise SectionmarkError(f"{per_function[0]} of a recording is per function: add --function NAME "
+                               f"(it called: {', '.join(dict.fromkeys(recording.sequence))})")
+    replay = recording.profile(iterations=args.iterations, warmup=args.warmup, timeout=args.timeout,
+                               keep_profile=args.keep_profile)
+    if args.function is not None:
+        _write_outputs(replay.function(args.function), args, inputs)
+        return
+    print(replay.table())
+    if "json" in outputs:
+        print(f"wrote {replay.save_json(outputs['json'], inputs=inputs)}")
 
 
 def _recorded_session(args: argparse.Namespace):

@@ -26,7 +26,7 @@ class LoadedModule:
         self._context, (vm_module,) = open_context(device, self.parameters, [self.vmfb])
         self.name = vm_module.name
         self._module = self._context.modules[vm_module.name]
-        self._recording: Optional[Any] = None  # what `sectionmark.record` attaches: its add(name, args, kwargs, result)
+        self._recording: Optional[Any] = None  # what `sectionmark.record` attaches: its arguments() before a call, add() after
 
     @property
     def functions(self) -> list[str]:
@@ -42,10 +42,14 @@ class LoadedModule:
         marker = section(f"{self.name}.{name}")
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            recording = self._recording
+            if recording is None:
+                with marker:
+                    return invoke(*args, **kwargs)
+            arguments = recording.arguments(name, args, kwargs)  # checked and copied before the call
             with marker:
                 result = invoke(*args, **kwargs)
-            if self._recording is not None:
-                self._recording.add(name, args, kwargs, result)
+            recording.add(name, arguments, result)
             return result
 
         call.__name__ = name

@@ -88,17 +88,24 @@ class Recording:
         if self._module is not None and self._module._recording is self:
             self._module._recording = None
 
-    def add(self, function: str, args: Sequence[Any], kwargs: dict, result: Any) -> None:
-        """Note one call made through the module (called by LoadedModule after the call returned)."""
+    def arguments(self, function: str, args: Sequence[Any], kwargs: dict) -> tuple[Argument, ...]:
+        """Where each argument of a call about to be made comes from (LoadedModule calls this, then `add`).
+
+        Host values are copied now, so that a program reusing its buffers does
+        not change what was recorded.
+        """
         if kwargs:
             raise SectionmarkError(f"{function}: keyword arguments cannot be recorded; pass them by position")
-        arguments = tuple(self._argument(function, position, value) for position, value in enumerate(args))
+        return tuple(self._argument(function, position, value) for position, value in enumerate(args))
+
+    def add(self, function: str, arguments: tuple[Argument, ...], result: Any) -> None:
+        """Note a call that returned ``result``."""
         results = result if isinstance(result, tuple) else (() if result is None else (result,))
         call = len(self.calls)
         origins = self._origins
         for index, value in enumerate(results):
             key = id(value)
-            reference = weakref.ref(value, lambda ref, key=key: origins.pop(key, None) if origins.get(key, (None,))[0] is ref else None)
+            reference = weakref.ref(value, lambda ref, key=key: _forget(origins, key, ref))
             origins[key] = (reference, ResultArgument(call, index))
         self.calls.append(DriverCall(function, arguments, len(results)))
         self._driver = None
@@ -245,11 +252,32 @@ class Recording:
                 if bad:
                     raise SectionmarkError(f"malformed recording {directory / RECORDING_FILE}: call {position} "
                                            f"refers to {value}, which it cannot use")
+        _check_module(directory / MODEL_FILE, vmfb, description["module"], {call.function for call in calls})
         specs = parameter_specs(description["parameters"] if parameters is None else parameters)
         driver = directory / DRIVER_FILE
         return cls(description["module"], vmfb, read_section_map(directory / MODEL_FILE),
                    device or description["device"], specs, calls, inputs,
                    driver=driver.read_bytes() if driver.is_file() else None)
+
+
+def _forget(origins: dict, key: int, reference: weakref.ref) -> None:
+    """A recorded result was freed: drop its entry (unless a newer object with its id replaced it)."""
+    if origins.get(key, (None,))[0] is reference:
+        del origins[key]
+
+
+def _check_module(path: Path, vmfb: bytes, name: str, functions: set[str]) -> None:
+    """Refuse a module other than the one recorded (replaced or edited since): its name and functions must match."""
+    import iree.runtime as rt
+
+    try:
+        module = rt.VmModule.copy_buffer(rt.VmInstance(), vmfb)
+    except (ValueError, RuntimeError) as error:
+        raise SectionmarkError(f"{path}: not a loadable IREE module ({error})") from None
+    missing = sorted(functions - set(module.function_names))
+    if module.name != name or missing:
+        what = f"is named {module.name!r}, not {name!r}" if module.name != name else f"has no function {missing[0]!r}"
+        raise SectionmarkError(f"{path} is not the module this recording was made with: it {what}")
 
 
 def is_recording(path: Union[str, Path]) -> bool:

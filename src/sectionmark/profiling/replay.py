@@ -17,6 +17,7 @@ one function called ``calls`` times.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,10 +188,9 @@ class ReplayProfile:
         except serialization.SchemaError as error:
             raise SectionmarkError(str(error)) from None
 
-    def save_json(self, path: str | Path) -> Path:
-        import json
-
-        return write_atomic(path, json.dumps(self.to_json(), indent=1) + "\n")
+    def save_json(self, path: str | Path, inputs: Sequence[str | Path] = ()) -> Path:
+        """Write `to_json` atomically (never onto one of ``inputs``)."""
+        return write_atomic(path, json.dumps(self.to_json(), indent=1) + "\n", inputs)
 
 
 def _field(data: Any, name: str, kind: type) -> Any:

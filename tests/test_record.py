@@ -1,0 +1,219 @@
+"""Record a program's own call sequence, replay it under the profiler, per function.
+
+The acceptance case: a tiny Hugging Face GPT-2 exported as two functions of
+one module (prefill, decode) sharing a KV cache that stays on the device;
+the program runs prefill and 8 decode steps choosing each next token on the
+host. The replay must compute exactly what the program computed, and its
+profile must give one exact table per function with the right call counts.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from iree.turbine import aot  # noqa: E402
+
+import sectionmark as sm  # noqa: E402
+from hf_models import VOCAB, CachedLM, empty_cache, tiny_gpt2  # noqa: E402
+from invariants import assert_profile_invariants  # noqa: E402
+from sectionmark.cli import main  # noqa: E402
+from sectionmark.compiler.replay_driver import DriverCall, InputArgument, ResultArgument, driver_text  # noqa: E402
+from sectionmark.profiling.ireeprof import read_profile  # noqa: E402
+from sectionmark.profiling.replay import ReplayProfile, replay_calls  # noqa: E402
+
+PROMPT = 4
+DECODE_STEPS = 8
+
+
+def tokens(count: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (1, count), generator=torch.Generator().manual_seed(2))
+
+
+@pytest.fixture(scope="module")
+def kv_module(tmp_path_factory):
+    """prefill + decode of one tiny GPT-2 with a fixed-size KV cache, compiled for the CPU and saved."""
+    model = tiny_gpt2()
+    keys, values = empty_cache(model)
+    builder = aot.FxProgramsBuilder(CachedLM(model))
+    with sm.torch.sections():
+
+        @builder.export_program(name="prefill", args=(tokens(PROMPT), torch.arange(PROMPT), keys, values))
+        def prefill(module, input_ids, positions, keys, values):
+            return module(input_ids, positions, keys, values)
+
+        @builder.export_program(name="decode", args=(tokens(1), torch.tensor([PROMPT]), keys, values))
+        def decode(module, input_ids, positions, keys, values):
+            return module(input_ids, positions, keys, values)
+
+    compiled = sm.compile(sm.torch.export(builder), target="llvm-cpu")
+    path = tmp_path_factory.mktemp("kv") / "model.vmfb"
+    compiled.save(path)
+    return SimpleNamespace(model=model, compiled=compiled, path=path)
+
+
+def generate(module, model) -> tuple[np.ndarray, list[int]]:
+    """The user's loop: prefill, then greedy decode steps; the cache never leaves the device."""
+    keys, values = (cache.numpy() for cache in empty_cache(model))
+    logits, keys, values = module.prefill(tokens(PROMPT).numpy(), np.arange(PROMPT), keys, values)
+    chosen = []
+    for position in range(PROMPT, PROMPT + DECODE_STEPS):
+        token = int(np.argmax(logits.to_host()[0, -1]))
+        chosen.append(token)
+        logits, keys, values = module.decode(np.array([[token]]), np.array([position]), keys, values)
+    return logits.to_host(), chosen
+
+
+@pytest.fixture(scope="module")
+def recorded(kv_module):
+    module = sm.load(kv_module.compiled)
+    with sm.record(module) as recording:
+        final_logits, chosen = generate(module, kv_module.model)
+    return SimpleNamespace(recording=recording, final_logits=final_logits, chosen=chosen, module=module)
+
+
+@pytest.fixture(scope="module")
+def replay_profile(recorded, tmp_path_factory):
+    path = tmp_path_factory.mktemp("replay") / "replay.ireeprof"
+    return recorded.recording.profile(iterations=2, warmup=1, quiet=True, keep_profile=path), path
+
+
+def test_the_recording_knows_where_each_device_array_came_from(recorded):
+    calls = recorded.recording.calls
+    assert [call.function for call in calls] == ["prefill"] + ["decode"] * DECODE_STEPS
+    # every decode step takes the cache from the call before it, and the token and position from the host
+    for index, call in enumerate(calls[1:], start=1):
+        assert call.arguments[2:] == (ResultArgument(index - 1, 1), ResultArgument(index - 1, 2))
+        assert all(isinstance(argument, InputArgument) for argument in call.arguments[:2])
+    assert [int(recorded.recording.inputs[call.arguments[0].index][0, 0]) for call in calls[1:]] == recorded.chosen
+
+
+def test_the_replay_computes_what_the_program_computed(recorded):
+    replayed_logits, _keys, _values = recorded.recording.replay()
+    np.testing.assert_array_equal(replayed_logits, recorded.final_logits)
+
+
+def test_replay_profile_per_function(replay_profile):
+    replay, _path = replay_profile
+    assert [(entry.function, entry.calls_per_replay) for entry in replay.functions] == [("prefill", 1),
+                                                                                        ("decode", DECODE_STEPS)]
+    assert replay.replays == 2 and replay.warmup == 1
+    decode = replay.function("decode")
+    assert decode.calls == 2 * DECODE_STEPS and decode.warmup == DECODE_STEPS
+    assert replay.function("prefill").calls == 2
+    for entry in replay.functions:
+        session = entry.profile
+        assert_profile_invariants(session)
+        assert session.coverage_error < 1e-9
+        assert {row.path for row in session.section_rows if row.busy_ns > 0} >= {("Embedding",), ("LM Head",)}
+        rows = session.call_time.rows
+        assert abs(sum(rows.values()) - session.call_time.call_ns) <= 0.01 * session.call_time.call_ns
+    table = replay.table()
+    assert "prefill: 1 call per replay, 2 measured replays" in table
+    assert f"decode: {DECODE_STEPS} calls per replay" in table
+
+
+def test_replay_json_round_trip(replay_profile):
+    replay, _path = replay_profile
+    data = json.loads(json.dumps(replay.to_json()))
+    assert [entry["function"] for entry in data["functions"]] == ["prefill", "decode"]
+    again = ReplayProfile.from_json(data)
+    assert again.function("decode").calls == replay.function("decode").calls
+    assert again.function("decode").total_ns == replay.function("decode").total_ns
+    with pytest.raises(sm.SectionmarkError, match="never called 'main'"):
+        replay.function("main")
+
+
+def test_a_profile_that_does_not_follow_the_recording_is_refused(recorded, replay_profile):
+    _replay, path = replay_profile
+    profile, section_map = read_profile(path), recorded.recording.section_map
+    sequence = recorded.recording.sequence
+    calls = replay_calls(profile, section_map, sequence, 3)
+    assert calls.tolist() == list(range(3 * len(sequence)))  # one submission per call here
+    with pytest.raises(sm.SectionmarkError, match="cannot be 2 equal replays"):
+        replay_calls(profile, section_map, sequence, 2)
+    with pytest.raises(sm.SectionmarkError, match=r"'decode' submitted 24 command buffers per replay over 7 calls"):
+        replay_calls(profile, section_map, sequence[:-1], 1)
+    swapped = sequence[1:2] + sequence[:1] + sequence[2:]
+    with pytest.raises(sm.SectionmarkError, match="call 0 of replay 0 is 'decode' but its submission 0 is 'prefill'"):
+        replay_calls(profile, section_map, swapped, 3)
+
+
+def test_saved_recording_profiles_from_the_command_line(recorded, tmp_path, capsys):
+    directory = recorded.recording.save(tmp_path / "recording")
+    assert {path.name for path in directory.iterdir()} == {"recording.json", "model.vmfb", "model.sections.json",
+                                                          "replay.vmfb", "inputs"}
+    loaded = sm.Recording.load(directory)
+    np.testing.assert_array_equal(loaded.replay()[0], recorded.final_logits)
+    output = tmp_path / "replay.json"
+    assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--json", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert "decode: 8 calls per replay, 1 measured replay" in printed and f"wrote {output}" in printed
+    data = json.loads(output.read_text())
+    assert [(entry["function"], entry["profile"]["calls"]) for entry in data["functions"]] == [("prefill", 1),
+                                                                                               ("decode", 8)]
+    perfetto = tmp_path / "decode.json"
+    assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--function", "decode",
+                 "--perfetto", str(perfetto)]) == 0
+    assert json.loads(perfetto.read_text())
+
+
+def _error_line(argv, capsys) -> str:
+    assert main(argv) == 1
+    return capsys.readouterr().err.strip()
+
+
+def test_bad_recordings_are_one_line(recorded, kv_module, tmp_path, capsys):
+    directory = recorded.recording.save(tmp_path / "recording")
+    with pytest.raises(sm.SectionmarkError, match="already exists and is not an empty directory"):
+        recorded.recording.save(directory)
+    assert _error_line(["profile", str(directory), "--perfetto", str(tmp_path / "p.json")], capsys) == (
+        "sectionmark: error: --perfetto of a recording is per function: add --function NAME "
+        "(it called: prefill, decode)")
+    assert _error_line(["profile", str(directory), "--function", "main"], capsys) == (
+        "sectionmark: error: the recording never called 'main' (it called: prefill, decode)")
+    (directory / "inputs" / "3.npy").unlink()
+    assert _error_line(["profile", str(directory)], capsys) == (
+        f"sectionmark: error: cannot read input {directory}/inputs/3.npy: No such file or directory")
+    other = recorded.recording.save(tmp_path / "other")
+    from tiny_profiles import TWO_MATMULS
+
+    (other / "model.vmfb").write_bytes(sm.compile(TWO_MATMULS, target="llvm-cpu").vmfb)
+    assert _error_line(["profile", str(other)], capsys) == (
+        f"sectionmark: error: {other}/model.vmfb is not the module this recording was made with: "
+        "it has no function 'decode'")
+
+
+def test_recording_misuse_is_one_error(kv_module, recorded):
+    module = recorded.module
+    with pytest.raises(sm.SectionmarkError, match="needs a module from sm.load, got CompiledExport"):
+        sm.record(kv_module.compiled)
+    with sm.record(module):
+        with pytest.raises(sm.SectionmarkError, match="is already being recorded"):
+            with sm.record(module):
+                pass
+        with pytest.raises(sm.SectionmarkError, match="argument 0 cannot be recorded: unsupported type str"):
+            module.decode("token", np.array([PROMPT]), *empty_cache(kv_module.model))
+    with pytest.raises(sm.SectionmarkError, match="nothing was recorded"):
+        with sm.record(module) as empty:
+            pass
+        empty.profile()
+
+
+def test_driver_text_passes_results_along():
+    calls = [DriverCall("prefill", (InputArgument(0),), 2),
+             DriverCall("decode", (InputArgument(1), ResultArgument(0, 1)), 2),
+             DriverCall("norm", (ResultArgument(1, 0),), 1)]
+    text = driver_text("model", calls, 2)
+    assert 'func.func private @"model.prefill"(!hal.buffer_view) -> (!hal.buffer_view, !hal.buffer_view)' in text
+    assert '%call1:2 = func.call @"model.decode"(%input1, %call0#1)' in text
+    assert '%call2 = func.call @"model.norm"(%call1#0)' in text
+    assert "return %call2 : !hal.buffer_view" in text
+    with pytest.raises(sm.SectionmarkError, match="'decode' was called with 1 arguments giving 2 results and with 2"):
+        driver_text("model", calls + [DriverCall("decode", (InputArgument(0),), 2)], 2)
