@@ -22,8 +22,7 @@ in-process replay can be compared with the recorded run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Union
+from typing import NamedTuple, Union
 
 from sectionmark.errors import SectionmarkError, first_line
 
@@ -32,15 +31,14 @@ DRIVER_FUNCTION = "replay"
 _BUFFER_VIEW = "!hal.buffer_view"
 
 
-@dataclass(frozen=True)
-class InputArgument:
+# NamedTuples, not dataclasses: a recording makes several per call of the program, and they are 5x cheaper.
+class InputArgument(NamedTuple):
     """A host value: the driver function's argument ``index``."""
 
     index: int
 
 
-@dataclass(frozen=True)
-class ResultArgument:
+class ResultArgument(NamedTuple):
     """Result ``result`` of the earlier call ``call``."""
 
     call: int
@@ -50,8 +48,7 @@ class ResultArgument:
 Argument = Union[InputArgument, ResultArgument]
 
 
-@dataclass(frozen=True)
-class DriverCall:
+class DriverCall(NamedTuple):
     """One call of the model's ``function`` with its arguments, giving ``results`` results."""
 
     function: str

@@ -64,8 +64,9 @@ class Recording:
         self.calls: list[DriverCall] = calls or []
         self.inputs: list[np.ndarray] = inputs or []
         self._module = module
-        # id of a live result device array -> (weak reference, which result it is); dropped when it is freed,
-        # so an id reused by a new object is never taken for an old result.
+        # id of a result device array -> (weak reference to it, which result it is). An entry is trusted only
+        # while its reference still points at the object looked up, so an id reused after the array was freed
+        # is never taken for the old result (the newer result overwrites the entry).
         self._origins: dict[int, tuple[weakref.ref, ResultArgument]] = {}
         self._device_array: Optional[type] = None
         self._driver = driver  # compiled replay driver, made when first needed
@@ -104,9 +105,7 @@ class Recording:
         call = len(self.calls)
         origins = self._origins
         for index, value in enumerate(results):
-            key = id(value)
-            reference = weakref.ref(value, lambda ref, key=key: _forget(origins, key, ref))
-            origins[key] = (reference, ResultArgument(call, index))
+            origins[id(value)] = (weakref.ref(value), ResultArgument(call, index))
         self.calls.append(DriverCall(function, arguments, len(results)))
         self._driver = None
 
@@ -258,12 +257,6 @@ class Recording:
         return cls(description["module"], vmfb, read_section_map(directory / MODEL_FILE),
                    device or description["device"], specs, calls, inputs,
                    driver=driver.read_bytes() if driver.is_file() else None)
-
-
-def _forget(origins: dict, key: int, reference: weakref.ref) -> None:
-    """A recorded result was freed: drop its entry (unless a newer object with its id replaced it)."""
-    if origins.get(key, (None,))[0] is reference:
-        del origins[key]
 
 
 def _check_module(path: Path, vmfb: bytes, name: str, functions: set[str]) -> None:
