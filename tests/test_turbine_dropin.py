@@ -307,6 +307,27 @@ def test_external_parameters_load_and_profile_with_sections(external, capsys):
     assert "First" in capsys.readouterr().out
 
 
+def test_recording_of_a_model_with_external_parameters(external, tmp_path, capsys):
+    """sm.record replays with the module's parameter files; a saved recording names them for the CLI."""
+    from sectionmark.cli import main
+    from sectionmark.compiler.replay_driver import ResultArgument
+
+    directory, model = external
+    files = [f"model={directory / 'first.irpa'}", f"model={directory / 'second.irpa'}"]
+    module = sm.load(model.compiled, parameters=files)
+    with sm.record(module) as recording:
+        first = module.main(model.x)
+        second = module.main(first)  # stays on the device
+    np.testing.assert_array_equal(recording.replay(), second.to_host())
+    replay = recording.profile(iterations=2, warmup=0, quiet=True)
+    assert recording.calls[1].arguments == (ResultArgument(0, 0),)
+    assert replay.functions[0].calls_per_replay == 2 and replay.function("main").calls == 4
+    assert {row.path for row in replay.function("main").sections if row.dispatched} >= set(WIDE_SECTIONS)
+    saved = recording.save(tmp_path / "recording")
+    assert main(["profile", str(saved), "-n", "1", "--warmup", "0"]) == 0
+    assert "First" in capsys.readouterr().out
+
+
 def test_parameters_of_several_scopes(tmp_path):
     model = _externalized(tmp_path, {"first": "encoder", "second": "head"})
     files = [f"encoder={tmp_path / 'first.irpa'}", f"head={tmp_path / 'second.irpa'}"]
