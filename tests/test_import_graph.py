@@ -30,7 +30,7 @@ STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "profilin
 FOUNDATION = {"errors", "paths", "outputs", "serialization", "parameters", "section_map", "lazy"}
 PREFIX_STAGES = {
     "markers": "markers", "importers": "importers", "locations": "importers", "compiler": "compiler",
-    "runtime": "runtime", "artifacts": "runtime", "profiling": "profiling", "tracy": "profiling",
+    "runtime": "runtime", "artifacts": "runtime", "arguments": "runtime", "profiling": "profiling", "tracy": "profiling",
     "renderers": "renderers", "cli": "entry", "__main__": "entry",
 }
 # (importer, imported) pairs against the flow, and why they are right.

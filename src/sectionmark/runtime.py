@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from sectionmark.arguments import flatten_arguments
 from sectionmark.artifacts.modules import ModuleSource, module_bytes_and_map
 from sectionmark.errors import SectionmarkError, first_line
 from sectionmark.markers import section
@@ -17,7 +18,11 @@ from sectionmark.parameters import PARAMETERS_MODULE, Parameters, parameter_spec
 
 
 class LoadedModule:
-    """A .vmfb loaded on an IREE device; functions are attributes (``module.main(x)``)."""
+    """A .vmfb loaded on an IREE device; functions are attributes (``module.main(x)``).
+
+    Arguments may be arrays, tensors, device arrays, scalars and JAX pytrees
+    (`sectionmark.arguments`).
+    """
 
     def __init__(self, source: ModuleSource, device: str = "local-task", parameters: Parameters = None):
         self.vmfb, self.section_map = module_bytes_and_map(source)
@@ -40,15 +45,17 @@ class LoadedModule:
         except KeyError:
             raise AttributeError(f"module {self.name!r} has no function {name!r} (has: {', '.join(self.functions)})") from None
         marker = section(f"{self.name}.{name}")
+        types = self.section_map.argument_types(name) if self.section_map is not None else None
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            arrays = flatten_arguments(args, types)
             recording = self._recording
             if recording is None:
                 with marker:
-                    return invoke(*args, **kwargs)
-            arguments = recording.arguments(name, args, kwargs)  # checked and copied before the call
+                    return invoke(*arrays, **kwargs)
+            arguments = recording.arguments(name, arrays, kwargs)  # checked and copied before the call
             with marker:
-                result = invoke(*args, **kwargs)
+                result = invoke(*arrays, **kwargs)
             recording.add(name, arguments, result)
             return result
 

@@ -125,6 +125,20 @@ class ModuleFingerprint:
 
 
 @dataclass
+class FunctionSignature:
+    """A public function of the compiled program as its caller sees it (docs/section-map.md, "Functions").
+
+    ``arguments``: the element type of each argument as MLIR spells it
+    (``f32``, ``i64``, ``ui8``, ``i1``...; torch's ``si64`` is written ``i64``), ``""`` for one that is
+    not a tensor. Lets a caller's Python scalars become 0-d arrays of the type
+    the function checks for.
+    """
+
+    name: str
+    arguments: list[str]
+
+
+@dataclass
 class SectionMap:
     sections: list[SectionPath]  # every section the exported program declared, reached or not
     command_buffers: list[CommandBuffer]
@@ -132,6 +146,7 @@ class SectionMap:
     weight_rule: str = WEIGHT_RULE
     target: Optional[str] = None
     fingerprint: Optional[ModuleFingerprint] = None  # None: maps built by hand or before fingerprints
+    functions: list[FunctionSignature] = field(default_factory=list)  # public functions (empty: maps before them)
     version: int = SECTION_MAP_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -164,6 +179,10 @@ class SectionMap:
         for where, shares in owners:
             if any(share.weight < 0 for share in shares) or (shares and abs(sum(s.weight for s in shares) - 1) > 1e-6):
                 raise SectionMapError(f"malformed section map: {where}.shares: weights must be >= 0 and sum to 1")
+
+    def argument_types(self, function: str) -> Optional[list[str]]:
+        """The element types of ``function``'s arguments; None when the map does not know the function."""
+        return next((signature.arguments for signature in self.functions if signature.name == function), None)
 
     @property
     def reached(self) -> list[SectionPath]:

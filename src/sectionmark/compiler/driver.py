@@ -14,6 +14,7 @@ With ``markers=False`` it is a plain compile with the same flags and no hook.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -27,7 +28,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
 from sectionmark.paths import SectionPath, format_path
-from sectionmark.section_map import CommandBuffer, DispatchSite, SectionMap, sidecar_path
+from sectionmark.section_map import CommandBuffer, DispatchSite, FunctionSignature, SectionMap, sidecar_path
 
 # A SectionedExport, iree-turbine's ExportOutput, MLIR text, or a .mlir/.mlirbc path.
 Source = Union[SectionedExport, Any, str, Path]
@@ -107,14 +108,15 @@ def compile_with_flags(
         _parse(compilation, source)
         if not markers:
             return CompiledExport(compilation.finish(), None, target)
-        declared = list(module_sections(compilation.parsed_module()))
+        parsed = compilation.parsed_module()
+        declared, functions = list(module_sections(parsed)), function_signatures(parsed)
         sites = annotate_sites(compilation.advance(SITES_PHASE))
         restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
         module = compilation.advance(COMMANDS_PHASE)
         buffers = CommandRecorder({site.id: site for site in sites}, debug_groups).run(module)
         section_map = SectionMap(
             sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target,
-            fingerprint=module_fingerprint(module),
+            fingerprint=module_fingerprint(module), functions=functions,
         )
         embed_section_map(module, section_map)
         return CompiledExport(compilation.finish(), section_map, target)
@@ -142,6 +144,30 @@ def _parse(compilation: PhasedCompilation, source: Source) -> None:
             f"cannot compile a {type(source).__name__}; pass an export (sm.torch.export, aot.export, sm.jax.export), "
             "MLIR text or a .mlir path"
         )
+
+
+# The element type of a tensor type as printed: tensor<4x?xf32>, !torch.vtensor<[4],si64>, !torch.tensor<[],f32>.
+_ELEMENT_TYPE = re.compile(r"^(?:tensor<(?:[0-9?]+x)*|!torch\.v?tensor<\[[^\]]*\],)([a-z]+[0-9]*)")
+
+
+def function_signatures(module: Any) -> list[FunctionSignature]:
+    """The public functions of the parsed input module and their arguments' element types (see FunctionSignature)."""
+    signatures = []
+    for operation in module.regions[0].blocks[0].operations:
+        if operation.operation.name != "func.func":
+            continue
+        visibility = operation.attributes["sym_visibility"].value if "sym_visibility" in operation.attributes else "public"
+        if visibility != "public":
+            continue
+        name = operation.attributes["sym_name"].value
+        inputs = operation.attributes["function_type"].value.inputs
+        signatures.append(FunctionSignature(name, [_element_type(str(kind)) for kind in inputs]))
+    return signatures
+
+
+def _element_type(kind: str) -> str:
+    match = _ELEMENT_TYPE.match(kind)
+    return re.sub(r"^si", "i", match.group(1)) if match else ""  # torch's si64 is the builtin i64
 
 
 def looks_like_path(text: str) -> bool:

@@ -90,7 +90,7 @@ class Recording:
             self._module._recording = None
 
     def arguments(self, function: str, args: Sequence[Any], kwargs: dict) -> tuple[Argument, ...]:
-        """Where each argument of a call about to be made comes from (LoadedModule calls this, then `add`).
+        """Where each flat argument of a call about to be made comes from (LoadedModule calls this, then `add`).
 
         Host values are copied now, so that a program reusing its buffers does
         not change what was recorded.
@@ -110,22 +110,14 @@ class Recording:
         self._driver = None
 
     def _argument(self, function: str, position: int, value: Any) -> Argument:
+        """A flat argument (`flatten_arguments`): a numpy array, or a device array from a recorded call or not."""
         if type(value) is self._device_array:
             origin = self._origins.get(id(value))
             if origin is not None and origin[0]() is value:
                 return origin[1]
             host = value.to_host()
-        elif isinstance(value, np.ndarray):
-            host = value.copy()
-        elif hasattr(value, "detach"):  # a torch tensor, without importing torch
-            host = value.detach().cpu().numpy().copy()
-        elif isinstance(value, (int, float, bool, np.generic)):
-            host = np.asarray(value)
         else:
-            raise SectionmarkError(
-                f"{function}: argument {position} cannot be recorded: unsupported type {type(value).__name__} "
-                "(pass arrays, tensors or device arrays)"
-            )
+            host = np.array(value)  # a copy: the program may reuse its buffer
         self.inputs.append(host)
         return InputArgument(len(self.inputs) - 1)
 

@@ -34,6 +34,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from rich.console import Console
 
+from sectionmark.arguments import flatten_arguments
 from sectionmark.errors import SectionmarkError
 from sectionmark.parameters import tool_flags
 from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
@@ -80,13 +81,10 @@ def device_driver(device: str) -> str:
     return device.partition("://")[0]
 
 
-def write_inputs(args: Sequence[Any], directory: Path) -> list[Path]:
-    """Save each argument as ``arg<i>.npy`` for ``--input=@file``."""
+def write_inputs(args: Sequence[Any], directory: Path, types: Optional[Sequence[str]] = None) -> list[Path]:
+    """Save each flat argument (`sectionmark.arguments.flatten_arguments`) as ``arg<i>.npy`` for ``--input=@file``."""
     paths = []
-    for index, value in enumerate(args):
-        array = np.asarray(value.detach().cpu() if hasattr(value, "detach") else value)
-        if array.dtype == object:
-            raise SectionmarkError(f"argument {index} is not an array (got {type(value).__name__})")
+    for index, array in enumerate(flatten_arguments(args, types, host=True)):
         path = directory / f"arg{index}.npy"
         np.save(path, array)
         paths.append(path)
@@ -166,6 +164,7 @@ def run_profile(
     timeout: Optional[float] = DEFAULT_TIMEOUT_S,
     parameters: Sequence[tuple[str, Path]] = (),
     imported: Sequence[Path] = (),
+    argument_types: Optional[Sequence[str]] = None,
 ) -> ProfileRun:
     """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy.
 
@@ -185,7 +184,7 @@ def run_profile(
     profile_path.unlink(missing_ok=True)
     calls = iterations + warmup
     command = benchmark_command(
-        vmfb, function, write_inputs(args, directory), device=device, calls=calls, profile_path=profile_path,
+        vmfb, function, write_inputs(args, directory, argument_types), device=device, calls=calls, profile_path=profile_path,
         parameters=parameters, imported=imported,
     )
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())

@@ -1,0 +1,114 @@
+"""The arguments a user has, as the flat list of arrays a compiled function takes.
+
+A compiled function takes buffers, one per tensor argument of the exported
+program. Users call it with what their framework gives them: numpy arrays,
+torch tensors, JAX arrays, IREE device arrays (results of an earlier call),
+Python and numpy scalars, and JAX pytrees (a Flax/NNX-style params dict).
+`flatten_arguments` turns them into that list, in one place for `sm.load`,
+`sm.profile` and `sm.record`:
+
+- containers (dict, list, tuple) are flattened in JAX's order
+  (``jax.tree_util.tree_flatten``: dict keys sorted), the order ``sm.jax.export``
+  gave the program's arguments; with JAX installed its own flattening is used,
+  so registered pytree classes work too;
+- a scalar becomes a 0-d array of the element type the function declares for
+  that argument (from the section map's function signatures), so ``2`` is an
+  ``i32`` for a JAX program and an ``i64`` for a torch one;
+- device arrays stay on the device unless a host value is asked for;
+- anything else is one error naming the argument (``args[0]['dense']['w']``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from sectionmark.errors import SectionmarkError
+
+# Element types as MLIR spells them -> numpy; one absent here (bf16) takes the scalar's own numpy type.
+_NUMPY_TYPES = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+                "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64,
+                "f16": np.float16, "f32": np.float32, "f64": np.float64}
+# Without a declared type: what torch.export and jax.jit make of a Python scalar by default.
+_DEFAULT_TYPES = {bool: np.bool_, int: np.int64, float: np.float32}
+_CONTAINERS = (dict, list, tuple)
+
+
+def flatten_arguments(args: Sequence[Any], types: Optional[Sequence[str]] = None, *, host: bool = False) -> list[Any]:
+    """The arrays to pass to the function: numpy arrays, and device arrays unless ``host``.
+
+    ``types``: the element type of each flat argument as the function declares
+    it (`SectionMap.argument_types`), or None when unknown. Plain arrays go
+    through untouched (the common case costs one type check per argument).
+    """
+    args = tuple(args)
+    if all(type(value) is np.ndarray for value in args) and (types is None or len(types) == len(args)):
+        return list(args)
+    leaves = _leaves(args)
+    if types is not None and len(types) != len(leaves):
+        raise SectionmarkError(
+            f"the function takes {len(types)} array argument{'s' * (len(types) != 1)} and was given {len(leaves)} "
+            "(pytrees count each leaf)"
+        )
+    return [_array(name, value, types[index] if types is not None else "", host)
+            for index, (name, value) in enumerate(leaves)]
+
+
+def _leaves(args: tuple) -> list[tuple[str, Any]]:
+    """``(readable name, leaf)`` of each argument, pytrees flattened in JAX's order."""
+    if not any(isinstance(value, _CONTAINERS) or _is_registered_pytree(value) for value in args):
+        return [(f"argument {index}", value) for index, value in enumerate(args)]
+    if "jax" in sys.modules:
+        import jax
+
+        flat, _tree = jax.tree_util.tree_flatten_with_path(list(args))
+        return [(f"args{jax.tree_util.keystr(path)}", value) for path, value in flat]
+    leaves: list[tuple[str, Any]] = []
+
+    def visit(value: Any, name: str) -> None:
+        if isinstance(value, dict):
+            for key in sorted(value):
+                visit(value[key], f"{name}[{key!r}]")
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                visit(item, f"{name}[{index}]")
+        elif value is not None:  # None is an empty pytree, as in JAX
+            leaves.append((name, value))
+
+    for index, value in enumerate(args):
+        visit(value, f"args[{index}]")
+    return leaves
+
+
+def _is_registered_pytree(value: Any) -> bool:
+    """A JAX-registered container (a flax struct, a namedtuple of arrays...); False without JAX loaded."""
+    if "jax" not in sys.modules or _is_array(value):
+        return False
+    import jax
+
+    return not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(value))
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or hasattr(value, "__array__") or hasattr(value, "to_host")
+
+
+def _array(name: str, value: Any, declared: str, host: bool) -> Any:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "to_host"):  # an IREE device array
+        return value.to_host() if host else value
+    if hasattr(value, "detach"):  # a torch tensor, without importing torch
+        return value.detach().cpu().numpy()
+    if isinstance(value, (bool, int, float, np.generic)):
+        kind = _NUMPY_TYPES.get(declared) or _DEFAULT_TYPES.get(type(value)) or type(value)
+        return np.asarray(value, dtype=kind)
+    if hasattr(value, "__array__") and not isinstance(value, str):  # a JAX array, and other array-likes
+        array = np.asarray(value)
+        if array.dtype != object:
+            return array
+    raise SectionmarkError(
+        f"{name}: unsupported type {type(value).__name__}; pass arrays, tensors, scalars or pytrees of them"
+    )

@@ -1,0 +1,114 @@
+"""Arguments users have: scalars and JAX pytrees in sm.load, sm.profile and sm.record.
+
+A torch program with scalar inputs (0-d tensors in the export) is called
+with Python scalars; a JAX function of a Flax-style nested params dict is
+called with the same dict. Each must compute what the framework computes,
+profile, and replay from a recording; anything else is one error line that
+names the argument.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import sectionmark as sm
+from invariants import assert_profile_invariants
+from sectionmark.arguments import flatten_arguments
+
+
+class Scaled(torch.nn.Module):
+    def forward(self, x, scale, shift):
+        with sm.section("Scale"):
+            y = torch.tanh(x @ x.T) * scale
+        with sm.section("Shift"):
+            return y + shift
+
+
+@pytest.fixture(scope="module")
+def torch_scalars():
+    x = torch.randn(16, 16)
+    exported = sm.torch.export(Scaled(), args=(x, torch.tensor(2.0), torch.tensor(3)))
+    compiled = sm.compile(exported, target="llvm-cpu")
+    return SimpleNamespace(compiled=compiled, x=x.numpy(), expected=Scaled()(x, 0.5, 7).numpy())
+
+
+def test_the_map_knows_the_argument_types(torch_scalars):
+    assert torch_scalars.compiled.section_map.argument_types("main") == ["f32", "f32", "i64"]
+
+
+def test_python_scalars_in_load_profile_and_record(torch_scalars):
+    module = sm.load(torch_scalars.compiled)
+    np.testing.assert_allclose(module.main(torch_scalars.x, 0.5, 7).to_host(), torch_scalars.expected, rtol=1e-5)
+    np.testing.assert_allclose(module.main(torch.from_numpy(torch_scalars.x), np.float64(0.5), np.int32(7)).to_host(),
+                               torch_scalars.expected, rtol=1e-5)
+    session = sm.profile(torch_scalars.compiled, args=(torch_scalars.x, 0.5, 7), iterations=2, warmup=1, quiet=True)
+    assert_profile_invariants(session)
+    with sm.record(module) as recording:
+        module.main(torch_scalars.x, 0.5, 7)
+    assert [value.dtype for value in recording.inputs] == [np.float32, np.float32, np.int64]
+    np.testing.assert_allclose(recording.replay(), torch_scalars.expected, rtol=1e-5)
+
+
+def test_an_unsupported_argument_is_named(torch_scalars):
+    module = sm.load(torch_scalars.compiled)
+    with pytest.raises(sm.SectionmarkError, match=r"^argument 1: unsupported type str; pass arrays, tensors, "
+                                                  r"scalars or pytrees of them$"):
+        module.main(torch_scalars.x, "0.5", 7)
+    with pytest.raises(sm.SectionmarkError, match=r"^the function takes 3 array arguments and was given 2"):
+        sm.profile(torch_scalars.compiled, args=(torch_scalars.x, 0.5), iterations=1, quiet=True)
+
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+
+def dense_block(params, x, scale):
+    with sm.section("Dense"):
+        h = jnp.tanh(x @ params["dense"]["kernel"] + params["dense"]["bias"])
+    with sm.section("Out"):
+        return (h @ params["out"]["kernel"]) * scale
+
+
+@pytest.fixture(scope="module")
+def jax_params():
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    params = {"dense": {"kernel": jax.random.normal(keys[0], (8, 16)), "bias": jnp.zeros(16)},
+              "out": {"kernel": jax.random.normal(keys[1], (16, 4))}}
+    x = jax.random.normal(keys[2], (2, 8))
+    compiled = sm.compile(sm.jax.export(dense_block, params, x, 2), target="llvm-cpu")
+    return SimpleNamespace(compiled=compiled, params=params, x=x, expected=np.asarray(dense_block(params, x, 3)))
+
+
+def test_a_params_dict_in_load_profile_and_record(jax_params):
+    assert jax_params.compiled.section_map.argument_types("main") == ["f32", "f32", "f32", "f32", "i32"]
+    module = sm.load(jax_params.compiled)
+    np.testing.assert_allclose(module.main(jax_params.params, jax_params.x, 3).to_host(), jax_params.expected,
+                               rtol=1e-5, atol=1e-6)
+    session = sm.profile(jax_params.compiled, args=(jax_params.params, jax_params.x, 3), iterations=2, warmup=1,
+                         quiet=True)
+    assert_profile_invariants(session)
+    assert {row.path for row in session.sections if row.dispatched} >= {("Dense",), ("Out",)}
+    with sm.record(module) as recording:
+        module.main(jax_params.params, jax_params.x, 3)
+    np.testing.assert_allclose(recording.replay(), jax_params.expected, rtol=1e-5, atol=1e-6)
+
+
+def test_pytree_leaves_are_named_in_errors(jax_params):
+    params = {"dense": {"kernel": jax_params.params["dense"]["kernel"], "bias": "zeros"},
+              "out": jax_params.params["out"]}
+    with pytest.raises(sm.SectionmarkError, match=r"^args\[0\]\['dense'\]\['bias'\]: unsupported type str"):
+        sm.load(jax_params.compiled).main(params, jax_params.x, 3)
+
+
+def test_flattening_follows_jax_order():
+    tree = ({"b": np.ones(1), "a": [np.zeros(2), None, 3.0]}, np.full(3, 2.0))
+    leaves = flatten_arguments(tree, ["f32", "f64", "f32", "f32"])
+    assert [leaf.shape for leaf in leaves] == [(2,), (), (1,), (3,)]
+    assert leaves[1].dtype == np.float64
+    assert [leaf.shape for leaf in flatten_arguments(tree)] == [(2,), (), (1,), (3,)]
+    plain = [np.ones(2), np.zeros(3)]
+    assert all(a is b for a, b in zip(flatten_arguments(plain), plain))  # plain arrays are passed as they are
