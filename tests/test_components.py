@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import numpy as np
@@ -99,6 +101,24 @@ def test_components_in_table_json_and_csv():
     assert ProfileSession.from_json(data).components()[0].per_call is None  # no per-event data in JSON
 
 
+def test_components_csv_rows_are_the_component_view():
+    session = two_blocks(calls=2)
+    rows = list(csv.DictReader(io.StringIO(session.render("components-csv"))))
+    expected = session.components()
+    assert [row["component"] for row in rows] == [component.name for component in expected]
+    for row, component in zip(rows, expected):
+        assert int(row["busy_ns"]) == round(component.busy_ns)
+        assert int(row["exclusive_ns"]) == round(component.exclusive_ns)
+        assert [json.loads(path) for path in row["sections"].split(";") if path] == [list(p) for p in component.sections]
+        assert float(row["p95_ns"]) == pytest.approx(component.per_call.p95_ns, abs=0.5)
+    (attention,) = csv.DictReader(io.StringIO(session.render("components-csv", by="*/Self Attention")))
+    assert attention["component"] == "*/Self Attention"
+
+
+def test_components_chart_is_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = two_blocks(calls=2).save(tmp_path / "run.components.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow

@@ -327,7 +327,8 @@ def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> 
     if args.by:
         print(session.render("components", by=args.by))
     for name, path in _rendered_outputs(args).items():
-        print(f"wrote {session.save(path, name, inputs=inputs)}")
+        options = {"by": args.by} if args.by and name.startswith("components") else {}
+        print(f"wrote {session.save(path, name, inputs=inputs, **options)}")
 
 
 def _load_inputs(paths: Sequence[str]) -> list:

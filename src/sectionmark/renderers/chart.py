@@ -9,6 +9,23 @@ from sectionmark.errors import SectionmarkError
 
 def render(session, title: str | None = None) -> bytes:
     """The chart as PNG bytes; ``title`` replaces the default (function and time per call)."""
+    rows = [row for row in session.sections if row.busy_ns > 0]
+    per_call = 1e3 * max(session.calls, 1)  # µs: readable for sub-millisecond sections
+    return bar_chart(
+        labels=[("· " * row.depth) + row.leaf for row in rows],
+        own_us=[row.exclusive_ns / per_call for row in rows],
+        nested_us=[(row.busy_ns - row.exclusive_ns) / per_call for row in rows],
+        notes=[f"{row.share:.1%}" + (f", {row.shared_ns / row.busy_ns:.0%} shared" if row.shared_ns else "")
+               for row in rows],
+        legend=("section itself", "nested sections"),
+        title=title or f"sectionmark: {session.function or 'profile'} — "
+                       f"{session.total_ns / 1e3 / max(session.calls, 1):.1f} µs per call",
+    )
+
+
+def bar_chart(labels: list[str], own_us: list[float], nested_us: list[float], notes: list[str],
+              legend: tuple[str, str], title: str) -> bytes:
+    """Horizontal stacked bars (own time, then nested time) in µs per call, first row on top, as PNG bytes."""
     try:
         import matplotlib
 
@@ -16,22 +33,16 @@ def render(session, title: str | None = None) -> bytes:
         import matplotlib.pyplot as plt
     except ImportError:
         raise SectionmarkError("the chart needs matplotlib: pip install 'sectionmark[chart]'") from None
-    rows = [row for row in session.sections if row.busy_ns > 0]
-    labels = [("· " * row.depth) + row.leaf for row in rows]
-    per_call = 1e3 * max(session.calls, 1)  # µs: readable for sub-millisecond sections
-    own_us = [row.exclusive_ns / per_call for row in rows]
-    nested_us = [(row.busy_ns - row.exclusive_ns) / per_call for row in rows]
-    height = max(3.0, 0.32 * len(rows) + 1.2)
+    height = max(3.0, 0.32 * len(labels) + 1.2)
     figure, axes = plt.subplots(figsize=(10, height))
-    positions = list(range(len(rows)))[::-1]
-    axes.barh(positions, own_us, color="#4C8BF5", label="section itself")
-    axes.barh(positions, nested_us, left=own_us, color="#C6DAFC", label="nested sections")
-    for position, row, own, nested in zip(positions, rows, own_us, nested_us):
-        note = f"{row.share:.1%}" + (f", {row.shared_ns / row.busy_ns:.0%} shared" if row.shared_ns else "")
+    positions = list(range(len(labels)))[::-1]
+    axes.barh(positions, own_us, color="#4C8BF5", label=legend[0])
+    axes.barh(positions, nested_us, left=own_us, color="#C6DAFC", label=legend[1])
+    for position, own, nested, note in zip(positions, own_us, nested_us, notes):
         axes.text(own + nested, position, " " + note, va="center", fontsize=7)
     axes.set_yticks(positions, labels, fontsize=8)
     axes.set_xlabel("busy time per call (µs)")
-    axes.set_title(title or f"sectionmark: {session.function or 'profile'} — {session.total_ns / 1e3 / max(session.calls, 1):.1f} µs per call")
+    axes.set_title(title)
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
     png = io.BytesIO()
