@@ -29,6 +29,33 @@ def test_torch_slice_reproduces_the_whole_models_values_bit_for_bit_and_prints_t
     table = bench.table()
     assert "Block 0 / Self Attention" in table and "in context" in table and "isolated" in table
     assert "dispatches fused across the boundary" in table
+    assert bench.in_context_bytes > 0 and bench.isolated_bytes > 0
+    assert "bytes read + written per call" in table
+    if bench.isolated_dispatches > bench.in_context_dispatches:
+        assert "fusions across the boundary are lost" in table
+
+
+def test_bench_without_inputs_runs_the_model_on_random_ones(torch_export, tmp_path, capsys):
+    """No --input: random inputs of the model's shapes; the slice still gets the model's own boundary values."""
+    from sectionmark.cli import main
+
+    exported, _args = torch_export
+    model_path = exported.save_mlir(tmp_path / "gpt.mlir")
+    argv = ["slice", str(model_path), "--section", ATTENTION, "-o", str(tmp_path / "attn.mlir"), "--bench", "-n", "2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "inputs: random values of the model's argument shapes" in out
+    assert "max abs difference per output): 0" in out and "bytes read + written per call" in out
+
+
+def test_random_arguments_follow_the_types():
+    from sectionmark.profiling.slice_bench import random_arguments
+
+    tokens, weights = random_arguments(["!torch.vtensor<[1,16],si64>", "tensor<4x8xf32>"])
+    assert tokens.shape == (1, 16) and tokens.dtype == np.int64 and set(np.unique(tokens)) <= {0, 1}
+    assert weights.shape == (4, 8) and weights.dtype == np.float32
+    with pytest.raises(sm.SectionmarkError, match=r"argument 0 of the model \(tensor<\?x8xf32>\): give the model's inputs"):
+        random_arguments(["tensor<?x8xf32>"])
 
 
 def test_fused_across_boundary_counts_dispatches_shared_with_ops_outside_the_section():

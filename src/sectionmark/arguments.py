@@ -20,6 +20,7 @@ Python and numpy scalars, and JAX pytrees (a Flax/NNX-style params dict).
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, Optional, Sequence
 
@@ -28,12 +29,25 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 
 # Element types as MLIR spells them -> numpy; one absent here (bf16) takes the scalar's own numpy type.
-_NUMPY_TYPES = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+NUMPY_TYPES = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
                 "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64,
                 "f16": np.float16, "f32": np.float32, "f64": np.float64}
 # Without a declared type: what torch.export and jax.jit make of a Python scalar by default.
 _DEFAULT_TYPES = {bool: np.bool_, int: np.int64, float: np.float32}
 _CONTAINERS = (dict, list, tuple)
+# A tensor type as printed: tensor<2x?x8xf32>, !torch.vtensor<[2,-1,8],si64>.
+_TENSOR_TYPE = re.compile(r"^(?:tensor<((?:[0-9?]+x)*)|!torch\.v?tensor<\[([^\]]*)\],)(?:s(?=i))?([a-z]+[0-9]*)>$")
+
+
+def tensor_type(text: str) -> Optional[tuple[tuple[Optional[int], ...], np.dtype]]:
+    """Shape (None for a dynamic size) and numpy dtype of an MLIR tensor type; None for other types."""
+    match = _TENSOR_TYPE.match(text.strip())
+    if match is None or match.group(3) not in NUMPY_TYPES:
+        return None
+    builtin, torch_sizes, element = match.groups()
+    sizes = builtin.split("x")[:-1] if builtin is not None else [size for size in torch_sizes.split(",") if size]
+    shape = tuple(None if size.strip() in ("?", "-1") else int(size) for size in sizes)
+    return shape, np.dtype(NUMPY_TYPES[element])
 
 
 def flatten_arguments(args: Sequence[Any], types: Optional[Sequence[str]] = None, *, host: bool = False) -> list[Any]:
@@ -103,7 +117,7 @@ def _array(name: str, value: Any, declared: str, host: bool) -> Any:
     if hasattr(value, "detach"):  # a torch tensor, without importing torch
         return value.detach().cpu().numpy()
     if isinstance(value, (bool, int, float, np.generic)):
-        kind = _NUMPY_TYPES.get(declared) or _DEFAULT_TYPES.get(type(value)) or type(value)
+        kind = NUMPY_TYPES.get(declared) or _DEFAULT_TYPES.get(type(value)) or type(value)
         return np.asarray(value, dtype=kind)
     if hasattr(value, "__array__") and not isinstance(value, str):  # a JAX array, and other array-likes
         array = np.asarray(value)

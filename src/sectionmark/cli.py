@@ -63,7 +63,8 @@ EXAMPLES = {
   (the same as: sectionmark report run.ireeprof --map model.vmfb --warmup 3 --tracy run.tracy)""",
     "slice": """examples:
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir
-  sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir --bench --input tokens.npy""",
+  sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir --bench --input tokens.npy
+  sectionmark slice model.mlir --section "Block 0/MLP" -o mlp.mlir --bench      # random inputs""",
     "tracy-stats": """examples:
   sectionmark tracy-stats run.tracy
   sectionmark tracy-stats run.tracy --gpu --top 20
@@ -232,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
         "slice", help="cut one section out of an exported model into its own MLIR program",
         description="Outline the ops of one section (nested sections included) into a standalone @main whose "
         "arguments are the values flowing in and whose results are the values flowing out; parameters stay "
-        "globals. With --bench, also check it against the whole model on --input and time it alone vs in context.",
+        "globals. With --bench, also check it against the whole model on --input (random inputs of the model's shapes "
+        "without it) and time it alone vs in context.",
         epilog=EXAMPLES["slice"], formatter_class=_formatter)
     slice_.set_defaults(run=_slice, planned_io=_slice_io)
     slice_.add_argument("mlir", help="exported MLIR with sections: text (.mlir) or bytecode (.mlirbc)")
@@ -240,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     slice_.add_argument("-o", "--output", required=True, help="output .mlir for the slice")
     slice_.add_argument("--bench", action="store_true", help="compile, verify and time the slice against the whole model")
     slice_.add_argument("--input", action="append", default=[], metavar="NPY",
-                        help="the whole model's argument as a .npy file (repeat, in order); needed by --bench")
+                        help="the whole model's argument as a .npy file (repeat, in order) for --bench; without it: random inputs")
     slice_.add_argument("--target", default="llvm-cpu", choices=list(TARGET_FLAGS),
                         help="compile target for --bench (default: llvm-cpu)")
     slice_.add_argument("--parameters", action="append", default=[], metavar="[SCOPE=]FILE",
@@ -431,8 +433,6 @@ def _tracy_stats(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 def _slice(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.compiler.slicing import slice_section
 
-    if args.bench and not args.input:
-        raise SectionmarkError("--bench needs the whole model's arguments (--input NPY, in order)")
     if not Path(args.mlir).is_file():
         raise SectionmarkError(f"no such MLIR file: {args.mlir}")
     section_slice = slice_section(Path(args.mlir), args.section)

@@ -59,6 +59,7 @@ class SectionSlice:
     original_results: int  # how many results the whole program's main has
     inputs: list[str]  # MLIR types of the values flowing in
     outputs: list[str]  # MLIR types of the values flowing out
+    model_inputs: list[str]  # MLIR types of the whole program's arguments
 
     @property
     def mlir(self) -> str:
@@ -105,9 +106,11 @@ def slice_section(source: Any, section: Union[str, SectionPath]) -> SectionSlice
                 raise SectionmarkError(f"section {format_path(path)!r} passes a non-tensor value ({text}) across its boundary")
         program = ModuleExport(_outline(module, plan), input_type)
         capture = ModuleExport(_capture(module, plan), input_type)
+        model_inputs = [str(argument.type) for argument in body.arguments]
     return SectionSlice(
         path=path, program=program, capture_program=capture, original_results=plan.original_results,
         inputs=types[:len(plan.inputs)], outputs=types[len(plan.inputs):],
+        model_inputs=model_inputs,
     )
 
 
