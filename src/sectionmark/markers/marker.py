@@ -142,10 +142,17 @@ _dynamo_entries = 0  # a plain int: Dynamo traces its increment as a side effect
 
 
 def _bind_torch_probes() -> None:
-    """Keep torch's two probes here once torch is imported: each section asks one."""
-    global _torch_exporting, _torch_dynamo_compiling
-    compiler = _modules["torch"].compiler
-    _torch_exporting, _torch_dynamo_compiling = compiler.is_exporting, compiler.is_dynamo_compiling
+    """Keep torch's probes here once torch is imported: each section asks one.
+
+    Bound eagerly where sectionmark's torch importer starts (and at import
+    when torch came first), so that the code Dynamo traces never looks
+    anything up in ``sys.modules``: Dynamo would wrap that dict, thousands of
+    entries, at every section.
+    """
+    global _torch_exporting, _torch_dynamo_compiling, _torch_annotate
+    torch = _modules["torch"]
+    _torch_exporting, _torch_dynamo_compiling = torch.compiler.is_exporting, torch.compiler.is_dynamo_compiling
+    _torch_annotate = torch.fx.traceback.annotate
 
 
 def _first_torch_exporting() -> bool:
@@ -154,14 +161,18 @@ def _first_torch_exporting() -> bool:
 
 
 def _first_torch_dynamo_compiling() -> bool:
+    """Before the probes are bound: nothing compiles while torch is not imported."""
+    if "torch" not in _modules:
+        return False
     _bind_torch_probes()
     return _torch_dynamo_compiling()
 
 
-# Called only while "torch" is in sys.modules. torch.compiler.is_exporting()
-# is one flag for the whole process: true for every thread while any exports.
+# torch.compiler.is_exporting() is one flag for the whole process: true for every thread while any exports.
+# _torch_exporting is called only while "torch" is in sys.modules; _torch_dynamo_compiling at any time.
 _torch_exporting: Callable[[], bool] = _first_torch_exporting
 _torch_dynamo_compiling: Callable[[], bool] = _first_torch_dynamo_compiling
+_torch_annotate: Optional[Callable[[dict], Any]] = None  # torch.fx.traceback.annotate, once bound
 if "torch" in _modules:
     _bind_torch_probes()
 
@@ -201,13 +212,13 @@ def _framework_scopes(name: str) -> Optional[tuple]:
 def _dynamo_scope(name: str):
     """What a section is while TorchDynamo traces (strict export): ``torch.fx.traceback.annotate``.
 
-    Written here, importing nothing, because Dynamo traces this code and
-    reports what it changes outside the model (an import, the counter) as side
-    effects of the model.
+    Written here, importing and looking up nothing, because Dynamo traces
+    this code: it reports what it changes outside the model (the counter) as
+    side effects of the model, and every lookup costs it time per section.
     """
     global _dynamo_entries
     _dynamo_entries += 1
-    return _modules["torch"].fx.traceback.annotate({TORCH_ANNOTATION_PREFIX + str(_dynamo_entries): name})
+    return _torch_annotate({TORCH_ANNOTATION_PREFIX + str(_dynamo_entries): name})
 
 
 def _enter(marker: "section") -> "section":
@@ -296,7 +307,7 @@ class section(_MarkerBase):
     __slots__ = ("name", "color", "_key")
 
     def __new__(cls, name: str, color: Optional[int] = None) -> "section":
-        if "torch" in _modules and _torch_dynamo_compiling():
+        if _torch_dynamo_compiling():
             _check(name, color)
             return _dynamo_scope(name)  # type: ignore[return-value]
         # Markers keep no state of their own, so one per (name, color) serves
@@ -344,7 +355,7 @@ class section(_MarkerBase):
             # One marker serves every synchronous call (their zones nest on each
             # thread), except under Dynamo, which needs the annotate scope that
             # the constructor returns.
-            with section(name, color) if "torch" in _modules and _torch_dynamo_compiling() else marker:
+            with _dynamo_scope(name) if _torch_dynamo_compiling() else marker:  # name checked when decorating
                 return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
