@@ -7,7 +7,9 @@ import pytest
 
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.slice_bench import bench_section, capture_boundary, fused_across_boundary, run_slice
+from sectionmark.profiling.slice_bench import (
+    SliceBench, bench_section, capture_boundary, fused_across_boundary, run_slice,
+)
 from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
 from nanogpt_builders import jax_gpt, torch_gpt
 
@@ -31,8 +33,25 @@ def test_torch_slice_reproduces_the_whole_models_values_bit_for_bit_and_prints_t
     assert "dispatches fused across the boundary" in table
     assert bench.in_context_bytes > 0 and bench.isolated_bytes > 0
     assert "bytes read + written per call" in table
-    if bench.isolated_dispatches > bench.in_context_dispatches:
-        assert "fusions across the boundary are lost" in table
+    # The output projection is fused with Block 0's residual add in context: it also reads the residual there.
+    assert bench.fused_across_boundary == 1 and "1 fusion(s) across the boundary lost" in table
+    assert bench.in_context_bytes > bench.isolated_bytes
+
+
+def slice_bench(in_context: float, isolated: float, fused: int) -> SliceBench:
+    return SliceBench(path=("Block 0", "Self Attention"), in_context_ns=30e3, isolated_ns=35e3,
+                      in_context_dispatches=in_context, isolated_dispatches=isolated, fused_across_boundary=fused,
+                      max_abs_error=[0.0], in_context_bytes=324_400.0, isolated_bytes=None)
+
+
+def test_table_says_which_fusions_across_the_boundary_were_lost():
+    lost = slice_bench(in_context=9, isolated=11, fused=2).table()
+    assert "bytes read + written per call         324.4 kB    n/a" in lost
+    assert "2 fusion(s) across the boundary lost" in lost
+    assert "alone, the section runs 2 more dispatch(es) per call than in context" in lost
+    assert "1 fewer dispatch(es)" in slice_bench(in_context=3, isolated=2, fused=1).table()
+    same = slice_bench(in_context=11, isolated=11, fused=0).table()
+    assert "lost" not in same and "alone, the section runs" not in same
 
 
 def test_bench_without_inputs_runs_the_model_on_random_ones(torch_export, tmp_path, capsys):

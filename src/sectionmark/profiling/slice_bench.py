@@ -57,12 +57,14 @@ class SliceBench:
         lines = [f"section {format_path(self.path)}"]
         lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
         if self.fused_across_boundary:
-            lines.append(f"{self.fused_across_boundary} dispatch(es) fused with ops outside the section in context "
-                         "run without them alone: those fusions are lost in the slice")
-        lost = self.isolated_dispatches - self.in_context_dispatches
-        if lost > 0:
-            lines.append(f"alone, the section runs {lost:g} more dispatch(es) per call: fusions across the boundary "
-                         "are lost, and the values between them go through memory")
+            lines.append(f"{self.fused_across_boundary} fusion(s) across the boundary lost: dispatches that in context "
+                         "also run ops outside the section run without them alone")
+        extra = self.isolated_dispatches - self.in_context_dispatches
+        if extra > 0:
+            lines.append(f"alone, the section runs {extra:g} more dispatch(es) per call than in context: ops fused "
+                         "together in context are split alone, and the values between them go through memory")
+        elif extra < 0:
+            lines.append(f"alone, the section runs {-extra:g} fewer dispatch(es) per call than in context")
         errors = ", ".join(f"{error:.3g}" for error in self.max_abs_error)
         lines.append(f"slice outputs vs whole model (max abs difference per output): {errors}")
         if self.random_inputs:
