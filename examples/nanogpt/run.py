@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> None:
     # Every output by the renderer's name (sectionmark.renderers.RENDERERS), written all at once.
     outputs = {"table": "table.txt", "json": "sections.json", "csv": "sections.csv",
                "perfetto": "run.perfetto.json", "chart": "sections.png", "tracy": "run.tracy",
-               "components": "components.txt", "kernels": "kernels.txt"}
+               "components": "components.txt", "components-csv": "components.csv",
+               "components-chart": "components.png", "kernels": "kernels.txt"}
     options = {"chart": {"title": f"nanoGPT {args.config} ({args.framework}) on llvm-cpu"}}
     with step(f"writing {', '.join(outputs)}"):
         for name, file_name in outputs.items():
@@ -87,13 +88,12 @@ def run(args: argparse.Namespace) -> None:
 
   table.txt            the per-section table printed above
   components.txt       the component view printed under it (sections of one name summed over the blocks)
+  components.csv, .png the component view as CSV and as a chart
   kernels.txt          one row per dispatch site: argument shapes, exact bytes, FLOPs, time, GB/s (docs/optimise.md)
   graph.dot, .html     read/write graph of the dispatches (dot -Tsvg graph.dot > graph.svg; the .html opens offline)
   sections.json        per-section statistics (JSON, docs/profile-json.md)
   sections.csv         the same as CSV (spreadsheet)
   sections.png         chart of where the time went
-  kernels.txt          kernel table: per dispatch its arguments, exact bytes, FLOPs, GB/s (docs/optimise.md)
-  graph.dot, .html     read/write graph of the dispatches (render the .dot: dot -Tsvg graph.dot -o graph.svg)
   run.perfetto.json    timeline: open https://ui.perfetto.dev and drop the file in
   run.tracy            timeline in Tracy 0.11.2 (protocol 72): open with that Tracy GUI version
   model.mlir           exported MLIR; ops carry loc("sectionmark:<path>")

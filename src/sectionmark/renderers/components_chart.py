@@ -13,7 +13,8 @@ def render(session: ProfileSession, by: str = BY_NAME) -> bytes:
     per_call = 1e3 * max(session.calls, 1)
     grouping = "by name" if by == BY_NAME else f"matching {by!r}"
     return bar_chart(
-        labels=[f"{row.name} ({len(row.sections)})" if row.sections else row.name for row in rows],
+        # "(unmarked)" sums the root path () alone: no count of sections beside it.
+        labels=[f"{row.name} ({len(row.sections)})" if any(row.sections) else row.name for row in rows],
         own_us=[row.exclusive_ns / per_call for row in rows],
         nested_us=[(row.busy_ns - row.exclusive_ns) / per_call for row in rows],
         notes=[f"{row.share:.1%}" for row in rows],
