@@ -1,8 +1,10 @@
 """Arguments users have: scalars and JAX pytrees in sm.load, sm.profile and sm.record.
 
 A torch program with scalar inputs (0-d tensors in the export) is called
-with Python scalars; a JAX function of a Flax-style nested params dict is
-called with the same dict. Each must compute what the framework computes,
+with Python scalars; a torch program of a dict of tensors and a JAX
+function of a Flax-style nested params dict are called with the same dict
+(flattened as each exporter flattened it: torch in insertion order, JAX with
+keys sorted). Each must compute what the framework computes,
 profile, and replay from a recording; anything else is one error line that
 names the argument.
 """
@@ -17,7 +19,7 @@ import torch
 
 import sectionmark as sm
 from invariants import assert_profile_invariants
-from sectionmark.arguments import flatten_arguments
+from sectionmark.arguments import element_type, flatten_arguments
 
 
 class Scaled(torch.nn.Module):
@@ -38,6 +40,7 @@ def torch_scalars():
 
 def test_the_map_knows_the_argument_types(torch_scalars):
     assert torch_scalars.compiled.section_map.argument_types("main") == ["f32", "f32", "i64"]
+    assert torch_scalars.compiled.section_map.framework == "torch"
 
 
 def test_python_scalars_in_load_profile_and_record(torch_scalars):
@@ -60,6 +63,53 @@ def test_an_unsupported_argument_is_named(torch_scalars):
         module.main(torch_scalars.x, "0.5", 7)
     with pytest.raises(sm.SectionmarkError, match=r"^the function takes 3 array arguments and was given 2"):
         sm.profile(torch_scalars.compiled, args=(torch_scalars.x, 0.5), iterations=1, quiet=True)
+
+
+class Scalar(torch.nn.Module):
+    def forward(self, x, scale):
+        return x * scale
+
+
+def test_python_scalars_at_export_are_constants():
+    """torch.export specialises a Python scalar of the example arguments: the function does not take it."""
+    x = torch.randn(4)
+    compiled = sm.compile(sm.torch.export(Scalar(), args=(x, 2.0)), target="llvm-cpu")
+    assert compiled.section_map.argument_types("main") == ["f32"]
+    module = sm.load(compiled)
+    np.testing.assert_allclose(module.main(x).to_host(), (x * 2.0).numpy())
+    with pytest.raises(sm.SectionmarkError, match=r"^the function takes 1 array argument and was given 2 \(pytrees "
+                                                  r"count each leaf\); torch.export makes Python scalars in the "
+                                                  r"example arguments constants of the program: export with 0-d "
+                                                  r"tensors \(torch.tensor\(2.0\)\) to pass scalars at call time$"):
+        module.main(x, 3.0)
+
+
+class Batch(torch.nn.Module):
+    def forward(self, batch):
+        with sm.section("Mix"):
+            return batch["b"] * 2 + batch["a"] - batch["c"]
+
+
+def test_a_torch_dict_is_flattened_in_insertion_order():
+    """torch.export flattens a dict in insertion order, not sorted: {"b", "a", "c"} must stay so."""
+    batch = {"b": torch.randn(8), "a": torch.randn(8), "c": torch.randn(8)}
+    compiled = sm.compile(sm.torch.export(Batch(), args=(batch,)), target="llvm-cpu")
+    expected = Batch()(batch).numpy()
+    np.testing.assert_allclose(sm.load(compiled).main(batch).to_host(), expected, rtol=1e-6)
+    session = sm.profile(compiled, args=(batch,), iterations=2, warmup=1, quiet=True)
+    assert_profile_invariants(session)
+
+
+def test_element_types_of_mlir_tensor_types():
+    assert [element_type(text) for text in ("tensor<2x?xf32>", "!torch.vtensor<[4],si64>", "!torch.vtensor<[],ui8>",
+                                            "tensor<bf16>", "tensor<4xf32, #encoding>", "!torch.int", "i64")] == \
+        ["f32", "i64", "ui8", "bf16", "f32", "", ""]
+
+
+def test_dict_order_follows_the_exporter():
+    tree = ({"b": np.zeros(2), "a": np.ones(1)},)
+    assert [leaf.shape for leaf in flatten_arguments(tree, framework="torch")] == [(2,), (1,)]
+    assert [leaf.shape for leaf in flatten_arguments(tree, framework="jax")] == [(1,), (2,)]
 
 
 jax = pytest.importorskip("jax")
@@ -85,6 +135,7 @@ def jax_params():
 
 def test_a_params_dict_in_load_profile_and_record(jax_params):
     assert jax_params.compiled.section_map.argument_types("main") == ["f32", "f32", "f32", "f32", "i32"]
+    assert jax_params.compiled.section_map.framework == "jax"
     module = sm.load(jax_params.compiled)
     np.testing.assert_allclose(module.main(jax_params.params, jax_params.x, 3).to_host(), jax_params.expected,
                                rtol=1e-5, atol=1e-6)
