@@ -100,6 +100,25 @@ def test_a_torch_dict_is_flattened_in_insertion_order():
     assert_profile_invariants(session)
 
 
+class HalfScaled(torch.nn.Module):
+    def forward(self, x, scale):
+        return torch.tanh(x) * scale
+
+
+def test_bfloat16_tensors_and_scalars():
+    """numpy has no bfloat16: torch bf16 tensors and scalars for bf16 arguments become ml_dtypes arrays."""
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    compiled = sm.compile(sm.torch.export(HalfScaled(), args=(x, torch.tensor(2.0, dtype=torch.bfloat16))),
+                          target="llvm-cpu")
+    assert compiled.section_map.argument_types("main") == ["bf16", "bf16"]
+    expected = HalfScaled()(x, torch.tensor(0.5, dtype=torch.bfloat16)).float().numpy()
+    result = sm.load(compiled).main(x, 0.5).to_host()
+    assert str(result.dtype) == "bfloat16"
+    np.testing.assert_allclose(result.astype(np.float32), expected, rtol=1e-2)
+    session = sm.profile(compiled, args=(x, 0.5), iterations=1, warmup=0, quiet=True)
+    assert_profile_invariants(session)
+
+
 def test_element_types_of_mlir_tensor_types():
     assert [element_type(text) for text in ("tensor<2x?xf32>", "!torch.vtensor<[4],si64>", "!torch.vtensor<[],ui8>",
                                             "tensor<bf16>", "tensor<4xf32, #encoding>", "!torch.int", "i64")] == \

@@ -33,10 +33,13 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 
-# Element types as MLIR spells them -> numpy; one absent here (bf16) takes the scalar's own numpy type.
+# Element types as MLIR spells them -> numpy (and ml_dtypes below, for the types numpy lacks).
 NUMPY_TYPES = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
                 "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64,
                 "f16": np.float16, "f32": np.float32, "f64": np.float64}
+# MLIR element types numpy lacks -> their ml_dtypes names (a dependency of iree-base-runtime, whose
+# arrays IREE reads as those types, in calls and in .npy inputs).
+_ML_DTYPES = {"bf16": "bfloat16"}
 # Without a declared type: what torch.export and jax.jit make of a Python scalar by default.
 _DEFAULT_TYPES = {bool: np.bool_, int: np.int64, float: np.float32}
 _CONTAINERS = (dict, list, tuple)
@@ -145,9 +148,9 @@ def _array(name: str, value: Any, declared: str, host: bool) -> Any:
     if hasattr(value, "to_host"):  # an IREE device array
         return value.to_host() if host else value
     if hasattr(value, "detach"):  # a torch tensor, without importing torch
-        return value.detach().cpu().numpy()
+        return _tensor_array(name, value)
     if isinstance(value, (*_PYTHON_SCALARS, np.generic)):
-        kind = NUMPY_TYPES.get(declared) or _DEFAULT_TYPES.get(type(value)) or type(value)
+        kind = _numpy_type(declared) or _DEFAULT_TYPES.get(type(value)) or type(value)
         return np.asarray(value, dtype=kind)
     if hasattr(value, "__array__") and not isinstance(value, str):  # a JAX array, and other array-likes
         array = np.asarray(value)
@@ -156,3 +159,29 @@ def _array(name: str, value: Any, declared: str, host: bool) -> Any:
     raise SectionmarkError(
         f"{name}: unsupported type {type(value).__name__}; pass arrays, tensors, scalars or pytrees of them"
     )
+
+
+def _numpy_type(declared: str) -> Any:
+    """The numpy type of an MLIR element type, None when unknown (``""``: not declared)."""
+    kind = NUMPY_TYPES.get(declared)
+    if kind is None and declared in _ML_DTYPES:
+        import ml_dtypes
+
+        kind = getattr(ml_dtypes, _ML_DTYPES[declared])
+    return kind
+
+
+def _tensor_array(name: str, tensor: Any) -> np.ndarray:
+    """A torch tensor on the host; one of a type numpy lacks (bfloat16, float8) as its ml_dtypes twin."""
+    tensor = tensor.detach().cpu()
+    try:
+        return tensor.numpy()
+    except TypeError:  # "Got unsupported ScalarType BFloat16"
+        pass
+    import ml_dtypes
+
+    kind = getattr(ml_dtypes, str(tensor.dtype).removeprefix("torch."), None)
+    if kind is None or np.dtype(kind).itemsize != tensor.element_size():
+        raise SectionmarkError(f"{name}: a torch tensor of {tensor.dtype} has no numpy equivalent")
+    raw = tensor.contiguous().reshape(-1).view(sys.modules["torch"].uint8).numpy()
+    return raw.view(kind).reshape(tuple(tensor.shape))
