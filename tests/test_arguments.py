@@ -20,6 +20,7 @@ import torch
 import sectionmark as sm
 from invariants import assert_profile_invariants
 from sectionmark.arguments import element_type, flatten_arguments
+from sectionmark.profiling.runner import write_inputs
 
 
 class Scaled(torch.nn.Module):
@@ -43,11 +44,18 @@ def test_the_map_knows_the_argument_types(torch_scalars):
     assert torch_scalars.compiled.section_map.framework == "torch"
 
 
-def test_python_scalars_in_load_profile_and_record(torch_scalars):
+def test_python_scalars_in_load_profile_and_record(torch_scalars, tmp_path):
     module = sm.load(torch_scalars.compiled)
     np.testing.assert_allclose(module.main(torch_scalars.x, 0.5, 7).to_host(), torch_scalars.expected, rtol=1e-5)
     np.testing.assert_allclose(module.main(torch.from_numpy(torch_scalars.x), np.float64(0.5), np.int32(7)).to_host(),
                                torch_scalars.expected, rtol=1e-5)
+    result = module.main(torch_scalars.x, 0.5, 7)
+    assert flatten_arguments([result, 0.5, 7], ["f32", "f32", "i64"])[0] is result  # no host copy of a device array
+    again = Scaled()(torch.from_numpy(torch_scalars.expected), 0.5, 7).numpy()
+    np.testing.assert_allclose(module.main(result, 0.5, 7).to_host(), again, rtol=1e-5)
+    inputs = [np.load(path) for path in write_inputs([result, 0.5, 7], tmp_path, ["f32", "f32", "i64"])]
+    np.testing.assert_array_equal(inputs[0], result.to_host())  # profile's .npy inputs: device arrays copied
+    assert [(array.dtype, array.shape) for array in inputs[1:]] == [(np.float32, ()), (np.int64, ())]
     session = sm.profile(torch_scalars.compiled, args=(torch_scalars.x, 0.5, 7), iterations=2, warmup=1, quiet=True)
     assert_profile_invariants(session)
     with sm.record(module) as recording:
