@@ -103,9 +103,10 @@ def compile_with_flags(
     source: Source, flags: Sequence[str], target: str, markers: bool = True, debug_groups: bool = True
 ) -> CompiledExport:
     """`compile` with exactly ``flags`` (all of them: target, input type, options); ``target`` names the map's."""
+    export = as_sectioned_export(source)
     compilation = PhasedCompilation(flags)
     try:
-        _parse(compilation, source)
+        _parse(compilation, export if export is not None else source)
         if not markers:
             return CompiledExport(compilation.finish(), None, target)
         parsed = compilation.parsed_module()
@@ -116,7 +117,8 @@ def compile_with_flags(
         buffers = CommandRecorder({site.id: site for site in sites}, debug_groups).run(module)
         section_map = SectionMap(
             sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target,
-            fingerprint=module_fingerprint(module), functions=functions, framework=_framework(source),
+            fingerprint=module_fingerprint(module), functions=functions,
+            framework=export.framework if export is not None else None,
         )
         embed_section_map(module, section_map)
         return CompiledExport(compilation.finish(), section_map, target)
@@ -159,12 +161,6 @@ def function_signatures(module: Any) -> list[FunctionSignature]:
         inputs = operation.attributes["function_type"].value.inputs
         signatures.append(FunctionSignature(name, [element_type(str(kind)) for kind in inputs]))
     return signatures
-
-
-def _framework(source: Source) -> Optional[str]:
-    """The exporter of ``source`` ("torch", "jax", "slice"); None for MLIR text or a file."""
-    export = as_sectioned_export(source)
-    return export.framework if export is not None else None
 
 
 def looks_like_path(text: str) -> bool:
