@@ -11,6 +11,9 @@ names the argument.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections import OrderedDict
 from types import SimpleNamespace
 
 import numpy as np
@@ -190,3 +193,17 @@ def test_flattening_follows_jax_order():
     assert [leaf.shape for leaf in flatten_arguments(tree)] == [(2,), (), (1,), (3,)]
     plain = [np.ones(2), np.zeros(3)]
     assert all(a is b for a, b in zip(flatten_arguments(plain), plain))  # plain arrays are passed as they are
+
+
+def test_without_jax_the_order_is_jax_order():
+    """Without JAX imported (or installed) containers are flattened by sectionmark in JAX's order."""
+    tree = ({"b": [np.zeros(1), None, np.zeros(2)], "a": OrderedDict(z=np.zeros(3), y=np.zeros(4))}, (np.zeros(5),))
+    expected = [leaf.shape for leaf in jax.tree_util.tree_leaves(tree)]
+    code = (
+        "import sys; from collections import OrderedDict; import numpy as np; "
+        "from sectionmark.arguments import flatten_arguments; "
+        "tree = ({'b': [np.zeros(1), None, np.zeros(2)], 'a': OrderedDict(z=np.zeros(3), y=np.zeros(4))}, (np.zeros(5),)); "
+        "print([leaf.shape for leaf in flatten_arguments(tree)], 'jax' in sys.modules)"
+    )
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert output.strip() == f"{expected} False"
