@@ -1,14 +1,19 @@
 """Arguments users have: scalars and JAX pytrees in sm.load, sm.profile and sm.record.
 
 A torch program with scalar inputs (0-d tensors in the export) is called
-with Python scalars; a JAX function of a Flax-style nested params dict is
-called with the same dict. Each must compute what the framework computes,
+with Python scalars; a torch program of a dict of tensors and a JAX
+function of a Flax-style nested params dict are called with the same dict
+(flattened as each exporter flattened it: torch in insertion order, JAX with
+keys sorted). Each must compute what the framework computes,
 profile, and replay from a recording; anything else is one error line that
 names the argument.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections import OrderedDict
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,7 +22,8 @@ import torch
 
 import sectionmark as sm
 from invariants import assert_profile_invariants
-from sectionmark.arguments import flatten_arguments
+from sectionmark.arguments import element_type, flatten_arguments
+from sectionmark.profiling.runner import write_inputs
 
 
 class Scaled(torch.nn.Module):
@@ -38,13 +44,21 @@ def torch_scalars():
 
 def test_the_map_knows_the_argument_types(torch_scalars):
     assert torch_scalars.compiled.section_map.argument_types("main") == ["f32", "f32", "i64"]
+    assert torch_scalars.compiled.section_map.framework == "torch"
 
 
-def test_python_scalars_in_load_profile_and_record(torch_scalars):
+def test_python_scalars_in_load_profile_and_record(torch_scalars, tmp_path):
     module = sm.load(torch_scalars.compiled)
     np.testing.assert_allclose(module.main(torch_scalars.x, 0.5, 7).to_host(), torch_scalars.expected, rtol=1e-5)
     np.testing.assert_allclose(module.main(torch.from_numpy(torch_scalars.x), np.float64(0.5), np.int32(7)).to_host(),
                                torch_scalars.expected, rtol=1e-5)
+    result = module.main(torch_scalars.x, 0.5, 7)
+    assert flatten_arguments([result, 0.5, 7], ["f32", "f32", "i64"])[0] is result  # no host copy of a device array
+    again = Scaled()(torch.from_numpy(torch_scalars.expected), 0.5, 7).numpy()
+    np.testing.assert_allclose(module.main(result, 0.5, 7).to_host(), again, rtol=1e-5)
+    inputs = [np.load(path) for path in write_inputs([result, 0.5, 7], tmp_path, ["f32", "f32", "i64"])]
+    np.testing.assert_array_equal(inputs[0], result.to_host())  # profile's .npy inputs: device arrays copied
+    assert [(array.dtype, array.shape) for array in inputs[1:]] == [(np.float32, ()), (np.int64, ())]
     session = sm.profile(torch_scalars.compiled, args=(torch_scalars.x, 0.5, 7), iterations=2, warmup=1, quiet=True)
     assert_profile_invariants(session)
     with sm.record(module) as recording:
@@ -60,6 +74,72 @@ def test_an_unsupported_argument_is_named(torch_scalars):
         module.main(torch_scalars.x, "0.5", 7)
     with pytest.raises(sm.SectionmarkError, match=r"^the function takes 3 array arguments and was given 2"):
         sm.profile(torch_scalars.compiled, args=(torch_scalars.x, 0.5), iterations=1, quiet=True)
+
+
+class Scalar(torch.nn.Module):
+    def forward(self, x, scale):
+        return x * scale
+
+
+def test_python_scalars_at_export_are_constants():
+    """torch.export specialises a Python scalar of the example arguments: the function does not take it."""
+    x = torch.randn(4)
+    compiled = sm.compile(sm.torch.export(Scalar(), args=(x, 2.0)), target="llvm-cpu")
+    assert compiled.section_map.argument_types("main") == ["f32"]
+    module = sm.load(compiled)
+    np.testing.assert_allclose(module.main(x).to_host(), (x * 2.0).numpy())
+    with pytest.raises(sm.SectionmarkError, match=r"^the function takes 1 array argument and was given 2 \(pytrees "
+                                                  r"count each leaf\); torch.export makes Python scalars in the "
+                                                  r"example arguments constants of the program: export with 0-d "
+                                                  r"tensors \(torch.tensor\(2.0\)\) to pass scalars at call time$"):
+        module.main(x, 3.0)
+
+
+class Batch(torch.nn.Module):
+    def forward(self, batch):
+        with sm.section("Mix"):
+            return batch["b"] * 2 + batch["a"] - batch["c"]
+
+
+def test_a_torch_dict_is_flattened_in_insertion_order():
+    """torch.export flattens a dict in insertion order, not sorted: {"b", "a", "c"} must stay so."""
+    batch = {"b": torch.randn(8), "a": torch.randn(8), "c": torch.randn(8)}
+    compiled = sm.compile(sm.torch.export(Batch(), args=(batch,)), target="llvm-cpu")
+    expected = Batch()(batch).numpy()
+    np.testing.assert_allclose(sm.load(compiled).main(batch).to_host(), expected, rtol=1e-6)
+    session = sm.profile(compiled, args=(batch,), iterations=2, warmup=1, quiet=True)
+    assert_profile_invariants(session)
+
+
+class HalfScaled(torch.nn.Module):
+    def forward(self, x, scale):
+        return torch.tanh(x) * scale
+
+
+def test_bfloat16_tensors_and_scalars():
+    """numpy has no bfloat16: torch bf16 tensors and scalars for bf16 arguments become ml_dtypes arrays."""
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    compiled = sm.compile(sm.torch.export(HalfScaled(), args=(x, torch.tensor(2.0, dtype=torch.bfloat16))),
+                          target="llvm-cpu")
+    assert compiled.section_map.argument_types("main") == ["bf16", "bf16"]
+    expected = HalfScaled()(x, torch.tensor(0.5, dtype=torch.bfloat16)).float().numpy()
+    result = sm.load(compiled).main(x, 0.5).to_host()
+    assert str(result.dtype) == "bfloat16"
+    np.testing.assert_allclose(result.astype(np.float32), expected, rtol=1e-2)
+    session = sm.profile(compiled, args=(x, 0.5), iterations=1, warmup=0, quiet=True)
+    assert_profile_invariants(session)
+
+
+def test_element_types_of_mlir_tensor_types():
+    assert [element_type(text) for text in ("tensor<2x?xf32>", "!torch.vtensor<[4],si64>", "!torch.vtensor<[],ui8>",
+                                            "tensor<bf16>", "tensor<4xf32, #encoding>", "!torch.int", "i64")] == \
+        ["f32", "i64", "ui8", "bf16", "f32", "", ""]
+
+
+def test_dict_order_follows_the_exporter():
+    tree = ({"b": np.zeros(2), "a": np.ones(1)},)
+    assert [leaf.shape for leaf in flatten_arguments(tree, framework="torch")] == [(2,), (1,)]
+    assert [leaf.shape for leaf in flatten_arguments(tree, framework="jax")] == [(1,), (2,)]
 
 
 jax = pytest.importorskip("jax")
@@ -85,6 +165,7 @@ def jax_params():
 
 def test_a_params_dict_in_load_profile_and_record(jax_params):
     assert jax_params.compiled.section_map.argument_types("main") == ["f32", "f32", "f32", "f32", "i32"]
+    assert jax_params.compiled.section_map.framework == "jax"
     module = sm.load(jax_params.compiled)
     np.testing.assert_allclose(module.main(jax_params.params, jax_params.x, 3).to_host(), jax_params.expected,
                                rtol=1e-5, atol=1e-6)
@@ -112,3 +193,17 @@ def test_flattening_follows_jax_order():
     assert [leaf.shape for leaf in flatten_arguments(tree)] == [(2,), (), (1,), (3,)]
     plain = [np.ones(2), np.zeros(3)]
     assert all(a is b for a, b in zip(flatten_arguments(plain), plain))  # plain arrays are passed as they are
+
+
+def test_without_jax_the_order_is_jax_order():
+    """Without JAX imported (or installed) containers are flattened by sectionmark in JAX's order."""
+    tree = ({"b": [np.zeros(1), None, np.zeros(2)], "a": OrderedDict(z=np.zeros(3), y=np.zeros(4))}, (np.zeros(5),))
+    expected = [leaf.shape for leaf in jax.tree_util.tree_leaves(tree)]
+    code = (
+        "import sys; from collections import OrderedDict; import numpy as np; "
+        "from sectionmark.arguments import flatten_arguments; "
+        "tree = ({'b': [np.zeros(1), None, np.zeros(2)], 'a': OrderedDict(z=np.zeros(3), y=np.zeros(4))}, (np.zeros(5),)); "
+        "print([leaf.shape for leaf in flatten_arguments(tree)], 'jax' in sys.modules)"
+    )
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert output.strip() == f"{expected} False"

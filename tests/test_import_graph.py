@@ -2,8 +2,8 @@
 
 Each module of src/sectionmark belongs to one stage (docs/architecture.md);
 a module imports only its own stage, earlier stages and the shared foundation
-(errors, paths, outputs, serialization, parameters, and the section map, the
-first data model). Both module-level imports and imports inside functions
+(errors, paths, outputs, serialization, parameters, arguments, and the section
+map, the first data model). Both module-level imports and imports inside functions
 count: a lazy import is still a dependency. The few justified exceptions are
 listed below with their reason.
 
@@ -27,10 +27,10 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "sectionmark"
 
 STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "profiling", "renderers", "entry"]
-FOUNDATION = {"errors", "paths", "outputs", "serialization", "parameters", "section_map", "lazy"}
+FOUNDATION = {"errors", "paths", "outputs", "serialization", "parameters", "section_map", "lazy", "arguments"}
 PREFIX_STAGES = {
     "markers": "markers", "importers": "importers", "locations": "importers", "compiler": "compiler",
-    "runtime": "runtime", "artifacts": "runtime", "arguments": "runtime", "profiling": "profiling", "tracy": "profiling",
+    "runtime": "runtime", "artifacts": "runtime", "profiling": "profiling", "tracy": "profiling",
     "renderers": "renderers", "cli": "entry", "__main__": "entry",
 }
 # (importer, imported) pairs against the flow, and why they are right.

@@ -3,40 +3,56 @@
 A compiled function takes buffers, one per tensor argument of the exported
 program. Users call it with what their framework gives them: numpy arrays,
 torch tensors, JAX arrays, IREE device arrays (results of an earlier call),
-Python and numpy scalars, and JAX pytrees (a Flax/NNX-style params dict).
-`flatten_arguments` turns them into that list, in one place for `sm.load`,
-`sm.profile` and `sm.record`:
+Python and numpy scalars, and pytrees (a Flax/NNX-style params dict, a dict
+of tensors). `flatten_arguments` turns them into that list, in one place for
+`sm.load`, `sm.profile` and `sm.record`:
 
-- containers (dict, list, tuple) are flattened in JAX's order
-  (``jax.tree_util.tree_flatten``: dict keys sorted), the order ``sm.jax.export``
-  gave the program's arguments; with JAX installed its own flattening is used,
-  so registered pytree classes work too;
+- containers (dict, list, tuple) are flattened in the order the exporter
+  flattened the example arguments: JAX's (``jax.tree_util.tree_flatten``: dict
+  keys sorted, an OrderedDict in its own order; with JAX imported its own
+  flattening is used, so registered pytree classes work too) or, for a torch
+  program, torch.export's (dicts in insertion order);
 - a scalar becomes a 0-d array of the element type the function declares for
   that argument (from the section map's function signatures), so ``2`` is an
   ``i32`` for a JAX program and an ``i64`` for a torch one;
 - device arrays stay on the device unless a host value is asked for;
 - anything else is one error naming the argument (``args[0]['dense']['w']``).
+
+A foundation module (numpy only): the compiler reads function signatures with
+`element_type`, the runtime and the profiler flatten arguments.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
 
-# Element types as MLIR spells them -> numpy; one absent here (bf16) takes the scalar's own numpy type.
+# Element types as MLIR spells them -> numpy (and ml_dtypes below, for the types numpy lacks).
 NUMPY_TYPES = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
                 "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64,
                 "f16": np.float16, "f32": np.float32, "f64": np.float64}
+# MLIR element types numpy lacks -> their ml_dtypes names (a dependency of iree-base-runtime, whose
+# arrays IREE reads as those types, in calls and in .npy inputs).
+_ML_DTYPES = {"bf16": "bfloat16"}
 # Without a declared type: what torch.export and jax.jit make of a Python scalar by default.
 _DEFAULT_TYPES = {bool: np.bool_, int: np.int64, float: np.float32}
 _CONTAINERS = (dict, list, tuple)
-# A tensor type as printed: tensor<2x?x8xf32>, !torch.vtensor<[2,-1,8],si64>.
-_TENSOR_TYPE = re.compile(r"^(?:tensor<((?:[0-9?]+x)*)|!torch\.v?tensor<\[([^\]]*)\],)(?:s(?=i))?([a-z]+[0-9]*)>$")
+# A tensor type as printed: tensor<2x?x8xf32>, tensor<4xf32, #encoding>, !torch.vtensor<[2,-1,8],si64>;
+# torch's signed si64 is read as the builtin i64.
+_TENSOR_TYPE = re.compile(r"^(?:tensor<((?:[0-9?]+x)*)|!torch\.v?tensor<\[([^\]]*)\],)(?:s(?=i))?([a-z]+[0-9]*)[>,]")
+_PYTHON_SCALARS = (bool, int, float)
+
+
+def element_type(text: str) -> str:
+    """The element type of an MLIR tensor type (``f32``, ``i64``, ``bf16``); ``""`` for other types."""
+    match = _TENSOR_TYPE.match(text.strip())
+    return match.group(3) if match is not None else ""
 
 
 def tensor_type(text: str) -> Optional[tuple[tuple[Optional[int], ...], np.dtype]]:
@@ -50,31 +66,47 @@ def tensor_type(text: str) -> Optional[tuple[tuple[Optional[int], ...], np.dtype
     return shape, np.dtype(NUMPY_TYPES[element])
 
 
-def flatten_arguments(args: Sequence[Any], types: Optional[Sequence[str]] = None, *, host: bool = False) -> list[Any]:
-    """The arrays to pass to the function: numpy arrays, and device arrays unless ``host``.
+def flatten_arguments(
+    args: Sequence[Any], types: Optional[Sequence[str]] = None, *, framework: Optional[str] = None, host: bool = False
+) -> list[Any]:
+    """The arrays to pass to the function, in order: numpy arrays, and IREE device arrays unless ``host``.
 
-    ``types``: the element type of each flat argument as the function declares
-    it (`SectionMap.argument_types`), or None when unknown. Plain arrays go
-    through untouched (the common case costs one type check per argument).
+    Each result is either an ``np.ndarray`` (a host value: arrays and
+    tensors as they are or copied to the host, scalars as 0-d arrays) or the
+    caller's own device array object, untouched. ``types``: the element type
+    of each flat argument as the function declares it
+    (`SectionMap.argument_types`), or None when unknown (scalars are then
+    ``i64``, ``f32`` or ``i1``). ``framework``: the exporter of the program
+    (`SectionMap.framework`); ``"torch"`` flattens dicts in insertion order,
+    anything else in JAX's order. Plain arrays go through untouched (the
+    common case costs one type check per argument).
     """
     args = tuple(args)
     if all(type(value) is np.ndarray for value in args) and (types is None or len(types) == len(args)):
         return list(args)
-    leaves = _leaves(args)
+    leaves = _leaves(args, framework == "torch")
     if types is not None and len(types) != len(leaves):
-        raise SectionmarkError(
-            f"the function takes {len(types)} array argument{'s' * (len(types) != 1)} and was given {len(leaves)} "
-            "(pytrees count each leaf)"
-        )
+        raise SectionmarkError(_count_mismatch(len(types), leaves, framework))
     return [_array(name, value, types[index] if types is not None else "", host)
             for index, (name, value) in enumerate(leaves)]
 
 
-def _leaves(args: tuple) -> list[tuple[str, Any]]:
-    """``(readable name, leaf)`` of each argument, pytrees flattened in JAX's order."""
-    if not any(isinstance(value, _CONTAINERS) or _is_registered_pytree(value) for value in args):
+def _count_mismatch(expected: int, leaves: list[tuple[str, Any]], framework: Optional[str]) -> str:
+    """Wrong number of flat arguments, saying why when torch.export made the example's Python scalars constants."""
+    message = (f"the function takes {expected} array argument{'s' * (expected != 1)} and was given {len(leaves)} "
+               "(pytrees count each leaf)")
+    scalars = any(isinstance(leaf, _PYTHON_SCALARS) for _, leaf in leaves)
+    if framework == "torch" and len(leaves) > expected and scalars:
+        message += ("; torch.export makes Python scalars in the example arguments constants of the program: export "
+                    "with 0-d tensors (torch.tensor(2.0)) to pass scalars at call time")
+    return message
+
+
+def _leaves(args: tuple, torch_order: bool) -> list[tuple[str, Any]]:
+    """``(readable name, leaf)`` of each argument, pytrees flattened in JAX's order or torch's (``torch_order``)."""
+    if not any(isinstance(value, _CONTAINERS) or (not torch_order and _is_registered_pytree(value)) for value in args):
         return [(f"argument {index}", value) for index, value in enumerate(args)]
-    if "jax" in sys.modules:
+    if not torch_order and "jax" in sys.modules:
         import jax
 
         flat, _tree = jax.tree_util.tree_flatten_with_path(list(args))
@@ -83,12 +115,13 @@ def _leaves(args: tuple) -> list[tuple[str, Any]]:
 
     def visit(value: Any, name: str) -> None:
         if isinstance(value, dict):
-            for key in sorted(value):
+            # torch.utils._pytree keeps insertion order; JAX sorts keys except an OrderedDict's.
+            for key in value if torch_order or isinstance(value, OrderedDict) else sorted(value):
                 visit(value[key], f"{name}[{key!r}]")
         elif isinstance(value, (list, tuple)):
             for index, item in enumerate(value):
                 visit(item, f"{name}[{index}]")
-        elif value is not None:  # None is an empty pytree, as in JAX
+        elif value is not None:  # None is an empty pytree, as in JAX and torch
             leaves.append((name, value))
 
     for index, value in enumerate(args):
@@ -115,9 +148,9 @@ def _array(name: str, value: Any, declared: str, host: bool) -> Any:
     if hasattr(value, "to_host"):  # an IREE device array
         return value.to_host() if host else value
     if hasattr(value, "detach"):  # a torch tensor, without importing torch
-        return value.detach().cpu().numpy()
-    if isinstance(value, (bool, int, float, np.generic)):
-        kind = NUMPY_TYPES.get(declared) or _DEFAULT_TYPES.get(type(value)) or type(value)
+        return _tensor_array(name, value)
+    if isinstance(value, (*_PYTHON_SCALARS, np.generic)):
+        kind = _numpy_type(declared) or _DEFAULT_TYPES.get(type(value)) or type(value)
         return np.asarray(value, dtype=kind)
     if hasattr(value, "__array__") and not isinstance(value, str):  # a JAX array, and other array-likes
         array = np.asarray(value)
@@ -126,3 +159,29 @@ def _array(name: str, value: Any, declared: str, host: bool) -> Any:
     raise SectionmarkError(
         f"{name}: unsupported type {type(value).__name__}; pass arrays, tensors, scalars or pytrees of them"
     )
+
+
+def _numpy_type(declared: str) -> Any:
+    """The numpy type of an MLIR element type, None when unknown (``""``: not declared)."""
+    kind = NUMPY_TYPES.get(declared)
+    if kind is None and declared in _ML_DTYPES:
+        import ml_dtypes
+
+        kind = getattr(ml_dtypes, _ML_DTYPES[declared])
+    return kind
+
+
+def _tensor_array(name: str, tensor: Any) -> np.ndarray:
+    """A torch tensor on the host; one of a type numpy lacks (bfloat16, float8) as its ml_dtypes twin."""
+    tensor = tensor.detach().cpu()
+    try:
+        return tensor.numpy()
+    except TypeError:  # "Got unsupported ScalarType BFloat16"
+        pass
+    import ml_dtypes
+
+    kind = getattr(ml_dtypes, str(tensor.dtype).removeprefix("torch."), None)
+    if kind is None or np.dtype(kind).itemsize != tensor.element_size():
+        raise SectionmarkError(f"{name}: a torch tensor of {tensor.dtype} has no numpy equivalent")
+    raw = tensor.contiguous().reshape(-1).view(sys.modules["torch"].uint8).numpy()
+    return raw.view(kind).reshape(tuple(tensor.shape))

@@ -45,10 +45,12 @@ class LoadedModule:
         except KeyError:
             raise AttributeError(f"module {self.name!r} has no function {name!r} (has: {', '.join(self.functions)})") from None
         marker = section(f"{self.name}.{name}")
-        types = self.section_map.argument_types(name) if self.section_map is not None else None
+        section_map = self.section_map
+        types = section_map.argument_types(name) if section_map is not None else None
+        framework = section_map.framework if section_map is not None else None
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            arrays = flatten_arguments(args, types)
+            arrays = flatten_arguments(args, types, framework=framework)
             recording = self._recording
             if recording is None:
                 with marker:

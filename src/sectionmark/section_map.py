@@ -147,6 +147,9 @@ class SectionMap:
     target: Optional[str] = None
     fingerprint: Optional[ModuleFingerprint] = None  # None: maps built by hand or before fingerprints
     functions: list[FunctionSignature] = field(default_factory=list)  # public functions (empty: maps before them)
+    # The exporter of the program ("torch", "jax", "slice"); None for MLIR text or files and maps before it.
+    # How pytree arguments are flattened follows it (`sectionmark.arguments`).
+    framework: Optional[str] = None
     version: int = SECTION_MAP_VERSION
 
     def to_json(self) -> dict[str, Any]:

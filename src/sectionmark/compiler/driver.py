@@ -14,11 +14,11 @@ With ``markers=False`` it is a plain compile with the same flags and no hook.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
+from sectionmark.arguments import element_type
 from sectionmark.compiler.embed import embed_section_map, module_fingerprint
 from sectionmark.compiler.flow import annotate_sites, restore_executable_locations
 from sectionmark.compiler.hal import CommandRecorder
@@ -103,9 +103,10 @@ def compile_with_flags(
     source: Source, flags: Sequence[str], target: str, markers: bool = True, debug_groups: bool = True
 ) -> CompiledExport:
     """`compile` with exactly ``flags`` (all of them: target, input type, options); ``target`` names the map's."""
+    export = as_sectioned_export(source)
     compilation = PhasedCompilation(flags)
     try:
-        _parse(compilation, source)
+        _parse(compilation, export if export is not None else source)
         if not markers:
             return CompiledExport(compilation.finish(), None, target)
         parsed = compilation.parsed_module()
@@ -117,6 +118,7 @@ def compile_with_flags(
         section_map = SectionMap(
             sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target,
             fingerprint=module_fingerprint(module), functions=functions,
+            framework=export.framework if export is not None else None,
         )
         embed_section_map(module, section_map)
         return CompiledExport(compilation.finish(), section_map, target)
@@ -146,10 +148,6 @@ def _parse(compilation: PhasedCompilation, source: Source) -> None:
         )
 
 
-# The element type of a tensor type as printed: tensor<4x?xf32>, !torch.vtensor<[4],si64>, !torch.tensor<[],f32>.
-_ELEMENT_TYPE = re.compile(r"^(?:tensor<(?:[0-9?]+x)*|!torch\.v?tensor<\[[^\]]*\],)([a-z]+[0-9]*)")
-
-
 def function_signatures(module: Any) -> list[FunctionSignature]:
     """The public functions of the parsed input module and their arguments' element types (see FunctionSignature)."""
     signatures = []
@@ -161,13 +159,8 @@ def function_signatures(module: Any) -> list[FunctionSignature]:
             continue
         name = operation.attributes["sym_name"].value
         inputs = operation.attributes["function_type"].value.inputs
-        signatures.append(FunctionSignature(name, [_element_type(str(kind)) for kind in inputs]))
+        signatures.append(FunctionSignature(name, [element_type(str(kind)) for kind in inputs]))
     return signatures
-
-
-def _element_type(kind: str) -> str:
-    match = _ELEMENT_TYPE.match(kind)
-    return re.sub(r"^si", "i", match.group(1)) if match else ""  # torch's si64 is the builtin i64
 
 
 def looks_like_path(text: str) -> bool:

@@ -72,7 +72,7 @@ def profile(
         run = run_profile(
             vmfb, args, directory, function=function, device=device, iterations=iterations, warmup=warmup, quiet=quiet,
             timeout=timeout,
-            parameters=specs, argument_types=section_map.argument_types(function),
+            parameters=specs, argument_types=section_map.argument_types(function), framework=section_map.framework,
         )
         if keep_profile is not None:
             with atomic_path(keep_profile, protected) as temporary:

@@ -81,10 +81,12 @@ def device_driver(device: str) -> str:
     return device.partition("://")[0]
 
 
-def write_inputs(args: Sequence[Any], directory: Path, types: Optional[Sequence[str]] = None) -> list[Path]:
+def write_inputs(
+    args: Sequence[Any], directory: Path, types: Optional[Sequence[str]] = None, framework: Optional[str] = None
+) -> list[Path]:
     """Save each flat argument (`sectionmark.arguments.flatten_arguments`) as ``arg<i>.npy`` for ``--input=@file``."""
     paths = []
-    for index, array in enumerate(flatten_arguments(args, types, host=True)):
+    for index, array in enumerate(flatten_arguments(args, types, framework=framework, host=True)):
         path = directory / f"arg{index}.npy"
         np.save(path, array)
         paths.append(path)
@@ -165,8 +167,12 @@ def run_profile(
     parameters: Sequence[tuple[str, Path]] = (),
     imported: Sequence[Path] = (),
     argument_types: Optional[Sequence[str]] = None,
+    framework: Optional[str] = None,
 ) -> ProfileRun:
     """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy.
+
+    ``argument_types``, ``framework``: how ``args`` become the function's
+    flat arguments (`sectionmark.arguments.flatten_arguments`).
 
     ``timeout``: seconds the tool may run (None: no limit) before it is ended
     with one error line, so that a hung tool never hangs the caller.
@@ -184,8 +190,8 @@ def run_profile(
     profile_path.unlink(missing_ok=True)
     calls = iterations + warmup
     command = benchmark_command(
-        vmfb, function, write_inputs(args, directory, argument_types), device=device, calls=calls, profile_path=profile_path,
-        parameters=parameters, imported=imported,
+        vmfb, function, write_inputs(args, directory, argument_types, framework), device=device, calls=calls,
+        profile_path=profile_path, parameters=parameters, imported=imported,
     )
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
     start = time.perf_counter()
