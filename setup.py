@@ -6,4 +6,7 @@ sectionmark uses its Python zone stack (sectionmark.markers.zonestack).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("sectionmark.markers._zonestack", ["src/sectionmark/markers/_zonestack.c"], optional=True)])
+setup(ext_modules=[
+    Extension("sectionmark.markers._zonestack", ["src/sectionmark/markers/_zonestack.c"], optional=True),
+    Extension("sectionmark.profiling._ireeprof", ["src/sectionmark/profiling/_ireeprof.c"], optional=True),
+])

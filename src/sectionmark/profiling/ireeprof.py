@@ -69,6 +69,11 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.artifacts.tools import find_tool, last_useful_line
 
+try:  # the record walk and host-event split in C (setup.py builds it when a compiler is present)
+    from sectionmark.profiling import _ireeprof as _native
+except ImportError:
+    _native = None
+
 DISPATCH_DTYPE = np.dtype(
     [
         ("submission", "<u8"),
@@ -191,10 +196,6 @@ def _run_failed(path: Path, event: str, event_id: int, status: int) -> Sectionma
 _MAGIC = b"IRPF"
 _FILE_HEADER = struct.Struct("<4sHHIIQ")  # magic, major, minor, header_length, flags, file_length
 _RECORD_HEADER_SIZE = 104
-# record_length, payload_length, (5 ids), header_length, content_type_length, name_length,
-# (device, queue, padding), chunk flags, dropped_record_count, session_status_code, record_type, (flags):
-# the fields in parentheses are not used and skipped as padding.
-_RECORD_HEADER = struct.Struct("<QQ40xIII12xQQIH2x")
 _RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END = 1, 2, 3
 _CHUNK_TRUNCATED = 1
 _CONTENT_PREFIX = "application/vnd.iree.hal.profile."
@@ -256,74 +257,168 @@ _FUNCTION_NAME_LENGTH_OFFSET = 44
 _FUNCTION_HEADER_SIZE = 64
 
 
-def _fixed_records(payloads: list[memoryview], dtype: np.dtype) -> np.ndarray:
-    """Concatenate chunks of fixed-size records, checking each record's own length."""
-    for payload in payloads:
-        if len(payload) % dtype.itemsize:
-            raise _FallBack(f"{len(payload)}-byte chunk is not a whole number of records")
-    records = np.frombuffer(b"".join(payloads), dtype=dtype)
+_RECORD_HEADER_DTYPE = np.dtype(
+    {
+        "names": ["record_length", "payload_length", "header_size", "type_length", "name_length", "chunk_flags",
+                  "dropped", "status", "record_type"],
+        "formats": ["<u8", "<u8", "<u4", "<u4", "<u4", "<u8", "<u8", "<u4", "<u2"],
+        "offsets": [0, 8, 56, 60, 64, 80, 88, 96, 100],
+        "itemsize": _RECORD_HEADER_SIZE,
+    }
+)
+_RECORD_LENGTH = struct.Struct("<Q")
+
+
+@dataclass
+class _Chunks:
+    """The payloads of one chunk type: byte offsets into the file and lengths, in file order."""
+
+    starts: np.ndarray  # int64
+    lengths: np.ndarray  # int64
+
+    def views(self, data: mmap.mmap) -> list[memoryview]:
+        view = memoryview(data)
+        return [view[start : start + length] for start, length in zip(self.starts.tolist(), self.lengths.tolist())]
+
+
+def _records_at(data: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The ``dtype`` records starting at byte ``offsets`` of ``data`` (uint8), gathered into one packed copy.
+
+    Records of a bundle sit at any byte alignment, so ``data`` is viewed as one
+    record starting at every byte (stride 1) and indexed once: no per-chunk
+    Python work and no intermediate copy of the chunks.
+    """
+    if not len(offsets):
+        return np.zeros(0, dtype)
+    every_byte = np.ndarray((len(data) - dtype.itemsize + 1,), dtype, buffer=data, strides=(1,))
+    return every_byte[offsets]
+
+
+def _record_positions(chunks: _Chunks, itemsize: int) -> np.ndarray:
+    """Byte offset of every fixed-size record of ``chunks``."""
+    if (chunks.lengths % itemsize).any():
+        bad = chunks.lengths[np.argmax(chunks.lengths % itemsize != 0)]
+        raise _FallBack(f"{bad}-byte chunk is not a whole number of records")
+    counts = chunks.lengths // itemsize
+    # record k of the whole list, in chunk c: starts[c] + (k - index of c's first record) * itemsize
+    base = np.repeat(chunks.starts - (np.cumsum(counts) - counts) * itemsize, counts)
+    return base + np.arange(int(counts.sum()), dtype=np.int64) * itemsize
+
+
+def _fixed_records(data: np.ndarray, chunks: _Chunks, dtype: np.dtype) -> np.ndarray:
+    """All records of chunks of fixed-size records, checking each record's own length."""
+    records = _records_at(data, _record_positions(chunks, dtype.itemsize), dtype)
     if len(records) and (records["record_length"] != dtype.itemsize).any():
         raise _FallBack("record length differs from the known layout")
     return records
 
 
-def _bundle_chunks(path: Path, data: mmap.mmap, header_length: int, file_length: int) -> dict[str, list[memoryview]]:
-    """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
-    chunks we use."""
-    view = memoryview(data)
-    chunks: dict[str, list[memoryview]] = {name: [] for name in USED_CHUNKS}
-    content_types: dict[bytes, str] = {}
-    dropped_records = 0
-    ended = False
-    offset = header_length
-    for index in count():
-        if offset >= file_length:
+def _record_offsets(data: np.ndarray, start: int, end: int) -> np.ndarray:
+    """Offsets of the records of ``data[start:end]``; the walk stops after a record whose header is cut
+    short or whose length is below a header's or past ``end`` (``_bundle_chunks`` reports it)."""
+    if _native is not None:
+        return np.frombuffer(_native.record_offsets(data, start, end), np.int64)
+    offsets, offset, unpack = [], start, _RECORD_LENGTH.unpack_from
+    while offset < end:
+        offsets.append(offset)
+        if end - offset < _RECORD_HEADER_SIZE:
             break
-        if ended:
-            raise _corrupt(path, f"record after the session end at byte {offset}")
-        if file_length - offset < _RECORD_HEADER_SIZE:
-            raise _corrupt(path, f"truncated record at byte {offset}")
-        (record_length, payload_length, header_size, type_length, name_length, chunk_flags, dropped, status,
-         record_type) = _RECORD_HEADER.unpack_from(view, offset)
-        if (
-            header_size < _RECORD_HEADER_SIZE
-            or record_length > file_length - offset
-            or header_size + type_length + name_length + payload_length != record_length
-        ):
-            raise _corrupt(path, f"inconsistent record lengths at byte {offset}")
-        if record_type not in (_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END):
-            raise _corrupt(path, f"unknown record type {record_type} at byte {offset}")
-        if (record_type == _RECORD_SESSION_BEGIN) != (index == 0):
-            raise _corrupt(path, f"the session begin record must come first, and once (byte {offset})")
-        if chunk_flags & _CHUNK_TRUNCATED:
-            raise SectionmarkError(f"{path}: the profiler truncated a chunk, so times would be incomplete")
-        dropped_records += dropped
-        start = offset + header_size
-        if record_type == _RECORD_SESSION_END:
-            ended = True
-            if status != 0:
-                raise SectionmarkError(f"{path}: the profiling session ended with IREE status code {status}")
-        elif record_type == _RECORD_CHUNK:
-            raw_type = data[start : start + type_length]
-            content_type = content_types.get(raw_type)
-            if content_type is None:
-                content_type = raw_type.decode("utf-8", "replace").removeprefix(_CONTENT_PREFIX)
-                content_types[raw_type] = content_type
-            if content_type in chunks:
-                chunks[content_type].append(view[start + type_length + name_length : offset + record_length])
-            elif content_type == "dispatch-events":
-                raise SectionmarkError(f"{path}: {_DEVICE_TIMED}")
-            elif content_type not in IGNORED_CHUNKS:
-                raise _corrupt(path, f"unknown chunk type {content_type[:80]!r} at byte {offset}")
-        offset += record_length
-    if not ended:
+        (length,) = unpack(data, offset)
+        if length < _RECORD_HEADER_SIZE or length > end - offset:
+            break
+        offset += length
+    return np.array(offsets, np.int64)
+
+
+def _content_types(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The distinct content types of the chunks at ``starts`` (``_CONTENT_PREFIX`` removed) and which one each
+    chunk has: each distinct type is decoded once."""
+    names: dict[str, int] = {}
+    which = np.zeros(len(starts), np.int64)
+    for length in np.unique(lengths).tolist():
+        rows = np.flatnonzero(lengths == length)
+        raw = data[starts[rows, None] + np.arange(length)].view(f"V{length}").ravel() if length else np.zeros(
+            len(rows), "V1")
+        distinct, inverse = np.unique(raw, return_inverse=True)
+        codes = [names.setdefault(bytes(value)[:length].decode("utf-8", "replace").removeprefix(_CONTENT_PREFIX),
+                                  len(names)) for value in distinct]
+        which[rows] = np.array(codes, np.int64)[inverse.ravel()]
+    return list(names), which
+
+
+def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length: int) -> dict[str, _Chunks]:
+    """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
+    chunks we use.
+
+    Checked all at once over the table of record headers, reporting the first
+    record (in file order) that fails a check, and its first failed check.
+    """
+    data = data[:file_length]
+    offsets = _record_offsets(data, header_length, file_length)
+    complete = offsets[file_length - offsets >= _RECORD_HEADER_SIZE]
+    headers = _records_at(data, complete, _RECORD_HEADER_DTYPE)
+    record_length, header_size, record_type = (
+        headers["record_length"], headers["header_size"].astype(np.uint64), headers["record_type"])
+    lengths_ok = (  # each part within the record, so that the uint64 sum cannot wrap
+        (header_size >= _RECORD_HEADER_SIZE)
+        & (headers["payload_length"] <= record_length)
+        & (record_length <= (file_length - complete).astype(np.uint64))
+        & (header_size + headers["type_length"] + headers["name_length"] + headers["payload_length"] == record_length)
+    )
+    known_type = np.isin(record_type, (_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END))
+    first = np.arange(len(headers)) == 0
+    begin_ok = (record_type == _RECORD_SESSION_BEGIN) == first
+    ended = record_type == _RECORD_SESSION_END
+    after_end = np.concatenate([[0], np.cumsum(ended)[:-1]]) > 0 if len(headers) else np.zeros(0, bool)
+    chunk = (record_type == _RECORD_CHUNK) & lengths_ok & known_type & begin_ok & ~after_end
+    type_start = complete + header_size.astype(np.int64)
+    names, which = _content_types(data, type_start[chunk], headers["type_length"][chunk].astype(np.int64))
+    kind = np.full(len(headers), -1, np.int64)  # index into names; -1: not a chunk
+    kind[chunk] = which
+    known_chunks = [index for index, name in enumerate(names) if name in USED_CHUNKS or name in IGNORED_CHUNKS]
+    bad_chunk = chunk & ~np.isin(kind, known_chunks)
+    failing = (after_end | ~lengths_ok | ~known_type | ~begin_ok | (headers["chunk_flags"] & _CHUNK_TRUNCATED != 0)
+               | (ended & (headers["status"] != 0)) | bad_chunk)
+    if failing.any():
+        index = int(np.argmax(failing))
+        _raise_record_error(path, int(complete[index]), headers[index], after_end[index], lengths_ok[index],
+                            known_type[index], begin_ok[index], names[kind[index]] if kind[index] >= 0 else "")
+    if len(complete) < len(offsets):
+        where = "record after the session end" if ended.any() else "truncated record"
+        raise _corrupt(path, f"{where} at byte {offsets[-1]}")
+    if not ended.any():
         raise _corrupt(path, "no session end record")
-    if dropped_records:
+    if headers["dropped"].any():
+        dropped_records = sum(headers["dropped"].tolist())
         raise SectionmarkError(
             f"{path}: the profiler dropped {dropped_records} records, so times would be incomplete; "
             "profile fewer iterations"
         )
-    return chunks
+    payload_start = type_start + (headers["type_length"] + headers["name_length"]).astype(np.int64)
+    payload_length = headers["payload_length"].astype(np.int64)
+    code = {name: index for index, name in enumerate(names)}
+    return {name: _Chunks(payload_start[kind == code.get(name, -2)], payload_length[kind == code.get(name, -2)])
+            for name in USED_CHUNKS}
+
+
+def _raise_record_error(path: Path, offset: int, header: np.void, after_end: bool, lengths_ok: bool,
+                        known_type: bool, begin_ok: bool, content_type: str) -> None:
+    """Raise the first check the record at byte ``offset`` fails, in the order of the module docstring."""
+    if after_end:
+        raise _corrupt(path, f"record after the session end at byte {offset}")
+    if not lengths_ok:
+        raise _corrupt(path, f"inconsistent record lengths at byte {offset}")
+    if not known_type:
+        raise _corrupt(path, f"unknown record type {header['record_type']} at byte {offset}")
+    if not begin_ok:
+        raise _corrupt(path, f"the session begin record must come first, and once (byte {offset})")
+    if header["chunk_flags"] & _CHUNK_TRUNCATED:
+        raise SectionmarkError(f"{path}: the profiler truncated a chunk, so times would be incomplete")
+    if header["record_type"] == _RECORD_SESSION_END:
+        raise SectionmarkError(f"{path}: the profiling session ended with IREE status code {header['status']}")
+    if content_type == "dispatch-events":
+        raise SectionmarkError(f"{path}: {_DEVICE_TIMED}")
+    raise _corrupt(path, f"unknown chunk type {content_type[:80]!r} at byte {offset}")
 
 
 def _executable_functions(path: Path, payloads: list[memoryview]) -> dict[tuple[int, int], str]:
@@ -362,12 +457,13 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     if header_length < _FILE_HEADER.size or header_length > file_length:
         raise _corrupt(path, "bad header length")
     # Mapped, not read: only the chunks used are copied (once, into their record arrays).
-    data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-    if len(data) < file_length:
-        raise _corrupt(path, f"truncated: {len(data)} of {file_length} bytes")
+    mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    if len(mapped) < file_length:
+        raise _corrupt(path, f"truncated: {len(mapped)} of {file_length} bytes")
+    data = np.frombuffer(mapped, np.uint8, count=file_length)
     chunks = _bundle_chunks(path, data, header_length, file_length)
 
-    functions = _executable_functions(path, chunks["executable-functions"])
+    functions = _executable_functions(path, chunks["executable-functions"].views(mapped))
 
     def key_of(executable_id: int, ordinal: int) -> str:
         name = functions.get((executable_id, ordinal))
@@ -375,9 +471,9 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
             raise _corrupt(path, f"dispatch of unknown executable function {executable_id}:{ordinal}")
         return name
 
-    declared = {record[1] for record in _fixed_records(chunks["command-buffers"], _COMMAND_BUFFER).tolist()}
+    declared = {record[1] for record in _fixed_records(data, chunks["command-buffers"], _COMMAND_BUFFER).tolist()}
     commands: dict[int, dict[int, _Command]] = {}
-    for record in _fixed_records(chunks["command-operations"], _COMMAND_OPERATION).tolist():
+    for record in _fixed_records(data, chunks["command-operations"], _COMMAND_OPERATION).tolist():
         _length, op_type, flags, index, buffer_id, executable_id, ordinal, workgroups = record
         op = OPERATION_NAMES.get(op_type)
         if op is None:
@@ -385,18 +481,8 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
         key = key_of(executable_id, ordinal) if op == "dispatch" else None
         _record_command(path, commands, buffer_id, index, (op, key, _timed(op, flags, workgroups)))
 
-    events = _fixed_records(chunks["host-execution-events"], _HOST_EVENT)
-    unknown = ~np.isin(events["type"], list(EVENT_NAMES))
-    if unknown.any():
-        raise _corrupt(path, f"unknown host execution event type {events['type'][np.argmax(unknown)]}")
-    failed = events["status_code"] != 0
-    if failed.any():
-        bad = events[np.argmax(failed)]
-        raise _run_failed(path, EVENT_NAMES[int(bad["type"])], int(bad["event_id"]), int(bad["status_code"]))
-    _check_unique(path, "a host execution event", events["stream"], events["event_id"])
-
-    types = events["type"]
-    raw = np.flatnonzero(types == EVENT_DISPATCH)  # positions: indexing whole 152-byte records would copy them all
+    dispatches, submissions, queue_ops, executable, ordinal = _host_events(path, data,
+                                                                            chunks["host-execution-events"])
     # Key of each event: look its (executable, function ordinal) up among the known functions,
     # packed into one 64-bit code (ids beyond 32 bits would wrap: no producer makes that many executables).
     known = sorted(functions)
@@ -405,7 +491,6 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     keys = list(dict.fromkeys(functions[pair] for pair in known))
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
-    executable, ordinal = events["executable_id"][raw], events["function_ordinal"][raw]
     codes = (executable << np.uint64(32)) | ordinal.astype(np.uint64)
     missing = (executable >= np.uint64(1 << 32)) | ~np.isin(codes, known_codes)
     if missing.any():
@@ -413,12 +498,9 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
         raise _corrupt(path, f"dispatch of unknown executable function {executable[bad]}:{ordinal[bad]}")
     found = np.searchsorted(known_codes, codes)
 
-    dispatches = _columns(events, DISPATCH_DTYPE, raw, skip=("key",))
     dispatches["key"] = known_keys[found]
-    submissions = _columns(events, SUBMISSION_DTYPE, np.flatnonzero(types == EVENT_EXECUTE))
-    queue_ops = _columns(events, QUEUE_OP_DTYPE, np.flatnonzero((types != EVENT_DISPATCH) & (types != EVENT_EXECUTE)))
 
-    memory_events = _fixed_records(chunks["memory-events"], _MEMORY_EVENT)
+    memory_events = _fixed_records(data, chunks["memory-events"], _MEMORY_EVENT)
     unknown = ~np.isin(memory_events["type"], list(MEMORY_EVENT_NAMES))
     if unknown.any():
         raise _corrupt(path, f"unknown memory event type {memory_events['type'][np.argmax(unknown)]}")
@@ -426,6 +508,45 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     memory = _columns(memory_events, MEMORY_DTYPE, np.arange(len(memory_events)))
     return _finish(path, dispatches, submissions, keys, declared, commands, _exports(functions), "bundle",
                    queue_ops, memory)
+
+
+def _host_events(path: Path, data: np.ndarray, chunks: _Chunks) -> tuple[np.ndarray, ...]:
+    """Split the host execution events into dispatches (``key`` left 0), submissions and queue operations,
+    with each dispatch's executable id and function ordinal; checks every event's layout, type, status and
+    identity. In C when the extension is built (one pass over the events), else with numpy."""
+    positions = _record_positions(chunks, _HOST_EVENT.itemsize)
+    if _native is not None:
+        tables = [np.empty(len(positions), dtype) for dtype in (DISPATCH_DTYPE, SUBMISSION_DTYPE, QUEUE_OP_DTYPE)]
+        streams, event_ids, executable = (np.empty(len(positions), np.uint64) for _ in range(3))
+        ordinal = np.empty(len(positions), np.uint32)
+        *sizes, bad_length, bad_type, failed = _native.host_events(data, positions, *tables, streams, event_ids,
+                                                                   executable, ordinal)
+        dispatches, submissions, queue_ops = (table[:size] for table, size in zip(tables, sizes))
+        executable, ordinal = executable[: sizes[0]], ordinal[: sizes[0]]
+    else:
+        events = _records_at(data, positions, _HOST_EVENT)
+        bad_length, bad_type, failed = (
+            int(np.argmax(wrong)) if wrong.any() else -1
+            for wrong in (events["record_length"] != _HOST_EVENT.itemsize, ~np.isin(events["type"], list(EVENT_NAMES)),
+                          events["status_code"] != 0)
+        )
+        streams, event_ids, types = events["stream"], events["event_id"], events["type"]
+        raw = np.flatnonzero(types == EVENT_DISPATCH)  # positions: indexing whole 152-byte records would copy them all
+        dispatches = _columns(events, DISPATCH_DTYPE, raw, skip=("key",))
+        dispatches["key"] = 0
+        executable, ordinal = events["executable_id"][raw], events["function_ordinal"][raw]
+        submissions = _columns(events, SUBMISSION_DTYPE, np.flatnonzero(types == EVENT_EXECUTE))
+        queue_ops = _columns(events, QUEUE_OP_DTYPE, np.flatnonzero((types != EVENT_DISPATCH) & (types != EVENT_EXECUTE)))
+    if bad_length >= 0:
+        raise _FallBack("record length differs from the known layout")
+    if bad_type >= 0:
+        bad = _records_at(data, positions[[bad_type]], _HOST_EVENT)[0]
+        raise _corrupt(path, f"unknown host execution event type {bad['type']}")
+    if failed >= 0:
+        bad = _records_at(data, positions[[failed]], _HOST_EVENT)[0]
+        raise _run_failed(path, EVENT_NAMES[int(bad["type"])], int(bad["event_id"]), int(bad["status_code"]))
+    _check_unique(path, "a host execution event", streams, event_ids)
+    return dispatches, submissions, queue_ops, executable, ordinal
 
 
 def _columns(records: np.ndarray, dtype: np.dtype, rows: np.ndarray, skip: tuple[str, ...] = ()) -> np.ndarray:
