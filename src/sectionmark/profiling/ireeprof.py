@@ -334,15 +334,15 @@ def _content_types(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     """The distinct content types of the chunks at ``starts`` (``_CONTENT_PREFIX`` removed) and which one each
     chunk has: each distinct type is decoded once."""
     names: dict[str, int] = {}
+    codes: dict[bytes, int] = {}
     which = np.zeros(len(starts), np.int64)
     for length in np.unique(lengths).tolist():
         rows = np.flatnonzero(lengths == length)
-        raw = data[starts[rows, None] + np.arange(length)].view(f"V{length}").ravel() if length else np.zeros(
-            len(rows), "V1")
-        distinct, inverse = np.unique(raw, return_inverse=True)
-        codes = [names.setdefault(bytes(value)[:length].decode("utf-8", "replace").removeprefix(_CONTENT_PREFIX),
-                                  len(names)) for value in distinct]
-        which[rows] = np.array(codes, np.int64)[inverse.ravel()]
+        raw = _records_at(data, starts[rows], np.dtype(f"V{length}")).tolist() if length else [b""] * len(rows)
+        for value in set(raw):
+            name = value.decode("utf-8", "replace").removeprefix(_CONTENT_PREFIX)
+            codes[value] = names.setdefault(name, len(names))
+        which[rows] = [codes[value] for value in raw]
     return list(names), which
 
 
@@ -870,6 +870,33 @@ def _check_times(path: Path, dispatches: np.ndarray, submissions: np.ndarray, qu
         raise _corrupt(path, "its command-buffer executions span more than 30 days")
 
 
+def submission_rank(ids: np.ndarray, submissions: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(ids, submissions)`` (``ids`` sorted), looking up each run of equal submissions once:
+    dispatches come grouped by submission, a few dozen per run, so this is many times faster."""
+    if len(submissions) < 2 or not (submissions[1:] >= submissions[:-1]).all():
+        return np.searchsorted(ids, submissions)
+    run_starts = np.concatenate([[0], np.flatnonzero(submissions[1:] != submissions[:-1]) + 1])
+    run_lengths = np.diff(np.append(run_starts, len(submissions)))
+    return np.repeat(np.searchsorted(ids, submissions[run_starts]), run_lengths)
+
+
+def _check_unique_commands(path: Path, ids: np.ndarray, rank: np.ndarray, command_index: np.ndarray) -> None:
+    """No two dispatch events of one submission (``ids[rank]``, ids sorted and unique) for one command index.
+
+    Counted in a table of (submission, command index) when that table is small (a profile's command buffers
+    have few commands), else through sorting (``_check_unique``); the same pair is reported either way.
+    """
+    width = int(command_index.max()) + 1
+    if len(ids) * width > 8 * len(rank) + 4096:
+        _check_unique(path, "a dispatch of (submission, command index)", ids[rank], command_index)
+        return
+    counts = np.bincount(rank * width + command_index, minlength=len(ids) * width)
+    if (counts > 1).any():
+        code = int(np.argmax(counts > 1))
+        raise _corrupt(path, f"a dispatch of (submission, command index) ({ids[code // width]}, {code % width}) "
+                             "is recorded twice")
+
+
 def _check_links(
     path: Path, dispatches: np.ndarray, submissions: np.ndarray, command_buffers: dict[int, list[RecordedCommand]],
     timed: dict[int, set[int]],
@@ -884,30 +911,33 @@ def _check_links(
         raise _corrupt(path, f"a command buffer ({unknown}) is executed but its recording is not in the profile")
     if not len(dispatches):
         return
-    rank = np.minimum(np.searchsorted(ids, dispatches["submission"]), max(len(ids) - 1, 0))
+    rank = np.minimum(submission_rank(ids, dispatches["submission"]), max(len(ids) - 1, 0))
     if not len(ids) or (ids[rank] != dispatches["submission"]).any():
         bad = dispatches[np.argmax(ids[rank] != dispatches["submission"]) if len(ids) else 0]
         raise _corrupt(path, f"a dispatch belongs to submission {bad['submission']}, which executes no command buffer")
-    execution = submissions[rank]
-    wrong_buffer = execution["command_buffer"] != dispatches["command_buffer"]
+    executed_buffer = submissions["command_buffer"][rank]  # one field at a time: gathering whole rows is slower
+    wrong_buffer = executed_buffer != dispatches["command_buffer"]
     if wrong_buffer.any():
         index = np.argmax(wrong_buffer)
         raise _corrupt(path, f"a dispatch names command buffer {dispatches['command_buffer'][index]} but its "
-                             f"submission {ids[rank[index]]} executes command buffer {execution['command_buffer'][index]}")
-    outside = (dispatches["start_ns"] < execution["start_ns"]) | (dispatches["end_ns"] > execution["end_ns"])
+                             f"submission {ids[rank[index]]} executes command buffer {executed_buffer[index]}")
+    outside = ((dispatches["start_ns"] < submissions["start_ns"][rank])
+               | (dispatches["end_ns"] > submissions["end_ns"][rank]))
     if outside.any():
         index = np.argmax(outside)
         raise _corrupt(path, f"a dispatch of submission {ids[rank[index]]} runs outside the execution of its command buffer")
-    _check_unique(path, "a dispatch of (submission, command index)", dispatches["submission"], dispatches["command_index"])
+    command_index = dispatches["command_index"].astype(np.int64)
+    _check_unique_commands(path, ids, rank, command_index)
 
-    buffer_ids = np.array(sorted(command_buffers), np.uint64)
-    dense = np.searchsorted(buffer_ids, dispatches["command_buffer"]).astype(np.uint64)
-    codes = (dense << np.uint64(32)) | dispatches["command_index"].astype(np.uint64)
-    timed_codes = np.array(
-        [(position << 32) | index for position, buffer in enumerate(buffer_ids.tolist()) for index in timed[buffer]],
-        np.uint64,
-    )
-    found = np.bincount(rank[np.isin(codes, timed_codes)], minlength=len(ids))
+    # Whether each dispatch is a timed command of its buffer: flags of buffer b at base[b] + command index.
+    buffer_ids = sorted(command_buffers)
+    tables = [np.isin(np.arange(max(timed[buffer], default=-1) + 1), list(timed[buffer])) for buffer in buffer_ids]
+    bases = np.concatenate([[0], np.cumsum([len(table) for table in tables])]).astype(np.int64)
+    flags = np.concatenate([*tables, [False]])  # one entry past the end: where indices out of range look
+    buffer_of_execution = np.searchsorted(np.array(buffer_ids, np.uint64), submissions["command_buffer"])
+    base, limit = bases[buffer_of_execution][rank], bases[buffer_of_execution + 1][rank]
+    position = np.where(command_index < limit - base, base + command_index, len(flags) - 1)
+    found = np.bincount(rank[flags[position]], minlength=len(ids))
     expected = np.array([len(timed[buffer]) for buffer in executed], np.int64)
     missing = found < expected
     if missing.any():
@@ -917,6 +947,27 @@ def _check_links(
             f"buffer must produce: events are missing (a capture filtered with --device_profiling_filter_* cannot "
             "be attributed)"
         )
+
+
+def _by_submission_and_start(dispatches: np.ndarray) -> np.ndarray:
+    """Dispatches in (submission, start) order, ties in their order: ``np.lexsort``'s result.
+
+    IREE writes them grouped by submission and all but a few in start order:
+    then only the submissions out of order are sorted, in place (the readers
+    pass tables they own).
+    """
+    submission, start = dispatches["submission"], dispatches["start_ns"]
+    in_order = (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
+    if in_order.all():
+        return dispatches
+    if not (submission[1:] >= submission[:-1]).all():
+        return dispatches[np.lexsort((start, submission))]
+    unsorted = np.unique(submission[np.flatnonzero(~in_order)])
+    first, lengths = np.searchsorted(submission, unsorted), np.searchsorted(submission, unsorted, "right")
+    lengths -= first
+    rows = np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+    dispatches[rows] = dispatches[rows[np.lexsort((start[rows], submission[rows]))]]
+    return dispatches
 
 
 def _finish(
@@ -947,10 +998,7 @@ def _finish(
     timed = {buffer: {index for index, (_op, _key, is_timed) in by_index.items() if is_timed}
              for buffer, by_index in recorded.items()}
     _check_times(path, dispatches, submissions, queue_ops, memory)
-    submission, start = dispatches["submission"], dispatches["start_ns"]
-    in_order = (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
-    if not in_order.all():
-        dispatches = dispatches[np.lexsort((start, submission))]
+    dispatches = _by_submission_and_start(dispatches)
     submissions = submissions[np.argsort(submissions["submission"], kind="stable")]
     _check_links(path, dispatches, submissions, command_buffers, timed)
     queue_ops = queue_ops[np.lexsort((queue_ops["submission"], queue_ops["start_ns"]))]
