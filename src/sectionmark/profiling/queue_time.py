@@ -111,6 +111,18 @@ def assign_calls(submissions: np.ndarray, types: np.ndarray, execute_submissions
     return np.asarray(execute_calls, np.int64)[index]
 
 
+def _reduce_at(ufunc: np.ufunc, out: np.ndarray, groups: np.ndarray, values: np.ndarray) -> None:
+    """``ufunc.at(out, groups, values)`` for a minimum or maximum, through one stable sort and ``reduceat``:
+    ``ufunc.at`` is many times slower on large arrays, and the groups (calls, windows) come nearly sorted."""
+    if not len(groups):
+        return
+    order = np.argsort(groups, kind="stable")
+    groups, values = groups[order], values[order]
+    firsts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
+    targets = groups[firsts]
+    out[targets] = ufunc(out[targets], ufunc.reduceat(values, firsts))
+
+
 def call_windows(starts: np.ndarray, ends: np.ndarray, calls: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
     """``[start, end)`` of calls ``0 .. count-1``: their operations' extent, clipped not to overlap.
 
@@ -119,8 +131,8 @@ def call_windows(starts: np.ndarray, ends: np.ndarray, calls: np.ndarray, count:
     """
     window_starts = np.full(count, np.iinfo(np.int64).max, np.int64)
     window_ends = np.full(count, np.iinfo(np.int64).min, np.int64)
-    np.minimum.at(window_starts, calls, starts)
-    np.maximum.at(window_ends, calls, ends)
+    _reduce_at(np.minimum, window_starts, calls, starts)
+    _reduce_at(np.maximum, window_ends, calls, ends)
     window_starts = np.maximum.accumulate(window_starts)
     next_starts = np.concatenate([window_starts[1:], [np.iinfo(np.int64).max]])
     window_ends = np.maximum(np.minimum(window_ends, next_starts), window_starts)
@@ -222,7 +234,7 @@ def memory_by_window(times: np.ndarray, pools: np.ndarray, reserved: np.ndarray,
     peak = start_level.copy()
     window = _window_of(times, window_starts, window_ends)
     inside = window >= 0
-    np.maximum.at(peak, window[inside], level[inside])
+    _reduce_at(np.maximum, peak, window[inside], level[inside])
     return peak, average
 
 
