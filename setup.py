@@ -1,7 +1,8 @@
-"""Only the optional C extension lives here; everything else is in pyproject.toml.
+"""Only the optional C extensions live here; everything else is in pyproject.toml.
 
 `optional=True`: without a C compiler the install still succeeds and
-sectionmark uses its Python zone stack (sectionmark.markers.zonestack).
+sectionmark uses its Python zone stack (sectionmark.markers.zonestack) and
+the numpy profile reader (sectionmark.profiling.ireeprof), with the same results.
 """
 
 from setuptools import Extension, setup

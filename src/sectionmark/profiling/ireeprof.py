@@ -3,8 +3,11 @@
 Two readers produce the same :class:`Profile`:
 
 * the bundle reader decodes the ``.ireeprof`` file itself. Events are fixed
-  size records, so a million dispatches become one ``np.frombuffer`` call; this
-  is what makes reports fast. It only accepts the bundle layout it was checked
+  size records, gathered from the mapped file with whole-array numpy
+  operations, and every check below is one over the whole table (a million
+  dispatches in a fraction of a second); the record walk and the split of the
+  host events into tables run in C (``_ireeprof.c``) when the extension is
+  built, with the same results in numpy when not. It only accepts the bundle layout it was checked
   against (bundle 1.x with 152-byte host execution events and 120-byte command
   operations, as written by IREE 3.13) and says so when a record looks different;
 * the JSONL reader streams ``iree-profile export --format=ireeperf-jsonl``
