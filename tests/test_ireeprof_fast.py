@@ -89,13 +89,14 @@ def grouped_times(rng: np.random.Generator, groups: int) -> tuple[np.ndarray, np
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_distinct_and_submission_rank_are_unique_and_searchsorted(seed):
+def test_distinct_and_run_lookup_are_unique_and_searchsorted(seed):
     rng = np.random.default_rng(seed)
     group, time = grouped_times(rng, 200)
     assert np.array_equal(ireeprof.distinct(time), np.unique(time))
     ids = np.unique(group[rng.random(len(group)) < 0.7])
-    for values in (group, rng.permutation(group)):  # grouped (runs) and not
-        assert np.array_equal(ireeprof.submission_rank(ids, values), np.searchsorted(ids, values))
+    runs = np.repeat(group, 8)
+    for values in (runs, runs[::-1], rng.permutation(group)):  # long runs (sorted or not), and short ones
+        assert np.array_equal(ireeprof.searchsorted_runs(ids, values), np.searchsorted(ids, values))
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -31,7 +31,7 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
 from sectionmark.profiling.ireeprof import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,
-                                            distinct, submission_rank)
+                                            distinct, searchsorted_runs)
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap
 
@@ -235,7 +235,7 @@ def attribute(
     dispatches = profile.dispatches
     buffers = dispatches["command_buffer"]  # in runs (dispatches are grouped by submission): one value per run
     runtime_ids = distinct(buffers[np.concatenate([[True], buffers[1:] != buffers[:-1]])])
-    dense = np.searchsorted(runtime_ids, dispatches["command_buffer"])
+    dense = searchsorted_runs(runtime_ids, buffers)
     # Flat lookup: slot of (runtime buffer, command_index) at base[buffer] + command_index.
     bases = np.zeros(len(runtime_ids) + 1, np.int64)
     tables: list[np.ndarray] = []
@@ -290,7 +290,7 @@ def attribute(
             f"{bad['command_buffer']} is '{expected}' in the section map: the profile's event and its recorded "
             "command disagree (corrupt profile?)"
         )
-    rank = submission_rank(profile.submissions["submission"], dispatches["submission"])
+    rank = searchsorted_runs(profile.submissions["submission"], dispatches["submission"])
     if (rank >= len(profile.submissions)).any() or (
         profile.submissions["submission"][np.minimum(rank, len(profile.submissions) - 1)] != dispatches["submission"]
     ).any():
