@@ -272,8 +272,11 @@ def attribute(
 
     index = dispatches["command_index"].astype(np.int64)
     in_range = index < (bases[1:] - bases[:-1])[dense]
-    slot = np.full(len(dispatches), -1, np.int32)
-    slot[in_range] = flat[bases[dense[in_range]] + index[in_range]]
+    if in_range.all():  # the usual case: no masked copies
+        slot = flat[bases[dense] + index]
+    else:
+        slot = np.full(len(dispatches), -1, np.int32)
+        slot[in_range] = flat[bases[dense[in_range]] + index[in_range]]
     if (slot < 0).any():
         bad = dispatches[np.argmax(slot < 0)]
         raise SectionmarkError(
