@@ -17,7 +17,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import ireeprof, queue_time
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, read_profile
-from sectionmark.profiling.session import ProfileSession, wall_parts
+from sectionmark.profiling.session import ProfileSession, _union_length, wall_parts
 
 SEEDS = range(8)
 
@@ -149,9 +149,16 @@ def test_window_lookup_and_reductions_match_searchsorted_and_ufunc_at(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_wall_parts_of_intervals_in_order_is_the_general_split(seed):
+def test_intervals_in_order_give_what_the_general_sweeps_give(seed):
     rng = np.random.default_rng(seed)
     bounds = np.cumsum(rng.integers(0, 1000, 400)) + 10**12
-    starts, ends = bounds[0::2], bounds[1::2]  # in order, touching at most: the shortcut
-    reversed_parts = wall_parts(starts[::-1], ends[::-1])[::-1]  # not in order: the general sweep
-    assert wall_parts(starts, ends).tobytes() == reversed_parts.tobytes()
+    starts, ends = bounds[0::2], bounds[1::2]  # in order, touching at most: the shortcuts
+    backwards = starts[::-1], ends[::-1]  # not in order: the general sweeps
+    assert wall_parts(starts, ends).tobytes() == wall_parts(*backwards)[::-1].tobytes()
+    assert _union_length(starts, ends) == _union_length(*backwards)
+    edges = np.sort(rng.choice(np.arange(bounds[0] - 500, bounds[-1] + 500), 20, replace=False))
+    windows = edges[0::2], edges[1::2]
+    apart = starts[1:] > ends[:-1]  # the window shortcut needs gaps: touching intervals form one block
+    apart_starts, apart_ends = starts[np.append(True, apart)], ends[np.append(True, apart)]
+    assert np.array_equal(queue_time.union_by_window(apart_starts, apart_ends, *windows),
+                          queue_time.union_by_window(apart_starts[::-1], apart_ends[::-1], *windows))

@@ -185,13 +185,16 @@ def union_by_window(starts: np.ndarray, ends: np.ndarray, window_starts: np.ndar
     """Per window: the length of the union of intervals ``[start, end)`` inside it."""
     if not len(starts):
         return np.zeros(len(window_starts), np.int64)
-    if not (starts[1:] >= starts[:-1]).all():
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], ends[order]
-    reach = np.maximum.accumulate(ends)
-    first = np.flatnonzero(np.concatenate([[True], starts[1:] > reach[:-1]]))
-    last = np.concatenate([first[1:] - 1, [len(starts) - 1]])
-    block_starts, block_ends = starts[first], reach[last]
+    if (starts[1:] > ends[:-1]).all() and (ends >= starts).all():
+        block_starts, block_ends = starts, ends  # in order, apart: each interval is a block of its own
+    else:
+        if not (starts[1:] >= starts[:-1]).all():
+            order = np.argsort(starts, kind="stable")
+            starts, ends = starts[order], ends[order]
+        reach = np.maximum.accumulate(ends)
+        first = np.flatnonzero(np.concatenate([[True], starts[1:] > reach[:-1]]))
+        last = np.concatenate([first[1:] - 1, [len(starts) - 1]])
+        block_starts, block_ends = starts[first], reach[last]
     # A block lies in one window (dispatches run inside their call); one reaching past it is clipped there.
     window = _window_of(block_starts, window_starts, window_ends)
     inside = window >= 0
