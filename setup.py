@@ -1,9 +1,13 @@
-"""Only the optional C extension lives here; everything else is in pyproject.toml.
+"""Only the optional C extensions live here; everything else is in pyproject.toml.
 
 `optional=True`: without a C compiler the install still succeeds and
-sectionmark uses its Python zone stack (sectionmark.markers.zonestack).
+sectionmark uses its Python zone stack (sectionmark.markers.zonestack) and
+the numpy profile reader (sectionmark.profiling.ireeprof), with the same results.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("sectionmark.markers._zonestack", ["src/sectionmark/markers/_zonestack.c"], optional=True)])
+setup(ext_modules=[
+    Extension("sectionmark.markers._zonestack", ["src/sectionmark/markers/_zonestack.c"], optional=True),
+    Extension("sectionmark.profiling._ireeprof", ["src/sectionmark/profiling/_ireeprof.c"], optional=True),
+])

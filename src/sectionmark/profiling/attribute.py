@@ -30,7 +30,8 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
-from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand
+from sectionmark.profiling.ireeprof import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,
+                                            distinct, searchsorted_runs)
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap
 
@@ -232,8 +233,9 @@ def attribute(
         return candidates[0]
 
     dispatches = profile.dispatches
-    runtime_ids = np.unique(dispatches["command_buffer"])  # few distinct ids: cheaper than return_inverse
-    dense = np.searchsorted(runtime_ids, dispatches["command_buffer"])
+    buffers = dispatches["command_buffer"]  # in runs (dispatches are grouped by submission): one value per run
+    runtime_ids = distinct(buffers[np.concatenate([[True], buffers[1:] != buffers[:-1]])])
+    dense = searchsorted_runs(runtime_ids, buffers)
     # Flat lookup: slot of (runtime buffer, command_index) at base[buffer] + command_index.
     bases = np.zeros(len(runtime_ids) + 1, np.int64)
     tables: list[np.ndarray] = []
@@ -270,8 +272,11 @@ def attribute(
 
     index = dispatches["command_index"].astype(np.int64)
     in_range = index < (bases[1:] - bases[:-1])[dense]
-    slot = np.full(len(dispatches), -1, np.int32)
-    slot[in_range] = flat[bases[dense[in_range]] + index[in_range]]
+    if in_range.all():  # the usual case: no masked copies
+        slot = flat[bases[dense] + index]
+    else:
+        slot = np.full(len(dispatches), -1, np.int32)
+        slot[in_range] = flat[bases[dense[in_range]] + index[in_range]]
     if (slot < 0).any():
         bad = dispatches[np.argmax(slot < 0)]
         raise SectionmarkError(
@@ -288,7 +293,7 @@ def attribute(
             f"{bad['command_buffer']} is '{expected}' in the section map: the profile's event and its recorded "
             "command disagree (corrupt profile?)"
         )
-    rank = np.searchsorted(profile.submissions["submission"], dispatches["submission"])
+    rank = searchsorted_runs(profile.submissions["submission"], dispatches["submission"])
     if (rank >= len(profile.submissions)).any() or (
         profile.submissions["submission"][np.minimum(rank, len(profile.submissions) - 1)] != dispatches["submission"]
     ).any():
@@ -306,8 +311,8 @@ def attribute(
         )
 
     events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
-    # ATTRIBUTED_DTYPE begins with DISPATCH_DTYPE's packed fields: one copy of the rows' bytes, not one per field
-    _row_bytes(events)[:, : DISPATCH_DTYPE.itemsize] = _row_bytes(np.ascontiguousarray(dispatches, DISPATCH_DTYPE))
+    # ATTRIBUTED_DTYPE begins with DISPATCH_DTYPE's packed fields: one copy of the rows' words, not one per field
+    _row_words(events)[:, : DISPATCH_DTYPE.itemsize // 8] = _row_words(np.ascontiguousarray(dispatches, DISPATCH_DTYPE))
     events["slot"] = slot
     events["call"] = call - warmup
     if warmup:
@@ -329,9 +334,10 @@ def attribute(
     )
 
 
-def _row_bytes(table: np.ndarray) -> np.ndarray:
-    """A contiguous structured array as a ``[rows, itemsize]`` uint8 view."""
-    return table.view(np.uint8).reshape(len(table), table.dtype.itemsize)
+def _row_words(table: np.ndarray) -> np.ndarray:
+    """A contiguous structured array (itemsize a multiple of 8) as a ``[rows, itemsize / 8]`` uint64 view: copying
+    8-byte words is many times faster than copying bytes."""
+    return table.view(np.uint64).reshape(len(table), table.dtype.itemsize // 8)
 
 
 def _queue_spans(profile: Profile, call_of_submission: np.ndarray) -> np.ndarray:

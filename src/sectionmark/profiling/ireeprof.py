@@ -3,8 +3,11 @@
 Two readers produce the same :class:`Profile`:
 
 * the bundle reader decodes the ``.ireeprof`` file itself. Events are fixed
-  size records, so a million dispatches become one ``np.frombuffer`` call; this
-  is what makes reports fast. It only accepts the bundle layout it was checked
+  size records, gathered from the mapped file with whole-array numpy
+  operations, and every check below is one over the whole table (a million
+  dispatches in a fraction of a second); the record walk and the split of the
+  host events into tables run in C (``_ireeprof.c``) when the extension is
+  built, with the same results in numpy when not. It only accepts the bundle layout it was checked
   against (bundle 1.x with 152-byte host execution events and 120-byte command
   operations, as written by IREE 3.13) and says so when a record looks different;
 * the JSONL reader streams ``iree-profile export --format=ireeperf-jsonl``
@@ -68,6 +71,11 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.artifacts.tools import find_tool, last_useful_line
+
+try:  # the record walk and host-event split in C (setup.py builds it when a compiler is present)
+    from sectionmark.profiling import _ireeprof as _native
+except ImportError:
+    _native = None
 
 DISPATCH_DTYPE = np.dtype(
     [
@@ -191,10 +199,6 @@ def _run_failed(path: Path, event: str, event_id: int, status: int) -> Sectionma
 _MAGIC = b"IRPF"
 _FILE_HEADER = struct.Struct("<4sHHIIQ")  # magic, major, minor, header_length, flags, file_length
 _RECORD_HEADER_SIZE = 104
-# record_length, payload_length, (5 ids), header_length, content_type_length, name_length,
-# (device, queue, padding), chunk flags, dropped_record_count, session_status_code, record_type, (flags):
-# the fields in parentheses are not used and skipped as padding.
-_RECORD_HEADER = struct.Struct("<QQ40xIII12xQQIH2x")
 _RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END = 1, 2, 3
 _CHUNK_TRUNCATED = 1
 _CONTENT_PREFIX = "application/vnd.iree.hal.profile."
@@ -256,74 +260,168 @@ _FUNCTION_NAME_LENGTH_OFFSET = 44
 _FUNCTION_HEADER_SIZE = 64
 
 
-def _fixed_records(payloads: list[memoryview], dtype: np.dtype) -> np.ndarray:
-    """Concatenate chunks of fixed-size records, checking each record's own length."""
-    for payload in payloads:
-        if len(payload) % dtype.itemsize:
-            raise _FallBack(f"{len(payload)}-byte chunk is not a whole number of records")
-    records = np.frombuffer(b"".join(payloads), dtype=dtype)
+_RECORD_HEADER_DTYPE = np.dtype(
+    {
+        "names": ["record_length", "payload_length", "header_size", "type_length", "name_length", "chunk_flags",
+                  "dropped", "status", "record_type"],
+        "formats": ["<u8", "<u8", "<u4", "<u4", "<u4", "<u8", "<u8", "<u4", "<u2"],
+        "offsets": [0, 8, 56, 60, 64, 80, 88, 96, 100],
+        "itemsize": _RECORD_HEADER_SIZE,
+    }
+)
+_RECORD_LENGTH = struct.Struct("<Q")
+
+
+@dataclass
+class _Chunks:
+    """The payloads of one chunk type: byte offsets into the file and lengths, in file order."""
+
+    starts: np.ndarray  # int64
+    lengths: np.ndarray  # int64
+
+    def views(self, data: mmap.mmap) -> list[memoryview]:
+        view = memoryview(data)
+        return [view[start : start + length] for start, length in zip(self.starts.tolist(), self.lengths.tolist())]
+
+
+def _records_at(data: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The ``dtype`` records starting at byte ``offsets`` of ``data`` (uint8), gathered into one packed copy.
+
+    Records of a bundle sit at any byte alignment, so ``data`` is viewed as one
+    record starting at every byte (stride 1) and indexed once: no per-chunk
+    Python work and no intermediate copy of the chunks.
+    """
+    if not len(offsets):
+        return np.zeros(0, dtype)
+    every_byte = np.ndarray((len(data) - dtype.itemsize + 1,), dtype, buffer=data, strides=(1,))
+    return every_byte[offsets]
+
+
+def _record_positions(chunks: _Chunks, itemsize: int) -> np.ndarray:
+    """Byte offset of every fixed-size record of ``chunks``."""
+    if (chunks.lengths % itemsize).any():
+        bad = chunks.lengths[np.argmax(chunks.lengths % itemsize != 0)]
+        raise _FallBack(f"{bad}-byte chunk is not a whole number of records")
+    counts = chunks.lengths // itemsize
+    # record k of the whole list, in chunk c: starts[c] + (k - index of c's first record) * itemsize
+    base = np.repeat(chunks.starts - (np.cumsum(counts) - counts) * itemsize, counts)
+    return base + np.arange(int(counts.sum()), dtype=np.int64) * itemsize
+
+
+def _fixed_records(data: np.ndarray, chunks: _Chunks, dtype: np.dtype) -> np.ndarray:
+    """All records of chunks of fixed-size records, checking each record's own length."""
+    records = _records_at(data, _record_positions(chunks, dtype.itemsize), dtype)
     if len(records) and (records["record_length"] != dtype.itemsize).any():
         raise _FallBack("record length differs from the known layout")
     return records
 
 
-def _bundle_chunks(path: Path, data: mmap.mmap, header_length: int, file_length: int) -> dict[str, list[memoryview]]:
-    """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
-    chunks we use."""
-    view = memoryview(data)
-    chunks: dict[str, list[memoryview]] = {name: [] for name in USED_CHUNKS}
-    content_types: dict[bytes, str] = {}
-    dropped_records = 0
-    ended = False
-    offset = header_length
-    for index in count():
-        if offset >= file_length:
+def _record_offsets(data: np.ndarray, start: int, end: int) -> np.ndarray:
+    """Offsets of the records of ``data[start:end]``; the walk stops after a record whose header is cut
+    short or whose length is below a header's or past ``end`` (``_bundle_chunks`` reports it)."""
+    if _native is not None:
+        return np.frombuffer(_native.record_offsets(data, start, end), np.int64)
+    offsets, offset, unpack = [], start, _RECORD_LENGTH.unpack_from
+    while offset < end:
+        offsets.append(offset)
+        if end - offset < _RECORD_HEADER_SIZE:
             break
-        if ended:
-            raise _corrupt(path, f"record after the session end at byte {offset}")
-        if file_length - offset < _RECORD_HEADER_SIZE:
-            raise _corrupt(path, f"truncated record at byte {offset}")
-        (record_length, payload_length, header_size, type_length, name_length, chunk_flags, dropped, status,
-         record_type) = _RECORD_HEADER.unpack_from(view, offset)
-        if (
-            header_size < _RECORD_HEADER_SIZE
-            or record_length > file_length - offset
-            or header_size + type_length + name_length + payload_length != record_length
-        ):
-            raise _corrupt(path, f"inconsistent record lengths at byte {offset}")
-        if record_type not in (_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END):
-            raise _corrupt(path, f"unknown record type {record_type} at byte {offset}")
-        if (record_type == _RECORD_SESSION_BEGIN) != (index == 0):
-            raise _corrupt(path, f"the session begin record must come first, and once (byte {offset})")
-        if chunk_flags & _CHUNK_TRUNCATED:
-            raise SectionmarkError(f"{path}: the profiler truncated a chunk, so times would be incomplete")
-        dropped_records += dropped
-        start = offset + header_size
-        if record_type == _RECORD_SESSION_END:
-            ended = True
-            if status != 0:
-                raise SectionmarkError(f"{path}: the profiling session ended with IREE status code {status}")
-        elif record_type == _RECORD_CHUNK:
-            raw_type = data[start : start + type_length]
-            content_type = content_types.get(raw_type)
-            if content_type is None:
-                content_type = raw_type.decode("utf-8", "replace").removeprefix(_CONTENT_PREFIX)
-                content_types[raw_type] = content_type
-            if content_type in chunks:
-                chunks[content_type].append(view[start + type_length + name_length : offset + record_length])
-            elif content_type == "dispatch-events":
-                raise SectionmarkError(f"{path}: {_DEVICE_TIMED}")
-            elif content_type not in IGNORED_CHUNKS:
-                raise _corrupt(path, f"unknown chunk type {content_type[:80]!r} at byte {offset}")
-        offset += record_length
-    if not ended:
+        (length,) = unpack(data, offset)
+        if length < _RECORD_HEADER_SIZE or length > end - offset:
+            break
+        offset += length
+    return np.array(offsets, np.int64)
+
+
+def _content_types(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The distinct content types of the chunks at ``starts`` (``_CONTENT_PREFIX`` removed) and which one each
+    chunk has: each distinct type is decoded once."""
+    names: dict[str, int] = {}
+    codes: dict[bytes, int] = {}
+    which = np.zeros(len(starts), np.int64)
+    for length in distinct(lengths).tolist():
+        rows = np.flatnonzero(lengths == length)
+        raw = _records_at(data, starts[rows], np.dtype(f"V{length}")).tolist() if length else [b""] * len(rows)
+        for value in set(raw):
+            name = value.decode("utf-8", "replace").removeprefix(_CONTENT_PREFIX)
+            codes[value] = names.setdefault(name, len(names))
+        which[rows] = [codes[value] for value in raw]
+    return list(names), which
+
+
+def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length: int) -> dict[str, _Chunks]:
+    """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
+    chunks we use.
+
+    Checked all at once over the table of record headers, reporting the first
+    record (in file order) that fails a check, and its first failed check.
+    """
+    data = data[:file_length]
+    offsets = _record_offsets(data, header_length, file_length)
+    complete = offsets[file_length - offsets >= _RECORD_HEADER_SIZE]
+    headers = _records_at(data, complete, _RECORD_HEADER_DTYPE)
+    record_length, header_size, record_type = (
+        headers["record_length"], headers["header_size"].astype(np.uint64), headers["record_type"])
+    lengths_ok = (  # each part within the record, so that the uint64 sum cannot wrap
+        (header_size >= _RECORD_HEADER_SIZE)
+        & (headers["payload_length"] <= record_length)
+        & (record_length <= (file_length - complete).astype(np.uint64))
+        & (header_size + headers["type_length"] + headers["name_length"] + headers["payload_length"] == record_length)
+    )
+    known_type = np.isin(record_type, (_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END))
+    first = np.arange(len(headers)) == 0
+    begin_ok = (record_type == _RECORD_SESSION_BEGIN) == first
+    ended = record_type == _RECORD_SESSION_END
+    after_end = np.concatenate([[0], np.cumsum(ended)[:-1]]) > 0 if len(headers) else np.zeros(0, bool)
+    chunk = (record_type == _RECORD_CHUNK) & lengths_ok & known_type & begin_ok & ~after_end
+    type_start = complete + header_size.astype(np.int64)
+    names, which = _content_types(data, type_start[chunk], headers["type_length"][chunk].astype(np.int64))
+    kind = np.full(len(headers), -1, np.int64)  # index into names; -1: not a chunk
+    kind[chunk] = which
+    known_chunks = [index for index, name in enumerate(names) if name in USED_CHUNKS or name in IGNORED_CHUNKS]
+    bad_chunk = chunk & ~np.isin(kind, known_chunks)
+    failing = (after_end | ~lengths_ok | ~known_type | ~begin_ok | (headers["chunk_flags"] & _CHUNK_TRUNCATED != 0)
+               | (ended & (headers["status"] != 0)) | bad_chunk)
+    if failing.any():
+        index = int(np.argmax(failing))
+        _raise_record_error(path, int(complete[index]), headers[index], after_end[index], lengths_ok[index],
+                            known_type[index], begin_ok[index], names[kind[index]] if kind[index] >= 0 else "")
+    if len(complete) < len(offsets):
+        where = "record after the session end" if ended.any() else "truncated record"
+        raise _corrupt(path, f"{where} at byte {offsets[-1]}")
+    if not ended.any():
         raise _corrupt(path, "no session end record")
-    if dropped_records:
+    if headers["dropped"].any():
+        dropped_records = sum(headers["dropped"].tolist())
         raise SectionmarkError(
             f"{path}: the profiler dropped {dropped_records} records, so times would be incomplete; "
             "profile fewer iterations"
         )
-    return chunks
+    payload_start = type_start + (headers["type_length"] + headers["name_length"]).astype(np.int64)
+    payload_length = headers["payload_length"].astype(np.int64)
+    code = {name: index for index, name in enumerate(names)}
+    return {name: _Chunks(payload_start[kind == code.get(name, -2)], payload_length[kind == code.get(name, -2)])
+            for name in USED_CHUNKS}
+
+
+def _raise_record_error(path: Path, offset: int, header: np.void, after_end: bool, lengths_ok: bool,
+                        known_type: bool, begin_ok: bool, content_type: str) -> None:
+    """Raise the first check the record at byte ``offset`` fails, in the order of the module docstring."""
+    if after_end:
+        raise _corrupt(path, f"record after the session end at byte {offset}")
+    if not lengths_ok:
+        raise _corrupt(path, f"inconsistent record lengths at byte {offset}")
+    if not known_type:
+        raise _corrupt(path, f"unknown record type {header['record_type']} at byte {offset}")
+    if not begin_ok:
+        raise _corrupt(path, f"the session begin record must come first, and once (byte {offset})")
+    if header["chunk_flags"] & _CHUNK_TRUNCATED:
+        raise SectionmarkError(f"{path}: the profiler truncated a chunk, so times would be incomplete")
+    if header["record_type"] == _RECORD_SESSION_END:
+        raise SectionmarkError(f"{path}: the profiling session ended with IREE status code {header['status']}")
+    if content_type == "dispatch-events":
+        raise SectionmarkError(f"{path}: {_DEVICE_TIMED}")
+    raise _corrupt(path, f"unknown chunk type {content_type[:80]!r} at byte {offset}")
 
 
 def _executable_functions(path: Path, payloads: list[memoryview]) -> dict[tuple[int, int], str]:
@@ -362,12 +460,13 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     if header_length < _FILE_HEADER.size or header_length > file_length:
         raise _corrupt(path, "bad header length")
     # Mapped, not read: only the chunks used are copied (once, into their record arrays).
-    data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-    if len(data) < file_length:
-        raise _corrupt(path, f"truncated: {len(data)} of {file_length} bytes")
+    mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    if len(mapped) < file_length:
+        raise _corrupt(path, f"truncated: {len(mapped)} of {file_length} bytes")
+    data = np.frombuffer(mapped, np.uint8, count=file_length)
     chunks = _bundle_chunks(path, data, header_length, file_length)
 
-    functions = _executable_functions(path, chunks["executable-functions"])
+    functions = _executable_functions(path, chunks["executable-functions"].views(mapped))
 
     def key_of(executable_id: int, ordinal: int) -> str:
         name = functions.get((executable_id, ordinal))
@@ -375,9 +474,9 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
             raise _corrupt(path, f"dispatch of unknown executable function {executable_id}:{ordinal}")
         return name
 
-    declared = {record[1] for record in _fixed_records(chunks["command-buffers"], _COMMAND_BUFFER).tolist()}
+    declared = {record[1] for record in _fixed_records(data, chunks["command-buffers"], _COMMAND_BUFFER).tolist()}
     commands: dict[int, dict[int, _Command]] = {}
-    for record in _fixed_records(chunks["command-operations"], _COMMAND_OPERATION).tolist():
+    for record in _fixed_records(data, chunks["command-operations"], _COMMAND_OPERATION).tolist():
         _length, op_type, flags, index, buffer_id, executable_id, ordinal, workgroups = record
         op = OPERATION_NAMES.get(op_type)
         if op is None:
@@ -385,18 +484,8 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
         key = key_of(executable_id, ordinal) if op == "dispatch" else None
         _record_command(path, commands, buffer_id, index, (op, key, _timed(op, flags, workgroups)))
 
-    events = _fixed_records(chunks["host-execution-events"], _HOST_EVENT)
-    unknown = ~np.isin(events["type"], list(EVENT_NAMES))
-    if unknown.any():
-        raise _corrupt(path, f"unknown host execution event type {events['type'][np.argmax(unknown)]}")
-    failed = events["status_code"] != 0
-    if failed.any():
-        bad = events[np.argmax(failed)]
-        raise _run_failed(path, EVENT_NAMES[int(bad["type"])], int(bad["event_id"]), int(bad["status_code"]))
-    _check_unique(path, "a host execution event", events["stream"], events["event_id"])
-
-    types = events["type"]
-    raw = np.flatnonzero(types == EVENT_DISPATCH)  # positions: indexing whole 152-byte records would copy them all
+    dispatches, submissions, queue_ops, executable, ordinal = _host_events(path, data,
+                                                                            chunks["host-execution-events"])
     # Key of each event: look its (executable, function ordinal) up among the known functions,
     # packed into one 64-bit code (ids beyond 32 bits would wrap: no producer makes that many executables).
     known = sorted(functions)
@@ -405,7 +494,6 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     keys = list(dict.fromkeys(functions[pair] for pair in known))
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
-    executable, ordinal = events["executable_id"][raw], events["function_ordinal"][raw]
     codes = (executable << np.uint64(32)) | ordinal.astype(np.uint64)
     missing = (executable >= np.uint64(1 << 32)) | ~np.isin(codes, known_codes)
     if missing.any():
@@ -413,12 +501,9 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
         raise _corrupt(path, f"dispatch of unknown executable function {executable[bad]}:{ordinal[bad]}")
     found = np.searchsorted(known_codes, codes)
 
-    dispatches = _columns(events, DISPATCH_DTYPE, raw, skip=("key",))
     dispatches["key"] = known_keys[found]
-    submissions = _columns(events, SUBMISSION_DTYPE, np.flatnonzero(types == EVENT_EXECUTE))
-    queue_ops = _columns(events, QUEUE_OP_DTYPE, np.flatnonzero((types != EVENT_DISPATCH) & (types != EVENT_EXECUTE)))
 
-    memory_events = _fixed_records(chunks["memory-events"], _MEMORY_EVENT)
+    memory_events = _fixed_records(data, chunks["memory-events"], _MEMORY_EVENT)
     unknown = ~np.isin(memory_events["type"], list(MEMORY_EVENT_NAMES))
     if unknown.any():
         raise _corrupt(path, f"unknown memory event type {memory_events['type'][np.argmax(unknown)]}")
@@ -426,6 +511,45 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     memory = _columns(memory_events, MEMORY_DTYPE, np.arange(len(memory_events)))
     return _finish(path, dispatches, submissions, keys, declared, commands, _exports(functions), "bundle",
                    queue_ops, memory)
+
+
+def _host_events(path: Path, data: np.ndarray, chunks: _Chunks) -> tuple[np.ndarray, ...]:
+    """Split the host execution events into dispatches (``key`` left 0), submissions and queue operations,
+    with each dispatch's executable id and function ordinal; checks every event's layout, type, status and
+    identity. In C when the extension is built (one pass over the events), else with numpy."""
+    positions = _record_positions(chunks, _HOST_EVENT.itemsize)
+    if _native is not None:
+        tables = [np.empty(len(positions), dtype) for dtype in (DISPATCH_DTYPE, SUBMISSION_DTYPE, QUEUE_OP_DTYPE)]
+        streams, event_ids, executable = (np.empty(len(positions), np.uint64) for _ in range(3))
+        ordinal = np.empty(len(positions), np.uint32)
+        *sizes, bad_length, bad_type, failed = _native.host_events(data, positions, *tables, streams, event_ids,
+                                                                   executable, ordinal)
+        dispatches, submissions, queue_ops = (table[:size] for table, size in zip(tables, sizes))
+        executable, ordinal = executable[: sizes[0]], ordinal[: sizes[0]]
+    else:
+        events = _records_at(data, positions, _HOST_EVENT)
+        bad_length, bad_type, failed = (
+            int(np.argmax(wrong)) if wrong.any() else -1
+            for wrong in (events["record_length"] != _HOST_EVENT.itemsize, ~np.isin(events["type"], list(EVENT_NAMES)),
+                          events["status_code"] != 0)
+        )
+        streams, event_ids, types = events["stream"], events["event_id"], events["type"]
+        raw = np.flatnonzero(types == EVENT_DISPATCH)  # positions: indexing whole 152-byte records would copy them all
+        dispatches = _columns(events, DISPATCH_DTYPE, raw, skip=("key",))
+        dispatches["key"] = 0
+        executable, ordinal = events["executable_id"][raw], events["function_ordinal"][raw]
+        submissions = _columns(events, SUBMISSION_DTYPE, np.flatnonzero(types == EVENT_EXECUTE))
+        queue_ops = _columns(events, QUEUE_OP_DTYPE, np.flatnonzero((types != EVENT_DISPATCH) & (types != EVENT_EXECUTE)))
+    if bad_length >= 0:
+        raise _FallBack("record length differs from the known layout")
+    if bad_type >= 0:
+        bad = _records_at(data, positions[[bad_type]], _HOST_EVENT)[0]
+        raise _corrupt(path, f"unknown host execution event type {bad['type']}")
+    if failed >= 0:
+        bad = _records_at(data, positions[[failed]], _HOST_EVENT)[0]
+        raise _run_failed(path, EVENT_NAMES[int(bad["type"])], int(bad["event_id"]), int(bad["status_code"]))
+    _check_unique(path, "a host execution event", streams, event_ids)
+    return dispatches, submissions, queue_ops, executable, ordinal
 
 
 def _columns(records: np.ndarray, dtype: np.dtype, rows: np.ndarray, skip: tuple[str, ...] = ()) -> np.ndarray:
@@ -735,6 +859,11 @@ def _check_times(path: Path, dispatches: np.ndarray, submissions: np.ndarray, qu
         raise _corrupt(path, f"a memory event has an impossible timestamp: {memory['time_ns'].min()} ns")
     for what, table in (("dispatch", dispatches), ("command-buffer execution", submissions), ("queue operation", queue_ops)):
         start, end = table["start_ns"], table["end_ns"]
+        if not len(start):
+            continue
+        duration = end - start
+        if start.min() >= 0 and duration.min() >= 0 and end.max() < MAX_TIMESTAMP_NS and duration.max() <= MAX_EVENT_NS:
+            continue  # all plausible: four reductions, no masks (those only find the culprit)
         impossible = (start < 0) | (end < start) | (end >= MAX_TIMESTAMP_NS)
         if impossible.any():
             index = np.argmax(impossible)
@@ -747,6 +876,39 @@ def _check_times(path: Path, dispatches: np.ndarray, submissions: np.ndarray, qu
         raise _corrupt(path, "a dispatch event has a negative tile time")
     if len(submissions) and submissions["end_ns"].max() - submissions["start_ns"].min() > MAX_SESSION_NS:
         raise _corrupt(path, "its command-buffer executions span more than 30 days")
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` for a 1-D numeric array, by sorting: numpy 2's hash-based ``unique`` is many times
+    slower on the large integer arrays of a profile."""
+    ordered = np.sort(values, kind="stable")  # timsort: near-linear on the nearly sorted times and ids of profiles
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
+
+
+def searchsorted_runs(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(ids, values)``, looking up each run of equal values once: dispatches come grouped by
+    submission (and so by command buffer), a few dozen per run, which makes this many times faster."""
+    run_starts = np.concatenate([[0], np.flatnonzero(values[1:] != values[:-1]) + 1]) if len(values) else values
+    if len(run_starts) > len(values) // 4:
+        return np.searchsorted(ids, values)
+    return np.repeat(np.searchsorted(ids, values[run_starts]), np.diff(np.append(run_starts, len(values))))
+
+
+def _check_unique_commands(path: Path, ids: np.ndarray, rank: np.ndarray, command_index: np.ndarray) -> None:
+    """No two dispatch events of one submission (``ids[rank]``, ids sorted and unique) for one command index.
+
+    Counted in a table of (submission, command index) when that table is small (a profile's command buffers
+    have few commands), else through sorting (``_check_unique``); the same pair is reported either way.
+    """
+    width = int(command_index.max()) + 1
+    if len(ids) * width > 8 * len(rank) + 4096:
+        _check_unique(path, "a dispatch of (submission, command index)", ids[rank], command_index)
+        return
+    counts = np.bincount(rank * width + command_index, minlength=len(ids) * width)
+    if (counts > 1).any():
+        code = int(np.argmax(counts > 1))
+        raise _corrupt(path, f"a dispatch of (submission, command index) ({ids[code // width]}, {code % width}) "
+                             "is recorded twice")
 
 
 def _check_links(
@@ -763,30 +925,35 @@ def _check_links(
         raise _corrupt(path, f"a command buffer ({unknown}) is executed but its recording is not in the profile")
     if not len(dispatches):
         return
-    rank = np.minimum(np.searchsorted(ids, dispatches["submission"]), max(len(ids) - 1, 0))
+    rank = np.minimum(searchsorted_runs(ids, dispatches["submission"]), max(len(ids) - 1, 0))
     if not len(ids) or (ids[rank] != dispatches["submission"]).any():
         bad = dispatches[np.argmax(ids[rank] != dispatches["submission"]) if len(ids) else 0]
         raise _corrupt(path, f"a dispatch belongs to submission {bad['submission']}, which executes no command buffer")
-    execution = submissions[rank]
-    wrong_buffer = execution["command_buffer"] != dispatches["command_buffer"]
+    executed_buffer = submissions["command_buffer"][rank]  # one field at a time: gathering whole rows is slower
+    wrong_buffer = executed_buffer != dispatches["command_buffer"]
     if wrong_buffer.any():
         index = np.argmax(wrong_buffer)
         raise _corrupt(path, f"a dispatch names command buffer {dispatches['command_buffer'][index]} but its "
-                             f"submission {ids[rank[index]]} executes command buffer {execution['command_buffer'][index]}")
-    outside = (dispatches["start_ns"] < execution["start_ns"]) | (dispatches["end_ns"] > execution["end_ns"])
+                             f"submission {ids[rank[index]]} executes command buffer {executed_buffer[index]}")
+    outside = ((dispatches["start_ns"] < submissions["start_ns"][rank])
+               | (dispatches["end_ns"] > submissions["end_ns"][rank]))
     if outside.any():
         index = np.argmax(outside)
         raise _corrupt(path, f"a dispatch of submission {ids[rank[index]]} runs outside the execution of its command buffer")
-    _check_unique(path, "a dispatch of (submission, command index)", dispatches["submission"], dispatches["command_index"])
+    command_index = dispatches["command_index"].astype(np.int64)
+    _check_unique_commands(path, ids, rank, command_index)
 
+    # Whether each dispatch is a timed command of its buffer: its (buffer, command index) code among the
+    # sorted codes of the timed commands (a binary search among a few dozen: faster than np.isin).
     buffer_ids = np.array(sorted(command_buffers), np.uint64)
-    dense = np.searchsorted(buffer_ids, dispatches["command_buffer"]).astype(np.uint64)
-    codes = (dense << np.uint64(32)) | dispatches["command_index"].astype(np.uint64)
-    timed_codes = np.array(
-        [(position << 32) | index for position, buffer in enumerate(buffer_ids.tolist()) for index in timed[buffer]],
-        np.uint64,
-    )
-    found = np.bincount(rank[np.isin(codes, timed_codes)], minlength=len(ids))
+    timed_codes = np.array(sorted(
+        (position << 32) | index for position, buffer in enumerate(buffer_ids.tolist()) for index in timed[buffer]
+    ), np.uint64)
+    buffer_of_execution = np.searchsorted(buffer_ids, submissions["command_buffer"]).astype(np.uint64)
+    codes = (buffer_of_execution[rank] << np.uint64(32)) | command_index.astype(np.uint64)
+    place = np.minimum(np.searchsorted(timed_codes, codes), max(len(timed_codes) - 1, 0))
+    is_timed = timed_codes[place] == codes if len(timed_codes) else np.zeros(len(codes), bool)
+    found = np.bincount(rank[is_timed], minlength=len(ids))
     expected = np.array([len(timed[buffer]) for buffer in executed], np.int64)
     missing = found < expected
     if missing.any():
@@ -796,6 +963,27 @@ def _check_links(
             f"buffer must produce: events are missing (a capture filtered with --device_profiling_filter_* cannot "
             "be attributed)"
         )
+
+
+def _by_submission_and_start(dispatches: np.ndarray) -> np.ndarray:
+    """Dispatches in (submission, start) order, ties in their order: ``np.lexsort``'s result.
+
+    IREE writes them grouped by submission and all but a few in start order:
+    then only the submissions out of order are sorted, in place (the readers
+    pass tables they own).
+    """
+    submission, start = dispatches["submission"], dispatches["start_ns"]
+    in_order = (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
+    if in_order.all():
+        return dispatches
+    if not (submission[1:] >= submission[:-1]).all():
+        return dispatches[np.lexsort((start, submission))]
+    unsorted = distinct(submission[np.flatnonzero(~in_order)])
+    first, lengths = np.searchsorted(submission, unsorted), np.searchsorted(submission, unsorted, "right")
+    lengths -= first
+    rows = np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+    dispatches[rows] = dispatches[rows[np.lexsort((start[rows], submission[rows]))]]
+    return dispatches
 
 
 def _finish(
@@ -826,10 +1014,7 @@ def _finish(
     timed = {buffer: {index for index, (_op, _key, is_timed) in by_index.items() if is_timed}
              for buffer, by_index in recorded.items()}
     _check_times(path, dispatches, submissions, queue_ops, memory)
-    submission, start = dispatches["submission"], dispatches["start_ns"]
-    in_order = (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
-    if not in_order.all():
-        dispatches = dispatches[np.lexsort((start, submission))]
+    dispatches = _by_submission_and_start(dispatches)
     submissions = submissions[np.argsort(submissions["submission"], kind="stable")]
     _check_links(path, dispatches, submissions, command_buffers, timed)
     queue_ops = queue_ops[np.lexsort((queue_ops["submission"], queue_ops["start_ns"]))]
