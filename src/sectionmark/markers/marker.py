@@ -153,9 +153,9 @@ def _dynamo_scope(name: str, color: Optional[int]):
 def _dynamo_key(name: object, color: object) -> str:
     """A new annotation key for a section that Dynamo traces, once its name and color are checked.
 
-    Marked ``torch.compiler.assume_constant_result`` once torch's probes are
-    bound: Dynamo then calls it as plain Python and keeps the key as a
-    constant instead of tracing the check and the counter step by step.
+    Marked ``torch.compiler.assume_constant_result`` (see `_bind_torch_probes`):
+    Dynamo then calls it as plain Python and keeps the key as a constant
+    instead of tracing the check and the counter step by step.
     """
     global _dynamo_entries
     _check(name, color)
@@ -169,13 +169,16 @@ def _bind_torch_probes() -> None:
     Bound eagerly where sectionmark's torch importer starts (and at import
     when torch came first), so that the code Dynamo traces never looks
     anything up in ``sys.modules``: Dynamo would wrap that dict, thousands of
-    entries, at every section.
+    entries, at every section. `_dynamo_key` is marked here too: at every
+    ``sections`` scope, when Dynamo is loaded; until then Dynamo traces it
+    (the same keys, more slowly).
     """
     global _torch_exporting, _torch_dynamo_compiling, _torch_annotate
     torch = _modules["torch"]
     _torch_exporting, _torch_dynamo_compiling = torch.compiler.is_exporting, torch.compiler.is_dynamo_compiling
     _torch_annotate = torch.fx.traceback.annotate
-    if not _torch_dynamo_compiling():  # binding under Dynamo: marked at the next binding outside it
+    if "torch._dynamo" in _modules and not _torch_dynamo_compiling():
+        # Only once Dynamo is loaded (marking imports it, a second) and from plain Python (Dynamo cannot trace it).
         torch.compiler.assume_constant_result(_dynamo_key)
 
 
