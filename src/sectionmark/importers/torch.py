@@ -484,14 +484,9 @@ def _kind(model: Any) -> str:
 
 @contextlib.contextmanager
 def _without_export_notices() -> Iterator[None]:
-    """Hide what iree-turbine and Dynamo say about every export of a marked model.
-
-    Non-strict export always gets turbine's "experimental" notice; Dynamo calls
-    counting sections (a module-level int) a side effect of the model.
-    """
+    """Hide what iree-turbine says about every non-strict export: its "experimental" notice."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="When strict_export == False")
-        warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
         yield
 
 

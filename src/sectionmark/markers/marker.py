@@ -138,7 +138,29 @@ def _torchs_is_exporting() -> Optional[Callable[[], bool]]:
 # Section paths in torch node meta: key "sectionmark#<n>" per level, see
 # sectionmark.importers.torch.
 TORCH_ANNOTATION_PREFIX = "sectionmark#"
-_dynamo_entries = 0  # a plain int: Dynamo traces its increment as a side effect
+_dynamo_entries = 0  # numbers the annotation keys, see _dynamo_key
+
+
+def _dynamo_scope(name: str, color: Optional[int]):
+    """What a section is while TorchDynamo traces (strict export): ``torch.fx.traceback.annotate``.
+
+    Written here, importing and looking up nothing, because Dynamo traces
+    this code, and every step costs it time per section.
+    """
+    return _torch_annotate({_dynamo_key(name, color): name})
+
+
+def _dynamo_key(name: object, color: object) -> str:
+    """A new annotation key for a section that Dynamo traces, once its name and color are checked.
+
+    Marked ``torch.compiler.assume_constant_result`` (see `_bind_torch_probes`):
+    Dynamo then calls it as plain Python and keeps the key as a constant
+    instead of tracing the check and the counter step by step.
+    """
+    global _dynamo_entries
+    _check(name, color)
+    _dynamo_entries += 1
+    return TORCH_ANNOTATION_PREFIX + str(_dynamo_entries)
 
 
 def _bind_torch_probes() -> None:
@@ -147,12 +169,17 @@ def _bind_torch_probes() -> None:
     Bound eagerly where sectionmark's torch importer starts (and at import
     when torch came first), so that the code Dynamo traces never looks
     anything up in ``sys.modules``: Dynamo would wrap that dict, thousands of
-    entries, at every section.
+    entries, at every section. `_dynamo_key` is marked here too: at every
+    ``sections`` scope, when Dynamo is loaded; until then Dynamo traces it
+    (the same keys, more slowly).
     """
     global _torch_exporting, _torch_dynamo_compiling, _torch_annotate
     torch = _modules["torch"]
     _torch_exporting, _torch_dynamo_compiling = torch.compiler.is_exporting, torch.compiler.is_dynamo_compiling
     _torch_annotate = torch.fx.traceback.annotate
+    if "torch._dynamo" in _modules and not _torch_dynamo_compiling():
+        # Only once Dynamo is loaded (marking imports it, a second) and from plain Python (Dynamo cannot trace it).
+        torch.compiler.assume_constant_result(_dynamo_key)
 
 
 def _first_torch_exporting() -> bool:
@@ -207,18 +234,6 @@ def _framework_scopes(name: str) -> Optional[tuple]:
 
         entered.append(jax_importer.enter_named_scope(name))
     return tuple(entered) if entered else None
-
-
-def _dynamo_scope(name: str):
-    """What a section is while TorchDynamo traces (strict export): ``torch.fx.traceback.annotate``.
-
-    Written here, importing and looking up nothing, because Dynamo traces
-    this code: it reports what it changes outside the model (the counter) as
-    side effects of the model, and every lookup costs it time per section.
-    """
-    global _dynamo_entries
-    _dynamo_entries += 1
-    return _torch_annotate({TORCH_ANNOTATION_PREFIX + str(_dynamo_entries): name})
 
 
 def _enter(marker: "section") -> "section":
@@ -308,8 +323,7 @@ class section(_MarkerBase):
 
     def __new__(cls, name: str, color: Optional[int] = None) -> "section":
         if _torch_dynamo_compiling():
-            _check(name, color)
-            return _dynamo_scope(name)  # type: ignore[return-value]
+            return _dynamo_scope(name, color)  # type: ignore[return-value]
         # Markers keep no state of their own, so one per (name, color) serves
         # every ``with section(...)`` written inline in a model: no allocation,
         # no validation after the first time.
@@ -355,7 +369,7 @@ class section(_MarkerBase):
             # One marker serves every synchronous call (their zones nest on each
             # thread), except under Dynamo, which needs the annotate scope that
             # the constructor returns.
-            with _dynamo_scope(name) if _torch_dynamo_compiling() else marker:  # name checked when decorating
+            with _dynamo_scope(name, color) if _torch_dynamo_compiling() else marker:
                 return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
