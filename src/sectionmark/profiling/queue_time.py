@@ -180,21 +180,27 @@ def partition_time(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, row_c
     return np.rint(sums).astype(np.int64).reshape(windows, row_count + 1)
 
 
+def union_blocks(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The disjoint covered blocks ``[start, end)`` of the union of intervals, in time order (non-empty input)."""
+    if (starts[1:] > ends[:-1]).all() and (ends >= starts).all():
+        return starts, ends  # in order, apart: each interval is a block of its own
+    if not (starts[1:] >= starts[:-1]).all():
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    # A block begins where an interval starts after everything before it ended,
+    # and ends at the running maximum just before the next block begins.
+    first = np.flatnonzero(np.concatenate([[True], starts[1:] > reach[:-1]]))
+    last = np.concatenate([first[1:] - 1, [len(starts) - 1]])
+    return starts[first], reach[last]
+
+
 def union_by_window(starts: np.ndarray, ends: np.ndarray, window_starts: np.ndarray,
                     window_ends: np.ndarray) -> np.ndarray:
     """Per window: the length of the union of intervals ``[start, end)`` inside it."""
     if not len(starts):
         return np.zeros(len(window_starts), np.int64)
-    if (starts[1:] > ends[:-1]).all() and (ends >= starts).all():
-        block_starts, block_ends = starts, ends  # in order, apart: each interval is a block of its own
-    else:
-        if not (starts[1:] >= starts[:-1]).all():
-            order = np.argsort(starts, kind="stable")
-            starts, ends = starts[order], ends[order]
-        reach = np.maximum.accumulate(ends)
-        first = np.flatnonzero(np.concatenate([[True], starts[1:] > reach[:-1]]))
-        last = np.concatenate([first[1:] - 1, [len(starts) - 1]])
-        block_starts, block_ends = starts[first], reach[last]
+    block_starts, block_ends = union_blocks(starts, ends)
     # A block lies in one window (dispatches run inside their call); one reaching past it is clipped there.
     window = _window_of(block_starts, window_starts, window_ends)
     inside = window >= 0

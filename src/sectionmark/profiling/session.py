@@ -35,7 +35,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution, Composition
-from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time, device_memory
+from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time, device_memory, union_blocks
 from sectionmark.section_map import INITIALIZER_FUNCTION, Binding, SectionMap, Share
 from sectionmark.serialization import json_field
 
@@ -537,17 +537,8 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> int:
     """Total length covered by intervals ``[start, end)``."""
     if not len(starts):
         return 0
-    if (starts[1:] >= ends[:-1]).all() and (ends >= starts).all():
-        return int((ends - starts).sum())  # in order, none overlapping: the union is their sum
-    if not (starts[1:] >= starts[:-1]).all():
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], ends[order]
-    reach = np.maximum.accumulate(ends)
-    # A covered block begins where an interval starts after everything before it ended,
-    # and ends at the running maximum just before the next block begins.
-    first = np.flatnonzero(np.concatenate([[True], starts[1:] > reach[:-1]]))
-    last = np.concatenate([first[1:] - 1, [len(starts) - 1]])
-    return int((reach[last] - starts[first]).sum())
+    block_starts, block_ends = union_blocks(starts, ends)
+    return int((block_ends - block_starts).sum())
 
 
 def _sites(attribution: Attribution, section_map: SectionMap, duration: np.ndarray) -> list[SiteStats]:
