@@ -86,6 +86,23 @@ def test_every_op_carries_exactly_its_path(strict):
     assert set(exported.sections) == STACK_SECTIONS
 
 
+class BadName(torch.nn.Module):
+    def forward(self, x):
+        with sm.section(""):
+            return torch.sin(x)
+
+
+def test_under_dynamo_sections_warn_nothing_and_a_bad_name_is_its_own_error():
+    """The check and key of a section run untraced (assume_constant_result): no side effect for Dynamo to report."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exported = sm.torch.export(Stack(), args=(torch.randn(4),))
+    assert set(exported.sections) == STACK_SECTIONS
+    assert not [warning for warning in caught if "side effects" in str(warning.message)]
+    with pytest.raises(ValueError, match="section name must not be empty"):
+        sm.torch.export(BadName(), args=(torch.randn(4),))
+
+
 def test_parameters_and_defaults_are_those_of_aot_export_plus_auto_modules():
     ours = dict(inspect.signature(sm.torch.export).parameters)
     turbines = inspect.signature(aot.export).parameters
