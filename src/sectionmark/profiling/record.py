@@ -97,7 +97,21 @@ class Recording:
         """
         if kwargs:
             raise SectionmarkError(f"{function}: keyword arguments cannot be recorded; pass them by position")
-        return tuple(self._argument(function, position, value) for position, value in enumerate(args))
+        # One loop with locals, no helper call per argument: this runs before every call of the program.
+        origins, device_array, inputs = self._origins, self._device_array, self.inputs
+        arguments = []
+        for value in args:  # flat (`flatten_arguments`): numpy arrays and device arrays
+            if type(value) is device_array:
+                origin = origins.get(id(value))
+                if origin is not None and origin[0]() is value:
+                    arguments.append(origin[1])  # an earlier recorded result: passed along in the replay
+                    continue
+                host = value.to_host()  # made elsewhere: replayed as its value
+            else:
+                host = value.copy()  # the program may reuse its buffer
+            inputs.append(host)
+            arguments.append(InputArgument(len(inputs) - 1))
+        return tuple(arguments)
 
     def add(self, function: str, arguments: tuple[Argument, ...], result: Any) -> None:
         """Note a call that returned ``result``."""
@@ -108,18 +122,6 @@ class Recording:
             origins[id(value)] = (weakref.ref(value), ResultArgument(call, index))
         self.calls.append(DriverCall(function, arguments, len(results)))
         self._driver = None
-
-    def _argument(self, function: str, position: int, value: Any) -> Argument:
-        """A flat argument (`flatten_arguments`): a numpy array, or a device array from a recorded call or not."""
-        if type(value) is self._device_array:
-            origin = self._origins.get(id(value))
-            if origin is not None and origin[0]() is value:
-                return origin[1]
-            host = value.to_host()
-        else:
-            host = np.array(value)  # a copy: the program may reuse its buffer
-        self.inputs.append(host)
-        return InputArgument(len(self.inputs) - 1)
 
     # ------------------------------------------------------------------ replaying
 
