@@ -117,11 +117,9 @@ def test_live_capture_of_another_model_is_one_line(live_run, tmp_path):
     _vmfb, capture, _exact = live_run
     import sectionmark as sm
 
-    other = sm.compile(
-        'func.func @main(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %s = math.sin %x : tensor<8xf32> '
-        'loc("sectionmark:Other"("t.py":1:0))\n  return %s : tensor<8xf32>\n}\n',
-        target="llvm-cpu",
-    ).save(tmp_path / "other.vmfb")
+    from tiny_profiles import OTHER_MODEL
+
+    other = sm.compile(OTHER_MODEL, target="llvm-cpu").save(tmp_path / "other.vmfb")
     with pytest.raises(SectionmarkError, match="none of the capture's worker zones is a dispatch") as error:
         report(capture, other)
     assert "\n" not in str(error.value)

@@ -50,6 +50,14 @@ func.func @main(%x: tensor<?x64xf32>, %w: tensor<64x64xf32>) -> tensor<?x64xf32>
 }
 """
 
+# A model that shares nothing with the others: for "a capture / profile of another model" errors.
+OTHER_MODEL = """
+func.func @main(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %s = math.sin %x : tensor<8xf32> loc("sectionmark:Other"("t.py":1:0))
+  return %s : tensor<8xf32>
+}
+"""
+
 KEY_0 = "main_dispatch_0_matmul_64x64x64_f32"
 KEY_1 = "main_dispatch_1_matmul_64x64x64_f32"
 

@@ -380,12 +380,12 @@ def _profile_recording(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     recording = Recording.load(args.vmfb, device=args.device, parameters=args.parameters or None)
     if args.function is not None and args.function not in recording.sequence:
         raise SectionmarkError(f"the recording never called {args.function!r} (it called: "
-                               f"{', '.join(dict.fromkeys(recording.sequence))})")
+                               f"{', '.join(recording.functions)})")
     outputs = _rendered_outputs(args)
     per_function = [f"--{name}" for name in outputs if name != "json"] + ["--sites"] * args.sites + ["--by"] * bool(args.by)
     if args.function is None and per_function:
         raise SectionmarkError(f"{per_function[0]} of a recording is per function: add --function NAME "
-                               f"(it called: {', '.join(dict.fromkeys(recording.sequence))})")
+                               f"(it called: {', '.join(recording.functions)})")
     replay = recording.profile(iterations=args.iterations, warmup=args.warmup, timeout=args.timeout,
                                keep_profile=args.keep_profile)
     if args.function is not None:

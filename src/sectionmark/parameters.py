@@ -42,9 +42,14 @@ def parameter_specs(parameters: Parameters) -> list[tuple[str, Path]]:
     return specs
 
 
+def spec_text(scope: str, path: Path) -> str:
+    """``[scope=]path``: a spec as IREE's tools and `parameter_specs` spell it."""
+    return f"{scope}={path}" if scope else str(path)
+
+
 def tool_flags(specs: Sequence[tuple[str, Path]]) -> list[str]:
     """``--parameters=[scope=]path`` for each file, for iree-benchmark-module and friends."""
-    return [f"--parameters={scope}={path}" if scope else f"--parameters={path}" for scope, path in specs]
+    return [f"--parameters={spec_text(scope, path)}" for scope, path in specs]
 
 
 def parameters_module(instance: Any, specs: Sequence[tuple[str, Path]]) -> Optional[Any]:

@@ -32,7 +32,7 @@ from sectionmark.compiler.replay_driver import Argument, DriverCall, InputArgume
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path
-from sectionmark.parameters import Parameters, parameter_specs
+from sectionmark.parameters import Parameters, parameter_specs, spec_text
 from sectionmark.profiling.inputs import load_input_array
 from sectionmark.profiling.ireeprof import read_profile
 from sectionmark.profiling.replay import ReplayProfile
@@ -130,6 +130,11 @@ class Recording:
         """The functions called, in order."""
         return [call.function for call in self.calls]
 
+    @property
+    def functions(self) -> list[str]:
+        """The functions called, each once, in the order first called."""
+        return list(dict.fromkeys(self.sequence))
+
     def driver(self) -> bytes:
         """The compiled replay driver (.vmfb); a saved recording's own, so that profiling it needs no compiler."""
         if self._driver is None:
@@ -217,7 +222,7 @@ class Recording:
 
         return {
             "version": RECORDING_VERSION, "kind": "recording", "module": self.name, "device": self.device,
-            "parameters": [f"{scope}={path}" if scope else str(path) for scope, path in self.parameters],
+            "parameters": [spec_text(scope, path) for scope, path in self.parameters],
             "inputs": len(self.inputs),
             "calls": [{"function": call.function, "arguments": [argument(value) for value in call.arguments],
                        "results": call.results} for call in self.calls],

@@ -94,17 +94,22 @@ def _unknown_submission(label: frozenset) -> str:
     return f"cannot tell which function submitted a command buffer: {_names(label)} record the same commands"
 
 
-def function_profile(profile: Profile, call_of_submission: np.ndarray, keep_calls: np.ndarray) -> Profile:
+def operation_calls(profile: Profile, call_of_submission: np.ndarray) -> np.ndarray:
+    """The recorded call of each queue operation outside command buffers (`queue_time.assign_calls`)."""
+    recorded = call_of_submission >= 0
+    operations = profile.queue_ops
+    return assign_calls(operations["submission"], operations["type"], profile.submissions["submission"][recorded],
+                        call_of_submission[recorded])
+
+
+def function_profile(profile: Profile, call_of_submission: np.ndarray, call_of_operation: np.ndarray,
+                     keep_calls: np.ndarray) -> Profile:
     """The part of ``profile`` made by the calls in ``keep_calls`` (a boolean per recorded call)."""
     submissions = profile.submissions
-    recorded = call_of_submission >= 0
-    kept = recorded & keep_calls[np.maximum(call_of_submission, 0)]
+    kept = (call_of_submission >= 0) & keep_calls[np.maximum(call_of_submission, 0)]
     dispatches = profile.dispatches[np.isin(profile.dispatches["submission"], submissions["submission"][kept])]
-    operations = profile.queue_ops
-    operation_calls = assign_calls(operations["submission"], operations["type"], submissions["submission"][recorded],
-                                   call_of_submission[recorded])
     return dataclasses.replace(profile, dispatches=dispatches, submissions=submissions[kept],
-                               queue_ops=operations[keep_calls[operation_calls]])
+                               queue_ops=profile.queue_ops[keep_calls[call_of_operation]])
 
 
 @dataclass
@@ -130,11 +135,12 @@ class ReplayProfile:
               warmup: int) -> "ReplayProfile":
         """Attribute a profile of ``warmup + replays`` replays of ``sequence`` per function."""
         call_of_submission = replay_calls(profile, section_map, sequence, warmup + replays)
+        call_of_operation = operation_calls(profile, call_of_submission)
         functions = []
         for function in dict.fromkeys(sequence):
             calls = sum(name == function for name in sequence)
             keep = np.array([name == function for name in sequence] * (warmup + replays), bool)
-            part = function_profile(profile, call_of_submission, keep)
+            part = function_profile(profile, call_of_submission, call_of_operation, keep)
             session = None
             if len(part.dispatches):
                 map_name = next((buffer.function for buffer in section_map.command_buffers
