@@ -8,12 +8,11 @@ session read back from JSON (no per-event data).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 
 from sectionmark.profiling.components import BY_NAME, components
 from sectionmark.profiling.session import ProfileSession
+from sectionmark.renderers.csv_out import csv_text
 
 COLUMNS = ["component", "sections", "calls", "dispatches", "busy_ns", "share", "exclusive_ns", "exclusive_share",
            "wall_ns", "p50_ns", "p95_ns"]
@@ -21,15 +20,13 @@ COLUMNS = ["component", "sections", "calls", "dispatches", "busy_ns", "share", "
 
 def render(session: ProfileSession, by: str = BY_NAME) -> str:
     """The CSV text, RFC 4180 line ends."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\r\n")
-    writer.writerow(COLUMNS)
-    for component in components(session, by):
-        stats = component.per_call
-        writer.writerow([
+    return csv_text(COLUMNS, (
+        [
             component.name, ";".join(json.dumps(list(path), ensure_ascii=False) for path in component.sections),
             session.calls, component.dispatches, round(component.busy_ns), f"{component.share:.6f}",
             round(component.exclusive_ns), f"{component.exclusive_share:.6f}", round(component.wall_ns),
-            round(stats.p50_ns) if stats else "", round(stats.p95_ns) if stats else "",
-        ])
-    return buffer.getvalue()
+            round(component.per_call.p50_ns) if component.per_call else "",
+            round(component.per_call.p95_ns) if component.per_call else "",
+        ]
+        for component in components(session, by)
+    ))

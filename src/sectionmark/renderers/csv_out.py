@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from typing import Iterable
 
 from sectionmark.profiling.session import ProfileSession
 
@@ -21,22 +22,25 @@ COLUMNS = [
 ]
 
 
-def render(session: ProfileSession) -> str:
-    """The CSV text, RFC 4180 line ends (written unchanged)."""
+def csv_text(columns: list[str], rows: Iterable[list]) -> str:
+    """A header and rows as CSV text with RFC 4180 line ends (the csv module then quotes any field holding
+    "\r" or "\n"); every CSV output of sectionmark is written so."""
     buffer = io.StringIO()
-    # RFC 4180 line ends: the csv module then quotes any field holding "\r" or "\n".
     writer = csv.writer(buffer, lineterminator="\r\n")
-    writer.writerow(COLUMNS)
-    for row in session.sections:
-        stats = row.per_call
-        writer.writerow(
-            [
-                row.name, json.dumps(list(row.path), ensure_ascii=False), len(row.path), row.calls, row.dispatches,
-                round(row.busy_ns), round(row.exclusive_ns), round(row.shared_ns), round(row.wall_ns),
-                round(row.exclusive_wall_ns), f"{row.share:.6f}",
-                round(stats.mean_ns), round(stats.min_ns), round(stats.max_ns), round(stats.p50_ns), round(stats.p95_ns),
-                row.note or "",
-            ]
-        )
+    writer.writerow(columns)
+    writer.writerows(rows)
     return buffer.getvalue()
 
+
+def render(session: ProfileSession) -> str:
+    """The CSV text, RFC 4180 line ends (written unchanged)."""
+    return csv_text(COLUMNS, (
+        [
+            row.name, json.dumps(list(row.path), ensure_ascii=False), len(row.path), row.calls, row.dispatches,
+            round(row.busy_ns), round(row.exclusive_ns), round(row.shared_ns), round(row.wall_ns),
+            round(row.exclusive_wall_ns), f"{row.share:.6f}",
+            round(row.per_call.mean_ns), round(row.per_call.min_ns), round(row.per_call.max_ns),
+            round(row.per_call.p50_ns), round(row.per_call.p95_ns), row.note or "",
+        ]
+        for row in session.sections
+    ))

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import csv
-import io
-
 from sectionmark.profiling.kernels import kernels
+from sectionmark.renderers.csv_out import csv_text
 from sectionmark.renderers.kernels import _blank, format_binding, format_sections
 
 
 def render(session) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["site", "sections", "key", "arguments", "read_bytes", "written_bytes", "flops", "dispatches",
-                     "busy_ns", "time_per_dispatch_ns", "gb_per_s", "gflop_per_s", "flops_per_byte",
-                     "shared_with_sites", "data_movement"])
-    for row in kernels(session):
-        writer.writerow([
+    columns = ["site", "sections", "key", "arguments", "read_bytes", "written_bytes", "flops", "dispatches",
+               "busy_ns", "time_per_dispatch_ns", "gb_per_s", "gflop_per_s", "flops_per_byte",
+               "shared_with_sites", "data_movement"]
+    return csv_text(columns, (
+        [
             row.site, format_sections(row), row.key, "; ".join(format_binding(b) for b in row.bindings),
             _blank(row.read_bytes), _blank(row.written_bytes), _blank(row.flops), row.dispatches,
             f"{row.busy_ns:.0f}", f"{row.time_per_dispatch_ns:.1f}", _blank(row.gb_per_s), _blank(row.gflop_per_s),
             _blank(row.intensity), " ".join(map(str, row.shared_with)), int(row.data_movement),
-        ])
-    return buffer.getvalue()
+        ]
+        for row in kernels(session)
+    ))
