@@ -2,7 +2,7 @@
 
 The model: Hugging Face GPT-2 at the size of examples/nanogpt's ``small``
 config (2 layers, 128 wide, 4 heads, vocabulary 512) with a fixed-size KV
-cache of 64 positions (tests/hf_models.py's CachedLM, sections on every
+cache of 64 positions (tests/hf_models.py's CachedLM and marked_gpt2: sections on every
 layer), exported as ``prefill`` (8 tokens) and ``decode`` (one token) and
 compiled for the CPU. The program: prefill, then ``--steps`` greedy decode
 steps, the cache passed from call to call as device arrays and each next
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 warnings.filterwarnings("ignore")
 
 import sectionmark as sm  # noqa: E402
-from hf_models import CachedLM, mark  # noqa: E402
+from hf_models import CachedLM, marked_gpt2  # noqa: E402
 from iree.turbine import aot  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
@@ -46,17 +46,8 @@ PROMPT, CACHE, VOCAB = 8, 64, 512
 
 
 def small_gpt() -> GPT2LMHeadModel:
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=VOCAB, n_positions=CACHE, n_embd=128, n_layer=2, n_head=4,
-                        bos_token_id=0, eos_token_id=0)
-    model = GPT2LMHeadModel(config).eval()
-    mark(model.transformer.wte, "Embedding")
-    for index, layer in enumerate(model.transformer.h):
-        mark(layer, f"Layer {index}")
-        mark(layer.attn, "Self Attention")
-        mark(layer.mlp, "MLP")
-    mark(model.lm_head, "LM Head")
-    return model
+    return marked_gpt2(GPT2Config(vocab_size=VOCAB, n_positions=CACHE, n_embd=128, n_layer=2, n_head=4,
+                                  bos_token_id=0, eos_token_id=0))
 
 
 def compiled_module():

@@ -31,11 +31,15 @@ def mark(module: torch.nn.Module, name: str) -> None:
 
 def tiny_gpt2() -> GPT2LMHeadModel:
     """GPT-2 with sections: Embedding, Layer i (Self Attention, MLP), Final Norm, LM Head."""
-    torch.manual_seed(0)
-    config = GPT2Config(
+    return marked_gpt2(GPT2Config(
         vocab_size=VOCAB, n_positions=MAX_LEN, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
         bos_token_id=0, eos_token_id=0,
-    )
+    ))
+
+
+def marked_gpt2(config: GPT2Config) -> GPT2LMHeadModel:
+    """A GPT-2 of ``config`` (seeded random weights) with the sections of `tiny_gpt2`."""
+    torch.manual_seed(0)
     model = GPT2LMHeadModel(config).eval()
     mark(model.transformer.wte, "Embedding")  # token and position embeddings: one section,
     mark(model.transformer.wpe, "Embedding")  # two modules
