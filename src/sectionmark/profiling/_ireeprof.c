@@ -27,6 +27,9 @@
 #define EVENT_DISPATCH 2
 #define EVENT_EXECUTE 3
 #define EVENT_TYPES 11
+#define ATTRIBUTED_SIZE 64 /* attribute.ATTRIBUTED_DTYPE: a dispatch row, slot, call */
+#define MAX_TIMESTAMP_NS ((int64_t)1 << 62) /* ireeprof.MAX_TIMESTAMP_NS */
+#define MAX_EVENT_NS ((int64_t)3600 * 1000000000) /* ireeprof.MAX_EVENT_NS */
 
 static uint32_t u32(const char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t u64(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
@@ -67,94 +70,323 @@ static PyObject *record_offsets(PyObject *module, PyObject *args) {
     return result;
 }
 
-/* host_events(data, positions, dispatches, submissions, queue_ops, streams, event_ids, executables, ordinals)
- *   -> (dispatch rows, submission rows, queue-op rows, first bad length, first bad type, first failed)
- *
- * ``positions`` (int64): byte offset of each record in ``data``. Each record goes to
- * the dispatch, submission or queue-op table by its type (``key`` of a dispatch row is left 0; its
- * executable id and function ordinal go to ``executables``/``ordinals``); every record's stream and
- * event id go to ``streams``/``event_ids``. The last three: index of the first record whose length is
- * not 152, whose type is unknown, whose status is not OK; -1 for none. */
-static PyObject *host_events(PyObject *module, PyObject *args) {
-    Py_buffer in[2], out[7];
-    int got_in = 0, got_out = 0;
-    PyObject *objects[9];
-    PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO", &objects[0], &objects[1], &objects[2], &objects[3], &objects[4],
-                          &objects[5], &objects[6], &objects[7], &objects[8]))
-        return NULL;
-    for (; got_in < 2; got_in++)
-        if (PyObject_GetBuffer(objects[got_in], &in[got_in], PyBUF_SIMPLE) < 0) goto done;
-    for (; got_out < 7; got_out++)
-        if (PyObject_GetBuffer(objects[2 + got_out], &out[got_out], PyBUF_SIMPLE | PyBUF_WRITABLE) < 0) goto done;
-    {
-        const char *bytes = in[0].buf;
-        const int64_t *positions = in[1].buf;
-        Py_ssize_t total = in[1].len / (Py_ssize_t)sizeof(int64_t);
-        for (Py_ssize_t i = 0; i < total; i++) {
-            if (positions[i] < 0 || positions[i] > in[0].len - HOST_EVENT_SIZE) {
-                PyErr_SetString(PyExc_ValueError, "host_events: a record lies outside the data");
-                goto done;
-            }
+/* The buffers of ``count`` objects, the last ``writable`` of them writable. On failure, releases what it
+ * got and returns -1 with the exception set. */
+static int acquire(PyObject *const *objects, Py_buffer *views, int count, int writable) {
+    for (int i = 0; i < count; i++) {
+        int flags = i >= count - writable ? PyBUF_SIMPLE | PyBUF_WRITABLE : PyBUF_SIMPLE;
+        if (PyObject_GetBuffer(objects[i], &views[i], flags) < 0) {
+            while (i--) PyBuffer_Release(&views[i]);
+            return -1;
         }
-        if (out[0].len < total * DISPATCH_SIZE || out[1].len < total * SUBMISSION_SIZE ||
-            out[2].len < total * QUEUE_OP_SIZE || out[3].len < total * 8 || out[4].len < total * 8 ||
-            out[5].len < total * 8 || out[6].len < total * 4) {
-            PyErr_SetString(PyExc_ValueError, "host_events: an output is too small");
+    }
+    return 0;
+}
+
+static void release(Py_buffer *views, int count) {
+    for (int i = 0; i < count; i++) PyBuffer_Release(&views[i]);
+}
+
+static int check_arguments(Py_ssize_t given, Py_ssize_t expected, const char *name) {
+    if (given == expected) return 0;
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected, given);
+    return -1;
+}
+
+/* Index of ``value`` in the sorted ``ids[0 .. count)``, or ``count`` if absent. */
+static Py_ssize_t find_sorted(const uint64_t *ids, Py_ssize_t count, uint64_t value) {
+    Py_ssize_t low = 0, high = count;
+    while (low < high) {
+        Py_ssize_t middle = low + (high - low) / 2;
+        if (ids[middle] < value) low = middle + 1; else high = middle;
+    }
+    return low < count && ids[low] == value ? low : count;
+}
+
+/* host_events(data, positions, known_codes, known_keys, dispatches, submissions, queue_ops, streams, event_ids,
+ *             executables, ordinals)
+ *   -> (dispatch rows, submission rows, queue-op rows, first bad length, first bad type, first failed,
+ *       first unknown function, all times plausible, dispatches in (submission, start) order,
+ *       (stream, event id) strictly increasing)
+ *
+ * ``positions`` (int64): byte offset of each record in ``data``. Each record goes to the dispatch, submission or
+ * queue-op table by its type; every record's stream and event id go to ``streams``/``event_ids``. A dispatch's
+ * key is the ``known_keys`` entry of its (executable id << 32 | function ordinal) among the sorted
+ * ``known_codes`` (0 and the dispatch's index reported when absent); its executable id and function ordinal go to
+ * ``executables``/``ordinals``. Returned indices: of the first record whose length is not 152, whose type is
+ * unknown, whose status is not OK (among all records); of the first dispatch of an unknown function; -1 for none.
+ * Then whether every event's times are within what ireeprof._check_times accepts (if not, the caller finds
+ * which and why) and the two orders the caller would otherwise check.
+ */
+static PyObject *host_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer in[4], out[7];
+    if (check_arguments(nargs, 11, "host_events") < 0 || acquire(args, in, 4, 0) < 0) return NULL;
+    if (acquire(args + 4, out, 7, 7) < 0) { release(in, 4); return NULL; }
+    PyObject *result = NULL;
+    const char *bytes = in[0].buf;
+    const int64_t *positions = in[1].buf;
+    const uint64_t *known_codes = in[2].buf;
+    const uint32_t *known_keys = in[3].buf;
+    Py_ssize_t total = in[1].len / (Py_ssize_t)sizeof(int64_t), known = in[2].len / 8;
+    for (Py_ssize_t i = 0; i < total; i++) {
+        if (positions[i] < 0 || positions[i] > in[0].len - HOST_EVENT_SIZE) {
+            PyErr_SetString(PyExc_ValueError, "host_events: a record lies outside the data");
             goto done;
         }
+    }
+    if (in[3].len < known * 4 || out[0].len < total * DISPATCH_SIZE || out[1].len < total * SUBMISSION_SIZE ||
+        out[2].len < total * QUEUE_OP_SIZE || out[3].len < total * 8 || out[4].len < total * 8 ||
+        out[5].len < total * 8 || out[6].len < total * 4) {
+        PyErr_SetString(PyExc_ValueError, "host_events: an output is too small");
+        goto done;
+    }
+    {
         char *dispatches = out[0].buf, *submissions = out[1].buf, *queue_ops = out[2].buf;
         uint64_t *streams = out[3].buf, *event_ids = out[4].buf, *executables = out[5].buf;
         uint32_t *ordinals = out[6].buf;
-        Py_ssize_t nd = 0, ns = 0, nq = 0, bad_length = -1, bad_type = -1, failed = -1;
+        Py_ssize_t nd = 0, ns = 0, nq = 0, bad_length = -1, bad_type = -1, failed = -1, unknown = -1;
+        int plausible = 1;
+        int in_order = 1, increasing = 1;
+        uint64_t last_code = 0, last_key = 0, previous_submission = 0;
+        int64_t previous_start = 0;
+        int have_code = 0;
         for (Py_ssize_t index = 0; index < total; index++) {
             const char *record = bytes + positions[index];
-            {
-                uint32_t type = u32(record + 4);
-                if (bad_length < 0 && u32(record) != HOST_EVENT_SIZE) bad_length = index;
-                if (bad_type < 0 && (type < 1 || type > EVENT_TYPES)) bad_type = index;
-                if (failed < 0 && u32(record + 12) != 0) failed = index;
-                streams[index] = u64(record + 56);
-                event_ids[index] = u64(record + 16);
-                if (type == EVENT_DISPATCH) {
-                    char *row = dispatches + nd * DISPATCH_SIZE;
-                    memcpy(row, record + 24, 16);      /* submission, command_buffer */
-                    memcpy(row + 16, record + 72, 4);  /* command_index */
-                    memset(row + 20, 0, 4);            /* key: filled by the caller */
-                    memcpy(row + 24, record + 64, 8);  /* device, queue */
-                    memcpy(row + 32, record + 104, 16); /* start_ns, end_ns */
-                    memcpy(row + 48, record + 136, 8); /* tile_ns */
-                    executables[nd] = u64(record + 40);
-                    ordinals[nd] = u32(record + 76);
-                    nd++;
-                } else if (type == EVENT_EXECUTE) {
-                    char *row = submissions + ns * SUBMISSION_SIZE;
-                    memcpy(row, record + 24, 16);      /* submission, command_buffer */
-                    memcpy(row + 16, record + 104, 16); /* start_ns, end_ns */
-                    ns++;
-                } else {
-                    char *row = queue_ops + nq * QUEUE_OP_SIZE;
-                    memcpy(row, record + 24, 8);       /* submission */
-                    memcpy(row + 8, record + 4, 4);    /* type */
-                    memcpy(row + 12, record + 104, 16); /* start_ns, end_ns */
-                    memcpy(row + 28, record + 120, 8); /* payload_bytes */
-                    nq++;
+            uint32_t type = u32(record + 4);
+            int64_t start = (int64_t)u64(record + 104), end = (int64_t)u64(record + 112);
+            if (bad_length < 0 && u32(record) != HOST_EVENT_SIZE) bad_length = index;
+            if (bad_type < 0 && (type < 1 || type > EVENT_TYPES)) bad_type = index;
+            if (failed < 0 && u32(record + 12) != 0) failed = index;
+            if (plausible && (start < 0 || end < start || end >= MAX_TIMESTAMP_NS || end - start > MAX_EVENT_NS ||
+                                    (type == EVENT_DISPATCH && u64(record + 136) >> 63)))
+                plausible = 0;
+            streams[index] = u64(record + 56);
+            event_ids[index] = u64(record + 16);
+            if (index && (streams[index] < streams[index - 1] ||
+                          (streams[index] == streams[index - 1] && event_ids[index] <= event_ids[index - 1])))
+                increasing = 0;
+            if (type == EVENT_DISPATCH) {
+                char *row = dispatches + nd * DISPATCH_SIZE;
+                uint64_t executable = u64(record + 40), submission = u64(record + 24);
+                uint32_t ordinal = u32(record + 76);
+                uint64_t code = executable << 32 | ordinal;
+                if (!have_code || code != last_code) {  /* consecutive dispatches often run one function */
+                    Py_ssize_t found = executable >> 32 ? known : find_sorted(known_codes, known, code);
+                    last_code = code, have_code = 1;
+                    last_key = found < known ? known_keys[found] : UINT64_MAX;
                 }
+                if (last_key == UINT64_MAX && unknown < 0) unknown = nd;
+                uint32_t key = last_key == UINT64_MAX ? 0 : (uint32_t)last_key;
+                if (nd && (submission < previous_submission || (submission == previous_submission && start < previous_start)))
+                    in_order = 0;
+                previous_submission = submission, previous_start = start;
+                memcpy(row, record + 24, 16);      /* submission, command_buffer */
+                memcpy(row + 16, record + 72, 4);  /* command_index */
+                memcpy(row + 20, &key, 4);         /* key */
+                memcpy(row + 24, record + 64, 8);  /* device, queue */
+                memcpy(row + 32, record + 104, 16); /* start_ns, end_ns */
+                memcpy(row + 48, record + 136, 8); /* tile_ns */
+                executables[nd] = executable;
+                ordinals[nd] = ordinal;
+                nd++;
+            } else if (type == EVENT_EXECUTE) {
+                char *row = submissions + ns * SUBMISSION_SIZE;
+                memcpy(row, record + 24, 16);      /* submission, command_buffer */
+                memcpy(row + 16, record + 104, 16); /* start_ns, end_ns */
+                ns++;
+            } else {
+                char *row = queue_ops + nq * QUEUE_OP_SIZE;
+                memcpy(row, record + 24, 8);       /* submission */
+                memcpy(row + 8, record + 4, 4);    /* type */
+                memcpy(row + 12, record + 104, 16); /* start_ns, end_ns */
+                memcpy(row + 28, record + 120, 8); /* payload_bytes */
+                nq++;
             }
         }
-        result = Py_BuildValue("nnnnnn", nd, ns, nq, bad_length, bad_type, failed);
+        result = Py_BuildValue("nnnnnnnOOO", nd, ns, nq, bad_length, bad_type, failed, unknown,
+                               plausible ? Py_True : Py_False, in_order ? Py_True : Py_False,
+                               increasing ? Py_True : Py_False);
     }
 done:
-    for (int i = 0; i < got_in; i++) PyBuffer_Release(&in[i]);
-    for (int i = 0; i < got_out; i++) PyBuffer_Release(&out[i]);
+    release(in, 4);
+    release(out, 7);
+    return result;
+}
+
+/* dispatch_links(dispatches, submissions, buffer_ids, timed_bases, timed, expected, found)
+ *   -> (first orphan, first wrong buffer, first outside, duplicate's submission rank, duplicate's command index,
+ *       first short submission)
+ *
+ * The link checks of ireeprof._check_links in one pass. ``dispatches`` (DISPATCH_DTYPE) sorted by submission;
+ * ``submissions`` (SUBMISSION_DTYPE) sorted by id, unique, each executing one of ``buffer_ids`` (sorted uint64).
+ * Command ``i`` of buffer ``b`` (position in buffer_ids) is timed when ``i < timed_bases[b + 1] - timed_bases[b]``
+ * and ``timed[timed_bases[b] + i]``; ``expected[b]``: its number of timed commands. A dispatch's submission
+ * (rank) is the first submission whose id is not below its own (the last one past the end), as
+ * ``np.searchsorted``. Written: ``found`` (int64 per submission), its timed dispatch events. Returned: the index of
+ * the first dispatch whose submission's id differs from its own (orphan), whose command buffer differs from the
+ * submission's, which starts before or ends after the submission's execution; the smallest (rank, command
+ * index) with two events, or -1 for none and -2 when the command indices are too large to check here; the first
+ * submission with fewer timed events than expected; -1 for none.
+ */
+#define MAX_CHECKED_COMMAND_INDEX (1 << 22)
+static PyObject *dispatch_links(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer in[6], out[1];
+    if (check_arguments(nargs, 7, "dispatch_links") < 0 || acquire(args, in, 6, 0) < 0) return NULL;
+    if (acquire(args + 6, out, 1, 1) < 0) { release(in, 6); return NULL; }
+    PyObject *result = NULL;
+    int64_t *stamps = NULL;
+    Py_ssize_t *positions = NULL;
+    const char *dispatches = in[0].buf, *submissions = in[1].buf;
+    const uint64_t *buffer_ids = in[2].buf;
+    const int64_t *bases = in[3].buf, *expected = in[5].buf;
+    const uint8_t *timed = in[4].buf;
+    int64_t *found = out[0].buf;
+    Py_ssize_t count = in[0].len / DISPATCH_SIZE, executions = in[1].len / SUBMISSION_SIZE;
+    Py_ssize_t buffers = in[2].len / 8;
+    if (in[3].len < (buffers + 1) * 8 || in[5].len < buffers * 8 || out[0].len < executions * 8 || !executions) {
+        PyErr_SetString(PyExc_ValueError, "dispatch_links: inconsistent table sizes");
+        goto done;
+    }
+    positions = PyMem_Malloc((size_t)executions * sizeof(Py_ssize_t));
+    if (!positions) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t r = 0; r < executions; r++) {
+        positions[r] = find_sorted(buffer_ids, buffers, u64(submissions + r * SUBMISSION_SIZE + 8));
+        if (positions[r] == buffers) {
+            PyErr_SetString(PyExc_ValueError, "dispatch_links: an executed command buffer is not among buffer_ids");
+            goto done;
+        }
+        found[r] = 0;
+    }
+    uint32_t largest = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint32_t index = u32(dispatches + i * DISPATCH_SIZE + 16);
+        if (index > largest) largest = index;
+    }
+    Py_ssize_t duplicate_rank = -1, duplicate_index = -1;
+    if (largest < MAX_CHECKED_COMMAND_INDEX) {
+        stamps = PyMem_Malloc(((size_t)largest + 1) * sizeof(int64_t));
+        if (!stamps) { PyErr_NoMemory(); goto done; }
+        memset(stamps, 0xff, ((size_t)largest + 1) * sizeof(int64_t));  /* -1: seen in no submission */
+    } else {
+        duplicate_rank = -2;
+    }
+    {
+        Py_ssize_t orphan = -1, wrong_buffer = -1, outside = -1, short_submission = -1, next = 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            const char *dispatch = dispatches + i * DISPATCH_SIZE;
+            uint64_t submission = u64(dispatch);
+            while (next < executions && u64(submissions + next * SUBMISSION_SIZE) < submission) next++;
+            Py_ssize_t rank = next < executions ? next : executions - 1;
+            const char *execution = submissions + rank * SUBMISSION_SIZE;
+            if (orphan < 0 && u64(execution) != submission) orphan = i;
+            if (wrong_buffer < 0 && u64(execution + 8) != u64(dispatch + 8)) wrong_buffer = i;
+            if (outside < 0 && ((int64_t)u64(dispatch + 32) < (int64_t)u64(execution + 16) ||
+                                (int64_t)u64(dispatch + 40) > (int64_t)u64(execution + 24)))
+                outside = i;
+            uint32_t index = u32(dispatch + 16);
+            Py_ssize_t buffer = positions[rank];
+            if (index < bases[buffer + 1] - bases[buffer] && timed[bases[buffer] + index]) found[rank]++;
+            if (stamps && (duplicate_rank < 0 || duplicate_rank == rank)) {
+                if (stamps[index] == rank && (duplicate_rank < 0 || index < duplicate_index))
+                    duplicate_rank = rank, duplicate_index = index;
+                stamps[index] = rank;
+            }
+        }
+        for (Py_ssize_t r = 0; r < executions && short_submission < 0; r++)
+            if (found[r] < expected[positions[r]]) short_submission = r;
+        result = Py_BuildValue("nnnnnn", orphan, wrong_buffer, outside, duplicate_rank, duplicate_index,
+                               short_submission);
+    }
+done:
+    PyMem_Free(stamps);
+    PyMem_Free(positions);
+    release(in, 6);
+    release(out, 1);
+    return result;
+}
+
+/* attribute_events(dispatches, runtime_ids, bases, slots, slot_keys, submission_ids, call_of_submission, warmup,
+ *                  events) -> (events written, first unplaced dispatch, first wrong key, first orphan)
+ *
+ * attribute.attribute's per-event pass. For dispatch ``i`` (DISPATCH_DTYPE, sorted by submission): its command
+ * buffer's position ``b`` among the sorted ``runtime_ids``; its slot ``slots[bases[b] + command_index]`` (-1 when
+ * the index is past ``bases[b + 1] - bases[b]`` or the entry is -1: unplaced); the slot's key ``slot_keys[slot]``
+ * must equal the event's; its submission's rank among the sorted ``submission_ids`` (as np.searchsorted, the
+ * last past the end: orphan when the id differs) gives its call ``call_of_submission[rank] - warmup``. Rows of
+ * calls >= 0 are written to ``events`` (ATTRIBUTED_DTYPE: the dispatch row, slot, call) in order. Returned
+ * indices are of dispatches, -1 for none.
+ */
+static PyObject *attribute_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer in[7], out[1];
+    if (check_arguments(nargs, 9, "attribute_events") < 0) return NULL;
+    long long warmup = PyLong_AsLongLong(args[7]);
+    if (warmup == -1 && PyErr_Occurred()) return NULL;
+    if (acquire(args, in, 7, 0) < 0) return NULL;
+    if (acquire(args + 8, out, 1, 1) < 0) { release(in, 7); return NULL; }
+    PyObject *result = NULL;
+    const char *dispatches = in[0].buf;
+    const uint64_t *runtime_ids = in[1].buf, *submission_ids = in[5].buf;
+    const int64_t *bases = in[2].buf, *slot_keys = in[4].buf, *call_of_submission = in[6].buf;
+    const int32_t *slots = in[3].buf;
+    Py_ssize_t count = in[0].len / DISPATCH_SIZE, buffers = in[1].len / 8, slot_count = in[4].len / 8;
+    Py_ssize_t executions = in[5].len / 8;
+    if (in[2].len < (buffers + 1) * 8 || in[6].len < executions * 8 || out[0].len < count * ATTRIBUTED_SIZE ||
+        !executions || (buffers && in[3].len < bases[buffers] * 4)) {
+        PyErr_SetString(PyExc_ValueError, "attribute_events: inconsistent table sizes");
+        goto done;
+    }
+    {
+        char *events = out[0].buf;
+        Py_ssize_t written = 0, unplaced = -1, wrong_key = -1, orphan = -1, next = 0, buffer = buffers;
+        uint64_t last_buffer = 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            const char *dispatch = dispatches + i * DISPATCH_SIZE;
+            uint64_t buffer_id = u64(dispatch + 8), submission = u64(dispatch);
+            if (buffer == buffers || buffer_id != last_buffer) {
+                buffer = find_sorted(runtime_ids, buffers, buffer_id);
+                last_buffer = buffer_id;
+            }
+            uint32_t index = u32(dispatch + 16);
+            int32_t slot = -1;
+            if (buffer < buffers && index < bases[buffer + 1] - bases[buffer]) slot = slots[bases[buffer] + index];
+            if (slot < 0 || slot >= slot_count) {
+                if (unplaced < 0) unplaced = i;
+                slot = -1;
+            } else if (wrong_key < 0 && slot_keys[slot] != (int64_t)u32(dispatch + 20)) {
+                wrong_key = i;
+            }
+            while (next < executions && submission_ids[next] < submission) next++;
+            Py_ssize_t rank = next < executions ? next : executions - 1;
+            if (orphan < 0 && submission_ids[rank] != submission) orphan = i;
+            int64_t call = call_of_submission[rank] - warmup;
+            if (call < 0) continue;
+            char *row = events + written * ATTRIBUTED_SIZE;
+            int32_t call32 = (int32_t)call;
+            memcpy(row, dispatch, DISPATCH_SIZE);
+            memcpy(row + DISPATCH_SIZE, &slot, 4);
+            memcpy(row + DISPATCH_SIZE + 4, &call32, 4);
+            written++;
+        }
+        result = Py_BuildValue("nnnn", written, unplaced, wrong_key, orphan);
+    }
+done:
+    release(in, 7);
+    release(out, 1);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"record_offsets", record_offsets, METH_VARARGS, "record_offsets(data, start, end) -> bytes of int64 offsets"},
-    {"host_events", host_events, METH_VARARGS,
-     "host_events(data, positions, dispatches, submissions, queue_ops, streams, event_ids, executables, "
-     "ordinals) -> (dispatches, submissions, queue_ops, first_bad_length, first_bad_type, first_failed)"},
+    {"host_events", (PyCFunction)(void (*)(void))host_events, METH_FASTCALL,
+     "host_events(data, positions, known_codes, known_keys, dispatches, submissions, queue_ops, streams, "
+     "event_ids, executables, ordinals) -> (dispatches, submissions, queue_ops, first_bad_length, first_bad_type, "
+     "first_failed, first_unknown_function, plausible, in_order, increasing)"},
+    {"dispatch_links", (PyCFunction)(void (*)(void))dispatch_links, METH_FASTCALL,
+     "dispatch_links(dispatches, submissions, buffer_ids, timed_bases, timed, expected, found) -> (orphan, "
+     "wrong_buffer, outside, duplicate_rank, duplicate_index, short_submission)"},
+    {"attribute_events", (PyCFunction)(void (*)(void))attribute_events, METH_FASTCALL,
+     "attribute_events(dispatches, runtime_ids, bases, slots, slot_keys, submission_ids, call_of_submission, "
+     "warmup, events) -> (written, unplaced, wrong_key, orphan)"},
     {NULL, NULL, 0, NULL},
 };
 

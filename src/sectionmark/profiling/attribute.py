@@ -30,6 +30,7 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
+from sectionmark.profiling import ireeprof
 from sectionmark.profiling.ireeprof import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,
                                             distinct, searchsorted_runs)
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
@@ -235,7 +236,6 @@ def attribute(
     dispatches = profile.dispatches
     buffers = dispatches["command_buffer"]  # in runs (dispatches are grouped by submission): one value per run
     runtime_ids = distinct(buffers[np.concatenate([[True], buffers[1:] != buffers[:-1]])])
-    dense = searchsorted_runs(runtime_ids, buffers)
     # Flat lookup: slot of (runtime buffer, command_index) at base[buffer] + command_index.
     bases = np.zeros(len(runtime_ids) + 1, np.int64)
     tables: list[np.ndarray] = []
@@ -269,37 +269,10 @@ def attribute(
         tables.append(table)
         bases[position + 1] = bases[position] + len(table)
     flat = np.concatenate(tables) if tables else np.zeros(0, np.int32)
-
-    index = dispatches["command_index"].astype(np.int64)
-    in_range = index < (bases[1:] - bases[:-1])[dense]
-    if in_range.all():  # the usual case: no masked copies
-        slot = flat[bases[dense] + index]
-    else:
-        slot = np.full(len(dispatches), -1, np.int32)
-        slot[in_range] = flat[bases[dense[in_range]] + index[in_range]]
-    if (slot < 0).any():
-        bad = dispatches[np.argmax(slot < 0)]
-        raise SectionmarkError(
-            f"profile dispatch '{profile.keys[bad['key']]}' at command {bad['command_index']} of command buffer "
-            f"{bad['command_buffer']} is not a dispatch in the section map"
-        )
     key_ids = {key: index for index, key in enumerate(profile.keys)}
     slot_keys = np.array([key_ids.get(s.command.key, -1) for s in slots], np.int64)
-    wrong_key = slot_keys[slot] != dispatches["key"]
-    if wrong_key.any():
-        bad, expected = dispatches[np.argmax(wrong_key)], slots[slot[np.argmax(wrong_key)]].command.key
-        raise SectionmarkError(
-            f"profile dispatch '{profile.keys[bad['key']]}' at command {bad['command_index']} of command buffer "
-            f"{bad['command_buffer']} is '{expected}' in the section map: the profile's event and its recorded "
-            "command disagree (corrupt profile?)"
-        )
-    rank = searchsorted_runs(profile.submissions["submission"], dispatches["submission"])
-    if (rank >= len(profile.submissions)).any() or (
-        profile.submissions["submission"][np.minimum(rank, len(profile.submissions) - 1)] != dispatches["submission"]
-    ).any():
-        raise SectionmarkError("profile has dispatches outside any queue submission (incomplete profile?)")
+
     call_of_submission, total_calls, exact = _calls_per_submission(profile, calls)
-    call = call_of_submission[rank]
     if warmup and not exact:
         raise SectionmarkError(
             f"cannot drop {warmup} warmup calls: the calls cannot be told apart in this profile (its command-buffer "
@@ -309,14 +282,24 @@ def attribute(
         raise SectionmarkError(
             f"warmup {warmup} leaves no call to measure: the profile has {total_calls} call{'s' * (total_calls != 1)}"
         )
-
-    events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
-    # ATTRIBUTED_DTYPE begins with DISPATCH_DTYPE's packed fields: one copy of the rows' words, not one per field
-    _row_words(events)[:, : DISPATCH_DTYPE.itemsize // 8] = _row_words(np.ascontiguousarray(dispatches, DISPATCH_DTYPE))
-    events["slot"] = slot
-    events["call"] = call - warmup
-    if warmup:
-        events = events[events["call"] >= 0]
+    events, failures = _attributed_events(dispatches, runtime_ids, bases, flat, slot_keys,
+                                          profile.submissions["submission"], call_of_submission, warmup)
+    if failures.unplaced >= 0:
+        bad = dispatches[failures.unplaced]
+        raise SectionmarkError(
+            f"profile dispatch '{profile.keys[bad['key']]}' at command {bad['command_index']} of command buffer "
+            f"{bad['command_buffer']} is not a dispatch in the section map"
+        )
+    if failures.wrong_key >= 0:
+        bad = dispatches[failures.wrong_key]
+        expected = slots[flat[bases[np.searchsorted(runtime_ids, bad["command_buffer"])] + bad["command_index"]]]
+        raise SectionmarkError(
+            f"profile dispatch '{profile.keys[bad['key']]}' at command {bad['command_index']} of command buffer "
+            f"{bad['command_buffer']} is '{expected.command.key}' in the section map: the profile's event and its "
+            "recorded command disagree (corrupt profile?)"
+        )
+    if failures.orphan >= 0:
+        raise SectionmarkError("profile has dispatches outside any queue submission (incomplete profile?)")
     # A Tracy capture's "submissions" are spans of its dispatch zones, not queue operations: no call time from them.
     traced = profile.source == "tracy"
     queue_spans = np.zeros(0, QUEUE_SPAN_DTYPE) if traced else _queue_spans(profile, call_of_submission - warmup)
@@ -332,6 +315,60 @@ def attribute(
         queue_spans=queue_spans,
         memory=profile.memory,
     )
+
+
+@dataclass
+class _EventFailures:
+    """The first dispatch (index) failing each check of ``_attributed_events``; -1 for none."""
+
+    unplaced: int  # its command is no dispatch of the matched static buffer
+    wrong_key: int  # its key differs from its command's
+    orphan: int  # its submission is not in the profile
+
+
+def _attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: np.ndarray, flat: np.ndarray,
+                       slot_keys: np.ndarray, submission_ids: np.ndarray, call_of_submission: np.ndarray,
+                       warmup: int) -> tuple[np.ndarray, _EventFailures]:
+    """The events of the measured calls (ATTRIBUTED_DTYPE) and the checks of every dispatch, in C when built.
+
+    The slot of dispatch i is ``flat[bases[b] + command_index]`` for its runtime buffer's position ``b`` among
+    ``runtime_ids`` (sorted; -1 or past its table: unplaced); its call comes from its submission's rank among
+    ``submission_ids`` (sorted). Events of warmup calls are left out.
+    """
+    if not len(submission_ids):
+        return np.zeros(0, ATTRIBUTED_DTYPE), _EventFailures(-1, -1, 0)
+    native = ireeprof.native()
+    if native is not None:
+        events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
+        written, *failures = native.attribute_events(np.ascontiguousarray(dispatches, DISPATCH_DTYPE), runtime_ids,
+                                                     bases, flat, slot_keys, np.ascontiguousarray(submission_ids),
+                                                     call_of_submission.astype(np.int64), warmup, events)
+        return events[:written], _EventFailures(*failures)
+
+    def first(wrong: np.ndarray) -> int:
+        return int(np.argmax(wrong)) if wrong.any() else -1
+
+    dense = searchsorted_runs(runtime_ids, dispatches["command_buffer"])
+    index = dispatches["command_index"].astype(np.int64)
+    in_range = index < (bases[1:] - bases[:-1])[dense]
+    if in_range.all():  # the usual case: no masked copies
+        slot = flat[bases[dense] + index]
+    else:
+        slot = np.full(len(dispatches), -1, np.int32)
+        slot[in_range] = flat[bases[dense[in_range]] + index[in_range]]
+    placed = slot >= 0
+    rank = np.minimum(searchsorted_runs(submission_ids, dispatches["submission"]), len(submission_ids) - 1)
+    failures = _EventFailures(
+        unplaced=first(~placed),
+        wrong_key=first(placed & (slot_keys[slot] != dispatches["key"])),
+        orphan=first(submission_ids[rank] != dispatches["submission"]),
+    )
+    events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
+    # ATTRIBUTED_DTYPE begins with DISPATCH_DTYPE's packed fields: one copy of the rows' words, not one per field
+    _row_words(events)[:, : DISPATCH_DTYPE.itemsize // 8] = _row_words(np.ascontiguousarray(dispatches, DISPATCH_DTYPE))
+    events["slot"] = slot
+    events["call"] = call_of_submission[rank] - warmup
+    return events[events["call"] >= 0] if warmup else events, failures
 
 
 def _row_words(table: np.ndarray) -> np.ndarray:

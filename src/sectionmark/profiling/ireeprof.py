@@ -72,10 +72,15 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.artifacts.tools import find_tool, last_useful_line
 
-try:  # the record walk and host-event split in C (setup.py builds it when a compiler is present)
+try:  # the passes over every event in C (setup.py builds it when a compiler is present)
     from sectionmark.profiling import _ireeprof as _native
 except ImportError:
     _native = None
+
+
+def native() -> Any:
+    """The C extension's module, or None when it is not built (or switched off, as tests do to compare)."""
+    return _native
 
 DISPATCH_DTYPE = np.dtype(
     [
@@ -484,9 +489,7 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
         key = key_of(executable_id, ordinal) if op == "dispatch" else None
         _record_command(path, commands, buffer_id, index, (op, key, _timed(op, flags, workgroups)))
 
-    dispatches, submissions, queue_ops, executable, ordinal = _host_events(path, data,
-                                                                            chunks["host-execution-events"])
-    # Key of each event: look its (executable, function ordinal) up among the known functions,
+    # Key of each event: its (executable, function ordinal) looked up among the known functions,
     # packed into one 64-bit code (ids beyond 32 bits would wrap: no producer makes that many executables).
     known = sorted(functions)
     if known and known[-1][0] >= 1 << 32:
@@ -494,14 +497,7 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     keys = list(dict.fromkeys(functions[pair] for pair in known))
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
-    codes = (executable << np.uint64(32)) | ordinal.astype(np.uint64)
-    missing = (executable >= np.uint64(1 << 32)) | ~np.isin(codes, known_codes)
-    if missing.any():
-        bad = np.argmax(missing)
-        raise _corrupt(path, f"dispatch of unknown executable function {executable[bad]}:{ordinal[bad]}")
-    found = np.searchsorted(known_codes, codes)
-
-    dispatches["key"] = known_keys[found]
+    host = _host_events(path, data, chunks["host-execution-events"], known_codes, known_keys)
 
     memory_events = _fixed_records(data, chunks["memory-events"], _MEMORY_EVENT)
     unknown = ~np.isin(memory_events["type"], list(MEMORY_EVENT_NAMES))
@@ -509,21 +505,41 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
         raise _corrupt(path, f"unknown memory event type {memory_events['type'][np.argmax(unknown)]}")
     _check_unique(path, "a memory event", memory_events["device"], memory_events["event_id"])
     memory = _columns(memory_events, MEMORY_DTYPE, np.arange(len(memory_events)))
-    return _finish(path, dispatches, submissions, keys, declared, commands, _exports(functions), "bundle",
-                   queue_ops, memory)
+    return _finish(path, host.dispatches, host.submissions, keys, declared, commands, _exports(functions), "bundle",
+                   host.queue_ops, memory, host.order)
 
 
-def _host_events(path: Path, data: np.ndarray, chunks: _Chunks) -> tuple[np.ndarray, ...]:
-    """Split the host execution events into dispatches (``key`` left 0), submissions and queue operations,
-    with each dispatch's executable id and function ordinal; checks every event's layout, type, status and
-    identity. In C when the extension is built (one pass over the events), else with numpy."""
+@dataclass
+class _KnownOrder:
+    """What a reader already established about its tables, so that ``_finish`` need not check it again."""
+
+    times_plausible: bool = False  # every host event's times pass _check_times
+    dispatches_sorted: bool = False  # dispatches in (submission, start) order
+
+
+@dataclass
+class _HostEvents:
+    dispatches: np.ndarray
+    submissions: np.ndarray
+    queue_ops: np.ndarray
+    order: _KnownOrder
+
+
+def _host_events(path: Path, data: np.ndarray, chunks: _Chunks, known_codes: np.ndarray,
+                 known_keys: np.ndarray) -> _HostEvents:
+    """Split the host execution events into dispatches, submissions and queue operations, each dispatch keyed by
+    the ``known_keys`` entry of its function's code (executable id << 32 | ordinal) among the sorted
+    ``known_codes``; checks every event's layout, type, status, identity and function. In C when the extension
+    is built (one pass over the events, which also checks times and orders), else with numpy."""
     positions = _record_positions(chunks, _HOST_EVENT.itemsize)
+    order = _KnownOrder()
     if _native is not None:
         tables = [np.empty(len(positions), dtype) for dtype in (DISPATCH_DTYPE, SUBMISSION_DTYPE, QUEUE_OP_DTYPE)]
         streams, event_ids, executable = (np.empty(len(positions), np.uint64) for _ in range(3))
         ordinal = np.empty(len(positions), np.uint32)
-        *sizes, bad_length, bad_type, failed = _native.host_events(data, positions, *tables, streams, event_ids,
-                                                                   executable, ordinal)
+        (*sizes, bad_length, bad_type, failed, unknown, order.times_plausible, order.dispatches_sorted,
+         increasing) = _native.host_events(data, positions, known_codes, known_keys, *tables, streams, event_ids,
+                                           executable, ordinal)
         dispatches, submissions, queue_ops = (table[:size] for table, size in zip(tables, sizes))
         executable, ordinal = executable[: sizes[0]], ordinal[: sizes[0]]
     else:
@@ -536,10 +552,11 @@ def _host_events(path: Path, data: np.ndarray, chunks: _Chunks) -> tuple[np.ndar
         streams, event_ids, types = events["stream"], events["event_id"], events["type"]
         raw = np.flatnonzero(types == EVENT_DISPATCH)  # positions: indexing whole 152-byte records would copy them all
         dispatches = _columns(events, DISPATCH_DTYPE, raw, skip=("key",))
-        dispatches["key"] = 0
         executable, ordinal = events["executable_id"][raw], events["function_ordinal"][raw]
+        dispatches["key"], unknown = _lookup_keys(executable, ordinal, known_codes, known_keys)
         submissions = _columns(events, SUBMISSION_DTYPE, np.flatnonzero(types == EVENT_EXECUTE))
         queue_ops = _columns(events, QUEUE_OP_DTYPE, np.flatnonzero((types != EVENT_DISPATCH) & (types != EVENT_EXECUTE)))
+        increasing = False
     if bad_length >= 0:
         raise _FallBack("record length differs from the known layout")
     if bad_type >= 0:
@@ -548,8 +565,22 @@ def _host_events(path: Path, data: np.ndarray, chunks: _Chunks) -> tuple[np.ndar
     if failed >= 0:
         bad = _records_at(data, positions[[failed]], _HOST_EVENT)[0]
         raise _run_failed(path, EVENT_NAMES[int(bad["type"])], int(bad["event_id"]), int(bad["status_code"]))
-    _check_unique(path, "a host execution event", streams, event_ids)
-    return dispatches, submissions, queue_ops, executable, ordinal
+    if not increasing:  # strictly increasing pairs are unique
+        _check_unique(path, "a host execution event", streams, event_ids)
+    if unknown >= 0:
+        raise _corrupt(path, f"dispatch of unknown executable function {executable[unknown]}:{ordinal[unknown]}")
+    return _HostEvents(dispatches, submissions, queue_ops, order)
+
+
+def _lookup_keys(executable: np.ndarray, ordinal: np.ndarray, known_codes: np.ndarray,
+                 known_keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each dispatch's key (0 where its function is unknown) and the index of the first unknown one (-1: none)."""
+    codes = (executable << np.uint64(32)) | ordinal.astype(np.uint64)
+    found = np.minimum(np.searchsorted(known_codes, codes), max(len(known_codes) - 1, 0))
+    missing = (executable >= np.uint64(1 << 32)) | (
+        known_codes[found] != codes if len(known_codes) else np.ones(len(codes), bool))
+    keys = np.where(missing, 0, known_keys[found] if len(known_keys) else 0)
+    return keys, int(np.argmax(missing)) if missing.any() else -1
 
 
 def _columns(records: np.ndarray, dtype: np.dtype, rows: np.ndarray, skip: tuple[str, ...] = ()) -> np.ndarray:
@@ -853,10 +884,22 @@ def _check_unique(path: Path, what: str, first: np.ndarray, second: np.ndarray) 
 
 
 def _check_times(path: Path, dispatches: np.ndarray, submissions: np.ndarray, queue_ops: np.ndarray,
-                 memory: np.ndarray) -> None:
-    """Every timestamp plausible, so that durations and their sums fit in int64."""
+                 memory: np.ndarray, host_events_plausible: bool = False) -> None:
+    """Every timestamp plausible, so that durations and their sums fit in int64.
+
+    ``host_events_plausible``: the reader checked each host event's own times (dispatches, executions, queue
+    operations) already; what spans tables is checked here either way.
+    """
     if len(memory) and ((memory["time_ns"] < 0) | (memory["time_ns"] >= MAX_TIMESTAMP_NS)).any():
         raise _corrupt(path, f"a memory event has an impossible timestamp: {memory['time_ns'].min()} ns")
+    if not host_events_plausible:
+        _check_event_times(path, dispatches, submissions, queue_ops)
+    if len(submissions) and submissions["end_ns"].max() - submissions["start_ns"].min() > MAX_SESSION_NS:
+        raise _corrupt(path, "its command-buffer executions span more than 30 days")
+
+
+def _check_event_times(path: Path, dispatches: np.ndarray, submissions: np.ndarray, queue_ops: np.ndarray) -> None:
+    """Each host event starts at a plausible time and ends after it, within an hour; tile times are not negative."""
     for what, table in (("dispatch", dispatches), ("command-buffer execution", submissions), ("queue operation", queue_ops)):
         start, end = table["start_ns"], table["end_ns"]
         if not len(start):
@@ -874,8 +917,6 @@ def _check_times(path: Path, dispatches: np.ndarray, submissions: np.ndarray, qu
             raise _corrupt(path, f"a {what} event lasts {(end[index] - start[index]) / 1e9:.0f} s (more than an hour)")
     if len(dispatches) and (dispatches["tile_ns"] >= np.uint64(1 << 63)).any():
         raise _corrupt(path, "a dispatch event has a negative tile time")
-    if len(submissions) and submissions["end_ns"].max() - submissions["start_ns"].min() > MAX_SESSION_NS:
-        raise _corrupt(path, "its command-buffer executions span more than 30 days")
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -894,21 +935,86 @@ def searchsorted_runs(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.repeat(np.searchsorted(ids, values[run_starts]), np.diff(np.append(run_starts, len(values))))
 
 
-def _check_unique_commands(path: Path, ids: np.ndarray, rank: np.ndarray, command_index: np.ndarray) -> None:
-    """No two dispatch events of one submission (``ids[rank]``, ids sorted and unique) for one command index.
+def _duplicate_command(ids: np.ndarray, rank: np.ndarray, command_index: np.ndarray) -> Optional[tuple[int, int]]:
+    """The smallest (submission, command index) with two dispatch events (``ids[rank]``, ids sorted and unique).
 
     Counted in a table of (submission, command index) when that table is small (a profile's command buffers
-    have few commands), else through sorting (``_check_unique``); the same pair is reported either way.
+    have few commands), else through sorting.
     """
     width = int(command_index.max()) + 1
     if len(ids) * width > 8 * len(rank) + 4096:
-        _check_unique(path, "a dispatch of (submission, command index)", ids[rank], command_index)
-        return
+        first, second = ids[rank], command_index.astype(np.uint64)
+        order = np.lexsort((second, first))
+        first, second = first[order], second[order]
+        same = (first[1:] == first[:-1]) & (second[1:] == second[:-1])
+        return (int(first[np.argmax(same)]), int(second[np.argmax(same)])) if same.any() else None
     counts = np.bincount(rank * width + command_index, minlength=len(ids) * width)
-    if (counts > 1).any():
-        code = int(np.argmax(counts > 1))
-        raise _corrupt(path, f"a dispatch of (submission, command index) ({ids[code // width]}, {code % width}) "
-                             "is recorded twice")
+    if not (counts > 1).any():
+        return None
+    code = int(np.argmax(counts > 1))
+    return int(ids[code // width]), code % width
+
+
+@dataclass
+class _LinkFailures:
+    """The first dispatch (index) failing each link check, -1 for none; see ``_check_links``."""
+
+    orphan: int  # its submission executes no command buffer
+    wrong_buffer: int  # names another command buffer than its submission executes
+    outside: int  # runs outside its submission's execution
+    duplicate: Optional[tuple[int, int]]  # (submission, command index) with two events
+    short: int  # first submission (rank) with fewer timed dispatch events than its command buffer has
+    found: np.ndarray  # timed dispatch events per submission
+
+
+def _link_failures(dispatches: np.ndarray, submissions: np.ndarray, buffer_ids: np.ndarray,
+                   timed: list[list[int]]) -> _LinkFailures:
+    """Every link check over all dispatches (in C when built, else numpy).
+
+    ``buffer_ids``: sorted ids of the recorded command buffers, among them every executed one; ``timed``: the
+    timed command indices of each.
+    """
+    ids = submissions["submission"]
+    expected = np.array([len(indices) for indices in timed], np.int64)
+    if _native is not None:
+        # Flat table: command i of buffer b is timed when timed_table[bases[b] + i] is 1.
+        bases = np.concatenate([[0], np.cumsum([max(indices, default=-1) + 1 for indices in timed])]).astype(np.int64)
+        timed_table = np.zeros(int(bases[-1]), np.uint8)
+        for base, indices in zip(bases.tolist(), timed):
+            timed_table[[base + index for index in indices]] = 1
+        found = np.empty(len(ids), np.int64)
+        orphan, wrong, outside, duplicate_rank, duplicate_index, short = _native.dispatch_links(
+            dispatches, submissions, buffer_ids, bases, timed_table, expected, found)
+        if duplicate_rank == -2:  # command indices too large for the C table
+            rank = np.minimum(searchsorted_runs(ids, dispatches["submission"]), len(ids) - 1)
+            duplicate = _duplicate_command(ids, rank, dispatches["command_index"].astype(np.int64))
+        else:
+            duplicate = None if duplicate_rank < 0 else (int(ids[duplicate_rank]), duplicate_index)
+        return _LinkFailures(orphan, wrong, outside, duplicate, short, found)
+
+    def first(wrong: np.ndarray) -> int:
+        return int(np.argmax(wrong)) if wrong.any() else -1
+
+    rank = np.minimum(searchsorted_runs(ids, dispatches["submission"]), len(ids) - 1)
+    command_index = dispatches["command_index"].astype(np.int64)
+    # Whether each dispatch is a timed command of its buffer: its (buffer, command index) code among the
+    # sorted codes of the timed commands (a binary search among a few dozen: faster than np.isin).
+    timed_codes = np.array(sorted((position << 32) | index for position, indices in enumerate(timed)
+                                  for index in indices), np.uint64)
+    buffer_of_execution = np.searchsorted(buffer_ids, submissions["command_buffer"]).astype(np.uint64)
+    codes = (buffer_of_execution[rank] << np.uint64(32)) | command_index.astype(np.uint64)
+    place = np.minimum(np.searchsorted(timed_codes, codes), max(len(timed_codes) - 1, 0))
+    is_timed = timed_codes[place] == codes if len(timed_codes) else np.zeros(len(codes), bool)
+    found = np.bincount(rank[is_timed], minlength=len(ids))
+    return _LinkFailures(
+        orphan=first(ids[rank] != dispatches["submission"]),
+        wrong_buffer=first(submissions["command_buffer"][rank] != dispatches["command_buffer"]),
+        outside=first((dispatches["start_ns"] < submissions["start_ns"][rank])
+                      | (dispatches["end_ns"] > submissions["end_ns"][rank])),
+        duplicate=_duplicate_command(ids, rank, command_index),
+        short=first(found < expected[buffer_of_execution.astype(np.int64)]),
+        found=found,
+    )
 
 
 def _check_links(
@@ -925,53 +1031,44 @@ def _check_links(
         raise _corrupt(path, f"a command buffer ({unknown}) is executed but its recording is not in the profile")
     if not len(dispatches):
         return
-    rank = np.minimum(searchsorted_runs(ids, dispatches["submission"]), max(len(ids) - 1, 0))
-    if not len(ids) or (ids[rank] != dispatches["submission"]).any():
-        bad = dispatches[np.argmax(ids[rank] != dispatches["submission"]) if len(ids) else 0]
-        raise _corrupt(path, f"a dispatch belongs to submission {bad['submission']}, which executes no command buffer")
-    executed_buffer = submissions["command_buffer"][rank]  # one field at a time: gathering whole rows is slower
-    wrong_buffer = executed_buffer != dispatches["command_buffer"]
-    if wrong_buffer.any():
-        index = np.argmax(wrong_buffer)
-        raise _corrupt(path, f"a dispatch names command buffer {dispatches['command_buffer'][index]} but its "
-                             f"submission {ids[rank[index]]} executes command buffer {executed_buffer[index]}")
-    outside = ((dispatches["start_ns"] < submissions["start_ns"][rank])
-               | (dispatches["end_ns"] > submissions["end_ns"][rank]))
-    if outside.any():
-        index = np.argmax(outside)
-        raise _corrupt(path, f"a dispatch of submission {ids[rank[index]]} runs outside the execution of its command buffer")
-    command_index = dispatches["command_index"].astype(np.int64)
-    _check_unique_commands(path, ids, rank, command_index)
-
-    # Whether each dispatch is a timed command of its buffer: its (buffer, command index) code among the
-    # sorted codes of the timed commands (a binary search among a few dozen: faster than np.isin).
-    buffer_ids = np.array(sorted(command_buffers), np.uint64)
-    timed_codes = np.array(sorted(
-        (position << 32) | index for position, buffer in enumerate(buffer_ids.tolist()) for index in timed[buffer]
-    ), np.uint64)
-    buffer_of_execution = np.searchsorted(buffer_ids, submissions["command_buffer"]).astype(np.uint64)
-    codes = (buffer_of_execution[rank] << np.uint64(32)) | command_index.astype(np.uint64)
-    place = np.minimum(np.searchsorted(timed_codes, codes), max(len(timed_codes) - 1, 0))
-    is_timed = timed_codes[place] == codes if len(timed_codes) else np.zeros(len(codes), bool)
-    found = np.bincount(rank[is_timed], minlength=len(ids))
-    expected = np.array([len(timed[buffer]) for buffer in executed], np.int64)
-    missing = found < expected
-    if missing.any():
-        index = np.argmax(missing)
+    if not len(ids):
+        raise _corrupt(path, f"a dispatch belongs to submission {dispatches['submission'][0]}, which executes no "
+                             "command buffer")
+    buffers = sorted(command_buffers)
+    buffer_ids = np.array(buffers, np.uint64)
+    failures = _link_failures(dispatches, submissions, buffer_ids, [sorted(timed[buffer]) for buffer in buffers])
+    if failures.orphan >= 0:
+        raise _corrupt(path, f"a dispatch belongs to submission {dispatches['submission'][failures.orphan]}, "
+                             "which executes no command buffer")
+    if failures.wrong_buffer >= 0:
+        bad = dispatches[failures.wrong_buffer]
+        execution = submissions[np.searchsorted(ids, bad["submission"])]
+        raise _corrupt(path, f"a dispatch names command buffer {bad['command_buffer']} but its submission "
+                             f"{execution['submission']} executes command buffer {execution['command_buffer']}")
+    if failures.outside >= 0:
+        raise _corrupt(path, f"a dispatch of submission {dispatches['submission'][failures.outside]} runs outside "
+                             "the execution of its command buffer")
+    if failures.duplicate is not None:
+        raise _corrupt(path, f"a dispatch of (submission, command index) {failures.duplicate} is recorded twice")
+    if failures.short >= 0:
+        index = failures.short
+        wanted = len(timed[int(submissions["command_buffer"][index])])
         raise SectionmarkError(
-            f"{path}: submission {ids[index]} has {found[index]} of the {expected[index]} dispatch events its command "
+            f"{path}: submission {ids[index]} has {failures.found[index]} of the {wanted} dispatch events its command "
             f"buffer must produce: events are missing (a capture filtered with --device_profiling_filter_* cannot "
             "be attributed)"
         )
 
 
-def _by_submission_and_start(dispatches: np.ndarray) -> np.ndarray:
+def _by_submission_and_start(dispatches: np.ndarray, known_sorted: bool = False) -> np.ndarray:
     """Dispatches in (submission, start) order, ties in their order: ``np.lexsort``'s result.
 
     IREE writes them grouped by submission and all but a few in start order:
     then only the submissions out of order are sorted, in place (the readers
-    pass tables they own).
+    pass tables they own). ``known_sorted``: the reader saw them in order already.
     """
+    if known_sorted:
+        return dispatches
     submission, start = dispatches["submission"], dispatches["start_ns"]
     in_order = (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
     if in_order.all():
@@ -997,12 +1094,15 @@ def _finish(
     source: str,
     queue_ops: np.ndarray,
     memory: np.ndarray,
+    known: Optional[_KnownOrder] = None,
 ) -> Profile:
     """Check a reader's tables against each other (module docstring) and build the Profile.
 
     ``declared``: the command buffers the profile defines (command-buffer
-    records); ``commands``: the recorded commands of each, by index.
+    records); ``commands``: the recorded commands of each, by index; ``known``:
+    what the reader established already.
     """
+    known = known or _KnownOrder()
     undeclared = sorted(set(commands) - declared)
     if undeclared:
         raise _corrupt(path, f"commands are recorded for command buffer {undeclared[0]}, which the profile does not define")
@@ -1013,8 +1113,8 @@ def _finish(
     }
     timed = {buffer: {index for index, (_op, _key, is_timed) in by_index.items() if is_timed}
              for buffer, by_index in recorded.items()}
-    _check_times(path, dispatches, submissions, queue_ops, memory)
-    dispatches = _by_submission_and_start(dispatches)
+    _check_times(path, dispatches, submissions, queue_ops, memory, known.times_plausible)
+    dispatches = _by_submission_and_start(dispatches, known.dispatches_sorted)
     submissions = submissions[np.argsort(submissions["submission"], kind="stable")]
     _check_links(path, dispatches, submissions, command_buffers, timed)
     queue_ops = queue_ops[np.lexsort((queue_ops["submission"], queue_ops["start_ns"]))]
