@@ -17,7 +17,7 @@ from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import ireeprof, queue_time
-from sectionmark.profiling.attribute import attribute
+from sectionmark.profiling.attribute import _attributed_events, attribute
 from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, read_profile
 from sectionmark.profiling.session import ProfileSession, _union_length, wall_parts
 
@@ -51,12 +51,17 @@ def test_c_extension_is_built():
 
 
 def test_c_and_numpy_read_a_profile_alike(plain_run, monkeypatch):
-    with_c, without = read_both(plain_run[1], monkeypatch)
+    native = ireeprof._native
+    with_c, without = read_both(plain_run[1], monkeypatch)  # leaves the extension switched off
     assert_same_profile(with_c, without)
     assert len(with_c.dispatches) and len(with_c.submissions) and len(with_c.queue_ops) and len(with_c.memory)
-    first, second = (ProfileSession.build(attribute(profile, hand_map(), calls=11, warmup=3), hand_map())
-                     for profile in (with_c, without))
-    assert first.to_json() == second.to_json()
+
+    def session(profile: ireeprof.Profile) -> dict:
+        return ProfileSession.build(attribute(profile, hand_map(), calls=11, warmup=3), hand_map()).to_json()
+
+    numpy_session = session(without)
+    monkeypatch.setattr(ireeprof, "_native", native)
+    assert session(with_c) == numpy_session
 
 
 @pytest.mark.parametrize("case", sorted(BUNDLE_CASES))
@@ -159,3 +164,80 @@ def test_intervals_in_order_give_what_the_general_sweeps_give(seed):
     apart_starts, apart_ends = starts[np.append(True, apart)], ends[np.append(True, apart)]
     assert np.array_equal(queue_time.union_by_window(apart_starts, apart_ends, *windows),
                           queue_time.union_by_window(apart_starts[::-1], apart_ends[::-1], *windows))
+
+
+def synthetic_run(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[int]]]:
+    """(dispatches, submissions, buffer ids, timed command indices per buffer) of a well-formed run: every
+    submission executes one of three buffers and has one event per timed command, in start order."""
+    buffer_ids = np.array([5, 9, 20], np.uint64)
+    timed = [[0, 1, 2], [1, 3, 5, 7], [0]]
+    ids = np.sort(rng.choice(10_000, 40, replace=False)).astype(np.uint64)
+    submissions = np.zeros(len(ids), ireeprof.SUBMISSION_DTYPE)
+    submissions["submission"], submissions["command_buffer"] = ids, buffer_ids[rng.integers(0, 3, len(ids))]
+    submissions["start_ns"] = np.arange(len(ids)) * 1000
+    submissions["end_ns"] = submissions["start_ns"] + 900
+    rows = []
+    for execution in submissions:
+        indices = timed[int(np.searchsorted(buffer_ids, execution["command_buffer"]))]
+        for order, index in enumerate(indices):
+            start = int(execution["start_ns"]) + 10 * order
+            rows.append((execution["submission"], execution["command_buffer"], index, index % 2, 0, 0, start,
+                         start + 5, 5))
+    return np.array(rows, DISPATCH_DTYPE), submissions, buffer_ids, timed
+
+
+CORRUPTIONS = {
+    "none": lambda d, rng: None,
+    "missing event": lambda d, rng: d.__setitem__("command_index", np.where(np.arange(len(d)) == 7, 99, d["command_index"])),
+    "duplicate index": lambda d, rng: d["command_index"].__setitem__(slice(8, 10), d["command_index"][8]),
+    "orphan": lambda d, rng: d["submission"].__setitem__(slice(len(d) - 1, None), 10**6),
+    "other buffer": lambda d, rng: d["command_buffer"].__setitem__(3, 9 if d["command_buffer"][3] != 9 else 5),
+    "outside": lambda d, rng: d["end_ns"].__setitem__(11, d["end_ns"][11] + 10**4),
+    "huge command index": lambda d, rng: d["command_index"].__setitem__(slice(4, 6), 1 << 30),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_c_and_numpy_link_checks_agree(seed, corruption, monkeypatch):
+    rng = np.random.default_rng(seed)
+    dispatches, submissions, buffer_ids, timed = synthetic_run(rng)
+    CORRUPTIONS[corruption](dispatches, rng)
+    results = []
+    for switched_off in (False, True):
+        if switched_off:
+            monkeypatch.setattr(ireeprof, "_native", None)
+        failures = ireeprof._link_failures(dispatches, submissions, buffer_ids, timed)
+        results.append({**vars(failures), "found": failures.found.tolist()})
+    assert results[0] == results[1]
+    if corruption == "none":
+        assert results[0]["short"] == results[0]["orphan"] == results[0]["outside"] == -1
+    else:
+        assert any(value not in (-1, None) for name, value in results[0].items() if name != "found")
+
+
+@pytest.mark.parametrize("corruption", ["none", "orphan", "missing event", "other buffer"])
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_c_and_numpy_attribute_events_alike(corruption, warmup, monkeypatch):
+    rng = np.random.default_rng(1)
+    dispatches, submissions, buffer_ids, timed = synthetic_run(rng)
+    CORRUPTIONS[corruption](dispatches, rng)
+    # slots: command i of buffer b is slot 10 * b + i (-1 for the untimed ones), keyed i % 2
+    bases = np.array([0, 3, 11, 12], np.int64)
+    flat = np.full(12, -1, np.int32)
+    for position, indices in enumerate(timed):
+        flat[bases[position] + np.array(indices)] = 10 * position + np.array(indices)
+    slot_keys = np.arange(30, dtype=np.int64) % 2
+    calls = np.arange(len(submissions)) // 4
+    results = []
+    for switched_off in (False, True):
+        if switched_off:
+            monkeypatch.setattr(ireeprof, "_native", None)
+        events, failures = _attributed_events(dispatches, buffer_ids, bases, flat, slot_keys,
+                                              submissions["submission"], calls, warmup)
+        results.append((events.tobytes(), vars(failures)))
+    assert results[0] == results[1]
+    assert (results[0][1]["unplaced"] >= 0) == (corruption == "missing event")
+    assert (results[0][1]["orphan"] >= 0) == (corruption == "orphan")
+    measured = np.searchsorted(submissions["submission"], dispatches["submission"]) >= 4 * warmup
+    assert corruption == "orphan" or len(events) == measured.sum()
