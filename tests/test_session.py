@@ -11,6 +11,7 @@ import io
 import json
 import re
 from typing import Optional, Sequence
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -21,11 +22,12 @@ from invariants import assert_profile_invariants
 from sectionmark import renderers
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
+from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
 from sectionmark.profiling.session import (
     CompositionSums,
     ProfileSession,
-    composition_sums,
+    event_sums,
     section_paths,
     section_rows,
     shared_time,
@@ -151,14 +153,20 @@ def test_weight_matrices_nested_shared_and_unmarked():
     assert weights.exclusive.sum(axis=1).tolist() == [1, 1, 1, 1]
 
 
-def test_composition_sums_per_call():
-    sums = composition_sums(composition=np.array([0, 1, 0, 1, 1]), call=np.array([0, 0, 1, 1, 1]),
-                            duration=np.array([10.0, 20, 30, 40, 50]), wall=np.array([5.0, 20, 30, 20, 25]),
-                            calls=2, compositions=3)
-    assert sums.busy_by_call.tolist() == [[10, 20, 0], [30, 90, 0]]
-    assert sums.busy.tolist() == [40, 110, 0]
-    assert sums.wall.tolist() == [35, 65, 0]
-    assert sums.count.tolist() == [2, 3, 0]
+@pytest.mark.parametrize("native", [True, False])
+def test_event_sums_per_call_composition_and_slot(native, monkeypatch):
+    if not native:
+        monkeypatch.setattr(ireeprof, "_native", None)
+    first, second = ((A, 1.0),), ((A, 0.5), (B, 0.5))
+    events = [(0, 10, first), (10, 30, second), (40, 70, first), (70, 110, second), (110, 160, second)]
+    sums = event_sums(synthetic(events, calls=2, call_of=[0, 0, 1, 1, 1])[0])
+    assert sums.busy_by_call.tolist() == [[10, 20], [30, 90]]
+    assert sums.busy.tolist() == [40, 110] and sums.count.tolist() == [2, 3]
+    assert sums.slot_busy.tolist() == [40, 110] and sums.slot_count.tolist() == [2, 3]
+    assert sums.total_ns == 150 and sums.disjoint
+    overlapping = [(0, 10, first), (5, 30, second)]
+    assert not event_sums(synthetic(overlapping)[0]).disjoint
+    assert not event_sums(synthetic([(10, 20, first), (0, 5, first)])[0]).disjoint  # not in start order
 
 
 def test_shared_time_and_partners():
@@ -432,6 +440,15 @@ def test_invariants_hold_on_random_profiles(case, declared):
     events, calls, call_of = case
     session = build(events, declared=declared, calls=calls, call_of=call_of)
     assert_profile_invariants(ProfileSession.from_json(json.loads(json.dumps(session.to_json()))))
+
+
+@given(random_events())
+def test_c_and_numpy_sum_sessions_alike(case):
+    events, calls, call_of = case
+    attribution, section_map = synthetic(events, calls=calls, call_of=call_of)
+    with_c = ProfileSession.build(attribution, section_map).to_json()
+    with mock.patch.object(ireeprof, "_native", None):
+        assert ProfileSession.build(attribution, section_map).to_json() == with_c
 
 
 def test_a_million_events_are_apportioned_quickly():

@@ -375,6 +375,130 @@ done:
     return result;
 }
 
+/* event_sums(events, slot_composition, calls, busy_by_call, busy, count, slot_busy, slot_count)
+ *   -> (total ns, disjoint)
+ *
+ * session.event_sums in one pass over the attributed events (ATTRIBUTED_DTYPE): each event's duration (end -
+ * start) is added, in event order as np.bincount adds, to ``busy_by_call[min(call, calls - 1) * compositions +
+ * composition]``, ``busy[composition]`` and ``slot_busy[slot]`` (float64), and counted in ``count`` and
+ * ``slot_count`` (int64), where composition = ``slot_composition[slot]`` and compositions = len(busy). Returned:
+ * the summed durations, and whether the events are disjoint in order (each starts at or after the previous
+ * one's end, none ends before it starts, the whole span under 2**53 ns: session.wall_parts's shortcut).
+ */
+static PyObject *event_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer in[2], out[5];
+    if (check_arguments(nargs, 8, "event_sums") < 0) return NULL;
+    Py_ssize_t calls = PyLong_AsSsize_t(args[2]);
+    if (calls == -1 && PyErr_Occurred()) return NULL;
+    if (acquire(args, in, 2, 0) < 0) return NULL;
+    if (acquire(args + 3, out, 5, 5) < 0) { release(in, 2); return NULL; }
+    PyObject *result = NULL;
+    const char *events = in[0].buf;
+    const int64_t *slot_composition = in[1].buf;
+    double *busy_by_call = out[0].buf, *busy = out[1].buf, *slot_busy = out[3].buf;
+    int64_t *count = out[2].buf, *slot_count = out[4].buf;
+    Py_ssize_t total = in[0].len / ATTRIBUTED_SIZE, slots = in[1].len / 8, compositions = out[1].len / 8;
+    if (calls < 1 || out[0].len < calls * compositions * 8 || out[2].len < compositions * 8 ||
+        out[3].len < slots * 8 || out[4].len < slots * 8) {
+        PyErr_SetString(PyExc_ValueError, "event_sums: inconsistent table sizes");
+        goto done;
+    }
+    {
+        int64_t sum = 0, first_start = 0, previous_end = 0;
+        int disjoint = 1;
+        for (Py_ssize_t i = 0; i < total; i++) {
+            const char *event = events + i * ATTRIBUTED_SIZE;
+            int64_t start = (int64_t)u64(event + 32), end = (int64_t)u64(event + 40);
+            int32_t slot, call;
+            memcpy(&slot, event + DISPATCH_SIZE, 4);
+            memcpy(&call, event + DISPATCH_SIZE + 4, 4);
+            if (slot < 0 || slot >= slots || call < 0 || slot_composition[slot] < 0 ||
+                slot_composition[slot] >= compositions) {
+                PyErr_SetString(PyExc_ValueError, "event_sums: an event's slot, call or composition is out of range");
+                goto done;
+            }
+            Py_ssize_t composition = (Py_ssize_t)slot_composition[slot];
+            Py_ssize_t row = call < calls ? call : calls - 1;
+            double duration = (double)(end - start);
+            busy_by_call[row * compositions + composition] += duration;
+            busy[composition] += duration;
+            count[composition]++;
+            slot_busy[slot] += duration;
+            slot_count[slot]++;
+            sum += end - start;
+            if (end < start || (i && start < previous_end)) disjoint = 0;
+            if (!i) first_start = start;
+            previous_end = end;
+        }
+        if (total && previous_end - first_start >= (int64_t)1 << 53) disjoint = 0;
+        result = Py_BuildValue("LO", (long long)sum, disjoint ? Py_True : Py_False);
+    }
+done:
+    release(in, 2);
+    release(out, 5);
+    return result;
+}
+
+/* Element ``i`` of a one-dimensional int64 buffer with strides (a field of a structured array). */
+static int64_t at(const Py_buffer *view, Py_ssize_t i) {
+    int64_t value;
+    memcpy(&value, (const char *)view->buf + i * view->strides[0], 8);
+    return value;
+}
+
+/* union_by_window(starts, ends, window_starts, window_ends, out) -> bool
+ *
+ * queue_time.union_by_window when ``starts`` are sorted: per window (sorted, disjoint), the length of the
+ * union of the intervals [start, end) whose covered blocks start inside it, clipped at its end, written to
+ * ``out`` (int64). One pass: blocks are merged while walking the intervals and the windows together. Returns
+ * False without writing when the starts are not sorted (the caller sorts). ``starts``/``ends`` may be strided.
+ */
+static PyObject *union_by_window(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer in[4], out;
+    int got = 0;
+    PyObject *result = NULL;
+    if (check_arguments(nargs, 5, "union_by_window") < 0) return NULL;
+    for (; got < 4; got++) {
+        if (PyObject_GetBuffer(args[got], &in[got], PyBUF_STRIDES) < 0) goto done;
+        if (in[got].ndim != 1 || in[got].itemsize != 8) {  /* int64: the caller's dtype */
+            PyErr_SetString(PyExc_ValueError, "union_by_window: expects one-dimensional 8-byte arrays");
+            got++;
+            goto done;
+        }
+    }
+    if (PyObject_GetBuffer(args[4], &out, PyBUF_SIMPLE | PyBUF_WRITABLE) < 0) goto done;
+    {
+        Py_ssize_t count = in[0].shape[0], windows = in[2].shape[0];
+        int64_t *sums = out.buf;
+        if (in[1].shape[0] != count || in[3].shape[0] != windows || out.len < windows * 8) {
+            PyErr_SetString(PyExc_ValueError, "union_by_window: inconsistent sizes");
+        } else {
+            int sorted = 1;
+            for (Py_ssize_t i = 1; i < count && sorted; i++) sorted = at(&in[0], i) >= at(&in[0], i - 1);
+            if (sorted) {
+                memset(sums, 0, windows * 8);
+                Py_ssize_t window = -1;  /* the last window starting at or before the block's start */
+                for (Py_ssize_t i = 0; i < count;) {
+                    int64_t block_start = at(&in[0], i), reach = at(&in[1], i);
+                    for (i++; i < count && at(&in[0], i) <= reach; i++)
+                        if (at(&in[1], i) > reach) reach = at(&in[1], i);
+                    while (window + 1 < windows && at(&in[2], window + 1) <= block_start) window++;
+                    if (window >= 0 && block_start < at(&in[3], window)) {
+                        int64_t window_end = at(&in[3], window);
+                        sums[window] += (reach < window_end ? reach : window_end) - block_start;
+                    }
+                }
+            }
+            result = sorted ? Py_True : Py_False;
+            Py_INCREF(result);
+        }
+        PyBuffer_Release(&out);
+    }
+done:
+    release(in, got);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"record_offsets", record_offsets, METH_VARARGS, "record_offsets(data, start, end) -> bytes of int64 offsets"},
     {"host_events", (PyCFunction)(void (*)(void))host_events, METH_FASTCALL,
@@ -387,6 +511,11 @@ static PyMethodDef methods[] = {
     {"attribute_events", (PyCFunction)(void (*)(void))attribute_events, METH_FASTCALL,
      "attribute_events(dispatches, runtime_ids, bases, slots, slot_keys, submission_ids, call_of_submission, "
      "warmup, events) -> (written, unplaced, wrong_key, orphan)"},
+    {"event_sums", (PyCFunction)(void (*)(void))event_sums, METH_FASTCALL,
+     "event_sums(events, slot_composition, calls, busy_by_call, busy, count, slot_busy, slot_count) -> "
+     "(total_ns, disjoint)"},
+    {"union_by_window", (PyCFunction)(void (*)(void))union_by_window, METH_FASTCALL,
+     "union_by_window(starts, ends, window_starts, window_ends, out) -> sorted"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -34,6 +34,7 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
+from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time, device_memory, union_blocks
 from sectionmark.section_map import INITIALIZER_FUNCTION, Binding, SectionMap, Share
@@ -190,19 +191,24 @@ class ProfileSession:
                 "and was host-execution profiling on?)"
             )
         compositions = attribution.compositions
-        starts, ends = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64)
-        duration = (ends - starts).astype(np.float64)
-        composition, call, calls = _event_compositions_and_calls(attribution)
+        sums = event_sums(attribution)
+        if sums.disjoint:  # each event's wall part is its whole duration: no sweep needed
+            wall, total_wall = sums.busy, sums.total_ns
+        else:
+            starts, ends = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64)
+            composition = _slot_compositions(attribution)[events["slot"]]
+            wall = np.bincount(composition, weights=wall_parts(starts, ends), minlength=len(compositions))
+            total_wall = _union_length(starts, ends)
 
         paths = section_paths(section_map.sections, compositions)
-        sums = composition_sums(composition, call, duration, wall_parts(starts, ends), calls, len(compositions))
-        rows = section_rows(paths, compositions, weight_matrices(compositions, paths), sums)
+        rows = section_rows(paths, compositions, weight_matrices(compositions, paths),
+                            CompositionSums(sums.busy_by_call, wall, sums.count))
         profiled = _profiled_functions(attribution, section_map, function)
         for row in rows[:-1]:
             if not row.dispatched:
                 row.note = no_dispatch_note(row.path, section_map, profiled)
 
-        total_busy, total_wall = float(duration.sum()), _union_length(starts, ends)
+        total_busy = float(sums.total_ns)
         top_level = [row for row in rows if len(row.path) == 1] + [rows[-1]]
         covered_busy, covered_wall = sum(row.busy_ns for row in top_level), sum(row.wall_ns for row in top_level)
         coverage_error = _relative_error(covered_busy, total_busy)
@@ -212,19 +218,19 @@ class ProfileSession:
                 f"and {covered_wall:.0f} ns of {total_wall} ns wall dispatch time"
             )
         return cls(
-            total_ns=int((ends - starts).sum()),
+            total_ns=sums.total_ns,
             wall_ns=total_wall,
             unmarked_ns=rows[-1].busy_ns,
             calls=attribution.calls,
             warmup=attribution.warmup,
             calls_known=attribution.calls_known,
             sections=rows,
-            sites=_sites(attribution, section_map, duration),
+            sites=_sites(attribution, section_map, sums),
             coverage_error=coverage_error,
             function=function,
             weight_rule=section_map.weight_rule,
             attribution=attribution,
-            call_time=call_time(starts, ends, attribution.queue_spans, attribution.calls),
+            call_time=call_time(events["start_ns"], events["end_ns"], attribution.queue_spans, attribution.calls),
             memory=device_memory(attribution.memory, attribution.queue_spans, attribution.calls),
         )
 
@@ -388,14 +394,47 @@ def wall_parts(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.clip(prefix[last] - prefix[first], 0.0, durations)
 
 
-def composition_sums(
-    composition: np.ndarray, call: np.ndarray, duration: np.ndarray, wall: np.ndarray, calls: int, compositions: int
-) -> CompositionSums:
-    """Sum each event's duration (per call) and wall part into its composition."""
-    return CompositionSums(
+@dataclass
+class EventSums:
+    """Every event's duration summed per (call, composition), per composition and per slot, in event order
+    (as ``np.bincount`` sums), and counted; one pass over the events."""
+
+    busy_by_call: np.ndarray  # [calls, compositions]: summed durations (float64)
+    busy: np.ndarray  # [compositions]: summed durations
+    count: np.ndarray  # [compositions]: events
+    slot_busy: np.ndarray  # [slots]: summed durations
+    slot_count: np.ndarray  # [slots]: events
+    total_ns: int  # all durations
+    disjoint: bool  # in start order and none overlapping: every event's wall part is its duration (wall_parts)
+
+
+def event_sums(attribution: Attribution) -> EventSums:
+    """The sums of ``attribution``'s events (in C when the extension is built, else numpy: the same numbers)."""
+    events, slots = attribution.events, len(attribution.slots)
+    slot_composition = _slot_compositions(attribution)
+    calls, compositions = max(attribution.calls, 1), len(attribution.compositions)
+    native = ireeprof.native()
+    if native is not None:
+        sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
+                         np.zeros(slots), np.zeros(slots, np.int64), 0, False)
+        sums.total_ns, sums.disjoint = native.event_sums(np.ascontiguousarray(events), slot_composition, calls,
+                                                         sums.busy_by_call, sums.busy, sums.count, sums.slot_busy,
+                                                         sums.slot_count)
+        return sums
+    starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), events["slot"]
+    duration = (ends - starts).astype(np.float64)
+    composition = slot_composition[slot]
+    call = np.minimum(events["call"], calls - 1).astype(np.int64)
+    disjoint = bool(len(starts) == 0 or ((starts[1:] >= ends[:-1]).all() and (ends >= starts).all()
+                                          and ends[-1] - starts[0] < 1 << 53))
+    return EventSums(
         busy_by_call=busy_by_call(composition, call, duration, calls, compositions),
-        wall=np.bincount(composition, weights=wall, minlength=compositions),
+        busy=np.bincount(composition, weights=duration, minlength=compositions),
         count=np.bincount(composition, minlength=compositions),
+        slot_busy=np.bincount(slot, weights=duration, minlength=slots),
+        slot_count=np.bincount(slot, minlength=slots),
+        total_ns=int((ends - starts).sum()),
+        disjoint=disjoint,
     )
 
 
@@ -464,19 +503,12 @@ def per_call_inclusive(attribution: Attribution, paths: list[SectionPath]) -> np
     The same split as the rows' ``per_call`` statistics, kept as a matrix for
     views that sum sections (`sectionmark.profiling.components`).
     """
-    events = attribution.events
-    duration = (events["end_ns"].astype(np.int64) - events["start_ns"].astype(np.int64)).astype(np.float64)
-    composition, call, calls = _event_compositions_and_calls(attribution)
-    sums = busy_by_call(composition, call, duration, calls, len(attribution.compositions))
-    return sums @ weight_matrices(attribution.compositions, paths).inclusive
+    return event_sums(attribution).busy_by_call @ weight_matrices(attribution.compositions, paths).inclusive
 
 
-def _event_compositions_and_calls(attribution: Attribution) -> tuple[np.ndarray, np.ndarray, int]:
-    """Each event's composition and measured-call index, and the number of calls (at least 1)."""
-    events = attribution.events
-    slot_composition = np.array([slot.composition for slot in attribution.slots], np.int64)
-    calls = max(attribution.calls, 1)
-    return slot_composition[events["slot"]], np.minimum(events["call"], calls - 1).astype(np.int64), calls
+def _slot_compositions(attribution: Attribution) -> np.ndarray:
+    """Each slot's composition index."""
+    return np.array([slot.composition for slot in attribution.slots], np.int64)
 
 
 def no_dispatch_note(path: SectionPath, section_map: SectionMap, profiled_functions: set[str]) -> str:
@@ -541,11 +573,10 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> int:
     return int((block_ends - block_starts).sum())
 
 
-def _sites(attribution: Attribution, section_map: SectionMap, duration: np.ndarray) -> list[SiteStats]:
+def _sites(attribution: Attribution, section_map: SectionMap, sums: EventSums) -> list[SiteStats]:
     """Aggregate events per dispatch site (static dispatches without a site id stand alone)."""
     slots = attribution.slots
-    busy = np.bincount(attribution.events["slot"], weights=duration, minlength=len(slots))
-    count = np.bincount(attribution.events["slot"], minlength=len(slots))
+    busy, count = sums.slot_busy, sums.slot_count
     map_sites = {site.id: site for site in section_map.sites}
     grouped: dict[int, list[int]] = {}
     for index, slot in enumerate(slots):
