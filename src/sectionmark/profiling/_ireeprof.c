@@ -27,6 +27,9 @@
 #define EVENT_DISPATCH 2
 #define EVENT_EXECUTE 3
 #define EVENT_TYPES 11
+#define MEMORY_EVENT_SIZE 160
+#define MEMORY_SIZE 56     /* ireeprof.MEMORY_DTYPE */
+#define MEMORY_EVENT_TYPES 12
 #define ATTRIBUTED_SIZE 64 /* attribute.ATTRIBUTED_DTYPE: a dispatch row, slot, call */
 #define MAX_TIMESTAMP_NS ((int64_t)1 << 62) /* ireeprof.MAX_TIMESTAMP_NS */
 #define MAX_EVENT_NS ((int64_t)3600 * 1000000000) /* ireeprof.MAX_EVENT_NS */
@@ -34,39 +37,86 @@
 static uint32_t u32(const char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t u64(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
-/* record_offsets(data, start, end) -> bytes: the int64 offsets of the records of data[start:end].
- * The walk stops after a record whose header is cut short or whose length is below a header's or
- * runs past ``end``: its offset is the last one, for the caller to report. */
-static PyObject *record_offsets(PyObject *module, PyObject *args) {
+/* Growable array of fixed-size items, for outputs whose length is known only at the end. */
+typedef struct {
+    char *items;
+    Py_ssize_t count, capacity, size;
+} Growing;
+
+static int grow(Growing *array) {
+    if (array->count < array->capacity) return 0;
+    Py_ssize_t capacity = array->capacity ? array->capacity * 2 : 1024;
+    char *items = PyMem_Realloc(array->items, (size_t)(capacity * array->size));
+    if (!items) return -1;
+    array->items = items, array->capacity = capacity;
+    return 0;
+}
+
+static PyObject *take_bytes(Growing *array) {
+    PyObject *bytes = PyBytes_FromStringAndSize(array->items ? array->items : "", array->count * array->size);
+    PyMem_Free(array->items);
+    array->items = NULL;
+    return bytes;
+}
+
+/* record_table(data, start, end, content_types) -> (offsets, headers, kinds)
+ *
+ * Walks the records of data[start:end]: ``offsets`` (int64) of every record; the walk stops after a record
+ * whose header is cut short or whose length is below a header's or runs past ``end`` (its offset is the last
+ * one, for the caller to report). ``headers``: the 104-byte header of every record with a whole header;
+ * ``kinds`` (int64, one per header): the index in ``content_types`` (a tuple of bytes) of the record's content
+ * type, -1 when it is none of them or its type string does not lie inside the record.
+ */
+static PyObject *record_table(PyObject *module, PyObject *args) {
     Py_buffer data;
     Py_ssize_t start, end;
-    if (!PyArg_ParseTuple(args, "y*nn", &data, &start, &end)) return NULL;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "y*nnO!", &data, &start, &end, &PyTuple_Type, &names)) return NULL;
+    PyObject *result = NULL;
+    Growing offsets = {NULL, 0, 0, 8}, headers = {NULL, 0, 0, RECORD_HEADER_SIZE}, kinds = {NULL, 0, 0, 8};
     if (start < 0 || end > data.len || start > end) {
-        PyBuffer_Release(&data);
-        PyErr_SetString(PyExc_ValueError, "record_offsets: range outside the data");
-        return NULL;
+        PyErr_SetString(PyExc_ValueError, "record_table: range outside the data");
+        goto done;
     }
-    Py_ssize_t capacity = 1024, count = 0;
-    int64_t *offsets = PyMem_Malloc(capacity * sizeof(int64_t));
-    const char *bytes = data.buf;
-    Py_ssize_t offset = start;
-    while (offsets && offset < end) {
-        if (count == capacity) {
-            capacity *= 2;
-            int64_t *grown = PyMem_Realloc(offsets, capacity * sizeof(int64_t));
-            if (!grown) { PyMem_Free(offsets); offsets = NULL; break; }
-            offsets = grown;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(names, i))) {
+            PyErr_SetString(PyExc_TypeError, "record_table: content types must be bytes");
+            goto done;
         }
-        offsets[count++] = offset;
+    }
+    const char *bytes = data.buf;
+    for (Py_ssize_t offset = start; offset < end;) {
+        if (grow(&offsets) < 0) { PyErr_NoMemory(); goto done; }
+        memcpy(offsets.items + offsets.count++ * 8, &offset, 8);
         if (end - offset < RECORD_HEADER_SIZE) break;
-        uint64_t length = u64(bytes + offset);
+        if (grow(&headers) < 0 || grow(&kinds) < 0) { PyErr_NoMemory(); goto done; }
+        const char *record = bytes + offset;
+        memcpy(headers.items + headers.count++ * RECORD_HEADER_SIZE, record, RECORD_HEADER_SIZE);
+        uint64_t length = u64(record), header_size = u32(record + 56), type_length = u32(record + 60);
+        int64_t kind = -1;
+        if (length <= (uint64_t)(end - offset) && header_size >= RECORD_HEADER_SIZE && header_size <= length &&
+            type_length <= length - header_size) {
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names) && kind < 0; i++) {
+                PyObject *name = PyTuple_GET_ITEM(names, i);
+                if ((uint64_t)PyBytes_GET_SIZE(name) == type_length &&
+                    !memcmp(PyBytes_AS_STRING(name), record + header_size, type_length))
+                    kind = i;
+            }
+        }
+        memcpy(kinds.items + kinds.count++ * 8, &kind, 8);
         if (length < RECORD_HEADER_SIZE || length > (uint64_t)(end - offset)) break;
         offset += (Py_ssize_t)length;
     }
+    {
+        PyObject *parts[3] = {take_bytes(&offsets), take_bytes(&headers), take_bytes(&kinds)};
+        if (parts[0] && parts[1] && parts[2]) result = PyTuple_Pack(3, parts[0], parts[1], parts[2]);
+        for (int i = 0; i < 3; i++) Py_XDECREF(parts[i]);
+    }
+done:
+    PyMem_Free(offsets.items);
+    PyMem_Free(headers.items);
+    PyMem_Free(kinds.items);
     PyBuffer_Release(&data);
-    if (!offsets) return PyErr_NoMemory();
-    PyObject *result = PyBytes_FromStringAndSize((const char *)offsets, count * (Py_ssize_t)sizeof(int64_t));
-    PyMem_Free(offsets);
     return result;
 }
 
@@ -499,8 +549,93 @@ done:
     return result;
 }
 
+/* memory_events(data, positions, memory, devices, event_ids) -> (first bad length, first unknown type, increasing)
+ *
+ * The memory events (160 bytes each) at byte ``positions`` (int64) of ``data`` as MEMORY_DTYPE rows of
+ * ``memory``, their device and event id to ``devices``/``event_ids`` (uint64). Returned: the index of the first
+ * record whose length is not 160, whose type is not a known memory event type (-1: none), and whether the
+ * (device, event id) pairs strictly increase (then they are unique).
+ */
+static PyObject *memory_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer in[2], out[3];
+    if (check_arguments(nargs, 5, "memory_events") < 0 || acquire(args, in, 2, 0) < 0) return NULL;
+    if (acquire(args + 2, out, 3, 3) < 0) { release(in, 2); return NULL; }
+    PyObject *result = NULL;
+    const char *bytes = in[0].buf;
+    const int64_t *positions = in[1].buf;
+    Py_ssize_t total = in[1].len / 8;
+    if (out[0].len < total * MEMORY_SIZE || out[1].len < total * 8 || out[2].len < total * 8) {
+        PyErr_SetString(PyExc_ValueError, "memory_events: an output is too small");
+        goto done;
+    }
+    {
+        char *memory = out[0].buf;
+        uint64_t *devices = out[1].buf, *event_ids = out[2].buf;
+        Py_ssize_t bad_length = -1, unknown = -1;
+        int increasing = 1;
+        for (Py_ssize_t i = 0; i < total; i++) {
+            if (positions[i] < 0 || positions[i] > in[0].len - MEMORY_EVENT_SIZE) {
+                PyErr_SetString(PyExc_ValueError, "memory_events: a record lies outside the data");
+                goto done;
+            }
+            const char *record = bytes + positions[i];
+            uint32_t type = u32(record + 4);
+            if (bad_length < 0 && u32(record) != MEMORY_EVENT_SIZE) bad_length = i;
+            if (unknown < 0 && (type < 1 || type > MEMORY_EVENT_TYPES)) unknown = i;
+            devices[i] = u32(record + 64);
+            event_ids[i] = u64(record + 16);
+            if (i && (devices[i] < devices[i - 1] || (devices[i] == devices[i - 1] && event_ids[i] <= event_ids[i - 1])))
+                increasing = 0;
+            char *row = memory + i * MEMORY_SIZE;
+            memcpy(row, record + 24, 8);       /* time_ns */
+            memcpy(row + 8, record + 4, 8);    /* type, flags */
+            memcpy(row + 16, record + 56, 8);  /* submission */
+            memcpy(row + 24, record + 32, 16); /* allocation, pool */
+            memcpy(row + 40, record + 104, 8); /* length */
+            memcpy(row + 48, record + 120, 8); /* pool_reserved */
+        }
+        result = Py_BuildValue("nnO", bad_length, unknown, increasing ? Py_True : Py_False);
+    }
+done:
+    release(in, 2);
+    release(out, 3);
+    return result;
+}
+
+/* sort_dispatch_runs(dispatches) -> bool
+ *
+ * ireeprof._by_submission_and_start in place: the dispatch rows (DISPATCH_DTYPE), grouped by non-decreasing
+ * submission, each group stably sorted by start (insertion sort: IREE writes all but a few in order). False
+ * when the submissions decrease somewhere or the rows are far from sorted: the caller sorts with numpy then
+ * (rows this left partly sorted give the same stable sort, as it never swaps rows of equal keys).
+ */
+static PyObject *sort_dispatch_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer table;
+    if (check_arguments(nargs, 1, "sort_dispatch_runs") < 0 || acquire(args, &table, 1, 1) < 0) return NULL;
+    char *rows = table.buf;
+    Py_ssize_t count = table.len / DISPATCH_SIZE, moves = 0, budget = 16 * count + 1024;
+    int done = 1;
+    for (Py_ssize_t i = 1; i < count && done; i++)
+        done = u64(rows + i * DISPATCH_SIZE) >= u64(rows + (i - 1) * DISPATCH_SIZE);
+    for (Py_ssize_t i = 1; i < count && done; i++) {  /* a row moves back past later-starting rows of its submission */
+        Py_ssize_t j = i;
+        while (j > 0 && u64(rows + (j - 1) * DISPATCH_SIZE) == u64(rows + j * DISPATCH_SIZE) &&
+               (int64_t)u64(rows + (j - 1) * DISPATCH_SIZE + 32) > (int64_t)u64(rows + j * DISPATCH_SIZE + 32)) {
+            char swap[DISPATCH_SIZE];
+            memcpy(swap, rows + j * DISPATCH_SIZE, DISPATCH_SIZE);
+            memcpy(rows + j * DISPATCH_SIZE, rows + (j - 1) * DISPATCH_SIZE, DISPATCH_SIZE);
+            memcpy(rows + (j - 1) * DISPATCH_SIZE, swap, DISPATCH_SIZE);
+            j--;
+            if (++moves > budget) done = 0;
+        }
+    }
+    PyBuffer_Release(&table);
+    return PyBool_FromLong(done);
+}
+
 static PyMethodDef methods[] = {
-    {"record_offsets", record_offsets, METH_VARARGS, "record_offsets(data, start, end) -> bytes of int64 offsets"},
+    {"record_table", record_table, METH_VARARGS,
+     "record_table(data, start, end, content_types) -> (offsets, headers, kinds) as bytes"},
     {"host_events", (PyCFunction)(void (*)(void))host_events, METH_FASTCALL,
      "host_events(data, positions, known_codes, known_keys, dispatches, submissions, queue_ops, streams, "
      "event_ids, executables, ordinals) -> (dispatches, submissions, queue_ops, first_bad_length, first_bad_type, "
@@ -516,6 +651,11 @@ static PyMethodDef methods[] = {
      "(total_ns, disjoint)"},
     {"union_by_window", (PyCFunction)(void (*)(void))union_by_window, METH_FASTCALL,
      "union_by_window(starts, ends, window_starts, window_ends, out) -> sorted"},
+    {"memory_events", (PyCFunction)(void (*)(void))memory_events, METH_FASTCALL,
+     "memory_events(data, positions, memory, devices, event_ids) -> (first_bad_length, first_unknown_type, "
+     "increasing)"},
+    {"sort_dispatch_runs", (PyCFunction)(void (*)(void))sort_dispatch_runs, METH_FASTCALL,
+     "sort_dispatch_runs(dispatches) -> sorted (in place), False when numpy must sort"},
     {NULL, NULL, 0, NULL},
 };
 

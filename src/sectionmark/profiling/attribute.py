@@ -32,7 +32,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
 from sectionmark.profiling import ireeprof
 from sectionmark.profiling.ireeprof import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,
-                                            distinct, searchsorted_runs)
+                                            distinct, first_true, searchsorted_runs)
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap
 
@@ -345,9 +345,6 @@ def _attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: n
                                                      call_of_submission.astype(np.int64), warmup, events)
         return events[:written], _EventFailures(*failures)
 
-    def first(wrong: np.ndarray) -> int:
-        return int(np.argmax(wrong)) if wrong.any() else -1
-
     dense = searchsorted_runs(runtime_ids, dispatches["command_buffer"])
     index = dispatches["command_index"].astype(np.int64)
     in_range = index < (bases[1:] - bases[:-1])[dense]
@@ -359,9 +356,9 @@ def _attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: n
     placed = slot >= 0
     rank = np.minimum(searchsorted_runs(submission_ids, dispatches["submission"]), len(submission_ids) - 1)
     failures = _EventFailures(
-        unplaced=first(~placed),
-        wrong_key=first(placed & (slot_keys[slot] != dispatches["key"])),
-        orphan=first(submission_ids[rank] != dispatches["submission"]),
+        unplaced=first_true(~placed),
+        wrong_key=first_true(placed & (slot_keys[slot] != dispatches["key"])),
+        orphan=first_true(submission_ids[rank] != dispatches["submission"]),
     )
     events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
     # ATTRIBUTED_DTYPE begins with DISPATCH_DTYPE's packed fields: one copy of the rows' words, not one per field

@@ -221,6 +221,8 @@ IGNORED_CHUNKS = frozenset(
         "device-metric-sources", "device-metric-descriptors", "device-metric-samples", "command-region-events",
     }
 )
+KNOWN_CHUNKS = USED_CHUNKS + tuple(sorted(IGNORED_CHUNKS))
+_KNOWN_CONTENT_TYPES = tuple((_CONTENT_PREFIX + name).encode() for name in KNOWN_CHUNKS)
 _DEVICE_TIMED = (
     "it has device-timed dispatch events (a GPU profile); sectionmark reports CPU (local-task) profiles, "
     "GPU sections are measured with Tracy"
@@ -321,11 +323,19 @@ def _fixed_records(data: np.ndarray, chunks: _Chunks, dtype: np.dtype) -> np.nda
     return records
 
 
-def _record_offsets(data: np.ndarray, start: int, end: int) -> np.ndarray:
-    """Offsets of the records of ``data[start:end]``; the walk stops after a record whose header is cut
-    short or whose length is below a header's or past ``end`` (``_bundle_chunks`` reports it)."""
+def _record_table(data: np.ndarray, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Walk the records of ``data[start:end]``: (offsets, headers, kinds).
+
+    ``offsets``: of every record; the walk stops after a record whose header is cut short or whose length is
+    below a header's or past ``end`` (``_bundle_chunks`` reports it). ``headers`` (``_RECORD_HEADER_DTYPE``):
+    of the records with a whole header (all but maybe the last); ``kinds``: the index in ``KNOWN_CHUNKS`` of
+    each one's content type, -1 when it is none of them or its type string does not lie inside the record.
+    In C when the extension is built.
+    """
     if _native is not None:
-        return np.frombuffer(_native.record_offsets(data, start, end), np.int64)
+        offsets, headers, kinds = _native.record_table(data, start, end, _KNOWN_CONTENT_TYPES)
+        return (np.frombuffer(offsets, np.int64), np.frombuffer(headers, _RECORD_HEADER_DTYPE),
+                np.frombuffer(kinds, np.int64))
     offsets, offset, unpack = [], start, _RECORD_LENGTH.unpack_from
     while offset < end:
         offsets.append(offset)
@@ -335,23 +345,32 @@ def _record_offsets(data: np.ndarray, start: int, end: int) -> np.ndarray:
         if length < _RECORD_HEADER_SIZE or length > end - offset:
             break
         offset += length
-    return np.array(offsets, np.int64)
+    whole = np.array(offsets[: len(offsets) - (end - offsets[-1] < _RECORD_HEADER_SIZE)] if offsets else [], np.int64)
+    headers = _records_at(data, whole, _RECORD_HEADER_DTYPE)
+    return np.array(offsets, np.int64), headers, _content_kinds(data, whole, headers, end)
 
 
-def _content_types(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """The distinct content types of the chunks at ``starts`` (``_CONTENT_PREFIX`` removed) and which one each
-    chunk has: each distinct type is decoded once."""
-    names: dict[str, int] = {}
-    codes: dict[bytes, int] = {}
-    which = np.zeros(len(starts), np.int64)
-    for length in distinct(lengths).tolist():
-        rows = np.flatnonzero(lengths == length)
-        raw = _records_at(data, starts[rows], np.dtype(f"V{length}")).tolist() if length else [b""] * len(rows)
-        for value in set(raw):
-            name = value.decode("utf-8", "replace").removeprefix(_CONTENT_PREFIX)
-            codes[value] = names.setdefault(name, len(names))
-        which[rows] = [codes[value] for value in raw]
-    return list(names), which
+def _content_kinds(data: np.ndarray, offsets: np.ndarray, headers: np.ndarray, end: int) -> np.ndarray:
+    """``_record_table``'s kinds, with numpy: the type strings of each length are gathered and looked up once."""
+    length, header_size = headers["record_length"], headers["header_size"].astype(np.uint64)
+    type_length = headers["type_length"].astype(np.uint64)
+    fits = ((length <= (end - offsets).astype(np.uint64)) & (header_size >= _RECORD_HEADER_SIZE)
+            & (header_size <= length) & (type_length <= length - header_size))
+    kinds = np.full(len(offsets), -1, np.int64)
+    codes = {name: index for index, name in enumerate(_KNOWN_CONTENT_TYPES)}
+    rows = np.flatnonzero(fits)
+    for size in set(type_length[rows].tolist()) & {len(name) for name in codes}:
+        chosen = rows[type_length[rows] == size]
+        raw = _records_at(data, offsets[chosen] + header_size[chosen].astype(np.int64), np.dtype(f"V{size}"))
+        kinds[chosen] = [codes.get(value, -1) for value in raw.tolist()]
+    return kinds
+
+
+def _content_type(data: np.ndarray, offset: int, header: np.void) -> str:
+    """The content type of the record at ``offset`` (its lengths checked), ``_CONTENT_PREFIX`` removed."""
+    start = offset + int(header["header_size"])
+    return bytes(data[start : start + int(header["type_length"])]).decode("utf-8", "replace").removeprefix(
+        _CONTENT_PREFIX)
 
 
 def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length: int) -> dict[str, _Chunks]:
@@ -362,9 +381,8 @@ def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length
     record (in file order) that fails a check, and its first failed check.
     """
     data = data[:file_length]
-    offsets = _record_offsets(data, header_length, file_length)
-    complete = offsets[file_length - offsets >= _RECORD_HEADER_SIZE]
-    headers = _records_at(data, complete, _RECORD_HEADER_DTYPE)
+    offsets, headers, kinds = _record_table(data, header_length, file_length)
+    complete = offsets[: len(headers)]
     record_length, header_size, record_type = (
         headers["record_length"], headers["header_size"].astype(np.uint64), headers["record_type"])
     lengths_ok = (  # each part within the record, so that the uint64 sum cannot wrap
@@ -379,18 +397,15 @@ def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length
     ended = record_type == _RECORD_SESSION_END
     after_end = np.concatenate([[0], np.cumsum(ended)[:-1]]) > 0 if len(headers) else np.zeros(0, bool)
     chunk = (record_type == _RECORD_CHUNK) & lengths_ok & known_type & begin_ok & ~after_end
-    type_start = complete + header_size.astype(np.int64)
-    names, which = _content_types(data, type_start[chunk], headers["type_length"][chunk].astype(np.int64))
-    kind = np.full(len(headers), -1, np.int64)  # index into names; -1: not a chunk
-    kind[chunk] = which
-    known_chunks = [index for index, name in enumerate(names) if name in USED_CHUNKS or name in IGNORED_CHUNKS]
-    bad_chunk = chunk & ~np.isin(kind, known_chunks)
+    bad_chunk = chunk & (kinds < 0)
     failing = (after_end | ~lengths_ok | ~known_type | ~begin_ok | (headers["chunk_flags"] & _CHUNK_TRUNCATED != 0)
                | (ended & (headers["status"] != 0)) | bad_chunk)
     if failing.any():
         index = int(np.argmax(failing))
-        _raise_record_error(path, int(complete[index]), headers[index], after_end[index], lengths_ok[index],
-                            known_type[index], begin_ok[index], names[kind[index]] if kind[index] >= 0 else "")
+        offset = int(complete[index])
+        content_type = _content_type(data, offset, headers[index]) if bad_chunk[index] else ""
+        _raise_record_error(path, offset, headers[index], after_end[index], lengths_ok[index], known_type[index],
+                            begin_ok[index], content_type)
     if len(complete) < len(offsets):
         where = "record after the session end" if ended.any() else "truncated record"
         raise _corrupt(path, f"{where} at byte {offsets[-1]}")
@@ -402,11 +417,10 @@ def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length
             f"{path}: the profiler dropped {dropped_records} records, so times would be incomplete; "
             "profile fewer iterations"
         )
-    payload_start = type_start + (headers["type_length"] + headers["name_length"]).astype(np.int64)
+    payload_start = complete + (header_size + headers["type_length"] + headers["name_length"]).astype(np.int64)
     payload_length = headers["payload_length"].astype(np.int64)
-    code = {name: index for index, name in enumerate(names)}
-    return {name: _Chunks(payload_start[kind == code.get(name, -2)], payload_length[kind == code.get(name, -2)])
-            for name in USED_CHUNKS}
+    return {name: _Chunks(payload_start[chunk & (kinds == index)], payload_length[chunk & (kinds == index)])
+            for index, name in enumerate(USED_CHUNKS)}
 
 
 def _raise_record_error(path: Path, offset: int, header: np.void, after_end: bool, lengths_ok: bool,
@@ -499,14 +513,32 @@ def _read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
     host = _host_events(path, data, chunks["host-execution-events"], known_codes, known_keys)
 
-    memory_events = _fixed_records(data, chunks["memory-events"], _MEMORY_EVENT)
-    unknown = ~np.isin(memory_events["type"], list(MEMORY_EVENT_NAMES))
-    if unknown.any():
-        raise _corrupt(path, f"unknown memory event type {memory_events['type'][np.argmax(unknown)]}")
-    _check_unique(path, "a memory event", memory_events["device"], memory_events["event_id"])
-    memory = _columns(memory_events, MEMORY_DTYPE, np.arange(len(memory_events)))
+    memory = _memory_events(path, data, chunks["memory-events"])
     return _finish(path, host.dispatches, host.submissions, keys, declared, commands, _exports(functions), "bundle",
                    host.queue_ops, memory, host.order)
+
+
+def _memory_events(path: Path, data: np.ndarray, chunks: _Chunks) -> np.ndarray:
+    """The memory events (MEMORY_DTYPE), each checked for layout, type and identity (in C when built)."""
+    positions = _record_positions(chunks, _MEMORY_EVENT.itemsize)
+    if _native is not None:
+        memory = np.empty(len(positions), MEMORY_DTYPE)
+        devices, event_ids = np.empty(len(positions), np.uint64), np.empty(len(positions), np.uint64)
+        bad_length, unknown, increasing = _native.memory_events(data, positions, memory, devices, event_ids)
+        types = memory["type"]
+    else:
+        events = _records_at(data, positions, _MEMORY_EVENT)
+        bad_length = first_true(events["record_length"] != _MEMORY_EVENT.itemsize)
+        types, devices, event_ids = events["type"], events["device"], events["event_id"]
+        unknown = first_true(~np.isin(types, list(MEMORY_EVENT_NAMES)))
+        memory, increasing = _columns(events, MEMORY_DTYPE, np.arange(len(events))), False
+    if bad_length >= 0:
+        raise _FallBack("record length differs from the known layout")
+    if unknown >= 0:
+        raise _corrupt(path, f"unknown memory event type {types[unknown]}")
+    if not increasing:  # strictly increasing pairs are unique
+        _check_unique(path, "a memory event", devices, event_ids)
+    return memory
 
 
 @dataclass
@@ -545,7 +577,7 @@ def _host_events(path: Path, data: np.ndarray, chunks: _Chunks, known_codes: np.
     else:
         events = _records_at(data, positions, _HOST_EVENT)
         bad_length, bad_type, failed = (
-            int(np.argmax(wrong)) if wrong.any() else -1
+            first_true(wrong)
             for wrong in (events["record_length"] != _HOST_EVENT.itemsize, ~np.isin(events["type"], list(EVENT_NAMES)),
                           events["status_code"] != 0)
         )
@@ -580,7 +612,7 @@ def _lookup_keys(executable: np.ndarray, ordinal: np.ndarray, known_codes: np.nd
     missing = (executable >= np.uint64(1 << 32)) | (
         known_codes[found] != codes if len(known_codes) else np.ones(len(codes), bool))
     keys = np.where(missing, 0, known_keys[found] if len(known_keys) else 0)
-    return keys, int(np.argmax(missing)) if missing.any() else -1
+    return keys, first_true(missing)
 
 
 def _columns(records: np.ndarray, dtype: np.dtype, rows: np.ndarray, skip: tuple[str, ...] = ()) -> np.ndarray:
@@ -919,6 +951,11 @@ def _check_event_times(path: Path, dispatches: np.ndarray, submissions: np.ndarr
         raise _corrupt(path, "a dispatch event has a negative tile time")
 
 
+def first_true(mask: np.ndarray) -> int:
+    """Index of the first True of ``mask``; -1 when none is."""
+    return int(np.argmax(mask)) if mask.any() else -1
+
+
 def distinct(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` for a 1-D numeric array, by sorting: numpy 2's hash-based ``unique`` is many times
     slower on the large integer arrays of a profile."""
@@ -992,9 +1029,6 @@ def _link_failures(dispatches: np.ndarray, submissions: np.ndarray, buffer_ids: 
             duplicate = None if duplicate_rank < 0 else (int(ids[duplicate_rank]), duplicate_index)
         return _LinkFailures(orphan, wrong, outside, duplicate, short, found)
 
-    def first(wrong: np.ndarray) -> int:
-        return int(np.argmax(wrong)) if wrong.any() else -1
-
     rank = np.minimum(searchsorted_runs(ids, dispatches["submission"]), len(ids) - 1)
     command_index = dispatches["command_index"].astype(np.int64)
     # Whether each dispatch is a timed command of its buffer: its (buffer, command index) code among the
@@ -1007,12 +1041,12 @@ def _link_failures(dispatches: np.ndarray, submissions: np.ndarray, buffer_ids: 
     is_timed = timed_codes[place] == codes if len(timed_codes) else np.zeros(len(codes), bool)
     found = np.bincount(rank[is_timed], minlength=len(ids))
     return _LinkFailures(
-        orphan=first(ids[rank] != dispatches["submission"]),
-        wrong_buffer=first(submissions["command_buffer"][rank] != dispatches["command_buffer"]),
-        outside=first((dispatches["start_ns"] < submissions["start_ns"][rank])
+        orphan=first_true(ids[rank] != dispatches["submission"]),
+        wrong_buffer=first_true(submissions["command_buffer"][rank] != dispatches["command_buffer"]),
+        outside=first_true((dispatches["start_ns"] < submissions["start_ns"][rank])
                       | (dispatches["end_ns"] > submissions["end_ns"][rank])),
         duplicate=_duplicate_command(ids, rank, command_index),
-        short=first(found < expected[buffer_of_execution.astype(np.int64)]),
+        short=first_true(found < expected[buffer_of_execution.astype(np.int64)]),
         found=found,
     )
 
@@ -1065,9 +1099,10 @@ def _by_submission_and_start(dispatches: np.ndarray, known_sorted: bool = False)
 
     IREE writes them grouped by submission and all but a few in start order:
     then only the submissions out of order are sorted, in place (the readers
-    pass tables they own). ``known_sorted``: the reader saw them in order already.
+    pass tables they own); the C extension does that in one pass. ``known_sorted``: the reader saw them in
+    order already.
     """
-    if known_sorted:
+    if known_sorted or (_native is not None and _native.sort_dispatch_runs(dispatches)):
         return dispatches
     submission, start = dispatches["submission"], dispatches["start_ns"]
     in_order = (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
