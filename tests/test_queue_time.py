@@ -54,8 +54,9 @@ def test_time_outside_every_window_is_not_counted():
     assert parts.tolist() == [[50, 0], [20, 10]]
 
 
-def test_union_by_window_counts_overlapping_intervals_once():
-    starts, ends = np.array([5, 0, 30, 110]), np.array([20, 10, 40, 150])
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [1, 0, 2, 3]])  # sorted by start (one pass) and not (sorting)
+def test_union_by_window_counts_overlapping_intervals_once(order):
+    starts, ends = np.array([0, 5, 30, 110])[order], np.array([10, 20, 40, 150])[order]
     assert union_by_window(starts, ends, np.array([0, 100]), np.array([100, 140])).tolist() == [30, 30]
 
 
@@ -68,6 +69,12 @@ def test_memory_peak_and_time_weighted_average_over_pools():
     assert peak.tolist() == [150, 350]
     # [0, 5): 100, [5, 10): 150 -> 125; [10, 20): 350, [20, 30): 150 -> 250
     assert average.tolist() == [125.0, 250.0]
+
+
+def test_memory_of_one_pool_is_its_own_figure():
+    peak, average = memory_by_window(np.array([0, 10, 20]), np.array([1, 1, 1], np.uint64),
+                                     np.array([100, 300, 100], np.uint64), np.array([0, 10]), np.array([10, 30]))
+    assert peak.tolist() == [100, 300] and average.tolist() == [100.0, 200.0]
 
 
 def test_memory_before_a_pools_first_event_counts_zero():

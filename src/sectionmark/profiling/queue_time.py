@@ -226,11 +226,14 @@ def memory_by_window(times: np.ndarray, pools: np.ndarray, reserved: np.ndarray,
     windows = len(window_starts)
     if not len(times):
         return np.zeros(windows, np.int64), np.zeros(windows)
-    by_pool = np.lexsort((np.arange(len(times)), pools))
-    previous = np.zeros(len(times), np.int64)
-    same_pool = pools[by_pool][1:] == pools[by_pool][:-1]
-    previous[by_pool[1:][same_pool]] = reserved[by_pool[:-1][same_pool]].astype(np.int64)
-    level = np.cumsum(reserved.astype(np.int64) - previous)  # all pools' total after each event
+    if (pools == pools[0]).all():  # one pool, as usual: the total is its own figure
+        level = reserved.astype(np.int64)
+    else:
+        by_pool = np.lexsort((np.arange(len(times)), pools))
+        previous = np.zeros(len(times), np.int64)
+        same_pool = pools[by_pool][1:] == pools[by_pool][:-1]
+        previous[by_pool[1:][same_pool]] = reserved[by_pool[:-1][same_pool]].astype(np.int64)
+        level = np.cumsum(reserved.astype(np.int64) - previous)  # all pools' total after each event
     # integral of the level from the first event to each event
     integral = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(times).astype(np.float64))])
 
@@ -254,12 +257,28 @@ def memory_by_window(times: np.ndarray, pools: np.ndarray, reserved: np.ndarray,
     return peak, average
 
 
-def _measured_windows(spans: np.ndarray, calls: int) -> Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(window starts, window ends, spans) of the measured calls; None unless every call has a span."""
+@dataclass
+class _Windows:
+    """The measured calls' windows (call_windows) and their queue spans."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    spans: np.ndarray
+
+
+def _measured_windows(spans: np.ndarray, calls: int) -> Optional[_Windows]:
+    """The windows of the measured calls; None unless every call has a span."""
     measured = spans[(spans["call"] >= 0) & (spans["call"] < calls)]
     if not len(measured) or not np.bincount(measured["call"], minlength=calls).all():
         return None
-    return (*call_windows(measured["start_ns"], measured["end_ns"], measured["call"], calls), measured)
+    return _Windows(*call_windows(measured["start_ns"], measured["end_ns"], measured["call"], calls), measured)
+
+
+def call_time_and_memory(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.ndarray,
+                         memory: np.ndarray, calls: int) -> tuple[Optional[CallTime], Optional[DeviceMemory]]:
+    """``call_time`` and ``device_memory`` of the same calls, finding their windows once."""
+    windows = _measured_windows(spans, calls)
+    return _call_time(dispatch_starts, dispatch_ends, spans, windows), _device_memory(memory, windows)
 
 
 def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.ndarray, calls: int) -> Optional[CallTime]:
@@ -268,17 +287,27 @@ def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.
     ``spans``: QUEUE_SPAN_DTYPE, command-buffer executions and other queue
     operations of all calls (warmup calls have negative call numbers).
     """
-    windows = _measured_windows(spans, calls)
+    return _call_time(dispatch_starts, dispatch_ends, spans, _measured_windows(spans, calls))
+
+
+def device_memory(memory: np.ndarray, spans: np.ndarray, calls: int) -> Optional[DeviceMemory]:
+    """Device memory of the measured calls from memory events (MEMORY_DTYPE); None without pool figures."""
+    return _device_memory(memory, _measured_windows(spans, calls))
+
+
+def _call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.ndarray,
+               windows: Optional[_Windows]) -> Optional[CallTime]:
     if windows is None:
         return None
-    window_starts, window_ends, measured = windows
+    window_starts, window_ends, measured = windows.starts, windows.ends, windows.spans
     rows = ROW_OF_EVENT_TYPE[spans["type"]]
     parts = partition_time(spans["start_ns"], spans["end_ns"], rows, len(QUEUE_ROWS), window_starts, window_ends)
     dispatch = union_by_window(dispatch_starts, dispatch_ends, window_starts, window_ends)
     per_call = window_ends - window_starts
     p50, p95 = np.percentile(per_call, [50, 95])
-    executes = measured[measured["type"] == EVENT_EXECUTE]
-    transfers = measured[ROW_OF_EVENT_TYPE[measured["type"]] == TRANSFER]
+    types = measured["type"]
+    transfers = ROW_OF_EVENT_TYPE[types] == TRANSFER
+    executes = types == EVENT_EXECUTE
     return CallTime(
         call_ns=int(per_call.sum()),
         dispatch_ns=int(dispatch.sum()),
@@ -287,30 +316,29 @@ def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.
         allocation_ns=int(parts[:, ALLOCATION].sum()),
         other_queue_ns=int(parts[:, OTHER_QUEUE].sum()),
         idle_ns=int(parts[:, len(QUEUE_ROWS)].sum()),
-        execute_ns=int((executes["end_ns"] - executes["start_ns"]).sum()),
+        execute_ns=int((measured["end_ns"][executes] - measured["start_ns"][executes]).sum()),
         call_p50_ns=float(p50),
         call_p95_ns=float(p95),
-        transfer_bytes=int(transfers["payload_bytes"].sum()),
+        transfer_bytes=int(measured["payload_bytes"][transfers].sum()),
     )
 
 
-def device_memory(memory: np.ndarray, spans: np.ndarray, calls: int) -> Optional[DeviceMemory]:
-    """Device memory of the measured calls from memory events (MEMORY_DTYPE); None without pool figures."""
-    stats = memory[(memory["flags"] & MEMORY_POOL_STATS) != 0]
-    windows = _measured_windows(spans, calls)
-    if not len(stats) or windows is None:
+def _device_memory(memory: np.ndarray, windows: Optional[_Windows]) -> Optional[DeviceMemory]:
+    with_stats = (memory["flags"] & MEMORY_POOL_STATS) != 0
+    if not with_stats.any() or windows is None:
         return None
-    window_starts, window_ends, _measured = windows
-    peak, average = memory_by_window(stats["time_ns"], stats["pool"], stats["pool_reserved"], window_starts,
-                                     window_ends)
-    lengths = (window_ends - window_starts).astype(np.float64)
-    allocations = memory[(memory["type"] == QUEUE_ALLOCA) & (_window_of(memory["time_ns"], window_starts,
-                                                                        window_ends) >= 0)]
+    # Fields, not rows: gathering whole rows copies every field; most profiles have figures on every event.
+    def stats(field: str) -> np.ndarray:
+        return memory[field] if with_stats.all() else memory[field][with_stats]
+
+    peak, average = memory_by_window(stats("time_ns"), stats("pool"), stats("pool_reserved"), windows.starts,
+                                     windows.ends)
+    lengths = (windows.ends - windows.starts).astype(np.float64)
+    allocations = (memory["type"] == QUEUE_ALLOCA) & (_window_of(memory["time_ns"], windows.starts, windows.ends) >= 0)
     return DeviceMemory(
         peak_bytes=int(peak.max()),
         mean_peak_bytes=float(peak.mean()),
         average_bytes=float((average * lengths).sum() / lengths.sum()) if lengths.sum() else float(average.mean()),
-        allocated_bytes=int(allocations["length"].sum()),
-        allocations=len(allocations),
+        allocated_bytes=int(memory["length"][allocations].sum()),
+        allocations=int(allocations.sum()),
     )
-

@@ -36,7 +36,7 @@ from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
 from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import Attribution, Composition
-from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time, device_memory, union_blocks
+from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time_and_memory, union_blocks
 from sectionmark.section_map import INITIALIZER_FUNCTION, Binding, SectionMap, Share
 from sectionmark.serialization import json_field
 
@@ -217,6 +217,8 @@ class ProfileSession:
                 f"internal error: sections cover {covered_busy:.0f} ns of {total_busy:.0f} ns busy "
                 f"and {covered_wall:.0f} ns of {total_wall} ns wall dispatch time"
             )
+        timing, memory = call_time_and_memory(events["start_ns"], events["end_ns"], attribution.queue_spans,
+                                              attribution.memory, attribution.calls)
         return cls(
             total_ns=sums.total_ns,
             wall_ns=total_wall,
@@ -230,8 +232,8 @@ class ProfileSession:
             function=function,
             weight_rule=section_map.weight_rule,
             attribution=attribution,
-            call_time=call_time(events["start_ns"], events["end_ns"], attribution.queue_spans, attribution.calls),
-            memory=device_memory(attribution.memory, attribution.queue_spans, attribution.calls),
+            call_time=timing,
+            memory=memory,
         )
 
     # ------------------------------------------------------------------ views
