@@ -243,3 +243,14 @@ def test_c_and_numpy_attribute_events_alike(corruption, warmup, monkeypatch):
     assert (results[0][1]["orphan"] >= 0) == (corruption == "orphan")
     measured = np.searchsorted(submissions["submission"], dispatches["submission"]) >= 4 * warmup
     assert corruption == "orphan" or len(events) == measured.sum()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_c_and_numpy_union_by_window_alike(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 10_000, 300))
+    ends = starts + rng.integers(0, 200, len(starts))  # overlapping, touching and apart
+    edges = np.sort(rng.choice(np.arange(-500, 10_500), 20, replace=False))
+    with_c = queue_time.union_by_window(starts, ends, edges[0::2], edges[1::2])
+    monkeypatch.setattr(ireeprof, "_native", None)
+    assert with_c.tolist() == queue_time.union_by_window(starts, ends, edges[0::2], edges[1::2]).tolist()

@@ -153,25 +153,23 @@ static Py_ssize_t find_sorted(const uint64_t *ids, Py_ssize_t count, uint64_t va
     return low < count && ids[low] == value ? low : count;
 }
 
-/* host_events(data, positions, known_codes, known_keys, dispatches, submissions, queue_ops, streams, event_ids,
- *             executables, ordinals)
+/* host_events(data, positions, known_codes, known_keys, dispatches, submissions, queue_ops)
  *   -> (dispatch rows, submission rows, queue-op rows, first bad length, first bad type, first failed,
  *       first unknown function, all times plausible, dispatches in (submission, start) order,
  *       (stream, event id) strictly increasing)
  *
  * ``positions`` (int64): byte offset of each record in ``data``. Each record goes to the dispatch, submission or
- * queue-op table by its type; every record's stream and event id go to ``streams``/``event_ids``. A dispatch's
- * key is the ``known_keys`` entry of its (executable id << 32 | function ordinal) among the sorted
- * ``known_codes`` (0 and the dispatch's index reported when absent); its executable id and function ordinal go to
- * ``executables``/``ordinals``. Returned indices: of the first record whose length is not 152, whose type is
- * unknown, whose status is not OK (among all records); of the first dispatch of an unknown function; -1 for none.
+ * queue-op table by its type. A dispatch's key is the ``known_keys`` entry of its (executable id << 32 |
+ * function ordinal) among the sorted ``known_codes`` (0 when absent). Returned: the index of the first record
+ * whose length is not 152, whose type is unknown, whose status is not OK, which is a dispatch of an unknown
+ * function; -1 for none.
  * Then whether every event's times are within what ireeprof._check_times accepts (if not, the caller finds
  * which and why) and the two orders the caller would otherwise check.
  */
 static PyObject *host_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer in[4], out[7];
-    if (check_arguments(nargs, 11, "host_events") < 0 || acquire(args, in, 4, 0) < 0) return NULL;
-    if (acquire(args + 4, out, 7, 7) < 0) { release(in, 4); return NULL; }
+    Py_buffer in[4], out[3];
+    if (check_arguments(nargs, 7, "host_events") < 0 || acquire(args, in, 4, 0) < 0) return NULL;
+    if (acquire(args + 4, out, 3, 3) < 0) { release(in, 4); return NULL; }
     PyObject *result = NULL;
     const char *bytes = in[0].buf;
     const int64_t *positions = in[1].buf;
@@ -185,19 +183,16 @@ static PyObject *host_events(PyObject *module, PyObject *const *args, Py_ssize_t
         }
     }
     if (in[3].len < known * 4 || out[0].len < total * DISPATCH_SIZE || out[1].len < total * SUBMISSION_SIZE ||
-        out[2].len < total * QUEUE_OP_SIZE || out[3].len < total * 8 || out[4].len < total * 8 ||
-        out[5].len < total * 8 || out[6].len < total * 4) {
+        out[2].len < total * QUEUE_OP_SIZE) {
         PyErr_SetString(PyExc_ValueError, "host_events: an output is too small");
         goto done;
     }
     {
         char *dispatches = out[0].buf, *submissions = out[1].buf, *queue_ops = out[2].buf;
-        uint64_t *streams = out[3].buf, *event_ids = out[4].buf, *executables = out[5].buf;
-        uint32_t *ordinals = out[6].buf;
         Py_ssize_t nd = 0, ns = 0, nq = 0, bad_length = -1, bad_type = -1, failed = -1, unknown = -1;
         int plausible = 1;
         int in_order = 1, increasing = 1;
-        uint64_t last_code = 0, last_key = 0, previous_submission = 0;
+        uint64_t last_code = 0, last_key = 0, previous_submission = 0, previous_stream = 0, previous_event = 0;
         int64_t previous_start = 0;
         int have_code = 0;
         for (Py_ssize_t index = 0; index < total; index++) {
@@ -210,11 +205,10 @@ static PyObject *host_events(PyObject *module, PyObject *const *args, Py_ssize_t
             if (plausible && (start < 0 || end < start || end >= MAX_TIMESTAMP_NS || end - start > MAX_EVENT_NS ||
                                     (type == EVENT_DISPATCH && u64(record + 136) >> 63)))
                 plausible = 0;
-            streams[index] = u64(record + 56);
-            event_ids[index] = u64(record + 16);
-            if (index && (streams[index] < streams[index - 1] ||
-                          (streams[index] == streams[index - 1] && event_ids[index] <= event_ids[index - 1])))
+            uint64_t stream = u64(record + 56), event_id = u64(record + 16);
+            if (index && (stream < previous_stream || (stream == previous_stream && event_id <= previous_event)))
                 increasing = 0;
+            previous_stream = stream, previous_event = event_id;
             if (type == EVENT_DISPATCH) {
                 char *row = dispatches + nd * DISPATCH_SIZE;
                 uint64_t executable = u64(record + 40), submission = u64(record + 24);
@@ -225,7 +219,7 @@ static PyObject *host_events(PyObject *module, PyObject *const *args, Py_ssize_t
                     last_code = code, have_code = 1;
                     last_key = found < known ? known_keys[found] : UINT64_MAX;
                 }
-                if (last_key == UINT64_MAX && unknown < 0) unknown = nd;
+                if (last_key == UINT64_MAX && unknown < 0) unknown = index;
                 uint32_t key = last_key == UINT64_MAX ? 0 : (uint32_t)last_key;
                 if (nd && (submission < previous_submission || (submission == previous_submission && start < previous_start)))
                     in_order = 0;
@@ -236,8 +230,6 @@ static PyObject *host_events(PyObject *module, PyObject *const *args, Py_ssize_t
                 memcpy(row + 24, record + 64, 8);  /* device, queue */
                 memcpy(row + 32, record + 104, 16); /* start_ns, end_ns */
                 memcpy(row + 48, record + 136, 8); /* tile_ns */
-                executables[nd] = executable;
-                ordinals[nd] = ordinal;
                 nd++;
             } else if (type == EVENT_EXECUTE) {
                 char *row = submissions + ns * SUBMISSION_SIZE;
@@ -259,7 +251,7 @@ static PyObject *host_events(PyObject *module, PyObject *const *args, Py_ssize_t
     }
 done:
     release(in, 4);
-    release(out, 7);
+    release(out, 3);
     return result;
 }
 
@@ -501,7 +493,8 @@ static int64_t at(const Py_buffer *view, Py_ssize_t i) {
  * queue_time.union_by_window when ``starts`` are sorted: per window (sorted, disjoint), the length of the
  * union of the intervals [start, end) whose covered blocks start inside it, clipped at its end, written to
  * ``out`` (int64). One pass: blocks are merged while walking the intervals and the windows together. Returns
- * False without writing when the starts are not sorted (the caller sorts). ``starts``/``ends`` may be strided.
+ * False, ``out`` then undefined, when the starts are not sorted (the caller sorts). ``starts``/``ends`` may be
+ * strided.
  */
 static PyObject *union_by_window(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer in[4], out;
@@ -524,19 +517,19 @@ static PyObject *union_by_window(PyObject *module, PyObject *const *args, Py_ssi
             PyErr_SetString(PyExc_ValueError, "union_by_window: inconsistent sizes");
         } else {
             int sorted = 1;
-            for (Py_ssize_t i = 1; i < count && sorted; i++) sorted = at(&in[0], i) >= at(&in[0], i - 1);
-            if (sorted) {
-                memset(sums, 0, windows * 8);
-                Py_ssize_t window = -1;  /* the last window starting at or before the block's start */
-                for (Py_ssize_t i = 0; i < count;) {
-                    int64_t block_start = at(&in[0], i), reach = at(&in[1], i);
-                    for (i++; i < count && at(&in[0], i) <= reach; i++)
-                        if (at(&in[1], i) > reach) reach = at(&in[1], i);
-                    while (window + 1 < windows && at(&in[2], window + 1) <= block_start) window++;
-                    if (window >= 0 && block_start < at(&in[3], window)) {
-                        int64_t window_end = at(&in[3], window);
-                        sums[window] += (reach < window_end ? reach : window_end) - block_start;
-                    }
+            memset(sums, 0, windows * 8);
+            Py_ssize_t window = -1;  /* the last window starting at or before the block's start */
+            for (Py_ssize_t i = 0; i < count && sorted;) {
+                int64_t block_start = at(&in[0], i), reach = at(&in[1], i);
+                if (i && block_start < at(&in[0], i - 1)) { sorted = 0; break; }
+                for (i++; i < count && at(&in[0], i) <= reach; i++) {
+                    if (at(&in[0], i) < at(&in[0], i - 1)) { sorted = 0; break; }
+                    if (at(&in[1], i) > reach) reach = at(&in[1], i);
+                }
+                while (window + 1 < windows && at(&in[2], window + 1) <= block_start) window++;
+                if (window >= 0 && block_start < at(&in[3], window)) {
+                    int64_t window_end = at(&in[3], window);
+                    sums[window] += (reach < window_end ? reach : window_end) - block_start;
                 }
             }
             result = sorted ? Py_True : Py_False;
@@ -637,9 +630,9 @@ static PyMethodDef methods[] = {
     {"record_table", record_table, METH_VARARGS,
      "record_table(data, start, end, content_types) -> (offsets, headers, kinds) as bytes"},
     {"host_events", (PyCFunction)(void (*)(void))host_events, METH_FASTCALL,
-     "host_events(data, positions, known_codes, known_keys, dispatches, submissions, queue_ops, streams, "
-     "event_ids, executables, ordinals) -> (dispatches, submissions, queue_ops, first_bad_length, first_bad_type, "
-     "first_failed, first_unknown_function, plausible, in_order, increasing)"},
+     "host_events(data, positions, known_codes, known_keys, dispatches, submissions, queue_ops) -> (dispatches, "
+     "submissions, queue_ops, first_bad_length, first_bad_type, first_failed, first_unknown_function, plausible, "
+     "in_order, increasing)"},
     {"dispatch_links", (PyCFunction)(void (*)(void))dispatch_links, METH_FASTCALL,
      "dispatch_links(dispatches, submissions, buffer_ids, timed_bases, timed, expected, found) -> (orphan, "
      "wrong_buffer, outside, duplicate_rank, duplicate_index, short_submission)"},

@@ -567,13 +567,10 @@ def _host_events(path: Path, data: np.ndarray, chunks: _Chunks, known_codes: np.
     order = _KnownOrder()
     if _native is not None:
         tables = [np.empty(len(positions), dtype) for dtype in (DISPATCH_DTYPE, SUBMISSION_DTYPE, QUEUE_OP_DTYPE)]
-        streams, event_ids, executable = (np.empty(len(positions), np.uint64) for _ in range(3))
-        ordinal = np.empty(len(positions), np.uint32)
         (*sizes, bad_length, bad_type, failed, unknown, order.times_plausible, order.dispatches_sorted,
-         increasing) = _native.host_events(data, positions, known_codes, known_keys, *tables, streams, event_ids,
-                                           executable, ordinal)
+         increasing) = _native.host_events(data, positions, known_codes, known_keys, *tables)
         dispatches, submissions, queue_ops = (table[:size] for table, size in zip(tables, sizes))
-        executable, ordinal = executable[: sizes[0]], ordinal[: sizes[0]]
+        events = None
     else:
         events = _records_at(data, positions, _HOST_EVENT)
         bad_length, bad_type, failed = (
@@ -581,26 +578,32 @@ def _host_events(path: Path, data: np.ndarray, chunks: _Chunks, known_codes: np.
             for wrong in (events["record_length"] != _HOST_EVENT.itemsize, ~np.isin(events["type"], list(EVENT_NAMES)),
                           events["status_code"] != 0)
         )
-        streams, event_ids, types = events["stream"], events["event_id"], events["type"]
+        types = events["type"]
         raw = np.flatnonzero(types == EVENT_DISPATCH)  # positions: indexing whole 152-byte records would copy them all
         dispatches = _columns(events, DISPATCH_DTYPE, raw, skip=("key",))
-        executable, ordinal = events["executable_id"][raw], events["function_ordinal"][raw]
-        dispatches["key"], unknown = _lookup_keys(executable, ordinal, known_codes, known_keys)
+        dispatches["key"], unknown = _lookup_keys(events["executable_id"][raw], events["function_ordinal"][raw],
+                                                  known_codes, known_keys)
+        unknown = int(raw[unknown]) if unknown >= 0 else -1
         submissions = _columns(events, SUBMISSION_DTYPE, np.flatnonzero(types == EVENT_EXECUTE))
         queue_ops = _columns(events, QUEUE_OP_DTYPE, np.flatnonzero((types != EVENT_DISPATCH) & (types != EVENT_EXECUTE)))
         increasing = False
+
+    def record(index: int) -> np.void:
+        return _records_at(data, positions[[index]], _HOST_EVENT)[0]
+
     if bad_length >= 0:
         raise _FallBack("record length differs from the known layout")
     if bad_type >= 0:
-        bad = _records_at(data, positions[[bad_type]], _HOST_EVENT)[0]
-        raise _corrupt(path, f"unknown host execution event type {bad['type']}")
+        raise _corrupt(path, f"unknown host execution event type {record(bad_type)['type']}")
     if failed >= 0:
-        bad = _records_at(data, positions[[failed]], _HOST_EVENT)[0]
+        bad = record(failed)
         raise _run_failed(path, EVENT_NAMES[int(bad["type"])], int(bad["event_id"]), int(bad["status_code"]))
     if not increasing:  # strictly increasing pairs are unique
-        _check_unique(path, "a host execution event", streams, event_ids)
+        events = _records_at(data, positions, _HOST_EVENT) if events is None else events
+        _check_unique(path, "a host execution event", events["stream"], events["event_id"])
     if unknown >= 0:
-        raise _corrupt(path, f"dispatch of unknown executable function {executable[unknown]}:{ordinal[unknown]}")
+        bad = record(unknown)
+        raise _corrupt(path, f"dispatch of unknown executable function {bad['executable_id']}:{bad['function_ordinal']}")
     return _HostEvents(dispatches, submissions, queue_ops, order)
 
 
