@@ -12,7 +12,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from test_readers import BUNDLE_CASES
+from test_readers import BUNDLE_CASES, DISPATCH, event_offsets, field_of
 from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
@@ -74,6 +74,21 @@ def test_c_and_numpy_refuse_corrupt_bundles_alike(plain_run, tmp_path, monkeypat
         assert with_c == without
     else:
         assert_same_profile(with_c, without)
+
+
+def test_dispatches_written_out_of_order_are_sorted_alike(plain_run, tmp_path, monkeypatch):
+    blob = bytearray(plain_run[1].read_bytes())
+    offsets = event_offsets(bytes(blob), DISPATCH)
+    first, second = next((a, b) for a, b in zip(offsets, offsets[1:])
+                         if field_of(blob, a, "submission_id") == field_of(blob, b, "submission_id"))
+    size = ireeprof._HOST_EVENT.itemsize
+    blob[first:first + size], blob[second:second + size] = blob[second:second + size], blob[first:first + size]
+    path = tmp_path / "swapped.ireeprof"
+    path.write_bytes(bytes(blob))
+    with_c, without = read_both(path, monkeypatch)
+    assert_same_profile(with_c, without)
+    submission, start = with_c.dispatches["submission"], with_c.dispatches["start_ns"]
+    assert ((submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))).all()
 
 
 @pytest.mark.parametrize("cut", [1, 50, 103, 104, 200])

@@ -153,6 +153,24 @@ static Py_ssize_t find_sorted(const uint64_t *ids, Py_ssize_t count, uint64_t va
     return low < count && ids[low] == value ? low : count;
 }
 
+/* Move dispatch row ``last`` back past the earlier rows of its submission that start later (one step of a
+ * stable insertion sort). Returns 0, leaving the rest unsorted, once more than ``budget`` rows have moved. */
+static int sort_into_place(char *rows, Py_ssize_t last, Py_ssize_t *moves, Py_ssize_t budget) {
+    char row[DISPATCH_SIZE];
+    memcpy(row, rows + last * DISPATCH_SIZE, DISPATCH_SIZE);
+    uint64_t submission = u64(row);
+    int64_t start = (int64_t)u64(row + 32);
+    Py_ssize_t place = last;
+    while (place > 0 && u64(rows + (place - 1) * DISPATCH_SIZE) == submission &&
+           (int64_t)u64(rows + (place - 1) * DISPATCH_SIZE + 32) > start) {
+        if (++*moves > budget) break;
+        place--;
+    }
+    memmove(rows + (place + 1) * DISPATCH_SIZE, rows + place * DISPATCH_SIZE, (size_t)(last - place) * DISPATCH_SIZE);
+    memcpy(rows + place * DISPATCH_SIZE, row, DISPATCH_SIZE);
+    return *moves <= budget;
+}
+
 /* host_events(data, positions, known_codes, known_keys, dispatches, submissions, queue_ops)
  *   -> (dispatch rows, submission rows, queue-op rows, first bad length, first bad type, first failed,
  *       first unknown function, all times plausible, dispatches in (submission, start) order,
@@ -164,7 +182,11 @@ static Py_ssize_t find_sorted(const uint64_t *ids, Py_ssize_t count, uint64_t va
  * whose length is not 152, whose type is unknown, whose status is not OK, which is a dispatch of an unknown
  * function; -1 for none.
  * Then whether every event's times are within what ireeprof._check_times accepts (if not, the caller finds
- * which and why) and the two orders the caller would otherwise check.
+ * which and why), whether the dispatch rows are in (submission, start) order, and whether the (stream, event id)
+ * pairs strictly increase (then they are unique). Dispatches of one submission that start out of order are
+ * moved into place as they come (ireeprof._by_submission_and_start's stable order: IREE writes all but a few
+ * in order); rows far from sorted, or submissions out of order, are left for the caller to sort (a stable sort
+ * of partly sorted rows gives the same, as rows of equal keys never swap).
  */
 static PyObject *host_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer in[4], out[3];
@@ -191,7 +213,8 @@ static PyObject *host_events(PyObject *module, PyObject *const *args, Py_ssize_t
         char *dispatches = out[0].buf, *submissions = out[1].buf, *queue_ops = out[2].buf;
         Py_ssize_t nd = 0, ns = 0, nq = 0, bad_length = -1, bad_type = -1, failed = -1, unknown = -1;
         int plausible = 1;
-        int in_order = 1, increasing = 1;
+        int in_order = 1, increasing = 1;  /* in_order: the dispatch rows written so far are in order */
+        Py_ssize_t moves = 0;
         uint64_t last_code = 0, last_key = 0, previous_submission = 0, previous_stream = 0, previous_event = 0;
         int64_t previous_start = 0;
         int have_code = 0;
@@ -221,16 +244,18 @@ static PyObject *host_events(PyObject *module, PyObject *const *args, Py_ssize_t
                 }
                 if (last_key == UINT64_MAX && unknown < 0) unknown = index;
                 uint32_t key = last_key == UINT64_MAX ? 0 : (uint32_t)last_key;
-                if (nd && (submission < previous_submission || (submission == previous_submission && start < previous_start)))
-                    in_order = 0;
-                previous_submission = submission, previous_start = start;
                 memcpy(row, record + 24, 16);      /* submission, command_buffer */
                 memcpy(row + 16, record + 72, 4);  /* command_index */
                 memcpy(row + 20, &key, 4);         /* key */
                 memcpy(row + 24, record + 64, 8);  /* device, queue */
                 memcpy(row + 32, record + 104, 16); /* start_ns, end_ns */
                 memcpy(row + 48, record + 136, 8); /* tile_ns */
+                if (nd && submission < previous_submission) in_order = 0;
+                if (in_order && nd && submission == previous_submission && start < previous_start)
+                    in_order = sort_into_place(dispatches, nd, &moves, 16 * total + 1024);
                 nd++;
+                previous_submission = u64(dispatches + (nd - 1) * DISPATCH_SIZE);
+                previous_start = (int64_t)u64(dispatches + (nd - 1) * DISPATCH_SIZE + 32);
             } else if (type == EVENT_EXECUTE) {
                 char *row = submissions + ns * SUBMISSION_SIZE;
                 memcpy(row, record + 24, 16);      /* submission, command_buffer */
@@ -595,37 +620,6 @@ done:
     return result;
 }
 
-/* sort_dispatch_runs(dispatches) -> bool
- *
- * ireeprof._by_submission_and_start in place: the dispatch rows (DISPATCH_DTYPE), grouped by non-decreasing
- * submission, each group stably sorted by start (insertion sort: IREE writes all but a few in order). False
- * when the submissions decrease somewhere or the rows are far from sorted: the caller sorts with numpy then
- * (rows this left partly sorted give the same stable sort, as it never swaps rows of equal keys).
- */
-static PyObject *sort_dispatch_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer table;
-    if (check_arguments(nargs, 1, "sort_dispatch_runs") < 0 || acquire(args, &table, 1, 1) < 0) return NULL;
-    char *rows = table.buf;
-    Py_ssize_t count = table.len / DISPATCH_SIZE, moves = 0, budget = 16 * count + 1024;
-    int done = 1;
-    for (Py_ssize_t i = 1; i < count && done; i++)
-        done = u64(rows + i * DISPATCH_SIZE) >= u64(rows + (i - 1) * DISPATCH_SIZE);
-    for (Py_ssize_t i = 1; i < count && done; i++) {  /* a row moves back past later-starting rows of its submission */
-        Py_ssize_t j = i;
-        while (j > 0 && u64(rows + (j - 1) * DISPATCH_SIZE) == u64(rows + j * DISPATCH_SIZE) &&
-               (int64_t)u64(rows + (j - 1) * DISPATCH_SIZE + 32) > (int64_t)u64(rows + j * DISPATCH_SIZE + 32)) {
-            char swap[DISPATCH_SIZE];
-            memcpy(swap, rows + j * DISPATCH_SIZE, DISPATCH_SIZE);
-            memcpy(rows + j * DISPATCH_SIZE, rows + (j - 1) * DISPATCH_SIZE, DISPATCH_SIZE);
-            memcpy(rows + (j - 1) * DISPATCH_SIZE, swap, DISPATCH_SIZE);
-            j--;
-            if (++moves > budget) done = 0;
-        }
-    }
-    PyBuffer_Release(&table);
-    return PyBool_FromLong(done);
-}
-
 static PyMethodDef methods[] = {
     {"record_table", record_table, METH_VARARGS,
      "record_table(data, start, end, content_types) -> (offsets, headers, kinds) as bytes"},
@@ -647,8 +641,6 @@ static PyMethodDef methods[] = {
     {"memory_events", (PyCFunction)(void (*)(void))memory_events, METH_FASTCALL,
      "memory_events(data, positions, memory, devices, event_ids) -> (first_bad_length, first_unknown_type, "
      "increasing)"},
-    {"sort_dispatch_runs", (PyCFunction)(void (*)(void))sort_dispatch_runs, METH_FASTCALL,
-     "sort_dispatch_runs(dispatches) -> sorted (in place), False when numpy must sort"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -546,7 +546,7 @@ class _KnownOrder:
     """What a reader already established about its tables, so that ``_finish`` need not check it again."""
 
     times_plausible: bool = False  # every host event's times pass _check_times
-    dispatches_sorted: bool = False  # dispatches in (submission, start) order
+    dispatches_sorted: bool = False  # dispatches in (submission, start) order (_by_submission_and_start's)
 
 
 @dataclass
@@ -1102,10 +1102,9 @@ def _by_submission_and_start(dispatches: np.ndarray, known_sorted: bool = False)
 
     IREE writes them grouped by submission and all but a few in start order:
     then only the submissions out of order are sorted, in place (the readers
-    pass tables they own); the C extension does that in one pass. ``known_sorted``: the reader saw them in
-    order already.
+    pass tables they own). ``known_sorted``: the reader put them in order already.
     """
-    if known_sorted or (_native is not None and _native.sort_dispatch_runs(dispatches)):
+    if known_sorted:
         return dispatches
     submission, start = dispatches["submission"], dispatches["start_ns"]
     in_order = (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
