@@ -1,10 +1,11 @@
-/* The two loops of the .ireeprof bundle reader that touch every byte of a
- * profile: walking its records, and splitting its host execution events
- * (152 bytes each, a million per million dispatches) into the compact tables
- * of sectionmark.profiling.ireeprof. numpy needs one pass over the file per
- * field for the second; this does it in one. Built when a C compiler is
- * present; ireeprof.py does the same with numpy when it is not, and
- * tests/test_ireeprof_fast.py checks that both give identical results.
+/* The passes over every event of a profile, from reading to the session's
+ * sums: walking the .ireeprof records, splitting the host execution events
+ * (152 bytes each, a million per million dispatches) and memory events into
+ * the compact tables of sectionmark.profiling.ireeprof, the link checks, the
+ * join of attribute.py and the sums of session.py and queue_time.py. numpy
+ * needs several passes over the data for each; these do one. Built when a C
+ * compiler is present; the Python modules do the same with numpy when it is
+ * not, and tests/test_ireeprof_fast.py checks that both give identical results.
  *
  * No numpy C API: the caller allocates the output arrays and passes them as
  * writable buffers; all validation (and every error message) stays in Python,
