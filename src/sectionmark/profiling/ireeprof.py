@@ -82,6 +82,7 @@ def native() -> Any:
     """The C extension's module, or None when it is not built (or switched off, as tests do to compare)."""
     return _native
 
+
 DISPATCH_DTYPE = np.dtype(
     [
         ("submission", "<u8"),
