@@ -19,8 +19,9 @@ session. Sectionmark: ``sm.torch.export`` of the marked model, then
 and CPU time of the process, all threads: on a shared machine CPU time is
 the steadier one) and peak RSS (max resident set of the process after
 export, and at the end) of each, their ratios (goal: each <= 1.05; the
-median of the ratios of runs made one after the other, which cancels slow
-changes in the machine's load), and the section map's size.
+median of the ratios of the two runs of each round, which cancels slow
+changes in the machine's load; the pipeline that runs first swaps every
+round), and the section map's size.
 
     .venv/bin/python benchmarks/bench_scale.py [--quick] [--repeats 3] [--models gpt2-small,gpt-1b]
 
@@ -182,7 +183,7 @@ def report(model_name: str, runs: dict[str, list[dict]], parameters: dict | None
     weights = "external (.irpa)" if spec.external else "in the module"
     print(f"\n{model_name}: {config.n_layer} layers, width {config.n_embd}, {ours[0]['parameters'] / 1e6:.0f}M "
           f"{spec.dtype} parameters, weights {weights}; {config.seq_len} tokens; median of {len(ours)} run(s) each, "
-          "ratio: median over the adjacent (plain, sectionmark) pairs")
+          "ratio: median over the rounds' (plain, sectionmark) pairs, order swapping every round")
     if parameters is not None:
         made = f"written in {parameters['write_s']:.1f} s" if "write_s" in parameters else "reused from --work"
         print(f"  .irpa: {parameters['irpa_bytes'] / 2**30:.2f} GiB, {made}")
@@ -238,9 +239,12 @@ def main() -> None:
                 else:
                     parameters = _subprocess("--child", model_name, "irpa", str(work))
             runs: dict[str, list[dict]] = {pipeline: [] for pipeline in PIPELINES}
-            for _ in range(repeats):
-                for pipeline in PIPELINES:
+            for round_ in range(repeats):
+                # Which pipeline runs first swaps every round (ABBA): a machine that is slower, or faster, for
+                # the second process of a pair does not favour either pipeline.
+                for pipeline in PIPELINES if round_ % 2 == 0 else reversed(PIPELINES):
                     runs[pipeline].append(_subprocess("--child", model_name, pipeline, str(work), *call))
+                    print(f"  {model_name} round {round_ + 1}/{repeats}: {pipeline} done", file=sys.stderr, flush=True)
             report(model_name, runs, parameters)
 
 

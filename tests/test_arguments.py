@@ -67,6 +67,18 @@ def test_python_scalars_in_load_profile_and_record(torch_scalars, tmp_path):
     np.testing.assert_allclose(recording.replay(), torch_scalars.expected, rtol=1e-5)
 
 
+def test_device_arrays_pass_through_and_become_host_arrays_on_request(torch_scalars):
+    result = sm.load(torch_scalars.compiled).main(torch_scalars.x, 0.5, 7)
+    for _ in range(2):  # the first sight of IREE's device array type, then the fast path that knows it
+        flat = flatten_arguments([result, torch_scalars.x], ["f32", "f32"])
+        assert flat[0] is result and flat[1] is torch_scalars.x
+        host = flatten_arguments([result, torch_scalars.x], ["f32", "f32"], host=True)
+        assert type(host[0]) is np.ndarray and host[1] is torch_scalars.x
+        np.testing.assert_array_equal(host[0], result.to_host())
+    with pytest.raises(sm.SectionmarkError, match="^the function takes 3 array arguments and was given 2"):
+        flatten_arguments([result, torch_scalars.x], ["f32", "f32", "i64"])
+
+
 def test_an_unsupported_argument_is_named(torch_scalars):
     module = sm.load(torch_scalars.compiled)
     with pytest.raises(sm.SectionmarkError, match=r"^argument 1: unsupported type str; pass arrays, tensors, "

@@ -200,6 +200,9 @@ def test_recording_misuse_is_one_error(kv_module, recorded):
                 pass
         with pytest.raises(sm.SectionmarkError, match="argument 0: unsupported type str; pass arrays, tensors, scalars or pytrees of them"):
             module.decode("token", np.array([PROMPT]), *empty_cache(kv_module.model))
+        with pytest.raises(sm.SectionmarkError, match="^decode: keyword arguments cannot be recorded; pass them by "
+                                                      "position$"):
+            module.decode(np.array([[1]]), np.array([PROMPT]), *empty_cache(kv_module.model), extra=1)
     with pytest.raises(sm.SectionmarkError, match="nothing was recorded"):
         with sm.record(module) as empty:
             pass

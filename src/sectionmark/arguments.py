@@ -47,6 +47,10 @@ _CONTAINERS = (dict, list, tuple)
 # torch's signed si64 is read as the builtin i64.
 _TENSOR_TYPE = re.compile(r"^(?:tensor<((?:[0-9?]+x)*)|!torch\.v?tensor<\[([^\]]*)\],)(?:s(?=i))?([a-z]+[0-9]*)[>,]")
 _PYTHON_SCALARS = (bool, int, float)
+_HOST_ARRAY = frozenset({np.ndarray})
+# Types passed to a function as they are: numpy arrays, and IREE's device array class once one was seen
+# (learned, not imported: this module does not load the runtime).
+_device_arrays: set[type] = {np.ndarray}
 
 
 def element_type(text: str) -> str:
@@ -82,8 +86,11 @@ def flatten_arguments(
     common case costs one type check per argument).
     """
     args = tuple(args)
-    if all(type(value) is np.ndarray for value in args) and (types is None or len(types) == len(args)):
-        return list(args)
+    if types is None or len(types) == len(args):
+        # The common case, a decode step's token array and device-resident state: one type check per argument.
+        passed = _HOST_ARRAY if host else _device_arrays
+        if all(type(value) in passed for value in args):
+            return list(args)
     leaves = _leaves(args, framework == "torch")
     if types is not None and len(types) != len(leaves):
         raise SectionmarkError(_count_mismatch(len(types), leaves, framework))
@@ -146,7 +153,11 @@ def _array(name: str, value: Any, declared: str, host: bool) -> Any:
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "to_host"):  # an IREE device array
-        return value.to_host() if host else value
+        if host:
+            return value.to_host()
+        if type(value).__module__.startswith("iree."):
+            _device_arrays.add(type(value))  # passed through untouched from now on (flatten_arguments' fast path)
+        return value
     if hasattr(value, "detach"):  # a torch tensor, without importing torch
         return _tensor_array(name, value)
     if isinstance(value, (*_PYTHON_SCALARS, np.generic)):

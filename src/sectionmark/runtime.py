@@ -31,7 +31,7 @@ class LoadedModule:
         self._context, (vm_module,) = open_context(device, self.parameters, [self.vmfb])
         self.name = vm_module.name
         self._module = self._context.modules[vm_module.name]
-        self._recording: Optional[Any] = None  # what `sectionmark.record` attaches: its arguments() before a call, add() after
+        self._recording: Optional[Any] = None  # what `sectionmark.record` attaches: its note() after each call
 
     @property
     def functions(self) -> list[str]:
@@ -55,10 +55,11 @@ class LoadedModule:
             if recording is None:
                 with marker:
                     return invoke(*arrays, **kwargs)
-            arguments = recording.arguments(name, arrays, kwargs)  # checked and copied before the call
+            if kwargs:
+                raise SectionmarkError(f"{name}: keyword arguments cannot be recorded; pass them by position")
             with marker:
-                result = invoke(*arrays, **kwargs)
-            recording.add(name, arguments, result)
+                result = invoke(*arrays)
+            recording.note(name, arrays, result)
             return result
 
         call.__name__ = name

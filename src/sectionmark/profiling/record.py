@@ -64,10 +64,10 @@ class Recording:
         self.calls: list[DriverCall] = calls or []
         self.inputs: list[np.ndarray] = inputs or []
         self._module = module
-        # id of a result device array -> (weak reference to it, which result it is). An entry is trusted only
+        # id of a result device array -> (weak reference to it, call, result index). An entry is trusted only
         # while its reference still points at the object looked up, so an id reused after the array was freed
         # is never taken for the old result (the newer result overwrites the entry).
-        self._origins: dict[int, tuple[weakref.ref, ResultArgument]] = {}
+        self._origins: dict[int, tuple[weakref.ref, int, int]] = {}
         self._device_array: Optional[type] = None
         self._driver = driver  # compiled replay driver, made when first needed
 
@@ -89,38 +89,34 @@ class Recording:
         if self._module is not None and self._module._recording is self:
             self._module._recording = None
 
-    def arguments(self, function: str, args: Sequence[Any], kwargs: dict) -> tuple[Argument, ...]:
-        """Where each flat argument of a call about to be made comes from (LoadedModule calls this, then `add`).
+    def note(self, function: str, arrays: Sequence[Any], result: Any) -> None:
+        """Note a call just made with the flat ``arrays`` (`flatten_arguments`) that returned ``result``.
 
-        Host values are copied now, so that a program reusing its buffers does
-        not change what was recorded.
+        LoadedModule calls this right after each call, while the arguments are
+        still alive (so a device array's id still names it). Host values are
+        copied now: the call has not changed them, and the program may reuse
+        their buffers afterwards. One loop with locals, no helper call per
+        argument, results kept as (call, index) until used: this runs after
+        every call of the program, with caches cold from the device's work.
         """
-        if kwargs:
-            raise SectionmarkError(f"{function}: keyword arguments cannot be recorded; pass them by position")
-        # One loop with locals, no helper call per argument: this runs before every call of the program.
         origins, device_array, inputs = self._origins, self._device_array, self.inputs
         arguments = []
-        for value in args:  # flat (`flatten_arguments`): numpy arrays and device arrays
+        for value in arrays:
             if type(value) is device_array:
                 origin = origins.get(id(value))
                 if origin is not None and origin[0]() is value:
-                    arguments.append(origin[1])  # an earlier recorded result: passed along in the replay
+                    arguments.append(ResultArgument(origin[1], origin[2]))  # passed along in the replay
                     continue
                 host = value.to_host()  # made elsewhere: replayed as its value
             else:
-                host = value.copy()  # the program may reuse its buffer
+                host = value.copy()
+            arguments.append(InputArgument(len(inputs)))
             inputs.append(host)
-            arguments.append(InputArgument(len(inputs) - 1))
-        return tuple(arguments)
-
-    def add(self, function: str, arguments: tuple[Argument, ...], result: Any) -> None:
-        """Note a call that returned ``result``."""
-        results = result if isinstance(result, tuple) else (() if result is None else (result,))
+        results = result if type(result) is tuple else (() if result is None else (result,))
         call = len(self.calls)
-        origins = self._origins
         for index, value in enumerate(results):
-            origins[id(value)] = (weakref.ref(value), ResultArgument(call, index))
-        self.calls.append(DriverCall(function, arguments, len(results)))
+            origins[id(value)] = (weakref.ref(value), call, index)
+        self.calls.append(DriverCall(function, tuple(arguments), len(results)))
         self._driver = None
 
     # ------------------------------------------------------------------ replaying
