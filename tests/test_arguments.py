@@ -11,8 +11,10 @@ names the argument.
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
+import weakref
 from collections import OrderedDict
 from types import SimpleNamespace
 
@@ -77,6 +79,19 @@ def test_device_arrays_pass_through_and_become_host_arrays_on_request(torch_scal
         np.testing.assert_array_equal(host[0], result.to_host())
     with pytest.raises(sm.SectionmarkError, match="^the function takes 3 array arguments and was given 2"):
         flatten_arguments([result, torch_scalars.x], ["f32", "f32", "i64"])
+
+
+def test_a_loaded_module_keeps_its_functions_and_needs_no_collector_to_be_freed(torch_scalars):
+    module = sm.load(torch_scalars.compiled)
+    assert module.main is module.main  # made once: a decode loop looks the function up at every step
+    np.testing.assert_allclose(module.main(torch_scalars.x, 0.5, 7).to_host(), torch_scalars.expected, rtol=1e-5)
+    gone = weakref.ref(module)
+    gc.disable()
+    try:
+        del module
+        assert gone() is None  # no reference cycle through the kept functions: the IREE context goes at once
+    finally:
+        gc.enable()
 
 
 def test_an_unsupported_argument_is_named(torch_scalars):

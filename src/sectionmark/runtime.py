@@ -17,6 +17,20 @@ from sectionmark.markers import section
 from sectionmark.parameters import PARAMETERS_MODULE, Parameters, parameter_specs, parameters_module
 
 
+class _CallState:
+    """What the function wrappers of one module read at every call.
+
+    Kept apart from the module so that the wrappers, cached in the module,
+    hold no reference back to it: a reference cycle would keep the IREE
+    context alive until the garbage collector ran.
+    """
+
+    __slots__ = ("recording",)
+
+    def __init__(self) -> None:
+        self.recording: Optional[Any] = None  # what `sectionmark.record` attaches: its note() after each call
+
+
 class LoadedModule:
     """A .vmfb loaded on an IREE device; functions are attributes (``module.main(x)``).
 
@@ -31,13 +45,23 @@ class LoadedModule:
         self._context, (vm_module,) = open_context(device, self.parameters, [self.vmfb])
         self.name = vm_module.name
         self._module = self._context.modules[vm_module.name]
-        self._recording: Optional[Any] = None  # what `sectionmark.record` attaches: its note() after each call
+        self._state = _CallState()
 
     @property
     def functions(self) -> list[str]:
         return [name for name in self._module.vm_module.function_names if not name.startswith("__")]
 
+    @property
+    def _recording(self) -> Optional[Any]:
+        """The `sectionmark.record` Recording attached to this module, if any."""
+        return self._state.recording
+
+    @_recording.setter
+    def _recording(self, recording: Optional[Any]) -> None:
+        self._state.recording = recording
+
     def __getattr__(self, name: str):
+        """A function of the module: made once, then kept as an attribute (a decode loop looks it up every step)."""
         if name.startswith("_"):
             raise AttributeError(name)
         try:
@@ -48,10 +72,11 @@ class LoadedModule:
         section_map = self.section_map
         types = section_map.argument_types(name) if section_map is not None else None
         framework = section_map.framework if section_map is not None else None
+        state = self._state
 
         def call(*args: Any, **kwargs: Any) -> Any:
             arrays = flatten_arguments(args, types, framework=framework)
-            recording = self._recording
+            recording = state.recording
             if recording is None:
                 with marker:
                     return invoke(*arrays, **kwargs)
@@ -63,6 +88,7 @@ class LoadedModule:
             return result
 
         call.__name__ = name
+        self.__dict__[name] = call
         return call
 
 

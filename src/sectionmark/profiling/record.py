@@ -61,13 +61,15 @@ class Recording:
                  driver: Optional[bytes] = None):
         self.name, self.vmfb, self.section_map = name, vmfb, section_map
         self.device, self.parameters = device, parameters
-        self.calls: list[DriverCall] = calls or []
-        self.inputs: list[np.ndarray] = inputs or []
+        self._calls: list[DriverCall] = calls or []
+        self._inputs: list[Any] = inputs or []  # host values; while recording, also (bytes, dtype, shape) copies
+        self._inputs_ready = len(self._inputs)  # inputs before this index are arrays
+        self._noted: list[tuple[str, list, int]] = []  # calls noted since `calls` was last read, see `note`
         self._module = module
-        # id of a result device array -> (weak reference to it, call, result index). An entry is trusted only
+        # id of a result device array -> (weak reference to it, (call, result index)). An entry is trusted only
         # while its reference still points at the object looked up, so an id reused after the array was freed
         # is never taken for the old result (the newer result overwrites the entry).
-        self._origins: dict[int, tuple[weakref.ref, int, int]] = {}
+        self._origins: dict[int, tuple[weakref.ref, tuple[int, int]]] = {}
         self._device_array: Optional[type] = None
         self._driver = driver  # compiled replay driver, made when first needed
 
@@ -95,29 +97,52 @@ class Recording:
         LoadedModule calls this right after each call, while the arguments are
         still alive (so a device array's id still names it). Host values are
         copied now: the call has not changed them, and the program may reuse
-        their buffers afterwards. One loop with locals, no helper call per
-        argument, results kept as (call, index) until used: this runs after
-        every call of the program, with caches cold from the device's work.
+        their buffers afterwards. This runs after every call of the program,
+        with caches cold from the device's work, so it does the least it can:
+        one loop with locals, each host value copied as bytes, arguments kept
+        as input indices and (call, result) pairs; `calls` and `inputs` make
+        the typed forms when read.
         """
-        origins, device_array, inputs = self._origins, self._device_array, self.inputs
+        origins, device_array, inputs = self._origins, self._device_array, self._inputs
         arguments = []
         for value in arrays:
             if type(value) is device_array:
                 origin = origins.get(id(value))
                 if origin is not None and origin[0]() is value:
-                    arguments.append(ResultArgument(origin[1], origin[2]))  # passed along in the replay
+                    arguments.append(origin[1])  # an earlier result, passed along in the replay
                     continue
-                host = value.to_host()  # made elsewhere: replayed as its value
+                inputs.append(value.to_host())  # made elsewhere: replayed as its value
             else:
-                host = value.copy()
-            arguments.append(InputArgument(len(inputs)))
-            inputs.append(host)
+                inputs.append((value.tobytes(), value.dtype, value.shape))
+            arguments.append(len(inputs) - 1)
         results = result if type(result) is tuple else (() if result is None else (result,))
-        call = len(self.calls)
+        call = len(self._calls) + len(self._noted)
         for index, value in enumerate(results):
-            origins[id(value)] = (weakref.ref(value), call, index)
-        self.calls.append(DriverCall(function, tuple(arguments), len(results)))
+            origins[id(value)] = (weakref.ref(value), (call, index))
+        self._noted.append((function, arguments, len(results)))
         self._driver = None
+
+    @property
+    def calls(self) -> list[DriverCall]:
+        """The calls recorded so far, in order."""
+        if self._noted:
+            self._calls.extend(
+                DriverCall(function, tuple(ResultArgument(*value) if type(value) is tuple else InputArgument(value)
+                                           for value in arguments), results)
+                for function, arguments, results in self._noted)
+            self._noted.clear()
+        return self._calls
+
+    @property
+    def inputs(self) -> list[np.ndarray]:
+        """The host values of the calls, by InputArgument index."""
+        inputs = self._inputs
+        for index in range(self._inputs_ready, len(inputs)):
+            if type(inputs[index]) is tuple:
+                data, dtype, shape = inputs[index]
+                inputs[index] = np.frombuffer(bytearray(data), dtype).reshape(shape)
+        self._inputs_ready = len(inputs)
+        return inputs
 
     # ------------------------------------------------------------------ replaying
 
