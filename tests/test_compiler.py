@@ -13,6 +13,7 @@ import contextlib
 import json
 import re
 import subprocess
+import sys
 import zipfile
 from io import BytesIO
 from pathlib import Path
@@ -415,3 +416,25 @@ def test_compile_says_how_many_sections_reached_dispatches(tmp_path, capsys):
 def test_memoized_command_buffers_belong_to_the_function_that_runs_them(fused):
     marked = fused[0]
     assert {buffer.function for buffer in marked.section_map.command_buffers} == {"main"}
+
+
+def test_compiling_loads_no_typed_op_classes_and_leaves_them_loadable():
+    """The hook reads ops generically: a fresh process that compiles imports no hal or linalg op classes
+    (a quarter of a second), and they still load afterwards for the program's own use."""
+    code = f"""
+import sys
+import sectionmark as sm
+compiled = sm.compile({fused_source(True)!r}, target="llvm-cpu")
+dispatches = [command for command in compiled.section_map.command_buffers[0].commands if command.op == "dispatch"]
+assert all(command.workgroups and command.binding_bytes for command in dispatches), dispatches
+assert dispatches[-1].binding_bytes == [1024, 1024, 1024], dispatches[-1]  # the matmul: a, b and its result
+loaded = [name for name in ("iree.compiler.dialects.hal", "iree.compiler.dialects.linalg") if name in sys.modules]
+assert not loaded, loaded
+from iree.compiler import ir
+with ir.Context():
+    module = ir.Module.parse({FUSED.replace(" LOC_AB", "").replace(" LOC_A", "").replace(" LOC_C", "").replace(" LOC_D", "")!r})
+    matmul = [op for op in module.body.operations[0].regions[0].blocks[0].operations if op.name == "linalg.matmul"]
+    assert type(matmul[0]).__name__ == "MatmulOp", type(matmul[0])
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -87,12 +87,26 @@ def program_outputs(value: ir.Value) -> list[str]:
     return names
 
 
+def operand_groups(op: ir.Operation) -> list[list[ir.Value]]:
+    """The operands of an op with variadic operands, one list per operand of its definition, in order.
+
+    What the typed op classes of MLIR's Python bindings give by name
+    (``entry_point``, ``binding_lengths``), read from the generic op: the
+    section hook does not load those classes (`compiler.session.generic_op_views`).
+    """
+    operands = list(op.operands)
+    groups, start = [], 0
+    for size in ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]):
+        groups.append(operands[start:start + size])
+        start += size
+    return groups
+
+
 def site_bindings(site: ir.Operation, site_of_result: dict[ir.Value, str]) -> list[Binding]:
     """Every tensor the site binds, with the exact slices its body loads and stores."""
     if site.name != WORKGROUPS_OP:
         return []
-    segments = list(ir.DenseI32ArrayAttr(site.attributes["operandSegmentSizes"]))
-    arguments = list(site.operands)[segments[0]:segments[0] + segments[1]]
+    arguments = operand_groups(site)[1]
     tied = [ir.IntegerAttr(attr).value for attr in ir.ArrayAttr(site.attributes["tied_operands"])] \
         if "tied_operands" in site.attributes else [-1] * len(site.results)
     block = site.regions[0].blocks[0]

@@ -22,7 +22,7 @@ from sectionmark.arguments import element_type
 from sectionmark.compiler.embed import embed_section_map, module_fingerprint
 from sectionmark.compiler.flow import annotate_sites, restore_executable_locations
 from sectionmark.compiler.hal import CommandRecorder
-from sectionmark.compiler.session import PhasedCompilation
+from sectionmark.compiler.session import PhasedCompilation, generic_op_views
 from sectionmark.compiler.targets import target_flags
 from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, module_sections
@@ -109,18 +109,19 @@ def compile_with_flags(
         _parse(compilation, export if export is not None else source)
         if not markers:
             return CompiledExport(compilation.finish(), None, target)
-        parsed = compilation.parsed_module()
-        declared, functions = list(module_sections(parsed)), function_signatures(parsed)
-        sites = annotate_sites(compilation.advance(SITES_PHASE))
-        restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
-        module = compilation.advance(COMMANDS_PHASE)
-        buffers = CommandRecorder({site.id: site for site in sites}, debug_groups).run(module)
-        section_map = SectionMap(
-            sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target,
-            fingerprint=module_fingerprint(module), functions=functions,
-            framework=export.framework if export is not None else None,
-        )
-        embed_section_map(module, section_map)
+        with generic_op_views():
+            parsed = compilation.parsed_module()
+            declared, functions = list(module_sections(parsed)), function_signatures(parsed)
+            sites = annotate_sites(compilation.advance(SITES_PHASE))
+            restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
+            module = compilation.advance(COMMANDS_PHASE)
+            buffers = CommandRecorder({site.id: site for site in sites}, debug_groups).run(module)
+            section_map = SectionMap(
+                sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target,
+                fingerprint=module_fingerprint(module), functions=functions,
+                framework=export.framework if export is not None else None,
+            )
+            embed_section_map(module, section_map)
         return CompiledExport(compilation.finish(), section_map, target)
     finally:
         compilation.close()

@@ -25,6 +25,7 @@ from typing import Optional
 
 from iree.compiler import ir
 
+from sectionmark.compiler.bindings import operand_groups
 from sectionmark.compiler.flow import function_name, site_id
 from sectionmark.locations import section_path
 from sectionmark.paths import SectionPath
@@ -112,20 +113,22 @@ class CommandRecorder:
             path = section_path(str(op.location))
             return Command(op=kind, key=kind, shares=[Share(path, 1.0)] if path else [])
         site = self.sites.get(site_id(op.location))
-        view = op.opview
-        executable, key = _export_symbol(view.entry_point)
+        # Operands of hal.command_buffer.dispatch: command buffer, executable, entry point, workgroup x, y, z,
+        # constants, binding buffers, offsets, lengths (.indirect: a workgroups buffer and offset for x, y, z).
+        operands = operand_groups(op)
+        executable, key = _export_symbol(operands[2][0])
         if site is not None:
             site.executable, site.key = executable, key
         workgroups = None
         if op.name == "hal.command_buffer.dispatch":
-            workgroups = _constants([view.workgroup_x, view.workgroup_y, view.workgroup_z])
+            workgroups = _constants([group[0] for group in operands[3:6]])
         return Command(
             op=kind,
             key=key,
             site=site.id if site else None,
             shares=list(site.shares) if site else [],
             workgroups=workgroups,
-            binding_bytes=_constants(list(view.binding_lengths)),
+            binding_bytes=_constants(operands[-1]),
         )
 
     def _move_groups(self, open_groups: dict, buffer: ir.Value, target: SectionPath, before: ir.Operation) -> None:

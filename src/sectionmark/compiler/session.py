@@ -12,10 +12,11 @@ memory: no second process, no text round trip of the weights.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from iree.compiler import ir
 from iree.compiler.api import Output, Session, Source, ctypes_dl
@@ -124,6 +125,27 @@ class PhasedCompilation:
     def close(self) -> None:
         self._invocation.close()
         self._session.close()
+
+
+@contextlib.contextmanager
+def generic_op_views() -> Iterator[None]:
+    """Read modules without loading dialects' Python modules.
+
+    MLIR's Python bindings import ``iree.compiler.dialects.<name>`` the first
+    time an op of that dialect is handed to Python, to give it its typed
+    class; ``hal`` and ``linalg`` alone take a quarter of a second, on every
+    fresh process that compiles. The section hook reads ops only through the
+    generic ``Operation`` API, so while it walks a module the dialect search
+    path is empty: ops come back as plain OpViews and nothing is imported.
+    A miss is not remembered, so typed classes work as before afterwards.
+    """
+    bindings = ir._globals  # the bindings' process-wide settings
+    search_path = bindings.dialect_search_modules
+    bindings.dialect_search_modules = []
+    try:
+        yield
+    finally:
+        bindings.dialect_search_modules = search_path
 
 
 def _flag_error(message: str) -> str:
