@@ -141,15 +141,6 @@ TORCH_ANNOTATION_PREFIX = "sectionmark#"
 _dynamo_entries = 0  # numbers the annotation keys, see _dynamo_key
 
 
-def _dynamo_scope(name: str, color: Optional[int]):
-    """What a section is while TorchDynamo traces (strict export): ``torch.fx.traceback.annotate``.
-
-    Written here, importing and looking up nothing, because Dynamo traces
-    this code, and every step costs it time per section.
-    """
-    return _torch_annotate({_dynamo_key(name, color): name})
-
-
 def _dynamo_key(name: object, color: object) -> str:
     """A new annotation key for a section that Dynamo traces, once its name and color are checked.
 
@@ -323,7 +314,9 @@ class section(_MarkerBase):
 
     def __new__(cls, name: str, color: Optional[int] = None) -> "section":
         if _torch_dynamo_compiling():
-            return _dynamo_scope(name, color)  # type: ignore[return-value]
+            # torch.fx.traceback.annotate, written out here (not in a helper): Dynamo traces this code and
+            # inlines each call, at a cost per section.
+            return _torch_annotate({_dynamo_key(name, color): name})  # type: ignore[return-value,misc]
         # Markers keep no state of their own, so one per (name, color) serves
         # every ``with section(...)`` written inline in a model: no allocation,
         # no validation after the first time.
@@ -369,7 +362,7 @@ class section(_MarkerBase):
             # One marker serves every synchronous call (their zones nest on each
             # thread), except under Dynamo, which needs the annotate scope that
             # the constructor returns.
-            with _dynamo_scope(name, color) if _torch_dynamo_compiling() else marker:
+            with _torch_annotate({_dynamo_key(name, color): name}) if _torch_dynamo_compiling() else marker:
                 return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
