@@ -41,7 +41,13 @@ EXTRACT_OP = "tensor.extract"
 _ACCESS = re.compile(r"dispatch\.tensor<(readonly|writeonly|readwrite):")
 
 
-def tensor_name(value: ir.Value, names: dict[ir.Value, str]) -> str:
+class TensorNames(dict):
+    """Names of tensor values (``ir.Value`` -> name): the sites' results, then constants numbered as met."""
+
+    constants = 0  # constants named so far
+
+
+def tensor_name(value: ir.Value, names: TensorNames) -> str:
     """The program-level name of a tensor value (see the module docstring).
 
     ``names`` holds the site results' names; constants are numbered in it as they are met.
@@ -66,7 +72,8 @@ def tensor_name(value: ir.Value, names: dict[ir.Value, str]) -> str:
         if op.name == "util.global.load" and "global" in op.attributes:
             return "@" + ir.FlatSymbolRefAttr(op.attributes["global"]).value
         if op.name in ("arith.constant", "flow.tensor.constant"):
-            names[value] = f"constant {sum(name.startswith('constant ') for name in names.values())}"
+            names[value] = f"constant {names.constants}"
+            names.constants += 1
             return names[value]
         return op.name
 
@@ -102,7 +109,7 @@ def operand_groups(op: ir.Operation) -> list[list[ir.Value]]:
     return groups
 
 
-def site_bindings(site: ir.Operation, site_of_result: dict[ir.Value, str]) -> list[Binding]:
+def site_bindings(site: ir.Operation, site_of_result: TensorNames) -> list[Binding]:
     """Every tensor the site binds, with the exact slices its body loads and stores."""
     if site.name != WORKGROUPS_OP:
         return []

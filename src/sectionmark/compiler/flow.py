@@ -36,7 +36,7 @@ from typing import Optional
 from iree.compiler import ir
 from iree.compiler.passmanager import PassManager
 
-from sectionmark.compiler.bindings import site_bindings
+from sectionmark.compiler.bindings import TensorNames, site_bindings
 from sectionmark.compiler.weights import LocationPaths, site_costs, site_op_counts
 from sectionmark.errors import SectionmarkError
 from sectionmark.locations import section_path, strip_sectionmark_names
@@ -74,8 +74,8 @@ def annotate_sites(module: ir.Operation) -> list[DispatchSite]:
         raise SectionmarkError("internal error: generalizing linalg ops changed the dispatch sites")
     sites: list[DispatchSite] = []
     paths = LocationPaths()  # a site and its generalized copy share their locations
-    site_of_result = {result: f"site {index} #{number}"
-                      for index, (site, _) in enumerate(originals) for number, result in enumerate(site.results)}
+    site_of_result = TensorNames((result, f"site {index} #{number}")
+                                 for index, (site, _) in enumerate(originals) for number, result in enumerate(site.results))
     for index, ((site, function), (copy, _)) in enumerate(zip(originals, copies)):
         sites.append(_composition(site, copy, function, index, paths))
         sites[-1].bindings = site_bindings(site, site_of_result)
