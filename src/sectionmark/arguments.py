@@ -82,12 +82,13 @@ def flatten_arguments(
     (`SectionMap.argument_types`), or None when unknown (scalars are then
     ``i64``, ``f32`` or ``i1``). ``framework``: the exporter of the program
     (`SectionMap.framework`); ``"torch"`` flattens dicts in insertion order,
-    anything else in JAX's order. Plain arrays go through untouched (the
-    common case costs one type check per argument).
+    anything else in JAX's order. Plain arrays, and device arrays unless
+    ``host``, go through untouched (the common case costs one type check per
+    argument).
     """
     args = tuple(args)
     if types is None or len(types) == len(args):
-        # The common case, a decode step's token array and device-resident state: one type check per argument.
+        # A decode step's token array and device-resident state.
         passed = _HOST_ARRAY if host else _device_arrays
         if all(type(value) in passed for value in args):
             return list(args)
