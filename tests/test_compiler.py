@@ -432,7 +432,7 @@ loaded = [name for name in ("iree.compiler.dialects.hal", "iree.compiler.dialect
 assert not loaded, loaded
 from iree.compiler import ir
 with ir.Context():
-    module = ir.Module.parse({FUSED.replace(" LOC_AB", "").replace(" LOC_A", "").replace(" LOC_C", "").replace(" LOC_D", "")!r})
+    module = ir.Module.parse({fused_source(False)!r})
     matmul = [op for op in module.body.operations[0].regions[0].blocks[0].operations if op.name == "linalg.matmul"]
     assert type(matmul[0]).__name__ == "MatmulOp", type(matmul[0])
 """

@@ -51,15 +51,6 @@ class LoadedModule:
     def functions(self) -> list[str]:
         return [name for name in self._module.vm_module.function_names if not name.startswith("__")]
 
-    @property
-    def _recording(self) -> Optional[Any]:
-        """The `sectionmark.record` Recording attached to this module, if any."""
-        return self._state.recording
-
-    @_recording.setter
-    def _recording(self, recording: Optional[Any]) -> None:
-        self._state.recording = recording
-
     def __getattr__(self, name: str):
         """A function of the module: made once, then kept as an attribute (a decode loop looks it up every step)."""
         if name.startswith("_"):

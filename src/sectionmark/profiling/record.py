@@ -63,7 +63,6 @@ class Recording:
         self.device, self.parameters = device, parameters
         self._calls: list[DriverCall] = calls or []
         self._inputs: list[Any] = inputs or []  # host values; while recording, also (bytes, dtype, shape) copies
-        self._inputs_ready = len(self._inputs)  # inputs before this index are arrays
         self._noted: list[tuple[str, list, int]] = []  # calls noted since `calls` was last read, see `note`
         self._module = module
         # id of a result device array -> (weak reference to it, (call, result index)). An entry is trusted only
@@ -79,17 +78,17 @@ class Recording:
         module = self._module
         if module is None:
             raise SectionmarkError("a loaded recording cannot record more calls; record a module with sm.record(module)")
-        if module._recording is not None:
+        if module._state.recording is not None:
             raise SectionmarkError(f"module {module.name!r} is already being recorded")
         from iree.runtime import DeviceArray
 
         self._device_array = DeviceArray
-        module._recording = self
+        module._state.recording = self
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        if self._module is not None and self._module._recording is self:
-            self._module._recording = None
+        if self._module is not None and self._module._state.recording is self:
+            self._module._state.recording = None
 
     def note(self, function: str, arrays: Sequence[Any], result: Any) -> None:
         """Note a call just made with the flat ``arrays`` (`flatten_arguments`) that returned ``result``.
@@ -137,11 +136,10 @@ class Recording:
     def inputs(self) -> list[np.ndarray]:
         """The host values of the calls, by InputArgument index."""
         inputs = self._inputs
-        for index in range(self._inputs_ready, len(inputs)):
-            if type(inputs[index]) is tuple:
-                data, dtype, shape = inputs[index]
+        for index, value in enumerate(inputs):
+            if type(value) is tuple:
+                data, dtype, shape = value
                 inputs[index] = np.frombuffer(bytearray(data), dtype).reshape(shape)
-        self._inputs_ready = len(inputs)
         return inputs
 
     # ------------------------------------------------------------------ replaying
