@@ -84,12 +84,19 @@ def _property(value: Any, name: str) -> Any:
 
 def to_json(value: Any) -> Any:
     """A dataclass (or list/tuple/dict of them) as plain JSON-serialisable values."""
-    if value is None or isinstance(value, (str, int, float)):  # most values: first, for speed
+    kind = type(value)
+    if kind in _SCALARS:  # most values: first, for speed
         return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        data = {field.name: _write_field(field, getattr(value, field.name)) for field in _fields(type(value))}
-        data.update((name, to_json(_property(value, name))) for name in getattr(type(value), "JSON_PROPERTIES", ()))
+    if kind is list or kind is tuple:
+        return [item if type(item) in _SCALARS else to_json(item) for item in value]
+    plan = _write_plan(kind)
+    if plan is not None:
+        fields, properties = plan
+        data = {name: _write_field(options, getattr(value, name)) for name, options in fields}
+        data.update((name, to_json(_property(value, name))) for name in properties)
         return data
+    if isinstance(value, (str, int, float)):
+        return value
     if isinstance(value, (list, tuple)):
         return [to_json(item) for item in value]
     if isinstance(value, dict):
@@ -97,8 +104,23 @@ def to_json(value: Any) -> Any:
     return value
 
 
-def _write_field(field: dataclasses.Field, value: Any) -> Any:
-    options = _options(field)
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+@lru_cache(maxsize=None)
+def _write_plan(cls: type) -> Optional[tuple[tuple[tuple[str, _FieldOptions], ...], tuple[str, ...]]]:
+    """A dataclass's stored fields with their options, and its JSON properties; None for other types.
+
+    Worked out once per class: a section map writes tens of thousands of fields.
+    """
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return tuple((field.name, _options(field)) for field in _fields(cls)), tuple(getattr(cls, "JSON_PROPERTIES", ()))
+
+
+def _write_field(options: _FieldOptions, value: Any) -> Any:
+    if options is _PLAIN:
+        return value if type(value) in _SCALARS else to_json(value)
     if options.entries:
         key_name, value_name = options.entries
         value = [{key_name: key, value_name: item} for key, item in (value.items() if isinstance(value, dict) else value)]

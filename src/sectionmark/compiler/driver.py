@@ -3,7 +3,7 @@
 Pipeline (one in-process compilation, see session.py)::
 
     parse                               list the declared sections
-          -> ... -> dispatch-creation   annotate sites, weigh compositions (flow.py)
+          -> ... -> dispatch-creation   number sites; weigh them on copies, in a thread (flow.py)
           -> flow                       executables outlined: their locations as without sectionmark
           -> ... -> hal                 record commands, debug groups (hal.py),
                                         embed the section map (embed.py)
@@ -14,13 +14,14 @@ With ``markers=False`` it is a plain compile with the same flags and no hook.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from sectionmark.arguments import element_type
 from sectionmark.compiler.embed import embed_section_map, module_fingerprint
-from sectionmark.compiler.flow import annotate_sites, restore_executable_locations
+from sectionmark.compiler.flow import number_sites, restore_executable_locations, weigh_sites
 from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.session import PhasedCompilation, generic_op_views
 from sectionmark.compiler.targets import target_flags
@@ -112,10 +113,16 @@ def compile_with_flags(
         with generic_op_views():
             parsed = compilation.parsed_module()
             declared, functions = list(module_sections(parsed)), function_signatures(parsed)
-            sites = annotate_sites(compilation.advance(SITES_PHASE))
-            restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
-            module = compilation.advance(COMMANDS_PHASE)
-            buffers = CommandRecorder({site.id: site for site in sites}, debug_groups).run(module)
+            # The sites are weighed on copies in a second thread while the compiler goes on: the
+            # compiler runs without Python's lock, so the analysis costs little wall time.
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sectionmark-sites") as worker:
+                copies, site_ids = number_sites(compilation.advance(SITES_PHASE))
+                weighing = worker.submit(weigh_sites, copies)
+                del copies  # the worker's alone: freed once weighed, before the compiler's context closes
+                restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
+                module = compilation.advance(COMMANDS_PHASE)
+                sites = weighing.result()
+            buffers = CommandRecorder({site.id: site for site in sites}, site_ids, debug_groups).run(module)
             section_map = SectionMap(
                 sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target,
                 fingerprint=module_fingerprint(module), functions=functions,

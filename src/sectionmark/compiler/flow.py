@@ -17,6 +17,10 @@ them — the site ids and the torch importer's section names: executables stay
 byte-identical to a compile without sectionmark, while the host code keeps
 the ids and sections for the command buffers.
 
+The sites are weighed on copies of the module taken when they are numbered
+(`number_sites`, `weigh_sites`), so the driver runs the weighing in a second
+thread while the compiler goes on with the module.
+
 Composition (docs/section-map.md): a site is split between the sections of
 its ops by estimated cost (`sectionmark.compiler.weights`, rule ``"cost"``),
 measured on a copy of the module whose named linalg ops are generalized, so
@@ -31,6 +35,7 @@ the section of its root op, whose location the dispatch carries (rule
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 from iree.compiler import ir
@@ -64,22 +69,51 @@ def site_id(location: ir.Location) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
-def annotate_sites(module: ir.Operation) -> list[DispatchSite]:
-    """Give every dispatch site an id in its location and compute its composition."""
-    generalized = module.clone()
+@dataclass
+class SiteCopies:
+    """Two copies of a dispatch-creation module: as compiled, and with named linalg ops generalized.
+
+    `weigh_sites` reads only these, so it can run in another thread while
+    the compiler goes on with the module itself (see driver.py).
+    """
+
+    as_compiled: ir.Operation
+    generalized: ir.Operation
+    sites: int  # how many sites `number_sites` numbered
+
+
+def number_sites(module: ir.Operation) -> tuple[SiteCopies, dict[ir.Attribute, int]]:
+    """Give every dispatch site an id in its location.
+
+    Returns the copies to weigh the sites on, and each site's new location
+    (as an attribute: uniqued, so a dispatch that keeps it is recognized
+    without printing it) with its id.
+    """
+    copies = SiteCopies(module.clone(), module.clone(), 0)
     with module.context:
-        PassManager.parse(GENERALIZE).run(generalized)
-    originals, copies = _site_ops(module), _site_ops(generalized)
-    if len(originals) != len(copies):
+        generalize = PassManager.parse(GENERALIZE)
+        generalize.enable_verifier(False)  # an upstream rewrite of a copy nobody compiles
+        generalize.run(copies.generalized)
+    ids: dict[ir.Attribute, int] = {}
+    for index, (site, _) in enumerate(_site_ops(module)):
+        site.location = ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=site.location, context=site.context)
+        ids[site.location.attr] = index
+    copies.sites = len(ids)
+    return copies, ids
+
+
+def weigh_sites(copies: SiteCopies) -> list[DispatchSite]:
+    """Each site's composition and bindings, in the order `number_sites` numbered them."""
+    originals, generalized = _site_ops(copies.as_compiled), _site_ops(copies.generalized)
+    if not len(originals) == len(generalized) == copies.sites:
         raise SectionmarkError("internal error: generalizing linalg ops changed the dispatch sites")
     sites: list[DispatchSite] = []
     paths = LocationPaths()  # a site and its generalized copy share their locations
     site_of_result = TensorNames((result, f"site {index} #{number}")
                                  for index, (site, _) in enumerate(originals) for number, result in enumerate(site.results))
-    for index, ((site, function), (copy, _)) in enumerate(zip(originals, copies)):
+    for index, ((site, function), (copy, _)) in enumerate(zip(originals, generalized)):
         sites.append(_composition(site, copy, function, index, paths))
         sites[-1].bindings = site_bindings(site, site_of_result)
-        site.location = ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=site.location, context=site.context)
     return sites
 
 
@@ -91,16 +125,17 @@ def restore_executable_locations(module: ir.Operation) -> None:
     in the executable binary (source locations for Tracy, debug info), so
     they must be exactly what a compile without sectionmark has.
     """
-    restored: dict[str, ir.Location] = {}
+    restored: dict[ir.Attribute, Optional[ir.Location]] = {}  # by location: without our names, or None if none
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        text = str(op.location)
-        if "sectionmark" in text:
-            location = restored.get(text)
-            if location is None:
-                parsed = ir.Operation.parse("module {} " + strip_sectionmark_names(text), context=op.context)
-                location = restored[text] = parsed.location
-            op.location = location
+        location = op.location
+        key = location.attr
+        if key not in restored:
+            text = str(location)
+            restored[key] = ir.Operation.parse("module {} " + strip_sectionmark_names(text), context=op.context).location \
+                if "sectionmark" in text else None
+        if restored[key] is not None:
+            op.location = restored[key]
         return ir.WalkResult.ADVANCE
 
     for executable in _ops_named(module, EXECUTABLE_OPS):

@@ -49,8 +49,9 @@ END_GROUP = "hal.command_buffer.end_debug_group"
 class CommandRecorder:
     """Walks a hal-phase module once; see the module docstring."""
 
-    def __init__(self, sites: dict[int, DispatchSite], debug_groups: bool):
+    def __init__(self, sites: dict[int, DispatchSite], site_ids: dict[ir.Attribute, int], debug_groups: bool):
         self.sites = sites
+        self.site_ids = site_ids  # each site's location, as `flow.number_sites` set it, and its id
         self.debug_groups = debug_groups
         self.buffers: list[CommandBuffer] = []
         self._buffer_of: dict[ir.Value, CommandBuffer] = {}
@@ -112,7 +113,9 @@ class CommandRecorder:
         if kind != "dispatch":
             path = section_path(str(op.location))
             return Command(op=kind, key=kind, shares=[Share(path, 1.0)] if path else [])
-        site = self.sites.get(site_id(op.location))
+        location = op.location
+        number = self.site_ids.get(location.attr)
+        site = self.sites.get(number if number is not None else site_id(location))  # a merged location: read it
         # Operands of hal.command_buffer.dispatch: command buffer, executable, entry point, workgroup x, y, z,
         # constants, binding buffers, offsets, lengths (.indirect: a workgroups buffer and offset for x, y, z).
         operands = operand_groups(op)
@@ -161,7 +164,9 @@ def _group_path(command: Command, op: ir.Operation) -> SectionPath:
     if not command.shares:
         return ()
     heaviest = [share.path for share in command.shares if share.weight == command.shares[0].weight]
-    root = section_path(str(op.location))
+    if len(heaviest) == 1:
+        return heaviest[0]
+    root = section_path(str(op.location))  # printing a hal-phase location is slow: only for ties
     return root if root in heaviest else heaviest[0]
 
 
