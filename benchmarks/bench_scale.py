@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -166,7 +167,11 @@ def write_parameters(model_name: str, work: Path) -> dict:
 
 
 def _subprocess(*arguments: str) -> dict:
-    result = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True)
+    # Python's bytecode cache on, as an installed package has it: with PYTHONDONTWRITEBYTECODE set (as on
+    # some CI machines) sectionmark's own modules would be compiled from source in every run, while
+    # iree-turbine's and torch's come precompiled from site-packages.
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    result = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True, env=environment)
     if result.returncode != 0:
         raise SystemExit(f"bench_scale child {' '.join(arguments)} failed:\n{result.stderr[-4000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -25,7 +25,7 @@ element per iteration point of the ops that extract from it, not the table.
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Iterable, NamedTuple, Optional
 
 from iree.compiler import ir
 
@@ -41,17 +41,61 @@ EXTRACT_OP = "tensor.extract"
 _ACCESS = re.compile(r"dispatch\.tensor<(readonly|writeonly|readwrite):")
 
 
-class TensorNames(dict):
-    """Names of tensor values (``ir.Value`` -> name): the sites' results, then constants numbered as met."""
+class TensorType(NamedTuple):
+    """What a binding records of a tensor type."""
 
-    constants = 0  # constants named so far
+    shape: list[int]  # -1: a dynamic size
+    dtype: str
+    bytes: Optional[int]  # None when a size is dynamic
+    element_bytes: int
 
 
-def tensor_name(value: ir.Value, names: TensorNames) -> str:
+class ModuleTensors:
+    """What the sites of one module share: the names of its tensor values and the facts of its tensor types.
+
+    Names: the sites' results (given), then constants, numbered as met. Types
+    are uniqued, and a model's layers repeat the same few: each is read once.
+    """
+
+    def __init__(self, site_results: Iterable[tuple[ir.Value, str]]):
+        self.names: dict[ir.Value, str] = dict(site_results)
+        self.constants = 0  # constants named so far
+        self._types: dict[ir.Type, TensorType] = {}
+        self._access: dict[ir.Type, Optional[str]] = {}
+
+    def type(self, value_type: ir.Type) -> TensorType:
+        facts = self._types.get(value_type)
+        if facts is None:
+            shaped = ir.ShapedType(value_type)
+            element = shaped.element_type
+            element_bytes = -(-(getattr(element, "width", None) or 64) // 8)
+            count = None
+            if shaped.has_static_shape:
+                count = 1
+                for size in shaped.shape:
+                    count *= size
+            facts = self._types[value_type] = TensorType(
+                shape=[size if not ir.ShapedType.is_dynamic_size(size) else -1 for size in shaped.shape],
+                dtype=str(element),
+                bytes=count * element_bytes if count is not None else None,
+                element_bytes=element_bytes,
+            )
+        return facts
+
+    def access(self, argument_type: ir.Type) -> Optional[str]:
+        """``readonly``, ``writeonly`` or ``readwrite`` for a dispatch tensor argument; None for a scalar."""
+        if argument_type not in self._access:
+            access = _ACCESS.search(str(argument_type))
+            self._access[argument_type] = access.group(1) if access else None
+        return self._access[argument_type]
+
+
+def tensor_name(value: ir.Value, tensors: ModuleTensors) -> str:
     """The program-level name of a tensor value (see the module docstring).
 
-    ``names`` holds the site results' names; constants are numbered in it as they are met.
+    ``tensors.names`` holds the site results' names; constants are numbered in it as they are met.
     """
+    names = tensors.names
     while True:
         if value in names:
             return names[value]
@@ -72,8 +116,8 @@ def tensor_name(value: ir.Value, names: TensorNames) -> str:
         if op.name == "util.global.load" and "global" in op.attributes:
             return "@" + ir.FlatSymbolRefAttr(op.attributes["global"]).value
         if op.name in ("arith.constant", "flow.tensor.constant"):
-            names[value] = f"constant {names.constants}"
-            names.constants += 1
+            names[value] = f"constant {tensors.constants}"
+            tensors.constants += 1
             return names[value]
         return op.name
 
@@ -109,7 +153,7 @@ def operand_groups(op: ir.Operation) -> list[list[ir.Value]]:
     return groups
 
 
-def site_bindings(site: ir.Operation, site_of_result: TensorNames) -> list[Binding]:
+def site_bindings(site: ir.Operation, tensors: ModuleTensors) -> list[Binding]:
     """Every tensor the site binds, with the exact slices its body loads and stores."""
     if site.name != WORKGROUPS_OP:
         return []
@@ -124,21 +168,22 @@ def site_bindings(site: ir.Operation, site_of_result: TensorNames) -> list[Bindi
             outer.append((result, result))
         else:
             outer[tied[index]] = (arguments[tied[index]], result)
-    loads, stores = _slices(site)
+    loads, stores = _slices(site, tensors)
     bindings = []
     for argument, (value, result) in zip(block.arguments, outer):
-        access = _ACCESS.search(str(argument.type))
+        access = tensors.access(argument.type)
         if access is None:  # an index or other scalar argument
             continue
         read, written = loads.get(argument, []), stores.get(argument, [])
-        slice_type = (read or written)[0][0] if (read or written) else value.type
+        tensor_type = tensors.type(value.type)
+        slice_type = tensors.type((read or written)[0][0]) if (read or written) else tensor_type
         bindings.append(Binding(
-            tensor=site_of_result[result] if result is not None and result in site_of_result
-            else tensor_name(value, site_of_result),
-            shape=_shape(slice_type),
-            tensor_shape=_shape(value.type),
-            dtype=str(ir.ShapedType(value.type).element_type),
-            access={"readonly": "read", "writeonly": "write"}.get(access.group(1), "readwrite"),
+            tensor=tensors.names[result] if result is not None and result in tensors.names
+            else tensor_name(value, tensors),
+            shape=list(slice_type.shape),
+            tensor_shape=list(tensor_type.shape),
+            dtype=tensor_type.dtype,
+            access={"readonly": "read", "writeonly": "write"}.get(access, "readwrite"),
             read_bytes=_sum_bytes(read),
             written_bytes=_sum_bytes(written),
             outputs=program_outputs(result) if result is not None else [],
@@ -146,7 +191,7 @@ def site_bindings(site: ir.Operation, site_of_result: TensorNames) -> list[Bindi
     return bindings
 
 
-def _slices(site: ir.Operation) -> tuple[dict, dict]:
+def _slices(site: ir.Operation, tensors: ModuleTensors) -> tuple[dict, dict]:
     """Per dispatch argument: (slice type, bytes actually touched or None) of each load and store."""
     loads: dict[ir.Value, list] = {}
     stores: dict[ir.Value, list] = {}
@@ -162,53 +207,35 @@ def _slices(site: ir.Operation) -> tuple[dict, dict]:
             while "indexing_maps" not in structured.attributes and structured.name != WORKGROUPS_OP:
                 structured = structured.parent.operation
             if "indexing_maps" in structured.attributes:
-                extracted[op.operands[0]] = extracted.get(op.operands[0], 0) + _points(structured)
+                extracted[op.operands[0]] = extracted.get(op.operands[0], 0) + _points(structured, tensors)
         return ir.WalkResult.ADVANCE
 
     for operation in site.regions[0].blocks[0].operations:
         operation.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
     for argument, entries in loads.items():
-        loads[argument] = [(slice_type, _loaded_bytes(slice_type, value, extracted)) for slice_type, value in entries]
-    stores = {argument: [(slice_type, _bytes(slice_type)) for slice_type, _ in entries]
+        loads[argument] = [(slice_type, _loaded_bytes(tensors.type(slice_type), value, extracted))
+                           for slice_type, value in entries]
+    stores = {argument: [(slice_type, tensors.type(slice_type).bytes) for slice_type, _ in entries]
               for argument, entries in stores.items()}
     return loads, stores
 
 
-def _loaded_bytes(slice_type: ir.Type, value: ir.Value, extracted: dict[ir.Value, int]) -> Optional[int]:
+def _loaded_bytes(slice_type: TensorType, value: ir.Value, extracted: dict[ir.Value, int]) -> Optional[int]:
     """A load's bytes; a gather's table (only read by ``tensor.extract``) counts the extracted elements."""
-    whole = _bytes(slice_type)
+    whole = slice_type.bytes
     if value in extracted and all(use.owner.operation.name == EXTRACT_OP for use in value.uses) and whole:
-        return min(whole, extracted[value] * _element_bytes(slice_type))
+        return min(whole, extracted[value] * slice_type.element_bytes)
     return whole
 
 
-def _points(op: ir.Operation) -> int:
+def _points(op: ir.Operation, tensors: ModuleTensors) -> int:
     """Iteration points of a structured op: the elements of its first shaped result."""
     for result in op.results:
-        size = _bytes(result.type)
-        if size is not None:
-            return size // _element_bytes(result.type)
+        if isinstance(result.type, ir.ShapedType):
+            facts = tensors.type(result.type)
+            if facts.bytes is not None:
+                return facts.bytes // facts.element_bytes
     return 0
-
-
-def _shape(value_type: ir.Type) -> list[int]:
-    shaped = ir.ShapedType(value_type)
-    return [size if not ir.ShapedType.is_dynamic_size(size) else -1 for size in shaped.shape]
-
-
-def _element_bytes(value_type: ir.Type) -> int:
-    element = ir.ShapedType(value_type).element_type
-    return -(-(getattr(element, "width", None) or 64) // 8)
-
-
-def _bytes(value_type: ir.Type) -> Optional[int]:
-    shaped = ir.ShapedType(value_type)
-    if not shaped.has_static_shape:
-        return None
-    count = 1
-    for size in shaped.shape:
-        count *= size
-    return count * _element_bytes(value_type)
 
 
 def _sum_bytes(entries: list[tuple[ir.Type, Optional[int]]]) -> Optional[int]:

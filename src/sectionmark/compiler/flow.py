@@ -41,7 +41,7 @@ from typing import Optional
 from iree.compiler import ir
 from iree.compiler.passmanager import PassManager
 
-from sectionmark.compiler.bindings import TensorNames, site_bindings
+from sectionmark.compiler.bindings import ModuleTensors, site_bindings
 from sectionmark.compiler.weights import LocationPaths, site_costs, site_op_counts
 from sectionmark.errors import SectionmarkError
 from sectionmark.locations import section_path, strip_sectionmark_names
@@ -109,11 +109,11 @@ def weigh_sites(copies: SiteCopies) -> list[DispatchSite]:
         raise SectionmarkError("internal error: generalizing linalg ops changed the dispatch sites")
     sites: list[DispatchSite] = []
     paths = LocationPaths()  # a site and its generalized copy share their locations
-    site_of_result = TensorNames((result, f"site {index} #{number}")
-                                 for index, (site, _) in enumerate(originals) for number, result in enumerate(site.results))
+    tensors = ModuleTensors((result, f"site {index} #{number}")
+                            for index, (site, _) in enumerate(originals) for number, result in enumerate(site.results))
     for index, ((site, function), (copy, _)) in enumerate(zip(originals, generalized)):
         sites.append(_composition(site, copy, function, index, paths))
-        sites[-1].bindings = site_bindings(site, site_of_result)
+        sites[-1].bindings = site_bindings(site, tensors)
     return sites
 
 

@@ -99,26 +99,31 @@ class LocationPaths:
 
 def walk_body(
     site: ir.Operation,
-    visit: Callable[[ir.Operation, Optional[SectionPath]], ir.WalkResult],
+    visit: Callable[[ir.Operation, str, Optional[SectionPath]], ir.WalkResult],
     paths: Optional[LocationPaths] = None,
 ) -> None:
-    """Call ``visit(op, path)`` for each op of the site's body, pre-order.
+    """Call ``visit(op, name, path)`` for each op of the site's body, pre-order.
 
     ``path`` is the op's own section, else its enclosing op's: the implicit
     bodies of named linalg ops (``linalg.matmul``) have unknown locations.
-    The workgroup-count region after the body is not visited.
+    The workgroup-count region after the body is not visited. (This runs
+    for every op of every site: each MLIR call in it is made once.)
     """
     paths = paths or LocationPaths()
-    path_of: dict[ir.Operation, Optional[SectionPath]] = {site: None}
+    path_of: dict[ir.Operation, Optional[SectionPath]] = {site: None}  # ops with regions
 
     def step(op: ir.Operation) -> ir.WalkResult:
         if op == site:
             return ir.WalkResult.ADVANCE
-        parent = op.parent
-        if op.name == "flow.return" and parent == site:
+        name = op.name
+        if name == "flow.return" and op.parent == site:
             return ir.WalkResult.INTERRUPT
-        path = path_of[op] = paths(op) or path_of[parent]
-        return visit(op, path)
+        path = paths(op)
+        if path is None:
+            path = path_of[op.parent]
+        if len(op.regions):
+            path_of[op] = path
+        return visit(op, name, path)
 
     site.walk(step, ir.WalkOrder.PRE_ORDER)
 
@@ -138,15 +143,15 @@ def site_costs(
     # value for its ``owner`` gives a typed op view: the first one imports the dialect's Python package.)
     loaded: set[ir.Value] = set()
 
-    def visit(op: ir.Operation, path: Optional[SectionPath]) -> ir.WalkResult:
+    def visit(op: ir.Operation, name: str, path: Optional[SectionPath]) -> ir.WalkResult:
         nonlocal sized
         try:
-            if op.name == LOAD_OP:
+            if name == LOAD_OP:
                 loaded.update(op.results)
             if "indexing_maps" in op.attributes:
                 _structured_cost(op, path, costs, loaded, paths)
                 return ir.WalkResult.SKIP
-            if _is_free(op) or not _has_tensors(op):
+            if _is_free(name) or not _has_tensors(op):
                 return ir.WalkResult.ADVANCE
             _opaque_cost(op, path, costs, loaded)
             return ir.WalkResult.SKIP
@@ -168,26 +173,25 @@ def site_op_counts(site: ir.Operation, paths: Optional[LocationPaths] = None) ->
     ``linalg.generic``.
     """
     counts: Counter[Optional[SectionPath]] = Counter()
-    path_of: dict[ir.Operation, Optional[SectionPath]] = {}
-    empty_containers: dict[ir.Operation, None] = {}  # ops with regions, nothing counted inside yet
+    empty_containers: dict[ir.Operation, Optional[SectionPath]] = {}  # ops with regions, nothing counted inside yet
 
-    def visit(op: ir.Operation, path: Optional[SectionPath]) -> ir.WalkResult:
-        path_of[op] = path
-        if _is_bookkeeping(op):
+    def visit(op: ir.Operation, name: str, path: Optional[SectionPath]) -> ir.WalkResult:
+        if _is_bookkeeping(name):
             return ir.WalkResult.ADVANCE
         if len(op.regions):
-            empty_containers[op] = None
+            empty_containers[op] = path
             return ir.WalkResult.ADVANCE
         counts[path] += 1
-        parent = op.parent
-        while parent in empty_containers:  # its containers are no longer empty
-            del empty_containers[parent]
-            parent = parent.parent
+        if empty_containers:
+            parent = op.parent
+            while parent in empty_containers:  # its containers are no longer empty
+                del empty_containers[parent]
+                parent = parent.parent
         return ir.WalkResult.ADVANCE
 
     walk_body(site, visit, paths)
-    for container in empty_containers:
-        counts[path_of[container]] += 1
+    for path in empty_containers.values():
+        counts[path] += 1
     return counts
 
 
@@ -200,26 +204,50 @@ def _structured_cost(
     for size in sizes.values():
         points *= size
     body = _scalar_body(op)
+    readers = None  # per body argument: the section of each body op that reads it
     if op.name == ATTENTION_OP:
         costs[path].flops += _attention_flops(maps, sizes, points)
     elif body is None or not op.name.startswith("linalg."):
         costs[path].flops += points
     else:
-        index_values: set[ir.Value] = set()
+        readers = _body_flops(op, body, path, points, costs, paths)
+    _charge_loads(op, path, costs, readers, loaded)
 
-        def count(inner: ir.Operation) -> ir.WalkResult:
-            if inner == op or inner.name in _FREE_BODY_OPS:
-                pass
-            elif all(operand in index_values for operand in inner.operands):
-                index_values.update(inner.results)  # index arithmetic: addressing, not work
-            else:
-                costs[paths(inner) or path].flops += points
-            if inner.name in ("linalg.index", "arith.constant"):
-                index_values.update(inner.results)
+
+def _body_flops(
+    op: ir.Operation, body: ir.Block, path: Optional[SectionPath], points: int, costs: dict, paths: LocationPaths
+) -> list[list[Optional[SectionPath]]]:
+    """Credit ``points`` FLOPs per scalar op of a linalg body to its section; return who reads each body argument.
+
+    A reader copied straight to the output (``linalg.yield``) is the op's own read. Readers are
+    found by the walk, not by ``Value.uses``: that gives typed op views, whose first use imports
+    the dialect's Python package.
+    """
+    argument_numbers = {argument: number for number, argument in enumerate(body.arguments)}
+    readers: list[list[Optional[SectionPath]]] = [[] for _ in argument_numbers]
+    index_values: set[ir.Value] = set()
+
+    def count(inner: ir.Operation) -> ir.WalkResult:
+        if inner == op:
             return ir.WalkResult.ADVANCE
+        name, operands = inner.name, list(inner.operands)
+        reader = path
+        if name in _FREE_BODY_OPS:
+            if name in ("linalg.index", "arith.constant"):
+                index_values.update(inner.results)
+        elif all(operand in index_values for operand in operands):
+            index_values.update(inner.results)  # index arithmetic: addressing, not work
+        else:
+            reader = paths(inner) or path
+            costs[reader].flops += points
+        for operand in operands:
+            number = argument_numbers.get(operand)
+            if number is not None:
+                readers[number].append(reader)
+        return ir.WalkResult.ADVANCE
 
-        op.walk(count, ir.WalkOrder.PRE_ORDER)
-    _charge_loads(op, path, costs, body, loaded, paths)
+    op.walk(count, ir.WalkOrder.PRE_ORDER)
+    return readers
 
 
 def _attention_flops(maps: list, sizes: dict[int, int], points: int) -> int:
@@ -253,50 +281,24 @@ def _charge_loads(
     op: ir.Operation,
     path: Optional[SectionPath],
     costs: dict,
-    body: Optional[ir.Block],
+    readers: Optional[list[list[Optional[SectionPath]]]],
     loaded: set[ir.Value],
-    paths: LocationPaths,
 ) -> None:
-    """Bytes of the operands loaded from dispatch inputs (``loaded``), split between the body ops that read them."""
-    arguments = list(body.arguments) if body is not None and op.name.startswith("linalg.") else []
-    users = _argument_users(op, arguments) if arguments else []
+    """Bytes of the operands loaded from dispatch inputs (``loaded``), split between the body ops that read them.
+
+    ``readers``: the sections reading each body argument of a linalg op (None: the op's own section reads all).
+    """
     for number, operand in enumerate(op.operands):
         if operand not in loaded:
             continue
-        readers = [path]
-        if number < len(arguments):
-            readers = [_reader_path(user, path, paths) for user in users[number]]
-            if not readers:
+        operand_readers = [path]
+        if readers is not None and number < len(readers):
+            operand_readers = readers[number]
+            if not operand_readers:
                 continue  # an output operand whose old value the body never reads
         size = _tensor_bytes(operand.type)
-        for reader in readers:
-            costs[reader].bytes += size / len(readers)
-
-
-def _argument_users(op: ir.Operation, arguments: list[ir.Value]) -> list[list[ir.Operation]]:
-    """For each body argument, the ops of the body that read it, once per use.
-
-    Found by a walk: ``Value.uses`` gives typed op views, whose first use
-    imports the dialect's Python package (linalg's: ~0.1 s, a few % of a compile).
-    """
-    users: list[list[ir.Operation]] = [[] for _ in arguments]
-
-    def visit(inner: ir.Operation) -> ir.WalkResult:
-        if inner != op:
-            for operand in inner.operands:
-                for number, argument in enumerate(arguments):
-                    if operand == argument:
-                        users[number].append(inner)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return users
-
-
-def _reader_path(reader: ir.Operation, path: Optional[SectionPath], paths: LocationPaths) -> Optional[SectionPath]:
-    if reader.name in _FREE_BODY_OPS:  # copied straight to the output: the op's own read
-        return path
-    return paths(reader) or path
+        for reader in operand_readers:
+            costs[reader].bytes += size / len(operand_readers)
 
 
 def _opaque_cost(op: ir.Operation, path: Optional[SectionPath], costs: dict, loaded: set[ir.Value]) -> None:
@@ -315,9 +317,10 @@ def _dim_sizes(op: ir.Operation, maps: list) -> dict[int, int]:
     """Size of every loop dimension of a structured op, from its indexing maps and operand shapes."""
     sizes: dict[int, int] = {}
     for affine_map, operand in zip(maps, op.operands):
-        if not _is_shaped(operand.type):
+        operand_type = operand.type
+        if not _is_shaped(operand_type):
             continue
-        for expr, size in zip(affine_map.results, ir.ShapedType(operand.type).shape):
+        for expr, size in zip(affine_map.results, operand_type.shape):
             if isinstance(expr, ir.AffineDimExpr) and size >= 0:
                 sizes.setdefault(expr.position, size)
     if not maps or any(dim not in sizes for dim in range(maps[0].n_dims)):
@@ -325,14 +328,13 @@ def _dim_sizes(op: ir.Operation, maps: list) -> dict[int, int]:
     return sizes
 
 
-def _is_bookkeeping(op: ir.Operation) -> bool:
-    dialect, _, short = op.name.partition(".")
-    return dialect in _FREE_DIALECTS or op.name in _COUNT_FREE_OPS or short in ("yield", "return", "condition")
+def _is_bookkeeping(name: str) -> bool:
+    dialect, _, short = name.partition(".")
+    return dialect in _FREE_DIALECTS or name in _COUNT_FREE_OPS or short in ("yield", "return", "condition")
 
 
-def _is_free(op: ir.Operation) -> bool:
-    dialect = op.name.partition(".")[0]
-    return dialect in _FREE_DIALECTS or op.name in _FREE_OPS
+def _is_free(name: str) -> bool:
+    return name.partition(".")[0] in _FREE_DIALECTS or name in _FREE_OPS
 
 
 def _is_shaped(value_type: ir.Type) -> bool:
