@@ -24,6 +24,7 @@ import pytest
 import sectionmark as sm
 import sectionmark.compiler as smc
 import sectionmark.compiler.driver as driver
+import sectionmark.compiler.flow as flow
 from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
 
@@ -438,3 +439,25 @@ with ir.Context():
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_failure_while_weighing_sites_in_the_second_thread_reaches_the_caller(monkeypatch):
+    """The sites are weighed in a second thread while the compiler goes on: an error there is the
+    caller's one line, the thread's copies of the module go before the compiler's context, and the
+    next compile works."""
+    from sectionmark.compiler.flow import weigh_sites
+
+    def fail(copies):
+        def weigh(site):
+            raise SectionmarkError("internal error: cannot weigh the sites")
+        monkeypatch.setattr(flow, "_composition", lambda site, *rest: weigh(site))  # fails holding a site op
+        return weigh_sites(copies)
+
+    monkeypatch.setattr(driver, "weigh_sites", fail)
+    with pytest.raises(SectionmarkError, match="cannot weigh the sites"):
+        smc.compile(fused_source(True))
+    monkeypatch.undo()
+    import gc
+
+    gc.collect()
+    assert len(smc.compile(fused_source(True)).section_map.sites) > 0

@@ -117,8 +117,7 @@ def compile_with_flags(
             # compiler runs without Python's lock, so the analysis costs little wall time.
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sectionmark-sites") as worker:
                 copies, site_ids = number_sites(compilation.advance(SITES_PHASE))
-                weighing = worker.submit(weigh_sites, copies)
-                del copies  # the worker's alone: freed once weighed, before the compiler's context closes
+                weighing = worker.submit(weigh_sites, copies)  # erases the copies when done
                 restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
                 module = compilation.advance(COMMANDS_PHASE)
                 sites = weighing.result()

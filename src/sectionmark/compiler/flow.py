@@ -103,7 +103,20 @@ def number_sites(module: ir.Operation) -> tuple[SiteCopies, dict[ir.Attribute, i
 
 
 def weigh_sites(copies: SiteCopies) -> list[DispatchSite]:
-    """Each site's composition and bindings, in the order `number_sites` numbered them."""
+    """Each site's composition and bindings, in the order `number_sites` numbered them.
+
+    Erases the copies when done, failed or not: they belong to the compiler's
+    context and must go before it, even while an exception's traceback still
+    holds what was read from them.
+    """
+    try:
+        return _weigh(copies)
+    finally:
+        copies.as_compiled.erase()
+        copies.generalized.erase()
+
+
+def _weigh(copies: SiteCopies) -> list[DispatchSite]:
     originals, generalized = _site_ops(copies.as_compiled), _site_ops(copies.generalized)
     if not len(originals) == len(generalized) == copies.sites:
         raise SectionmarkError("internal error: generalizing linalg ops changed the dispatch sites")
