@@ -204,7 +204,7 @@ class SectionMap:
 
     def embedded_text(self) -> str:
         """The map as a module carries it: checksum, a space, compact JSON (see EMBEDDED_KEY)."""
-        text = json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"), check_circular=False)  # a tree
         return f"{_digest(text.encode('utf-8'))} {text}"
 
     @classmethod
