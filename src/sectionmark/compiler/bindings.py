@@ -198,11 +198,14 @@ def _slices(site: ir.Operation, tensors: ModuleTensors) -> tuple[dict, dict]:
     extracted: dict[ir.Value, int] = {}  # loaded value -> points of the ops that extract from it
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == LOAD_OP:
+        name = op.name
+        if name == LOAD_OP:
             loads.setdefault(op.operands[0], []).append((op.results[0].type, op.results[0]))
-        elif op.name == STORE_OP:
+        elif name == STORE_OP:
             stores.setdefault(op.operands[1], []).append((op.operands[0].type, None))
-        elif op.name == EXTRACT_OP:
+        elif name == "flow.return" and op.parent == site:
+            return ir.WalkResult.INTERRUPT  # the body is done: the workgroup-count region follows
+        elif name == EXTRACT_OP:
             structured = op.parent.operation
             while "indexing_maps" not in structured.attributes and structured.name != WORKGROUPS_OP:
                 structured = structured.parent.operation
@@ -210,8 +213,7 @@ def _slices(site: ir.Operation, tensors: ModuleTensors) -> tuple[dict, dict]:
                 extracted[op.operands[0]] = extracted.get(op.operands[0], 0) + _points(structured, tensors)
         return ir.WalkResult.ADVANCE
 
-    for operation in site.regions[0].blocks[0].operations:
-        operation.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    site.walk(visit, ir.WalkOrder.PRE_ORDER)
     for argument, entries in loads.items():
         loads[argument] = [(slice_type, _loaded_bytes(tensors.type(slice_type), value, extracted))
                            for slice_type, value in entries]

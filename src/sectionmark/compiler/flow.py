@@ -197,9 +197,9 @@ def _composition(
     site: ir.Operation, generalized: ir.Operation, function: str, index: int, paths: LocationPaths
 ) -> DispatchSite:
     """The site's shares by estimated cost, else by op count, else its root op's section."""
-    counts = site_op_counts(site, paths)
     costs = site_costs(generalized, paths)
     total_cost = sum(cost.value for cost in costs.values()) if costs is not None else 0.0
+    counts = site_op_counts(site, None if total_cost > 0 else paths)  # by section only for the fallback rule
     if total_cost > 0:
         rule = "cost"
         shares = [

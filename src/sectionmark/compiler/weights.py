@@ -100,16 +100,16 @@ class LocationPaths:
 def walk_body(
     site: ir.Operation,
     visit: Callable[[ir.Operation, str, Optional[SectionPath]], ir.WalkResult],
-    paths: Optional[LocationPaths] = None,
+    paths: Optional[LocationPaths],
 ) -> None:
     """Call ``visit(op, name, path)`` for each op of the site's body, pre-order.
 
     ``path`` is the op's own section, else its enclosing op's: the implicit
-    bodies of named linalg ops (``linalg.matmul``) have unknown locations.
-    The workgroup-count region after the body is not visited. (This runs
-    for every op of every site: each MLIR call in it is made once.)
+    bodies of named linalg ops (``linalg.matmul``) have unknown locations;
+    always None when ``paths`` is None (no location is read). The
+    workgroup-count region after the body is not visited. (This runs for
+    every op of every site: each MLIR call in it is made once.)
     """
-    paths = paths or LocationPaths()
     path_of: dict[ir.Operation, Optional[SectionPath]] = {site: None}  # ops with regions
 
     def step(op: ir.Operation) -> ir.WalkResult:
@@ -118,11 +118,13 @@ def walk_body(
         name = op.name
         if name == "flow.return" and op.parent == site:
             return ir.WalkResult.INTERRUPT
-        path = paths(op)
-        if path is None:
-            path = path_of[op.parent]
-        if len(op.regions):
-            path_of[op] = path
+        path = None
+        if paths is not None:
+            path = paths(op)
+            if path is None:
+                path = path_of[op.parent]
+            if len(op.regions):
+                path_of[op] = path
         return visit(op, name, path)
 
     site.walk(step, ir.WalkOrder.PRE_ORDER)
@@ -164,7 +166,7 @@ def site_costs(
 
 
 def site_op_counts(site: ir.Operation, paths: Optional[LocationPaths] = None) -> Counter:
-    """The fallback rule: counted ops of the site's body by section path.
+    """The fallback rule: counted ops of the site's body by section path (all under None without ``paths``).
 
     Counted: ops without regions except bookkeeping (data movement, constants,
     index arithmetic, accumulator fills, terminators); an op with regions
