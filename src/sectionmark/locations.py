@@ -90,8 +90,11 @@ def section_paths(loc_text: str) -> list[SectionPath]:
 
 def section_path(loc_text: str) -> SectionPath | None:
     """The section path of a location: the first one found, or None if unmarked."""
-    paths = section_paths(loc_text)
-    return paths[0] if paths else None
+    for name in _name_strings(str(loc_text)):
+        path = path_from_name(name)
+        if path is not None:
+            return path
+    return None
 
 
 def strip_sectionmark_names(loc_text: str) -> str:
