@@ -2,7 +2,8 @@
 
 Two GPT-shaped models with random weights (no downloads), each exported and
 compiled for llvm-cpu by both pipelines, every measurement in a fresh
-subprocess, pipelines alternating:
+subprocess (with Python's bytecode cache, as an installed package has it),
+pipelines alternating:
 
 * ``gpt2-small``: examples/nanogpt ``gpt2-small`` (12 layers, width 768,
   vocabulary 50257, 163M float32 parameters), weights in the module, as
