@@ -64,6 +64,7 @@ class ModuleTensors:
         self._access: dict[ir.Type, Optional[str]] = {}
 
     def type(self, value_type: ir.Type) -> TensorType:
+        """The shape, element type and sizes of a tensor type."""
         facts = self._types.get(value_type)
         if facts is None:
             shaped = ir.ShapedType(value_type)
