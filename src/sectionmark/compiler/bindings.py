@@ -29,7 +29,7 @@ from typing import Iterable, NamedTuple, Optional
 
 from iree.compiler import ir
 
-from sectionmark.compiler.weights import LOAD_OP
+from sectionmark.compiler.weights import LOAD_OP, element_bytes, walk_body
 from sectionmark.section_map import Binding
 
 STORE_OP = "iree_tensor_ext.dispatch.tensor.store"
@@ -69,7 +69,6 @@ class ModuleTensors:
         if facts is None:
             shaped = ir.ShapedType(value_type)
             element = shaped.element_type
-            element_bytes = -(-(getattr(element, "width", None) or 64) // 8)
             count = None
             if shaped.has_static_shape:
                 count = 1
@@ -78,8 +77,8 @@ class ModuleTensors:
             facts = self._types[value_type] = TensorType(
                 shape=[size if not ir.ShapedType.is_dynamic_size(size) else -1 for size in shaped.shape],
                 dtype=str(element),
-                bytes=count * element_bytes if count is not None else None,
-                element_bytes=element_bytes,
+                bytes=count * element_bytes(element) if count is not None else None,
+                element_bytes=element_bytes(element),
             )
         return facts
 
@@ -198,14 +197,11 @@ def _slices(site: ir.Operation, tensors: ModuleTensors) -> tuple[dict, dict]:
     stores: dict[ir.Value, list] = {}
     extracted: dict[ir.Value, int] = {}  # loaded value -> points of the ops that extract from it
 
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        name = op.name
+    def visit(op: ir.Operation, name: str, _path: None) -> ir.WalkResult:
         if name == LOAD_OP:
             loads.setdefault(op.operands[0], []).append((op.results[0].type, op.results[0]))
         elif name == STORE_OP:
             stores.setdefault(op.operands[1], []).append((op.operands[0].type, None))
-        elif name == "flow.return" and op.parent == site:
-            return ir.WalkResult.INTERRUPT  # the body is done: the workgroup-count region follows
         elif name == EXTRACT_OP:
             structured = op.parent.operation
             while "indexing_maps" not in structured.attributes and structured.name != WORKGROUPS_OP:
@@ -214,7 +210,7 @@ def _slices(site: ir.Operation, tensors: ModuleTensors) -> tuple[dict, dict]:
                 extracted[op.operands[0]] = extracted.get(op.operands[0], 0) + _points(structured, tensors)
         return ir.WalkResult.ADVANCE
 
-    site.walk(visit, ir.WalkOrder.PRE_ORDER)
+    walk_body(site, visit, None)
     for argument, entries in loads.items():
         loads[argument] = [(slice_type, _loaded_bytes(tensors.type(slice_type), value, extracted))
                            for slice_type, value in entries]

@@ -89,17 +89,16 @@ def number_sites(module: ir.Operation) -> tuple[SiteCopies, dict[ir.Attribute, i
     (as an attribute: uniqued, so a dispatch that keeps it is recognized
     without printing it) with its id.
     """
-    copies = SiteCopies(module.clone(), module.clone(), 0)
+    as_compiled, generalized = module.clone(), module.clone()
     with module.context:
         generalize = PassManager.parse(GENERALIZE)
         generalize.enable_verifier(False)  # an upstream rewrite of a copy nobody compiles
-        generalize.run(copies.generalized)
+        generalize.run(generalized)
     ids: dict[ir.Attribute, int] = {}
     for index, (site, _) in enumerate(_site_ops(module)):
         site.location = ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=site.location, context=site.context)
         ids[site.location.attr] = index
-    copies.sites = len(ids)
-    return copies, ids
+    return SiteCopies(as_compiled, generalized, len(ids)), ids
 
 
 def weigh_sites(copies: SiteCopies) -> list[DispatchSite]:

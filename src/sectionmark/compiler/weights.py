@@ -357,7 +357,10 @@ def _elements(value_type: ir.Type) -> int:
     return count
 
 
+def element_bytes(element_type: ir.Type) -> int:
+    """Bytes of one element; index and other width-less types count 64 bits."""
+    return -(-(getattr(element_type, "width", None) or 64) // 8)
+
+
 def _tensor_bytes(value_type: ir.Type) -> int:
-    element = ir.ShapedType(value_type).element_type
-    bits = getattr(element, "width", None) or 64  # index and other width-less types: 64 bits
-    return _elements(value_type) * -(-bits // 8)
+    return _elements(value_type) * element_bytes(ir.ShapedType(value_type).element_type)
