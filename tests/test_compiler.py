@@ -443,15 +443,15 @@ with ir.Context():
 
 def test_a_failure_while_weighing_sites_in_the_second_thread_reaches_the_caller(monkeypatch):
     """The sites are weighed in a second thread while the compiler goes on: an error there is the
-    caller's one line, the thread's copies of the module go before the compiler's context, and the
+    caller's one line, the thread's copy of the module goes before the compiler's context, and the
     next compile works."""
     from sectionmark.compiler.flow import weigh_sites
 
-    def fail(copies):
+    def fail(copy):
         def weigh(site):
             raise SectionmarkError("internal error: cannot weigh the sites")
         monkeypatch.setattr(flow, "_composition", lambda site, *rest: weigh(site))  # fails holding a site op
-        return weigh_sites(copies)
+        return weigh_sites(copy)
 
     monkeypatch.setattr(driver, "weigh_sites", fail)
     with pytest.raises(SectionmarkError, match="cannot weigh the sites"):

@@ -3,7 +3,7 @@
 Pipeline (one in-process compilation, see session.py)::
 
     parse                               list the declared sections
-          -> ... -> dispatch-creation   number sites; weigh them on copies, in a thread (flow.py)
+          -> ... -> dispatch-creation   number sites; weigh them on a copy, in a thread (flow.py)
           -> flow                       executables outlined: their locations as without sectionmark
           -> ... -> hal                 record commands, debug groups (hal.py),
                                         embed the section map (embed.py)
@@ -113,11 +113,11 @@ def compile_with_flags(
         with generic_op_views():
             parsed = compilation.parsed_module()
             declared, functions = list(module_sections(parsed)), function_signatures(parsed)
-            # The sites are weighed on copies in a second thread while the compiler goes on: the
+            # The sites are weighed on a copy in a second thread while the compiler goes on: the
             # compiler runs without Python's lock, so the analysis costs little wall time.
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sectionmark-sites") as worker:
-                copies, site_ids = number_sites(compilation.advance(SITES_PHASE))
-                weighing = worker.submit(weigh_sites, copies)  # erases the copies when done
+                copy, site_ids = number_sites(compilation.advance(SITES_PHASE))
+                weighing = worker.submit(weigh_sites, copy)  # erases the copy when done
                 restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
                 module = compilation.advance(COMMANDS_PHASE)
                 sites = weighing.result()

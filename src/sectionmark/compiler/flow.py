@@ -17,14 +17,14 @@ them — the site ids and the torch importer's section names: executables stay
 byte-identical to a compile without sectionmark, while the host code keeps
 the ids and sections for the command buffers.
 
-The sites are weighed on copies of the module taken when they are numbered
+The sites are weighed on a copy of the module taken when they are numbered
 (`number_sites`, `weigh_sites`), so the driver runs the weighing in a second
 thread while the compiler goes on with the module.
 
 Composition (docs/section-map.md): a site is split between the sections of
-its ops by estimated cost (`sectionmark.compiler.weights`, rule ``"cost"``),
-measured on a copy of the module whose named linalg ops are generalized, so
-a matmul or a convolution is sized like any other structured op. Ops in no
+its ops by estimated cost (`sectionmark.compiler.weights`, rule ``"cost"``;
+a named linalg op such as a matmul or a convolution is sized through its
+indexing maps like any other structured op). Ops in no
 section keep their share under the empty path ``()`` ("(unmarked)"). When
 some op cannot be sized the site falls back to counting ops (rule
 ``"op-count"``); a site with nothing to cost or count (a pure fill) belongs to
@@ -35,15 +35,12 @@ the section of its root op, whose location the dispatch carries (rule
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Optional
 
 from iree.compiler import ir
-from iree.compiler.passmanager import PassManager
 
 from sectionmark.compiler.bindings import ModuleTensors, site_bindings
 from sectionmark.compiler.weights import LocationPaths, site_costs, site_op_counts
-from sectionmark.errors import SectionmarkError
 from sectionmark.locations import section_path, strip_sectionmark_names
 from sectionmark.paths import SectionPath
 from sectionmark.section_map import INITIALIZER_FUNCTION, DispatchSite, Share
@@ -52,7 +49,6 @@ SITE_PREFIX = "sectionmark.site:"
 SITE_OPS = ("flow.dispatch.workgroups", "flow.dispatch.region")
 FUNCTION_OPS = ("util.func", "func.func", "util.initializer")
 EXECUTABLE_OPS = ("hal.executable", "flow.executable")  # already outlined: not sites
-GENERALIZE = "builtin.module(linalg-generalize-named-ops)"
 _SITE_NAME = re.compile(r'"' + re.escape(SITE_PREFIX) + r'(\d+)"')
 
 
@@ -69,62 +65,44 @@ def site_id(location: ir.Location) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
-@dataclass
-class SiteCopies:
-    """Two copies of a dispatch-creation module: as compiled, and with named linalg ops generalized.
-
-    `weigh_sites` reads only these, so it can run in another thread while
-    the compiler goes on with the module itself (see driver.py).
-    """
-
-    as_compiled: ir.Operation
-    generalized: ir.Operation
-    sites: int  # how many sites `number_sites` numbered
-
-
-def number_sites(module: ir.Operation) -> tuple[SiteCopies, dict[ir.Attribute, int]]:
+def number_sites(module: ir.Operation) -> tuple[ir.Operation, dict[ir.Attribute, int]]:
     """Give every dispatch site an id in its location.
 
-    Returns the copies to weigh the sites on, and each site's new location
-    (as an attribute: uniqued, so a dispatch that keeps it is recognized
-    without printing it) with its id.
+    Returns a copy of the module as it was, to weigh the sites on
+    (`weigh_sites` reads only the copy, so it can run in another thread while
+    the compiler goes on with the module itself, see driver.py), and each
+    site's new location (as an attribute: uniqued, so a dispatch that keeps it
+    is recognized without printing it) with its id.
     """
-    as_compiled, generalized = module.clone(), module.clone()
-    with module.context:
-        generalize = PassManager.parse(GENERALIZE)
-        generalize.enable_verifier(False)  # an upstream rewrite of a copy nobody compiles
-        generalize.run(generalized)
+    copy = module.clone()
     ids: dict[ir.Attribute, int] = {}
     for index, (site, _) in enumerate(_site_ops(module)):
         site.location = ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=site.location, context=site.context)
         ids[site.location.attr] = index
-    return SiteCopies(as_compiled, generalized, len(ids)), ids
+    return copy, ids
 
 
-def weigh_sites(copies: SiteCopies) -> list[DispatchSite]:
+def weigh_sites(copy: ir.Operation) -> list[DispatchSite]:
     """Each site's composition and bindings, in the order `number_sites` numbered them.
 
-    Erases the copies when done, failed or not: they belong to the compiler's
+    Erases the copy when done, failed or not: it belongs to the compiler's
     context and must go before it, even while an exception's traceback still
-    holds what was read from them.
+    holds what was read from it.
     """
     try:
-        return _weigh(copies)
+        return _weigh(copy)
     finally:
-        copies.as_compiled.erase()
-        copies.generalized.erase()
+        copy.erase()
 
 
-def _weigh(copies: SiteCopies) -> list[DispatchSite]:
-    originals, generalized = _site_ops(copies.as_compiled), _site_ops(copies.generalized)
-    if not len(originals) == len(generalized) == copies.sites:
-        raise SectionmarkError("internal error: generalizing linalg ops changed the dispatch sites")
+def _weigh(copy: ir.Operation) -> list[DispatchSite]:
+    site_ops = _site_ops(copy)
     sites: list[DispatchSite] = []
-    paths = LocationPaths()  # a site and its generalized copy share their locations
+    paths = LocationPaths()
     tensors = ModuleTensors((result, f"site {index} #{number}")
-                            for index, (site, _) in enumerate(originals) for number, result in enumerate(site.results))
-    for index, ((site, function), (copy, _)) in enumerate(zip(originals, generalized)):
-        sites.append(_composition(site, copy, function, index, paths))
+                            for index, (site, _) in enumerate(site_ops) for number, result in enumerate(site.results))
+    for index, (site, function) in enumerate(site_ops):
+        sites.append(_composition(site, function, index, paths))
         sites[-1].bindings = site_bindings(site, tensors)
     return sites
 
@@ -192,11 +170,9 @@ def _site_ops(module: ir.Operation) -> list[tuple[ir.Operation, str]]:
     return sites
 
 
-def _composition(
-    site: ir.Operation, generalized: ir.Operation, function: str, index: int, paths: LocationPaths
-) -> DispatchSite:
+def _composition(site: ir.Operation, function: str, index: int, paths: LocationPaths) -> DispatchSite:
     """The site's shares by estimated cost, else by op count, else its root op's section."""
-    costs = site_costs(generalized, paths)
+    costs = site_costs(site, paths)
     total_cost = sum(cost.value for cost in costs.values()) if costs is not None else 0.0
     counts = site_op_counts(site, None if total_cost > 0 else paths)  # by section only for the fallback rule
     if total_cost > 0:

@@ -5,8 +5,9 @@ ops would cost, not by how many ops they have: a convolution fused with a
 BatchNorm and a ReLU does ~100x the work of the two epilogues, and an op
 count would give each a third. The estimate, per op of the site's body:
 
-* **FLOPs** of a structured op (anything with ``indexing_maps``: every
-  ``linalg`` op once named ops are generalized, ``iree_linalg_ext`` ops): the
+* **FLOPs** of a structured op (anything with indexing maps: every
+  ``linalg`` op, named ones such as ``linalg.matmul`` through MLIR's LinalgOp
+  interface, and ``iree_linalg_ext`` ops): the
   size of its iteration domain times the scalar ops of its body, each scalar
   op credited to *its own* section (IREE's elementwise fusion merges the
   bodies of ops from several sections into one ``linalg.generic``, and every
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from iree.compiler import ir
+from iree.compiler._mlir_libs._mlirDialectsLinalg import get_indexing_maps
 
 from sectionmark.locations import section_path
 from sectionmark.paths import SectionPath
@@ -135,8 +137,7 @@ def site_costs(
 ) -> Optional[dict[Optional[SectionPath], Cost]]:
     """Cost of each section's ops in a dispatch site (``None`` key: ops in no section).
 
-    ``site`` must have its named linalg ops generalized (see flow.py). Returns
-    None when some op cannot be sized.
+    Returns None when some op cannot be sized.
     """
     paths = paths or LocationPaths()
     costs: dict[Optional[SectionPath], Cost] = defaultdict(Cost)
@@ -150,8 +151,9 @@ def site_costs(
         try:
             if name == LOAD_OP:
                 loaded.update(op.results)
-            if "indexing_maps" in op.attributes:
-                _structured_cost(op, path, costs, loaded, paths)
+            maps = indexing_maps(op, name)
+            if maps is not None:
+                _structured_cost(op, name, maps, path, costs, loaded, paths)
                 return ir.WalkResult.SKIP
             if _is_free(name) or not _has_tensors(op):
                 return ir.WalkResult.ADVANCE
@@ -171,8 +173,6 @@ def site_op_counts(site: ir.Operation, paths: Optional[LocationPaths] = None) ->
     Counted: ops without regions except bookkeeping (data movement, constants,
     index arithmetic, accumulator fills, terminators); an op with regions
     counts once only if nothing inside it counted (``linalg.transpose``).
-    Run it on the site as compiled (not generalized): a generalized fill is a
-    ``linalg.generic``.
     """
     counts: Counter[Optional[SectionPath]] = Counter()
     empty_containers: dict[ir.Operation, Optional[SectionPath]] = {}  # ops with regions, nothing counted inside yet
@@ -197,19 +197,37 @@ def site_op_counts(site: ir.Operation, paths: Optional[LocationPaths] = None) ->
     return counts
 
 
+def indexing_maps(op: ir.Operation, name: str) -> Optional[ir.ArrayAttr]:
+    """The indexing maps of a structured op, else None.
+
+    A ``linalg.generic`` or an ``iree_linalg_ext`` op stores them as an
+    attribute; a named linalg op (``linalg.matmul``, ``linalg.conv_2d_*``)
+    defines them, and MLIR's LinalgOp interface returns them.
+    """
+    if "indexing_maps" in op.attributes:
+        return ir.ArrayAttr(op.attributes["indexing_maps"])
+    return get_indexing_maps(op) if name.startswith("linalg.") else None
+
+
 def _structured_cost(
-    op: ir.Operation, path: Optional[SectionPath], costs: dict, loaded: set[ir.Value], paths: LocationPaths
+    op: ir.Operation,
+    name: str,
+    maps_attr: ir.ArrayAttr,
+    path: Optional[SectionPath],
+    costs: dict,
+    loaded: set[ir.Value],
+    paths: LocationPaths,
 ) -> None:
-    maps = [ir.AffineMapAttr(attr).value for attr in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    maps = [ir.AffineMapAttr(attr).value for attr in maps_attr]
     sizes = _dim_sizes(op, maps)
     points = 1
     for size in sizes.values():
         points *= size
     body = _scalar_body(op)
     readers = None  # per body argument: the section of each body op that reads it
-    if op.name == ATTENTION_OP:
+    if name == ATTENTION_OP:
         costs[path].flops += _attention_flops(maps, sizes, points)
-    elif body is None or not op.name.startswith("linalg."):
+    elif body is None or not name.startswith("linalg."):
         costs[path].flops += points
     else:
         readers = _body_flops(op, body, path, points, costs, paths)
