@@ -2,7 +2,7 @@
 
 Pipeline (one in-process compilation, see session.py)::
 
-    parse                               list the declared sections
+    parse                               list the declared sections (a live export's: in a thread)
           -> ... -> dispatch-creation   number sites; weigh them on a copy, in a thread (flow.py)
           -> flow                       executables outlined: their locations as without sectionmark
           -> ... -> hal                 record commands, debug groups (hal.py),
@@ -112,15 +112,21 @@ def compile_with_flags(
             return CompiledExport(compilation.finish(), None, target)
         with generic_op_views():
             parsed = compilation.parsed_module()
-            declared, functions = list(module_sections(parsed)), function_signatures(parsed)
-            # The sites are weighed on a copy in a second thread while the compiler goes on: the
-            # compiler runs without Python's lock, so the analysis costs little wall time.
+            functions = function_signatures(parsed)
+            # Reading runs in a second thread while the compiler goes on (the compiler runs without
+            # Python's lock, so it costs little wall time): the declared sections of a live export (the
+            # module that was parsed, in its own context; the parsed one must be read before the
+            # compiler changes it), and the sites, weighed on a copy.
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sectionmark-sites") as worker:
+                live = export.mlir_module if export is not None else None
+                declaring = worker.submit(module_sections, live if live is not None else parsed)
+                if live is None:
+                    declaring.result()
                 copy, site_ids = number_sites(compilation.advance(SITES_PHASE))
                 weighing = worker.submit(weigh_sites, copy)  # erases the copy when done
                 restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
                 module = compilation.advance(COMMANDS_PHASE)
-                sites = weighing.result()
+                declared, sites = list(declaring.result()), weighing.result()
             buffers = CommandRecorder({site.id: site for site in sites}, site_ids, debug_groups).run(module)
             section_map = SectionMap(
                 sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target,

@@ -40,7 +40,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from sectionmark.compiler.bindings import ModuleTensors, site_bindings
-from sectionmark.compiler.weights import LocationPaths, site_costs, site_op_counts
+from sectionmark.compiler.weights import Domains, LocationPaths, site_costs, site_op_counts
 from sectionmark.locations import section_path, strip_sectionmark_names
 from sectionmark.paths import SectionPath
 from sectionmark.section_map import INITIALIZER_FUNCTION, DispatchSite, Share
@@ -98,11 +98,11 @@ def weigh_sites(copy: ir.Operation) -> list[DispatchSite]:
 def _weigh(copy: ir.Operation) -> list[DispatchSite]:
     site_ops = _site_ops(copy)
     sites: list[DispatchSite] = []
-    paths = LocationPaths()
+    paths, domains = LocationPaths(), Domains()
     tensors = ModuleTensors((result, f"site {index} #{number}")
                             for index, (site, _) in enumerate(site_ops) for number, result in enumerate(site.results))
     for index, (site, function) in enumerate(site_ops):
-        sites.append(_composition(site, function, index, paths))
+        sites.append(_composition(site, function, index, paths, domains))
         sites[-1].bindings = site_bindings(site, tensors)
     return sites
 
@@ -170,9 +170,11 @@ def _site_ops(module: ir.Operation) -> list[tuple[ir.Operation, str]]:
     return sites
 
 
-def _composition(site: ir.Operation, function: str, index: int, paths: LocationPaths) -> DispatchSite:
+def _composition(
+    site: ir.Operation, function: str, index: int, paths: LocationPaths, domains: Domains
+) -> DispatchSite:
     """The site's shares by estimated cost, else by op count, else its root op's section."""
-    costs = site_costs(site, paths)
+    costs = site_costs(site, paths, domains)
     total_cost = sum(cost.value for cost in costs.values()) if costs is not None else 0.0
     counts = site_op_counts(site, None if total_cost > 0 else paths)  # by section only for the fallback rule
     if total_cost > 0:

@@ -99,6 +99,48 @@ class LocationPaths:
         return self._paths[key]
 
 
+class Domains:
+    """The iteration domain of each distinct structured op shape, and the bytes of each tensor type.
+
+    A model's layers repeat the same few shapes: the maps and operand types
+    of an op (uniqued, so they are keys without printing) decide its loop
+    sizes, which are worked out once. Keep one for one analysis, as
+    `LocationPaths`.
+    """
+
+    __slots__ = ("_domains", "_bytes")
+
+    def __init__(self) -> None:
+        self._domains: dict[tuple, Optional[tuple[list, dict[int, int], int]]] = {}
+        self._bytes: dict[ir.Type, int] = {}
+
+    def domain(self, op: ir.Operation, maps_attr: ir.ArrayAttr) -> tuple[list, dict[int, int], int]:
+        """``(maps, size of each loop dimension, iteration points)``; raises `Unsized`."""
+        operand_types = tuple(operand.type for operand in op.operands)
+        key = (maps_attr, operand_types)
+        if key not in self._domains:
+            maps = [ir.AffineMapAttr(attr).value for attr in maps_attr]
+            try:
+                sizes = _dim_sizes(maps, operand_types)
+            except Unsized:
+                self._domains[key] = None
+            else:
+                points = 1
+                for size in sizes.values():
+                    points *= size
+                self._domains[key] = (maps, sizes, points)
+        domain = self._domains[key]
+        if domain is None:
+            raise Unsized(op.name)
+        return domain
+
+    def tensor_bytes(self, value_type: ir.Type) -> int:
+        size = self._bytes.get(value_type)
+        if size is None:
+            size = self._bytes[value_type] = _tensor_bytes(value_type)
+        return size
+
+
 def walk_body(
     site: ir.Operation,
     visit: Callable[[ir.Operation, str, Optional[SectionPath]], ir.WalkResult],
@@ -133,13 +175,14 @@ def walk_body(
 
 
 def site_costs(
-    site: ir.Operation, paths: Optional[LocationPaths] = None
+    site: ir.Operation, paths: Optional[LocationPaths] = None, domains: Optional[Domains] = None
 ) -> Optional[dict[Optional[SectionPath], Cost]]:
     """Cost of each section's ops in a dispatch site (``None`` key: ops in no section).
 
     Returns None when some op cannot be sized.
     """
     paths = paths or LocationPaths()
+    domains = domains or Domains()
     costs: dict[Optional[SectionPath], Cost] = defaultdict(Cost)
     sized = True
     # Results of the dispatch's input loads; a load precedes its readers in the walk. (Asking a
@@ -153,11 +196,11 @@ def site_costs(
                 loaded.update(op.results)
             maps = indexing_maps(op, name)
             if maps is not None:
-                _structured_cost(op, name, maps, path, costs, loaded, paths)
+                _structured_cost(op, name, maps, path, costs, loaded, paths, domains)
                 return ir.WalkResult.SKIP
             if _is_free(name) or not _has_tensors(op):
                 return ir.WalkResult.ADVANCE
-            _opaque_cost(op, path, costs, loaded)
+            _opaque_cost(op, path, costs, loaded, domains)
             return ir.WalkResult.SKIP
         except Unsized:  # exceptions must not cross the C++ walk
             sized = False
@@ -217,12 +260,9 @@ def _structured_cost(
     costs: dict,
     loaded: set[ir.Value],
     paths: LocationPaths,
+    domains: Domains,
 ) -> None:
-    maps = [ir.AffineMapAttr(attr).value for attr in maps_attr]
-    sizes = _dim_sizes(op, maps)
-    points = 1
-    for size in sizes.values():
-        points *= size
+    maps, sizes, points = domains.domain(op, maps_attr)
     body = _scalar_body(op)
     readers = None  # per body argument: the section of each body op that reads it
     if name == ATTENTION_OP:
@@ -231,7 +271,7 @@ def _structured_cost(
         costs[path].flops += points
     else:
         readers = _body_flops(op, body, path, points, costs, paths)
-    _charge_loads(op, path, costs, readers, loaded)
+    _charge_loads(op, path, costs, readers, loaded, domains)
 
 
 def _body_flops(
@@ -303,6 +343,7 @@ def _charge_loads(
     costs: dict,
     readers: Optional[list[list[Optional[SectionPath]]]],
     loaded: set[ir.Value],
+    domains: Domains,
 ) -> None:
     """Bytes of the operands loaded from dispatch inputs (``loaded``), split between the body ops that read them.
 
@@ -316,12 +357,14 @@ def _charge_loads(
             operand_readers = readers[number]
             if not operand_readers:
                 continue  # an output operand whose old value the body never reads
-        size = _tensor_bytes(operand.type)
+        size = domains.tensor_bytes(operand.type)
         for reader in operand_readers:
             costs[reader].bytes += size / len(operand_readers)
 
 
-def _opaque_cost(op: ir.Operation, path: Optional[SectionPath], costs: dict, loaded: set[ir.Value]) -> None:
+def _opaque_cost(
+    op: ir.Operation, path: Optional[SectionPath], costs: dict, loaded: set[ir.Value], domains: Domains
+) -> None:
     """An op without indexing maps (gather, scatter, sort, ...): one FLOP per result element."""
     elements = 0
     for result in op.results:
@@ -330,21 +373,20 @@ def _opaque_cost(op: ir.Operation, path: Optional[SectionPath], costs: dict, loa
     costs[path].flops += elements
     for operand in op.operands:
         if operand in loaded:
-            costs[path].bytes += _tensor_bytes(operand.type)
+            costs[path].bytes += domains.tensor_bytes(operand.type)
 
 
-def _dim_sizes(op: ir.Operation, maps: list) -> dict[int, int]:
+def _dim_sizes(maps: list, operand_types: tuple[ir.Type, ...]) -> dict[int, int]:
     """Size of every loop dimension of a structured op, from its indexing maps and operand shapes."""
     sizes: dict[int, int] = {}
-    for affine_map, operand in zip(maps, op.operands):
-        operand_type = operand.type
+    for affine_map, operand_type in zip(maps, operand_types):
         if not _is_shaped(operand_type):
             continue
         for expr, size in zip(affine_map.results, operand_type.shape):
             if isinstance(expr, ir.AffineDimExpr) and size >= 0:
                 sizes.setdefault(expr.position, size)
     if not maps or any(dim not in sizes for dim in range(maps[0].n_dims)):
-        raise Unsized(op.name)
+        raise Unsized("a loop dimension of unknown size")
     return sizes
 
 
