@@ -3,7 +3,7 @@
 Exports a small GPT-like model (sectionmark markers on every block) to MLIR
 once, then compiles it in fresh subprocesses, alternating plain
 (``markers=False``: same flags, no hook) and marked (site ids, the cost
-model on a generalized copy of the module, command recording, debug groups,
+model on a copy of the module, command recording, debug groups,
 the embedded map), and prints the median compile-time ratio (goal <= 1.10),
 the peak-memory (max RSS) ratio, and how the sites were weighed.
 

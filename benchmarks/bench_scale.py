@@ -2,8 +2,8 @@
 
 Two GPT-shaped models with random weights (no downloads), each exported and
 compiled for llvm-cpu by both pipelines, every measurement in a fresh
-subprocess (with Python's bytecode cache, as an installed package has it),
-pipelines alternating:
+subprocess (with Python's bytecode cache, as an installed package has it, and
+glibc's mmap threshold fixed, see MALLOC_SETTINGS), pipelines alternating:
 
 * ``gpt2-small``: examples/nanogpt ``gpt2-small`` (12 layers, width 768,
   vocabulary 50257, 163M float32 parameters), weights in the module, as
@@ -167,11 +167,19 @@ def write_parameters(model_name: str, work: Path) -> dict:
     return {"irpa_bytes": (work / f"{model_name}.irpa").stat().st_size, "write_s": time.perf_counter() - start}
 
 
+# glibc's malloc raises its mmap threshold each time a large mmapped block is freed, so whether the
+# export's large temporaries are returned to the system depends on the order of frees: the 1B export
+# ran in two modes in both pipelines (peak RSS 4968 or ~5680 MiB, export 6.0 or ~8.3 s), which made its
+# ratios 0.8 or 1.3 by chance. A fixed threshold (glibc's default, 128 KiB) gives one mode (4728 MiB).
+MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
 def _subprocess(*arguments: str) -> dict:
     # Python's bytecode cache on, as an installed package has it: with PYTHONDONTWRITEBYTECODE set (as on
     # some CI machines) sectionmark's own modules would be compiled from source in every run, while
     # iree-turbine's and torch's come precompiled from site-packages.
     environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    environment.update(MALLOC_SETTINGS)
     result = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True, env=environment)
     if result.returncode != 0:
         raise SystemExit(f"bench_scale child {' '.join(arguments)} failed:\n{result.stderr[-4000:]}")
