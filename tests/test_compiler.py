@@ -441,6 +441,32 @@ with ir.Context():
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_sites_are_weighed_before_the_compiler_goes_on_when_its_context_runs_one_thread(monkeypatch):
+    """Weighing creates attributes in the compiler's context (named ops' memoized maps): beside the
+    running compiler only when the context locks what it uniques, i.e. runs threads."""
+    from sectionmark.compiler.flow import weigh_sites
+    from sectionmark.compiler.session import PhasedCompilation
+
+    events: list[str] = []
+    advance = PhasedCompilation.advance
+
+    def recording_advance(self, phase):
+        events.append(phase)
+        return advance(self, phase)
+
+    def recording_weigh(copy):
+        sites = weigh_sites(copy)
+        events.append("weighed")
+        return sites
+
+    monkeypatch.setattr(PhasedCompilation, "advance", recording_advance)
+    monkeypatch.setattr(driver, "weigh_sites", recording_weigh)
+    monkeypatch.setattr(PhasedCompilation, "multithreaded", property(lambda self: False))
+    compiled = smc.compile(fused_source(True))
+    assert events == ["dispatch-creation", "weighed", "flow", "hal"]
+    assert compiled.section_map.sites and compiled.section_map.reached
+
+
 def test_a_failure_while_weighing_sites_in_the_second_thread_reaches_the_caller(monkeypatch):
     """The sites are weighed in a second thread while the compiler goes on: an error there is the
     caller's one line, the thread's copy of the module goes before the compiler's context, and the

@@ -124,6 +124,10 @@ def compile_with_flags(
                     declaring.result()
                 copy, site_ids = number_sites(compilation.advance(SITES_PHASE))
                 weighing = worker.submit(weigh_sites, copy)  # erases the copy when done
+                if not compilation.multithreaded:
+                    # Weighing creates attributes (the LinalgOp interface memoizes a named op's maps on
+                    # it): beside a running compiler only if the context locks what it uniques.
+                    weighing.result()
                 restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
                 module = compilation.advance(COMMANDS_PHASE)
                 declared, sites = list(declaring.result()), weighing.result()

@@ -69,16 +69,20 @@ def number_sites(module: ir.Operation) -> tuple[ir.Operation, dict[ir.Attribute,
     """Give every dispatch site an id in its location.
 
     Returns a copy of the module as it was, to weigh the sites on
-    (`weigh_sites` reads only the copy, so it can run in another thread while
+    (`weigh_sites` touches only the copy, so it can run in another thread while
     the compiler goes on with the module itself, see driver.py), and each
     site's new location (as an attribute: uniqued, so a dispatch that keeps it
     is recognized without printing it) with its id.
     """
     copy = module.clone()
     ids: dict[ir.Attribute, int] = {}
-    for index, (site, _) in enumerate(_site_ops(module)):
-        site.location = ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=site.location, context=site.context)
-        ids[site.location.attr] = index
+    try:
+        for index, (site, _) in enumerate(_site_ops(module)):
+            site.location = ir.Location.name(f"{SITE_PREFIX}{index}", childLoc=site.location, context=site.context)
+            ids[site.location.attr] = index
+    except BaseException:
+        copy.erase()  # it belongs to the compiler's context: it must go before it
+        raise
     return copy, ids
 
 

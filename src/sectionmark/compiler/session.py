@@ -73,6 +73,15 @@ class PhasedCompilation:
         detail = first_line(self._errors[0]) if self._errors else "no diagnostic was reported"
         return SectionmarkError(f"{what}: {detail}")
 
+    @property
+    def multithreaded(self) -> bool:
+        """Whether the compiler's context runs threads, and so locks what it uniques (types, attributes).
+
+        Only then may another thread create attributes in it while the compiler runs (IREE
+        disables threading with ``--mlir-disable-threading``; a 1-core machine runs one thread).
+        """
+        return self._session.context.get_num_threads() > 1
+
     def parse_text(self, text: str, name: str = "source.mlir") -> None:
         self._parse(Source.wrap_buffer(self._session, text.encode("utf-8") + b"\0", buffer_name=name))
 
