@@ -10,6 +10,7 @@ them inside FusedLoc, CallSiteLoc and nested NameLocs.
 from __future__ import annotations
 
 import re
+from typing import Iterator
 
 from sectionmark.paths import (
     BACKWARD_SUFFIX,
@@ -42,7 +43,7 @@ def unescape_mlir_string(body: str) -> str:
     return out.decode("utf-8", errors="surrogateescape")
 
 
-def _name_strings(loc_text: str):
+def _name_strings(loc_text: str) -> Iterator[str]:
     """Yield the decoded name strings of a location (file names excluded)."""
     for match in _STRING.finditer(loc_text):
         following = loc_text[match.end():match.end() + 1]
@@ -78,23 +79,22 @@ def path_from_name(name: str) -> SectionPath | None:
     return None
 
 
-def section_paths(loc_text: str) -> list[SectionPath]:
-    """All distinct section paths found in a location, outermost name first."""
-    found: list[SectionPath] = []
-    for name in _name_strings(str(loc_text)):
-        path = path_from_name(name)
-        if path is not None and path not in found:
-            found.append(path)
-    return found
-
-
-def section_path(loc_text: str) -> SectionPath | None:
-    """The section path of a location: the first one found, or None if unmarked."""
+def _paths_in(loc_text: str) -> Iterator[SectionPath]:
+    """Yield the section path of each name of a location that carries one, outermost name first."""
     for name in _name_strings(str(loc_text)):
         path = path_from_name(name)
         if path is not None:
-            return path
-    return None
+            yield path
+
+
+def section_paths(loc_text: str) -> list[SectionPath]:
+    """All distinct section paths found in a location, outermost name first."""
+    return list(dict.fromkeys(_paths_in(loc_text)))
+
+
+def section_path(loc_text: str) -> SectionPath | None:
+    """The section path of a location: the first one found (the rest is not read), or None if unmarked."""
+    return next(_paths_in(loc_text), None)
 
 
 def strip_sectionmark_names(loc_text: str) -> str:
