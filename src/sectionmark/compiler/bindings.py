@@ -25,11 +25,11 @@ element per iteration point of the ops that extract from it, not the table.
 from __future__ import annotations
 
 import re
-from typing import Iterable, NamedTuple, Optional
+from typing import Iterable, Optional
 
 from iree.compiler import ir
 
-from sectionmark.compiler.weights import LOAD_OP, element_bytes, walk_body
+from sectionmark.compiler.weights import LOAD_OP, TensorType, TensorTypes, walk_body
 from sectionmark.section_map import Binding
 
 STORE_OP = "iree_tensor_ext.dispatch.tensor.store"
@@ -41,46 +41,18 @@ EXTRACT_OP = "tensor.extract"
 _ACCESS = re.compile(r"dispatch\.tensor<(readonly|writeonly|readwrite):")
 
 
-class TensorType(NamedTuple):
-    """What a binding records of a tensor type."""
-
-    shape: list[int]  # -1: a dynamic size
-    dtype: str
-    bytes: Optional[int]  # None when a size is dynamic
-    element_bytes: int
-
-
 class ModuleTensors:
     """What the sites of one module share: the names of its tensor values and the facts of its tensor types.
 
-    Names: the sites' results (given), then constants, numbered as met. Types
-    are uniqued, and a model's layers repeat the same few: each is read once.
+    Names: the sites' results (given), then constants, numbered as met.
+    ``types``: the analysis' tensor types (`weights.TensorTypes`).
     """
 
-    def __init__(self, site_results: Iterable[tuple[ir.Value, str]]):
+    def __init__(self, site_results: Iterable[tuple[ir.Value, str]], types: TensorTypes):
         self.names: dict[ir.Value, str] = dict(site_results)
         self.constants = 0  # constants named so far
-        self._types: dict[ir.Type, TensorType] = {}
+        self.types = types
         self._access: dict[ir.Type, Optional[str]] = {}
-
-    def type(self, value_type: ir.Type) -> TensorType:
-        """The shape, element type and sizes of a tensor type."""
-        facts = self._types.get(value_type)
-        if facts is None:
-            shaped = ir.ShapedType(value_type)
-            element = shaped.element_type
-            count = None
-            if shaped.has_static_shape:
-                count = 1
-                for size in shaped.shape:
-                    count *= size
-            facts = self._types[value_type] = TensorType(
-                shape=[size if not ir.ShapedType.is_dynamic_size(size) else -1 for size in shaped.shape],
-                dtype=str(element),
-                bytes=count * element_bytes(element) if count is not None else None,
-                element_bytes=element_bytes(element),
-            )
-        return facts
 
     def access(self, argument_type: ir.Type) -> Optional[str]:
         """``readonly``, ``writeonly`` or ``readwrite`` for a dispatch tensor argument; None for a scalar."""
@@ -175,8 +147,8 @@ def site_bindings(site: ir.Operation, tensors: ModuleTensors) -> list[Binding]:
         if access is None:  # an index or other scalar argument
             continue
         read, written = loads.get(argument, []), stores.get(argument, [])
-        tensor_type = tensors.type(value.type)
-        slice_type = tensors.type((read or written)[0][0]) if (read or written) else tensor_type
+        tensor_type = tensors.types(value.type)
+        slice_type = tensors.types((read or written)[0][0]) if (read or written) else tensor_type
         bindings.append(Binding(
             tensor=tensors.names[result] if result is not None and result in tensors.names
             else tensor_name(value, tensors),
@@ -212,9 +184,9 @@ def _slices(site: ir.Operation, tensors: ModuleTensors) -> tuple[dict, dict]:
 
     walk_body(site, visit, None)
     for argument, entries in loads.items():
-        loads[argument] = [(slice_type, _loaded_bytes(tensors.type(slice_type), value, extracted))
+        loads[argument] = [(slice_type, _loaded_bytes(tensors.types(slice_type), value, extracted))
                            for slice_type, value in entries]
-    stores = {argument: [(slice_type, tensors.type(slice_type).bytes) for slice_type, _ in entries]
+    stores = {argument: [(slice_type, tensors.types(slice_type).bytes) for slice_type, _ in entries]
               for argument, entries in stores.items()}
     return loads, stores
 
@@ -231,7 +203,7 @@ def _points(op: ir.Operation, tensors: ModuleTensors) -> int:
     """Iteration points of a structured op: the elements of its first shaped result."""
     for result in op.results:
         if isinstance(result.type, ir.ShapedType):
-            facts = tensors.type(result.type)
+            facts = tensors.types(result.type)
             if facts.bytes is not None:
                 return facts.bytes // facts.element_bytes
     return 0

@@ -40,7 +40,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from sectionmark.compiler.bindings import ModuleTensors, site_bindings
-from sectionmark.compiler.weights import Domains, LocationPaths, site_costs, site_op_counts
+from sectionmark.compiler.weights import Domains, LocationPaths, TensorTypes, site_costs, site_op_counts
 from sectionmark.locations import section_path, strip_sectionmark_names
 from sectionmark.paths import SectionPath
 from sectionmark.section_map import INITIALIZER_FUNCTION, DispatchSite, Share
@@ -102,9 +102,11 @@ def weigh_sites(copy: ir.Operation) -> list[DispatchSite]:
 def _weigh(copy: ir.Operation) -> list[DispatchSite]:
     site_ops = _site_ops(copy)
     sites: list[DispatchSite] = []
-    paths, domains = LocationPaths(), Domains()
-    tensors = ModuleTensors((result, f"site {index} #{number}")
-                            for index, (site, _) in enumerate(site_ops) for number, result in enumerate(site.results))
+    types = TensorTypes()  # shared by the costs and the bindings
+    paths, domains = LocationPaths(), Domains(types)
+    tensors = ModuleTensors(((result, f"site {index} #{number}")
+                             for index, (site, _) in enumerate(site_ops) for number, result in enumerate(site.results)),
+                            types)
     for index, (site, function) in enumerate(site_ops):
         sites.append(_composition(site, function, index, paths, domains))
         sites[-1].bindings = site_bindings(site, tensors)

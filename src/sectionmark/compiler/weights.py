@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from iree.compiler import ir
 
@@ -103,20 +103,66 @@ class LocationPaths:
         return self._paths[key]
 
 
+class TensorType(NamedTuple):
+    """What the analysis reads of a tensor type."""
+
+    shape: list[int]  # -1: a dynamic size
+    dtype: str
+    bytes: Optional[int]  # None when a size is dynamic
+    element_bytes: int
+
+
+class TensorTypes:
+    """The shape, element type and sizes of each tensor type, read once.
+
+    Types are uniqued, and a model's layers repeat the same few. One for one
+    analysis (the costs here, the bindings in bindings.py), as `LocationPaths`.
+    """
+
+    __slots__ = ("_facts",)
+
+    def __init__(self) -> None:
+        self._facts: dict[ir.Type, TensorType] = {}
+
+    def __call__(self, value_type: ir.Type) -> TensorType:
+        facts = self._facts.get(value_type)
+        if facts is None:
+            shaped = ir.ShapedType(value_type)
+            element = shaped.element_type
+            count = None
+            if shaped.has_static_shape:
+                count = 1
+                for size in shaped.shape:
+                    count *= size
+            facts = self._facts[value_type] = TensorType(
+                shape=[size if not ir.ShapedType.is_dynamic_size(size) else -1 for size in shaped.shape],
+                dtype=str(element),
+                bytes=count * element_bytes(element) if count is not None else None,
+                element_bytes=element_bytes(element),
+            )
+        return facts
+
+    def bytes(self, value_type: ir.Type) -> int:
+        """The bytes of a statically shaped tensor type; raises `Unsized` for a dynamic one."""
+        size = self(value_type).bytes
+        if size is None:
+            raise Unsized(str(value_type))
+        return size
+
+
 class Domains:
-    """The iteration domain of each distinct structured op shape, and the bytes of each tensor type.
+    """The iteration domain of each distinct structured op shape.
 
     A model's layers repeat the same few shapes: the maps and operand types
     of an op (uniqued, so they are keys without printing) decide its loop
-    sizes, which are worked out once. Keep one for one analysis, as
-    `LocationPaths`.
+    sizes, which are worked out once. ``types``: the analysis' tensor types.
     """
 
-    __slots__ = ("_domains", "_bytes")
+    __slots__ = ("_domains", "types")
 
-    def __init__(self) -> None:
+    def __init__(self, types: Optional[TensorTypes] = None) -> None:
         self._domains: dict[tuple, Optional[tuple[list, dict[int, int], int]]] = {}
-        self._bytes: dict[ir.Type, int] = {}
+        self.types = types or TensorTypes()
 
     def domain(self, op: ir.Operation, maps_attr: ir.ArrayAttr) -> tuple[list, dict[int, int], int]:
         """``(maps, size of each loop dimension, iteration points)``; raises `Unsized`."""
@@ -137,12 +183,6 @@ class Domains:
         if domain is None:
             raise Unsized(op.name)
         return domain
-
-    def tensor_bytes(self, value_type: ir.Type) -> int:
-        size = self._bytes.get(value_type)
-        if size is None:
-            size = self._bytes[value_type] = _tensor_bytes(value_type)
-        return size
 
 
 def walk_body(
@@ -361,7 +401,7 @@ def _charge_loads(
             operand_readers = readers[number]
             if not operand_readers:
                 continue  # an output operand whose old value the body never reads
-        size = domains.tensor_bytes(operand.type)
+        size = domains.types.bytes(operand.type)
         for reader in operand_readers:
             costs[reader].bytes += size / len(operand_readers)
 
@@ -377,7 +417,7 @@ def _opaque_cost(
     costs[path].flops += elements
     for operand in op.operands:
         if operand in loaded:
-            costs[path].bytes += domains.tensor_bytes(operand.type)
+            costs[path].bytes += domains.types.bytes(operand.type)
 
 
 def _dim_sizes(maps: list, operand_types: tuple[ir.Type, ...]) -> dict[int, int]:
@@ -424,7 +464,3 @@ def _elements(value_type: ir.Type) -> int:
 def element_bytes(element_type: ir.Type) -> int:
     """Bytes of one element; index and other width-less types count 64 bits."""
     return -(-(getattr(element_type, "width", None) or 64) // 8)
-
-
-def _tensor_bytes(value_type: ir.Type) -> int:
-    return _elements(value_type) * element_bytes(ir.ShapedType(value_type).element_type)
