@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import sectionmark as sm
 import sectionmark.compiler as smc
@@ -109,7 +110,9 @@ def test_conv_gets_its_cost_share_of_a_fused_conv_bn_relu(conv_bn_relu):
     assert conv.bytes == (16 * 34 * 34 + 16 * 16 * 3 * 3) * 4  # input and filter, read from memory
     # The worked example of docs/section-map.md and docs/concepts.md.
     assert weights[("Block", "Conv")] == pytest.approx(5_051_392 / 5_101_056)
-    assert weights[("Block", "BatchNorm")] == pytest.approx(33_280 / 5_101_056)
+    # scale is read by BatchNorm's multiply and add and by the ReLU computed from them; shift by the add and the ReLU
+    assert weights[("Block", "BatchNorm")] == pytest.approx((32_768 + 4 * (64 * 2 / 3 + 64 / 2)) / 5_101_056)
+    assert weights[("Block", "ReLU")] == pytest.approx((16_384 + 4 * (64 / 3 + 64 / 2)) / 5_101_056)
 
 
 def test_add_fused_into_a_matmul_gets_at_most_five_percent(matmul_add):
@@ -170,3 +173,56 @@ def test_jax_nanogpt_has_no_site_weighed_across_blocks():
         for share in site.shares:
             by_block[share.path[:1]] = by_block.get(share.path[:1], 0.0) + share.weight
         assert max(by_block.values(), default=1.0) >= 0.98, (site.key, site.shares)
+
+
+class _UnmarkedBetweenSections(torch.nn.Module):
+    """Issue L's repro: four unmarked elementwise ops that IREE fuses with A's sin and B's cos."""
+
+    def forward(self, x):
+        with sm.section("A"):
+            a = torch.sin(x)
+        b = (1 - a) * x * x * x
+        with sm.section("B"):
+            return torch.cos(b)
+
+
+def _single_site_weights(compiled) -> dict:
+    (site,) = compiled.section_map.sites
+    assert site.rule == "cost"
+    return _weights(site)
+
+
+def test_unmarked_ops_fused_between_torch_sections_stay_unmarked():
+    x = torch.rand(2048)
+    compiled = sm.compile(sm.torch.export(_UnmarkedBetweenSections(), args=(x,)))
+    weights = _single_site_weights(compiled)
+    # six elementwise ops of 2048 elements, all computed from x: four are in no section
+    assert weights[()] == pytest.approx(4 / 6, abs=0.05)
+    assert weights[("A",)] == pytest.approx(weights[("B",)])
+    prof = sm.profile(compiled, args=(x.numpy(),), iterations=3, warmup=1, quiet=True)
+    assert_profile_invariants(prof)
+    assert prof.unmarked_ns / prof.total_ns == pytest.approx(weights[()])
+
+
+def test_unmarked_ops_fused_between_jax_sections_stay_unmarked():
+    jnp = pytest.importorskip("jax.numpy")
+
+    def forward(x):
+        with sm.section("A"):
+            a = jnp.exp(x)
+        b = a * a - a + 3.0
+        with sm.section("B"):
+            return jnp.tanh(b)
+
+    weights = _single_site_weights(sm.compile(sm.jax.export(forward, np.zeros(2048, np.float32))))
+    assert weights[()] == pytest.approx(3 / 5, abs=0.05)  # mul, sub, add of five ops
+
+
+def test_an_op_without_a_location_of_its_own_takes_its_enclosing_ops_section():
+    from sectionmark.locations import has_no_own_location
+
+    assert has_no_own_location("loc(unknown)")
+    assert has_no_own_location('loc(callsite(unknown at "source.mlir":2:1))')
+    assert not has_no_own_location('loc("mm.py":3:0)')
+    assert not has_no_own_location('loc(callsite("sectionmark:A"("a.py":1:0) at "source.mlir":2:1))')
+    assert not has_no_own_location('loc("jit(f)/mul"("f.py":1:2))')

@@ -97,6 +97,19 @@ def section_path(loc_text: str) -> SectionPath | None:
     return next(_paths_in(loc_text), None)
 
 
+_NO_OWN_LOCATION = re.compile(r"^(?:loc\()?(?:callsite\()*unknown\b")
+
+
+def has_no_own_location(loc_text: str) -> bool:
+    """True for ``loc(unknown)`` and ``loc(callsite(unknown at ...))`` (an unknown location inlined).
+
+    Such an op says nothing of where it came from (the implicit body of a named
+    op such as ``linalg.matmul``, an op the compiler made from nothing): it
+    belongs to the op around it, unlike an op whose location names no section.
+    """
+    return _NO_OWN_LOCATION.match(loc_text) is not None
+
+
 def strip_sectionmark_names(loc_text: str) -> str:
     """The printed location without sectionmark's NameLoc wrappers (sections and site ids).
 

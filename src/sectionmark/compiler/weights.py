@@ -47,7 +47,7 @@ from iree.compiler import ir
 # compiler.session.generic_op_views).
 from iree.compiler._mlir_libs._mlirDialectsLinalg import get_indexing_maps
 
-from sectionmark.locations import section_path
+from sectionmark.locations import has_no_own_location, section_path
 from sectionmark.paths import SectionPath
 
 FLOPS_PER_BYTE = 4
@@ -81,8 +81,20 @@ class Unsized(Exception):
     """An op whose cost cannot be estimated statically."""
 
 
+# What `LocationPaths` records for an op with no location of its own.
+_NO_LOCATION = object()
+
+
 class LocationPaths:
     """The section path of each op's location, every distinct location printed once.
+
+    An op whose location names no section is unmarked (None), also inside a
+    fused op of a section: IREE's elementwise fusion merges the bodies of
+    marked and unmarked ops into one ``linalg.generic``, and each body op
+    keeps its own location. Only an op with no location of its own
+    (`has_no_own_location`: the implicit body of a named op such as
+    ``linalg.matmul``, ops the compiler made from nothing) belongs to the op
+    enclosing it.
 
     Printing a torch location (a chain of call sites) costs ~10 µs, and the
     ops of a site share a few locations; locations are uniqued in their
@@ -93,14 +105,17 @@ class LocationPaths:
     __slots__ = ("_paths",)
 
     def __init__(self) -> None:
-        self._paths: dict[ir.Attribute, Optional[SectionPath]] = {}
+        self._paths: dict[ir.Attribute, object] = {}
 
-    def __call__(self, op: ir.Operation) -> Optional[SectionPath]:
+    def __call__(self, op: ir.Operation, enclosing: Optional[SectionPath] = None) -> Optional[SectionPath]:
+        """The section of ``op``; ``enclosing``: the section of the op around it, for an op with no location."""
         location = op.location
         key = location.attr
-        if key not in self._paths:
-            self._paths[key] = section_path(str(location))
-        return self._paths[key]
+        path = self._paths.get(key, self)
+        if path is self:
+            text = str(location)
+            path = self._paths[key] = _NO_LOCATION if has_no_own_location(text) else section_path(text)
+        return enclosing if path is _NO_LOCATION else path
 
 
 class TensorType(NamedTuple):
@@ -192,9 +207,9 @@ def walk_body(
 ) -> None:
     """Call ``visit(op, name, path)`` for each op of the site's body, pre-order.
 
-    ``path`` is the op's own section, else its enclosing op's: the implicit
-    bodies of named linalg ops (``linalg.matmul``) have unknown locations;
-    always None when ``paths`` is None (no location is read). The
+    ``path`` is the op's own section (None: unmarked), its enclosing op's when
+    it has no location (`LocationPaths`); always None when ``paths`` is None
+    (no location is read). The
     workgroup-count region after the body is not visited. (This runs for
     every op of every site: each MLIR call in it is made once.)
     """
@@ -208,9 +223,7 @@ def walk_body(
             return ir.WalkResult.INTERRUPT
         path = None
         if paths is not None:
-            path = paths(op)
-            if path is None:
-                path = path_of[op.parent]
+            path = paths(op, path_of[op.parent])
             if len(op.regions):
                 path_of[op] = path
         return visit(op, name, path)
@@ -323,31 +336,36 @@ def _body_flops(
 ) -> list[list[Optional[SectionPath]]]:
     """Credit ``points`` FLOPs per scalar op of a linalg body to its section; return who reads each body argument.
 
-    A reader copied straight to the output (``linalg.yield``) is the op's own read. Readers are
-    found by the walk, not by ``Value.uses``: that gives typed op views, whose first use imports
-    the dialect's Python package.
+    A body argument is read by every op computed from it, directly or through other body ops:
+    in ``tanh(exp(x) * 2)`` the load of ``x`` feeds all three, whichever section each is in
+    (the value stays in a register between them). A body argument copied straight to the
+    output (``linalg.yield``) is the op's own read. Operands are followed by the walk, not by
+    ``Value.uses``: that gives typed op views, whose first use imports the dialect's Python package.
     """
     argument_numbers = {argument: number for number, argument in enumerate(body.arguments)}
     readers: list[list[Optional[SectionPath]]] = [[] for _ in argument_numbers]
-    index_values: set[ir.Value] = set()
+    # The body arguments each value is computed from (none: index arithmetic and constants).
+    sources: dict[ir.Value, frozenset[int]] = {argument: frozenset((number,)) for argument, number in argument_numbers.items()}
+    nothing: frozenset[int] = frozenset()
 
     def count(inner: ir.Operation) -> ir.WalkResult:
         if inner == op:
             return ir.WalkResult.ADVANCE
         name, operands = inner.name, list(inner.operands)
-        reader = path
         if name in _FREE_BODY_OPS:
-            if name in ("linalg.index", "arith.constant"):
-                index_values.update(inner.results)
-        elif all(operand in index_values for operand in operands):
-            index_values.update(inner.results)  # index arithmetic: addressing, not work
-        else:
-            reader = paths(inner) or path
+            for operand in operands:
+                number = argument_numbers.get(operand)
+                if number is not None:
+                    readers[number].append(path)
+            return ir.WalkResult.ADVANCE
+        read = nothing.union(*(sources.get(operand, nothing) for operand in operands))
+        if read:  # not index arithmetic: work
+            reader = paths(inner, path)
             costs[reader].flops += points
-        for operand in operands:
-            number = argument_numbers.get(operand)
-            if number is not None:
+            for number in read:
                 readers[number].append(reader)
+            for result in inner.results:
+                sources[result] = read
         return ir.WalkResult.ADVANCE
 
     op.walk(count, ir.WalkOrder.PRE_ORDER)
