@@ -50,6 +50,20 @@ class Stack(torch.nn.Module):
         return torch.tanh(x)
 
 
+class Unmarked(torch.nn.Module):
+    """`Stack` without its sections."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        x = torch.exp(x)
+        for _ in range(4):
+            x = torch.cos(torch.sin(x * self.scale))
+        return torch.tanh(x)
+
+
 STACK_BLOCKS = [(f"Block {i}",) for i in range(4)]
 STACK_SECTIONS = set(STACK_BLOCKS) | {block + ("MLP",) for block in STACK_BLOCKS}
 
@@ -275,12 +289,14 @@ def locations(module):
 @STRICTNESS
 def test_every_location_is_the_plain_one_wrapped_in_its_section(model, strict):
     model, x = model(), torch.randn(4)
+    marked = sm.torch.export(model, args=(x,), strict_export=strict).mlir_module
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plain = aot.export(model, args=(x,), strict_export=strict).mlir_module
-    marked = sm.torch.export(model, args=(x,), strict_export=strict).mlir_module
+        plain = aot.export(model, args=(x,), strict_export=strict).mlir_module  # no scope: hooks installed
+    assert locations(plain) == locations(marked)
     unwrapped = [(name, without_section(text)) for name, text in locations(marked)]
-    assert unwrapped == locations(plain)
+    assert not any(LOC_PREFIX in text for _, text in unwrapped)
+    assert [name for name, _ in unwrapped] == [name for name, _ in locations(plain)]
     assert any(name.startswith("torch.aten") and LOC_PREFIX in text for name, text in locations(marked))
     assert not any(LOC_PREFIX in text for name, text in locations(marked) if name in ("argument", "func.func"))
 
@@ -325,20 +341,25 @@ def test_auto_modules_names_unmarked_ops_and_explicit_sections_win():
     assert plain.sections == (("Head",),)
 
 
-def patched_places():
-    """What `sm.torch.sections` patches while open: (owner, attribute) -> current value."""
+def import_places() -> dict:
+    """What the import hooks patch for good once installed: (owner, attribute) -> current value."""
     import torch._functorch.aot_autograd as aot_autograd
     import torch.export.exported_program as exported_program
     from iree.compiler.extras.fx_importer import ContextCache, GraphNodeImporter
     from torch._higher_order_ops.wrap import WrapWithAutocast, WrapWithSetGradEnabled
 
-    from sectionmark.markers import marker as markers
-
     places = [(ContextCache, "get_node_location"), (GraphNodeImporter, "import_nodes"),
               (WrapWithSetGradEnabled, "__call__"), (WrapWithAutocast, "__call__"),
               (aot_autograd, "_aot_export_function"),
-              (exported_program, "_decompose_and_get_gm_with_new_signature_constants"),
-              (sys.modules["iree.turbine.aot.builtins.jittable"], "functorch_functionalize"),
+              (exported_program, "_decompose_and_get_gm_with_new_signature_constants")]
+    return {place: getattr(*place) for place in places}
+
+
+def scope_places() -> dict:
+    """What `sm.torch.sections` patches only while open (aot.jittable's trace and the markers' probe)."""
+    from sectionmark.markers import marker as markers
+
+    places = [(sys.modules["iree.turbine.aot.builtins.jittable"], "functorch_functionalize"),
               (markers, "_torch_exporting")]
     return {place: getattr(*place) for place in places}
 
@@ -349,11 +370,12 @@ def plain_mlir(model, x):
         return aot.export(model, args=(x,)).mlir_module.get_asm(enable_debug_info=True)
 
 
-def test_scopes_patch_while_open_on_any_thread_and_act_only_on_their_own():
-    originals = patched_places()
+def test_import_hooks_stay_and_scope_hooks_patch_only_while_open_on_any_thread():
     sm.torch.export(Stack(), args=(torch.randn(4),))
-    assert patched_places() == originals
-    assert LOC_PREFIX not in plain_mlir(Stack(), torch.randn(4))
+    installed, originals = import_places(), scope_places()
+    assert all(getattr(value, "__module__", "") == "sectionmark.importers.torch" for value in installed.values())
+    assert LOC_PREFIX in plain_mlir(Stack(), torch.randn(4))  # plain aot.export keeps sections, no scope
+    assert LOC_PREFIX not in plain_mlir(Unmarked(), torch.randn(4))
 
     opened, release, failures = threading.Event(), threading.Event(), []
 
@@ -369,17 +391,17 @@ def test_scopes_patch_while_open_on_any_thread_and_act_only_on_their_own():
     holder.start()
     assert opened.wait(timeout=60)
     try:
-        patched = patched_places()
+        patched = scope_places()
         assert all(patched[place] is not originals[place] for place in originals)
-        assert LOC_PREFIX not in plain_mlir(Stack(), torch.randn(4))  # this thread has no scope
         with sm.torch.sections():  # overlapping scopes: the originals come back only after both
             assert LOC_PREFIX in plain_mlir(Stack(), torch.randn(4))
-        assert patched_places() == patched
+        assert scope_places() == patched
     finally:
         release.set()
         holder.join()
     assert not failures
-    assert patched_places() == originals
+    assert scope_places() == originals
+    assert import_places() == installed
 
 
 def test_only_the_exporting_thread_sections_reach_the_graph():
@@ -493,15 +515,16 @@ def test_a_retrace_without_stack_traces_warns_that_its_ops_are_unmarked():
     assert not any(torch_importer.node_section_path(node) for node in retraced.graph.nodes)
 
 
-def test_a_training_step_made_outside_the_scope_warns_once():
-    program = torch.export.export(TrainStep(), (torch.randn(3, 4), torch.randn(3, 2)))
+def test_a_training_step_made_with_plain_torch_keeps_its_sections_without_a_warning():
+    args = (torch.randn(3, 4), torch.randn(3, 2))
+    program = torch.export.export(TrainStep(), args)
     joint = torch.export.experimental._export_forward_backward(program)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         exported = sm.torch.export(joint)
-    assert exported.sections == ()
-    messages = [str(warning.message) for warning in caught if "sectionmark" in str(warning.message)]
-    assert len(messages) == 1 and "export_training_step" in messages[0] and "\n" not in messages[0]
+    assert not [warning for warning in caught if "sectionmark" in str(warning.message)]
+    assert set(exported.sections) == set(sm.torch.export_training_step(TrainStep(), args).sections)
+    assert ("Hidden (backward)",) in exported.sections
 
 
 def test_what_sm_torch_export_cannot_take_is_one_clear_error():

@@ -2,9 +2,10 @@
 
 Every style ``aot.export`` takes (nn.Module, ExportedProgram,
 FxProgramsBuilder with two functions, CompiledModule class, aot.jittable),
-exported with ``sm.torch.export`` and with ``sm.torch.sections()`` around the
-user's own ``aot.export``: the same section locations, and executables
-byte-identical to the plain turbine pipeline. The export is turbine's
+exported with ``sm.torch.export``, with ``sm.torch.sections()`` around the
+user's own ``aot.export`` and with plain ``aot.export`` alone: the same section
+locations, and executables byte-identical to the plain turbine pipeline's
+(the same program without sectionmark's location names). The export is turbine's
 ExportOutput; the module is never printed unless asked for.
 """
 
@@ -20,12 +21,13 @@ import pytest
 import torch
 from iree.turbine import aot
 from test_byte_identity import assert_same_executables, plain_compile
-from test_torch_import import STACK_SECTIONS, Stack, assert_stack_paths, locations
+from test_torch_import import STACK_SECTIONS, Stack, Unmarked, assert_stack_paths, locations
 
 import sectionmark as sm
 from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import find_sections
+from sectionmark.locations import strip_sectionmark_names
 from sectionmark.paths import LOC_PREFIX
 
 
@@ -103,17 +105,31 @@ def test_every_export_style_keeps_sections_and_the_plain_executables(style, tmp_
         source, options = style.build(model, x)
         scoped = quiet_aot_export(source, **options)
     source, options = style.build(model, x)
-    plain = quiet_aot_export(source, **options)
+    plain = quiet_aot_export(source, **options)  # no scope: the hooks installed themselves
 
-    assert set(ours.sections) == style.sections
+    compiled, compiled_scoped, compiled_plain = sm.compile(ours), sm.compile(scoped), sm.compile(plain)
+    assert set(ours.sections) == set(compiled_plain.section_map.sections) == style.sections
     assert same_code_locations(scoped.mlir_module, ours.mlir_module)
-    plain_text = plain.mlir_module.get_asm(enable_debug_info=True)
-    assert LOC_PREFIX not in plain_text
-    plain_vmfb = plain_compile(plain_text, "torch")
-    compiled, compiled_scoped = sm.compile(ours), sm.compile(scoped)  # sm.compile takes turbine's ExportOutput
-    assert compiled.section_map.reached == compiled_scoped.section_map.reached == compiled.section_map.sections
-    assert_same_executables(compiled.vmfb, plain_vmfb, tmp_path)
-    assert_same_executables(compiled_scoped.vmfb, plain_vmfb, tmp_path)
+    assert same_code_locations(plain.mlir_module, ours.mlir_module)
+    # What plain iree-turbine gives this model: its locations without sectionmark's names.
+    unmarked_text = strip_sectionmark_names(plain.mlir_module.get_asm(enable_debug_info=True))
+    assert LOC_PREFIX not in unmarked_text
+    unmarked_vmfb = plain_compile(unmarked_text, "torch")
+    assert (compiled.section_map.reached == compiled_scoped.section_map.reached == compiled_plain.section_map.reached
+            == compiled.section_map.sections)
+    for vmfb in (compiled.vmfb, compiled_scoped.vmfb, compiled_plain.vmfb):
+        assert_same_executables(vmfb, unmarked_vmfb, tmp_path)
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "non-strict"])
+def test_aot_export_of_a_marked_model_warns_of_nothing_an_unmarked_one_does_not(strict):
+    def warnings_of(model) -> set[tuple[type, str]]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            aot.export(model, args=(torch.randn(4),), strict_export=strict)
+        return {(warning.category, str(warning.message)) for warning in caught}
+
+    assert warnings_of(Stack()) <= warnings_of(Unmarked())
 
 
 OPTIONS = {

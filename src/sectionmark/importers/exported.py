@@ -19,18 +19,27 @@ from sectionmark.locations import section_paths
 from sectionmark.paths import BACKWARD_SUFFIX, SectionPath, format_path
 
 
+def _declare(found: dict[SectionPath, None], path: SectionPath) -> None:
+    """Add ``path`` to ``found`` after its parents: a marked parent whose ops all sit in
+    its children (a layer wrapped as "Layer 0") is declared by them."""
+    if path not in found:
+        for depth in range(1, len(path)):
+            found.setdefault(path[:depth], None)
+        found[path] = None
+
+
 def find_sections(mlir_text: str) -> tuple[SectionPath, ...]:
-    """Every section path mentioned in the locations of an MLIR text, in order."""
+    """Every section path mentioned in the locations of an MLIR text, and their parents, in order."""
     found: dict[SectionPath, None] = {}
     for line in mlir_text.splitlines():
         if "loc(" in line:
             for path in section_paths(line):
-                found.setdefault(path, None)
+                _declare(found, path)
     return tuple(found)
 
 
 def module_sections(module: Any) -> tuple[SectionPath, ...]:
-    """Every section path in the op locations of a live MLIR module, in module order.
+    """Every section path in the op locations of a live MLIR module, and their parents, in module order.
 
     Reads each op's location only (never its attributes, which hold the
     weights), and prints each distinct location once: locations are uniqued,
@@ -46,7 +55,7 @@ def module_sections(module: Any) -> tuple[SectionPath, ...]:
         if location.attr not in seen:
             seen.add(location.attr)
             for path in section_paths(str(location)):
-                found.setdefault(path, None)
+                _declare(found, path)
         return ir.WalkResult.ADVANCE
 
     module.walk(visit, ir.WalkOrder.PRE_ORDER)

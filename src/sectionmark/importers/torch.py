@@ -16,13 +16,12 @@ stays a path and recursion never overwrites a level).
   while torch's tracing context is per thread; sections that other threads
   run meanwhile stay eager and never touch export state.
 
-Neither needs any sectionmark scope: a program exported with plain
-``torch.export.export`` carries its sections and can be handed to `export`.
-
-Import. `sections` is the scope that turns those paths into MLIR locations
-(`export` runs inside it). What a thread exports, decomposes and imports
-inside one is changed in three ways, by patches installed once for the
-process while any scope is open and acting only on threads inside one:
+Import. Hooks turn those paths into MLIR locations. The first section traced
+under torch.export installs them for the process (`install_import_hooks`), so
+plain ``aot.export`` / ``torch.export.export`` of a marked model keep their
+sections with no sectionmark scope; they act only on what carries sections,
+so an unmarked graph imports exactly as plain iree-turbine imports it. They
+change imports in three ways:
 
 * iree-turbine's FX importer gives each op the location plain iree-turbine
   gives it, wrapped in a NameLoc ``sectionmark:<path>`` (`_tagging_locations`);
@@ -36,7 +35,9 @@ process while any scope is open and acting only on threads inside one:
 * ``aot.jittable`` functions of a ``CompiledModule`` keep sections: jittable
   runs the model's Python under make_fx, outside torch.export, where
   sections would stay eager; there they annotate the graph's node meta as in
-  non-strict export (`_annotating_jittable_traces`).
+  non-strict export (`_annotating_jittable_traces`). This one needs the
+  `sections` scope (`export` runs inside one): its patch makes every eager
+  section ask one more probe, so it is installed only while a scope is open.
 """
 
 from __future__ import annotations
@@ -154,57 +155,72 @@ class _ThreadScopes(threading.local):
         self.entered: Optional[dict[SectionPath, None]] = None  # sections entered by `export` (non-strict)
         self.tracing_jittable = False  # inside aot.jittable's trace of the model's Python
 
+    @property
+    def names_modules(self) -> bool:
+        """Whether the innermost open scope names unmarked ops after their module path."""
+        return bool(self.auto_modules) and self.auto_modules[-1]
+
 
 _this_thread = _ThreadScopes()
 _hooks_lock = threading.Lock()
-_hook_users = 0
-_remove_hooks: Optional[Callable[[], None]] = None
+_import_hooks_installed = False
+_scope_users = 0
+_remove_scope_hooks: Optional[Callable[[], None]] = None
+
+
+def install_import_hooks() -> None:
+    """Make every torch export and import of this process keep sections (once; thread-safe).
+
+    Installed by the first section traced under torch.export (so that plain
+    ``aot.export`` and ``torch.export.export`` of a marked model need no
+    scope) and by the first `sections` scope. The hooks act only on what
+    carries sections: a graph without them imports exactly as plain
+    iree-turbine imports it.
+    """
+    global _import_hooks_installed
+    with _hooks_lock:
+        if not _import_hooks_installed:
+            _patch(_import_patches())
+            _import_hooks_installed = True
 
 
 @contextlib.contextmanager
 def sections(auto_modules: bool = False) -> Iterator[None]:
     """Scoped markers: exports and imports this thread runs inside keep section paths.
 
-    ``with sm.torch.sections(): out = aot.export(model, args=(x,))`` gives the
-    MLIR the same section locations as `export`; so does any
-    ``FxProgramsBuilder.export_program`` or ``run_decompositions`` run inside.
+    Not needed to keep sections since the hooks install themselves
+    (`install_import_hooks`); ``with sm.torch.sections(): out = aot.export(...)``
+    still works, and the scope adds two things for the thread inside it:
     ``auto_modules`` names ops outside any section after their ``nn.Module``
-    path. Other threads, and this one after the scope, import exactly as
-    without sectionmark.
+    path, and ``aot.jittable`` functions of a ``CompiledModule`` keep
+    sections (`_annotating_jittable_traces`).
     """
-    global _hook_users, _remove_hooks
+    global _scope_users, _remove_scope_hooks
+    install_import_hooks()
     with _hooks_lock:
-        if _hook_users == 0:
-            _remove_hooks = _install_hooks()
-        _hook_users += 1
+        if _scope_users == 0:
+            _remove_scope_hooks = _patch(_jittable_patches())
+        _scope_users += 1
     _this_thread.auto_modules.append(auto_modules)
     try:
         yield
     finally:
         _this_thread.auto_modules.pop()
         with _hooks_lock:
-            _hook_users -= 1
-            if _hook_users == 0 and _remove_hooks is not None:
-                _remove_hooks()
-                _remove_hooks = None
+            _scope_users -= 1
+            if _scope_users == 0 and _remove_scope_hooks is not None:
+                _remove_scope_hooks()
+                _remove_scope_hooks = None
 
 
-def _install_hooks() -> Callable[[], None]:
-    """Patch the importer, torch and turbine where sections would be lost; returns the undo."""
-    import sys
-
-    import iree.turbine.aot  # noqa: F401 - loads the jittable module patched below
+def _import_patches() -> list[tuple[Any, str, Callable]]:
+    """Where sections would be lost on their way from node meta to MLIR locations."""
     import torch._functorch.aot_autograd as aot_autograd
     import torch.export.exported_program as exported_program
     from iree.compiler.extras.fx_importer import ContextCache, GraphNodeImporter
     from torch._higher_order_ops.wrap import WrapWithAutocast, WrapWithSetGradEnabled
 
-    from sectionmark.markers import marker as markers
-
-    markers._bind_torch_probes()  # bound lazily otherwise, which would undo the patch of the probe
-    patches = [
-        (sys.modules["iree.turbine.aot.builtins.jittable"], "functorch_functionalize", _annotating_jittable_traces),
-        (markers, "_torch_exporting", _exporting_or_tracing_jittable),
+    return [
         (ContextCache, "get_node_location", _tagging_locations),
         (GraphNodeImporter, "import_nodes", _importing_ops),
         (WrapWithSetGradEnabled, "__call__", _recording_regions),
@@ -212,6 +228,28 @@ def _install_hooks() -> Callable[[], None]:
         (aot_autograd, "_aot_export_function", _recording_joint_graphs),
         (exported_program, "_decompose_and_get_gm_with_new_signature_constants", _carrying_sections_through_retraces),
     ]
+
+
+def _jittable_patches() -> list[tuple[Any, str, Callable]]:
+    """Where ``aot.jittable`` traces the model's Python (only while a scope is open: the probe
+    patched here makes every eager section ask it)."""
+    import sys
+
+    import iree.turbine.aot  # noqa: F401 - loads the jittable module patched below
+
+    from sectionmark.markers import marker as markers
+
+    markers._bind_torch_probes()  # bound lazily otherwise, which would undo the patch of the probe
+    return [
+        (sys.modules["iree.turbine.aot.builtins.jittable"], "functorch_functionalize", _annotating_jittable_traces),
+        (markers, "_torch_exporting", _exporting_or_tracing_jittable),
+    ]
+
+
+def _patch(patches: list[tuple[Any, str, Callable]]) -> Callable[[], None]:
+    """Wrap each ``owner.name`` in ``wrap(original)``; returns the undo."""
+    from sectionmark.markers import marker as markers
+
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     for (owner, name, wrap), (_, _, original) in zip(patches, originals):
         setattr(owner, name, wrap(original))
@@ -274,8 +312,6 @@ def _importing_ops(original: Callable) -> Callable:
     """
 
     def import_nodes(self, *args: Any, **kwargs: Any):
-        if not _this_thread.auto_modules:
-            return original(self, *args, **kwargs)
         outer, _this_thread.op_locations = _this_thread.op_locations, _OpLocations()
         try:
             return original(self, *args, **kwargs)
@@ -297,7 +333,7 @@ def _tagging_locations(original: Callable) -> Callable:
         if location is not None:
             op_locations.plain = location
         plain = op_locations.plain if op_locations.plain is not None else Location.unknown(context=self._c)
-        path = None if node.op in ("placeholder", "output") else node_section_path(node, _this_thread.auto_modules[-1])
+        path = None if node.op in ("placeholder", "output") else node_section_path(node, _this_thread.names_modules)
         if path is None:
             return plain
         return Location.name(LOC_PREFIX + encode_path(path), childLoc=plain, context=self._c)
@@ -336,7 +372,7 @@ def _carrying_sections_through_retraces(original: Callable) -> Callable:
     and ``_export_forward_backward``, the two retraces that lose sections."""
 
     def decompose(*args: Any, **kwargs: Any):
-        if not _this_thread.auto_modules or _this_thread.traced_code is not None:
+        if _this_thread.traced_code is not None:
             return original(*args, **kwargs)
         _this_thread.traced_code = traced = {}
         try:
@@ -440,9 +476,8 @@ def export(
 
     ``model`` is an ``nn.Module`` (traced here with ``args``/``kwargs`` or
     positional example tensors), a ``torch.export.ExportedProgram``, an
-    ``aot.FxProgramsBuilder`` (several functions, e.g. prefill and decode;
-    declare them inside `sections` when they have no_grad regions, as each is
-    exported and decomposed right away) or an ``aot.CompiledModule`` class.
+    ``aot.FxProgramsBuilder`` (several functions, e.g. prefill and decode) or
+    an ``aot.CompiledModule`` class.
     ``strict_export`` selects TorchDynamo (the default, as in ``aot.export``)
     or Python (non-strict) export; both carry sections. ``auto_modules``
     names unmarked ops after their ``nn.Module`` path. The result is turbine's
@@ -460,7 +495,6 @@ def export(
         if example_args or args is not None or kwargs is not None or dynamic_shapes is not None:
             raise SectionmarkError(f"example arguments, args, kwargs and dynamic_shapes apply to an nn.Module; this "
                                    f"{_kind(model)} was already exported with its own")
-        _warn_if_joint_graph_without_sections(model)
     _this_thread.entered = {}
     try:
         with sections(auto_modules), _without_export_notices():
@@ -527,16 +561,3 @@ def export_training_step(
                for spec in joint.graph_signature.output_specs]
     step = joint._update(joint.graph_module, ExportGraphSignature(joint.graph_signature.input_specs, outputs))
     return export(step, auto_modules=auto_modules, function_name=function_name)
-
-
-def _warn_if_joint_graph_without_sections(model: Any) -> None:
-    """A forward+backward program made outside `sections` lost its sections in torch: say so once."""
-    if not isinstance(model, torch.export.ExportedProgram) or model.graph_signature.backward_signature is None:
-        return
-    if not any(node_section_path(node) for node in model.graph.nodes):
-        warnings.warn(
-            "sectionmark: this forward+backward program carries no sections: torch drops them when it builds "
-            "the joint graph outside `with sm.torch.sections():`; sm.torch.export_training_step does both",
-            UserWarning,
-            stacklevel=3,
-        )

@@ -144,14 +144,33 @@ _dynamo_entries = 0  # numbers the annotation keys, see _dynamo_key
 def _dynamo_key(name: object, color: object) -> str:
     """A new annotation key for a section that Dynamo traces, once its name and color are checked.
 
-    Marked ``torch.compiler.assume_constant_result`` (see `_bind_torch_probes`):
-    Dynamo then calls it as plain Python and keeps the key as a constant
-    instead of tracing the check and the counter step by step.
+    Marked as ``torch.compiler.assume_constant_result`` marks a function (below,
+    without importing Dynamo): Dynamo calls it as plain Python and keeps the key
+    as a constant instead of tracing the check and the counter step by step
+    (which it would report as a side effect on this module's globals). Being
+    plain Python, it also installs the torch importer's hooks, so that a plain
+    ``aot.export`` of a marked model keeps its sections.
     """
     global _dynamo_entries
     _check(name, color)
     _dynamo_entries += 1
+    if not _torch_import_hooks_installed:
+        _install_torch_import_hooks()
     return TORCH_ANNOTATION_PREFIX + str(_dynamo_entries)
+
+
+# What torch.compiler.assume_constant_result(_dynamo_key) does, without importing Dynamo (a second).
+_dynamo_key._dynamo_marked_constant = True  # type: ignore[attr-defined]
+_torch_import_hooks_installed = False
+
+
+def _install_torch_import_hooks() -> None:
+    """Once a section is traced under torch.export: keep sections in whatever exports it, no scope needed."""
+    global _torch_import_hooks_installed
+    from sectionmark.importers import torch as torch_importer
+
+    torch_importer.install_import_hooks()
+    _torch_import_hooks_installed = True
 
 
 def _bind_torch_probes() -> None:
@@ -160,17 +179,12 @@ def _bind_torch_probes() -> None:
     Bound eagerly where sectionmark's torch importer starts (and at import
     when torch came first), so that the code Dynamo traces never looks
     anything up in ``sys.modules``: Dynamo would wrap that dict, thousands of
-    entries, at every section. `_dynamo_key` is marked here too: at every
-    ``sections`` scope, when Dynamo is loaded; until then Dynamo traces it
-    (the same keys, more slowly).
+    entries, at every section.
     """
     global _torch_exporting, _torch_dynamo_compiling, _torch_annotate
     torch = _modules["torch"]
     _torch_exporting, _torch_dynamo_compiling = torch.compiler.is_exporting, torch.compiler.is_dynamo_compiling
     _torch_annotate = torch.fx.traceback.annotate
-    if "torch._dynamo" in _modules and not _torch_dynamo_compiling():
-        # Only once Dynamo is loaded (marking imports it, a second) and from plain Python (Dynamo cannot trace it).
-        torch.compiler.assume_constant_result(_dynamo_key)
 
 
 def _first_torch_exporting() -> bool:
@@ -215,6 +229,8 @@ def _framework_scopes(name: str) -> Optional[tuple]:
     """
     entered = []
     if "torch" in _modules and _torch_exporting():
+        if not _torch_import_hooks_installed:
+            _install_torch_import_hooks()
         from sectionmark.importers import torch as torch_importer
 
         scope = torch_importer.enter_export_scope(name)  # None unless this thread exports
