@@ -576,7 +576,10 @@ fi
 START=$(date +%s)
 BUDGET_S=${GPU_CHECK_BUDGET_S:-450}           # the whole run, packaging included (limit: 8 minutes)
 DEADLINE=$((START + BUDGET_S))
-PY=${PYTHON:-python3}
+PY=${PYTHON:-python3}   # the machine's Python 3.12 with torch, JAX, numpy, pytest (its venv if python3 is another)
+if [ -z "${PYTHON:-}" ] && ! python3 -c 'import numpy, pytest' 2>/dev/null && [ -x /opt/torch/.venv/bin/python3 ]; then
+  PY=/opt/torch/.venv/bin/python3
+fi
 OUT=${OUT:-$ROOT/.gpu-out}
 WORK=${GPU_CHECK_WORK:-/tmp/sm-gpu-check}
 SITE=$WORK/site                               # iree-base-runtime, zstandard (pip --target)
@@ -653,6 +656,13 @@ s_env() {
   echo "carried:"; du -sh "$ROOT/.whl" "$ROOT/.gpu" 2>&1; ls -la "$ROOT/.whl" 2>&1
   cat "$G/MANIFEST.txt" 2>&1
   (cd "$G" && sha256sum -c --quiet SHA256SUMS) && echo "carried files: checksums OK"
+  local digest
+  digest=$(cd "$ROOT" && "$PY" -c 'import hashlib, pathlib; h = hashlib.sha256(); [h.update(str(p).encode() + p.read_bytes()) for p in sorted(pathlib.Path("src").rglob("*")) if p.suffix in (".py", ".c")]; print(h.hexdigest())')
+  if grep -qx "src digest: $digest" "$G/MANIFEST.txt"; then
+    echo "src/ is the one the modules were compiled with"
+  else
+    echo "WARNING: src/ changed since gpu_prepare.sh compiled the modules (digest $digest): run it again if the section map changed"
+  fi
 }
 
 s_install() {
@@ -676,8 +686,8 @@ s_install() {
       --no-cache-dir --target "$SMSITE" .) || {
     echo "pip install of the project failed: building the C extensions in place instead"
     rc=1
-    (cd "$ROOT" && PYTHONPATH="$BUILDTOOLS:$PYTHONPATH" "$PY" setup.py build_ext --inplace) && \
-      ln -sfn "$ROOT/src/sectionmark" "$SMSITE/sectionmark"
+    (cd "$ROOT" && PYTHONPATH="$BUILDTOOLS:$PYTHONPATH" "$PY" setup.py build_ext --inplace) &&
+      rm -rf "$SMSITE/sectionmark" && mkdir -p "$SMSITE" && ln -sfn "$ROOT/src/sectionmark" "$SMSITE/sectionmark"
   }
   "$PY" - <<'EOF' || rc=1
 import importlib, os, sys
