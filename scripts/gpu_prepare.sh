@@ -242,7 +242,9 @@ if [ "$py312" = 1 ]; then
     venv312=$helpers/venv312
     "$py" -m venv "$venv312"
     "$venv312/bin/python" -m pip install -q "numpy<3" pytest rich "setuptools<70"
+    [ -d build ] && had_build=1 || had_build=0
     simulate py312 "$venv312/bin/python" 0
+    [ "$had_build" = 1 ] || rm -rf build   # pip's in-tree build of the project under Python 3.12
     grep -E "C extension|IREE runtime|missing|setuptools >= 77|tool |sectionmark" "$helpers/work-py312/logs/"*install*.log | sed 's/^/  /'
     grep -qE '^install +rc=0 ' "$helpers/out-py312/summary.txt" || { echo "the install step failed under Python 3.12" >&2; exit 1; }
     [ "$(grep -c 'C extension .* OK' "$helpers/work-py312/logs/"*install*.log)" = 2 ] || { echo "C extensions not built" >&2; exit 1; }

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -103,6 +104,28 @@ def test_profile_time_is_in_the_sections(whole_sequence):
     profile = sm.profile(whole_sequence.compiled, args=(whole_sequence.input_ids.numpy(),),
                          iterations=ITERATIONS, warmup=1)
     assert_profile_is_marked(profile, written_sections(whole_sequence.name))
+
+
+def test_plain_aot_export_in_a_fresh_process_keeps_every_section_without_a_warning(tmp_path):
+    """The user's own export, no scope, in a process where sectionmark has done nothing yet."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_byte_identity import assert_same_executables
+
+    tests = Path(__file__).parent
+    run = subprocess.run([sys.executable, str(tests / "fresh_plain_export.py"), str(tmp_path), str(PROMPT)],
+                         capture_output=True, text=True, timeout=600, cwd=tests,
+                         env={**os.environ, "PYTHONPATH": str(tests)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    sections = {style: {tuple(path) for path in paths} for style, paths in json.loads(run.stdout.splitlines()[-1]).items()}
+    assert sections == {"nn.Module": written_sections("gpt2"), "ExportedProgram": written_sections("gpt2"),
+                        "FxProgramsBuilder": written_sections("llama")}
+    assert_same_executables((tmp_path / "ours.vmfb").read_bytes(), (tmp_path / "plain.vmfb").read_bytes(), tmp_path)
+    noise = [line for line in run.stderr.splitlines() if "sectionmark" in line]  # ours, or one naming our globals
+    assert not noise, noise
 
 
 # --------------------------------------------------------------- prefill + decode

@@ -226,3 +226,27 @@ def test_an_op_without_a_location_of_its_own_takes_its_enclosing_ops_section():
     assert not has_no_own_location('loc("mm.py":3:0)')
     assert not has_no_own_location('loc(callsite("sectionmark:A"("a.py":1:0) at "source.mlir":2:1))')
     assert not has_no_own_location('loc("jit(f)/mul"("f.py":1:2))')
+
+
+def test_the_table_and_json_say_which_rule_split_each_site():
+    """A static site (cost) and a dynamic one (op count) in one program: the footer and JSON count both."""
+    source = """
+    func.func @main(%a: tensor<?x16xf32>, %b: tensor<?x16xf32>, %s: tensor<64x16xf32>) -> (tensor<?x16xf32>, tensor<64x16xf32>) {
+      %0 = arith.addf %a, %b : tensor<?x16xf32> loc("sectionmark:Add"("d.py":1:0))
+      %1 = math.exp %0 : tensor<?x16xf32> loc("sectionmark:Exp"("d.py":2:0))
+      %2 = math.sin %s : tensor<64x16xf32> loc("sectionmark:Add"("d.py":3:0))
+      %3 = math.cos %2 : tensor<64x16xf32> loc("sectionmark:Exp"("d.py":4:0))
+      return %1, %3 : tensor<?x16xf32>, tensor<64x16xf32>
+    }
+    """
+    compiled = smc.compile(source)
+    assert sorted(site.rule for site in compiled.section_map.sites) == ["cost", "op-count"]
+    rng = np.random.default_rng(0)
+    args = [rng.random((8, 16), np.float32), rng.random((8, 16), np.float32), rng.random((64, 16), np.float32)]
+    prof = sm.profile(compiled, args=args, iterations=2, warmup=1, quiet=True)
+    assert_profile_invariants(prof)
+    data = prof.to_json()
+    assert data["weight_rule"] == "mixed" and data["split_rules"] == {"cost": 1, "op-count": 1}
+    assert sorted(site["rule"] for site in data["sites"]) == ["cost", "op-count"]
+    assert "by estimated cost (FLOPs and bytes) at 1 site, by op count (shapes not static) at 1 site" in " ".join(prof.table().split())
+    assert type(prof).from_json(data).split_rules == {"cost": 1, "op-count": 1}

@@ -24,6 +24,7 @@ events; each is unit-tested on hand-built data in tests/test_session.py.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Optional, Union
@@ -122,6 +123,7 @@ class SiteStats:
     shared_executable: bool  # the same export function (key) also runs for another section
     bindings: list[Binding] = json_field(default_factory=list)  # tensors read/written (from the section map)
     flops: Optional[float] = None  # estimated FLOPs per execution (from the section map)
+    rule: Optional[str] = None  # how the map weighed its sections: "cost", "op-count" or "root"; None: not in the map
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,8 @@ class ProfileSession:
     sites: list[SiteStats]
     coverage_error: float  # |sections + unmarked - total| / total (busy time)
     function: Optional[str] = None
-    weight_rule: str = "op-count"  # how fused dispatches were split (from the section map)
+    weight_rule: str = "op-count"  # how fused dispatches were split: "cost", "op-count", or "mixed" (see split_rules)
+    split_rules: dict[str, int] = json_field(default_factory=dict)  # sites split between sections, by rule
     # per-event data for timelines; None after from_json
     attribution: Optional[Attribution] = json_field(stored=False, default=None)
     call_time: Optional[CallTime] = None  # where the calls' time went beside dispatches (queue_time.py)
@@ -219,6 +222,8 @@ class ProfileSession:
             )
         timing, memory = call_time_and_memory(events["start_ns"], events["end_ns"], attribution.queue_spans,
                                               attribution.memory, attribution.calls)
+        sites = _sites(attribution, section_map, sums)
+        split_rules = Counter(site.rule for site in sites if len(site.sections) > 1 and site.rule)
         return cls(
             total_ns=sums.total_ns,
             wall_ns=total_wall,
@@ -227,10 +232,11 @@ class ProfileSession:
             warmup=attribution.warmup,
             calls_known=attribution.calls_known,
             sections=rows,
-            sites=_sites(attribution, section_map, sums),
+            sites=sites,
             coverage_error=coverage_error,
             function=function,
-            weight_rule=section_map.weight_rule,
+            weight_rule=_weight_rule(split_rules, section_map.weight_rule),
+            split_rules=dict(sorted(split_rules.items())),
             attribution=attribution,
             call_time=timing,
             memory=memory,
@@ -575,6 +581,13 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> int:
     return int((block_ends - block_starts).sum())
 
 
+def _weight_rule(split_rules: Counter, map_rule: str) -> str:
+    """The one rule the split sites used ("mixed" when they differ; the map's when none was split)."""
+    if len(split_rules) > 1:
+        return "mixed"
+    return next(iter(split_rules), map_rule)
+
+
 def _sites(attribution: Attribution, section_map: SectionMap, sums: EventSums) -> list[SiteStats]:
     """Aggregate events per dispatch site (static dispatches without a site id stand alone)."""
     slots = attribution.slots
@@ -607,6 +620,7 @@ def _sites(attribution: Attribution, section_map: SectionMap, sums: EventSums) -
                 shared_executable=False,
                 bindings=map_sites[site].bindings if site in map_sites else [],
                 flops=map_sites[site].flops if site in map_sites else None,
+                rule=map_sites[site].rule if site in map_sites else None,
             )
         )
     for row in rows:

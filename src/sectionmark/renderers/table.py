@@ -124,6 +124,19 @@ def zone_stats_text(rows: list, width: int = 160) -> str:
     return buffer.getvalue()
 
 
+RULE_WORDS = {"cost": "by estimated cost (FLOPs and bytes)", "op-count": "by op count (shapes not static)",
+              "root": "to the section of the root op"}
+
+
+def split_rule_text(session: ProfileSession) -> str:
+    """How fused dispatches were split: the one rule, or each rule with its number of sites."""
+    rules = session.split_rules
+    if len(rules) <= 1:
+        return RULE_WORDS.get(session.weight_rule, f"by {session.weight_rule} weight")
+    return ", ".join(f"{RULE_WORDS.get(rule, rule)} at {count} site{'s' if count != 1 else ''}"
+                     for rule, count in sorted(rules.items(), key=lambda item: -item[1]))
+
+
 def notes(session: ProfileSession) -> list[str]:
     """Lines printed under the table: coverage check and how to read it."""
     covered = sum(row.busy_ns for row in session.sections if len(row.path) == 1) + session.unmarked_ns
@@ -134,7 +147,7 @@ def notes(session: ProfileSession) -> list[str]:
     if session.wall_ns < session.total_ns:
         lines.append("wall: where k dispatches overlapped, each got 1/k of that time, split between sections like busy time")
     if any(row.shared_ns for row in session.sections):
-        lines.append(f"{SHARED_MARK} shares fused dispatches with other sections; their time is split by {session.weight_rule} weight")
+        lines.append(f"{SHARED_MARK} shares fused dispatches with other sections; their time is split {split_rule_text(session)}")
     if not session.calls_known:
         lines.append("calls could not be told apart in this profile: per-call percentiles are not shown")
     return lines + call_time_lines(session)
