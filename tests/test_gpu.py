@@ -1,11 +1,13 @@
-"""GPU path on a real NVIDIA GPU: section debug groups become Tracy GPU zones around the dispatch zones.
+"""GPU path on a real NVIDIA GPU: a sectionmark-compiled module runs, and its dispatch zones are the report.
 
 Needs an NVIDIA GPU and IREE's CUDA driver; skips cleanly elsewhere (run with
-``pytest -m gpu``). Expectation (docs/gpu.md): with the tracing runtime, IREE
-3.13's CUDA driver turns hal.command_buffer.begin/end_debug_group into GPU
-zones named after the section, enclosing the dispatch zones (named by their
-executable export) of that section, and `sectionmark profile --device cuda`
-reports exactly those zones.
+``pytest -m gpu``). IREE 3.13's CUDA driver crashes on debug groups (its
+default stream mode records through a deferred command buffer without them:
+docs/gpu.md), so CUDA modules are compiled without; the tracing runtime
+records a GPU zone per dispatch, named by its executable export, and
+`sectionmark profile --device cuda` splits exactly those zones between the
+sections by the map. Section zones around them come from sectionmark's own
+rendering of the report (``prof.save_tracy``).
 
 The module is compiled for IREE's default CUDA target (sm_80 PTX, which the
 driver compiles for newer GPUs): IREE 3.13 refuses ``--iree-cuda-target=sm_90``.
@@ -70,15 +72,14 @@ def dispatch_zones(capture: Capture, keys: set[str], names: set[str]) -> list[tu
     return found
 
 
-def test_in_process_run_has_section_zones_around_dispatch_zones(compiled, tmp_path):
+def test_in_process_run_has_a_zone_per_dispatch(compiled, tmp_path):
     vmfb = compiled.save(tmp_path / "gpu.vmfb")
     script = tmp_path / "run.py"
     script.write_text(RUN)
     capture = read_capture(capture_command([sys.executable, str(script), str(vmfb)], tmp_path / "gpu.tracy"))
     keys = {c.key for b in compiled.section_map.command_buffers for c in b.commands if c.op == "dispatch"}
-    found = dispatch_zones(capture, keys, {"Block", "Attn", "MLP"})
+    found = dispatch_zones(capture, keys, set())
     assert len(found) == 3 * len(keys)
-    assert {path for _key, path, _d in found} == {("Block", "Attn"), ("Block", "MLP")}
 
 
 def test_profile_on_cuda_reports_the_dispatch_zones(compiled, tmp_path):
@@ -88,14 +89,7 @@ def test_profile_on_cuda_reports_the_dispatch_zones(compiled, tmp_path):
     session = sm.profile(compiled, args=ARGS, device="cuda", iterations=5, warmup=0, quiet=True, keep_profile=kept)
     capture = read_capture(kept)
     commands = {c.key: c for b in compiled.section_map.command_buffers for c in b.commands if c.op == "dispatch"}
-    found = dispatch_zones(capture, set(commands), {"Block", "Attn", "MLP"})
-
-    # Section zones are there and nested as the sections; dispatch zones sit inside them.
-    gpu_names = {zone.name for track in capture.gpu_contexts for zone in track.zones}
-    assert {"Block", "Attn", "MLP"} <= gpu_names
-    for key, path, _duration in found:
-        heaviest = max(commands[key].shares, key=lambda share: share.weight).path
-        assert path == tuple(heaviest), (key, path)
+    found = dispatch_zones(capture, set(commands), set())
 
     # The report is the zones: per-section busy = the dispatch zones' durations split by the map's shares.
     assert session.calls == 5 and len(found) == 5 * len(commands)
@@ -107,3 +101,10 @@ def test_profile_on_cuda_reports_the_dispatch_zones(compiled, tmp_path):
                 want[tuple(share.path[:depth])] = want.get(tuple(share.path[:depth]), 0.0) + duration * share.weight
     assert {row.path: row.busy_ns for row in session.section_rows} == pytest.approx(want, rel=1e-9)
     assert set(want) == SECTIONS
+
+    # The report's own Tracy capture: section zones nested as the sections, each dispatch inside its section.
+    rendered = read_capture(session.save_tracy(tmp_path / "sections.tracy"))
+    nested = dispatch_zones(rendered, set(commands), {"Block", "Attn", "MLP"})
+    assert len(nested) == len(found)
+    for key, path, _duration in nested:
+        assert path[:1] == ("Block",) and path[-1] in {s.path[-1] for s in commands[key].shares if s.path}, (key, path)

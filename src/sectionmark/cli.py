@@ -165,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("--input-type", default="auto", choices=INPUT_TYPES,
                           help="MLIR input dialects: %(choices)s (default: auto, from the MLIR)")
     compile_.add_argument("--no-markers", action="store_true", help="plain IREE compile, no section map")
-    compile_.add_argument("--no-debug-groups", action="store_true", help="section map only, no HAL debug groups")
+    compile_.add_argument("--no-debug-groups", action="store_true", help="section map only, no HAL debug groups (always so for cuda and rocm, whose IREE 3.13 runtime "
+                               "crashes on them)")
     compile_.add_argument("--iree-arg", action="append", default=[], metavar="FLAG",
                           help="extra iree-compile flag (repeatable), e.g. --iree-arg=--iree-opt-level=O3")
 
@@ -347,7 +348,7 @@ def _compile(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         raise SectionmarkError(f"no such MLIR file: {source}")
     compiled = compile(
         source, target=args.target, extra_args=args.iree_arg, markers=not args.no_markers,
-        debug_groups=not args.no_debug_groups,
+        debug_groups=False if args.no_debug_groups else None,
         input_type=None if args.input_type == "auto" else args.input_type,
     )
     print(f"wrote {compiled.save(args.output, inputs=inputs)}")

@@ -24,7 +24,7 @@ from sectionmark.compiler.embed import embed_section_map, module_fingerprint
 from sectionmark.compiler.flow import number_sites, restore_executable_locations, weigh_sites
 from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.session import PhasedCompilation, generic_op_views
-from sectionmark.compiler.targets import target_flags
+from sectionmark.compiler.targets import debug_groups_by_default, target_flags
 from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
@@ -80,7 +80,7 @@ def compile(
     target: str = "llvm-cpu",
     extra_args: Sequence[str] = (),
     markers: bool = True,
-    debug_groups: bool = True,
+    debug_groups: Optional[bool] = None,
     input_type: Optional[str] = None,
 ) -> CompiledExport:
     """Compile ``source`` for ``target``.
@@ -91,7 +91,9 @@ def compile(
     module goes to the compiler as MLIR bytecode, never as text.
     ``input_type`` defaults to the export's, else IREE's ``auto``.
     ``debug_groups=False`` records the section map without touching the
-    command buffers.
+    command buffers; the default (None) puts debug groups around sections
+    except on CUDA and ROCm, whose IREE 3.13 runtime crashes on them
+    (`sectionmark.compiler.targets.WITHOUT_DEBUG_GROUPS`).
     """
     export = as_sectioned_export(source)
     if input_type is None:
@@ -101,9 +103,11 @@ def compile(
 
 
 def compile_with_flags(
-    source: Source, flags: Sequence[str], target: str, markers: bool = True, debug_groups: bool = True
+    source: Source, flags: Sequence[str], target: str, markers: bool = True, debug_groups: Optional[bool] = None
 ) -> CompiledExport:
     """`compile` with exactly ``flags`` (all of them: target, input type, options); ``target`` names the map's."""
+    if debug_groups is None:
+        debug_groups = debug_groups_by_default(target)
     export = as_sectioned_export(source)
     compilation = PhasedCompilation(flags)
     try:

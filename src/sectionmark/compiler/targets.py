@@ -22,6 +22,19 @@ TARGET_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Targets whose runtime cannot take debug groups: IREE 3.13's CUDA and HIP drivers record
+# command buffers (in their default stream mode) through ``iree_hal_deferred_command_buffer``,
+# whose vtable has no ``begin_debug_group`` / ``end_debug_group``: a module with debug groups
+# dies calling a null entry (SIGSEGV, seen on an NVIDIA H200; docs/gpu.md). Their sections are
+# attributed from the section map alone (sectionmark.tracy.dispatch_zones).
+WITHOUT_DEBUG_GROUPS = frozenset({"cuda", "rocm", "hip"})
+
+
+def debug_groups_by_default(target: str) -> bool:
+    """Whether sectionmark puts debug groups around sections for ``target`` unless told otherwise."""
+    return target not in WITHOUT_DEBUG_GROUPS
+
+
 def target_flags(target: str) -> tuple[str, ...]:
     """The device flags for ``target``, or a one-line error naming the known ones."""
     try:
