@@ -238,7 +238,7 @@ class ResNetStyle(torch.nn.Module):
             return self.head(y.mean(dim=(2, 3)))
 
 
-CNN_SECTIONS = {("Residual",), ("Head",)} | {
+CNN_SECTIONS = {("Residual",), ("Head",), ("Block 0",), ("Block 1",)} | {
     (f"Block {index}", op) for index in range(2) for op in ("Conv", "BatchNorm", "ReLU")
 }
 
