@@ -7,7 +7,10 @@
 #   .gpu/  nanogpt-{torch,jax}/: the demo exported and compiled for `cuda` (model.vmfb + model.sections.json),
 #          tokens.npy, reference_logits.npy (the eager model here); prebuilt-compile/: the sm.compile calls of
 #          tests/test_gpu.py, compiled for cuda (iree-base-compiler, 83 MB, cannot be sent);
-#          tracy-csvexport-0.11.2.gz (Tracy's own reader, from shared/tools); MANIFEST.txt, SHA256SUMS
+#          tracy-csvexport-0.11.2.gz (Tracy's own reader, from shared/tools); MANIFEST.txt, SHA256SUMS;
+#          nanogpt-torch-groups/model.vmfb: the torch demo with debug groups forced (debug_groups=True), for
+#          gpu_check.sh's informational experiment (sectionmark compiles CUDA modules without them: IREE 3.13's
+#          CUDA runtime crashes on them in its default stream mode)
 # then tries gpu_check.sh on this CPU machine (GPU_CHECK_SIMULATE: the CUDA runs replaced by simulated
 # captures) in the project's venv and, unless --no-py312, in a Python 3.12 venv shaped like the GPU machine
 # (no IREE, no ml_dtypes, no zstandard, old setuptools) that installs from .whl/ as the GPU machine does.
@@ -70,6 +73,7 @@ from run import export
 
 out = Path(".gpu")
 config = CONFIGS["small"]
+GROUP_OP = b"begin_debug_group"  # the HAL import a module with debug groups calls
 
 
 def eager_logits(framework, tokens):
@@ -93,6 +97,8 @@ for framework in ("torch", "jax"):
         exported, tokens = export(framework, config)
     compiled = sm.compile(exported, target="cuda")
     compiled.save(folder / "model.vmfb")
+    # CUDA: no debug groups by default (sectionmark.compiler.targets.WITHOUT_DEBUG_GROUPS).
+    assert GROUP_OP not in compiled.vmfb, f"nanogpt-{framework}: the cuda module has debug groups"
     np.save(folder / "tokens.npy", tokens)
     np.save(folder / "reference_logits.npy", eager_logits(framework, tokens))
     # The embedded map is the map (gpu_check.sh reports with --map model.vmfb).
@@ -101,6 +107,15 @@ for framework in ("torch", "jax"):
     print(f"  nanogpt-{framework}: {compiled.sections_summary}; {dispatches} dispatches per call; "
           f"{len(compiled.vmfb)} bytes; tokens {tokens.dtype}{list(tokens.shape)} "
           f"({time.perf_counter() - started:.1f} s)")
+    if framework == "torch":  # the experiment's module: the same export with debug groups forced
+        groups = sm.compile(exported, target="cuda", debug_groups=True)
+        assert GROUP_OP in groups.vmfb, "debug_groups=True compiled no debug groups"
+        assert [(c.op, c.key) for b in groups.section_map.command_buffers for c in b.commands] == \
+            [(c.op, c.key) for b in compiled.section_map.command_buffers for c in b.commands]
+        (out / "nanogpt-torch-groups").mkdir()
+        groups.save(out / "nanogpt-torch-groups" / "model.vmfb")
+        print(f"  nanogpt-torch-groups: the same with debug groups ({len(groups.vmfb)} bytes; "
+              f"{groups.vmfb.count(GROUP_OP)} mentions of {GROUP_OP.decode()})")
 
 # tests/test_gpu.py compiles in a fixture: `sm.compile(MLIR, target="cuda")`. Make sure that is still all it
 # compiles, then compile exactly that (twice: the compile is deterministic, so a module compiled here is the
@@ -114,6 +129,7 @@ import test_gpu  # noqa: E402  (its skipif probe finds no GPU here)
 first, second = sm.compile(test_gpu.MLIR, target="cuda"), sm.compile(test_gpu.MLIR, target="cuda")
 assert first.vmfb == second.vmfb and first.section_map.dumps() == second.section_map.dumps(), "compile not deterministic"
 key = compile_key(test_gpu.MLIR, target="cuda")
+assert GROUP_OP not in first.vmfb, "tests/test_gpu.py's cuda module has debug groups"
 saved = first.save(out / "prebuilt-compile" / f"{key}.vmfb")
 assert read_section_map(saved).dumps() == first.section_map.dumps()
 (out / "prebuilt-compile" / "index.json").write_text(json.dumps(
@@ -157,6 +173,7 @@ python -c 'import sys; t, w, g = (int(x) / 2**20 for x in sys.argv[1:]); print(f
 say "self-test 1: syntax, helpers, every sectionmark command line of gpu_check.sh parses"
 bash -n scripts/gpu_check.sh
 python -m py_compile "$helpers"/*.py
+grep -q -- '--tracy sections.tracy' scripts/gpu_check.sh
 python - <<'EOF'
 from sectionmark.cli import build_parser
 g, w = ".gpu/nanogpt-torch", "/tmp"
@@ -164,7 +181,7 @@ lines = [
     ["profile", f"{g}/model.vmfb", "--input", f"{g}/tokens.npy", "--device", "cuda", "-n", "20", "--warmup", "3",
      "--keep-profile", "run.tracy", "--json", "sections.json"],
     ["report", "run.tracy", "--map", f"{g}/model.vmfb", "--warmup", "3", "--calls", "23", "--json", "report.json",
-     "--table", "report-table.txt"],
+     "--table", "report-table.txt", "--tracy", "sections.tracy"],
     ["report", "run.tracy", "--map", f"{g}/model.vmfb", "--warmup", "0", "--calls", "23", "--json", "report-all.json"],
     ["report", "run.tracy", "--map", f"{g}/model.vmfb", "--warmup", "3", "--calls", "23", "--csv", "sections.csv",
      "--perfetto", "run.perfetto.json", "--kernels", "kernels.txt", "--components", "components.txt", "--sites", "--by", "name"],
@@ -230,6 +247,27 @@ eager = {k: v for k, v in results.items() if k.endswith("verify-eager")}
 failed = [(k, r["check"]) for k, v in eager.items() for r in v if not r["ok"] and "GPU zones" not in r["check"]]
 assert len(eager) == 2 and not failed, (sorted(eager), failed)
 print(f"  eager captures on local-task: every check but the GPU zones' passed (torch and jax)")
+EOF
+python - "$helpers/work-venv" <<'EOF'
+import json, re, sys
+from pathlib import Path
+work = Path(sys.argv[1])
+# The simulated raw captures hold no section zones (as a module without debug groups on the GPU); the
+# report's capture does, around every dispatch zone.
+results = {k: {r["check"]: r for r in v} for k, v in
+           ((p.parent.name, json.loads(p.read_text())) for p in work.glob("*/verify-profile.json"))}
+for framework, checks in sorted(results.items()):
+    raw = checks["capture: dispatch zones and no section zones (module compiled without debug groups)"]
+    nested = checks["report's Tracy capture: section zones nest their dispatch zones (sectionmark reader)"]
+    assert raw["ok"] and nested["ok"], (raw, nested)
+    print(f"  {framework}: raw {raw['detail']}; report's capture {nested['detail']}")
+# The experiment ran (without a GPU every run fails: recorded, not failed) and its summary lines are there.
+record = json.loads((work / "experiment" / "experiment.json").read_text())
+assert record["module_has_debug_groups"] and [r["run"] for r in record["runs"]] == \
+    ["plain-graphs", "tracing-graphs-capture", "plain-default-flags"], record
+summary = (work / "summary.txt").read_text()
+assert re.search(r"^experiment +rc=0 ", summary, re.M) and "tracing-graphs-capture: rc=" in summary, summary
+print("  experiment: " + "; ".join(f"{r['run']} {r['outcome'][:60]!r}" for r in record["runs"]))
 EOF
 
 if [ "$py312" = 1 ]; then

@@ -19,6 +19,7 @@ SectionPath = tuple[str, ...]
 LOC_PREFIX = "sectionmark:"
 JAX_SCOPE_PREFIX = "sm:"
 BACKWARD_SUFFIX = " (backward)"
+RECOMPUTE_SUFFIX = " (recompute)"  # forward ops that jax.checkpoint recomputes in the backward pass
 UNMARKED = "(unmarked)"
 
 

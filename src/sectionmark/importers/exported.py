@@ -14,9 +14,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from sectionmark.errors import SectionmarkError
+from sectionmark.errors import SectionmarkError, first_line
 from sectionmark.locations import section_paths
-from sectionmark.paths import BACKWARD_SUFFIX, SectionPath, format_path
+from sectionmark.paths import BACKWARD_SUFFIX, RECOMPUTE_SUFFIX, SectionPath, format_path
 
 
 def _declare(found: dict[SectionPath, None], path: SectionPath) -> None:
@@ -29,13 +29,16 @@ def _declare(found: dict[SectionPath, None], path: SectionPath) -> None:
 
 
 def find_sections(mlir_text: str) -> tuple[SectionPath, ...]:
-    """Every section path mentioned in the locations of an MLIR text, and their parents, in order."""
-    found: dict[SectionPath, None] = {}
-    for line in mlir_text.splitlines():
-        if "loc(" in line:
-            for path in section_paths(line):
-                _declare(found, path)
-    return tuple(found)
+    """Every section path in the locations of an MLIR text, and their parents, in order (see `module_sections`)."""
+    from iree.compiler import ir
+
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        try:
+            module = ir.Module.parse(mlir_text)
+        except ir.MLIRError as error:
+            raise SectionmarkError(f"cannot read sections from MLIR that does not parse: {first_line(str(error))}") from None
+        return module_sections(module.operation)
 
 
 def module_sections(module: Any) -> tuple[SectionPath, ...]:
@@ -43,23 +46,84 @@ def module_sections(module: Any) -> tuple[SectionPath, ...]:
 
     Reads each op's location only (never its attributes, which hold the
     weights), and prints each distinct location once: locations are uniqued,
-    so their attribute identifies them.
+    so their attribute identifies them. The ops of a private function are in
+    the sections of the calls to it too (a JAX scan body or nested jit names
+    its ops relative to the call), as they will be once the compiler inlines
+    them: each is read as ``callsite(<op> at <call>)``.
     """
     from iree.compiler import ir
 
+    printed: dict[ir.Attribute, str] = {}
+
+    def text(location: ir.Location) -> str:
+        key = location.attr
+        if key not in printed:
+            printed[key] = _inner_location(str(location))
+        return printed[key]
+
+    functions: dict[str, _FunctionLocations] = {}
+    order: list[_FunctionLocations] = []
+    for top in module.regions[0].blocks[0].operations:
+        top = top.operation
+        attributes = top.attributes
+        name = ir.StringAttr(attributes["sym_name"]).value if "sym_name" in attributes else None
+        private = "sym_visibility" in attributes and ir.StringAttr(attributes["sym_visibility"]).value == "private"
+        function = _FunctionLocations(private and name is not None)
+        if name is not None:
+            functions[name] = function
+        order.append(function)
+
+        def visit(op: ir.Operation, function: _FunctionLocations = function) -> ir.WalkResult:
+            function.locations.setdefault(text(op.location), None)
+            if "callee" in op.attributes:
+                callee = str(op.attributes["callee"]).lstrip("@").strip('"')
+                function.calls.append((callee, text(op.location)))
+            return ir.WalkResult.ADVANCE
+
+        top.walk(visit, ir.WalkOrder.PRE_ORDER)
+
     found: dict[SectionPath, None] = {}
-    seen: set[ir.Attribute] = set()
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        location = op.location
-        if location.attr not in seen:
-            seen.add(location.attr)
-            for path in section_paths(str(location)):
-                _declare(found, path)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit, ir.WalkOrder.PRE_ORDER)
+    for function in order:
+        for context in _call_contexts(function, functions, order):
+            for location in function.locations:
+                whole = location if context is None else f"callsite({location} at {context})"
+                for path in section_paths(f"loc({whole})"):
+                    _declare(found, path)
     return tuple(found)
+
+
+class _FunctionLocations:
+    """One top-level op's distinct op locations (printed, without ``loc(...)``) and the calls it makes."""
+
+    __slots__ = ("private", "locations", "calls")
+
+    def __init__(self, private: bool):
+        self.private = private
+        self.locations: dict[str, None] = {}
+        self.calls: list[tuple[str, str]] = []  # (callee, location of the call)
+
+
+def _call_contexts(function: _FunctionLocations, functions: dict[str, _FunctionLocations],
+                   order: list[_FunctionLocations], depth: int = 0) -> list[Optional[str]]:
+    """Where ``function``'s ops run: None (as written) for a public one, else each call's location,
+    itself within its caller's calls (recursion stops after a few levels)."""
+    if not function.private or depth > _MAX_CALL_DEPTH:
+        return [None]
+    contexts: list[Optional[str]] = []
+    for caller in order:
+        for callee, location in caller.calls:
+            if functions.get(callee) is function:
+                for outer in _call_contexts(caller, functions, order, depth + 1):
+                    contexts.append(location if outer is None else f"callsite({location} at {outer})")
+    return contexts or [None]
+
+
+_MAX_CALL_DEPTH = 8
+
+
+def _inner_location(printed: str) -> str:
+    """``loc(X)`` -> ``X``."""
+    return printed[4:-1] if printed.startswith("loc(") and printed.endswith(")") else printed
 
 
 class SectionedExport:
@@ -142,10 +206,22 @@ def warn_empty_sections(entered: list[SectionPath], found: tuple[SectionPath, ..
     """One warning line per section entered while the framework traced that owns no op.
 
     A section owns an op when it or a section nested in it does; a forward
-    section whose ops all landed in the backward pass (" (backward)") counts.
+    section whose ops all landed in the backward pass (" (backward)") or in a
+    recomputation (" (recompute)") counts. A path entered inside a function
+    traced on its own (a JAX scan body, a nested jit) is relative to where the
+    function is called: it counts when it runs inside any found path.
     """
-    owning = {path[:depth] for path in found for depth in range(1, len(path) + 1)}
-    owning |= {tuple(name.removesuffix(BACKWARD_SUFFIX) for name in path) for path in owning}
+    owning: set[SectionPath] = set()
+    for path in found:
+        names = tuple(_without_suffix(name) for name in path)
+        owning.update(names[start:end] for start in range(len(names)) for end in range(start + 1, len(names) + 1))
     for path in entered:
         if path not in owning:
             warnings.warn(f"sectionmark: section {format_path(path)!r} produced no ops in the export", stacklevel=3)
+
+
+def _without_suffix(name: str) -> str:
+    for suffix in (BACKWARD_SUFFIX, RECOMPUTE_SUFFIX):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
