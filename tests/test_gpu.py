@@ -106,5 +106,5 @@ def test_profile_on_cuda_reports_the_dispatch_zones(compiled, tmp_path):
     rendered = read_capture(session.save_tracy(tmp_path / "sections.tracy"))
     nested = dispatch_zones(rendered, set(commands), {"Block", "Attn", "MLP"})
     assert len(nested) == len(found)
-    for key, path, _duration in nested:
-        assert path[:1] == ("Block",) and path[-1] in {s.path[-1] for s in commands[key].shares if s.path}, (key, path)
+    for key, path, _duration in nested:  # one stream: no dispatch overlaps another, so none is on a lane
+        assert path == tuple(max(commands[key].shares, key=lambda share: share.weight).path), (key, path)

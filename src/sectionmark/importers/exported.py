@@ -216,7 +216,7 @@ def warn_empty_sections(entered: list[SectionPath], found: tuple[SectionPath, ..
         names = tuple(_without_suffix(name) for name in path)
         owning.update(names[start:end] for start in range(len(names)) for end in range(start + 1, len(names) + 1))
     for path in entered:
-        if path not in owning:
+        if tuple(_without_suffix(name) for name in path) not in owning:
             warnings.warn(f"sectionmark: section {format_path(path)!r} produced no ops in the export", stacklevel=3)
 
 

@@ -9,8 +9,9 @@ Python bindings cannot profile in-process in IREE 3.13, so we run
 * CUDA, HIP: IREE 3.13 has no HAL-native profiling there ("CUDA HAL-native
   profiling is not implemented"), so the tool of the *tracing* runtime runs
   under a headless Tracy capture, with the driver's GPU zones at dispatch
-  verbosity (``--cuda_tracing=2``): debug groups and dispatches become GPU
-  zones in a ``.tracy``;
+  verbosity (``--cuda_tracing=2``): each dispatch becomes a GPU zone in a
+  ``.tracy`` (modules for these targets have no debug groups: the runtime
+  crashes on them, see `sectionmark.compiler.targets`);
 * Vulkan: HAL-native profiling with the families its driver records (queue,
   dispatch, executable metadata; no host-execution).
 
