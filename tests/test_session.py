@@ -333,7 +333,8 @@ def test_json_is_the_documented_schema():
         "per_call": {"mean_ns": 170_000, "min_ns": 170_000, "max_ns": 170_000, "p50_ns": 170_000, "p95_ns": 170_000},
     }
     assert data == {"version": 2, "function": "main", "weight_rule": "cost", "total_ns": 200_000, "wall_ns": 150_000,
-                    "unmarked_ns": 0, "calls": 1, "warmup": 0, "calls_known": True, "coverage_error": 0.0, "call_time": None, "memory": None}
+                    "unmarked_ns": 0, "calls": 1, "warmup": 0, "calls_known": True, "coverage_error": 0.0, "call_time": None, "memory": None,
+                    "split_rules": {"cost": 1}}
     assert sections[0] == {
         "path": ["A"], "name": "A", "unmarked": False, "busy_ns": 170_000, "exclusive_ns": 170_000,
         "shared_ns": 70_000, "shared_with": [{"path": ["B"], "ns": 30_000}], "wall_ns": 127_500,
@@ -348,7 +349,7 @@ def test_json_is_the_documented_schema():
     assert sites[1] == {
         "site": 1, "key": "main_dispatch_1", "executable": None, "workgroups": None, "binding_bytes": None,
         "sections": [{"path": ["A"], "weight": 0.7}, {"path": ["B"], "weight": 0.3}], "dispatches": 1,
-        "busy_ns": 100_000, "shared_executable": False, "bindings": [], "flops": None,
+        "busy_ns": 100_000, "shared_executable": False, "bindings": [], "flops": None, "rule": "cost",
     }
     assert all(isinstance(row[key], int) for row in sections for key in row if key.endswith("_ns"))
 
