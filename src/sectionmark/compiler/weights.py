@@ -21,7 +21,8 @@ count would give each a third. The estimate, per op of the site's body:
   indexing maps (gather, scatter, sort) one FLOP per result element.
 * **Bytes** read from outside the dispatch: an operand loaded from a dispatch
   input (``iree_tensor_ext.dispatch.tensor.load``) costs its loaded size,
-  split between the body ops that read it. Values produced inside the dispatch
+  split between the body ops computed from it; a gather's ``tensor.extract``
+  costs the elements it reads. Values produced inside the dispatch
   stay in registers or cache and cost nothing; the dispatch's outputs are
   written once whichever sections fused into it, so stores are not charged.
 * One estimate: ``flops + FLOPS_PER_BYTE * bytes``, i.e. FLOP-equivalents at
@@ -53,6 +54,7 @@ from sectionmark.paths import SectionPath
 FLOPS_PER_BYTE = 4
 
 LOAD_OP = "iree_tensor_ext.dispatch.tensor.load"
+EXTRACT_OP = "tensor.extract"  # in a linalg body: an element of a table the body does not take as an argument
 ATTENTION_OP = "iree_linalg_ext.attention"
 # Scalar ops in a structured op's body that do no arithmetic.
 _FREE_BODY_OPS = ("linalg.yield", "linalg.index", "arith.constant", "iree_linalg_ext.yield", "scf.yield")
@@ -339,7 +341,9 @@ def _body_flops(
     A body argument is read by every op computed from it, directly or through other body ops:
     in ``tanh(exp(x) * 2)`` the load of ``x`` feeds all three, whichever section each is in
     (the value stays in a register between them). A body argument copied straight to the
-    output (``linalg.yield``) is the op's own read. Operands are followed by the walk, not by
+    output (``linalg.yield``) is the op's own read. A ``tensor.extract`` from a table the body does
+    not take as an argument (an embedding lookup) reads one element per point: its section is
+    charged those bytes. Operands are followed by the walk, not by
     ``Value.uses``: that gives typed op views, whose first use imports the dialect's Python package.
     """
     argument_numbers = {argument: number for number, argument in enumerate(body.arguments)}
@@ -359,9 +363,13 @@ def _body_flops(
                     readers[number].append(path)
             return ir.WalkResult.ADVANCE
         read = nothing.union(*(sources.get(operand, nothing) for operand in operands))
-        if read:  # not index arithmetic: work
+        if name == EXTRACT_OP:  # a gather's read of its table: one element per iteration point
+            reader = paths(inner, path)
+            costs[reader].bytes += points * element_bytes(ir.ShapedType(operands[0].type).element_type)
+        elif read:  # not index arithmetic: work
             reader = paths(inner, path)
             costs[reader].flops += points
+        if read:
             for number in read:
                 readers[number].append(reader)
             for result in inner.results:
