@@ -39,3 +39,33 @@ def test_jax_name_stack_forward_and_backward():
 def test_several_paths_are_all_reported_once():
     loc = 'loc(fused["sectionmark:A"(unknown), "sectionmark:B"(unknown), "sectionmark:A"(unknown)])'
     assert section_paths(loc) == [("A",), ("B",)]
+
+
+def test_an_op_inlined_from_a_private_function_is_in_the_calls_sections_then_its_own():
+    scan_body = ('loc(callsite("sm:Attention/dot_general"(callsite("f"("x.py":1:2 to :5) at "g"("y.py":3:4))) '
+                 'at "jit(f)/sm:Layers/while/body/closed_call"("x.py":9:0)))')
+    assert section_path(scan_body) == ("Layers", "Attention")
+    unmarked_in_helper = 'loc(callsite("mul"("x.py":1:2) at "jit(f)/sm:Outer/jit(helper)"("z.py":2:2)))'
+    assert section_path(unmarked_in_helper) == ("Outer",)
+    two_levels = ('loc(callsite(callsite("sm:Inner/mul"("x.py":1:2) at "sm:Mid/jit(h2)"("y.py":1:1)) '
+                  'at "jit(f)/sm:Outer/jit(h1)"("z.py":2:2)))')
+    assert section_path(two_levels) == ("Outer", "Mid", "Inner")
+    backward = 'loc(callsite("sm:Attention/mul"("x.py":1:2) at "jit(g)/transpose(jvp(sm:Layers))/while/body/closed_call"("x.py":3:2)))'
+    assert section_path(backward) == ("Layers (backward)", "Attention (backward)")
+    torch_inlined = 'loc(callsite("sectionmark:Block/Conv"("cnn.py":1:0) at "source.mlir":2:1))'
+    assert section_path(torch_inlined) == ("Block", "Conv")  # our paths are absolute
+
+
+def test_jax_transforms_name_a_level_once_and_remat_is_recompute():
+    stack = 'loc("jit(g)/transpose(jvp(sm:Outer))/jvp(sm:Outer)/checkpoint/{}"("a.py":1:1))'
+    assert section_path(stack.format("sm:Inner/mul")) == ("Outer (backward)", "Inner (backward)")
+    assert section_path(stack.format("rematted_computation/sm:Inner/cos")) == ("Outer (backward)", "Inner (recompute)")
+    assert section_path('loc("jit(f)/sm:A/sm:A/add"("a.py":1:1))') == ("A", "A")  # nested as written
+    # a section around the grad call stays forward; what is inside the transpose is backward
+    assert section_path('loc("jit(f)/sm:Train/transpose(jvp(sm:Block))/mul"("a.py":1:1))') == (
+        "Train", "Block (backward)")
+
+
+def test_a_line_of_mlir_text_with_location_aliases():
+    assert section_paths('#loc5 = loc("sm:Attention/tanh"(#loc3))') == [("Attention",)]
+    assert section_path('loc(fused<"x">["jit(f)/mul"("a.py":1:1), "jit(f)/sm:Z/add"("a.py":1:1)])') == ("Z",)

@@ -250,3 +250,19 @@ def test_the_table_and_json_say_which_rule_split_each_site():
     assert sorted(site["rule"] for site in data["sites"]) == ["cost", "op-count"]
     assert "by estimated cost (FLOPs and bytes) at 1 site, by op count (shapes not static) at 1 site" in " ".join(prof.table().split())
     assert type(prof).from_json(data).split_rules == {"cost": 1, "op-count": 1}
+
+
+def test_the_op_count_fallback_keeps_unmarked_ops_unmarked():
+    """Dynamic shapes: ops are counted, and an unmarked one fused between two sections counts as unmarked."""
+    source = """
+    func.func @main(%a: tensor<?x16xf32>) -> tensor<?x16xf32> {
+      %0 = math.exp %a : tensor<?x16xf32> loc("sectionmark:A"("d.py":1:0))
+      %1 = arith.mulf %0, %0 : tensor<?x16xf32> loc("d.py":2:0)
+      %2 = arith.subf %1, %0 : tensor<?x16xf32> loc("d.py":3:0)
+      %3 = math.tanh %2 : tensor<?x16xf32> loc("sectionmark:B"("d.py":4:0))
+      return %3 : tensor<?x16xf32>
+    }
+    """
+    (site,) = smc.compile(source).section_map.sites
+    assert site.rule == "op-count"
+    assert _weights(site) == {("A",): 0.25, (): 0.5, ("B",): 0.25}
