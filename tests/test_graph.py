@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import html
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -154,3 +157,78 @@ def test_nanogpt_graph_renders(tmp_path):
     assert len(nodes) > len(session.sites) and "Self Attention" in text
     assert any("read by" in label for _s, _t, label in edges)
     render_svg(text, tmp_path)
+
+
+# ---------------------------------------------------------------------------- hostile strings in a browser
+
+CHROMIUM = "/usr/bin/chromium"
+MARK = "PWNED"  # the payloads spell it only in pieces: the word appears in a page only if a payload ran
+PAYLOAD = ("\"'><img src=x onerror=\"document.title='PW'+'NED'\"><script>document.title='PW'+'NED'</script>"
+           "<svg onload=\"document.title='PW'+'NED'\"></svg><!-- --> ]]> \\")
+
+
+def scripts_ran(pages: list) -> list:
+    """The pages (HTML or SVG files) in which headless Chromium saw a payload change ``document.title``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def load(page):
+        profile = page.with_name(page.name + ".chromium")
+        done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+                               "--virtual-time-budget=2000", "--dump-dom", page.resolve().as_uri()],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "<" in done.stdout, done.stderr[-2000:]
+        return MARK in done.stdout
+
+    with ThreadPoolExecutor(8) as pool:
+        return [page for page, ran in zip(pages, pool.map(load, pages)) if ran]
+
+
+def _string_values(node, found: set) -> set:
+    if isinstance(node, str):
+        found.add(node)
+    for child in node.values() if isinstance(node, dict) else node if isinstance(node, list) else ():
+        _string_values(child, found)
+    return found
+
+
+def _replaced(node, old: str, new: str):
+    if isinstance(node, dict):
+        return {key: _replaced(value, old, new) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_replaced(value, old, new) for value in node]
+    return new if node == old else node
+
+
+def test_hostile_map_strings_never_run_in_the_html_or_svg_graph(tmp_path, compiled_two_matmuls, inputs, capsys):
+    """Each string value of a real map, in turn, made hostile everywhere it occurs: the report refuses the map
+    in one line or writes a graph (.html, .svg) in which Chromium runs nothing; names and tensors reach the pages."""
+    if not os.path.exists(CHROMIUM) or shutil.which("dot") is None:
+        pytest.skip(f"needs Chromium at {CHROMIUM} (apt-get install chromium) and Graphviz (apt-get install graphviz)")
+    import sectionmark as sm
+    from sectionmark.cli import main
+
+    compiled, vmfb = compiled_two_matmuls
+    profile = tmp_path / "run.ireeprof"
+    sm.profile(vmfb, args=inputs, iterations=1, warmup=0, keep_profile=profile, quiet=True)
+    original = compiled.section_map.to_json()
+    pages_of, refused = {}, []
+    for number, value in enumerate(sorted(_string_values(original, set()))):
+        map_path = tmp_path / f"{number}.sections.json"
+        map_path.write_text(json.dumps(_replaced(original, value, value + PAYLOAD)))
+        for suffix in (".html", ".svg"):
+            page = tmp_path / f"{number}{suffix}"
+            code = main(["report", str(profile), "--map", str(map_path), "--graph", str(page)])
+            printed = capsys.readouterr()
+            assert code in (0, 1), printed.err
+            if code == 1:
+                assert printed.err.count("\n") == 1 and printed.err.startswith("sectionmark: error: "), printed.err
+                refused.append(value)
+                break
+            pages_of.setdefault(value, []).append(page)
+    pages = [page for value_pages in pages_of.values() for page in value_pages]
+    control = tmp_path / "unescaped.html"  # the check itself: a page with the payload as markup does run it
+    control.write_text(f"<!DOCTYPE html><html><head><title>t</title></head><body>{PAYLOAD}</body></html>")
+    assert scripts_ran([*pages, control]) == [control]
+    assert {"read", "write", "cost"} <= set(refused)  # enumerated fields: refused by the map's validation
+    for value in ("Block", "Attn", "input0", "f32"):  # free text: reaches both pages, as text
+        assert len(pages_of[value]) == 2 and all("&lt;img src=x" in page.read_text() for page in pages_of[value]), value

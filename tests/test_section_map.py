@@ -46,6 +46,17 @@ def test_round_trip_and_reached():
         (lambda d: d["command_buffers"][0]["commands"][0].update(site=7), "no dispatch site 7"),
         (lambda d: d.update(sections=[["A"], "A"]), "sections[1]: expected a list"),
         (lambda d: d.update(version=1), "version 1 is not supported"),
+        (lambda d: d["sites"][0]["bindings"].append(
+            {"tensor": "input0", "shape": [4], "tensor_shape": [4], "dtype": "f32", "access": "read<img src=x>",
+             "read_bytes": 16, "written_bytes": 0}), "bindings[0].access: 'read<img src=x>' is not one of"),
+        (lambda d: d["sites"][0].update(rule="<b>"), "sites[0].rule: unknown rule"),
+        (lambda d: d.update(framework="<b>"), "framework: unknown exporter"),
+        (lambda d: d["command_buffers"][0]["commands"][2]["shares"][0].update(path=["C"]),
+         "commands[2].shares[0].path: ['C'] is not one of the map's sections"),
+        (lambda d: d.update(sections=[["A"], ["A", ""]]), "sections[1]: a section path is a list of non-empty names"),
+        # Swapping two dispatches' shares in the commands but not in their sites: which would the table use?
+        (lambda d: d["command_buffers"][0]["commands"][0].update(shares=[{"path": ["A"], "weight": 1.0}]),
+         "commands[0].shares: not the shares of its dispatch site 0"),
     ],
 )
 def test_malformed_maps_name_the_problem(mutate, message):

@@ -26,6 +26,9 @@ EMBEDDED_KEY = "sectionmark.section_map"
 EMBEDDED_JSON_START = '{"version":'  # compact JSON of a map starts so (to_json puts the version first)
 WEIGHT_RULE = "cost"  # docs/section-map.md; sites that cannot be sized say "op-count"
 COMMAND_OPS = ("dispatch", "barrier", "fill", "copy", "update")
+SITE_RULES = ("cost", "op-count", "root")  # DispatchSite.rule
+BINDING_ACCESS = ("read", "write", "readwrite")  # Binding.access
+FRAMEWORKS = ("torch", "jax", "slice")  # SectionMap.framework (or None)
 INITIALIZER_FUNCTION = "__init"  # the VM's name for module initializers (`function` of sites and buffers)
 
 
@@ -169,19 +172,51 @@ class SectionMap:
         return section_map
 
     def _validate(self) -> None:
-        site_ids = {site.id for site in self.sites}
+        """Refuse a map that contradicts itself, so that no renderer meets a value its schema does not allow.
+
+        Enumerated strings must be one of their values (outputs such as the
+        HTML graph print them as they are), every share must name a declared
+        section path of non-empty names (an undeclared one would be reported
+        as a section without dispatches), and a dispatch command must carry
+        exactly its site's shares (the compiler copies them; two copies that
+        differ would make the table depend on which one is read).
+        """
+        if self.framework is not None and self.framework not in FRAMEWORKS:
+            raise SectionMapError(f"malformed section map: framework: unknown exporter {self.framework!r}")
+        declared = set(self.sections)
+        for i, path in enumerate(self.sections):
+            _check_path(path, f"sections[{i}]")
+        site_of = {site.id: site for site in self.sites}
         owners = [(f"sites[{i}]", site.shares) for i, site in enumerate(self.sites)]
+        for i, site in enumerate(self.sites):
+            if site.rule not in SITE_RULES:
+                raise SectionMapError(f"malformed section map: sites[{i}].rule: unknown rule {site.rule!r}")
+            for j, binding in enumerate(site.bindings):
+                if binding.access not in BINDING_ACCESS:
+                    raise SectionMapError(f"malformed section map: sites[{i}].bindings[{j}].access: "
+                                          f"{binding.access!r} is not one of {', '.join(BINDING_ACCESS)}")
         for b, buffer in enumerate(self.command_buffers):
             for c, command in enumerate(buffer.commands):
                 where = f"command_buffers[{b}].commands[{c}]"
                 if command.op not in COMMAND_OPS:
                     raise SectionMapError(f"malformed section map: {where}.op: unknown command {command.op!r}")
-                if command.site is not None and command.site not in site_ids:
+                if command.site is not None and command.site not in site_of:
                     raise SectionMapError(f"malformed section map: {where}.site: no dispatch site {command.site}")
                 owners.append((where, command.shares))
         for where, shares in owners:
             if any(share.weight < 0 for share in shares) or (shares and abs(sum(s.weight for s in shares) - 1) > 1e-6):
                 raise SectionMapError(f"malformed section map: {where}.shares: weights must be >= 0 and sum to 1")
+            for k, share in enumerate(shares):
+                if share.path:
+                    _check_path(share.path, f"{where}.shares[{k}].path")
+                    if share.path not in declared:
+                        raise SectionMapError(f"malformed section map: {where}.shares[{k}].path: "
+                                              f"{list(share.path)} is not one of the map's sections")
+        for b, buffer in enumerate(self.command_buffers):
+            for c, command in enumerate(buffer.commands):
+                if command.site is not None and command.shares != site_of[command.site].shares:
+                    raise SectionMapError(f"malformed section map: command_buffers[{b}].commands[{c}].shares: "
+                                          f"not the shares of its dispatch site {command.site}")
 
     def argument_types(self, function: str) -> Optional[list[str]]:
         """The element types of ``function``'s arguments; None when the map does not know the function."""
@@ -248,6 +283,11 @@ def sidecar_path(vmfb_path: str | Path) -> Path:
     """Where a module's map is saved beside it: ``model.vmfb`` -> ``model.sections.json``."""
     path = Path(vmfb_path)
     return path.with_name(path.stem + ".sections.json")
+
+
+def _check_path(path: SectionPath, where: str) -> None:
+    if not path or not all(path):
+        raise SectionMapError(f"malformed section map: {where}: a section path is a list of non-empty names")
 
 
 def _digest(data: bytes) -> str:

@@ -18,6 +18,7 @@ the tensors they read and write).
 from __future__ import annotations
 
 import html
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -38,11 +39,13 @@ INSTALL_HINT = "install Graphviz for SVG (Debian/Ubuntu: apt-get install graphvi
 SITE_PREFIX = "site "
 
 
+_SITE_RESULT = re.compile(rf"{SITE_PREFIX}(\d+) #\d+")
+
+
 def producer_site(binding: Binding) -> int | None:
-    """The site whose result the binding reads (``site 3 #0`` -> 3), None for program inputs."""
-    if binding.tensor.startswith(SITE_PREFIX):
-        return int(binding.tensor[len(SITE_PREFIX):].split(" #")[0])
-    return None
+    """The site whose result the binding reads (``site 3 #0`` -> 3), None for program inputs (any other name)."""
+    match = _SITE_RESULT.fullmatch(binding.tensor)
+    return int(match.group(1)) if match else None
 
 
 def render(session) -> str:
@@ -132,7 +135,7 @@ def to_html(session, dot_text: str) -> str:
     for row in kernels(session):
         reads = "".join(
             f"<li>{'&larr;' if b.access != 'write' else '&rarr;'} {_link(b)} {html.escape(b.dtype)}"
-            f"[{'x'.join(map(str, b.shape))}] {b.access}, {format_bytes(b.read_bytes or b.written_bytes)}</li>"
+            f"[{'x'.join(map(str, b.shape))}] {html.escape(b.access)}, {format_bytes(b.read_bytes or b.written_bytes)}</li>"
             for b in row.bindings)
         mark = " <b>data movement</b>" if row.data_movement else ""
         items.append(f'<li id="site{row.site}"><b>site {row.site}</b> {html.escape(row.key)}{mark} — '
