@@ -84,7 +84,7 @@ def test_bad_inputs_give_one_error_line(tmp_path, capsys):
     empty_map = tmp_path / "m.sections.json"
     SectionMap(sections=[], command_buffers=[], sites=[]).save(empty_map)
     one_error_line(capsys, ["report", str(garbage), "--map", str(tmp_path / "none.json")],
-                   f"cannot read {tmp_path / 'none.json'}: No such file or directory")
+                   f"cannot read module or section map {tmp_path / 'none.json'}: No such file or directory")
     one_error_line(capsys, ["report", str(garbage), "--map", str(garbage)],
                    f"{garbage}: neither an IREE module (.vmfb) nor a section map (.sections.json)")
     one_error_line(capsys, ["report", str(garbage), "--map", str(empty_map)], f"{garbage}: not a valid IREE profile")
@@ -154,6 +154,36 @@ def test_an_output_in_a_directory_without_write_access_fails_at_once_naming_it(t
         started = time.monotonic()
         one_error_line(capsys, ["tracy", str(sections), "--map", str(sections), "-o", str(target)], f"cannot write {target}")
         assert time.monotonic() - started < 5
+
+
+def test_fifos_and_devices_are_refused_at_once(tmp_path):
+    """Opening a FIFO for reading waits for a writer (for ever), /dev/zero never ends: every input is
+    opened without blocking and refused unless it is a regular file (each command used to hang or fill memory)."""
+    fifo = {name: tmp_path / name for name in ("run.ireeprof", "run.tracy", "m.vmfb", "x.npy", "run.jsonl")}
+    for path in fifo.values():
+        os.mkfifo(path)
+    sections = tmp_path / "m.sections.json"
+    SectionMap(sections=[], command_buffers=[], sites=[]).save(sections)
+    commands = [
+        ["report", str(fifo["run.ireeprof"]), "--map", str(sections)],
+        ["report", str(fifo["run.jsonl"]), "--map", str(sections)],
+        ["report", str(fifo["run.tracy"]), "--map", str(sections)],
+        ["report", str(sections), "--map", str(fifo["m.vmfb"])],
+        ["tracy-stats", str(fifo["run.tracy"])],
+        ["tracy-stats", "/dev/zero"],
+        ["profile", str(fifo["m.vmfb"])],
+        ["profile", "/dev/zero"],
+        ["profile", str(sections), "--input", str(fifo["x.npy"])],
+    ]
+    processes = [subprocess.Popen([sys.executable, "-m", "sectionmark", *argv], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for argv in commands]
+    for argv, process in zip(commands, processes):
+        try:
+            _out, err = process.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            pytest.fail(f"sectionmark {' '.join(argv)} hangs")
+        assert process.returncode == 1 and err.count("\n") == 1 and "not a regular file" in err, (argv, err)
 
 
 def test_a_closed_stdout_exits_quietly(tmp_path):

@@ -186,8 +186,86 @@ def test_bad_recordings_are_one_line(recorded, kv_module, tmp_path, capsys):
 
     (other / "model.vmfb").write_bytes(sm.compile(TWO_MATMULS, target="llvm-cpu").vmfb)
     assert _error_line(["profile", str(other)], capsys) == (
-        f"sectionmark: error: {other}/model.vmfb is not the module this recording was made with: "
-        "it has no function 'decode'")
+        f"sectionmark: error: {other}/model.vmfb is not the module this recording was made with (its SHA-256 is not "
+        "the recorded one): record again with the module you want to profile")
+
+
+def test_profiling_a_recording_never_writes_over_it(recorded, tmp_path, capsys):
+    directory = recorded.recording.save(tmp_path / "recording")
+    before = {path: path.read_bytes() for path in directory.rglob("*") if path.is_file()}
+    for option, target in [("--json", "model.vmfb"), ("--json", "recording.json"), ("--json", "replay.vmfb"),
+                           ("--keep-profile", "inputs/0.npy"), ("--json", "model.sections.json")]:
+        line = _error_line(["profile", str(directory), option, str(directory / target)], capsys)
+        assert line.endswith("it is also an input of this command"), line
+    with pytest.raises(sm.SectionmarkError, match="also an input"):
+        sm.Recording.load(directory).profile(keep_profile=directory / "replay.vmfb")
+    assert {path: path.read_bytes() for path in directory.rglob("*") if path.is_file()} == before
+
+
+def _edited(directory, edit) -> None:
+    path = directory / "recording.json"
+    description = json.loads(path.read_text())
+    edit(description)
+    path.write_text(json.dumps(description))
+
+
+def test_a_recording_whose_files_disagree_is_refused(recorded, kv_module, tmp_path, capsys):
+    """recording.json, model.vmfb and replay.vmfb are checked against each other, not only read."""
+    fewer = recorded.recording.save(tmp_path / "fewer")  # the driver still makes 9 calls: tables would be per 8
+    _edited(fewer, lambda description: description["calls"].pop())
+    assert _error_line(["profile", str(fewer)], capsys) == (
+        f"sectionmark: error: {fewer}/replay.vmfb does not make the calls recording.json lists (one of them was "
+        "replaced or edited): record the program again")
+    same_names = recorded.recording.save(tmp_path / "same-names")  # another model, same module and function names
+    functions = "".join(f"func.func @{name}(%x: tensor<4xf32>) -> tensor<4xf32> {{ return %x : tensor<4xf32> }}\n"
+                        for name in ("prefill", "decode"))
+    other = sm.compile(f"module @{recorded.recording.name} {{\n{functions}}}", target="llvm-cpu")
+    (same_names / "model.vmfb").write_bytes(other.vmfb)
+    assert "is not the module this recording was made with" in _error_line(["profile", str(same_names)], capsys)
+    old = recorded.recording.save(tmp_path / "old")
+    _edited(old, lambda description: description.pop("sha256"))
+    assert "has no checksums (saved by an older sectionmark)" in _error_line(["profile", str(old)], capsys)
+    nested = recorded.recording.save(tmp_path / "nested")
+    (nested / "recording.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert "malformed recording" in _error_line(["profile", str(nested)], capsys)
+
+
+def test_a_recording_of_endless_files_is_one_line_at_once(recorded, tmp_path):
+    """A model or input that is /dev/zero or a FIFO is refused before it is read (it used to be read for ever)."""
+    import os
+    import subprocess
+    import sys
+
+    cases = []
+    for name, target in [("model.vmfb", "/dev/zero"), ("model.vmfb", None), ("replay.vmfb", None),
+                         ("inputs/0.npy", None), ("recording.json", None)]:
+        directory = recorded.recording.save(tmp_path / f"case{len(cases)}")
+        (directory / name).unlink()
+        os.symlink(target, directory / name) if target else os.mkfifo(directory / name)
+        cases.append((directory, name))
+    for directory, name in cases:
+        done = subprocess.run([sys.executable, "-m", "sectionmark", "profile", str(directory)], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("sectionmark: error: ") and "not a regular file" in done.stderr, done.stderr
+
+
+def test_two_saves_at_once_one_wins_the_other_says_why(recorded, tmp_path, monkeypatch):
+    import sectionmark.profiling.record as record_module
+
+    target = tmp_path / "recording"
+    save = record_module.np.save
+
+    def other_save_finishes_meanwhile(*args, **kwargs):  # the other save renames its copy into place now
+        if not target.exists():
+            target.mkdir()
+            (target / "recording.json").write_text("{}")
+        return save(*args, **kwargs)
+
+    monkeypatch.setattr(record_module.np, "save", other_save_finishes_meanwhile)
+    with pytest.raises(sm.SectionmarkError, match="already exists and is not an empty directory"):
+        recorded.recording.save(target)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["recording"]  # no staging copy left behind
 
 
 def test_recording_misuse_is_one_error(kv_module, recorded):

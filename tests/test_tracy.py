@@ -510,6 +510,28 @@ def test_a_capture_with_impossible_zones_is_refused(gpu_capture_path, tmp_path):
     backwards = tmp_path / "backwards.tracy"
     backwards.write_bytes(container(payload[:at] + struct.pack("<q", -500) + payload[at + 8 :]))
     expect_one_line_error(backwards, "corrupt Tracy capture", "'other queue'", "ends before it begins")
+    late = tmp_path / "late.tracy"  # inside its parent (none), but after the capture's own recorded end
+    late.write_bytes(container(payload[:at] + struct.pack("<q", 10**12) + payload[at + 8 :]))
+    expect_one_line_error(late, "corrupt Tracy capture", "'other queue'", "ends after the capture ended")
+    beyond = tmp_path / "beyond.tracy"  # a delta that takes the running time past 64 bits
+    beyond.write_bytes(container(payload[:at] + struct.pack("<q", 2**63 - 1) + payload[at + 8 :]))
+    expect_one_line_error(beyond, "corrupt Tracy capture", "a time beyond 64 bits")
+
+
+def test_a_small_file_never_inflates_to_more_than_its_blocks(tmp_path):
+    """A zstd bomb (one 245-byte block of 64 MiB of zeros) is refused after 64 KiB, not inflated whole."""
+    import tracemalloc
+
+    block = zstandard.ZstdCompressor(level=19).compress(bytes(64 << 20))
+    bomb = tmp_path / "bomb.tracy"
+    bomb.write_bytes(b"tr\xfdP\x01\x01" + struct.pack("<I", len(block)) + block)
+    tracemalloc.start()
+    try:
+        expect_one_line_error(bomb, "corrupt Tracy capture", "inflate past their last block")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(block) < 10_000 and peak < 8 << 20, (len(block), peak)
 
 
 def test_plausibility_of_hand_built_zone_trees():
@@ -563,7 +585,7 @@ def test_mutated_captures_are_read_plausibly_or_refused_in_one_line(gpu_capture_
         return
     for track in capture.tracks:
         for zone in track.zones:
-            assert zone.end_ns >= zone.start_ns
+            assert zone.start_ns <= zone.end_ns <= capture.end_ns
             if zone.parent >= 0:
                 parent = track.zones[zone.parent]
                 assert parent.start_ns <= zone.start_ns and zone.end_ns <= parent.end_ns

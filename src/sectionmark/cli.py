@@ -280,9 +280,9 @@ def _slice_io(args: argparse.Namespace) -> PlannedIO:
 
 
 def _profile_io(args: argparse.Namespace) -> PlannedIO:
-    from sectionmark.profiling.record import is_recording
+    from sectionmark.profiling.record import is_recording, recording_files
 
-    module_inputs = [args.vmfb] if is_recording(args.vmfb) else _module_inputs(args.vmfb)
+    module_inputs = [args.vmfb, *recording_files(args.vmfb)] if is_recording(args.vmfb) else _module_inputs(args.vmfb)
     return [*module_inputs, *args.input], {**_rendered_options(args), "--keep-profile": args.keep_profile}
 
 

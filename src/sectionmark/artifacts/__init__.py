@@ -7,10 +7,13 @@ alone) can run and profile modules compiled elsewhere
 
 * `modules`: a compiled object, .vmfb bytes or a .vmfb file, and its section
   map (embedded, or a sidecar ``.sections.json``);
+* `files`: opening any file sectionmark reads: regular files only, never
+  blocking on a FIFO, never reading past the size a file had when opened;
 * `tools`: the IREE tools and the tracing runtime of the installed
   iree-base-runtime, and the one line that explains a tool's failure.
 """
 
+from sectionmark.artifacts.files import open_regular, read_regular
 from sectionmark.artifacts.modules import (
     module_bytes_and_map,
     module_file,
@@ -27,6 +30,8 @@ __all__ = [
     "module_bytes_and_map",
     "module_file",
     "module_file_and_map",
+    "open_regular",
+    "read_regular",
     "read_section_map",
     "sidecar_path",
     "tracing_runtime_library",

@@ -9,18 +9,18 @@ Reading does not load the module: the IREE runtime can crash on a corrupt one
 (found by tests/test_readers_fuzz.py), so the checksummed string is found in
 the file's bytes and verified. Reading never trusts a file's name: the first
 bytes decide whether it is a module or a JSON map, before the rest is read,
-and only regular files are read.
+and only regular files are read (`sectionmark.artifacts.files`).
 """
 
 from __future__ import annotations
 
 import mmap
 import re
-import stat
 import struct
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from sectionmark.artifacts.files import open_regular, read_regular
 from sectionmark.errors import SectionmarkError
 from sectionmark.section_map import EMBEDDED_JSON_START, EMBEDDED_KEY, SectionMap, SectionMapError, sidecar_path
 
@@ -41,7 +41,7 @@ def read_section_map(path: Union[str, Path]) -> SectionMap:
     The first bytes decide which it is, whatever the file is called.
     """
     path = Path(path)
-    with _open_regular(path, "a module or section map") as file:
+    with open_regular(path, "module or section map") as file:
         head = file.read(_HEAD_BYTES)
     if _is_module(head):
         embedded = _embedded_map(path)
@@ -67,10 +67,7 @@ def module_bytes_and_map(source: ModuleSource) -> tuple[bytes, Optional[SectionM
     if isinstance(source, (bytes, bytearray, memoryview)):
         return bytes(source), None
     path = Path(source)
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise SectionmarkError(f"cannot read {path}: {error.strerror}") from None
+    data = read_regular(path, "module")
     try:
         return data, read_section_map(path)
     except SectionmarkError:
@@ -96,16 +93,6 @@ def module_file_and_map(source: Any, directory: Path) -> tuple[Path, SectionMap]
     return path, source.section_map
 
 
-def _open_regular(path: Path, what: str):
-    """Open a regular file for reading (never a device, pipe or directory, which could be endless)."""
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise SectionmarkError(f"{path}: not a regular file, so not {what}")
-        return path.open("rb")
-    except OSError as error:
-        raise SectionmarkError(f"cannot read {path}: {error.strerror or error}") from None
-
-
 def _is_module(head: bytes) -> bool:
     return head.startswith(_ZIP_MAGIC) or head[4:8] == _FLATBUFFER_IDENTIFIER
 
@@ -117,7 +104,7 @@ def _embedded_map(path: Path) -> Optional[SectionMap]:
     checksum, a space and JSON starting ``{"version":``; maps embedded before
     checksums are the same string without them.
     """
-    with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+    with open_regular(path, "module") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
         if data.find(EMBEDDED_KEY.encode()) < 0:
             return None
         position = data.find(_MAP_START)
@@ -151,7 +138,7 @@ def _checked_map(path: Path, text: bytes, checksummed: bool) -> SectionMap:
 
 
 def _json_map(path: Path) -> SectionMap:
-    with _open_regular(path, "a section map") as file:
+    with open_regular(path, "section map") as file:
         data = file.read(MAX_MAP_BYTES + 1)
     if len(data) > MAX_MAP_BYTES:
         raise SectionmarkError(f"{path}: larger than {MAX_MAP_BYTES >> 20} MiB, so not a section map")

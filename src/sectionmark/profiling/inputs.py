@@ -9,13 +9,14 @@ input is one error line before any data is read.
 
 from __future__ import annotations
 
-import stat
+import os
 import tokenize
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from sectionmark.artifacts.files import open_regular
 from sectionmark.errors import SectionmarkError
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -30,13 +31,7 @@ def load_input_array(path: str | Path) -> np.ndarray:
     def bad(why: str) -> SectionmarkError:
         return SectionmarkError(f"cannot read input {path}: {why}")
 
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise bad("not a regular file")
-        file = path.open("rb")
-    except OSError as error:
-        raise bad(error.strerror or str(error)) from None
-    with file:
+    with open_regular(path, "input") as file:
         head = file.read(len(NPY_MAGIC))
         if not head:
             raise bad("the file is empty")
@@ -59,10 +54,11 @@ def load_input_array(path: str | Path) -> np.ndarray:
         if dtype.hasobject:
             raise bad("an array of Python objects cannot be passed to a compiled function")
         expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
-        available = path.stat().st_size - file.tell()
-    if available != expected:
-        raise bad(f"the header describes {expected} bytes of data but the file has {available}")
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as error:
-        raise bad(str(error).strip()[:200]) from None
+        available = os.fstat(file.fileno()).st_size - file.tell()
+        if available != expected:
+            raise bad(f"the header describes {expected} bytes of data but the file has {available}")
+        file.seek(0)
+        try:
+            return np.load(file, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as error:
+            raise bad(str(error).strip()[:200]) from None

@@ -58,7 +58,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import stat
 import struct
 import subprocess
 import threading
@@ -70,6 +69,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.artifacts.files import open_regular
 from sectionmark.artifacts.tools import find_tool, last_useful_line
 
 try:  # the passes over every event in C (setup.py builds it when a compiler is present)
@@ -1178,14 +1178,7 @@ def read_profile(path: str | Path, reader: str = "auto") -> Profile:
     decided by its first bytes, before anything else is read.
     """
     path = Path(path)
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise SectionmarkError(f"{path}: not a regular file, so not a profile")
-        file = path.open("rb")
-    except OSError as error:
-        raise SectionmarkError(f"cannot read profile {path}: {error.strerror or error}") from None
-    with file:
+    with open_regular(path, "profile") as file:
         head = file.read(4)
         if head == _MAGIC:
             if reader == "jsonl":

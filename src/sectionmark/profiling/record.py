@@ -19,6 +19,7 @@ module is recorded as its host value.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -28,6 +29,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from sectionmark.artifacts.files import read_regular
 from sectionmark.compiler.replay_driver import Argument, DriverCall, InputArgument, ResultArgument
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
@@ -44,6 +46,7 @@ RECORDING_VERSION = 1
 RECORDING_FILE = "recording.json"
 MODEL_FILE = "model.vmfb"
 DRIVER_FILE = "replay.vmfb"
+MAX_DESCRIPTION_BYTES = 1 << 30  # recording.json: a million calls take about 100 MB
 
 
 class Recording:
@@ -58,7 +61,7 @@ class Recording:
     def __init__(self, name: str, vmfb: bytes, section_map: Optional[SectionMap], device: str,
                  parameters: list, calls: Optional[list[DriverCall]] = None,
                  inputs: Optional[list[np.ndarray]] = None, module: Optional[LoadedModule] = None,
-                 driver: Optional[bytes] = None):
+                 driver: Optional[bytes] = None, directory: Optional[Path] = None):
         self.name, self.vmfb, self.section_map = name, vmfb, section_map
         self.device, self.parameters = device, parameters
         self._calls: list[DriverCall] = calls or []
@@ -71,6 +74,7 @@ class Recording:
         self._origins: dict[int, tuple[weakref.ref, tuple[int, int]]] = {}
         self._device_array: Optional[type] = None
         self._driver = driver  # compiled replay driver, made when first needed
+        self.directory = directory  # where a loaded recording was read from: its files are never written over
 
     # ------------------------------------------------------------------ recording
 
@@ -186,8 +190,9 @@ class Recording:
                 f"replaying a recording is profiled with IREE's HAL-native profiler, which {self.device} lacks in "
                 "IREE 3.13; profile the recording on local-task, or use sm.profile per function (docs/gpu.md)"
             )
+        protected = recording_files(self.directory) if self.directory is not None else []
         if keep_profile is not None:
-            check_output_path(keep_profile)
+            check_output_path(keep_profile, protected)
         with tempfile.TemporaryDirectory(prefix="sectionmark-replay-") as scratch:
             directory = Path(scratch)
             model, replay = directory / MODEL_FILE, directory / DRIVER_FILE
@@ -197,7 +202,7 @@ class Recording:
                               iterations=iterations, warmup=warmup, quiet=quiet, timeout=timeout,
                               parameters=self.parameters, imported=[model])
             if keep_profile is not None:
-                with atomic_path(keep_profile) as temporary:
+                with atomic_path(keep_profile, protected) as temporary:
                     shutil.copyfile(run.profile_path, temporary)
             return ReplayProfile.build(read_profile(run.profile_path), self.section_map, self.sequence,
                                        replays=iterations, warmup=warmup)
@@ -224,10 +229,15 @@ class Recording:
             (staging / "inputs").mkdir()
             for index, value in enumerate(self.inputs):
                 np.save(staging / "inputs" / f"{index}.npy", value)
-            (staging / RECORDING_FILE).write_text(json.dumps(self._description(), indent=1) + "\n")
-            if directory.exists():
-                directory.rmdir()
-            staging.rename(directory)
+            description = self._description()
+            description["sha256"] = _checksums(self.vmfb, driver, description)
+            (staging / RECORDING_FILE).write_text(json.dumps(description, indent=1) + "\n")
+            try:
+                if directory.exists():
+                    directory.rmdir()
+                staging.rename(directory)
+            except OSError:  # another save made it in the meantime (or filled it): the loser says so
+                raise SectionmarkError(f"{directory} already exists and is not an empty directory") from None
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -255,10 +265,10 @@ class Recording:
 
         directory = Path(directory)
         description = _read_description(directory)
-        try:
-            vmfb = (directory / MODEL_FILE).read_bytes()
-        except OSError as error:
-            raise SectionmarkError(f"cannot read the recording's module {directory / MODEL_FILE}: {error.strerror}") from None
+        vmfb = read_regular(directory / MODEL_FILE, "the recording's module")
+        driver_path = directory / DRIVER_FILE
+        driver = read_regular(driver_path, "the recording's replay driver") if driver_path.exists() else None
+        _check_checksums(directory, description, vmfb, driver)
         calls = _calls(description)
         inputs = [load_input_array(directory / "inputs" / f"{index}.npy") for index in range(description["inputs"])]
         for position, call in enumerate(calls):
@@ -269,26 +279,50 @@ class Recording:
                 if bad:
                     raise SectionmarkError(f"malformed recording {directory / RECORDING_FILE}: call {position} "
                                            f"refers to {value}, which it cannot use")
-        _check_module(directory / MODEL_FILE, vmfb, description["module"], {call.function for call in calls})
         specs = parameter_specs(description["parameters"] if parameters is None else parameters)
-        driver = directory / DRIVER_FILE
         return cls(description["module"], vmfb, read_section_map(directory / MODEL_FILE),
-                   device or description["device"], specs, calls, inputs,
-                   driver=driver.read_bytes() if driver.is_file() else None)
+                   device or description["device"], specs, calls, inputs, driver=driver, directory=directory)
 
 
-def _check_module(path: Path, vmfb: bytes, name: str, functions: set[str]) -> None:
-    """Refuse a module other than the one recorded (replaced or edited since): its name and functions must match."""
-    import iree.runtime as rt
+def _checksums(vmfb: bytes, driver: bytes, description: dict[str, Any]) -> dict[str, str]:
+    """recording.json's ``sha256``: of the model, and of the replay driver together with the calls it makes.
 
-    try:
-        module = rt.VmModule.copy_buffer(rt.VmInstance(), vmfb)
-    except (ValueError, RuntimeError) as error:
-        raise SectionmarkError(f"{path}: not a loadable IREE module ({error})") from None
-    missing = sorted(functions - set(module.function_names))
-    if module.name != name or missing:
-        what = f"is named {module.name!r}, not {name!r}" if module.name != name else f"has no function {missing[0]!r}"
-        raise SectionmarkError(f"{path} is not the module this recording was made with: it {what}")
+    What ties the three files together: another module with the same name and
+    functions, or a call list edited without the driver (the profile would be
+    split by calls the driver does not make), is refused.
+    """
+    calls = json.dumps([description[key] for key in ("module", "inputs", "calls")], sort_keys=True)
+    return {"model": hashlib.sha256(vmfb).hexdigest(),
+            "replay": hashlib.sha256(driver + calls.encode("utf-8")).hexdigest()}
+
+
+def _check_checksums(directory: Path, description: dict[str, Any], vmfb: bytes, driver: Optional[bytes]) -> None:
+    """Refuse a recording whose model or driver is not the one saved with its calls (`_checksums`).
+
+    Without replay.vmfb the driver is compiled again from the calls, so only the model is checked then.
+    """
+    recorded = description.get("sha256")
+    if not isinstance(recorded, dict):
+        raise SectionmarkError(f"{directory / RECORDING_FILE} has no checksums (saved by an older sectionmark): "
+                               "record the program again")
+    found = _checksums(vmfb, driver if driver is not None else b"", description)
+    if recorded.get("model") != found["model"]:
+        raise SectionmarkError(f"{directory / MODEL_FILE} is not the module this recording was made with "
+                               "(its SHA-256 is not the recorded one): record again with the module you want to profile")
+    if driver is not None and recorded.get("replay") != found["replay"]:
+        raise SectionmarkError(f"{directory / DRIVER_FILE} does not make the calls {RECORDING_FILE} lists (one of them "
+                               "was replaced or edited): record the program again")
+
+
+def recording_files(directory: Union[str, Path]) -> list[Path]:
+    """Every file of a saved recording: what profiling it reads, so what no output of that command may replace.
+
+    The directory is the command's input, but its files are what an output
+    path names (``--json REC/model.vmfb``).
+    """
+    directory = Path(directory)
+    return [directory / RECORDING_FILE, directory / MODEL_FILE, sidecar_path(directory / MODEL_FILE),
+            directory / DRIVER_FILE, *sorted((directory / "inputs").glob("*.npy"))]
 
 
 def is_recording(path: Union[str, Path]) -> bool:
@@ -299,11 +333,9 @@ def is_recording(path: Union[str, Path]) -> bool:
 def _read_description(directory: Path) -> dict[str, Any]:
     path = directory / RECORDING_FILE
     try:
-        data = json.loads(path.read_text())
-    except OSError as error:
-        raise SectionmarkError(f"not a saved recording: cannot read {path}: {error.strerror}") from None
-    except ValueError as error:
-        raise SectionmarkError(f"malformed recording {path}: {error}") from None
+        data = json.loads(read_regular(path, "recording", MAX_DESCRIPTION_BYTES))
+    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, or nested past Python's recursion limit
+        raise SectionmarkError(f"malformed recording {path}: {str(error)[:200]}") from None
     try:
         serialization.check_version(data, RECORDING_VERSION, "recording", "record the program again")
     except serialization.SchemaError as error:

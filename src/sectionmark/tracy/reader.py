@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, NamedTuple, Optional, Union
 
+from sectionmark.artifacts.files import open_regular, read_regular
 from sectionmark.errors import SectionmarkError
 
 __all__ = ["Zone", "Track", "Capture", "read_capture", "is_capture", "implausible_zone", "SUPPORTED_VERSION"]
@@ -64,6 +65,7 @@ class Capture:
     program: str
     threads: list[Track]
     gpu_contexts: list[Track]
+    end_ns: Optional[int] = None  # the capture's own recorded end (Tracy's last time); None: not known
 
     @property
     def tracks(self) -> list[Track]:
@@ -80,7 +82,13 @@ class _Truncated(Exception):
 
 
 def _inflate(data: bytes, path: Path) -> bytes:
-    """Undo the container: each stream is one continuous zstd frame, fed block by block."""
+    """Undo the container: each stream is one continuous zstd frame, its blocks in turn.
+
+    Every block but the last inflates to exactly `_BLOCK_SIZE`, so each is
+    inflated to at most that many bytes and nothing may follow the last one:
+    a small file cannot inflate to more than its blocks say (a zstd bomb is
+    refused after one block, not after gigabytes).
+    """
     if data[:4] in (_OLD_LZ4_MAGIC, _OLD_ZSTD_MAGIC):
         raise SectionmarkError(f"{path}: written by a Tracy older than 0.9; sectionmark reads Tracy 0.11.2 captures")
     if data[:4] != _CONTAINER_MAGIC:
@@ -97,27 +105,44 @@ def _inflate(data: bytes, path: Path) -> bytes:
         raise SectionmarkError(f"{path}: not a Tracy capture (bad container header)")
     import zstandard
 
-    decoders = [zstandard.ZstdDecompressor().decompressobj() for _ in range(streams)]
+    blocks: list[list[memoryview]] = [[] for _ in range(streams)]  # each stream's compressed blocks, in order
+    view, pos, count = memoryview(data), 6, 0
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise SectionmarkError(f"{path}: Tracy capture is truncated (incomplete compressed block)")
+        (size,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        if size == 0 or pos + size > len(data):
+            raise SectionmarkError(f"{path}: Tracy capture is truncated (incomplete compressed block)")
+        blocks[count % streams].append(view[pos : pos + size])
+        pos += size
+        count += 1
+    readers = [zstandard.ZstdDecompressor().stream_reader(_Blocks(stream)) for stream in blocks]
     chunks = []
-    pos, block = 6, 0
     try:
-        while pos < len(data):
-            if pos + 4 > len(data):
-                raise _Truncated
-            (size,) = struct.unpack_from("<I", data, pos)
-            pos += 4
-            if size == 0 or pos + size > len(data):
-                raise _Truncated
-            chunks.append(decoders[block % streams].decompress(data[pos : pos + size]))
-            pos += size
-            block += 1
+        for block in range(count):
+            chunk = readers[block % streams].read(_BLOCK_SIZE)
+            if block < count - 1 and len(chunk) != _BLOCK_SIZE:
+                raise SectionmarkError(f"{path}: corrupt Tracy capture (a compressed block has the wrong size)")
+            chunks.append(chunk)
+        if any(reader.read(1) for reader in readers):
+            raise SectionmarkError(f"{path}: corrupt Tracy capture (its streams inflate past their last block)")
     except zstandard.ZstdError as error:
         raise SectionmarkError(f"{path}: corrupt Tracy capture (zstd: {error})") from None
-    except _Truncated:
-        raise SectionmarkError(f"{path}: Tracy capture is truncated (incomplete compressed block)") from None
-    if any(len(chunk) != _BLOCK_SIZE for chunk in chunks[:-1]):
-        raise SectionmarkError(f"{path}: corrupt Tracy capture (a compressed block has the wrong size)")
     return b"".join(chunks)
+
+
+class _Blocks:
+    """One stream's compressed blocks as the file object zstandard's stream reader reads from."""
+
+    def __init__(self, blocks: list[memoryview]):
+        self._blocks, self._next = blocks, 0
+
+    def read(self, _size: int = -1) -> bytes:
+        if self._next == len(self._blocks):
+            return b""
+        self._next += 1
+        return bytes(self._blocks[self._next - 1])
 
 
 class _Parser:
@@ -177,9 +202,9 @@ def is_capture(path: Union[str, os.PathLike]) -> bool:
     if path.suffix == ".tracy":
         return True
     try:
-        with path.open("rb") as file:
+        with open_regular(path, "profile") as file:
             head = file.read(4)
-    except OSError:
+    except (SectionmarkError, OSError):  # the profile reader says what is wrong with it
         return False
     return head in (_CONTAINER_MAGIC, _OLD_LZ4_MAGIC, _OLD_ZSTD_MAGIC)
 
@@ -191,11 +216,7 @@ def read_capture(path: Union[str, os.PathLike]) -> Capture:
     truncated or corrupt file.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise SectionmarkError(f"cannot read Tracy capture {path}: {error.strerror or error}") from None
-    buf = _inflate(data, path)
+    buf = _inflate(read_regular(path, "Tracy capture"), path)
     if len(buf) < 8 or buf[:5] != b"tracy":
         raise SectionmarkError(f"{path}: corrupt Tracy capture (no serialization header)")
     version = (buf[5], buf[6], buf[7])
@@ -219,26 +240,35 @@ def implausible_zone(capture: Capture) -> Optional[str]:
     """What is impossible in ``capture``'s zone trees, or None: the first zone found.
 
     Tracy captures carry no checksum, so a damaged file can decode into zones
-    that cannot have been recorded: a zone that ends before it begins, or a
-    child that starts before its parent or ends after it (Tracy nests every
-    track's zones as a stack). Such a capture would give wrong times, so it
-    is refused. Vectorized: captures hold millions of zones.
+    that cannot have been recorded: a time beyond 64 bits, a zone that ends
+    before it begins or after the capture itself ended (Tracy records that
+    end, and every time it receives moves it), or a child that starts before
+    its parent or ends after it (Tracy nests every track's zones as a stack).
+    Such a capture would give wrong times, so it is refused. Vectorized:
+    captures hold millions of zones.
     """
     import numpy as np
 
     for track in capture.tracks:
         if not track.zones:
             continue
-        starts = np.fromiter((zone.start_ns for zone in track.zones), np.int64, len(track.zones))
-        ends = np.fromiter((zone.end_ns for zone in track.zones), np.int64, len(track.zones))
+        where = f"on {track.kind} track {track.name!r}"
+        try:
+            starts = np.fromiter((zone.start_ns for zone in track.zones), np.int64, len(track.zones))
+            ends = np.fromiter((zone.end_ns for zone in track.zones), np.int64, len(track.zones))
+        except OverflowError:
+            return f"a zone {where} has a time beyond 64 bits"
         parents = np.fromiter((zone.parent for zone in track.zones), np.int64, len(track.zones))
         nested = np.flatnonzero(parents >= 0)
         outside = nested[(starts[nested] < starts[parents[nested]]) | (ends[nested] > ends[parents[nested]])]
         backwards = np.flatnonzero(ends < starts)
-        where = f"on {track.kind} track {track.name!r}"
+        late = np.flatnonzero(ends > capture.end_ns) if capture.end_ns is not None else ()
         if len(backwards):
             zone = track.zones[backwards[0]]
             return f"zone {zone.name!r} {where} ends before it begins ({zone.start_ns} > {zone.end_ns} ns)"
+        if len(late):
+            zone = track.zones[late[0]]
+            return f"zone {zone.name!r} {where} ends after the capture ended ({zone.end_ns} > {capture.end_ns} ns)"
         if len(outside):
             zone = track.zones[outside[0]]
             parent = track.zones[zone.parent]
@@ -341,7 +371,7 @@ def _parse(buf: bytes, version: tuple[int, int, int]) -> Capture:
             # Zones sent from several threads are stored per thread; one track shows them all.
             track.zones.extend(_read_gpu_zones(p, count, names, last_time))
         contexts.append(track)
-    return Capture(version, program, threads, contexts)
+    return Capture(version, program, threads, contexts, last_time)
 
 
 def _skip_cpu_topology(p: _Parser) -> None:
