@@ -24,7 +24,9 @@ NAMES = [
     'quote "x"', "back\\slash", "new\nline", "carriage\rreturn", "nul\x00byte", "emoji 🚀", "rtl עברית",
     "a/b", "a / b", "[bold]MLP[/bold]", "[/x]", "tab\tand\x7fdel", "x" * 10_000, "y" * 70_000,
     "ends with \\", "family 👩\u200d👩\u200d👧", "sm:not a jax scope", "sectionmark:not a location", " leading space",
+    '=HYPERLINK("http://x","y")', "@SUM(1)", "+1+1", "-2", "cost $5 and $6", "bad math $\\frac{$",
 ]
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 class OddNames(torch.nn.Module):
@@ -69,3 +71,40 @@ def test_json_csv_perfetto_and_table_keep_every_name(profiled, tmp_path):
     assert traced == set(EXPECTED)
     table = prof.table()
     assert "[bold]MLP[/bold]" in table and "[/x]" in table
+
+
+def test_csv_cells_never_start_a_formula_and_charts_draw_names_as_text(profiled, tmp_path):
+    """A spreadsheet runs a cell starting with = + - @; matplotlib parses $...$ as math (and fails on bad math)."""
+    _, _, prof = profiled
+    csv.field_size_limit(1 << 24)
+    for name in ("csv", "components-csv", "kernels-csv"):
+        with io.StringIO(prof.render(name), newline="") as text:
+            cells = [cell for row in csv.reader(text) for cell in row]
+        formulas = [cell for cell in cells if cell.startswith(FORMULA_STARTS) and not _number(cell)]
+        assert not formulas, (name, formulas[:3])
+        assert name != "csv" or {"'=HYPERLINK(\"http://x\",\"y\")", "'@SUM(1)", "'+1+1", "-2"} <= set(cells)
+    for name in ("chart", "components-chart"):
+        assert prof.save(tmp_path / f"{name}.png", name).read_bytes().startswith(b"\x89PNG")
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def test_a_chart_label_with_dollars_is_drawn_as_written():
+    """ "cost $5 and $6" is not mathtext ("cost 5and6"): it draws exactly as the same words with escaped dollars."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from sectionmark.renderers import chart
+
+    arguments = ([1.0], [0.5], ["50%"], ("own", "nested"), "title")
+    drawn = chart.bar_chart(["cost $5 and $6"], *arguments)
+    with matplotlib.rc_context({"text.parse_math": True}):
+        escaped = chart._draw(plt, [r"cost \$5 and \$6"], *arguments)  # mathtext on, dollars escaped: literal
+        as_math = chart._draw(plt, ["cost $5 and $6"], *arguments)
+    assert drawn == escaped != as_math

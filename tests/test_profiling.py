@@ -127,6 +127,8 @@ def test_one_shot_command_buffers_of_dynamic_shapes(tmp_path):
     inferred = profiling.report(path, section_map, warmup=1, function="main")
     assert (inferred.calls, inferred.warmup, inferred.calls_known) == (4, 1, True)
     assert inferred.to_json() == session.to_json()
+    with pytest.raises(SectionmarkError, match=r"^the section map has no function 'bogus' \(it has: main\)$"):
+        profiling.report(path, section_map, warmup=1, function="bogus")  # was a table titled "bogus: 4 calls"
 
 
 def test_real_compiler_section_map(tmp_path, inputs):

@@ -18,11 +18,11 @@ from sectionmark.artifacts import module_file, module_file_and_map, read_section
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.parameters import Parameters, parameter_specs
-from sectionmark.profiling.attribute import attribute
+from sectionmark.profiling.attribute import attribute, public_function
 from sectionmark.profiling.ireeprof import Profile, read_profile
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, run_profile
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.section_map import SectionMap
+from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 
 __all__ = ["profile", "report", "ProfileSession"]
 
@@ -104,8 +104,19 @@ def report(
     """
     if not isinstance(section_map, SectionMap):
         section_map = read_section_map(section_map)
+    if function is not None:
+        _check_function(function, section_map)
     events = _read_events(Path(profile_path), section_map, function)
     return _session(events, section_map, calls=calls, warmup=warmup, function=function)
+
+
+def _check_function(function: str, section_map: SectionMap) -> None:
+    """Refuse a ``function`` the map does not have: the table would be titled with it (a run names its own)."""
+    known = {public_function(buffer.function) for buffer in section_map.command_buffers}
+    known |= {signature.name for signature in section_map.functions}
+    known.discard(INITIALIZER_FUNCTION)
+    if public_function(function) not in known:
+        raise SectionmarkError(f"the section map has no function {function!r} (it has: {', '.join(sorted(known))})")
 
 
 def _read_events(path: Path, section_map: SectionMap, function: Optional[str]) -> Profile:

@@ -33,6 +33,13 @@ def bar_chart(labels: list[str], own_us: list[float], nested_us: list[float], no
         import matplotlib.pyplot as plt
     except ImportError:
         raise SectionmarkError("the chart needs matplotlib: pip install 'sectionmark[chart]'") from None
+    # Names are text, never mathtext: "cost $5 and $6" stays so, and "$\\frac$" cannot fail the render.
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _draw(plt, labels, own_us, nested_us, notes, legend, title)
+
+
+def _draw(plt, labels: list[str], own_us: list[float], nested_us: list[float], notes: list[str],
+          legend: tuple[str, str], title: str) -> bytes:
     height = max(3.0, 0.32 * len(labels) + 1.2)
     figure, axes = plt.subplots(figsize=(10, height))
     positions = list(range(len(labels)))[::-1]

@@ -2,7 +2,9 @@
 
 Paths are written as ``Outer / Inner`` in ``section`` and as a JSON list in
 ``path`` so that names containing " / " survive a round trip. ``note`` is
-empty except for declared sections that ran no dispatch (it says why).
+empty except for declared sections that ran no dispatch (it says why). A
+text cell that a spreadsheet would evaluate (starting with ``= + - @``) is
+written with a ``'`` before it (`inert`).
 Columns mean what the profile JSON's fields of the same name mean
 (docs/profile-json.md).
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Iterable
+from typing import Any, Iterable
 
 from sectionmark.profiling.session import ProfileSession
 
@@ -24,12 +26,31 @@ COLUMNS = [
 
 def csv_text(columns: list[str], rows: Iterable[list]) -> str:
     """A header and rows as CSV text with RFC 4180 line ends (the csv module then quotes any field holding
-    "\r" or "\n"); every CSV output of sectionmark is written so."""
+    "\r" or "\n"); every CSV output of sectionmark is written so, its text cells made `inert`."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\r\n")
     writer.writerow(columns)
-    writer.writerows(rows)
+    writer.writerows([inert(cell) for cell in row] for row in rows)
     return buffer.getvalue()
+
+
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inert(cell: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (``=HYPERLINK(...)`` as a section name), with ``'`` before it.
+
+    Spreadsheets evaluate a cell starting with ``= + - @`` (or a tab or
+    carriage return before one); the quote makes it text. Numbers (``-1.5``)
+    are left as they are.
+    """
+    if not isinstance(cell, str) or not cell.startswith(_FORMULA_STARTS):
+        return cell
+    try:
+        float(cell)
+        return cell
+    except ValueError:
+        return "'" + cell
 
 
 def render(session: ProfileSession) -> str:
