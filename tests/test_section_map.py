@@ -54,6 +54,7 @@ def test_round_trip_and_reached():
         (lambda d: d["command_buffers"][0]["commands"][2]["shares"][0].update(path=["C"]),
          "commands[2].shares[0].path: ['C'] is not one of the map's sections"),
         (lambda d: d.update(sections=[["A"], ["A", ""]]), "sections[1]: a section path is a list of non-empty names"),
+        (lambda d: d["sites"][0].update(executable="\ud800"), "sites[0].executable: not valid Unicode"),
         # Swapping two dispatches' shares in the commands but not in their sites: which would the table use?
         (lambda d: d["command_buffers"][0]["commands"][0].update(shares=[{"path": ["A"], "weight": 1.0}]),
          "commands[0].shares: not the shares of its dispatch site 0"),

@@ -25,6 +25,41 @@ def test_a_crashed_tool_reports_its_signal_not_the_aslr_warning():
     assert tool_failure("local-task", "abort called\n", 134).startswith("iree-benchmark-module crashed with SIGABRT")
 
 
+BANNER = """2026-11-26T02:41:46+00:00
+Running /venv/lib/python3.11/site-packages/iree/_runtime_libs/iree-benchmark-module
+Run on (2 X 2596.1 MHz CPU s)
+CPU Caches:
+  L1 Data 48 KiB (x2)
+  L1 Instruction 32 KiB (x2)
+  L2 Unified 1024 KiB (x2)
+  L3 Unified 32768 KiB (x1)
+Load Average: 1.99, 5.35, 4.36
+***WARNING*** CPU scaling is enabled, the benchmark real time measurements may be noisy.
+***WARNING*** ASLR is enabled, the results may have unreproducible noise in them.
+---------------------------------------------------------------------
+Benchmark                               Time             CPU   Iterations
+---------------------------------------------------------------------
+"""
+
+
+def test_a_crash_after_the_benchmark_banner_does_not_quote_the_banner():
+    assert tool_failure("local-task", BANNER, -11) == "iree-benchmark-module crashed with SIGSEGV on local-task: no error message"
+    assert tool_failure("local-task", BANNER + "iree/vm/x.c:3: NOT_FOUND; no function\n", 1).endswith("NOT_FOUND; no function")
+
+
+def test_a_tool_printing_bytes_that_are_not_utf8_is_one_line(compiled, tmp_path, monkeypatch):
+    """A mutated module's names reach the tool's error message as they are: any bytes."""
+    import sectionmark.profiling.runner as runner
+
+    tool = tmp_path / "iree-benchmark-module"
+    tool.write_bytes(b"#!/bin/sh\nprintf 'INVALID_ARGUMENT; function \\377\\376main not found\\n' >&2\nexit 1\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(runner, "find_tool", lambda name, tracing=False: tool)
+    with pytest.raises(SectionmarkError, match="^iree-benchmark-module failed on local-task: INVALID_ARGUMENT; "
+                                               "function \ufffd\ufffdmain not found$"):
+        profile(compiled, (np.zeros(64, np.float32),), iterations=1, warmup=0, quiet=True)
+
+
 def test_last_useful_line_and_exit_description():
     assert last_useful_line(f"{ASLR}\n\n") == "no error message"
     assert last_useful_line(f"{ASLR}\nlast words\n", "-") == "last words"

@@ -164,7 +164,9 @@ def _read(kind: Any, data: Any, where: str) -> Any:
         if isinstance(data, bool) or not isinstance(data, int):
             raise SchemaError(f"{where}: expected an integer, got {_describe(data)}")
         return data
-    if kind in (str, bool):
+    if kind is str:
+        return _text(data, where)
+    if kind is bool:
         return _expect(kind, data, where)
     origin, arguments = typing.get_origin(kind), typing.get_args(kind)
     if origin in (Union, types.UnionType):
@@ -217,6 +219,17 @@ def _read_entries(kind: Any, names: tuple[str, str], data: Any, where: str) -> A
         pairs.append((_read(key_kind, item[names[0]], f"{here}.{names[0]}"),
                       _read(value_kind, item[names[1]], f"{here}.{names[1]}")))
     return dict(pairs) if is_dict else pairs
+
+
+def _text(data: Any, where: str) -> str:
+    """A JSON string that is also valid Unicode: JSON's ``"\\ud800"`` (a lone surrogate) cannot be written as UTF-8."""
+    text = _expect(str, data, where)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SchemaError(f"{where}: not valid Unicode (a lone surrogate)") from None
+    return text
 
 
 def _expect(kind: type, data: Any, where: str) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -75,9 +76,12 @@ def tracing_runtime_library() -> Path:
     raise SectionmarkError(f"the tracing runtime's extension module is missing from {folder}")
 
 
-# Lines a tool prints that never explain a failure: the IREE tools' ASLR
-# warning (printed at start whenever ASLR is on) and Tracy's banner.
-_NOISE = ("***WARNING*** ASLR is enabled",)
+# Lines a tool prints that never explain a failure: the banner of the benchmark
+# library iree-benchmark-module is built on (date, "Running <tool>", the CPU and
+# its caches, the load average, its ***WARNING*** lines such as ASLR and CPU
+# scaling) and its table's rules and header.
+_NOISE = re.compile(r"\*\*\*WARNING\*\*\*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*$|Running \S+$|Run on \(|CPU Caches:$"
+                    r"|L\d (Data|Instruction|Unified) |Load Average:|-+$|Benchmark +Time ")
 # Words of a line that states the error (an IREE status code, a tool's "error").
 _ERROR_WORDS = ("INVALID_ARGUMENT", "NOT_FOUND", "UNIMPLEMENTED", "INTERNAL", "error", "Error", "FAILED")
 
@@ -89,7 +93,7 @@ def last_useful_line(output: str, default: str = "no error message") -> str:
     output: the last line naming an error wins, else the last line. A crashed
     tool often leaves only its start-up warnings, which are never the answer.
     """
-    lines = [line.strip() for line in output.splitlines() if line.strip() and not line.strip().startswith(_NOISE)]
+    lines = [line.strip() for line in output.splitlines() if line.strip() and not _NOISE.match(line.strip())]
     for line in reversed(lines):
         if any(word in line for word in _ERROR_WORDS):
             return line

@@ -201,7 +201,8 @@ def run_profile(
             _run_captured(command, profile_path, device, timeout)
         else:
             try:
-                result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+                result = subprocess.run(command, capture_output=True, encoding="utf-8", errors="replace",
+                                        timeout=timeout)  # a mutated module's names may be any bytes
             except subprocess.TimeoutExpired:
                 raise SectionmarkError(
                     f"iree-benchmark-module did not finish within {timeout:g} s on {device} and was ended "
@@ -219,7 +220,7 @@ def _run_captured(command: list[str], capture_path: Path, device: str, timeout: 
     """Run the tracing tool under a headless Tracy capture written to ``capture_path``."""
     from sectionmark.tracy.capture import CapturedProgramFailed, capture_command
 
-    with tempfile.TemporaryFile(mode="w+") as output:
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as output:
         try:
             capture_command(command, capture_path, timeout=timeout, save_timeout=600.0, stdout=output, stderr=output)
         except CapturedProgramFailed as failure:

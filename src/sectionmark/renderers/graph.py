@@ -115,7 +115,8 @@ def save(session, path: Union[str, Path], inputs: Iterable[PathLike] = ()) -> Pa
 def to_svg(dot_text: str) -> str:
     """Render DOT text with Graphviz's ``dot -Tsvg``."""
     try:
-        done = subprocess.run(["dot", "-Tsvg"], input=dot_text, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(["dot", "-Tsvg"], input=dot_text, capture_output=True, encoding="utf-8", errors="replace",
+                              timeout=300)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise SectionmarkError(f"Graphviz 'dot' failed: {error}") from None
     if done.returncode != 0:

@@ -131,7 +131,7 @@ def capture_command(
 def _capture(command, output: Path, timeout, save_timeout, env, cwd, stdout, stderr) -> None:
     binary = find_tool("iree-tracy-capture", tracing=True)
     port = _free_port()
-    with tempfile.TemporaryFile(mode="w+") as capture_log:
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as capture_log:
         capture = subprocess.Popen(
             [str(binary), "-o", str(output), "-f", "-a", "127.0.0.1", "-p", str(port)],
             stdin=subprocess.DEVNULL,
