@@ -194,8 +194,32 @@ def test_a_slice_of_a_model_with_external_parameters_reads_the_same_parameter_fi
     assert weights and all(".parameter.named<\"model\"::\"second." in line for line in weights)  # its own, still external
     model_path = exported.save_mlir(tmp_path / "two.mlir")
     np.save(tmp_path / "x.npy", x.numpy())
-    argv = ["slice", str(model_path), "--section", "Second", "-o", str(tmp_path / "second.mlir"), "--bench",
-            "--input", str(tmp_path / "x.npy"), "--parameters", f"model={tmp_path / 'weights.irpa'}", "-n", "2"]
-    assert main(argv) == 0
+
+    def bench(inputs: str = "x.npy", parameters: str = "weights.irpa") -> list[str]:
+        return ["slice", str(model_path), "--section", "Second", "-o", str(tmp_path / "second.mlir"), "--bench",
+                "--input", str(tmp_path / inputs), "--parameters", f"model={tmp_path / parameters}", "-n", "2"]
+
+    assert main(bench()) == 0
     out = capsys.readouterr().out
     assert "section Second" in out and "max abs difference per output): 0" in out
+
+    # The slice compiles as it is (it was refused: "cannot compile a SectionSlice") and reads the same file.
+    hidden = np.maximum(x.numpy() @ model.first.weight.detach().numpy().T + model.first.bias.detach().numpy(), 0)
+    sliced = sm.load(sm.compile(second), parameters=f"model={tmp_path / 'weights.irpa'}").main(hidden).to_host()
+    np.testing.assert_allclose(sliced, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+    # Inputs the model cannot take and parameter files that are not one: one line each (were tracebacks).
+    weights = (tmp_path / "weights.irpa").read_bytes()
+    (tmp_path / "truncated.irpa").write_bytes(weights[: len(weights) // 2])
+    (tmp_path / "foreign.irpa").write_bytes(b"GGUF" + bytes(256))
+    np.save(tmp_path / "shape.npy", np.zeros((4, 32), np.float32))
+    np.save(tmp_path / "dtype.npy", np.zeros((4, 64), np.float64))
+    np.save(tmp_path / "order.npy", np.zeros((4, 64), ">f4"))
+    for argv, fragment in [(bench(inputs="shape.npy"), "shape dimension 1 mismatch"),
+                           (bench(inputs="dtype.npy"), "element type mismatch"),
+                           (bench(inputs="order.npy"), "could not map dtype"),
+                           (bench(parameters="truncated.irpa"), "cannot read parameter file"),
+                           (bench(parameters="foreign.irpa"), "cannot read parameter file")]:
+        assert main(argv) == 1, argv
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and error.startswith("sectionmark: error: ") and fragment in error, error

@@ -344,6 +344,14 @@ def test_recording_of_a_model_with_external_parameters(external, tmp_path, capsy
     assert "First" in capsys.readouterr().out
 
 
+def test_unscoped_parameter_files_serve_the_modules_one_scope(external):
+    """turbine's weights are in scope "model": files given without a scope are served there (IREE refused them)."""
+    directory, model = external
+    module = sm.load(model.compiled, parameters=[directory / "first.irpa", str(directory / "second.irpa")])
+    np.testing.assert_allclose(module.main(model.x).to_host(), model.expected, rtol=1e-5, atol=1e-5)
+    assert module.parameters == [("model", directory / "first.irpa"), ("model", directory / "second.irpa")]
+
+
 def test_parameters_of_several_scopes(tmp_path):
     model = _externalized(tmp_path, {"first": "encoder", "second": "head"})
     files = [f"encoder={tmp_path / 'first.irpa'}", f"head={tmp_path / 'second.irpa'}"]
@@ -359,7 +367,7 @@ def test_missing_or_wrong_parameters_are_one_clear_error(external, tmp_path, cap
         sm.load(model.compiled)
     with pytest.raises(SectionmarkError, match="parameter file not found: .*nothing.irpa"):
         sm.load(model.compiled, parameters=tmp_path / "nothing.irpa")
-    with pytest.raises(SectionmarkError, match="scopes like 'model'"):  # the weights are in scope "model"
+    with pytest.raises(SectionmarkError, match="no parameter found in index with key 'second.weight'"):  # in scope model
         sm.load(model.compiled, parameters=str(directory / "first.irpa"))
     not_parameters = tmp_path / "weights.bin"
     not_parameters.write_bytes(b"\0" * 64)

@@ -9,6 +9,11 @@ class SectionmarkError(Exception):
     """
 
 
+# What iree.runtime raises for a failed IREE status: INVALID_ARGUMENT and most codes are ValueError or RuntimeError,
+# OUT_OF_RANGE (a truncated parameter archive) IndexError, UNIMPLEMENTED NotImplementedError.
+IREE_ERRORS = (ValueError, RuntimeError, IndexError, NotImplementedError)
+
+
 def first_line(text: str, default: str = "no message") -> str:
     """The first non-blank line of a library's multi-line error, for a one-line message."""
     return next((line.strip() for line in text.splitlines() if line.strip()), default)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from sectionmark.errors import SectionmarkError, first_line
+from sectionmark.errors import IREE_ERRORS, SectionmarkError, first_line
 
 ParameterSpec = Union[str, Path]
 Parameters = Union[ParameterSpec, Sequence[ParameterSpec], None]
@@ -63,7 +63,7 @@ def parameters_module(instance: Any, specs: Sequence[tuple[str, Path]]) -> Optio
         index = indices.setdefault(scope, rt.ParameterIndex())
         try:
             index.load(str(path))
-        except (ValueError, RuntimeError, NotImplementedError) as error:
+        except IREE_ERRORS as error:
             raise SectionmarkError(f"cannot read parameter file {path}: {first_line(str(error))}") from None
     providers = [index.create_provider(scope=scope) for scope, index in indices.items()]
     return rt.create_io_parameters_module(instance, *providers)

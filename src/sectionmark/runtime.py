@@ -8,11 +8,12 @@ is a zone on the calling thread.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional, Sequence
 
 from sectionmark.arguments import flatten_arguments
 from sectionmark.artifacts.modules import ModuleSource, module_bytes_and_map
-from sectionmark.errors import SectionmarkError, first_line
+from sectionmark.errors import IREE_ERRORS, SectionmarkError, first_line
 from sectionmark.markers import section
 from sectionmark.parameters import PARAMETERS_MODULE, Parameters, parameter_specs, parameters_module
 
@@ -41,8 +42,8 @@ class LoadedModule:
     def __init__(self, source: ModuleSource, device: str = "local-task", parameters: Parameters = None):
         self.vmfb, self.section_map = module_bytes_and_map(source)
         self.device = device
-        self.parameters = parameter_specs(parameters)
-        self._context, (vm_module,) = open_context(device, self.parameters, [self.vmfb])
+        # The parameter files as served: an unscoped file is given the module's one scope (`open_context`).
+        self._context, (vm_module,), self.parameters = open_context(device, parameter_specs(parameters), [self.vmfb])
         self.name = vm_module.name
         self._module = self._context.modules[vm_module.name]
         self._state = _CallState()
@@ -68,14 +69,15 @@ class LoadedModule:
         def call(*args: Any, **kwargs: Any) -> Any:
             arrays = flatten_arguments(args, types, framework=framework)
             recording = state.recording
-            if recording is None:
-                with marker:
-                    return invoke(*arrays, **kwargs)
-            if kwargs:
+            if recording is not None and kwargs:
                 raise SectionmarkError(f"{name}: keyword arguments cannot be recorded; pass them by position")
-            with marker:
-                result = invoke(*arrays)
-            recording.note(name, arrays, result)
+            try:
+                with marker:
+                    result = invoke(*arrays, **kwargs)
+            except IREE_ERRORS as error:  # wrong shapes, dtypes, byte order: IREE's first line says which
+                raise SectionmarkError(f"{name}: {first_line(str(error)).removeprefix(_INVOKE_PREFIX)}") from None
+            if recording is not None:
+                recording.note(name, arrays, result)
             return result
 
         call.__name__ = name
@@ -83,17 +85,46 @@ class LoadedModule:
         return call
 
 
-def open_context(device: str, specs: list, modules: Sequence[bytes]) -> tuple[Any, list[Any]]:
-    """An IREE context on ``device`` with the parameter files and ``modules`` (.vmfb bytes, in order); their VM modules.
+def open_context(device: str, specs: list, modules: Sequence[bytes]) -> tuple[Any, list[Any], list]:
+    """An IREE context on ``device`` with the parameter files and ``modules`` (.vmfb bytes, in order).
 
-    A later module may import the functions of an earlier one (a replay driver
-    imports the model's). Every failure is one SectionmarkError line.
+    Returns the context, the modules' VM modules and the parameter specs it
+    serves. A later module may import the functions of an earlier one (a
+    replay driver imports the model's). Parameter files given without a scope
+    (``weights.irpa``) for a module that reads one named scope (turbine's
+    ``model``) are served in that scope: IREE names the scope it wanted.
+    Every failure is one SectionmarkError line.
     """
+    try:
+        return (*_open_context(device, specs, modules), specs)
+    except _UnservedScope as unserved:
+        if not specs or any(scope for scope, _path in specs):
+            raise SectionmarkError(_registration_failure(unserved.message, specs)) from None
+        scoped = [(unserved.scope, path) for _scope, path in specs]
+        try:
+            return (*_open_context(device, scoped, modules), scoped)
+        except _UnservedScope as again:  # a second scope: the files cannot all be in the first one
+            raise SectionmarkError(_registration_failure(again.message, specs)) from None
+
+
+class _UnservedScope(Exception):
+    """A module read parameters of a scope no provider serves (``scope``), with IREE's ``message``."""
+
+    def __init__(self, scope: str, message: str):
+        super().__init__(message)
+        self.scope, self.message = scope, message
+
+
+_UNSERVED_SCOPE = re.compile(r"no provider registered that handles scopes like '([^']*)'")
+_INVOKE_PREFIX = "Error invoking function: "
+
+
+def _open_context(device: str, specs: list, modules: Sequence[bytes]) -> tuple[Any, list[Any]]:
     import iree.runtime as rt
 
     try:
         config = rt.Config(device)
-    except (ValueError, RuntimeError) as error:
+    except IREE_ERRORS as error:
         raise SectionmarkError(f"cannot open IREE device {device!r}: {error}") from None
     context = rt.SystemContext(config=config)
     provider = parameters_module(config.vm_instance, specs)
@@ -103,11 +134,14 @@ def open_context(device: str, specs: list, modules: Sequence[bytes]) -> tuple[An
     for vmfb in modules:
         try:
             vm_module = rt.VmModule.copy_buffer(config.vm_instance, vmfb)
-        except (ValueError, RuntimeError) as error:
-            raise SectionmarkError(f"not a loadable IREE module: {error}") from None
+        except IREE_ERRORS as error:
+            raise SectionmarkError(f"not a loadable IREE module: {first_line(str(error))}") from None
         try:
             context.add_vm_module(vm_module)
-        except (ValueError, RuntimeError) as error:
+        except IREE_ERRORS as error:
+            unserved = _UNSERVED_SCOPE.search(str(error))
+            if unserved is not None:
+                raise _UnservedScope(unserved.group(1), str(error)) from None
             raise SectionmarkError(_registration_failure(str(error), specs)) from None
         vm_modules.append(vm_module)
     return context, vm_modules

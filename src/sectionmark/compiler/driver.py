@@ -162,11 +162,19 @@ def _parse(compilation: PhasedCompilation, source: Source) -> None:
         compilation.parse_file(path)
     elif isinstance(source, str):
         compilation.parse_text(source)
+    elif _is_slice(source):  # sm.slice's result: its program's MLIR
+        compilation.parse_text(source.mlir)
     else:
         raise SectionmarkError(
             f"cannot compile a {type(source).__name__}; pass an export (sm.torch.export, aot.export, sm.jax.export), "
             "MLIR text or a .mlir path"
         )
+
+
+def _is_slice(source: Any) -> bool:
+    from sectionmark.compiler.slicing import SectionSlice  # slicing imports this module
+
+    return isinstance(source, SectionSlice)
 
 
 def function_signatures(module: Any) -> list[FunctionSignature]:

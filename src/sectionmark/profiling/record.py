@@ -168,8 +168,8 @@ class Recording:
 
     def replay(self) -> Union[Any, tuple]:
         """Replay once in this process; the last call's results as host arrays (compare with the recorded run)."""
-        context, (_model, driver_module) = open_context(self.device, self.parameters,
-                                                         [self.vmfb, self.driver()])
+        context, (_model, driver_module), _specs = open_context(self.device, self.parameters,
+                                                                 [self.vmfb, self.driver()])
         results = context.modules[driver_module.name]["replay"](*self.inputs)
         if isinstance(results, tuple):
             return tuple(value.to_host() for value in results)
