@@ -131,6 +131,8 @@ def test_outputs_that_would_destroy_a_file_are_refused_before_any_work(tmp_path,
     one_error_line(capsys, [*report, "--json", ""], "empty")
     one_error_line(capsys, [*report, "--tracy", "/dev/null"], "not a regular file")
     one_error_line(capsys, [*report, "--chart", str(tmp_path)], "a directory")
+    one_error_line(capsys, [*report, "--graph", str(tmp_path / "g.png")],  # before the (here failing) run
+                   "graph file must end in .dot, .svg or .html, not 'g.png'")
     one_error_line(capsys, [*report, "--json", str(tmp_path / "x"), "--csv", str(tmp_path / "x")], "--json and --csv")
     one_error_line(capsys, ["tracy-stats", str(profile), "--json", str(profile)], "it is also an input")
     one_error_line(capsys, ["tracy", str(profile), "--map", str(sections), "-o", str(profile)], "it is also an input")
@@ -197,6 +199,23 @@ def test_a_closed_stdout_exits_quietly(tmp_path):
     process.stdout.close()
     _, err = process.communicate(timeout=60)
     assert process.returncode == 141 and err == b""
+
+
+def test_files_are_written_even_when_stdout_is_closed_early(tmp_path, compiled_two_matmuls, inputs):
+    """`sectionmark report ... --json out.json | head -1`: the table is cut short, the file is still written."""
+    from sectionmark.profiling import profile
+
+    _compiled, vmfb = compiled_two_matmuls
+    profile(vmfb, inputs, iterations=1, warmup=0, keep_profile=tmp_path / "run.ireeprof", quiet=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sectionmark", "report", str(tmp_path / "run.ireeprof"), "--map", str(vmfb),
+         "--json", str(tmp_path / "out.json"), "--csv", str(tmp_path / "out.csv")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    process.stdout.close()
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141 and err == b""
+    assert (tmp_path / "out.json").stat().st_size > 0 and (tmp_path / "out.csv").stat().st_size > 0
 
 
 MLIR = """

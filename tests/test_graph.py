@@ -81,7 +81,7 @@ def test_save_by_suffix(tmp_path):
     page = graph.save(session, tmp_path / "g.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and 'href="#site0"' in page and "http" not in page.split("<svg")[0]
     with pytest.raises(SectionmarkError, match="must end in .dot, .svg or .html"):
-        graph.save(session, tmp_path / "g.png")
+        session.save(tmp_path / "g.png", "graph")
 
 
 def test_svg_without_graphviz_writes_the_dot_and_says_how_to_install(tmp_path, monkeypatch):

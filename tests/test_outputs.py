@@ -85,3 +85,9 @@ def test_a_writer_killed_mid_write_leaves_the_previous_file_intact(tmp_path):
     process.wait(timeout=30)
     time.sleep(0.1)
     assert target.read_text() == "previous"
+    left = [path for path in tmp_path.iterdir() if path != target]
+    assert len(left) == 1 and left[0].name.endswith(".partial")  # a kill -9 runs no clean-up...
+    running = tmp_path / f".{target.name}.{os.getpid()}.abcd1234.partial"  # (a writer still at work)
+    running.write_text("another writer's half")
+    write_atomic(target, "next")  # ...the next writer of the file removes what the killed one left
+    assert target.read_text() == "next" and sorted(tmp_path.iterdir()) == sorted([target, running])

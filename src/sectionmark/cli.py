@@ -302,15 +302,19 @@ def check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before any work, an output that would destroy something or cannot be written.
 
     `sectionmark.outputs` refuses empty names, directories, device nodes,
-    unwritable directories and the command's own inputs; here, in addition,
-    two options naming one file.
+    unwritable directories and the command's own inputs, and the renderers a
+    graph not named .dot, .svg or .html; here, in addition, two options
+    naming one file.
     """
+    from sectionmark.renderers import RENDERERS, check_path
+
     inputs, outputs = args.planned_io(args)
     seen: dict[str, str] = {}
     for option, path in outputs.items():
         if path is None:
             continue
-        target = check_output_path(path, inputs)
+        renderer = RENDERERS.get(option.removeprefix("--"))
+        target = check_path(renderer, path, inputs) if renderer is not None else check_output_path(path, inputs)
         real = os.path.realpath(target)
         if real in seen:
             raise SectionmarkError(f"{seen[real]} and {option} both name {path}")
@@ -321,7 +325,14 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 
 def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    """The table (and the sites table) on stdout, then every renderer output asked for."""
+    """Every renderer output asked for, then on stdout the table (and the sites table, components) and the files.
+
+    Files first: a reader that stops reading early (``| head -1``) must not cost them.
+    """
+    written = []
+    for name, path in _rendered_outputs(args).items():
+        options = {"by": args.by} if args.by and name.startswith("components") else {}
+        written.append(session.save(path, name, inputs=inputs, **options))
     print(session.table())
     if args.sites:
         from sectionmark.renderers.table import render_sites_text
@@ -329,9 +340,8 @@ def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> 
         print(render_sites_text(session))
     if args.by:
         print(session.render("components", by=args.by))
-    for name, path in _rendered_outputs(args).items():
-        options = {"by": args.by} if args.by and name.startswith("components") else {}
-        print(f"wrote {session.save(path, name, inputs=inputs, **options)}")
+    for path in written:
+        print(f"wrote {path}")
 
 
 def _load_inputs(paths: Sequence[str]) -> list:
@@ -392,9 +402,10 @@ def _profile_recording(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     if args.function is not None:
         _write_outputs(replay.function(args.function), args, inputs)
         return
+    written = replay.save_json(outputs["json"], inputs=inputs) if "json" in outputs else None
     print(replay.table())
-    if "json" in outputs:
-        print(f"wrote {replay.save_json(outputs['json'], inputs=inputs)}")
+    if written is not None:
+        print(f"wrote {written}")
 
 
 def _recorded_session(args: argparse.Namespace):
@@ -424,10 +435,12 @@ def _tracy_stats(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 
     rows = zone_stats(args.capture, depth=args.depth, gpu_only=args.gpu)
     rows = [row for row in rows if not args.cpu or row.kind != "gpu"][: args.top]
-    print(zone_stats_text(rows))
-    if args.json is not None:
+    written = None
+    if args.json is not None:  # before stdout, as in _write_outputs
         document = {"version": 1, "zones": [dataclasses.asdict(row) for row in rows]}
         written = write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False), inputs=inputs)
+    print(zone_stats_text(rows))
+    if written is not None:
         print(f"wrote {written}")
 
 

@@ -4,7 +4,8 @@ Every file sectionmark writes (a .vmfb, a section map, a table's JSON, CSV,
 chart or trace) goes through here, so a full disk, a size limit or a kill in
 the middle leaves the previous file intact: the data goes to a temporary file
 in the same directory, which is renamed over the target only once complete
-(a rename within one file system is atomic). Paths that would destroy what
+(a rename within one file system is atomic); what a killed writer left there
+is removed by the next writer of the same file. Paths that would destroy what
 the user has are refused up front with one clear line: an empty name, a
 directory or device node, a directory where no file can be created, or a
 file the same command reads (``--json
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -80,8 +82,9 @@ def atomic_path(path: PathLike, inputs: Iterable[PathLike] = ()) -> Iterator[Pat
     error the temporary file is removed and ``path`` is untouched.
     """
     target = _refuse_destructive(path, inputs)
+    remove_stale_temporaries(target)
     try:  # also the check that a file can be created there
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+        descriptor, temporary = tempfile.mkstemp(**temporary_name(target))
     except OSError as error:
         raise _cannot_create(target, error) from None
     os.close(descriptor)
@@ -95,6 +98,51 @@ def atomic_path(path: PathLike, inputs: Iterable[PathLike] = ()) -> Iterator[Pat
     finally:
         with contextlib.suppress(FileNotFoundError):
             temporary_path.unlink()
+
+
+_PARTIAL = ".partial"
+
+
+def temporary_name(target: Path) -> dict[str, str]:
+    """``mkstemp`` / ``mkdtemp`` arguments for a temporary beside ``target``: ``.NAME.<pid>.<random>.partial``.
+
+    The writer's process id in the name is how a later writer of the same
+    target tells what a killed one left (`remove_stale_temporaries`).
+    """
+    return {"prefix": f".{target.name}.{os.getpid()}.", "suffix": _PARTIAL, "dir": str(target.parent)}
+
+
+def remove_stale_temporaries(target: Path) -> None:
+    """Remove the temporaries of ``target`` whose writer is gone (killed: a kill -9 runs no clean-up).
+
+    A temporary of a running writer (this process or another) is left alone.
+    """
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return
+    for name in names:
+        if not name.endswith(_PARTIAL):
+            continue
+        parts = name[: -len(_PARTIAL)].rsplit(".", 2)  # ".NAME", pid, the random part (no dots)
+        if len(parts) != 3 or parts[0] != f".{target.name}" or not parts[1].isdigit() or _running(int(parts[1])):
+            continue
+        stale = target.parent / name
+        with contextlib.suppress(OSError):
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except PermissionError:  # another user's process
+        return True
+    except (ProcessLookupError, OverflowError):  # gone, or a number no process can have
+        return False
+    return True
 
 
 def write_atomic(path: PathLike, data: Union[bytes, str], inputs: Iterable[PathLike] = (), newline: str | None = None) -> Path:

@@ -33,7 +33,7 @@ from sectionmark.artifacts.files import read_regular
 from sectionmark.compiler.replay_driver import Argument, DriverCall, InputArgument, ResultArgument
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
-from sectionmark.outputs import atomic_path, check_output_path
+from sectionmark.outputs import atomic_path, check_output_path, remove_stale_temporaries, temporary_name
 from sectionmark.parameters import Parameters, parameter_specs, spec_text
 from sectionmark.profiling.inputs import load_input_array
 from sectionmark.profiling.ireeprof import read_profile
@@ -220,7 +220,8 @@ class Recording:
             raise SectionmarkError(f"{directory} already exists and is not an empty directory")
         driver = self.driver()
         directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+        remove_stale_temporaries(directory)
+        staging = Path(tempfile.mkdtemp(**temporary_name(directory)))
         try:
             (staging / MODEL_FILE).write_bytes(self.vmfb)
             if self.section_map is not None:

@@ -7,8 +7,8 @@ and the demo ask for), its file extensions (the first is the usual one; a
 path's suffix picks the renderer when no name is given), whether it is
 binary, and a one-line summary (the CLI's help text). Adding an output is one
 new module and one line here. A renderer whose file depends on its suffix (the
-graph: DOT text, SVG through Graphviz, or HTML) also defines
-``save(session, path, inputs)``, which `save` hands the checked path to.
+graph: DOT text, SVG through Graphviz, or HTML) is marked ``by_suffix`` and also
+defines ``save(session, path, inputs)``, which `save` hands the checked path to.
 
 Renderers depend on the session, never the reverse: the session looks this
 registry up when it is asked to render, and the modules are imported only
@@ -41,6 +41,7 @@ class Renderer:
     binary: bool  # render returns bytes (else text, written as UTF-8)
     summary: str  # one line, for --help and the docs
     module: str  # the module defining render(session, **options)
+    by_suffix: bool = False  # the file's form follows its suffix (save(session, path, inputs)): one of extensions
 
     def render(self, session: "ProfileSession", **options: Any) -> Union[str, bytes]:
         output = importlib.import_module(self.module).render(session, **options)
@@ -68,7 +69,7 @@ RENDERERS: dict[str, Renderer] = {
                  "sectionmark.renderers.components_chart"),
         Renderer("graph", (".dot", ".svg", ".html"), False,
                  "read/write graph of the dispatches: .dot, .svg (needs Graphviz 'dot') or self-contained .html",
-                 "sectionmark.renderers.graph"),
+                 "sectionmark.renderers.graph", by_suffix=True),
         Renderer("kernels", (".kernels.txt",), False,
                  "per dispatch site: argument shapes, exact bytes, FLOPs, time, GB/s, GFLOP/s (text table)",
                  "sectionmark.renderers.kernels"),
@@ -96,6 +97,16 @@ def for_path(path: PathLike) -> Renderer:
     return max(matches, key=lambda match: match[0])[1]
 
 
+def check_path(renderer: Renderer, path: PathLike, inputs: Iterable[PathLike] = ()) -> Path:
+    """``path`` checked before any work: writable without loss (`check_output_path`), and named with one of the
+    renderer's extensions when its form follows the suffix (a wrong one must not be found only after a long run)."""
+    target = check_output_path(path, inputs)
+    if renderer.by_suffix and not target.name.lower().endswith(renderer.extensions):
+        *others, last = renderer.extensions
+        raise SectionmarkError(f"{renderer.name} file must end in {', '.join(others)} or {last}, not {target.name!r}")
+    return target
+
+
 def save(
     session: "ProfileSession",
     path: PathLike,
@@ -111,9 +122,8 @@ def save(
     """
     renderer = get(format) if format is not None else for_path(path)
     inputs = list(inputs)
-    check_output_path(path, inputs)
-    module = importlib.import_module(renderer.module)
-    if hasattr(module, "save"):  # a file whose form depends on its suffix (the graph: .dot, .svg or .html)
-        return module.save(session, path, inputs=inputs, **options)
+    check_path(renderer, path, inputs)
+    if renderer.by_suffix:  # a file whose form depends on its suffix (the graph: .dot, .svg or .html)
+        return importlib.import_module(renderer.module).save(session, path, inputs=inputs, **options)
     output = renderer.render(session, **options)
     return write_atomic(path, output.encode("utf-8") if isinstance(output, str) else output, inputs=inputs)

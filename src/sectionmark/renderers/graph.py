@@ -34,7 +34,6 @@ from sectionmark.renderers.table import format_ns
 from sectionmark.section_map import Binding
 
 EXTENSION = ".dot"
-SUFFIXES = (".dot", ".svg", ".html")
 INSTALL_HINT = "install Graphviz for SVG (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz)"
 SITE_PREFIX = "site "
 
@@ -96,11 +95,9 @@ def render(session) -> str:
 
 
 def save(session, path: Union[str, Path], inputs: Iterable[PathLike] = ()) -> Path:
-    """Write the graph as .dot, .svg or .html (by suffix); see the module docstring."""
+    """Write the graph as .dot, .svg or .html (by suffix, checked by `sectionmark.renderers.save`)."""
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise SectionmarkError(f"graph file must end in .dot, .svg or .html, not {path.name!r}")
     dot_text = render(session)
     if suffix == ".dot":
         return write_atomic(path, dot_text, inputs)
