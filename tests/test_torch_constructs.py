@@ -106,3 +106,25 @@ def test_one_dynamic_export_profiles_at_several_lengths_and_says_it_split_by_op_
     assert data["weight_rule"] == "op-count" and data["split_rules"] == {"op-count": 1}
     assert "by op count (shapes not static)" in " ".join(profile.table().split())
     assert {row.path for row in profile.section_rows if row.busy_ns > 0} == {("Linear",), ("Activation",)}
+
+
+class UsedBeforeDefined(torch.nn.Module):
+    """Parameters registered in one order (b, a) and used in the other (a, then b)."""
+
+    def __init__(self):
+        super().__init__()
+        self.b, self.a = torch.nn.Linear(4, 3), torch.nn.Linear(2, 4)
+
+    def forward(self, x, y):
+        return (((self.b(self.a(x)) - y) ** 2).mean(),)
+
+
+def test_training_step_gradients_come_in_named_parameters_order():
+    torch.manual_seed(0)
+    model, x, y = UsedBeforeDefined(), torch.rand(5, 2), torch.rand(5, 3)
+    loss, *gradients = sm.load(sm.compile(sm.torch.export_training_step(model, args=(x, y)))).main(x.numpy(), y.numpy())
+    model(x, y)[0].backward()
+    expected = [parameter.grad.numpy() for _name, parameter in model.named_parameters()]
+    assert [gradient.to_host().shape for gradient in gradients] == [grad.shape for grad in expected]
+    for gradient, grad in zip(gradients, expected):
+        np.testing.assert_allclose(gradient.to_host(), grad, rtol=1e-5, atol=1e-6)

@@ -266,3 +266,22 @@ def test_the_op_count_fallback_keeps_unmarked_ops_unmarked():
     (site,) = smc.compile(source).section_map.sites
     assert site.rule == "op-count"
     assert _weights(site) == {("A",): 0.25, (): 0.5, ("B",): 0.25}
+
+
+class _MaskOutsideAttention(torch.nn.Module):
+    """A causal mask built in no section from iotas, used by SDPA in "Attention"."""
+
+    def forward(self, q, k, v):
+        n = q.shape[-2]
+        mask = torch.arange(n)[:, None] >= torch.arange(n)[None, :]
+        with sm.section("Attention"):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask.expand(1, 2, n, n))
+
+
+def test_a_dispatch_of_addressing_alone_belongs_to_its_root_op():
+    """Index compares cost nothing (CSE takes them across blocks): such a site is not split by op count."""
+    q = torch.rand(1, 2, 8, 16)
+    compiled = sm.compile(sm.torch.export(_MaskOutsideAttention(), args=(q, q, q)))
+    assert "op-count" not in {site.rule for site in compiled.section_map.sites}
+    mask_sites = [site for site in compiled.section_map.sites if site.rule == "root"]
+    assert mask_sites and all(_weights(site) == {("Attention",): 1.0} for site in mask_sites)

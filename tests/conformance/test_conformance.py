@@ -220,16 +220,7 @@ def built(request) -> Built:
 
 
 # Checks that fail because sectionmark is wrong (reported with a minimal repro; strict: a fix makes them fail).
-_MASK_SITE = (
-    "sectionmark bug: a static dispatch that only materialises an attention mask from iotas (transformers' "
-    "masking_utils / the wrapper's causal mask, in no section) has zero cost, falls back to rule 'op-count' "
-    "(documented only for shapes that cannot be sized) and gives its unmarked index compares a share of its "
-    "time; the table says 'split by op count (shapes not static)'")
 KNOWN_BUGS: dict[tuple[str, str], str] = {
-    **{(name, "unmarked-time"): _MASK_SITE for name in ("llama", "qwen2-gqa", "bert", "vit")},
-    ("torch-training-step", "numerics"): (
-        "sectionmark bug: export_training_step returns the gradients in the order the parameters are first used "
-        "in the graph, not in named_parameters() order as documented (values are right)"),
     ("flax-training-step", "sections"): (
         "JAX's partial evaluation of a scan under grad hoists the body's loop-invariant ops out of the loop with "
         "the body-relative name stack under the outer jit ('jit(step)/ScanCheckpointLayer_0/sm:Attention/sqrt'): "

@@ -27,9 +27,10 @@ a named linalg op such as a matmul or a convolution is sized through its
 indexing maps like any other structured op). Ops in no
 section keep their share under the empty path ``()`` ("(unmarked)"). When
 some op cannot be sized the site falls back to counting ops (rule
-``"op-count"``); a site with nothing to cost or count (a pure fill) belongs to
-the section of its root op, whose location the dispatch carries (rule
-``"root"``).
+``"op-count"``); a site whose ops cost nothing — data movement (a fill, a
+copy) or addressing (a causal mask from iotas, whose ops CSE may have taken
+from another block) — belongs to the section of its root op, whose location
+the dispatch carries (rule ``"root"``).
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def _composition(
     """The site's shares by estimated cost, else by op count, else its root op's section."""
     costs = site_costs(site, paths, domains)
     total_cost = sum(cost.value for cost in costs.values()) if costs is not None else 0.0
-    counts = site_op_counts(site, None if total_cost > 0 else paths)  # by section only for the fallback rule
+    counts = site_op_counts(site, paths if costs is None else None)  # by section only for the fallback rule
     if total_cost > 0:
         rule = "cost"
         shares = [
@@ -190,10 +191,10 @@ def _composition(
             for path, cost in costs.items()
             if cost.value > 0
         ]
-    elif counts:
+    elif costs is None and counts:
         rule = "op-count"
         shares = [Share(path or (), n / sum(counts.values())) for path, n in counts.items()]
-    else:  # pure data movement with nothing to cost (a fill)
+    else:  # nothing costs anything: data movement (a fill, a copy) or addressing (a mask built from iotas)
         root: Optional[SectionPath] = section_path(str(site.location))
         rule = "root"
         shares = [Share(root, 1.0)] if root else []

@@ -556,8 +556,26 @@ def export_training_step(
         except RuntimeError as error:
             reason = first_line(str(error), type(error).__name__)
             raise SectionmarkError(f"cannot export the training step of {type(model).__name__}: {reason}") from None
+    _gradients_in_parameter_order(joint, [name for name, _ in model.named_parameters()])
     results = (OutputKind.LOSS_OUTPUT, OutputKind.GRADIENT_TO_PARAMETER, OutputKind.GRADIENT_TO_USER_INPUT)
     outputs = [OutputSpec(OutputKind.USER_OUTPUT, spec.arg, None) if spec.kind in results else spec
                for spec in joint.graph_signature.output_specs]
     step = joint._update(joint.graph_module, ExportGraphSignature(joint.graph_signature.input_specs, outputs))
     return export(step, auto_modules=auto_modules, function_name=function_name)
+
+
+def _gradients_in_parameter_order(joint: Any, parameters: list[str]) -> None:
+    """Put the joint graph's parameter gradients in ``named_parameters()`` order (torch gives them in
+    the order the parameters are first used), the other outputs first and in place."""
+    from torch.export.graph_signature import OutputKind
+
+    specs = joint.graph_signature.output_specs
+    output = next(node for node in reversed(joint.graph_module.graph.nodes) if node.op == "output")
+    values = list(output.args[0])
+    position = {name: index for index, name in enumerate(parameters)}
+    order = sorted(range(len(specs)), key=lambda i: (specs[i].kind == OutputKind.GRADIENT_TO_PARAMETER,
+                                                     position.get(specs[i].target, -1)
+                                                     if specs[i].kind == OutputKind.GRADIENT_TO_PARAMETER else i))
+    specs[:] = [specs[i] for i in order]
+    output.args = (type(output.args[0])(values[i] for i in order),)
+    joint.graph_module.recompile()

@@ -125,7 +125,7 @@ def zone_stats_text(rows: list, width: int = 160) -> str:
 
 
 RULE_WORDS = {"cost": "by estimated cost (FLOPs and bytes)", "op-count": "by op count (shapes not static)",
-              "root": "to the section of the root op"}
+              "root": "to the section of the root op (nothing to cost)"}
 
 
 def split_rule_text(session: ProfileSession) -> str:
