@@ -221,3 +221,10 @@ def test_flax_training_step_has_backward_and_recompute_rows_per_section():
     assert compiled.section_map.reached == compiled.section_map.sections
     assert all(row.busy_ns > 0 and row.note is None for row in profile.section_rows), profile.table()
     assert profile.unmarked_ns > 0  # the loss and the parameter update are in no section
+
+
+def test_memoized_command_buffers_name_the_function_that_runs_them():
+    """IREE numbers its memoize helpers (``__main_memoize_apply_0``); the map names ``main``."""
+    model, params = _flax_model()
+    compiled = sm.compile(sm.jax.export(model.apply, params, X))
+    assert {buffer.function for buffer in compiled.section_map.command_buffers} == {"main"}

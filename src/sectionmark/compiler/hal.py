@@ -41,7 +41,7 @@ COMMAND_KINDS = {
     "hal.command_buffer.update_buffer": "update",
 }
 FINALIZE = "hal.command_buffer.finalize"
-_MEMOIZE_HELPER = re.compile(r"^__(.+)_memoize_apply$")
+_MEMOIZE_HELPER = re.compile(r"^__(.+)_memoize_apply(?:_\d+)?$")  # one per memoized buffer: _0, _3, ...
 BEGIN_GROUP = "hal.command_buffer.begin_debug_group"
 END_GROUP = "hal.command_buffer.end_debug_group"
 
@@ -154,7 +154,7 @@ class CommandRecorder:
 
 
 def _user_function(name: str) -> str:
-    """The function whose calls record a buffer: IREE records memoized buffers in ``__<f>_memoize_apply``."""
+    """The function whose calls record a buffer: IREE records memoized buffers in ``__<f>_memoize_apply[_N]``."""
     match = _MEMOIZE_HELPER.match(name)
     return match.group(1) if match else name
 
