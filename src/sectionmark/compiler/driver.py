@@ -26,7 +26,7 @@ from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.session import PhasedCompilation, generic_op_views
 from sectionmark.compiler.targets import debug_groups_by_default, target_flags
 from sectionmark.errors import SectionmarkError
-from sectionmark.importers.exported import SectionedExport, as_sectioned_export, module_sections
+from sectionmark.importers.exported import SectionedExport, as_sectioned_export, declare_section, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.section_map import CommandBuffer, DispatchSite, FunctionSignature, SectionMap, sidecar_path
@@ -197,15 +197,15 @@ def looks_like_path(text: str) -> bool:
 
 
 def _sections(declared: list[SectionPath], sites: list[DispatchSite], buffers: list[CommandBuffer]) -> list[SectionPath]:
-    """The declared sections, then any path that owns part of a site or command without being declared."""
+    """The declared sections, then any path (and its parents) that owns part of a site or command without being declared."""
     found: dict[SectionPath, None] = dict.fromkeys(declared)
     for site in sites:
         for share in site.shares:
             if share.path:
-                found.setdefault(share.path, None)
+                declare_section(found, share.path)
     for buffer in buffers:
         for command in buffer.commands:
             for share in command.shares:
                 if share.path:
-                    found.setdefault(share.path, None)
+                    declare_section(found, share.path)
     return list(found)

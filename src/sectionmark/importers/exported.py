@@ -19,7 +19,7 @@ from sectionmark.locations import section_paths
 from sectionmark.paths import BACKWARD_SUFFIX, RECOMPUTE_SUFFIX, SectionPath, format_path
 
 
-def _declare(found: dict[SectionPath, None], path: SectionPath) -> None:
+def declare_section(found: dict[SectionPath, None], path: SectionPath) -> None:
     """Add ``path`` to ``found`` after its parents: a marked parent whose ops all sit in
     its children (a layer wrapped as "Layer 0") is declared by them."""
     if path not in found:
@@ -88,7 +88,7 @@ def module_sections(module: Any) -> tuple[SectionPath, ...]:
             for location in function.locations:
                 whole = location if context is None else f"callsite({location} at {context})"
                 for path in section_paths(f"loc({whole})"):
-                    _declare(found, path)
+                    declare_section(found, path)
     return tuple(found)
 
 
