@@ -228,3 +228,24 @@ def test_memoized_command_buffers_name_the_function_that_runs_them():
     model, params = _flax_model()
     compiled = sm.compile(sm.jax.export(model.apply, params, X))
     assert {buffer.function for buffer in compiled.section_map.command_buffers} == {"main"}
+
+
+def test_loop_invariant_ops_hoisted_out_of_a_scan_stay_in_their_section():
+    """Under grad JAX hoists ``w * 2`` out of the body and names it ``jit(f)/sm:Inner/mul``:
+    Inner ran only inside Outer, so that is where its time goes (no top-level Inner)."""
+    w = W[0]
+
+    def f(x, w):
+        def body(h, _):
+            with sm.section("Inner"):
+                return jnp.tanh(h @ (w * 2.0)), None
+
+        with sm.section("Outer"):
+            return lax.scan(body, x, None, length=3)[0]
+
+    grad = jax.grad(lambda x, w: (f(x, w) ** 2).sum(), argnums=1)
+    exported, warned = export_quietly(grad, X, w)
+    assert set(exported.sections) == FORWARD | BACKWARD and not warned
+    compiled, profile = profiled(exported, X, w)
+    assert compiled.section_map.sections == list(exported.sections)
+    assert all(share.path[:1] != ("Inner",) for site in compiled.section_map.sites for share in site.shares)

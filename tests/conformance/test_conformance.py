@@ -221,10 +221,6 @@ def built(request) -> Built:
 
 # Checks that fail because sectionmark is wrong (reported with a minimal repro; strict: a fix makes them fail).
 KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("flax-training-step", "sections"): (
-        "JAX's partial evaluation of a scan under grad hoists the body's loop-invariant ops out of the loop with "
-        "the body-relative name stack under the outer jit ('jit(step)/ScanCheckpointLayer_0/sm:Attention/sqrt'): "
-        "sectionmark declares a top-level ('Attention',) that the program never wrote"),
 }
 
 

@@ -14,10 +14,11 @@ With ``markers=False`` it is a plain compile with the same flags and no hook.
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from sectionmark.arguments import element_type
 from sectionmark.compiler.embed import embed_section_map, module_fingerprint
@@ -29,7 +30,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, declare_section, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
 from sectionmark.paths import SectionPath, format_path
-from sectionmark.section_map import CommandBuffer, DispatchSite, FunctionSignature, SectionMap, sidecar_path
+from sectionmark.section_map import CommandBuffer, DispatchSite, FunctionSignature, SectionMap, Share, sidecar_path
 
 # A SectionedExport, iree-turbine's ExportOutput, MLIR text, or a .mlir/.mlirbc path.
 Source = Union[SectionedExport, Any, str, Path]
@@ -135,6 +136,9 @@ def compile_with_flags(
                 restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
                 module = compilation.advance(COMMANDS_PHASE)
                 declared, sites = list(declaring.result()), weighing.result()
+            if export is not None and export.path_aliases:
+                declared = [export.full_path(path) for path in declared]  # parents first again in _sections
+                sites = [_with_full_paths(site, export.full_path) for site in sites]
             buffers = CommandRecorder({site.id: site for site in sites}, site_ids, debug_groups).run(module)
             section_map = SectionMap(
                 sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target,
@@ -196,9 +200,29 @@ def looks_like_path(text: str) -> bool:
     return "\n" not in text and "{" not in text and len(text) < 4096
 
 
+def _with_full_paths(site: DispatchSite, full_path: Callable[[SectionPath], SectionPath]) -> DispatchSite:
+    """``site`` with each share's path as it ran (`SectionedExport.full_path`); shares that meet are one."""
+    merged: dict[SectionPath, Share] = {}
+    for share in site.shares:
+        path = full_path(share.path)
+        if path in merged:
+            known = merged[path]
+            merged[path] = Share(path, known.weight + share.weight, _sum(known.flops, share.flops),
+                                 _sum(known.bytes, share.bytes))
+        else:
+            merged[path] = Share(path, share.weight, share.flops, share.bytes)
+    return dataclasses.replace(site, shares=sorted(merged.values(), key=lambda share: -share.weight))
+
+
+def _sum(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return None if a is None or b is None else a + b
+
+
 def _sections(declared: list[SectionPath], sites: list[DispatchSite], buffers: list[CommandBuffer]) -> list[SectionPath]:
     """The declared sections, then any path (and its parents) that owns part of a site or command without being declared."""
-    found: dict[SectionPath, None] = dict.fromkeys(declared)
+    found: dict[SectionPath, None] = {}
+    for path in declared:
+        declare_section(found, path)
     for site in sites:
         for share in site.shares:
             if share.path:

@@ -135,11 +135,14 @@ class SectionedExport:
     keeps its live module; a JAX export is the text JAX lowers to.
     """
 
-    def __init__(self, *, input_type: str, framework: str, text: Optional[str] = None):
+    def __init__(self, *, input_type: str, framework: str, text: Optional[str] = None,
+                 path_aliases: Optional[dict[SectionPath, SectionPath]] = None):
         self.input_type = input_type
         self.framework = framework
         self._text = text
         self._text_sections: Optional[tuple[SectionPath, ...]] = None
+        # A path some ops' locations name relative to where it ran -> the full path (see sectionmark.importers.jax)
+        self.path_aliases: dict[SectionPath, SectionPath] = path_aliases or {}
 
     @property
     def mlir_module(self) -> Optional[Any]:
@@ -161,8 +164,23 @@ class SectionedExport:
         if module is not None:
             return module_sections(module)
         if self._text_sections is None:
-            self._text_sections = find_sections(self._text)
+            found: dict[SectionPath, None] = {}
+            for path in find_sections(self._text):
+                declare_section(found, self.full_path(path))
+            self._text_sections = tuple(found)
         return self._text_sections
+
+    def full_path(self, path: SectionPath) -> SectionPath:
+        """``path`` as it ran: a path its ops name relative to where it ran gets the names around it."""
+        if not self.path_aliases or not path:
+            return path
+        bare = tuple(_without_suffix(name) for name in path)
+        for length in range(len(path), 0, -1):
+            full = self.path_aliases.get(bare[:length])
+            if full is not None:
+                suffix = path[0][len(bare[0]):]  # " (backward)" of the ops' own first name, if any
+                return tuple(name + suffix for name in full[:len(full) - length]) + path
+        return path
 
     def save_mlir(self, path: str | Path) -> Path:
         """Write the program with its locations: MLIR bytecode for ``.mlirbc``, else text.

@@ -14,29 +14,53 @@ silently missing from every table.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 from jax._src import source_info_util
 
 from sectionmark.importers.exported import SectionedExport, warn_empty_sections
 from sectionmark.locations import path_from_jax_name_stack
-from sectionmark.paths import encode_jax_scope
+from sectionmark.paths import BACKWARD_SUFFIX, RECOMPUTE_SUFFIX, SectionPath, encode_jax_scope
+
+SUFFIXES = (BACKWARD_SUFFIX, RECOMPUTE_SUFFIX)
 
 __all__ = ["export"]
 
-_entered = threading.local()  # .paths: the sections entered by the export running on this thread
+# .paths: the sections entered by the export running on this thread, each as JAX names it
+# (relative inside a function traced on its own) -> the paths the Python sections open around it had.
+_entered = threading.local()
 
 
-def enter_named_scope(name: str):
+def enter_named_scope(name: str, enclosing: Sequence[str] = ()):
+    """Enter ``name``'s JAX scope; ``enclosing``: the names of the sections open around it in Python."""
     scope = jax.named_scope(encode_jax_scope(name))
     scope.__enter__()
     paths: Optional[dict] = getattr(_entered, "paths", None)
     if paths is not None:
         path = path_from_jax_name_stack(str(source_info_util.current_name_stack()))
         if path is not None:
-            paths.setdefault(path, None)
+            paths.setdefault(path, set()).add((*enclosing, name))
     return scope
+
+
+def _path_aliases(entered: dict[SectionPath, set[SectionPath]]) -> dict[SectionPath, SectionPath]:
+    """Relative paths (as JAX names a scan body's or nested jit's sections) -> the one path they run in.
+
+    JAX hoists a loop body's loop-invariant ops out of the loop under ``grad`` and names them
+    with the body's relative name stack at the top (``jit(f)/sm:Inner/mul`` for an ``Inner``
+    inside ``Outer``'s scan). Where a relative path was only ever entered inside one Python
+    path, and never on its own, it means that path.
+    """
+    python_paths = {path for paths in entered.values() for path in paths}
+    aliases = {}
+    for path, runs_in in entered.items():
+        if len(runs_in) != 1 or path in python_paths or any(name.endswith(SUFFIXES) for name in path):
+            continue
+        (full,) = runs_in
+        if len(full) > len(path) and full[-len(path):] == path:
+            aliases[path] = full
+    return aliases
 
 
 def export(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SectionedExport:
@@ -45,9 +69,10 @@ def export(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SectionedExport
     _entered.paths = {}
     try:
         lowered = jitted.lower(*args, **kwargs)
-        entered = list(_entered.paths)
+        entered = dict(_entered.paths)
     finally:
         _entered.paths = None
-    exported = SectionedExport(text=lowered.as_text(debug_info=True), input_type="stablehlo", framework="jax")
-    warn_empty_sections(entered, exported.sections)
+    exported = SectionedExport(text=lowered.as_text(debug_info=True), input_type="stablehlo", framework="jax",
+                               path_aliases=_path_aliases(entered))
+    warn_empty_sections(list(entered), exported.sections)
     return exported

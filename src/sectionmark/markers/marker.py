@@ -239,7 +239,7 @@ def _framework_scopes(name: str) -> Optional[tuple]:
     if "jax" in _modules and _jax_tracing():
         from sectionmark.importers import jax as jax_importer
 
-        entered.append(jax_importer.enter_named_scope(name))
+        entered.append(jax_importer.enter_named_scope(name, [marker.name for marker in _scopes.markers()]))
     return tuple(entered) if entered else None
 
 

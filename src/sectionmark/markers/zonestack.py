@@ -143,6 +143,7 @@ class PythonZoneStack:
         # Closures, not methods: the hot path does no attribute lookups on self.
         self.open, self.close, self.close_all = open, close, close_all
         self.depth = lambda: len(state.open)
+        self.markers = lambda: [marker for marker, _zone in state.open]  # open on this thread, outermost first
         _python_stacks.add(self)
 
 
