@@ -85,3 +85,16 @@ def test_a_tool_that_runs_too_long_is_ended_with_one_line(compiled):
 def test_a_bad_compiler_flag_is_named():
     with pytest.raises(SectionmarkError, match="bad compiler flag: Error parsing flags: option not found: bogus-flag"):
         compile(MLIR, input_type=None, extra_args=["--bogus-flag"])
+
+
+def test_a_bad_flag_value_is_one_line_with_the_parsers_reason(tmp_path):
+    """LLVM's option parser prints why on stderr itself: the CLI folds it into its one error line."""
+    import subprocess
+    import sys
+
+    source = tmp_path / "m.mlir"
+    source.write_text(MLIR)
+    run = subprocess.run([sys.executable, "-m", "sectionmark", "compile", str(source), "-o", str(tmp_path / "m.vmfb"),
+                          "--iree-arg=--iree-opt-level=O9"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [run.stderr.strip()] and "'O9' value not a valid optimization level" in run.stderr

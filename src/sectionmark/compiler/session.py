@@ -15,6 +15,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
+import os
+import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
@@ -54,10 +57,15 @@ class PhasedCompilation:
     def __init__(self, flags: Sequence[str]):
         self._library = _library()
         self._session = Session()
-        try:
-            self._session.set_flags(*flags)
-        except ValueError as error:
-            raise SectionmarkError(f"bad compiler flag: {_flag_error(str(error))}") from None
+        with _native_stderr() as printed:
+            try:
+                self._session.set_flags(*flags)
+            except ValueError as error:
+                failure = str(error)
+            else:
+                failure = None
+        if failure is not None:
+            raise SectionmarkError(f"bad compiler flag: {_flag_error(failure, ''.join(printed))}") from None
         self._invocation = self._session.invocation()
         self._errors: list[str] = []
         self._callback = _DIAGNOSTIC_CALLBACK(self._on_diagnostic)  # kept alive with self
@@ -157,7 +165,26 @@ def generic_op_views() -> Iterator[None]:
         bindings.dialect_search_modules = search_path
 
 
-def _flag_error(message: str) -> str:
-    """IREE's flag error on one line: "Error parsing flags:" names the flag only on the lines after it."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
+def _flag_error(message: str, printed: str = "") -> str:
+    """IREE's flag error on one line: "Error parsing flags:" names the flag only on the lines after it,
+    and LLVM's option parser prints why (``'O9' value not a valid optimization level``) on stderr."""
+    lines = [line.strip() for line in (message + "\n" + printed).splitlines() if line.strip()]
     return " ".join(lines) if lines else "no message"
+
+
+@contextlib.contextmanager
+def _native_stderr() -> Iterator[list[str]]:
+    """What native code writes to file descriptor 2 meanwhile, instead of the terminal: the
+    yielded list holds it once the block is over."""
+    printed: list[str] = []
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as captured:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(captured.fileno(), 2)
+            yield printed
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            printed.append(captured.read())
