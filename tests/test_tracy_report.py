@@ -39,8 +39,10 @@ pytestmark = pytest.mark.slow  # compiles, profiles and captures models (a few s
 
 CAPTURE_TIMEOUT_S = 120
 BUSY_TOLERANCE = 0.01  # the acceptance criterion: within 1% of the .ireeprof report
-# Wall time is a union over tracks that agree to about a microsecond, not exactly.
+# Wall time is a union over tracks that agree to about a microsecond, not exactly: 2%, or a
+# microsecond per measured call where the calls are short (seen: 2.1% on a loaded machine).
 WALL_TOLERANCE = 0.02
+WALL_SLACK_PER_CALL_NS = 1_000
 WARMUP, ITERATIONS = 2, 20  # enough calls that some dispatches run concurrently even on a busy machine
 
 
@@ -134,7 +136,7 @@ def test_report_of_the_replay_matches_the_ireeprof(cpu_run):
         assert got.busy_ns == pytest.approx(want.busy_ns, rel=BUSY_TOLERANCE, abs=1), got.name
         assert got.shared_ns == pytest.approx(want.shared_ns, rel=BUSY_TOLERANCE, abs=1), got.name
     assert captured.total_ns == pytest.approx(native.total_ns, rel=BUSY_TOLERANCE)
-    assert captured.wall_ns == pytest.approx(native.wall_ns, rel=WALL_TOLERANCE)
+    assert captured.wall_ns == pytest.approx(native.wall_ns, rel=WALL_TOLERANCE, abs=WALL_SLACK_PER_CALL_NS * ITERATIONS)
     assert captured.coverage_error <= 1e-3
 
 
