@@ -1,6 +1,8 @@
 """The one location reader: NameLoc paths, JAX name stacks, fused and call-site locations."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sectionmark.locations import section_path, section_paths, unescape_mlir_string
 from sectionmark.paths import decode_jax_scope, decode_path, encode_jax_scope, encode_path
@@ -69,3 +71,17 @@ def test_jax_transforms_name_a_level_once_and_remat_is_recompute():
 def test_a_line_of_mlir_text_with_location_aliases():
     assert section_paths('#loc5 = loc("sm:Attention/tanh"(#loc3))') == [("Attention",)]
     assert section_path('loc(fused<"x">["jit(f)/mul"("a.py":1:1), "jit(f)/sm:Z/add"("a.py":1:1)])') == ("Z",)
+
+
+def test_deep_call_site_chains_are_read_without_recursion_trouble():
+    chain = '"f.py":1:2'
+    for depth in range(3000):  # torch stacks nest call sites; far deeper than any real one
+        chain = f'callsite("g{depth}.py":{depth}:1 at {chain})'
+    assert section_path(f'loc("sectionmark:A"({chain}))') == ("A",)
+    assert section_path(f"loc({chain})") is None
+
+
+@given(st.text(alphabet='loc("sm:/)(callsite at fused[],<>#:0123 \\\\jit', max_size=80))
+def test_the_reader_never_raises_on_any_text(text):
+    section_path(text)
+    section_paths(text)

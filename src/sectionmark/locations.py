@@ -129,6 +129,9 @@ class _LocationParser:
                 self._skip_leaf()
                 return _Location("leaf")
             if text.startswith("(", end):
+                if not name.startswith(_SITE_PREFIX):  # the child of an op's own name is not read: skip it
+                    self.pos = _matching(text, end, "(", ")") + 1
+                    return _Location("name", name)
                 self.pos = end + 1
                 child = self.parse()
                 self._expect(")")
@@ -237,7 +240,7 @@ def _parse_locations(loc_text: str) -> Iterator[_Location]:
         parser.pos = start.end()
         try:
             yield parser.parse()
-        except (_Unparsable, AttributeError):
+        except (_Unparsable, AttributeError, RecursionError):  # not a location, or nested beyond reason
             continue
 
 
@@ -302,7 +305,8 @@ def strip_sectionmark_names(loc_text: str) -> str:
     return "".join(out)
 
 
-_OWN_PREFIXES = (LOC_PREFIX, "sectionmark.site:")
+_SITE_PREFIX = "sectionmark.site:"  # the compiler's site ids (compiler/flow.py), around an op's location
+_OWN_PREFIXES = (LOC_PREFIX, _SITE_PREFIX)
 
 
 def _matching_paren(text: str, open_index: int) -> int:
