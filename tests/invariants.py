@@ -8,6 +8,8 @@ a declared section without dispatches says so instead of showing zeros.
 
 from __future__ import annotations
 
+import pytest
+
 from sectionmark.profiling.session import ProfileSession, SectionStats
 
 FLOAT_RELATIVE = 1e-9  # float rounding of sums over millions of events
@@ -57,6 +59,38 @@ def assert_profile_invariants(session: ProfileSession) -> None:
         for row in rows:
             assert abs(row.share - row.busy_ns / session.total_ns) <= COVERAGE_RELATIVE + rounding / session.total_ns, row.name
     _assert_call_time(session)
+    _assert_cpu_time(session, top_level, rounding)
+
+
+def _assert_cpu_time(session: ProfileSession, top_level: list[SectionStats], rounding: float) -> None:
+    """Tile (CPU) time: split like busy time, so it adds up to the profile's; None everywhere when not recorded;
+    parallelism (CPU / busy) never above the run's workers."""
+    rows = session.sections
+    if session.cpu_ns is None:
+        for row in rows:
+            assert (row.cpu_ns, row.tiles, row.parallelism, row.utilization) == (None, None, None, None), row.name
+        assert session.parallelism is None and session.utilization is None
+        return
+    assert session.tiles is not None and session.tiles > 0
+    cpu = sum(row.cpu_ns for row in top_level)
+    assert abs(cpu - session.cpu_ns) <= FLOAT_RELATIVE * session.cpu_ns + rounding * len(top_level), (
+        f"CPU: sections + unmarked = {cpu} of {session.cpu_ns} ns"
+    )
+    for row in rows:
+        assert row.cpu_ns is not None and row.cpu_ns >= 0 and row.tiles is not None and row.tiles >= 0, row.name
+        if row.parallelism is not None:
+            assert row.busy_ns > 0, row.name
+            if session.attribution is not None:
+                assert row.parallelism == row.cpu_ns / row.busy_ns, row.name
+            if session.workers:
+                assert row.parallelism <= session.workers * (1 + 1e-9), (row.name, row.parallelism, session.workers)
+                assert row.utilization == pytest.approx(row.parallelism / session.workers), row.name
+        if row.path:
+            children = [child for child in rows if child.path[:-1] == row.path]
+            assert row.cpu_ns + rounding * len(children) + FLOAT_RELATIVE * session.cpu_ns >= sum(
+                child.cpu_ns for child in children), row.name
+    if session.workers and session.parallelism is not None:
+        assert session.parallelism <= session.workers * (1 + 1e-9), (session.parallelism, session.workers)
 
 
 def _assert_call_time(session: ProfileSession) -> None:

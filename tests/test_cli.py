@@ -103,6 +103,7 @@ def test_bad_inputs_give_one_error_line(tmp_path, capsys):
     (["profile", "m.vmfb", "-n", "ten"], "expected a whole number"),
     (["report", "r.ireeprof", "--map", "m.vmfb", "--calls", "0"], "--calls"),
     (["report", "r.ireeprof", "--map", "m.vmfb", "--calls", "-3"], "--calls"),
+    (["report", "r.ireeprof", "--map", "m.vmfb", "--workers", "0"], "--workers"),
     (["tracy-stats", "c.tracy", "--top", "-1"], "--top"),
     (["tracy-stats", "c.tracy", "--depth", "-1"], "--depth"),
     (["profile"], "the following arguments are required: vmfb"),
@@ -255,6 +256,12 @@ def test_compile_profile_report_from_the_shell(tmp_path, capsys):
     out = capsys.readouterr().out
     assert table.read_text(encoding="utf-8") in out and "coverage:" in table.read_text(encoding="utf-8")
     assert rows.read_bytes().startswith(b"section,path,")
+    assert "CPU/call" not in out and "worker count unknown) busy on average" in out  # default table: CPU in a note
+    assert main(["report", str(profile), "--map", str(vmfb), "--warmup", "1", "--cpu", "--workers", "2",
+                 "--table", str(table)]) == 0
+    out = capsys.readouterr().out
+    assert "CPU/call" in out and "Tiles/call" in out and "not recorded" not in out and "of 2 workers" in out
+    assert "CPU/call" in table.read_text(encoding="utf-8")
     replay = tmp_path / "alias.tracy"  # `tracy` is `report --tracy` without the table
     assert main(["tracy", str(profile), "--map", str(vmfb), "--warmup", "1", "-o", str(replay)]) == 0
     assert capsys.readouterr().out == f"wrote {replay}\n" and replay.read_bytes().startswith(b"tr\xfdP")

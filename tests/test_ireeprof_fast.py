@@ -199,7 +199,7 @@ def synthetic_run(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.
         for order, index in enumerate(indices):
             start = int(execution["start_ns"]) + 10 * order
             rows.append((execution["submission"], execution["command_buffer"], index, index % 2, 0, 0, start,
-                         start + 5, 5))
+                         start + 5, 5, 1))
     return np.array(rows, DISPATCH_DTYPE), submissions, buffer_ids, timed
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import sectionmark.profiling as profiling
 from sectionmark.errors import SectionmarkError
 from sectionmark.artifacts import tools
 from sectionmark.profiling.ireeprof import read_profile
+from sectionmark.profiling.runner import local_task_workers
 from sectionmark.renderers import json_out
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 
@@ -73,6 +76,52 @@ def test_every_dispatch_attributed_and_fused_shares_split(plain_run):
     assert block.per_call.min_ns <= block.per_call.p50_ns <= block.per_call.max_ns
 
 
+def test_cpu_time_per_section_matches_iree_profile_export(plain_run):
+    """Tile time and tiles per section from the export's rows (weights applied by hand); workers from the topology."""
+    _vmfb, profile_path, session = plain_run
+    rows = export_rows(profile_path)
+    assert rows is not None
+    events = [r for r in rows if r.get("record_type") == "host_execution_event"]
+    measured = set(sorted(r["submission_id"] for r in events if r["op"] == "execute")[3:])
+    dispatches = [r for r in events if r["op"] == "dispatch" and r["submission_id"] in measured]
+    commands = hand_map().command_buffers[0].commands
+    oracle: dict = {}
+    for r in dispatches:
+        for share in commands[r["command_index"]].shares:
+            oracle[share.path] = oracle.get(share.path, 0.0) + share.weight * r["tile_duration_sum_ns"]
+    assert session.cpu_ns == sum(r["tile_duration_sum_ns"] for r in dispatches) > 0
+    assert session.tiles == sum(r["tile_count"] for r in dispatches) > 0
+    for path in [("Block", "Attn"), ("Block", "MLP")]:
+        assert session.section(path).cpu_ns == pytest.approx(oracle[path], rel=1e-9)
+    assert session.section(("Block",)).cpu_ns == pytest.approx(session.cpu_ns, rel=1e-12)
+    assert session.unmarked.cpu_ns == 0 and session.unmarked.parallelism is None
+    assert session.workers == local_task_workers() >= 1
+
+
+def test_nanogpt_demo_cpu_time_adds_up_to_the_profiles_tile_time(tmp_path):
+    """Acceptance: Σ sections' CPU time + unmarked = total tile time; parallelism ≤ workers; table, JSON, CSV."""
+    import sectionmark as sm
+    from nanogpt_builders import torch_gpt
+
+    model, args = torch_gpt()
+    session = sm.profile(sm.compile(sm.torch.export(model, args=args)), args=args, iterations=20, warmup=3, quiet=True)
+    assert_profile_invariants(session)
+    top_level = [row for row in session.sections if len(row.path) == 1] + [session.unmarked]
+    assert session.cpu_ns is not None and session.workers is not None
+    assert sum(row.cpu_ns for row in top_level) == pytest.approx(session.cpu_ns, rel=1e-12, abs=1e-3)
+    assert all(row.parallelism <= session.workers for row in session.sections if row.parallelism is not None)
+    assert session.parallelism is not None and 0 < session.parallelism <= session.workers
+    table = session.render("table", cpu=True, width=220)
+    assert "CPU/call" in table and "Parallel" in table and "not recorded" not in table
+    assert "CPU/call" not in session.table()  # the default table keeps its columns
+    again = json_out.load(session.save(tmp_path / "run.json"))
+    assert_profile_invariants(again)
+    assert again.cpu_ns == session.cpu_ns and again.workers == session.workers
+    csv_rows = list(csv.DictReader(io.StringIO(session.render("csv"))))
+    top_level_cpu = [int(row["cpu_ns"]) for row in csv_rows if int(row["depth"]) <= 1]  # unmarked: depth 0
+    assert len(top_level_cpu) == len(top_level) and sum(top_level_cpu) == pytest.approx(session.cpu_ns, abs=len(top_level))
+
+
 def test_unmarked_dispatch_and_coverage(plain_run):
     _vmfb, profile_path, _session = plain_run
     section_map = hand_map()
@@ -124,7 +173,7 @@ def test_one_shot_command_buffers_of_dynamic_shapes(tmp_path):
     assert session.calls == 4 and session.section(("MM",)).dispatches == 4
     assert session.section(("MM",)).busy_ns == session.total_ns
     # Without a count, calls repeat by command signature, not by the (new each call) buffer id.
-    inferred = profiling.report(path, section_map, warmup=1, function="main")
+    inferred = profiling.report(path, section_map, warmup=1, function="main", workers=session.workers)
     assert (inferred.calls, inferred.warmup, inferred.calls_known) == (4, 1, True)
     assert inferred.to_json() == session.to_json()
     with pytest.raises(SectionmarkError, match=r"^the section map has no function 'bogus' \(it has: main\)$"):

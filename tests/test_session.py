@@ -48,8 +48,11 @@ def synthetic(
     calls: int = 1,
     call_of: Optional[Sequence[int]] = None,
     elsewhere: Sequence[tuple[str, Composition]] = (),
+    tiles: Optional[Sequence[tuple[int, int]]] = None,
 ) -> tuple[Attribution, SectionMap]:
     """An attribution of ``events`` in function "main" and a map declaring ``declared``.
+
+    ``tiles``: each event's (tile time, tile count), as local-task records them; none by default.
 
     Each distinct composition becomes one dispatch command (and site) of main's
     command buffer; ``elsewhere`` adds sites of other functions that never ran.
@@ -72,15 +75,17 @@ def synthetic(
     array["end_ns"] = [end for _s, end, _p in events]
     array["slot"] = [compositions.index(parts) for _s, _e, parts in events]
     array["call"] = call_of if call_of is not None else [0] * len(events)
+    if tiles is not None:
+        array["tile_ns"], array["tile_count"] = [ns for ns, _n in tiles], [count for _ns, count in tiles]
     attribution = Attribution(events=array, slots=slots, compositions=compositions, calls=calls, warmup=0,
                               calls_known=True, keys=[c.key for c in commands],
                               buffer_matches={7: 0})  # some runtime buffer id ran static buffer 0 (function main)
     return attribution, section_map
 
 
-def build(events: Sequence[Event], **options) -> ProfileSession:
+def build(events: Sequence[Event], workers: Optional[int] = None, **options) -> ProfileSession:
     attribution, section_map = synthetic(events, **options)
-    session = ProfileSession.build(attribution, section_map, function="main")
+    session = ProfileSession.build(attribution, section_map, function="main", workers=workers)
     assert_profile_invariants(session)
     return session
 
@@ -205,6 +210,40 @@ def test_worked_example_two_overlapping_dispatches_one_shared():
     # Each dispatch gets 75 µs of the 150 µs wall; Y's 75 µs is split 70/30.
     assert (a.wall_ns, b.wall_ns) == pytest.approx((127_500, 22_500))
     assert a.wall_ns + b.wall_ns == pytest.approx(session.wall_ns)
+
+
+def test_cpu_time_is_split_like_busy_time_with_parallelism_and_utilization():
+    """The worked example with tiles: X (A) 300 µs of tile time in 16 tiles, Y (A 70%, B 30%) 100 µs in 4; 4 workers."""
+    session = build([(0, 100_000, ((A, 1.0),)), (50_000, 150_000, ((A, 0.7), (B, 0.3)))], declared=[A, B],
+                    tiles=[(300_000, 16), (100_000, 4)], workers=4)
+    a, b, unmarked = session.section(A), session.section(B), session.unmarked
+    assert (session.cpu_ns, session.tiles, session.workers) == (400_000, 20, 4)
+    assert (a.cpu_ns, b.cpu_ns, unmarked.cpu_ns) == pytest.approx((370_000, 30_000, 0))
+    assert (a.tiles, b.tiles, unmarked.tiles) == (20, 4, 0)  # like dispatches: Y's 4 tiles count for A and B
+    assert (a.parallelism, b.parallelism) == pytest.approx((370 / 170, 1.0))
+    assert (a.utilization, b.utilization) == pytest.approx((370 / 170 / 4, 0.25))
+    assert unmarked.parallelism is None and unmarked.utilization is None  # nothing ran: no ratio, not 0
+    assert (session.parallelism, session.utilization) == pytest.approx((400 / 150, 400 / 150 / 4))
+    data = json.loads(json.dumps(session.to_json()))
+    assert data["sections"][0]["cpu_ns"] == 370_000 and data["sections"][0]["tiles"] == 20
+    again = ProfileSession.from_json(data)
+    assert_profile_invariants(again)
+    assert (again.cpu_ns, again.section(B).cpu_ns, again.section(A).parallelism) == (400_000, 30_000, a.parallelism)
+    # a file written before the CPU fields existed reads back as "not recorded"
+    for row in data["sections"]:
+        for key in ("cpu_ns", "tiles", "parallelism", "utilization"):
+            del row[key]
+    for key in ("cpu_ns", "tiles", "workers", "parallelism", "utilization"):
+        del data[key]
+    old = ProfileSession.from_json(data)
+    assert_profile_invariants(old)
+    assert old.cpu_ns is None and old.section(A).cpu_ns is None and old.parallelism is None
+
+
+def test_cpu_time_without_the_worker_count_has_no_utilization():
+    session = build([(0, 100_000, ((A, 1.0),))], declared=[A], tiles=[(150_000, 8)])
+    assert session.section(A).parallelism == pytest.approx(1.5)
+    assert session.section(A).utilization is None and session.utilization is None
 
 
 def test_shared_dispatch_does_not_count_in_full_towards_each_section():
@@ -334,24 +373,29 @@ def test_json_is_the_documented_schema():
     }
     assert data == {"version": 2, "function": "main", "weight_rule": "cost", "total_ns": 200_000, "wall_ns": 150_000,
                     "unmarked_ns": 0, "calls": 1, "warmup": 0, "calls_known": True, "coverage_error": 0.0, "call_time": None, "memory": None,
-                    "split_rules": {"cost": 1}}
+                    "split_rules": {"cost": 1}, "cpu_ns": None, "tiles": None, "workers": None, "parallelism": None,
+                    "utilization": None}
     assert sections[0] == {
         "path": ["A"], "name": "A", "unmarked": False, "busy_ns": 170_000, "exclusive_ns": 170_000,
         "shared_ns": 70_000, "shared_with": [{"path": ["B"], "ns": 30_000}], "wall_ns": 127_500,
         "exclusive_wall_ns": 127_500, "calls": 1, "dispatches": 2, "dispatched": True, "note": None, "share": 0.85,
         "per_call": {"mean_ns": 170_000, "min_ns": 170_000, "max_ns": 170_000, "p50_ns": 170_000, "p95_ns": 170_000},
+        "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None,
     }
     assert sections[2] == {
         "path": [], "name": "(unmarked)", "unmarked": True, "busy_ns": 0, "exclusive_ns": 0, "shared_ns": 0,
         "shared_with": [], "wall_ns": 0, "exclusive_wall_ns": 0, "calls": 0, "dispatches": 0, "dispatched": False,
         "note": None, "share": 0.0, "per_call": {"mean_ns": 0, "min_ns": 0, "max_ns": 0, "p50_ns": 0, "p95_ns": 0},
+        "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None,
     }
     assert sites[1] == {
         "site": 1, "key": "main_dispatch_1", "executable": None, "workgroups": None, "binding_bytes": None,
         "sections": [{"path": ["A"], "weight": 0.7}, {"path": ["B"], "weight": 0.3}], "dispatches": 1,
         "busy_ns": 100_000, "shared_executable": False, "bindings": [], "flops": None, "rule": "cost",
     }
-    assert all(isinstance(row[key], int) for row in sections for key in row if key.endswith("_ns"))
+    # every time an integer; cpu_ns None here: these hand-built events record no tiles (as on Vulkan)
+    assert all(isinstance(row[key], int) or (key == "cpu_ns" and row[key] is None)
+               for row in sections for key in row if key.endswith("_ns"))
 
 
 @pytest.mark.parametrize("data, message", [

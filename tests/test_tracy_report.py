@@ -138,6 +138,11 @@ def test_report_of_the_replay_matches_the_ireeprof(cpu_run):
     assert captured.total_ns == pytest.approx(native.total_ns, rel=BUSY_TOLERANCE)
     assert captured.wall_ns == pytest.approx(native.wall_ns, rel=WALL_TOLERANCE, abs=WALL_SLACK_PER_CALL_NS * ITERATIONS)
     assert captured.coverage_error <= 1e-3
+    # A Tracy capture has no tiles: its CPU columns say "not recorded", where the .ireeprof has measured ones.
+    assert native.cpu_ns is not None and native.cpu_ns > 0
+    assert captured.cpu_ns is None and all(row.cpu_ns is None and row.parallelism is None for row in captured.sections)
+    assert "not recorded" in captured.render("table", cpu=True, width=260)
+    assert "not recorded" not in native.render("table", cpu=True, width=260)
 
 
 def test_cli_reports_a_capture(cpu_run, tmp_path, capsys):

@@ -55,6 +55,7 @@ EXAMPLES = {
   sectionmark report run.ireeprof --map model.sections.json
   sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json
   sectionmark report run.ireeprof --map model.vmfb --by "*/Self Attention"
+  sectionmark report run.ireeprof --map model.vmfb --cpu --workers 16   # CPU time, parallelism, utilization
   sectionmark report run.tracy --map model-cuda.vmfb --warmup 3
   sectionmark report capture.tracy --map model.vmfb --warmup 1   # live capture (IREE_PY_RUNTIME=tracy, local-task)""",
     "tracy": """examples:
@@ -117,6 +118,9 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     for renderer in RENDERERS.values():
         outputs.add_argument(f"--{renderer.name}", dest=renderer.name, metavar="FILE", help=renderer.summary)
     outputs.add_argument("--sites", action="store_true", help="also print the per-dispatch-site table")
+    outputs.add_argument("--cpu", action="store_true",
+                         help="CPU columns in the table: tile time across local-task's workers per call, parallelism, "
+                         "utilization of the workers, tiles per call ('not recorded' without tile data)")
     outputs.add_argument("--by", metavar="name|PATTERN",
                          help="also print the component view: sections of one name summed across blocks ('name'), "
                          "or the sections whose path matches PATTERN ('*/Self Attention')")
@@ -204,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
                                  epilog=EXAMPLES["report"], formatter_class=_formatter)
     report.set_defaults(run=_report, planned_io=_report_io)
     _add_report_arguments(report)
+    report.add_argument("--workers", type=whole_number_in(1, 1 << 16), metavar="N",
+                        help="local-task worker count of the recorded run, for the CPU utilization (the profile does "
+                        "not record it; default: unknown, utilization not shown)")
     _add_outputs(report)
 
     tracy = commands.add_parser("tracy", help="write a Tracy capture of a recorded profile (report --tracy, no table)",
@@ -211,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "the table: replay a recorded profile as Tracy GPU-context tracks (sections enclosing "
                                 "dispatches at the profiled timestamps) and save a .tracy capture.",
                                 epilog=EXAMPLES["tracy"], formatter_class=_formatter)
-    tracy.set_defaults(run=_tracy, planned_io=_tracy_io)
+    tracy.set_defaults(run=_tracy, planned_io=_tracy_io, workers=None)  # a Tracy replay shows no utilization
     _add_report_arguments(tracy)
     tracy.add_argument("-o", "--output", required=True, help="output .tracy path")
 
@@ -332,8 +339,9 @@ def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> 
     written = []
     for name, path in _rendered_outputs(args).items():
         options = {"by": args.by} if args.by and name.startswith("components") else {}
+        options.update({"cpu": True} if args.cpu and name == "table" else {})
         written.append(session.save(path, name, inputs=inputs, **options))
-    print(session.table())
+    print(session.render("table", cpu=args.cpu))
     if args.sites:
         from sectionmark.renderers.table import render_sites_text
 
@@ -393,7 +401,7 @@ def _profile_recording(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         raise SectionmarkError(f"the recording never called {args.function!r} (it called: "
                                f"{', '.join(recording.functions)})")
     outputs = _rendered_outputs(args)
-    per_function = [f"--{name}" for name in outputs if name != "json"] + ["--sites"] * args.sites + ["--by"] * bool(args.by)
+    per_function = [f"--{name}" for name in outputs if name != "json"] + ["--sites"] * args.sites + ["--by"] * bool(args.by) + ["--cpu"] * args.cpu
     if args.function is None and per_function:
         raise SectionmarkError(f"{per_function[0]} of a recording is per function: add --function NAME "
                                f"(it called: {', '.join(recording.functions)})")
@@ -411,7 +419,8 @@ def _profile_recording(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 def _recorded_session(args: argparse.Namespace):
     from sectionmark.profiling import report
 
-    return report(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function)
+    return report(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function,
+                  workers=args.workers)
 
 
 def _report(args: argparse.Namespace, inputs: Sequence[str]) -> None:

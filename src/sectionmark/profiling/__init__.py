@@ -20,7 +20,7 @@ from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
 from sectionmark.profiling.ireeprof import Profile, read_profile
-from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, run_profile
+from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, local_task_workers, run_profile
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 
@@ -81,7 +81,9 @@ def profile(
         if device_driver(device) == "vulkan" and not len(events.dispatches):
             kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"
             raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
-        return _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function)
+        # local-task ran here with IREE's default topology, so its worker count is known; other drivers have none.
+        workers = local_task_workers() if device_driver(device) == "local-task" else None
+        return _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function, workers=workers)
 
 
 def report(
@@ -91,12 +93,15 @@ def report(
     calls: Optional[int] = None,
     warmup: int = 0,
     function: Optional[str] = None,
+    workers: Optional[int] = None,
 ) -> ProfileSession:
     """Per-section times of a recorded profile: .ireeprof, exported ireeperf-jsonl, or a .tracy capture.
 
     ``section_map``: a SectionMap, a .vmfb (embedded map or sidecar) or a
     .sections.json. ``calls``: calls made during the profile (inferred from
     the repeating submissions when None); the first ``warmup`` are dropped.
+    ``workers``: local-task's worker count during the recorded run, for the
+    sections' CPU utilization (the profile does not record it; None: not shown).
     A Tracy capture (recognised by its name or its first bytes) is read for
     its GPU dispatch zones (a CUDA/HIP run, or a replay by `sectionmark tracy`),
     or, for a live capture of a program on local-task, its worker-thread
@@ -107,7 +112,7 @@ def report(
     if function is not None:
         _check_function(function, section_map)
     events = _read_events(Path(profile_path), section_map, function)
-    return _session(events, section_map, calls=calls, warmup=warmup, function=function)
+    return _session(events, section_map, calls=calls, warmup=warmup, function=function, workers=workers)
 
 
 def _check_function(function: str, section_map: SectionMap) -> None:
@@ -135,7 +140,8 @@ def _read_events(path: Path, section_map: SectionMap, function: Optional[str]) -
 
 
 def _session(
-    events: Profile, section_map: SectionMap, *, calls: Optional[int], warmup: int, function: Optional[str]
+    events: Profile, section_map: SectionMap, *, calls: Optional[int], warmup: int, function: Optional[str],
+    workers: Optional[int] = None,
 ) -> ProfileSession:
     attribution = attribute(events, section_map, calls=calls, warmup=warmup, function=function)
-    return ProfileSession.build(attribution, section_map, function=function)
+    return ProfileSession.build(attribution, section_map, function=function, workers=workers)

@@ -22,7 +22,7 @@
 
 #define RECORD_HEADER_SIZE 104
 #define HOST_EVENT_SIZE 152
-#define DISPATCH_SIZE 56   /* ireeprof.DISPATCH_DTYPE */
+#define DISPATCH_SIZE 64   /* ireeprof.DISPATCH_DTYPE */
 #define SUBMISSION_SIZE 32 /* ireeprof.SUBMISSION_DTYPE */
 #define QUEUE_OP_SIZE 36   /* ireeprof.QUEUE_OP_DTYPE */
 #define EVENT_DISPATCH 2
@@ -31,7 +31,7 @@
 #define MEMORY_EVENT_SIZE 160
 #define MEMORY_SIZE 56     /* ireeprof.MEMORY_DTYPE */
 #define MEMORY_EVENT_TYPES 12
-#define ATTRIBUTED_SIZE 64 /* attribute.ATTRIBUTED_DTYPE: a dispatch row, slot, call */
+#define ATTRIBUTED_SIZE 72 /* attribute.ATTRIBUTED_DTYPE: a dispatch row, slot, call */
 #define MAX_TIMESTAMP_NS ((int64_t)1 << 62) /* ireeprof.MAX_TIMESTAMP_NS */
 #define MAX_EVENT_NS ((int64_t)3600 * 1000000000) /* ireeprof.MAX_EVENT_NS */
 
@@ -251,6 +251,7 @@ static PyObject *host_events(PyObject *module, PyObject *const *args, Py_ssize_t
                 memcpy(row + 24, record + 64, 8);  /* device, queue */
                 memcpy(row + 32, record + 104, 16); /* start_ns, end_ns */
                 memcpy(row + 48, record + 136, 8); /* tile_ns */
+                memcpy(row + 56, record + 128, 8); /* tile_count */
                 if (nd && submission < previous_submission) in_order = 0;
                 if (in_order && nd && submission == previous_submission && start < previous_start)
                     in_order = sort_into_place(dispatches, nd, &moves, 16 * total + 1024);
@@ -650,4 +651,13 @@ static struct PyModuleDef module_definition = {
     "The record walk and host-event split of the .ireeprof reader, in C.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__ireeprof(void) { return PyModule_Create(&module_definition); }
+/* The row sizes this build writes: ireeprof.py refuses a stale build whose rows differ from its dtypes. */
+PyMODINIT_FUNC PyInit__ireeprof(void) {
+    PyObject *module = PyModule_Create(&module_definition);
+    if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
+                   PyModule_AddIntConstant(module, "ATTRIBUTED_SIZE", ATTRIBUTED_SIZE) < 0)) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -19,7 +19,9 @@ What we keep (see docs/profile-json.md for how it is used):
 * ``dispatches``: one row per timed dispatch (host execution event of type
   dispatch): submission, command buffer id, command index, key (index into
   ``keys``), device/queue, start/end ns on IREE's host clock, and the summed
-  per-workgroup time (``tile_ns``: CPU time across worker threads);
+  per-workgroup time (``tile_ns``: CPU time across worker threads) and the
+  number of tiles (``tile_count``); both 0 where the driver records no tiles
+  (Vulkan, Tracy captures);
 * ``submissions``: one row per executed command buffer (host execution event of
   type execute), in submission order: the unit we group into calls;
 * ``command_buffers``: for every runtime command buffer id, its recorded
@@ -79,7 +81,11 @@ except ImportError:
 
 
 def native() -> Any:
-    """The C extension's module, or None when it is not built (or switched off, as tests do to compare)."""
+    """The C extension's module, or None when it is not built (or switched off, as tests do to compare).
+
+    A build older than ``DISPATCH_DTYPE`` (other row sizes) would write rows
+    of the wrong width, so it is not used (set after ``DISPATCH_DTYPE`` below).
+    """
     return _native
 
 
@@ -94,8 +100,13 @@ DISPATCH_DTYPE = np.dtype(
         ("start_ns", "<i8"),
         ("end_ns", "<i8"),
         ("tile_ns", "<u8"),
+        ("tile_count", "<u8"),
     ]
 )
+# DISPATCH_DTYPE plus slot and call: attribute.ATTRIBUTED_DTYPE (the C code writes both row sizes).
+if _native is not None and (getattr(_native, "DISPATCH_SIZE", None), getattr(_native, "ATTRIBUTED_SIZE", None)) != (
+        DISPATCH_DTYPE.itemsize, DISPATCH_DTYPE.itemsize + 8):
+    _native = None  # a stale build of _ireeprof.c: the numpy passes give the same results
 SUBMISSION_DTYPE = np.dtype(
     [("submission", "<u8"), ("command_buffer", "<u8"), ("start_ns", "<i8"), ("end_ns", "<i8")]
 )
@@ -771,7 +782,8 @@ class _JsonlProfile:
             self.keys.append(key)
         self.dispatch_rows.append(
             (submission, buffer, _int(row, "command_index", _U32), key_id, _int(row, "physical_device_ordinal", _U32),
-             _int(row, "queue_ordinal", _U32), start, end, _int(row, "tile_duration_sum_ns", (0, _I64[1])))
+             _int(row, "queue_ordinal", _U32), start, end, _int(row, "tile_duration_sum_ns", (0, _I64[1])),
+             _int(row, "tile_count", _U64))
         )
 
     def _memory_event(self, row: dict) -> None:

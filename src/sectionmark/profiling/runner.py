@@ -23,6 +23,7 @@ warmup process would not warm this process's caches and thread pool.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -75,6 +76,30 @@ class ProfileRun:
     calls: int  # warmup + measured calls, in order
     warmup: int
     wall_s: float  # wall-clock time of the whole tool run
+
+
+# IREE's --task_topology_max_group_count default: the most workers its default topology creates.
+MAX_DEFAULT_WORKERS = 64
+
+
+def local_task_workers() -> int:
+    """The worker count of local-task with IREE's default topology on this machine (the profile does not record it).
+
+    iree-benchmark-module runs with ``--task_topology_mode=physical_cores``:
+    one worker per physical core, at most ``--task_topology_max_group_count``
+    (64). Physical cores are the distinct (package, core) pairs of the CPUs
+    this process may run on (Linux sysfs); where sysfs does not say, every
+    logical CPU counts as a core (``os.cpu_count``).
+    """
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    cores = set()
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add(((topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    return max(1, min(len(cores), MAX_DEFAULT_WORKERS))
 
 
 def device_driver(device: str) -> str:

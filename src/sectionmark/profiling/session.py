@@ -15,7 +15,12 @@ How times are computed (docs/profile-json.md has the full story):
 * coverage: top-level sections + "(unmarked)" must add up to the total
   measured dispatch time and to the total wall time (checked to 0.1%);
 * a declared section that owns no part of any measured dispatch keeps its row,
-  with a note saying why (initializers only, another function, folded away).
+  with a note saying why (initializers only, another function, folded away);
+* CPU time (local-task): each dispatch's summed tile time across workers, split
+  between sections like its busy time; parallelism is CPU time / busy time
+  (workers busy on average while the section's dispatches ran), utilization
+  parallelism / the run's workers. A profile without tiles (Vulkan, Tracy)
+  leaves them None: "not recorded", never a measured-looking 0.
 
 ``build`` is a pipeline of small pure functions over numpy arrays (one row
 per event, composition or section), because profiles can hold millions of
@@ -84,6 +89,12 @@ class SectionStats:
     # other section -> ns it took from the shared dispatches
     shared_with: dict[SectionPath, float] = json_field(rounded=True, entries=("path", "ns"), default_factory=dict)
     note: Optional[str] = None  # a declared section without dispatches: why it has none
+    # CPU (local-task) tile data; None when the profile records no tiles (Vulkan, Tracy) or, for
+    # utilization, the worker count is unknown. Files written before these fields read back as None.
+    cpu_ns: Optional[float] = json_field(rounded=True, default=None)  # inclusive tile time across workers
+    tiles: Optional[int] = None  # tiles of the dispatch events touching the section (inclusive, like dispatches)
+    parallelism: Optional[float] = None  # cpu_ns / busy_ns: workers busy on average; None when nothing ran
+    utilization: Optional[float] = None  # parallelism / the run's workers
 
     @property
     def name(self) -> str:
@@ -146,6 +157,7 @@ class CompositionSums:
     busy_by_call: np.ndarray  # [call, c]: summed durations
     wall: np.ndarray  # [c]: summed wall parts
     count: np.ndarray  # [c]: events
+    tiles: Optional["TileSums"] = None  # CPU tile data; None when the profile records no tiles
 
     @property
     def busy(self) -> np.ndarray:
@@ -164,7 +176,7 @@ class ProfileSession:
     """
 
     # The component view by name and the kernel table: written for readers, recomputed (not read) by from_json.
-    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("components", "kernels")
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("components", "kernels", "parallelism", "utilization")
 
     total_ns: int  # sum of all measured dispatch durations
     wall_ns: int  # union of all measured dispatch intervals
@@ -182,11 +194,16 @@ class ProfileSession:
     attribution: Optional[Attribution] = json_field(stored=False, default=None)
     call_time: Optional[CallTime] = None  # where the calls' time went beside dispatches (queue_time.py)
     memory: Optional[DeviceMemory] = None  # device memory during the calls (memory-events)
+    cpu_ns: Optional[int] = None  # summed tile time of all measured dispatches; None: no tiles recorded
+    tiles: Optional[int] = None  # summed tiles of all measured dispatches
+    workers: Optional[int] = None  # local-task workers of the run (IREE's default topology); None: unknown
 
     # ------------------------------------------------------------------ building
 
     @classmethod
-    def build(cls, attribution: Attribution, section_map: SectionMap, function: Optional[str] = None) -> "ProfileSession":
+    def build(cls, attribution: Attribution, section_map: SectionMap, function: Optional[str] = None,
+              workers: Optional[int] = None) -> "ProfileSession":
+        """``workers``: local-task's worker count during the run, for utilization (None: unknown)."""
         events = attribution.events
         if not len(events):
             raise SectionmarkError(
@@ -204,8 +221,9 @@ class ProfileSession:
             total_wall = _union_length(starts, ends)
 
         paths = section_paths(section_map.sections, compositions)
+        tiles = tile_sums(events, _slot_compositions(attribution)[events["slot"]], len(compositions))
         rows = section_rows(paths, compositions, weight_matrices(compositions, paths),
-                            CompositionSums(sums.busy_by_call, wall, sums.count))
+                            CompositionSums(sums.busy_by_call, wall, sums.count, tiles), workers)
         profiled = _profiled_functions(attribution, section_map, function)
         for row in rows[:-1]:
             if not row.dispatched:
@@ -240,6 +258,9 @@ class ProfileSession:
             attribution=attribution,
             call_time=timing,
             memory=memory,
+            cpu_ns=tiles.total_ns if tiles else None,
+            tiles=tiles.total_tiles if tiles else None,
+            workers=workers,
         )
 
     # ------------------------------------------------------------------ views
@@ -252,6 +273,17 @@ class ProfileSession:
     @property
     def unmarked(self) -> SectionStats:
         return self.sections[-1]
+
+    @property
+    def parallelism(self) -> Optional[float]:
+        """Workers busy on average while any dispatch ran: CPU time / the dispatches' union (None: no tiles)."""
+        return self.cpu_ns / self.wall_ns if self.cpu_ns is not None and self.wall_ns else None
+
+    @property
+    def utilization(self) -> Optional[float]:
+        """``parallelism`` / the run's workers (None when either is unknown)."""
+        parallelism = self.parallelism
+        return parallelism / self.workers if parallelism is not None and self.workers else None
 
     def section(self, path: SectionPath) -> SectionStats:
         for row in self.sections:
@@ -452,6 +484,35 @@ def busy_by_call(composition: np.ndarray, call: np.ndarray, duration: np.ndarray
     return flat.reshape(calls, compositions)
 
 
+@dataclass(frozen=True)
+class TileSums:
+    """CPU tile data of the measured events per composition (local-task records it per dispatch)."""
+
+    cpu: np.ndarray  # [c]: summed tile time across workers (ns)
+    tiles: np.ndarray  # [c]: summed tile counts
+    total_ns: int  # all events' tile time, exactly
+    total_tiles: int
+
+
+def tile_sums(events: np.ndarray, composition: np.ndarray, compositions: int) -> Optional[TileSums]:
+    """Tile time and tiles summed per composition (``composition``: each event's); None when no event has tiles.
+
+    Every dispatch that runs workgroups on local-task has at least one tile, so
+    a profile whose events all have none did not record tiles (Vulkan, a Tracy
+    capture): its CPU columns are "not recorded", not 0.
+    """
+    counts = events["tile_count"]
+    if not len(events) or not counts.any():
+        return None
+    tile_ns = events["tile_ns"]
+    return TileSums(
+        cpu=np.bincount(composition, weights=tile_ns.astype(np.float64), minlength=compositions),
+        tiles=np.bincount(composition, weights=counts.astype(np.float64), minlength=compositions),
+        total_ns=int(tile_ns.sum(dtype=np.uint64)),
+        total_tiles=int(counts.sum(dtype=np.uint64)),
+    )
+
+
 def shared_time(
     compositions: list[Composition], busy: np.ndarray, paths: list[SectionPath]
 ) -> tuple[np.ndarray, list[dict[SectionPath, float]]]:
@@ -477,9 +538,16 @@ def shared_time(
 
 
 def section_rows(
-    paths: list[SectionPath], compositions: list[Composition], weights: Weights, sums: CompositionSums
+    paths: list[SectionPath], compositions: list[Composition], weights: Weights, sums: CompositionSums,
+    workers: Optional[int] = None,
 ) -> list[SectionStats]:
-    """One row per section column, then the "(unmarked)" row: busy and wall split by the same weights."""
+    """One row per section column, then the "(unmarked)" row: busy, wall and CPU time split by the same weights.
+
+    Parallelism divides CPU time by busy time, not by the apportioned wall
+    time: a dispatch's tiles run inside its own interval on at most
+    ``workers`` threads, so CPU / busy never exceeds the workers, while a
+    dispatch overlapping another gets only part of its interval as wall time.
+    """
     busy = sums.busy
     per_call_inclusive = sums.busy_by_call @ weights.inclusive  # calls x columns
     inclusive, exclusive = busy @ weights.inclusive, busy @ weights.exclusive
@@ -487,7 +555,9 @@ def section_rows(
     dispatches = sums.count @ weights.member
     shared, shared_with = shared_time(compositions, busy, paths)
     total = float(busy.sum())
-    return [
+    cpu = sums.tiles.cpu @ weights.inclusive if sums.tiles else None
+    tiles = sums.tiles.tiles @ weights.member if sums.tiles else None
+    rows = [
         SectionStats(
             path=path,
             busy_ns=float(inclusive[s]),
@@ -503,6 +573,12 @@ def section_rows(
         )
         for s, path in enumerate([*paths, ()])
     ]
+    if cpu is not None and tiles is not None:
+        for s, row in enumerate(rows):
+            row.cpu_ns, row.tiles = float(cpu[s]), int(round(tiles[s]))
+            row.parallelism = row.cpu_ns / row.busy_ns if row.busy_ns > 0 else None
+            row.utilization = row.parallelism / workers if row.parallelism is not None and workers else None
+    return rows
 
 
 def per_call_inclusive(attribution: Attribution, paths: list[SectionPath]) -> np.ndarray:

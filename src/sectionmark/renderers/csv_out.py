@@ -2,7 +2,10 @@
 
 Paths are written as ``Outer / Inner`` in ``section`` and as a JSON list in
 ``path`` so that names containing " / " survive a round trip. ``note`` is
-empty except for declared sections that ran no dispatch (it says why). A
+empty except for declared sections that ran no dispatch (it says why). The CPU
+columns (``cpu_ns``, ``tiles``, ``parallelism``, ``utilization``) are empty
+where the profile recorded no tiles (Vulkan, Tracy) or, for the ratios, where
+nothing ran or the worker count is unknown: empty is "not recorded", never 0. A
 text cell that a spreadsheet would evaluate (starting with ``= + - @``) is
 written with a ``'`` before it (`inert`).
 Columns mean what the profile JSON's fields of the same name mean
@@ -21,6 +24,7 @@ from sectionmark.profiling.session import ProfileSession
 COLUMNS = [
     "section", "path", "depth", "calls", "dispatches", "busy_ns", "exclusive_ns", "shared_ns", "wall_ns",
     "exclusive_wall_ns", "share", "mean_ns", "min_ns", "max_ns", "p50_ns", "p95_ns", "note",
+    "cpu_ns", "tiles", "parallelism", "utilization",
 ]
 
 
@@ -62,6 +66,9 @@ def render(session: ProfileSession) -> str:
             round(row.exclusive_wall_ns), f"{row.share:.6f}",
             round(row.per_call.mean_ns), round(row.per_call.min_ns), round(row.per_call.max_ns),
             round(row.per_call.p50_ns), round(row.per_call.p95_ns), row.note or "",
+            round(row.cpu_ns) if row.cpu_ns is not None else "", row.tiles if row.tiles is not None else "",
+            f"{row.parallelism:.4f}" if row.parallelism is not None else "",
+            f"{row.utilization:.4f}" if row.utilization is not None else "",
         ]
         for row in session.sections
     ))

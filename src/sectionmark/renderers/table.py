@@ -6,6 +6,10 @@ indented under their parent and show inclusive time; a ``*`` marks sections
 that share fused dispatches with other sections (their time was split).
 A declared section that ran no dispatch keeps its row, with a note instead of
 zeros, so that a missing section is never silent.
+With ``cpu=True`` (``--cpu``) the CPU columns follow: tile time across
+local-task's workers per call, parallelism (workers busy on average while the
+section's dispatches ran), utilization of the run's workers and tiles per call;
+a profile without tiles (Vulkan, Tracy) says "not recorded" there, never 0.
 
 Names are data: every user-given string (section, function, zone and export
 names) goes into the table as ``rich.text.Text``, never as markup, so
@@ -15,6 +19,8 @@ names) goes into the table as ``rich.text.Text``, never as markup, so
 from __future__ import annotations
 
 import io
+from typing import Optional
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -23,6 +29,7 @@ from sectionmark.paths import UNMARKED, format_path
 from sectionmark.profiling.session import ProfileSession, SectionStats
 
 SHARED_MARK = "*"
+NOT_RECORDED = "not recorded"
 
 
 def format_ns(ns: float) -> str:
@@ -38,8 +45,20 @@ def _name(row: SectionStats) -> str:
     return "  " * row.depth + row.leaf + mark
 
 
-def build_table(session: ProfileSession) -> Table:
-    """A rich Table: one row per section (nested, indented), "(unmarked)" and the total."""
+def _cpu_cells(session: ProfileSession, row: SectionStats, calls: int) -> list[str]:
+    """CPU time/call, parallelism, utilization, tiles/call of a row; "not recorded" without tile data."""
+    if row.cpu_ns is None or row.tiles is None:
+        return [NOT_RECORDED] * 4
+    return [
+        format_ns(row.cpu_ns / calls),
+        f"{row.parallelism:.2f}" if row.parallelism is not None else "",
+        f"{row.utilization:.0%}" if row.utilization is not None else ("" if row.parallelism is None else "?"),
+        f"{row.tiles / calls:g}",
+    ]
+
+
+def build_table(session: ProfileSession, cpu: bool = False) -> Table:
+    """A rich Table: one row per section (nested, indented), "(unmarked)" and the total; ``cpu``: with the CPU columns."""
     calls = max(session.calls, 1)
     title = f"{session.function or 'profile'}: {session.calls} calls"
     if session.warmup:
@@ -57,6 +76,15 @@ def build_table(session: ProfileSession) -> Table:
     table.add_column("p95", justify="right")
     table.add_column(f"Dispatches{per}", justify="right",
                      footer=f"{sum(site.dispatches for site in session.sites) / calls:g}")
+    if cpu:
+        recorded = session.cpu_ns is not None and session.tiles is not None
+        table.add_column(f"CPU{per}", justify="right",
+                         footer=format_ns(session.cpu_ns / calls) if recorded else NOT_RECORDED)
+        table.add_column("Parallel", justify="right",
+                         footer=f"{session.parallelism:.2f}" if session.parallelism is not None else "")
+        table.add_column("Util", justify="right",
+                         footer=f"{session.utilization:.0%}" if session.utilization is not None else "")
+        table.add_column(f"Tiles{per}", justify="right", footer=f"{session.tiles / calls:g}" if recorded else "")
     for row in session.sections:
         if not row.path and row.busy_ns == 0:
             continue
@@ -73,6 +101,7 @@ def build_table(session: ProfileSession) -> Table:
             format_ns(row.per_call.p50_ns) if session.calls_known else "",
             format_ns(row.per_call.p95_ns) if session.calls_known else "",
             f"{row.dispatches / calls:g}",
+            *(_cpu_cells(session, row, calls) if cpu else []),
             style="dim" if not row.path else None,
         )
     return table
@@ -150,7 +179,19 @@ def notes(session: ProfileSession) -> list[str]:
         lines.append(f"{SHARED_MARK} shares fused dispatches with other sections; their time is split {split_rule_text(session)}")
     if not session.calls_known:
         lines.append("calls could not be told apart in this profile: per-call percentiles are not shown")
-    return lines + call_time_lines(session)
+    return lines + cpu_lines(session) + call_time_lines(session)
+
+
+def cpu_lines(session: ProfileSession) -> list[str]:
+    """The run's CPU time across workers and its parallelism (local-task profiles record tiles)."""
+    if session.cpu_ns is None or session.parallelism is None:
+        return []
+    calls = max(session.calls, 1)
+    workers = (f"{session.parallelism:.2f} of {session.workers} workers ({session.utilization:.0%})"
+               if session.workers and session.utilization is not None
+               else f"{session.parallelism:.2f} workers (worker count unknown)")
+    return [f"CPU: {format_ns(session.cpu_ns / calls)}/call of tile time across workers; {workers} busy on average "
+            "while dispatches ran; per section with --cpu (parallelism there: CPU / busy time)"]
 
 
 CALL_TIME_LABELS = {"dispatch": "dispatches", "command_buffer_gap": "command-buffer gaps (fills/copies/barriers)",
@@ -183,15 +224,17 @@ def call_time_lines(session: ProfileSession) -> list[str]:
     return lines
 
 
-def print_table(session: ProfileSession, console: Console) -> None:
-    """Print the table and its notes to ``console``."""
-    console.print(build_table(session))
+def print_table(session: ProfileSession, console: Console, cpu: bool = False) -> None:
+    """Print the table (``cpu``: with the CPU columns) and its notes to ``console``."""
+    console.print(build_table(session, cpu))
     for line in notes(session):
         console.print(line, style="dim", highlight=False, markup=False)
 
 
-def render(session: ProfileSession, width: int = 140) -> str:
-    """The table and its notes as plain text, ``width`` columns wide."""
+def render(session: ProfileSession, width: Optional[int] = None, cpu: bool = False) -> str:
+    """The table and its notes as plain text, ``width`` columns wide (default 140; 190 with the CPU columns,
+    which need it to keep their headers on one line); ``cpu``: with the CPU columns."""
     buffer = io.StringIO()
-    print_table(session, Console(file=buffer, width=width, color_system=None, force_terminal=False))
+    console = Console(file=buffer, width=width or (190 if cpu else 140), color_system=None, force_terminal=False)
+    print_table(session, console, cpu)
     return buffer.getvalue()

@@ -95,7 +95,7 @@ def executions_profile(executions: list[Execution], keys: list[str]) -> Profile:
     rows, submissions, recorded = [], [], {}
     for number, execution in enumerate(executions):
         for position, zone in execution.placed:
-            rows.append((number, number, position, zone.key, 0, execution.queue, zone.start_ns, zone.end_ns, 0))
+            rows.append((number, number, position, zone.key, 0, execution.queue, zone.start_ns, zone.end_ns, 0, 0))
         starts = [zone.start_ns for _position, zone in execution.placed]
         ends = [zone.end_ns for _position, zone in execution.placed]
         submissions.append((number, number, min(starts), max(ends)))
