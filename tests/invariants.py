@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from sectionmark.profiling.session import ProfileSession, SectionStats
+from sectionmark.profiling.session import MAX_SAMPLES, ProfileSession, SectionStats
 
 FLOAT_RELATIVE = 1e-9  # float rounding of sums over millions of events
 COVERAGE_RELATIVE = 1e-6
@@ -60,6 +60,20 @@ def assert_profile_invariants(session: ProfileSession) -> None:
             assert abs(row.share - row.busy_ns / session.total_ns) <= COVERAGE_RELATIVE + rounding / session.total_ns, row.name
     _assert_call_time(session)
     _assert_cpu_time(session, top_level, rounding)
+    _assert_samples(session, rounding)
+
+
+def _assert_samples(session: ProfileSession, rounding: float) -> None:
+    """Per-call samples: one per call up to MAX_SAMPLES, none negative; with all calls kept, their mean is the
+    per-call mean. A file written before they were kept has none in any row."""
+    if all(row.samples is None for row in session.sections) and session.attribution is None:
+        return
+    for row in session.sections:
+        assert row.samples is not None and len(row.samples) == min(max(session.calls, 1), MAX_SAMPLES), row.name
+        assert min(row.samples) >= 0 and max(row.samples) <= row.per_call.max_ns + rounding, row.name
+        if len(row.samples) == session.calls:
+            assert abs(sum(row.samples) / len(row.samples) - row.per_call.mean_ns) <= (
+                FLOAT_RELATIVE * max(row.per_call.mean_ns, 1) + 2 * rounding), row.name
 
 
 def _assert_cpu_time(session: ProfileSession, top_level: list[SectionStats], rounding: float) -> None:

@@ -380,13 +380,13 @@ def test_json_is_the_documented_schema():
         "shared_ns": 70_000, "shared_with": [{"path": ["B"], "ns": 30_000}], "wall_ns": 127_500,
         "exclusive_wall_ns": 127_500, "calls": 1, "dispatches": 2, "dispatched": True, "note": None, "share": 0.85,
         "per_call": {"mean_ns": 170_000, "min_ns": 170_000, "max_ns": 170_000, "p50_ns": 170_000, "p95_ns": 170_000},
-        "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None,
+        "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None, "samples": [170_000],
     }
     assert sections[2] == {
         "path": [], "name": "(unmarked)", "unmarked": True, "busy_ns": 0, "exclusive_ns": 0, "shared_ns": 0,
         "shared_with": [], "wall_ns": 0, "exclusive_wall_ns": 0, "calls": 0, "dispatches": 0, "dispatched": False,
         "note": None, "share": 0.0, "per_call": {"mean_ns": 0, "min_ns": 0, "max_ns": 0, "p50_ns": 0, "p95_ns": 0},
-        "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None,
+        "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None, "samples": [0],
     }
     assert sites[1] == {
         "site": 1, "key": "main_dispatch_1", "executable": None, "workgroups": None, "binding_bytes": None,

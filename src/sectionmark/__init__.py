@@ -4,7 +4,8 @@ The public API (see docs/): ``section`` marks code; ``sm.torch.export`` /
 ``sm.jax.export`` keep the names in MLIR (a `SectionedExport`; a torch one is
 also iree-turbine's ``ExportOutput``); ``compile`` carries them through
 IREE (a `CompiledExport`); ``load`` runs a module; ``profile`` / ``report``
-measure per-section times (a `ProfileSession`); ``record`` notes the calls
+measure per-section times (a `ProfileSession`); ``compare`` tells whether
+each section got faster or slower between two profiles; ``record`` notes the calls
 a program makes through a loaded module and replays them under the profiler
 (a `Recording`, per-function profiles: docs/record.md); ``slice`` cuts one section out
 into its own program (docs/slice.md); ``tracing`` turns Tracy zones for eager
@@ -20,7 +21,8 @@ from sectionmark.paths import SectionPath
 
 __all__ = [
     "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledExport", "ProfileSession",
-    "Recording", "ReplayProfile", "torch", "jax", "compile", "load", "profile", "report", "record", "tracing", "slice",
+    "Recording", "ReplayProfile", "torch", "jax", "compile", "load", "profile", "report", "compare", "record", "tracing",
+    "slice",
 ]
 __version__ = "0.1.0"
 
@@ -34,6 +36,7 @@ _LAZY = {
     "load": ("sectionmark.runtime", "load"),
     "profile": ("sectionmark.profiling", "profile"),
     "report": ("sectionmark.profiling", "report"),
+    "compare": ("sectionmark.renderers.compare", "compare"),
     "record": ("sectionmark.profiling.record", "record"),
     "Recording": ("sectionmark.profiling.record", "Recording"),
     "ReplayProfile": ("sectionmark.profiling.replay", "ReplayProfile"),

@@ -62,6 +62,13 @@ EXAMPLES = {
   sectionmark tracy run.ireeprof --map model.sections.json -o run.tracy
   sectionmark tracy run.ireeprof --map model.vmfb --warmup 3 -o run.tracy
   (the same as: sectionmark report run.ireeprof --map model.vmfb --warmup 3 --tracy run.tracy)""",
+    "compare": """examples:
+  sectionmark profile model.vmfb --input x.npy -n 30 --json before.json
+  sectionmark profile model.vmfb --input x.npy -n 30 --json after.json
+  sectionmark compare before.json after.json
+  sectionmark compare before.json after.json --fail-if-slower 10 --json change.json   # CI: exit 1 on a slowdown
+  sectionmark compare a.ireeprof b.ireeprof --map a.vmfb --map b.vmfb --warmup 3 --csv change.csv
+  sectionmark compare before.json after.json --min-change 0   # the pure test: any interval excluding 1""",
     "slice": """examples:
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir --bench --input tokens.npy
@@ -106,6 +113,17 @@ def whole_number_in(minimum: int, maximum: int) -> Callable[[str], int]:
     return parse
 
 
+def percent(text: str) -> float:
+    """An argparse type: a percentage from 0 to 1,000,000, else a usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got {text[:40]!r}") from None
+    if not 0 <= value <= 1e6:
+        raise argparse.ArgumentTypeError(f"must be a percentage between 0 and 1,000,000, got {text[:40]}")
+    return value
+
+
 def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
 
@@ -147,6 +165,7 @@ def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from sectionmark.compiler.targets import TARGET_FLAGS
+    from sectionmark.profiling.compare import MIN_CHANGE
 
     parser = _Parser(
         prog="sectionmark",
@@ -237,6 +256,28 @@ def build_parser() -> argparse.ArgumentParser:
                        help="show only the N zones with the largest total")
     stats.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
 
+    compare = commands.add_parser(
+        "compare", help="compare two profiles section by section: B/A per call with a confidence interval",
+        description="Per section: busy time per call in A and B, the ratio B/A, its 95% interval (bootstrap of "
+        "the per-call times, 2000 resamples, seed 0) and a verdict: slower/faster only when the interval lies "
+        "beyond --min-change, else 'no change'; sections in one profile only are listed as such.",
+        epilog=EXAMPLES["compare"], formatter_class=_formatter)
+    compare.set_defaults(run=_compare, planned_io=_compare_io)
+    compare.add_argument("a", help="the baseline: profile JSON (--json of profile/report), or a recorded .ireeprof with --map")
+    compare.add_argument("b", help="the profile compared with it, the same kinds")
+    compare.add_argument("--map", action="append", default=[], metavar="MAP",
+                         help="section map (.sections.json or .vmfb) of a recorded profile: once for both, or once "
+                         "per .ireeprof input in order")
+    compare.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=0,
+                         help="leading calls to drop from a recorded profile (default: 0)")
+    compare.add_argument("--min-change", type=percent, default=MIN_CHANGE, metavar="PCT",
+                         help=f"slower/faster only when the interval lies beyond this change (default: {MIN_CHANGE:g}, "
+                         "run-to-run drift; 0: any interval excluding 1)")
+    compare.add_argument("--fail-if-slower", type=percent, metavar="PCT",
+                         help="exit 1 when a section is slower by more than PCT percent (B/A > 1 + PCT/100)")
+    compare.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    compare.add_argument("--csv", metavar="FILE", help="also write the comparison as CSV")
+
     slice_ = commands.add_parser(
         "slice", help="cut one section out of an exported model into its own MLIR program",
         description="Outline the ops of one section (nested sections included) into a standalone @main whose "
@@ -299,6 +340,11 @@ def _report_io(args: argparse.Namespace) -> PlannedIO:
 
 def _tracy_io(args: argparse.Namespace) -> PlannedIO:
     return [args.profile, *_module_inputs(args.map)], {"-o": args.output}
+
+
+def _compare_io(args: argparse.Namespace) -> PlannedIO:
+    maps = [path for map_path in args.map for path in _module_inputs(map_path)]
+    return [args.a, args.b, *maps], {"--json": args.json, "--csv": args.csv}
 
 
 def _tracy_stats_io(args: argparse.Namespace) -> PlannedIO:
@@ -451,6 +497,43 @@ def _tracy_stats(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     print(zone_stats_text(rows))
     if written is not None:
         print(f"wrote {written}")
+
+
+def _compare(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.outputs import write_atomic
+    from sectionmark.renderers.compare import compare, render_csv, render_json, render_table
+
+    recorded = [path for path in (args.a, args.b) if not path.lower().endswith(".json")]
+    if args.map and len(args.map) not in (1, len(recorded)):
+        raise SectionmarkError(f"give --map once, or once per recorded profile ({len(recorded)}), not {len(args.map)} "
+                               "times")
+    if recorded and not args.map:
+        raise SectionmarkError(f"{recorded[0]} is not a profile JSON (.json): give its section map with --map")
+    maps = iter(args.map * len(recorded) if len(args.map) == 1 else args.map)
+    sources = [path if path.lower().endswith(".json") else _recorded_profile(path, next(maps), args.warmup)
+               for path in (args.a, args.b)]
+    comparison = compare(*sources, min_change=args.min_change)
+    comparison.a, comparison.b = args.a, args.b
+    written = []
+    for path, text in ((args.json, render_json), (args.csv, render_csv)):
+        if path is not None:
+            written.append(write_atomic(path, text(comparison).encode("utf-8"), inputs=inputs))
+    print(render_table(comparison), end="")
+    for path in written:
+        print(f"wrote {path}")
+    if args.fail_if_slower is not None:
+        slower = comparison.slower_than(args.fail_if_slower)
+        if slower:
+            listed = ", ".join(f"{row.name} ({row.change_percent:+.1f}%)" for row in slower)
+            raise SectionmarkError(f"{len(slower)} section{'s' * (len(slower) != 1)} slower by more than "
+                                   f"{args.fail_if_slower:g}%: {listed}")
+
+
+def _recorded_profile(path: str, map_path: str, warmup: int):
+    """A recorded profile (.ireeprof, .jsonl, .tracy) joined with its map, calls inferred."""
+    from sectionmark.profiling import report
+
+    return report(path, map_path, warmup=warmup)
 
 
 def _slice(args: argparse.Namespace, inputs: Sequence[str]) -> None:

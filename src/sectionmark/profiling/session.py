@@ -48,6 +48,7 @@ from sectionmark.serialization import json_field
 
 PROFILE_JSON_VERSION = 2
 COVERAGE_TOLERANCE = 1e-3
+MAX_SAMPLES = 1000  # per-call samples kept per section (profile JSON ``samples``)
 # A section whose only commands are fills / copies / updates: local-task times none of them individually.
 UNTIMED_TRANSFERS_NOTE = "no dispatches: only fills/copies, not timed on CPU (in the call time's command-buffer gaps)"
 
@@ -95,6 +96,9 @@ class SectionStats:
     tiles: Optional[int] = None  # tiles of the dispatch events touching the section (inclusive, like dispatches)
     parallelism: Optional[float] = None  # cpu_ns / busy_ns: workers busy on average; None when nothing ran
     utilization: Optional[float] = None  # parallelism / the run's workers
+    # inclusive busy ns of each measured call (at most MAX_SAMPLES, evenly spaced: call_samples), for
+    # `sectionmark compare`; None in a file written before they were kept
+    samples: Optional[list[float]] = json_field(rounded=True, default=None)
 
     @property
     def name(self) -> str:
@@ -570,6 +574,7 @@ def section_rows(
             share=float(inclusive[s] / total) if total else 0.0,
             per_call=CallStats.of(per_call_inclusive[:, s]),
             shared_with=shared_with[s],
+            samples=call_samples(per_call_inclusive[:, s]),
         )
         for s, path in enumerate([*paths, ()])
     ]
@@ -579,6 +584,15 @@ def section_rows(
             row.parallelism = row.cpu_ns / row.busy_ns if row.busy_ns > 0 else None
             row.utilization = row.parallelism / workers if row.parallelism is not None and workers else None
     return rows
+
+
+def call_samples(per_call: np.ndarray, limit: int = MAX_SAMPLES) -> list[float]:
+    """The per-call values a comparison resamples: all of them, or ``limit`` evenly spaced calls (first and
+    last included) when there are more. Evenly spaced rather than random: the same profile always keeps the
+    same calls, and a drift over the run stays represented."""
+    if len(per_call) > limit:
+        per_call = per_call[np.linspace(0, len(per_call) - 1, limit).round().astype(np.int64)]
+    return per_call.tolist()
 
 
 def per_call_inclusive(attribution: Attribution, paths: list[SectionPath]) -> np.ndarray:
