@@ -61,6 +61,7 @@ def assert_profile_invariants(session: ProfileSession) -> None:
     _assert_call_time(session)
     _assert_cpu_time(session, top_level, rounding)
     _assert_samples(session, rounding)
+    _assert_spans(session, rounding)
 
 
 def _assert_samples(session: ProfileSession, rounding: float) -> None:
@@ -74,6 +75,25 @@ def _assert_samples(session: ProfileSession, rounding: float) -> None:
         if len(row.samples) == session.calls:
             assert abs(sum(row.samples) / len(row.samples) - row.per_call.mean_ns) <= (
                 FLOAT_RELATIVE * max(row.per_call.mean_ns, 1) + 2 * rounding), row.name
+
+
+def _assert_spans(session: ProfileSession, rounding: float) -> None:
+    """Where in the call each section runs: start and end both known or both None (None wherever nothing ran),
+    ordered min <= p50 <= max, no start after its end, none before the call's start, and a parent's span
+    covering its children's (its earliest start and latest end, over a superset of their calls)."""
+    for row in session.sections:
+        start, end = row.start_ns, row.end_ns
+        assert (start is None) == (end is None), row.name
+        if not row.dispatched:
+            assert start is None, row.name
+        if start is None or end is None:
+            continue
+        assert 0 <= start.min <= start.p50 <= start.max and end.min <= end.p50 <= end.max, row.name
+        assert start.min <= end.min and start.p50 <= end.p50 and start.max <= end.max, row.name
+        for child in session.sections if row.path else ():
+            if child.path[:-1] == row.path and child.start_ns is not None and child.end_ns is not None:
+                assert start.min <= child.start_ns.min + rounding and end.max + rounding >= child.end_ns.max, (
+                    row.name, child.name)
 
 
 def _assert_cpu_time(session: ProfileSession, top_level: list[SectionStats], rounding: float) -> None:

@@ -132,6 +132,8 @@ def test_outputs_that_would_destroy_a_file_are_refused_before_any_work(tmp_path,
     one_error_line(capsys, [*report, "--json", ""], "empty")
     one_error_line(capsys, [*report, "--tracy", "/dev/null"], "not a regular file")
     one_error_line(capsys, [*report, "--chart", str(tmp_path)], "a directory")
+    one_error_line(capsys, [*report, "--timeline", str(tmp_path)], "a directory")
+    one_error_line(capsys, [*report, "--timeline", str(profile)], "it is also an input")
     one_error_line(capsys, [*report, "--graph", str(tmp_path / "g.png")],  # before the (here failing) run
                    "graph file must end in .dot, .svg or .html, not 'g.png'")
     one_error_line(capsys, [*report, "--json", str(tmp_path / "x"), "--csv", str(tmp_path / "x")], "--json and --csv")
@@ -239,16 +241,19 @@ def test_compile_profile_report_from_the_shell(tmp_path, capsys):
     np.save(tmp_path / "x.npy", np.linspace(0, 1, 64, dtype=np.float32))
     profile = tmp_path / "run.ireeprof"
     assert main(["profile", str(vmfb), "--input", str(tmp_path / "x.npy"), "-n", "3", "--warmup", "1",
-                 "--keep-profile", str(profile), "--json", str(tmp_path / "s.json"), "--sites"]) == 0
+                 "--keep-profile", str(profile), "--json", str(tmp_path / "s.json"), "--sites",
+                 "--timeline", str(tmp_path / "profiled.timeline.png")]) == 0
     out = capsys.readouterr().out
     assert "coverage:" in out and "dispatch sites" in out
+    assert (tmp_path / "profiled.timeline.png").read_bytes().startswith(b"\x89PNG")
     assert_profile_invariants(json_out.load(tmp_path / "s.json"))
     chart, capture = tmp_path / "sections.out", tmp_path / "run.tracy"
     capture.write_bytes(b"previous")
     assert main(["report", str(profile), "--map", str(vmfb), "--warmup", "1", "--perfetto", str(tmp_path / "p.json"),
-                 "--chart", str(chart), "--tracy", str(capture)]) == 0
+                 "--chart", str(chart), "--tracy", str(capture), "--timeline", str(tmp_path / "timeline.out")]) == 0
     out = capsys.readouterr().out
     assert Path(tmp_path / "p.json").stat().st_size > 0
+    assert (tmp_path / "timeline.out").read_bytes().startswith(b"\x89PNG")  # PNG whatever the suffix
     assert f"wrote {chart}\n" in out and chart.read_bytes().startswith(b"\x89PNG")  # exactly the file it names
     assert f"wrote {capture}\n" in out and capture.read_bytes().startswith(b"tr\xfdP")  # replaced whole
     table, rows = tmp_path / "table.txt", tmp_path / "s.csv"

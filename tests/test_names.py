@@ -83,7 +83,7 @@ def test_csv_cells_never_start_a_formula_and_charts_draw_names_as_text(profiled,
         formulas = [cell for cell in cells if cell.startswith(FORMULA_STARTS) and not _number(cell)]
         assert not formulas, (name, formulas[:3])
         assert name != "csv" or {"'=HYPERLINK(\"http://x\",\"y\")", "'@SUM(1)", "'+1+1", "-2"} <= set(cells)
-    for name in ("chart", "components-chart"):
+    for name in ("chart", "components-chart", "timeline"):
         assert prof.save(tmp_path / f"{name}.png", name).read_bytes().startswith(b"\x89PNG")
 
 

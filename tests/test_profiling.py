@@ -16,6 +16,7 @@ import sectionmark.profiling as profiling
 from sectionmark.errors import SectionmarkError
 from sectionmark.artifacts import tools
 from sectionmark.profiling.ireeprof import read_profile
+from sectionmark.profiling.queue_time import call_windows
 from sectionmark.profiling.runner import local_task_workers
 from sectionmark.renderers import json_out
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
@@ -74,6 +75,25 @@ def test_every_dispatch_attributed_and_fused_shares_split(plain_run):
         assert row.wall_ns == pytest.approx(row.busy_ns) and row.exclusive_wall_ns == pytest.approx(row.exclusive_ns)
     assert session.wall_ns == session.total_ns
     assert block.per_call.min_ns <= block.per_call.p50_ns <= block.per_call.max_ns
+
+
+def test_where_in_the_call_each_section_runs(plain_run):
+    """Offsets lie within the calls (their queue windows), parents span their children, and the fused dispatch
+    (Attn 25% / MLP 75%, after Attn's own) makes both sections end together."""
+    _vmfb, _path, session = plain_run
+    spans = session.attribution.queue_spans
+    measured = spans[(spans["call"] >= 0) & (spans["call"] < session.calls)]
+    window_starts, window_ends = call_windows(measured["start_ns"], measured["end_ns"], measured["call"], session.calls)
+    longest = int((window_ends - window_starts).max())
+    for row in session.sections[:-1]:
+        assert row.start_ns is not None and row.end_ns is not None, row.name
+        assert 0 <= row.start_ns.min and row.end_ns.max <= longest, row.name
+    block, attn, mlp = (session.section(path) for path in [("Block",), ("Block", "Attn"), ("Block", "MLP")])
+    assert session.unmarked.start_ns is None
+    for child in (attn, mlp):
+        assert block.start_ns.min <= child.start_ns.min and block.end_ns.max >= child.end_ns.max
+    assert block.start_ns == attn.start_ns and block.end_ns == attn.end_ns == mlp.end_ns
+    assert attn.start_ns.p50 < mlp.start_ns.p50
 
 
 def test_cpu_time_per_section_matches_iree_profile_export(plain_run):

@@ -24,10 +24,14 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
 from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
+from sectionmark.profiling.ireeprof import EVENT_EXECUTE
+from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.profiling.session import (
     CompositionSums,
+    Offsets,
     ProfileSession,
     event_sums,
+    first_dispatch_starts,
     section_paths,
     section_rows,
     shared_time,
@@ -381,12 +385,15 @@ def test_json_is_the_documented_schema():
         "exclusive_wall_ns": 127_500, "calls": 1, "dispatches": 2, "dispatched": True, "note": None, "share": 0.85,
         "per_call": {"mean_ns": 170_000, "min_ns": 170_000, "max_ns": 170_000, "p50_ns": 170_000, "p95_ns": 170_000},
         "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None, "samples": [170_000],
+        "start_ns": {"min": 0, "p50": 0, "max": 0}, "end_ns": {"min": 150_000, "p50": 150_000, "max": 150_000},
     }
+    assert sections[1]["start_ns"] == {"min": 50_000, "p50": 50_000, "max": 50_000}  # only the fused dispatch
     assert sections[2] == {
         "path": [], "name": "(unmarked)", "unmarked": True, "busy_ns": 0, "exclusive_ns": 0, "shared_ns": 0,
         "shared_with": [], "wall_ns": 0, "exclusive_wall_ns": 0, "calls": 0, "dispatches": 0, "dispatched": False,
         "note": None, "share": 0.0, "per_call": {"mean_ns": 0, "min_ns": 0, "max_ns": 0, "p50_ns": 0, "p95_ns": 0},
         "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None, "samples": [0],
+        "start_ns": None, "end_ns": None,
     }
     assert sites[1] == {
         "site": 1, "key": "main_dispatch_1", "executable": None, "workgroups": None, "binding_bytes": None,
@@ -394,7 +401,8 @@ def test_json_is_the_documented_schema():
         "busy_ns": 100_000, "shared_executable": False, "bindings": [], "flops": None, "rule": "cost",
     }
     # every time an integer; cpu_ns None here: these hand-built events record no tiles (as on Vulkan)
-    assert all(isinstance(row[key], int) or (key == "cpu_ns" and row[key] is None)
+    assert all(isinstance(row[key], int) or (key in ("cpu_ns", "start_ns", "end_ns") and row[key] is None)
+               or (key in ("start_ns", "end_ns") and all(isinstance(value, int) for value in row[key].values()))
                for row in sections for key in row if key.endswith("_ns"))
 
 
@@ -454,6 +462,86 @@ def test_a_session_read_from_json_has_no_timeline():
     assert session.render("json") and session.render("table")
     with pytest.raises(SectionmarkError, match="no per-dispatch events"):
         session.render("perfetto")
+
+
+# ---------------------------------------------------------------------------- where in the call
+
+
+def three_calls() -> ProfileSession:
+    """Three calls of Attn, then Attn fused with MLP, then an unmarked dispatch; C runs in call 1 only, and the
+    declared section Never in none. No queue spans: each call starts at its first dispatch (100, 1000, 2000)."""
+    fused = ((ATTN, 0.25), (MLP, 0.75))
+    events = [
+        (100, 200, ((ATTN, 1.0),)), (250, 400, fused), (450, 500, (((), 1.0),)),
+        (1000, 1150, ((ATTN, 1.0),)), (1150, 1200, ((C, 1.0),)), (1200, 1300, fused), (1300, 1400, (((), 1.0),)),
+        (2000, 2100, ((ATTN, 1.0),)), (2100, 2400, fused), (2500, 2600, (((), 1.0),)),
+    ]
+    return build(events, declared=[BLOCK, ATTN, MLP, C, ("Never",)], calls=3, call_of=[0, 0, 0, 1, 1, 1, 1, 2, 2, 2])
+
+
+def test_start_and_end_offsets_over_the_calls():
+    session = three_calls()
+    spans = {row.path: (row.start_ns, row.end_ns) for row in session.sections}
+    # Attn runs in the fused dispatch too, so it ends when that ends; MLP starts only there.
+    assert spans[ATTN] == (Offsets(0, 0, 0), Offsets(300, 300, 400))
+    assert spans[MLP] == (Offsets(100, 150, 200), Offsets(300, 300, 400))
+    assert spans[BLOCK] == (Offsets(0, 0, 0), Offsets(300, 300, 400))  # covers both children
+    assert spans[C] == (Offsets(150, 150, 150), Offsets(200, 200, 200))  # over the one call it ran in
+    assert spans[()] == (Offsets(300, 350, 500), Offsets(400, 400, 600))
+    assert spans[("Never",)] == (None, None)
+
+
+def test_a_weight_zero_share_still_runs_the_section():
+    """A section with a share of weight 0 in a fused dispatch gets none of its time but runs during it."""
+    session = build([(0, 100, ((A, 1.0),)), (100, 300, ((A, 1.0), (B, 0.0)))], declared=[A, B])
+    assert session.section(B).busy_ns == 0 and session.section(B).start_ns == Offsets(100, 100, 100)
+
+
+def test_a_call_starts_at_its_first_queue_operation_when_that_is_earlier():
+    starts, call = np.array([5, 3, 20, 30]), np.array([0, 0, 1, 1])
+    assert first_dispatch_starts(starts, call, 3).tolist() == [3, 20, np.iinfo(np.int64).max]
+    assert first_dispatch_starts(starts, call, 3, np.array([1, 25, 40])).tolist() == [1, 20, 40]
+
+
+def test_offsets_from_the_queue_operations_start():
+    attribution, section_map = synthetic([(100, 200, ((A, 1.0),)), (300, 400, ((B, 1.0),))], declared=[A, B])
+    spans = np.zeros(1, QUEUE_SPAN_DTYPE)
+    spans[0] = (EVENT_EXECUTE, 40, 420, 0, 0)
+    attribution.queue_spans = spans
+    session = ProfileSession.build(attribution, section_map, function="main")
+    assert_profile_invariants(session)
+    assert session.call_time is not None
+    assert session.section(A).start_ns == Offsets(60, 60, 60) and session.section(B).end_ns == Offsets(360, 360, 360)
+
+
+def test_start_and_end_in_json_and_csv_and_files_without_them():
+    session = three_calls()
+    data = json.loads(json.dumps(session.to_json()))
+    attn = next(row for row in data["sections"] if row["path"] == list(ATTN))
+    assert (attn["start_ns"], attn["end_ns"]) == ({"min": 0, "p50": 0, "max": 0}, {"min": 300, "p50": 300, "max": 400})
+    again = ProfileSession.from_json(data)
+    assert_profile_invariants(again)
+    assert again.section(MLP).start_ns == Offsets(100, 150, 200) and again.section(("Never",)).end_ns is None
+    for row in data["sections"]:  # a file written before the fields existed
+        del row["start_ns"], row["end_ns"]
+    old = ProfileSession.from_json(data)
+    assert_profile_invariants(old)
+    assert all(row.start_ns is None and row.end_ns is None for row in old.sections)
+    with io.StringIO(session.render("csv"), newline="") as text:
+        rows = {row["section"]: row for row in csv.DictReader(text)}
+    assert [rows["Block / MLP"][f"{which}_{stat}_ns"] for which in ("start", "end") for stat in ("min", "p50", "max")] \
+        == ["100", "150", "200", "300", "300", "400"]
+    assert rows["Never"]["start_p50_ns"] == rows["Never"]["end_max_ns"] == ""
+
+
+def test_timeline_is_a_png_with_names_as_text(tmp_path):
+    session = three_calls()
+    assert session.save_timeline(tmp_path / "t.data").read_bytes().startswith(b"\x89PNG")
+    # Drawn as text: with mathtext this name fails the render ("bad math"), and "$5 and $6" loses its dollars.
+    odd = build([(0, 100, ((("cost $5 and $6",), 1.0),)), (100, 200, ((("bad math $\\frac{$",), 1.0),))])
+    assert odd.render("timeline").startswith(b"\x89PNG")
+    # From JSON (no per-event data) it draws the same statistics.
+    assert ProfileSession.from_json(session.to_json()).render("timeline") == session.render("timeline")
 
 
 # ---------------------------------------------------------------------------- property

@@ -274,6 +274,12 @@ def _measured_windows(spans: np.ndarray, calls: int) -> Optional[_Windows]:
     return _Windows(*call_windows(measured["start_ns"], measured["end_ns"], measured["call"], calls), measured)
 
 
+def measured_call_starts(spans: np.ndarray, calls: int) -> Optional[np.ndarray]:
+    """The start of each measured call's window (its first queue operation); None unless every call has one."""
+    windows = _measured_windows(spans, calls)
+    return None if windows is None else windows.starts
+
+
 def call_time_and_memory(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.ndarray,
                          memory: np.ndarray, calls: int) -> tuple[Optional[CallTime], Optional[DeviceMemory]]:
     """``call_time`` and ``device_memory`` of the same calls, finding their windows once."""

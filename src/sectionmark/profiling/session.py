@@ -20,7 +20,13 @@ How times are computed (docs/profile-json.md has the full story):
   between sections like its busy time; parallelism is CPU time / busy time
   (workers busy on average while the section's dispatches ran), utilization
   parallelism / the run's workers. A profile without tiles (Vulkan, Tracy)
-  leaves them None: "not recorded", never a measured-looking 0.
+  leaves them None: "not recorded", never a measured-looking 0;
+* start and end: where in the call a section runs. Per measured call, the
+  offset of the section's first dispatch start and of its last dispatch end
+  from the call's start (its first queue operation, or its first dispatch when
+  no queue operations were recorded); min / p50 / max over the calls it ran in.
+  A section runs during every dispatch it has a share of, so a fused dispatch
+  counts for each of its sections, and a parent's span covers its children's.
 
 ``build`` is a pipeline of small pure functions over numpy arrays (one row
 per event, composition or section), because profiles can hold millions of
@@ -42,7 +48,13 @@ from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
 from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import Attribution, Composition
-from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time_and_memory, union_blocks
+from sectionmark.profiling.queue_time import (
+    CallTime,
+    DeviceMemory,
+    call_time_and_memory,
+    measured_call_starts,
+    union_blocks,
+)
 from sectionmark.section_map import INITIALIZER_FUNCTION, Binding, SectionMap, Share
 from sectionmark.serialization import json_field
 
@@ -69,6 +81,22 @@ class CallStats:
             return cls(0.0, 0.0, 0.0, 0.0, 0.0)
         p50, p95 = np.percentile(per_call, [50, 95])
         return cls(float(per_call.mean()), float(per_call.min()), float(per_call.max()), float(p50), float(p95))
+
+
+@dataclass
+class Offsets:
+    """Distribution over the measured calls of one time within the call (ns from the call's start)."""
+
+    min: float
+    p50: float
+    max: float
+
+    @classmethod
+    def of(cls, per_call: np.ndarray) -> Optional["Offsets"]:
+        """None when there is no call to describe (the section never ran): no made-up 0."""
+        if not len(per_call):
+            return None
+        return cls(float(per_call.min()), float(np.percentile(per_call, 50)), float(per_call.max()))
 
 
 @dataclass
@@ -99,6 +127,11 @@ class SectionStats:
     # inclusive busy ns of each measured call (at most MAX_SAMPLES, evenly spaced: call_samples), for
     # `sectionmark compare`; None in a file written before they were kept
     samples: Optional[list[float]] = json_field(rounded=True, default=None)
+    # Where in the call the section runs: its first dispatch's start and its last dispatch's end, from the
+    # call's start, over the calls it ran in (section_spans); None where it never ran, or in a file written
+    # before they were kept.
+    start_ns: Optional[Offsets] = json_field(rounded=True, default=None)
+    end_ns: Optional[Offsets] = json_field(rounded=True, default=None)
 
     @property
     def name(self) -> str:
@@ -215,19 +248,26 @@ class ProfileSession:
                 "and was host-execution profiling on?)"
             )
         compositions = attribution.compositions
+        composition = _slot_compositions(attribution)[events["slot"]]
         sums = event_sums(attribution)
         if sums.disjoint:  # each event's wall part is its whole duration: no sweep needed
             wall, total_wall = sums.busy, sums.total_ns
         else:
             starts, ends = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64)
-            composition = _slot_compositions(attribution)[events["slot"]]
             wall = np.bincount(composition, weights=wall_parts(starts, ends), minlength=len(compositions))
             total_wall = _union_length(starts, ends)
 
         paths = section_paths(section_map.sections, compositions)
-        tiles = tile_sums(events, _slot_compositions(attribution)[events["slot"]], len(compositions))
-        rows = section_rows(paths, compositions, weight_matrices(compositions, paths),
-                            CompositionSums(sums.busy_by_call, wall, sums.count, tiles), workers)
+        weights = weight_matrices(compositions, paths)
+        tiles = tile_sums(events, composition, len(compositions))
+        rows = section_rows(paths, compositions, weights, CompositionSums(sums.busy_by_call, wall, sums.count, tiles),
+                            workers)
+        call = _event_calls(attribution)
+        call_starts = first_dispatch_starts(events["start_ns"], call, max(attribution.calls, 1),
+                                            measured_call_starts(attribution.queue_spans, attribution.calls))
+        for row, start, end in zip(rows, *section_spans(events["start_ns"], events["end_ns"], composition, call,
+                                                        call_starts, weights.member)):
+            row.start_ns, row.end_ns = start, end
         profiled = _profiled_functions(attribution, section_map, function)
         for row in rows[:-1]:
             if not row.dispatched:
@@ -341,6 +381,10 @@ class ProfileSession:
     def save_chart(self, path: PathLike) -> Path:
         """PNG bar chart of the section breakdown (to exactly ``path``, whatever its suffix)."""
         return self.save(path, "chart")
+
+    def save_timeline(self, path: PathLike) -> Path:
+        """PNG timeline of where in the call each section runs (to exactly ``path``, whatever its suffix)."""
+        return self.save(path, "timeline")
 
     def kernels(self) -> list:
         """One row per dispatch site in execution order: shapes, bytes, FLOPs, rates (sectionmark.profiling.kernels)."""
@@ -602,6 +646,51 @@ def per_call_inclusive(attribution: Attribution, paths: list[SectionPath]) -> np
     views that sum sections (`sectionmark.profiling.components`).
     """
     return event_sums(attribution).busy_by_call @ weight_matrices(attribution.compositions, paths).inclusive
+
+
+def first_dispatch_starts(starts: np.ndarray, call: np.ndarray, calls: int,
+                          queue_starts: Optional[np.ndarray] = None) -> np.ndarray:
+    """Each call's start: its first dispatch's start, or its first queue operation's when that is earlier
+    (``queue_starts``: None when the profile has none). A section's offsets count from here, so a section
+    that runs first starts at 0 without queue operations and after the call's allocations and copies with
+    them. A call without dispatches gets int64's maximum (no section ran in it)."""
+    first = np.full(calls, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, call, starts.astype(np.int64))
+    return first if queue_starts is None else np.minimum(first, queue_starts.astype(np.int64))
+
+
+def section_spans(starts: np.ndarray, ends: np.ndarray, composition: np.ndarray, call: np.ndarray,
+                  call_starts: np.ndarray, member: np.ndarray) -> tuple[list[Optional[Offsets]], list[Optional[Offsets]]]:
+    """Per section column (last: unmarked), the offsets of its first dispatch start and last dispatch end
+    from ``call_starts[call]``, over the calls it ran in; None for a column that never ran.
+
+    ``member`` (`Weights.member`, [compositions, columns]) says which columns run during a composition's
+    dispatches: every section with a share in it (even of weight 0) and their parents, so a fused dispatch
+    counts for each of its sections and a parent's span covers its children's. The first and last times are
+    taken per (call, composition) in one pass over the events, then per column over its compositions.
+    """
+    calls, (compositions, columns) = len(call_starts), member.shape
+    high, low = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    flat = call.astype(np.int64) * compositions + composition
+    first = np.full(calls * compositions, high, np.int64)
+    last = np.full(calls * compositions, low, np.int64)
+    np.minimum.at(first, flat, starts.astype(np.int64))
+    np.maximum.at(last, flat, ends.astype(np.int64))
+    first, last = first.reshape(calls, compositions), last.reshape(calls, compositions)
+    section_first = np.full((calls, columns), high, np.int64)
+    section_last = np.full((calls, columns), low, np.int64)
+    for c in range(compositions):
+        runs = member[c]
+        section_first[:, runs] = np.minimum(section_first[:, runs], first[:, c, None])
+        section_last[:, runs] = np.maximum(section_last[:, runs], last[:, c, None])
+    ran = section_first != high
+    return ([Offsets.of(section_first[ran[:, s], s] - call_starts[ran[:, s]]) for s in range(columns)],
+            [Offsets.of(section_last[ran[:, s], s] - call_starts[ran[:, s]]) for s in range(columns)])
+
+
+def _event_calls(attribution: Attribution) -> np.ndarray:
+    """Each event's measured call, as the per-call sums count it (a call past ``calls`` is the last)."""
+    return np.minimum(attribution.events["call"], max(attribution.calls, 1) - 1).astype(np.int64)
 
 
 def _slot_compositions(attribution: Attribution) -> np.ndarray:

@@ -5,7 +5,10 @@ Paths are written as ``Outer / Inner`` in ``section`` and as a JSON list in
 empty except for declared sections that ran no dispatch (it says why). The CPU
 columns (``cpu_ns``, ``tiles``, ``parallelism``, ``utilization``) are empty
 where the profile recorded no tiles (Vulkan, Tracy) or, for the ratios, where
-nothing ran or the worker count is unknown: empty is "not recorded", never 0. A
+nothing ran or the worker count is unknown: empty is "not recorded", never 0.
+The start and end columns (min / p50 / max offset from the call's start of the
+section's first dispatch start and last dispatch end) are empty for a section
+that never ran. A
 text cell that a spreadsheet would evaluate (starting with ``= + - @``) is
 written with a ``'`` before it (`inert`).
 Columns mean what the profile JSON's fields of the same name mean
@@ -17,14 +20,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
-from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.session import Offsets, ProfileSession
 
 COLUMNS = [
     "section", "path", "depth", "calls", "dispatches", "busy_ns", "exclusive_ns", "shared_ns", "wall_ns",
     "exclusive_wall_ns", "share", "mean_ns", "min_ns", "max_ns", "p50_ns", "p95_ns", "note",
     "cpu_ns", "tiles", "parallelism", "utilization",
+    "start_min_ns", "start_p50_ns", "start_max_ns", "end_min_ns", "end_p50_ns", "end_max_ns",
 ]
 
 
@@ -57,6 +61,11 @@ def inert(cell: Any) -> Any:
         return "'" + cell
 
 
+def _offsets(offsets: Optional[Offsets]) -> list:
+    """min, p50, max in whole ns; empty cells where the section never ran (or the file predates them)."""
+    return ["", "", ""] if offsets is None else [round(offsets.min), round(offsets.p50), round(offsets.max)]
+
+
 def render(session: ProfileSession) -> str:
     """The CSV text, RFC 4180 line ends (written unchanged)."""
     return csv_text(COLUMNS, (
@@ -69,6 +78,7 @@ def render(session: ProfileSession) -> str:
             round(row.cpu_ns) if row.cpu_ns is not None else "", row.tiles if row.tiles is not None else "",
             f"{row.parallelism:.4f}" if row.parallelism is not None else "",
             f"{row.utilization:.4f}" if row.utilization is not None else "",
+            *_offsets(row.start_ns), *_offsets(row.end_ns),
         ]
         for row in session.sections
     ))
