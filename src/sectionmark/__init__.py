@@ -8,7 +8,8 @@ measure per-section times (a `ProfileSession`); ``compare`` tells whether
 each section got faster or slower between two profiles; ``record`` notes the calls
 a program makes through a loaded module and replays them under the profiler
 (a `Recording`, per-function profiles: docs/record.md); ``slice`` cuts one section out
-into its own program (docs/slice.md); ``tracing`` turns Tracy zones for eager
+into its own program (docs/slice.md); ``peak`` measures the device's peak bandwidth and FLOP/s
+(a `Peak`, whose ``roofline(session)`` places each section under them); ``tracing`` turns Tracy zones for eager
 sections on and off. Every user-facing failure is a `SectionmarkError` with a
 one-line message. Heavy modules (frameworks, the compiler) load on first use:
 ``import sectionmark`` imports none of them.
@@ -22,7 +23,7 @@ from sectionmark.paths import SectionPath
 __all__ = [
     "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledExport", "ProfileSession",
     "Recording", "ReplayProfile", "torch", "jax", "compile", "load", "profile", "report", "compare", "record", "tracing",
-    "slice",
+    "slice", "peak",
 ]
 __version__ = "0.1.0"
 
@@ -42,6 +43,7 @@ _LAZY = {
     "ReplayProfile": ("sectionmark.profiling.replay", "ReplayProfile"),
     "tracing": ("sectionmark.tracy.zones", "tracing"),
     "slice": ("sectionmark.compiler.slicing", "slice_section"),
+    "peak": ("sectionmark.profiling.roofline", "peak"),
 }
 __getattr__ = lazy_attributes(__name__, globals(), _LAZY)
 

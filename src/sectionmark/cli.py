@@ -1,4 +1,4 @@
-"""The ``sectionmark`` command: compile, profile, report, tracy, tracy-stats.
+"""The ``sectionmark`` command: compile, profile, report, tracy, tracy-stats, compare, slice, peak.
 
 Each command is a parser with ``set_defaults(run=..., planned_io=...)``: the
 function that does the work, and the one that names its input and output
@@ -73,6 +73,10 @@ EXAMPLES = {
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir --bench --input tokens.npy
   sectionmark slice model.mlir --section "Block 0/MLP" -o mlp.mlir --bench      # random inputs""",
+    "peak": """examples:
+  sectionmark peak                      # cached after the first run
+  sectionmark peak --refresh --json peak.json
+  sectionmark profile model.vmfb --input x.npy --roofline model.roofline.png   # sections against these peaks""",
     "tracy-stats": """examples:
   sectionmark tracy-stats run.tracy
   sectionmark tracy-stats run.tracy --gpu --top 20
@@ -298,6 +302,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --bench: the model's external parameter file (repeatable), scoped as IREE's --parameters")
     slice_.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=10,
                         help="measured calls per profile with --bench (default: 10)")
+
+    peak = commands.add_parser(
+        "peak", help="measure the device's peak memory bandwidth and FLOP/s (for --roofline)",
+        description="Compile micro-benchmarks with IREE (x + x over 64 MiB and 4 MiB f32; four 512x512 f32 matmuls), run "
+        "them with iree-benchmark-module on DEVICE, keep the best of a few repetitions, and cache the result per "
+        "machine and device ($XDG_CACHE_HOME or ~/.cache, sectionmark/peak-HOST-DEVICE.json).",
+        epilog=EXAMPLES["peak"], formatter_class=_formatter)
+    peak.set_defaults(run=_peak, planned_io=_peak_io)
+    peak.add_argument("--device", default="local-task", help="IREE CPU device: local-task (default) or local-sync")
+    peak.add_argument("--refresh", action="store_true", help="measure again even when a cached result exists")
+    peak.add_argument("--json", metavar="FILE", help="also write the peaks as JSON")
     return parser
 
 
@@ -347,6 +362,10 @@ def _compare_io(args: argparse.Namespace) -> PlannedIO:
     return [args.a, args.b, *maps], {"--json": args.json, "--csv": args.csv}
 
 
+def _peak_io(args: argparse.Namespace) -> PlannedIO:
+    return [], {"--json": args.json}
+
+
 def _tracy_stats_io(args: argparse.Namespace) -> PlannedIO:
     return [args.capture], {"--json": args.json}
 
@@ -383,11 +402,20 @@ def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> 
     Files first: a reader that stops reading early (``| head -1``) must not cost them.
     """
     written = []
+    peak = None
     for name, path in _rendered_outputs(args).items():
         options = {"by": args.by} if args.by and name.startswith("components") else {}
         options.update({"cpu": True} if args.cpu and name == "table" else {})
+        if name == "roofline":  # the chart and the table printed below use the same peaks
+            from sectionmark.profiling.roofline import peak_for_chart
+
+            peak = options["peak"] = peak_for_chart(getattr(args, "device", "local-task"))
         written.append(session.save(path, name, inputs=inputs, **options))
     print(session.render("table", cpu=args.cpu))
+    if peak is not None:
+        from sectionmark.profiling.roofline import roofline_text
+
+        print(roofline_text(peak.roofline(session), peak))
     if args.sites:
         from sectionmark.renderers.table import render_sites_text
 
@@ -495,6 +523,22 @@ def _tracy_stats(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         document = {"version": 1, "zones": [dataclasses.asdict(row) for row in rows]}
         written = write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False), inputs=inputs)
     print(zone_stats_text(rows))
+    if written is not None:
+        print(f"wrote {written}")
+
+
+def _peak(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    import dataclasses
+    import json
+
+    from sectionmark.profiling.roofline import cache_path, peak
+
+    measured = peak(args.device, refresh=args.refresh)
+    written = None
+    if args.json is not None:  # before stdout, as in _write_outputs
+        written = write_atomic(args.json, json.dumps(dataclasses.asdict(measured), indent=1), inputs=inputs)
+    print(measured.text())
+    print(f"cached in {cache_path(args.device)} (--refresh measures again)")
     if written is not None:
         print(f"wrote {written}")
 

@@ -77,6 +77,9 @@ RENDERERS: dict[str, Renderer] = {
                  "per dispatch site: argument shapes, exact bytes, FLOPs, time, GB/s, GFLOP/s (text table)",
                  "sectionmark.renderers.kernels"),
         Renderer("kernels-csv", (".kernels.csv",), False, "the kernel table as CSV", "sectionmark.renderers.kernels_csv"),
+        Renderer("roofline", (".roofline.png",), True,
+                 "PNG roofline: each section's GFLOP/s vs FLOPs/byte under the measured peaks (also printed as a table)",
+                 "sectionmark.renderers.roofline"),
     )
 }
 

@@ -1,0 +1,105 @@
+"""Roofline: measured peaks (against numpy on as many threads), their cache, and sections placed under them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from test_kernels import hand_built
+
+from sectionmark.cli import main
+from sectionmark.profiling.roofline import CACHE_VERSION, Peak, cache_path, peak, roofline, roofline_text
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def fake_peak(bandwidth: float = 100.0, gflops: float = 1000.0) -> Peak:
+    return Peak(device="local-task", bandwidth_gb_per_s=bandwidth, dram_gb_per_s=bandwidth / 2, gflop_per_s=gflops, workers=2, host="h",
+                cpu_model="cpu", date="2026-01-01T00:00:00+00:00", commands=[])
+
+
+def test_sections_get_bytes_flops_and_time_of_their_sites_and_the_nearer_roof():
+    """hand_built: MLP runs the 64x64 matmul twice (1000 ns each), Attn one transpose (400 ns)."""
+    mlp, attn = roofline(hand_built(), fake_peak())
+    assert mlp.name == "MLP" and mlp.time_ns == 2000 and mlp.bytes == 2 * 49152 and mlp.flops == 2 * 2 * 64 ** 3
+    assert mlp.gb_per_s == pytest.approx(49.152) and mlp.bandwidth_fraction == pytest.approx(0.49152)
+    assert mlp.gflop_per_s == pytest.approx(524.288) and mlp.compute_fraction == pytest.approx(0.524288)
+    assert mlp.intensity == pytest.approx(2 * 64 ** 3 / 49152) and mlp.bound == "compute"  # 10.7 > ridge 10
+    assert roofline(hand_built(), fake_peak(gflops=2000.0))[0].bound == "memory"  # ridge 20
+    assert attn.name == "Attn" and attn.flops == 0 and attn.intensity == 0 and attn.bound == "memory"
+    assert attn.gb_per_s == pytest.approx(32768 / 400)
+    text = roofline_text([mlp, attn], fake_peak())
+    assert "ridge 10.00" in text and " 49.2%" in text and "compute" in text
+
+
+def test_the_chart_draws_with_sections_that_compute_nothing(tmp_path):
+    path = hand_built().save(tmp_path / "run.roofline.png", peak=fake_peak())
+    assert path.read_bytes()[:8] == PNG
+
+
+def numpy_reference(threads: int) -> tuple[float, float, float]:
+    """An independent measure: numpy copies of 64 MiB and 4 MiB (GB/s, read + written) and a 1024x1024 matmul
+    (GFLOP/s) on ``threads`` BLAS threads, in a fresh interpreter (the thread count is read when numpy loads)."""
+    script = """
+import json, time
+import numpy as np
+a = np.ones(16 * 1024 * 1024, np.float32); b = np.empty_like(a)
+c = np.ones(1024 * 1024, np.float32); d = np.empty_like(c)
+m = np.ones((1024, 1024), np.float32)
+def best(run):
+    times = []
+    for _ in range(5):
+        start = time.perf_counter(); run(); times.append(time.perf_counter() - start)
+    return min(times)
+print(json.dumps([2 * a.nbytes / best(lambda: np.copyto(b, a)) / 1e9, 2 * c.nbytes / best(lambda: np.copyto(d, c)) / 1e9,
+                  2 * 1024 ** 3 / best(lambda: m @ m) / 1e9]))
+"""
+    environment = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
+                            timeout=120, check=True)
+    return tuple(json.loads(result.stdout))
+
+
+def test_peak_command_measures_within_2x_of_numpy_and_caches(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert main(["peak", "--json", str(tmp_path / "peak.json")]) == 0
+    out = capsys.readouterr().out
+    assert "GB/s" in out and "GFLOP/s" in out and "iree-benchmark-module --device=local-task" in out
+    measured = Peak(**json.loads((tmp_path / "peak.json").read_text()))
+    dram, cached, gflops = numpy_reference(measured.workers)
+    assert 0.5 < measured.dram_gb_per_s / dram < 2, (measured.dram_gb_per_s, dram)
+    assert 0.5 < measured.bandwidth_gb_per_s / max(dram, cached) < 2, (measured.bandwidth_gb_per_s, dram, cached)
+    assert 0.5 < measured.gflop_per_s / gflops < 2, (measured.gflop_per_s, gflops)
+    assert peak() == measured  # from the cache: the same temporary module paths
+    cache_path("local-task").write_text("{not json")
+    remeasured = peak()
+    assert remeasured.commands != measured.commands and json.loads(cache_path("local-task").read_text())["version"] == CACHE_VERSION
+    assert peak(refresh=True).commands != remeasured.commands
+    assert main(["peak", "--device", "cuda"]) == 1 and "CPU devices only" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_no_nanogpt_section_beats_a_measured_peak_and_report_draws_it(tmp_path, monkeypatch, capsys):
+    import sectionmark as sm
+    from nanogpt_builders import torch_gpt
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model, args = torch_gpt()
+    compiled = sm.compile(sm.torch.export(model, args=args), target="llvm-cpu")
+    vmfb = compiled.save(tmp_path / "gpt.vmfb")
+    session = sm.profile(compiled, args=args, iterations=3, warmup=1, quiet=True,
+                         keep_profile=tmp_path / "gpt.ireeprof")
+    measured = sm.peak()
+    rows = measured.roofline(session)
+    assert {row.path for row in rows} >= {row.path for row in session.section_rows if row.dispatched and row.path}
+    for row in rows:
+        assert row.bandwidth_fraction <= 1 and row.compute_fraction <= 1, row
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "gpt.ireeprof"), "--map", str(vmfb), "--warmup", "1",
+                 "--roofline", str(tmp_path / "gpt.roofline.png")]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "gpt.roofline.png").read_bytes()[:8] == PNG
+    assert "roofline vs peak" in out and "Block 0" in out
