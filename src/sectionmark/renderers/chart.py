@@ -23,18 +23,40 @@ def render(session, title: str | None = None) -> bytes:
     )
 
 
-def bar_chart(labels: list[str], own_us: list[float], nested_us: list[float], notes: list[str],
-              legend: tuple[str, str], title: str) -> bytes:
-    """Horizontal stacked bars (own time, then nested time) in µs per call, first row on top, as PNG bytes."""
+def pyplot(what: str):
+    """matplotlib's pyplot on the file-only Agg backend, or one line saying ``what`` needs it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise SectionmarkError("the chart needs matplotlib: pip install 'sectionmark[chart]'") from None
-    # Names are text, never mathtext: "cost $5 and $6" stays so, and "$\\frac$" cannot fail the render.
-    with matplotlib.rc_context({"text.parse_math": False}):
+        raise SectionmarkError(f"the {what} needs matplotlib: pip install 'sectionmark[chart]'") from None
+    return plt
+
+
+def names_as_text():
+    """Names are text, never mathtext: "cost $5 and $6" stays so, and "$\\frac$" cannot fail the render."""
+    import matplotlib
+
+    return matplotlib.rc_context({"text.parse_math": False})
+
+
+def png_bytes(plt, figure) -> bytes:
+    """``figure`` as PNG bytes; the figure is closed whatever happens."""
+    png = io.BytesIO()
+    try:
+        figure.savefig(png, dpi=110, format="png")
+    finally:
+        plt.close(figure)
+    return png.getvalue()
+
+
+def bar_chart(labels: list[str], own_us: list[float], nested_us: list[float], notes: list[str],
+              legend: tuple[str, str], title: str) -> bytes:
+    """Horizontal stacked bars (own time, then nested time) in µs per call, first row on top, as PNG bytes."""
+    plt = pyplot("chart")
+    with names_as_text():
         return _draw(plt, labels, own_us, nested_us, notes, legend, title)
 
 
@@ -52,9 +74,4 @@ def _draw(plt, labels: list[str], own_us: list[float], nested_us: list[float], n
     axes.set_title(title)
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
-    png = io.BytesIO()
-    try:
-        figure.savefig(png, dpi=110, format="png")
-    finally:
-        plt.close(figure)
-    return png.getvalue()
+    return png_bytes(plt, figure)

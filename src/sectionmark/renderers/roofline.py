@@ -10,31 +10,23 @@ axis and is listed under the chart instead. The peaks are the cached ones of
 
 from __future__ import annotations
 
-import io
 from typing import Optional
 
-from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.roofline import Peak, peak_for_chart, roofline
+from sectionmark.renderers.chart import names_as_text, png_bytes, pyplot
 
 
 def render(session, peak: Optional[Peak] = None, device: str = "local-task", title: str | None = None) -> bytes:
     """The roofline as PNG bytes against ``peak`` (default: the cached peaks of ``device``)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter, NullFormatter
-    except ImportError:
-        raise SectionmarkError("the roofline needs matplotlib: pip install 'sectionmark[chart]'") from None
+    plt = pyplot("roofline")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
     peak = peak or peak_for_chart(device)
     rows = roofline(session, peak)
     drawn = [row for row in rows if row.intensity and row.gflop_per_s > 0]
     flat = [row.name for row in rows if row not in drawn]
     title = title or (f"sectionmark: {session.function or 'profile'} — roofline on {peak.device} "
                       f"({peak.bandwidth_gb_per_s:.0f} GB/s, {peak.gflop_per_s:.0f} GFLOP/s)")
-    # Names are text, never mathtext: "cost $5 and $6" stays so, and "$\\frac$" cannot fail the render.
-    with matplotlib.rc_context({"text.parse_math": False}):
+    with names_as_text():
         figure, axes = plt.subplots(figsize=(9, 6))
         intensities = [row.intensity for row in drawn] + [peak.ridge]
         low, high = min(intensities) / 4, max(intensities) * 4
@@ -65,9 +57,4 @@ def render(session, peak: Optional[Peak] = None, device: str = "local-task", tit
         if flat:
             figure.text(0.01, 0.01, "no FLOPs, not drawn: " + ", ".join(flat), fontsize=7, wrap=True)
         figure.tight_layout(rect=(0, 0.04 if flat else 0, 1, 1))
-        png = io.BytesIO()
-        try:
-            figure.savefig(png, dpi=110, format="png")
-        finally:
-            plt.close(figure)
-    return png.getvalue()
+        return png_bytes(plt, figure)

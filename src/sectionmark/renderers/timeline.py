@@ -10,26 +10,18 @@ session's statistics only, so a profile read back from JSON draws the same.
 
 from __future__ import annotations
 
-import io
 
-from sectionmark.errors import SectionmarkError
+from sectionmark.renderers.chart import names_as_text, png_bytes, pyplot
 
 
 def render(session, title: str | None = None) -> bytes:
     """The timeline as PNG bytes; ``title`` replaces the default (function, and median call length when known)."""
     rows = [row for row in session.sections if row.start_ns is not None and row.end_ns is not None]
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SectionmarkError("the timeline needs matplotlib: pip install 'sectionmark[chart]'") from None
+    plt = pyplot("timeline")
     # The median call's length where the profile has queue operations (without them a call has no known end).
     length = f" (median call {session.call_time.call_p50_ns / 1e3:.1f} µs)" if session.call_time else ""
     title = title or f"sectionmark: {session.function or 'profile'} — where in the call each section runs{length}"
-    # Names are text, never mathtext: "cost $5 and $6" stays so, and "$\\frac$" cannot fail the render.
-    with matplotlib.rc_context({"text.parse_math": False}):
+    with names_as_text():
         figure, axes = plt.subplots(figsize=(10, max(3.0, 0.32 * len(rows) + 1.2)))
         positions = list(range(len(rows)))[::-1]
         for position, row in zip(positions, rows):
@@ -45,9 +37,4 @@ def render(session, title: str | None = None) -> bytes:
         axes.set_xlim(left=0)
         axes.set_title(title, fontsize=10)
         figure.tight_layout()
-        png = io.BytesIO()
-        try:
-            figure.savefig(png, dpi=110, format="png")
-        finally:
-            plt.close(figure)
-    return png.getvalue()
+        return png_bytes(plt, figure)
