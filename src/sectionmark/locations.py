@@ -58,11 +58,11 @@ def path_from_jax_name_stack(stack: str) -> SectionPath | None:
     """
     names: list[str] = []
     suffix = ""
+    previous: Optional[str] = None  # the last level's name as written, while a transform may repeat it
     last_wrapped = False  # the last name came out of a transform
     for component in stack.split("/"):
         if component == REMAT_COMPONENT:
-            suffix, last_wrapped = RECOMPUTE_SUFFIX, False
-            names.append("")  # a boundary: nothing after it merges with what came before
+            suffix, previous = RECOMPUTE_SUFFIX, None  # nothing after it merges with what came before
             continue
         inner, wrapped = component, False
         while (transformed := _TRANSFORM.match(inner)) is not None:
@@ -72,18 +72,14 @@ def path_from_jax_name_stack(stack: str) -> SectionPath | None:
         if not inner.startswith(JAX_SCOPE_PREFIX):
             continue
         name = decode_jax_scope(inner)
-        previous = next((n for n in reversed(names)), None)
-        if previous is not None and previous.startswith(name) and previous[len(name):] in _SUFFIXES \
-                and (wrapped or last_wrapped):
+        if name == previous and (wrapped or last_wrapped):
             continue
         names.append(name + suffix)
-        last_wrapped = wrapped
-    names = [name for name in names if name]
+        previous, last_wrapped = name, wrapped
     return tuple(names) or None
 
 
 REMAT_COMPONENT = "rematted_computation"
-_SUFFIXES = ("", BACKWARD_SUFFIX, RECOMPUTE_SUFFIX)
 # The first component of a JAX name stack at the top of a jitted function; others are relative
 # (the body of a scan, a loop, a nested jit: a private function, named where it is called).
 _ABSOLUTE_STACK = re.compile(r"^p?jit\(")

@@ -20,6 +20,15 @@ LOC_PREFIX = "sectionmark:"
 JAX_SCOPE_PREFIX = "sm:"
 BACKWARD_SUFFIX = " (backward)"
 RECOMPUTE_SUFFIX = " (recompute)"  # forward ops that jax.checkpoint recomputes in the backward pass
+PASS_SUFFIXES = (BACKWARD_SUFFIX, RECOMPUTE_SUFFIX)
+
+
+def without_pass_suffix(name: str) -> str:
+    """A section name without " (backward)" / " (recompute)": the name as the user wrote it."""
+    for suffix in PASS_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 UNMARKED = "(unmarked)"
 
 

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from sectionmark.errors import SectionmarkError, first_line
 from sectionmark.locations import section_paths
-from sectionmark.paths import BACKWARD_SUFFIX, RECOMPUTE_SUFFIX, SectionPath, format_path
+from sectionmark.paths import SectionPath, format_path, without_pass_suffix
 
 
 def declare_section(found: dict[SectionPath, None], path: SectionPath) -> None:
@@ -174,7 +174,7 @@ class SectionedExport:
         """``path`` as it ran: a path its ops name relative to where it ran gets the names around it."""
         if not self.path_aliases or not path:
             return path
-        bare = tuple(_without_suffix(name) for name in path)
+        bare = tuple(without_pass_suffix(name) for name in path)
         for length in range(len(path), 0, -1):
             full = self.path_aliases.get(bare[:length])
             if full is not None:
@@ -231,15 +231,9 @@ def warn_empty_sections(entered: list[SectionPath], found: tuple[SectionPath, ..
     """
     owning: set[SectionPath] = set()
     for path in found:
-        names = tuple(_without_suffix(name) for name in path)
+        names = tuple(without_pass_suffix(name) for name in path)
         owning.update(names[start:end] for start in range(len(names)) for end in range(start + 1, len(names) + 1))
     for path in entered:
-        if tuple(_without_suffix(name) for name in path) not in owning:
+        if tuple(without_pass_suffix(name) for name in path) not in owning:
             warnings.warn(f"sectionmark: section {format_path(path)!r} produced no ops in the export", stacklevel=3)
 
-
-def _without_suffix(name: str) -> str:
-    for suffix in (BACKWARD_SUFFIX, RECOMPUTE_SUFFIX):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name

@@ -21,9 +21,7 @@ from jax._src import source_info_util
 
 from sectionmark.importers.exported import SectionedExport, warn_empty_sections
 from sectionmark.locations import path_from_jax_name_stack
-from sectionmark.paths import BACKWARD_SUFFIX, RECOMPUTE_SUFFIX, SectionPath, encode_jax_scope
-
-SUFFIXES = (BACKWARD_SUFFIX, RECOMPUTE_SUFFIX)
+from sectionmark.paths import PASS_SUFFIXES, SectionPath, encode_jax_scope
 
 __all__ = ["export"]
 
@@ -55,7 +53,7 @@ def _path_aliases(entered: dict[SectionPath, set[SectionPath]]) -> dict[SectionP
     python_paths = {path for paths in entered.values() for path in paths}
     aliases = {}
     for path, runs_in in entered.items():
-        if len(runs_in) != 1 or path in python_paths or any(name.endswith(SUFFIXES) for name in path):
+        if len(runs_in) != 1 or path in python_paths or any(name.endswith(PASS_SUFFIXES) for name in path):
             continue
         (full,) = runs_in
         if len(full) > len(path) and full[-len(path):] == path:
