@@ -24,9 +24,9 @@ import sectionmark as sm  # noqa: E402
 from hf_models import VOCAB, CachedLM, empty_cache, tiny_gpt2  # noqa: E402
 from invariants import assert_profile_invariants  # noqa: E402
 from sectionmark.cli import main  # noqa: E402
-from sectionmark.compiler.replay_driver import DriverCall, InputArgument, ResultArgument, driver_text  # noqa: E402
+from sectionmark.workflows.replay_driver import DriverCall, InputArgument, ResultArgument, driver_text  # noqa: E402
 from sectionmark.profiling.ireeprof import read_profile  # noqa: E402
-from sectionmark.profiling.replay import ReplayProfile, replay_calls  # noqa: E402
+from sectionmark.workflows.replay import ReplayProfile, replay_calls  # noqa: E402
 
 PROMPT = 4
 DECODE_STEPS = 8
@@ -251,7 +251,7 @@ def test_a_recording_of_endless_files_is_one_line_at_once(recorded, tmp_path):
 
 
 def test_two_saves_at_once_one_wins_the_other_says_why(recorded, tmp_path, monkeypatch):
-    import sectionmark.profiling.record as record_module
+    import sectionmark.workflows.record as record_module
 
     target = tmp_path / "recording"
     save = record_module.np.save

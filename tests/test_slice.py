@@ -7,10 +7,10 @@ import pytest
 
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.slice_bench import (
+from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
+from sectionmark.workflows.slice_bench import (
     SliceBench, bench_section, capture_boundary, fused_across_boundary, run_slice,
 )
-from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
 from nanogpt_builders import jax_gpt, torch_gpt
 
 ATTENTION = "Block 0/Self Attention"
@@ -68,7 +68,7 @@ def test_bench_without_inputs_runs_the_model_on_random_ones(torch_export, tmp_pa
 
 
 def test_random_arguments_follow_the_types():
-    from sectionmark.profiling.slice_bench import random_arguments
+    from sectionmark.workflows.slice_bench import random_arguments
 
     tokens, weights = random_arguments(["!torch.vtensor<[1,16],si64>", "tensor<4x8xf32>"])
     assert tokens.shape == (1, 16) and tokens.dtype == np.int64 and set(np.unique(tokens)) <= {0, 1}

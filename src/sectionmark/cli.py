@@ -343,7 +343,7 @@ def _slice_io(args: argparse.Namespace) -> PlannedIO:
 
 
 def _profile_io(args: argparse.Namespace) -> PlannedIO:
-    from sectionmark.profiling.record import is_recording, recording_files
+    from sectionmark.workflows.record import is_recording, recording_files
 
     module_inputs = [args.vmfb, *recording_files(args.vmfb)] if is_recording(args.vmfb) else _module_inputs(args.vmfb)
     return [*module_inputs, *args.input], {**_rendered_options(args), "--keep-profile": args.keep_profile}
@@ -451,7 +451,7 @@ def _compile(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 
 def _profile(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.profiling import profile
-    from sectionmark.profiling.record import is_recording
+    from sectionmark.workflows.record import is_recording
 
     if is_recording(args.vmfb):
         _profile_recording(args, inputs)
@@ -466,7 +466,7 @@ def _profile(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 
 def _profile_recording(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     """Replay a saved recording: a table per function, or one function's outputs with --function."""
-    from sectionmark.profiling.record import Recording
+    from sectionmark.workflows.record import Recording
 
     if args.input:
         raise SectionmarkError("a recording replays its own inputs: drop --input")
@@ -589,7 +589,7 @@ def _slice(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     written = write_atomic(args.output, section_slice.mlir, inputs=inputs)
     print(f"wrote {written}: {len(section_slice.inputs)} value(s) in, {len(section_slice.outputs)} out")
     if args.bench:
-        from sectionmark.profiling.slice_bench import bench_section
+        from sectionmark.workflows.slice_bench import bench_section
 
         print(bench_section(Path(args.mlir), args.section, _load_inputs(args.input), target=args.target,
                             iterations=args.iterations, parameters=args.parameters).table())

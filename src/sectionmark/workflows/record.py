@@ -4,10 +4,10 @@
 (`sectionmark.runtime.LoadedModule`): the function, each host argument (a copy,
 saved as ``.npy`` for the replay) and, for each device array, which earlier
 call's result it is. ``rec.profile()`` compiles a replay driver
-(`sectionmark.compiler.replay_driver`) that makes the same calls passing
+(`sectionmark.workflows.replay_driver`) that makes the same calls passing
 results along on the device, runs it under ``iree-benchmark-module`` with
 HAL-native profiling and splits the profile per function
-(`sectionmark.profiling.replay`). ``rec.save(directory)`` keeps everything
+(`sectionmark.workflows.replay`). ``rec.save(directory)`` keeps everything
 needed to profile it again (``sectionmark profile DIR``) without the program.
 
 What a replay cannot reproduce, by design: control flow is frozen (the host
@@ -30,17 +30,17 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from sectionmark.artifacts.files import read_regular
-from sectionmark.compiler.replay_driver import Argument, DriverCall, InputArgument, ResultArgument
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path, remove_stale_temporaries, temporary_name
 from sectionmark.parameters import Parameters, parameter_specs, spec_text
 from sectionmark.profiling.inputs import load_input_array
 from sectionmark.profiling.ireeprof import read_profile
-from sectionmark.profiling.replay import ReplayProfile
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, TRACED_DRIVERS, device_driver, run_profile
 from sectionmark.runtime import LoadedModule, open_context
 from sectionmark.section_map import SectionMap, sidecar_path
+from sectionmark.workflows.replay import ReplayProfile
+from sectionmark.workflows.replay_driver import Argument, DriverCall, InputArgument, ResultArgument
 
 RECORDING_VERSION = 1
 RECORDING_FILE = "recording.json"
@@ -161,7 +161,7 @@ class Recording:
     def driver(self) -> bytes:
         """The compiled replay driver (.vmfb); a saved recording's own, so that profiling it needs no compiler."""
         if self._driver is None:
-            from sectionmark.compiler.replay_driver import compile_driver
+            from sectionmark.workflows.replay_driver import compile_driver
 
             self._driver = compile_driver(self.name, self.calls, len(self.inputs))
         return self._driver
