@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from sectionmark.profiling.session import MAX_SAMPLES, ProfileSession, SectionStats
+from sectionmark.profiling.section_time import MAX_SAMPLES
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import SectionStats
 
 FLOAT_RELATIVE = 1e-9  # float rounding of sums over millions of events
 COVERAGE_RELATIVE = 1e-6

@@ -25,7 +25,8 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
 from sectionmark.profiling.compare import (FASTER, NO_CHANGE, NO_DISPATCHES, NOT_RUN_IN_B, ONLY_IN_A, ONLY_IN_B,
                                            SLOWER, compare_sessions)
-from sectionmark.profiling.session import MAX_SAMPLES, ProfileSession, call_samples
+from sectionmark.profiling.section_time import MAX_SAMPLES, call_samples
+from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import json_out
 from sectionmark.renderers.compare import render_csv, render_json, render_table
 

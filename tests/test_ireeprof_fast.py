@@ -19,7 +19,8 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import ireeprof, queue_time
 from sectionmark.profiling.attribute import _attributed_events, attribute
 from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, read_profile
-from sectionmark.profiling.session import ProfileSession, _union_length, wall_parts
+from sectionmark.profiling.section_time import union_length, wall_parts
+from sectionmark.profiling.session import ProfileSession
 
 SEEDS = range(8)
 
@@ -174,7 +175,7 @@ def test_intervals_in_order_give_what_the_general_sweeps_give(seed):
     starts, ends = bounds[0::2], bounds[1::2]  # in order, touching at most: the shortcuts
     backwards = starts[::-1], ends[::-1]  # not in order: the general sweeps
     assert wall_parts(starts, ends).tobytes() == wall_parts(*backwards)[::-1].tobytes()
-    assert _union_length(starts, ends) == _union_length(*backwards)
+    assert union_length(starts, ends) == union_length(*backwards)
     edges = np.sort(rng.choice(np.arange(bounds[0] - 500, bounds[-1] + 500), 20, replace=False))
     windows = edges[0::2], edges[1::2]
     apart = starts[1:] > ends[:-1]  # the window shortcut needs gaps: touching intervals form one block

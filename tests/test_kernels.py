@@ -60,7 +60,7 @@ def test_renderers_show_shapes_access_and_flags():
     session = hand_built()
     text = kernels_renderer.render(session)
     assert "R input0 f32[64x64]" in text and "W site 1 #0 f32[64x64]" in text and "[data movement]" in text
-    document = json.loads(json.dumps(session.to_json()))["kernels"]
+    document = json.loads(session.render("json"))["kernels"]
     assert [row["site"] for row in document] == [0, 1] and document[1]["data_movement"]
     assert document[0]["bindings"][1] == {"tensor": "@w", "shape": [64, 64], "tensor_shape": [64, 64], "dtype": "f32",
                                           "access": "read", "read_bytes": 16384, "written_bytes": 0, "outputs": []}

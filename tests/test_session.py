@@ -26,10 +26,8 @@ from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
 from sectionmark.profiling.ireeprof import EVENT_EXECUTE
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
-from sectionmark.profiling.session import (
+from sectionmark.profiling.section_time import (
     CompositionSums,
-    Offsets,
-    ProfileSession,
     event_sums,
     first_dispatch_starts,
     section_paths,
@@ -38,6 +36,8 @@ from sectionmark.profiling.session import (
     wall_parts,
     weight_matrices,
 )
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import Offsets
 from sectionmark.renderers import RENDERERS
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 
@@ -228,7 +228,7 @@ def test_cpu_time_is_split_like_busy_time_with_parallelism_and_utilization():
     assert (a.utilization, b.utilization) == pytest.approx((370 / 170 / 4, 0.25))
     assert unmarked.parallelism is None and unmarked.utilization is None  # nothing ran: no ratio, not 0
     assert (session.parallelism, session.utilization) == pytest.approx((400 / 150, 400 / 150 / 4))
-    data = json.loads(json.dumps(session.to_json()))
+    data = json.loads(session.render("json"))
     assert data["sections"][0]["cpu_ns"] == 370_000 and data["sections"][0]["tiles"] == 20
     again = ProfileSession.from_json(data)
     assert_profile_invariants(again)
@@ -353,20 +353,22 @@ def test_table_csv_and_json_show_the_notes():
 
 def test_json_round_trip():
     session = sections_without_dispatches()
-    data = json.loads(json.dumps(session.to_json()))
+    data = json.loads(session.render("json"))
     assert data["version"] == 2
     again = ProfileSession.from_json(data)
     assert_profile_invariants(again)
     for component in data["components"]:  # per-call figures need per-event data, which JSON does not keep
         component.update(calls=None, per_call=None)
-    assert again.to_json() == data
+    assert json.loads(again.render("json")) == data
+    # the session's own JSON is its data; the file adds the views computed from it, after the data
+    assert list(data) == [*session.to_json(), "components", "kernels", "parallelism", "utilization"]
     assert again.section(("Block", "Init")).note == "no dispatches: ran only in initializers"
 
 
 def test_json_is_the_documented_schema():
     """docs/profile-json.md, field by field, on the worked example (times rounded to integer ns)."""
     session = build([(0, 100_000, ((A, 1.0),)), (50_000, 150_000, ((A, 0.7), (B, 0.3)))], declared=[A, B])
-    data = json.loads(json.dumps(session.to_json()))
+    data = json.loads(session.render("json"))
     sections, sites, components = data.pop("sections"), data.pop("sites"), data.pop("components")
     assert [row["site"] for row in data.pop("kernels")] == [0, 1]
     assert [component["name"] for component in components] == ["A", "B", "(unmarked)"]

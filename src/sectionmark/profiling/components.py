@@ -33,7 +33,9 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import UNMARKED, SectionPath
-from sectionmark.profiling.session import CallStats, ProfileSession, SectionStats, per_call_inclusive
+from sectionmark.profiling.section_time import per_call_inclusive
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import CallStats, SectionStats
 from sectionmark.serialization import json_field
 
 BY_NAME = "name"

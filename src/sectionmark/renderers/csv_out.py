@@ -22,7 +22,8 @@ import io
 import json
 from typing import Any, Iterable, Optional
 
-from sectionmark.profiling.session import Offsets, ProfileSession
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import Offsets
 
 COLUMNS = [
     "section", "path", "depth", "calls", "dispatches", "busy_ns", "exclusive_ns", "shared_ns", "wall_ns",
@@ -68,7 +69,12 @@ def _offsets(offsets: Optional[Offsets]) -> list:
 
 def render(session: ProfileSession) -> str:
     """The CSV text, RFC 4180 line ends (written unchanged)."""
-    return csv_text(COLUMNS, (
+    return csv_text(COLUMNS, csv_rows(session))
+
+
+def csv_rows(session: ProfileSession) -> Iterable[list]:
+    """One list of cells per section row, in ``COLUMNS`` order."""
+    return (
         [
             row.name, json.dumps(list(row.path), ensure_ascii=False), len(row.path), row.calls, row.dispatches,
             round(row.busy_ns), round(row.exclusive_ns), round(row.shared_ns), round(row.wall_ns),
@@ -81,4 +87,4 @@ def render(session: ProfileSession) -> str:
             *_offsets(row.start_ns), *_offsets(row.end_ns),
         ]
         for row in session.sections
-    ))
+    )

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from sectionmark.paths import format_path
 from sectionmark.profiling.kernels import KernelRow, kernels
+from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers.table import format_ns
 from sectionmark.section_map import Binding
 
@@ -48,7 +49,7 @@ def format_sections(row: KernelRow) -> str:
                      for path, weight in row.sections)
 
 
-def render(session, width: int = 200) -> str:
+def render(session: ProfileSession, width: int = 200) -> str:
     calls = max(session.calls, 1)
     table = Table(title="kernels: one row per dispatch site, execution order (busy time; bytes = exact slices)",
                   title_justify="left")

@@ -26,7 +26,8 @@ from rich.table import Table
 from rich.text import Text
 
 from sectionmark.paths import UNMARKED, format_path
-from sectionmark.profiling.session import ProfileSession, SectionStats
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import SectionStats
 
 SHARED_MARK = "*"
 NOT_RECORDED = "not recorded"

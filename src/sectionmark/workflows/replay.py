@@ -17,22 +17,22 @@ one function called ``calls`` times.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
-from sectionmark.outputs import write_atomic
+from sectionmark.outputs import PathLike
 from sectionmark.profiling.attribute import attribute, public_function, submitted_functions
 from sectionmark.profiling.ireeprof import Profile
 from sectionmark.profiling.queue_time import assign_calls
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
+from sectionmark.serialization import json_field
 
 REPLAY_JSON_VERSION = 1
 
@@ -114,16 +114,27 @@ def function_profile(profile: Profile, call_of_submission: np.ndarray, call_of_o
 
 @dataclass
 class FunctionProfile:
-    """One function of a replay: its calls per replay and its per-section profile (None: it ran no dispatch)."""
+    """One function of a replay: its calls per replay and its per-section profile (None: it ran no dispatch).
+
+    The profile is written and read as a profile JSON document of its own
+    (`sectionmark.renderers.json_out`, `ReplayProfile.from_json`), not as plain fields.
+    """
 
     function: str
     calls_per_replay: int
-    profile: Optional[ProfileSession]
+    profile: Optional[ProfileSession] = json_field(stored=False, default=None)
 
 
 @dataclass
 class ReplayProfile:
-    """Per-function profiles of a replayed recording, functions in the order they were first called."""
+    """Per-function profiles of a replayed recording, functions in the order they were first called.
+
+    One result of several profiles: it renders through the renderer registry
+    like a `ProfileSession` (`render`, `save`), each format as its
+    ``replays`` says (`sectionmark.renderers`): text tables one per function
+    under a heading, CSV with a ``function`` column, JSON one document; a
+    trace or a picture shows one function (`function`).
+    """
 
     replays: int  # measured replays (warmup replays excluded)
     warmup: int
@@ -151,6 +162,11 @@ class ReplayProfile:
             functions.append(FunctionProfile(function, calls, session))
         return cls(replays=replays, warmup=warmup, calls_per_replay=len(sequence), functions=functions)
 
+    @property
+    def function_names(self) -> list[str]:
+        """The functions of the replay, in the order first called."""
+        return [entry.function for entry in self.functions]
+
     def function(self, name: str) -> ProfileSession:
         """The ProfileSession of one function's calls (all its calls in all measured replays)."""
         for entry in self.functions:
@@ -158,49 +174,46 @@ class ReplayProfile:
                 if entry.profile is None:
                     raise SectionmarkError(f"function {name!r} ran no dispatch in the replay: it has no profile")
                 return entry.profile
-        known = ", ".join(entry.function for entry in self.functions)
-        raise SectionmarkError(f"the recording never called {name!r} (it called: {known})")
+        raise SectionmarkError(f"the recording never called {name!r} (it called: {', '.join(self.function_names)})")
+
+    def heading(self, entry: FunctionProfile) -> str:
+        """What a function's part of a text output is headed with: its calls per replay and the measured replays."""
+        calls = f"{entry.calls_per_replay} call{'s' * (entry.calls_per_replay != 1)} per replay"
+        return f"{entry.function}: {calls}, {self.replays} measured replay{'s' * (self.replays != 1)}"
+
+    # ------------------------------------------------------------------ outputs
+
+    def render(self, format: str, **options: Any) -> Union[str, bytes]:
+        """Every function's profile in an output format by name (`sectionmark.renderers`), as one text or file."""
+        from sectionmark import renderers
+
+        return renderers.get(format).render_replay(self, **options)
+
+    def save(self, path: PathLike, format: Optional[str] = None, *, inputs: Iterable[PathLike] = (),
+             **options: Any) -> Path:
+        """Write every function's profile to ``path`` in ``format`` (default: from the suffix), all at once."""
+        from sectionmark import renderers
+
+        return renderers.save(self, path, format, inputs=inputs, **options)
 
     def table(self) -> str:
         """Each function's section table under a heading with its calls."""
-        parts = []
-        for entry in self.functions:
-            calls = f"{entry.calls_per_replay} call{'s' * (entry.calls_per_replay != 1)} per replay"
-            heading = f"{entry.function}: {calls}, {self.replays} measured replay{'s' * (self.replays != 1)}"
-            body = entry.profile.table() if entry.profile is not None else "no dispatches\n"
-            parts.append(f"── {heading} ──\n{body}")
-        return "\n".join(parts)
+        return self.render("table")
 
-    def to_json(self) -> dict[str, Any]:
+    def save_json(self, path: PathLike) -> Path:
         """Versioned JSON (docs/profile-json.md): each function's profile is a profile JSON document."""
-        return {
-            "version": REPLAY_JSON_VERSION, "kind": "replay", "replays": self.replays, "warmup": self.warmup,
-            "calls_per_replay": self.calls_per_replay,
-            "functions": [{"function": entry.function, "calls_per_replay": entry.calls_per_replay,
-                           "profile": entry.profile.to_json() if entry.profile is not None else None}
-                          for entry in self.functions],
-        }
+        return self.save(path, "json")
 
     @classmethod
     def from_json(cls, data: Any) -> "ReplayProfile":
+        """Read what the JSON renderer wrote (``save_json``), checking every value; per-event data is not kept."""
         try:
-            serialization.check_version(data, REPLAY_JSON_VERSION, "replay profile JSON",
-                                        "profile the recording again")
-            functions = [FunctionProfile(_field(entry, "function", str), _field(entry, "calls_per_replay", int),
-                                         None if entry.get("profile") is None else ProfileSession.from_json(entry["profile"]))
-                         for entry in _field(data, "functions", list)]
-            return cls(replays=_field(data, "replays", int), warmup=_field(data, "warmup", int),
-                       calls_per_replay=_field(data, "calls_per_replay", int), functions=functions)
+            replay = serialization.from_versioned_json(
+                cls, data, version=REPLAY_JSON_VERSION, document="replay profile JSON", root="replay",
+                advice="profile the recording again")
         except serialization.SchemaError as error:
             raise SectionmarkError(str(error)) from None
-
-    def save_json(self, path: str | Path, inputs: Sequence[str | Path] = ()) -> Path:
-        """Write `to_json` atomically (never onto one of ``inputs``)."""
-        return write_atomic(path, json.dumps(self.to_json(), indent=1) + "\n", inputs)
-
-
-def _field(data: Any, name: str, kind: type) -> Any:
-    value = data.get(name) if isinstance(data, dict) else None
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise serialization.SchemaError(f"malformed sectionmark replay profile JSON: {name!r} must be a {kind.__name__}")
-    return value
+        for entry, written in zip(replay.functions, data["functions"]):
+            profile = written.get("profile")
+            entry.profile = None if profile is None else ProfileSession.from_json(profile)
+        return replay

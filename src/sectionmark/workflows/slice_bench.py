@@ -25,6 +25,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.parameters import Parameters
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.runtime import load
+from sectionmark.profiling.kernels import kernels
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import SectionMap
 
@@ -100,7 +101,7 @@ def bytes_per_call(session: ProfileSession, path: Optional[SectionPath] = None) 
     None when a site's sizes are not static (the kernel table cannot size it).
     """
     total = 0.0
-    for row in session.kernels():
+    for row in kernels(session):
         if path is not None and not any(share[:len(path)] == path for share, _weight in row.sections):
             continue
         if row.bytes is None:
