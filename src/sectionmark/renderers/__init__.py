@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike, check_output_path, write_atomic
+from sectionmark.renderers.csv_format import csv_text
 
 if TYPE_CHECKING:
     from sectionmark.profiling.session import ProfileSession
@@ -66,8 +67,6 @@ class Renderer:
         if self.replays == "document":
             return self._checked(module.render_replay(replay, **options))
         if self.replays == "csv":
-            from sectionmark.renderers.csv_out import csv_text
-
             return csv_text(["function", *module.COLUMNS], ([entry.function, *row] for entry in replay.functions
                                                             if entry.profile is not None
                                                             for row in module.csv_rows(entry.profile, **options)))

@@ -22,7 +22,7 @@ from sectionmark.profiling.compare import (CONFIDENCE, FASTER, MIN_CHANGE, RESAM
                                            SectionChange, compare_sessions)
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import json_out
-from sectionmark.renderers.csv_out import csv_text
+from sectionmark.renderers.csv_format import csv_text
 from sectionmark.renderers.table import format_ns
 
 CSV_COLUMNS = ["section", "path", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "change_percent", "a_calls",

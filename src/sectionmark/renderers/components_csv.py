@@ -13,7 +13,7 @@ from typing import Iterable
 
 from sectionmark.profiling.components import BY_NAME, components
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.renderers.csv_out import csv_text
+from sectionmark.renderers.csv_format import csv_text
 
 COLUMNS = ["component", "sections", "calls", "dispatches", "busy_ns", "share", "exclusive_ns", "exclusive_share",
            "wall_ns", "p50_ns", "p95_ns"]

@@ -10,20 +10,19 @@ The start and end columns (min / p50 / max offset from the call's start of the
 section's first dispatch start and last dispatch end) are empty for a section
 that never ran. A
 text cell that a spreadsheet would evaluate (starting with ``= + - @``) is
-written with a ``'`` before it (`inert`).
+written with a ``'`` before it (`sectionmark.renderers.csv_format.inert`).
 Columns mean what the profile JSON's fields of the same name mean
 (docs/profile-json.md).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import Offsets
+from sectionmark.renderers.csv_format import csv_text
 
 COLUMNS = [
     "section", "path", "depth", "calls", "dispatches", "busy_ns", "exclusive_ns", "shared_ns", "wall_ns",
@@ -31,35 +30,6 @@ COLUMNS = [
     "cpu_ns", "tiles", "parallelism", "utilization",
     "start_min_ns", "start_p50_ns", "start_max_ns", "end_min_ns", "end_p50_ns", "end_max_ns",
 ]
-
-
-def csv_text(columns: list[str], rows: Iterable[list]) -> str:
-    """A header and rows as CSV text with RFC 4180 line ends (the csv module then quotes any field holding
-    "\r" or "\n"); every CSV output of sectionmark is written so, its text cells made `inert`."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\r\n")
-    writer.writerow(columns)
-    writer.writerows([inert(cell) for cell in row] for row in rows)
-    return buffer.getvalue()
-
-
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def inert(cell: Any) -> Any:
-    """A text cell a spreadsheet would run as a formula (``=HYPERLINK(...)`` as a section name), with ``'`` before it.
-
-    Spreadsheets evaluate a cell starting with ``= + - @`` (or a tab or
-    carriage return before one); the quote makes it text. Numbers (``-1.5``)
-    are left as they are.
-    """
-    if not isinstance(cell, str) or not cell.startswith(_FORMULA_STARTS):
-        return cell
-    try:
-        float(cell)
-        return cell
-    except ValueError:
-        return "'" + cell
 
 
 def _offsets(offsets: Optional[Offsets]) -> list:

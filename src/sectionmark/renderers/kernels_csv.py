@@ -6,7 +6,7 @@ from typing import Iterable
 
 from sectionmark.profiling.kernels import kernels
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.renderers.csv_out import csv_text
+from sectionmark.renderers.csv_format import csv_text
 from sectionmark.renderers.kernels import _blank, format_binding, format_sections
 
 
