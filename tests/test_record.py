@@ -9,6 +9,8 @@ profile must give one exact table per function with the right call counts.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from types import SimpleNamespace
 
@@ -121,7 +123,7 @@ def test_replay_profile_per_function(replay_profile):
 
 def test_replay_json_round_trip(replay_profile):
     replay, _path = replay_profile
-    data = json.loads(json.dumps(replay.to_json()))
+    data = json.loads(replay.render("json"))
     assert [entry["function"] for entry in data["functions"]] == ["prefill", "decode"]
     again = ReplayProfile.from_json(data)
     assert again.function("decode").calls == replay.function("decode").calls
@@ -162,6 +164,13 @@ def test_saved_recording_profiles_from_the_command_line(recorded, tmp_path, caps
     assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--function", "decode",
                  "--perfetto", str(perfetto)]) == 0
     assert json.loads(perfetto.read_text())
+    capsys.readouterr()
+    rows = tmp_path / "replay.csv"  # every function's rows in one CSV: the same path as one profile's outputs
+    assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--csv", str(rows), "--cpu", "--by", "name"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("Section") >= 2 and "Parallel" in printed and "prefill: 1 call per replay" in printed
+    functions = [row["function"] for row in csv.DictReader(io.StringIO(rows.read_text(), newline=""))]
+    assert functions[0] == "prefill" and functions[-1] == "decode" and set(functions) == {"prefill", "decode"}
 
 
 def _error_line(argv, capsys) -> str:

@@ -1,0 +1,96 @@
+"""A replay's per-function profiles render through the renderer registry, like one profile (hand-built data).
+
+The real replay (a recorded GPT-2 prefill + decode loop) is in tests/test_record.py; here the result family
+itself: each format as its registry entry's ``replays`` says, the JSON document read back, and the formats
+that show one function at a time refused with one line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from test_session import A, B, build
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.renderers import RENDERERS
+from sectionmark.workflows.replay import FunctionProfile, ReplayProfile
+
+
+def replay_of_two_functions() -> ReplayProfile:
+    """``step`` ran dispatches in A and A+B, ``init`` none (its profile is None)."""
+    step = build([(0, 100, ((A, 1.0),)), (100, 300, ((A, 0.5), (B, 0.5)))], declared=[A, B])
+    second = build([(0, 40, ((B, 1.0),))], declared=[A, B])
+    return ReplayProfile(replays=2, warmup=1, calls_per_replay=4, functions=[
+        FunctionProfile("step", 2, step), FunctionProfile("init", 1, None), FunctionProfile("finish", 1, second)])
+
+
+def test_text_tables_are_each_functions_table_under_its_heading():
+    replay = replay_of_two_functions()
+    step, finish = replay.function("step"), replay.function("finish")
+    assert replay.render("table") == (
+        f"── step: 2 calls per replay, 2 measured replays ──\n{step.table()}\n"
+        "── init: 1 call per replay, 2 measured replays ──\nno dispatches\n\n"
+        f"── finish: 1 call per replay, 2 measured replays ──\n{finish.table()}")
+    assert replay.table() == replay.render("table")
+    with_cpu = replay.render("table", cpu=True)
+    assert step.render("table", cpu=True) in with_cpu and finish.render("table", cpu=True) in with_cpu
+    components = replay.render("components", by="name")
+    assert step.render("components") in components and "── finish: 1 call per replay" in components
+
+
+@pytest.mark.parametrize("name", ["csv", "components-csv", "kernels-csv"])
+def test_csv_is_every_functions_rows_with_a_function_column(name):
+    replay = replay_of_two_functions()
+    rows = list(csv.reader(io.StringIO(replay.render(name), newline="")))
+    header, body = rows[0], rows[1:]
+    assert header[0] == "function"
+    expected = []
+    for function in ("step", "finish"):
+        own = list(csv.reader(io.StringIO(replay.function(function).render(name), newline="")))
+        assert own[0] == header[1:]
+        expected += [[function, *row] for row in own[1:]]
+    assert body == expected  # init ran no dispatch: no rows
+
+
+def test_json_is_one_document_read_back_function_by_function(tmp_path):
+    replay = replay_of_two_functions()
+    path = replay.save(tmp_path / "replay.json")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert [data[key] for key in ("version", "kind", "replays", "warmup", "calls_per_replay")] == [1, "replay", 2, 1, 4]
+    assert [(entry["function"], entry["calls_per_replay"]) for entry in data["functions"]] == [
+        ("step", 2), ("init", 1), ("finish", 1)]
+    assert data["functions"][0]["profile"] == json.loads(replay.function("step").render("json"))
+    assert data["functions"][1]["profile"] is None
+    again = ReplayProfile.from_json(data)
+    assert again.function_names == ["step", "init", "finish"] and again.functions[1].profile is None
+    assert again.function("finish").total_ns == 40 and isinstance(again.function("step"), ProfileSession)
+    assert json.loads(again.render("json"))["functions"][2]["profile"]["sections"] == data["functions"][2]["profile"]["sections"]
+
+
+def test_malformed_replay_json_is_one_line():
+    data = json.loads(replay_of_two_functions().render("json"))
+    data["functions"][0]["calls_per_replay"] = True
+    with pytest.raises(SectionmarkError, match=r"replay profile JSON: replay.functions\[0\].calls_per_replay: "
+                                               "expected an integer, got bool True"):
+        ReplayProfile.from_json(data)
+    data = json.loads(replay_of_two_functions().render("json"))
+    data["functions"][2]["profile"]["version"] = 99
+    with pytest.raises(SectionmarkError, match="profile JSON version 99 is not supported"):
+        ReplayProfile.from_json(data)
+    with pytest.raises(SectionmarkError, match="not a sectionmark replay profile JSON"):
+        ReplayProfile.from_json([])
+
+
+def test_formats_of_one_function_at_a_time_are_refused(tmp_path):
+    replay = replay_of_two_functions()
+    per_function = [name for name, renderer in RENDERERS.items() if renderer.replays is None]
+    assert {"perfetto", "tracy", "chart", "graph", "roofline"} <= set(per_function)
+    for name in per_function:
+        with pytest.raises(SectionmarkError, match=rf"^--{name} of a recording is per function: add --function NAME "
+                                                   r"\(it called: step, init, finish\)$"):
+            replay.save(tmp_path / f"out{RENDERERS[name].extensions[0]}", name)
+    assert list(tmp_path.iterdir()) == []
