@@ -11,6 +11,7 @@ from invariants import assert_profile_invariants
 from test_graph import parse_dot
 
 from sectionmark.profiling import report
+from sectionmark.profiling.components import components
 from sectionmark.renderers import json_out
 from sectionmark.section_map import SectionMap
 from sectionmark.tracy.reader import read_capture
@@ -65,9 +66,9 @@ def test_demo_small_config_end_to_end(tmp_path):
     assert again.total_ns == session.total_ns
 
     # The component view under the tree: one row per name, the blocks' attention rows summed.
-    components = (out / "components.txt").read_text(encoding="utf-8")
-    assert "components by name: busy time" in result.stdout and components in result.stdout
-    attention = next(c for c in again.components() if c.name == "Self Attention")
+    components_text = (out / "components.txt").read_text(encoding="utf-8")
+    assert "components by name: busy time" in result.stdout and components_text in result.stdout
+    attention = next(c for c in components(again) if c.name == "Self Attention")
     blocks = [row for row in again.section_rows if row.leaf == "Self Attention"]
     assert len(blocks) == 2 and attention.busy_ns == sum(row.busy_ns for row in blocks)
 
