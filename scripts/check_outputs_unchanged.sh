@@ -5,7 +5,7 @@
 #   scripts/check_outputs_unchanged.sh DIR TREE
 #
 # DIR   where the inputs and the outputs live (made on first use):
-#         DIR/inputs/      a two-function module compiled from MLIR text, a kept profile of one function
+#         DIR/inputs/      a two-function module compiled from MLIR text (nested, fused and unmarked work), a kept profile of one function
 #                          (profile.ireeprof), a saved recording and a kept profile of its replay
 #                          (replay.ireeprof); made once, by the first TREE given, then reused
 #         DIR/reference/   the outputs rendered by the first TREE given
@@ -58,27 +58,34 @@ if [ ! -f "$in/done" ]; then
   echo "making the inputs in $in with $tree"
   rm -rf "$in" && mkdir -p "$in"
   cat > "$in/model.mlir" <<'EOF'
-func.func @step(%x: tensor<64x64xf32>, %w: tensor<64x64xf32>) -> tensor<64x64xf32> {
-  %c0 = arith.constant 0.0 : f32 loc("sectionmark:Block/Attn"("m.py":1:1))
-  %e = tensor.empty() : tensor<64x64xf32> loc("sectionmark:Block/Attn"("m.py":1:1))
-  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:Block/Attn"("m.py":1:1))
-  %m = linalg.matmul ins(%x, %w : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:Block/Attn"("m.py":2:1))
-  %t = tensor.empty() : tensor<64x64xf32>
-  %r = linalg.generic {indexing_maps = [affine_map<(d0,d1)->(d1,d0)>, affine_map<(d0,d1)->(d0,d1)>],
-                       iterator_types = ["parallel","parallel"]} ins(%m : tensor<64x64xf32>) outs(%t : tensor<64x64xf32>) {
+func.func @step(%x: tensor<32x32xf32>, %w: tensor<32x32xf32>) -> tensor<32x32xf32> {
+  %c0 = arith.constant 0.0 : f32 loc("sectionmark:Block/Attn/QK"("m.py":1:1))
+  %e = tensor.empty() : tensor<32x32xf32> loc("sectionmark:Block/Attn/QK"("m.py":1:1))
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<32x32xf32>) -> tensor<32x32xf32> loc("sectionmark:Block/Attn/QK"("m.py":1:1))
+  %qk = linalg.matmul ins(%x, %w : tensor<32x32xf32>, tensor<32x32xf32>) outs(%z : tensor<32x32xf32>) -> tensor<32x32xf32> loc("sectionmark:Block/Attn/QK"("m.py":2:1))
+  %t = tensor.empty() : tensor<32x32xf32>
+  %p = linalg.generic {indexing_maps = [affine_map<(i,j)->(j,i)>, affine_map<(i,j)->(i,j)>],
+                       iterator_types = ["parallel","parallel"]} ins(%qk : tensor<32x32xf32>) outs(%t : tensor<32x32xf32>) {
   ^bb0(%a: f32, %b: f32):
     %s = math.exp %a : f32
     linalg.yield %s : f32
-  } -> tensor<64x64xf32> loc("sectionmark:Block/MLP"("m.py":3:1))
-  %m2 = linalg.matmul ins(%r, %w : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:Block/MLP"("m.py":4:1))
-  return %m2 : tensor<64x64xf32>
+  } -> tensor<32x32xf32> loc("sectionmark:Block/Attn"("m.py":3:1))
+  %mlp = linalg.matmul ins(%p, %w : tensor<32x32xf32>, tensor<32x32xf32>) outs(%z : tensor<32x32xf32>) -> tensor<32x32xf32> loc("sectionmark:Block/MLP"("m.py":4:1))
+  %u = tensor.empty() : tensor<32x32xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i,j)->(i,j)>, affine_map<(i,j)->(i,j)>, affine_map<(i,j)->(i,j)>],
+                       iterator_types = ["parallel","parallel"]} ins(%mlp, %x : tensor<32x32xf32>, tensor<32x32xf32>) outs(%u : tensor<32x32xf32>) {
+  ^bb0(%a: f32, %b: f32, %c: f32):
+    %s = arith.addf %a, %b : f32
+    linalg.yield %s : f32
+  } -> tensor<32x32xf32>
+  return %r : tensor<32x32xf32>
 }
-func.func @finish(%x: tensor<64x64xf32>, %w: tensor<64x64xf32>) -> tensor<64x64xf32> {
+func.func @finish(%x: tensor<32x32xf32>, %w: tensor<32x32xf32>) -> tensor<32x32xf32> {
   %c0 = arith.constant 0.0 : f32 loc("sectionmark:Head"("m.py":5:1))
-  %e = tensor.empty() : tensor<64x64xf32> loc("sectionmark:Head"("m.py":5:1))
-  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:Head"("m.py":5:1))
-  %m = linalg.matmul ins(%x, %w : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:Head"("m.py":6:1))
-  return %m : tensor<64x64xf32>
+  %e = tensor.empty() : tensor<32x32xf32> loc("sectionmark:Head"("m.py":5:1))
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<32x32xf32>) -> tensor<32x32xf32> loc("sectionmark:Head"("m.py":5:1))
+  %m = linalg.matmul ins(%x, %w : tensor<32x32xf32>, tensor<32x32xf32>) outs(%z : tensor<32x32xf32>) -> tensor<32x32xf32> loc("sectionmark:Head"("m.py":6:1))
+  return %m : tensor<32x32xf32>
 }
 EOF
   run compile "$in/model.mlir" -o "$in/model.vmfb" --target llvm-cpu > /dev/null
@@ -92,7 +99,7 @@ import sectionmark as sm
 
 inputs = Path(sys.argv[1])
 rng = np.random.default_rng(0)
-x, w = (rng.random((64, 64), np.float32) / 64 for _ in range(2))
+x, w = (rng.random((32, 32), np.float32) / 32 for _ in range(2))
 np.save(inputs / "x.npy", x)
 np.save(inputs / "w.npy", w)
 module = sm.load(inputs / "model.vmfb")

@@ -67,13 +67,20 @@ def check_version(data: Any, expected: int, document: str, advice: str) -> None:
         raise SchemaError(f"{document} version {data['version']!r} is not supported (expected {expected}); {advice}")
 
 
-def from_versioned_json(cls: type, data: Any, *, version: int, document: str, root: str, advice: str) -> Any:
-    """`check_version`, then `from_json`: one SchemaError line ("malformed sectionmark <document>: <place>: ...")."""
-    check_version(data, version, document, advice)
+def from_versioned_json(cls: type, data: Any, *, version: int, document: str, root: str, advice: str,
+                        error: type[Exception] = SchemaError) -> Any:
+    """`check_version`, then `from_json`: one line ("malformed sectionmark <document>: <place>: ..."), raised as
+    ``error`` (the caller's one exception type for bad input)."""
     try:
-        return from_json(cls, data, root)
-    except SchemaError as error:
-        raise SchemaError(f"malformed sectionmark {document}: {error}") from None
+        check_version(data, version, document, advice)
+        try:
+            return from_json(cls, data, root)
+        except SchemaError as problem:
+            raise SchemaError(f"malformed sectionmark {document}: {problem}") from None
+    except SchemaError as problem:
+        if error is SchemaError:
+            raise
+        raise error(str(problem)) from None
 
 
 def _property(value: Any, name: str) -> Any:

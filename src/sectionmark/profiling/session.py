@@ -265,12 +265,9 @@ class ProfileSession:
     @classmethod
     def from_json(cls, data: Any) -> "ProfileSession":
         """Rebuild the statistics (not the per-event data) from :meth:`to_json` output, checking every value."""
-        try:
-            session = serialization.from_versioned_json(
-                cls, data, version=PROFILE_JSON_VERSION, document="profile JSON", root="profile",
-                advice="run `sectionmark report` on the .ireeprof again")
-        except serialization.SchemaError as error:
-            raise SectionmarkError(str(error)) from None
+        session = serialization.from_versioned_json(
+            cls, data, version=PROFILE_JSON_VERSION, document="profile JSON", root="profile",
+            advice="run `sectionmark report` on the .ireeprof again", error=SectionmarkError)
         if not session.sections or not session.sections[-1].unmarked:
             raise SectionmarkError("malformed sectionmark profile JSON: the last section row must be the unmarked row")
         return session

@@ -207,12 +207,9 @@ class ReplayProfile:
     @classmethod
     def from_json(cls, data: Any) -> "ReplayProfile":
         """Read what the JSON renderer wrote (``save_json``), checking every value; per-event data is not kept."""
-        try:
-            replay = serialization.from_versioned_json(
-                cls, data, version=REPLAY_JSON_VERSION, document="replay profile JSON", root="replay",
-                advice="profile the recording again")
-        except serialization.SchemaError as error:
-            raise SectionmarkError(str(error)) from None
+        replay = serialization.from_versioned_json(
+            cls, data, version=REPLAY_JSON_VERSION, document="replay profile JSON", root="replay",
+            advice="profile the recording again", error=SectionmarkError)
         for entry, written in zip(replay.functions, data["functions"]):
             profile = written.get("profile")
             entry.profile = None if profile is None else ProfileSession.from_json(profile)
