@@ -182,8 +182,8 @@ def test_bad_recordings_are_one_line(recorded, kv_module, tmp_path, capsys):
     directory = recorded.recording.save(tmp_path / "recording")
     with pytest.raises(sm.SectionmarkError, match="already exists and is not an empty directory"):
         recorded.recording.save(directory)
-    assert _error_line(["profile", str(directory), "--perfetto", str(tmp_path / "p.json")], capsys) == (
-        "sectionmark: error: --perfetto of a recording is per function: add --function NAME "
+    assert _error_line(["profile", str(directory), "--chart", str(tmp_path / "c.png")], capsys) == (
+        "sectionmark: error: --chart of a recording is per function: add --function NAME "
         "(it called: prefill, decode)")
     assert _error_line(["profile", str(directory), "--function", "main"], capsys) == (
         "sectionmark: error: the recording never called 'main' (it called: prefill, decode)")

@@ -8,6 +8,7 @@ that show one function at a time refused with one line.
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 import json
 
@@ -16,7 +17,7 @@ from test_session import A, B, build
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.renderers import RENDERERS
+from sectionmark.renderers import RENDERERS, REPLAY_FORMS
 from sectionmark.workflows.replay import FunctionProfile, ReplayProfile
 
 
@@ -71,6 +72,28 @@ def test_json_is_one_document_read_back_function_by_function(tmp_path):
     assert json.loads(again.render("json"))["functions"][2]["profile"]["sections"] == data["functions"][2]["profile"]["sections"]
 
 
+def test_perfetto_is_one_trace_with_a_process_per_function():
+    replay = replay_of_two_functions()
+    events = json.loads(replay.render("perfetto"))["traceEvents"]
+    processes = {event["pid"]: event["args"]["name"] for event in events if event["name"] == "process_name"}
+    assert processes == {1: "sectionmark: step", 2: "sectionmark: finish"}  # init ran no dispatch: no process
+    for pid, function in ((1, "step"), (2, "finish")):
+        alone = json.loads(replay.function(function).render("perfetto"))["traceEvents"]
+        slices = [event for event in events if event["pid"] == pid and event["ph"] == "X"]
+        assert [(e["name"], e["dur"]) for e in slices] == [(e["name"], e["dur"]) for e in alone if e["ph"] == "X"]
+    assert min(event["ts"] for event in events if event["ph"] == "X") == 0  # one clock for all functions
+
+
+def test_every_registered_form_is_implemented():
+    for renderer in RENDERERS.values():
+        module = importlib.import_module(renderer.module)
+        assert renderer.replays in (*REPLAY_FORMS, None), renderer.name
+        if renderer.replays == "document":
+            assert callable(module.render_replay), renderer.name
+        if renderer.replays == "csv":
+            assert callable(module.csv_rows) and module.COLUMNS, renderer.name
+
+
 def test_malformed_replay_json_is_one_line():
     data = json.loads(replay_of_two_functions().render("json"))
     data["functions"][0]["calls_per_replay"] = True
@@ -88,7 +111,7 @@ def test_malformed_replay_json_is_one_line():
 def test_formats_of_one_function_at_a_time_are_refused(tmp_path):
     replay = replay_of_two_functions()
     per_function = [name for name, renderer in RENDERERS.items() if renderer.replays is None]
-    assert {"perfetto", "tracy", "chart", "graph", "roofline"} <= set(per_function)
+    assert {"tracy", "chart", "graph", "roofline"} <= set(per_function)
     for name in per_function:
         with pytest.raises(SectionmarkError, match=rf"^--{name} of a recording is per function: add --function NAME "
                                                    r"\(it called: step, init, finish\)$"):

@@ -16,7 +16,7 @@ registry, as the renderer's ``replays`` says: ``"sections"`` (text tables:
 each function's output under a heading), ``"csv"`` (one CSV, each function's
 rows with a leading ``function`` column; the module defines ``COLUMNS`` and
 ``csv_rows(session, **options)``), ``"document"`` (the
-module defines ``render_replay(replay, **options)``: one JSON document), or
+module defines ``render_replay(replay, **options)``: one JSON document, one trace), or
 None (a trace, a picture: one function at a time, ``replay.function(name)``).
 
 Renderers depend on the session, never the reverse: the session looks this
@@ -101,7 +101,8 @@ RENDERERS: dict[str, Renderer] = {
         Renderer("csv", (".csv",), False, "per-section statistics as CSV", "sectionmark.renderers.csv_out",
                  replays="csv"),
         Renderer("perfetto", (".perfetto.json",), False,
-                 "Chrome/Perfetto JSON trace (open in ui.perfetto.dev)", "sectionmark.renderers.perfetto"),
+                 "Chrome/Perfetto JSON trace (open in ui.perfetto.dev)", "sectionmark.renderers.perfetto",
+                 replays="document"),
         Renderer("tracy", (".tracy",), True, "Tracy capture (.tracy) of the profiled timeline",
                  "sectionmark.renderers.tracy_out"),
         Renderer("chart", (".png",), True, "PNG chart of the section breakdown", "sectionmark.renderers.chart"),
