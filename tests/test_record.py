@@ -166,11 +166,16 @@ def test_saved_recording_profiles_from_the_command_line(recorded, tmp_path, caps
     assert json.loads(perfetto.read_text())
     capsys.readouterr()
     rows = tmp_path / "replay.csv"  # every function's rows in one CSV: the same path as one profile's outputs
-    assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--csv", str(rows), "--cpu", "--by", "name"]) == 0
+    trace = tmp_path / "replay.perfetto.json"
+    assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--csv", str(rows), "--cpu", "--by", "name",
+                 "--perfetto", str(trace)]) == 0
     printed = capsys.readouterr().out
     assert printed.count("Section") >= 2 and "Parallel" in printed and "prefill: 1 call per replay" in printed
     functions = [row["function"] for row in csv.DictReader(io.StringIO(rows.read_text(), newline=""))]
     assert functions[0] == "prefill" and functions[-1] == "decode" and set(functions) == {"prefill", "decode"}
+    processes = [event["args"]["name"] for event in json.loads(trace.read_text())["traceEvents"]
+                 if event["name"] == "process_name"]
+    assert processes == ["sectionmark: prefill", "sectionmark: decode"]
 
 
 def _error_line(argv, capsys) -> str:
