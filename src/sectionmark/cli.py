@@ -1,8 +1,8 @@
 """The ``sectionmark`` command: compile, profile, report, tracy, tracy-stats, compare, slice, peak.
 
 Each command is a parser with ``set_defaults(run=..., planned_io=...)``: the
-function that does the work, and the one that names its input and output
-files (checked before any work). Output options of profile and report come
+function that does the work (`sectionmark.commands`), and the one here that
+names its input and output files (checked before any work). Output options of profile and report come
 from the renderer registry (`sectionmark.renderers`): one ``--NAME FILE`` per
 renderer. ``tracy`` is ``report --tracy`` without the table (kept for scripts).
 
