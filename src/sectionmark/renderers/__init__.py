@@ -1,4 +1,4 @@
-"""Renderers: every output of a ProfileSession, by name, behind one small contract.
+"""Renderers: every output of a ProfileSession (and of a replay's profiles), by name, behind one small contract.
 
 A renderer is a module with ``render(session, **options) -> str | bytes`` (text
 or the bytes of a binary file) and one line in ``RENDERERS`` below: its name
@@ -15,9 +15,10 @@ A result of several profiles (a replay's per-function profiles,
 registry, as the renderer's ``replays`` says: ``"sections"`` (text tables:
 each function's output under a heading), ``"csv"`` (one CSV, each function's
 rows with a leading ``function`` column; the module defines ``COLUMNS`` and
-``csv_rows(session, **options)``), ``"document"`` (the
-module defines ``render_replay(replay, **options)``: one JSON document, one trace), or
-None (a trace, a picture: one function at a time, ``replay.function(name)``).
+``csv_rows(session, **options)``), ``"document"`` (the module defines
+``render_replay(replay, **options)``: one JSON document, one Perfetto trace),
+or None (a Tracy capture, a picture: one function at a time,
+``replay.function(name)``).
 
 Renderers depend on the session, never the reverse: the session looks this
 registry up when it is asked to render, and the modules are imported only
