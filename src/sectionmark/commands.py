@@ -102,7 +102,7 @@ def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 def _replayed(args: argparse.Namespace) -> Union["ProfileSession", "ReplayProfile"]:
     """Replay a saved recording: every function's profile, or with --function that function's.
 
-    The outputs that show one function at a time (a trace, a picture, the sites table) are refused
+    The outputs that show one function at a time (a Tracy capture, a picture, the sites table) are refused
     without --function before the replay runs.
     """
     from sectionmark.renderers import get, per_function_error
