@@ -168,8 +168,9 @@ def test_saved_recording_profiles_from_the_command_line(recorded, tmp_path, caps
     rows = tmp_path / "replay.csv"  # every function's rows in one CSV: the same path as one profile's outputs
     trace = tmp_path / "replay.perfetto.json"
     assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--csv", str(rows), "--cpu", "--by", "name",
-                 "--perfetto", str(trace)]) == 0
+                 "--perfetto", str(trace), "--sites"]) == 0
     printed = capsys.readouterr().out
+    assert printed.count("dispatch sites") == 2 and printed.count("── decode: 8 calls per replay") == 3  # table, sites, by
     assert printed.count("Section") >= 2 and "Parallel" in printed and "prefill: 1 call per replay" in printed
     functions = [row["function"] for row in csv.DictReader(io.StringIO(rows.read_text(), newline=""))]
     assert functions[0] == "prefill" and functions[-1] == "decode" and set(functions) == {"prefill", "decode"}

@@ -51,9 +51,12 @@ def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argpa
 
         print(roofline_text(peak.roofline(result), peak))
     if args.sites:
+        from sectionmark.renderers import per_function_text
         from sectionmark.renderers.table import render_sites_text
+        from sectionmark.workflows.replay import ReplayProfile
 
-        print(render_sites_text(result))
+        print(per_function_text(result, render_sites_text) if isinstance(result, ReplayProfile)
+              else render_sites_text(result))
     if args.by:
         print(result.render("components", by=args.by))
     for path in written:
@@ -102,10 +105,10 @@ def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 def _replayed(args: argparse.Namespace) -> Union["ProfileSession", "ReplayProfile"]:
     """Replay a saved recording: every function's profile, or with --function that function's.
 
-    The outputs that show one function at a time (a Tracy capture, a picture, the sites table) are refused
-    without --function before the replay runs.
+    The outputs that show one function at a time (a Tracy capture, a picture) are refused without
+    --function before the replay runs.
     """
-    from sectionmark.renderers import get, per_function_error
+    from sectionmark.renderers import get
     from sectionmark.workflows.record import Recording
 
     if args.input:
@@ -117,8 +120,6 @@ def _replayed(args: argparse.Namespace) -> Union["ProfileSession", "ReplayProfil
     if args.function is None:
         for name in rendered_outputs(args):
             get(name).check_replays(recording.functions)
-        if args.sites:
-            raise per_function_error("--sites", recording.functions)
     replay = recording.profile(iterations=args.iterations, warmup=args.warmup, timeout=args.timeout,
                                keep_profile=args.keep_profile)
     return replay if args.function is None else replay.function(args.function)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike, check_output_path, write_atomic
@@ -71,9 +71,7 @@ class Renderer:
             return csv_text(["function", *module.COLUMNS], ([entry.function, *row] for entry in replay.functions
                                                             if entry.profile is not None
                                                             for row in module.csv_rows(entry.profile, **options)))
-        return "\n".join(f"── {replay.heading(entry)} ──\n"
-                         + (self.render(entry.profile, **options) if entry.profile is not None else "no dispatches\n")
-                         for entry in replay.functions)
+        return per_function_text(replay, lambda session: self.render(session, **options))
 
     def check_replays(self, functions: Iterable[str]) -> None:
         """Refuse, before any work, a format that shows one function at a time (``replays`` None)."""
@@ -84,6 +82,13 @@ class Renderer:
         if not isinstance(output, bytes if self.binary else str):
             raise TypeError(f"renderer {self.name!r} returned {type(output).__name__}")
         return output
+
+
+def per_function_text(replay: "ReplayProfile", text_of: Callable[["ProfileSession"], str]) -> str:
+    """Each function's text (``text_of`` its profile) under its heading; "no dispatches" for one that ran none."""
+    return "\n".join(f"── {replay.heading(entry)} ──\n"
+                     + (text_of(entry.profile) if entry.profile is not None else "no dispatches\n")
+                     for entry in replay.functions)
 
 
 def per_function_error(option: str, functions: Iterable[str]) -> SectionmarkError:
