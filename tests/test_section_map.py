@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sectionmark.errors import SectionmarkError
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, SectionMapError, Share
 
 
@@ -65,6 +66,14 @@ def test_malformed_maps_name_the_problem(mutate, message):
     mutate(data)
     with pytest.raises(SectionMapError, match=message.replace("[", r"\[").replace("]", r"\]")):
         SectionMap.loads(json.dumps(data))
+
+
+def test_a_bad_map_is_the_one_error_type_of_bad_input():
+    """errors.py: SectionmarkError is what the CLI and a script catch for any bad input, a map's included."""
+    with pytest.raises(SectionmarkError, match="not a sectionmark section map"):
+        SectionMap.loads("{}")
+    with pytest.raises(SectionmarkError, match="section map version 99 is not supported"):
+        SectionMap.loads(json.dumps({**small_map().to_json(), "version": 99}))
 
 
 def test_non_json_non_utf8_and_deep_nesting(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sectionmark import serialization
+from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
 
 SECTION_MAP_VERSION = 2
@@ -32,8 +33,9 @@ FRAMEWORKS = ("torch", "jax", "slice")  # SectionMap.framework (or None)
 INITIALIZER_FUNCTION = "__init"  # the VM's name for module initializers (`function` of sites and buffers)
 
 
-class SectionMapError(ValueError):
-    """A section map that cannot be read (wrong version, malformed)."""
+class SectionMapError(SectionmarkError, ValueError):
+    """A section map that cannot be read (wrong version, malformed): a `SectionmarkError` like every bad input,
+    and still a ValueError for code written when it was only that."""
 
 
 @dataclass(frozen=True)
@@ -162,12 +164,9 @@ class SectionMap:
     @classmethod
     def from_json(cls, data: Any) -> "SectionMap":
         """Read and validate a map (types, finite non-negative weights summing to 1, known ops, site ids)."""
-        try:
-            section_map = serialization.from_versioned_json(
-                cls, data, version=SECTION_MAP_VERSION, document="section map", root="section map",
-                advice="recompile the model with this version of sectionmark")
-        except serialization.SchemaError as error:
-            raise SectionMapError(str(error)) from None
+        section_map = serialization.from_versioned_json(
+            cls, data, version=SECTION_MAP_VERSION, document="section map", root="section map",
+            advice="recompile the model with this version of sectionmark", error=SectionMapError)
         section_map._validate()
         return section_map
 
