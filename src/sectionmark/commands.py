@@ -125,7 +125,8 @@ def _replayed(args: argparse.Namespace) -> Union["ProfileSession", "ReplayProfil
     return replay if args.function is None else replay.function(args.function)
 
 
-def _recorded_session(args: argparse.Namespace):
+def _recorded_session(args: argparse.Namespace) -> "ProfileSession":
+    """The profile of ``report`` and ``tracy``: a recorded profile joined with its map."""
     from sectionmark.profiling import report
 
     return report(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function,
@@ -179,6 +180,7 @@ def peak_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 
 
 def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.profiling import report
     from sectionmark.renderers.compare import compare, render_csv, render_json, render_table
 
     recorded = [path for path in (args.a, args.b) if not path.lower().endswith(".json")]
@@ -188,8 +190,8 @@ def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     if recorded and not args.map:
         raise SectionmarkError(f"{recorded[0]} is not a profile JSON (.json): give its section map with --map")
     maps = iter(args.map * len(recorded) if len(args.map) == 1 else args.map)
-    sources = [path if path.lower().endswith(".json") else _recorded_profile(path, next(maps), args.warmup)
-               for path in (args.a, args.b)]
+    sources = [path if path.lower().endswith(".json") else report(path, next(maps), warmup=args.warmup)
+               for path in (args.a, args.b)]  # a recorded profile (.ireeprof, .jsonl, .tracy): calls inferred
     comparison = compare(*sources, min_change=args.min_change)
     comparison.a, comparison.b = args.a, args.b
     written = []
@@ -205,13 +207,6 @@ def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
             listed = ", ".join(f"{row.name} ({row.change_percent:+.1f}%)" for row in slower)
             raise SectionmarkError(f"{len(slower)} section{'s' * (len(slower) != 1)} slower by more than "
                                    f"{args.fail_if_slower:g}%: {listed}")
-
-
-def _recorded_profile(path: str, map_path: str, warmup: int):
-    """A recorded profile (.ireeprof, .jsonl, .tracy) joined with its map, calls inferred."""
-    from sectionmark.profiling import report
-
-    return report(path, map_path, warmup=warmup)
 
 
 def slice_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
