@@ -5,14 +5,15 @@
 #   scripts/check_outputs_unchanged.sh DIR TREE
 #
 # DIR   where the inputs and the outputs live (made on first use):
-#         DIR/inputs/      a two-function module compiled from MLIR text (nested, fused and unmarked work), a kept profile of one function
-#                          (profile.ireeprof), a saved recording and a kept profile of its replay
-#                          (replay.ireeprof); made once, by the first TREE given, then reused
+#         DIR/inputs/      a two-function module compiled from MLIR text (nested, fused and unmarked work),
+#                          a kept profile of one function (profile.ireeprof), a saved recording and a kept
+#                          profile of its replay (replay.ireeprof); made once, by the first TREE given, then reused
 #         DIR/reference/   the outputs rendered by the first TREE given
 #         DIR/<label>/     the outputs rendered by every later TREE, compared file by file with reference/
 # TREE  the code to run: a sectionmark worktree (a directory) or a git ref of this repository (exported with
-#       `git archive` into DIR/trees/, with the built C extensions of this checkout copied in, so no worktree
-#       is registered)
+#       `git archive` into DIR/trees/, so no worktree is registered; the C extensions built in this checkout
+#       are copied in where the ref has their source, else the ref runs its numpy fallbacks, which give the
+#       same numbers)
 #
 # Outputs: every renderer of `sectionmark report` on the kept profile (and the table on stdout, with --sites,
 # --by and --cpu), every output the replay result has (one function's outputs with --function, and the
@@ -46,8 +47,8 @@ else
   if [ ! -d "$tree/src" ]; then
     mkdir -p "$tree"
     git -C "$checkout" archive "$commit" | tar -x -C "$tree"
-    (cd "$checkout" && find src -name '*.so') | while read -r built; do
-      mkdir -p "$tree/$(dirname "$built")" && cp "$checkout/$built" "$tree/$built"
+    (cd "$checkout" && find src -name '*.so') | while read -r built; do  # where the ref has its C source
+      if [ -f "$tree/${built%%.*}.c" ]; then cp "$checkout/$built" "$tree/$built"; fi
     done
   fi
 fi
@@ -151,7 +152,8 @@ def first(attribute, *modules):
 
 ReplayProfile = first("ReplayProfile", "sectionmark.workflows.replay", "sectionmark.profiling.replay")
 Recording = first("Recording", "sectionmark.workflows.record", "sectionmark.profiling.record")
-read_profile = first("read_profile", "sectionmark.readers.ireeprof", "sectionmark.readers", "sectionmark.profiling.ireeprof")
+read_profile = first("read_profile", "sectionmark.readers", "sectionmark.readers.ireeprof", "sectionmark.readers.bundle",
+                     "sectionmark.profiling.ireeprof")
 inputs, out = Path(sys.argv[1]), Path(sys.argv[2])
 recording = Recording.load(inputs / "recording")
 replay = ReplayProfile.build(read_profile(inputs / "replay.ireeprof"), read_section_map(inputs / "model.vmfb"),
