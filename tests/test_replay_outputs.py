@@ -18,6 +18,7 @@ from test_session import A, B, build
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import RENDERERS, REPLAY_FORMS
+from sectionmark.tracy import read_capture
 from sectionmark.workflows.replay import FunctionProfile, ReplayProfile
 
 
@@ -84,6 +85,18 @@ def test_perfetto_is_one_trace_with_a_process_per_function():
     assert min(event["ts"] for event in events if event["ph"] == "X") == 0  # one clock for all functions
 
 
+def test_tracy_is_one_capture_with_each_functions_tracks(tmp_path):
+    """A real capture (IREE's tracing runtime, iree-tracy-capture): the tracks of one profile, named by function."""
+    replay = replay_of_two_functions()
+    capture = read_capture(replay.save(tmp_path / "replay.tracy"))
+    contexts = {track.name: [zone.name for zone in track.zones] for track in capture.gpu_contexts}
+    for function in ("step", "finish"):
+        alone = read_capture(replay.function(function).save(tmp_path / f"{function}.tracy"))
+        for track in alone.gpu_contexts:
+            assert contexts.pop(f"{function}: {track.name}") == [zone.name for zone in track.zones]
+    assert contexts == {}  # init ran no dispatch: no track
+
+
 def test_every_registered_form_is_implemented():
     for renderer in RENDERERS.values():
         module = importlib.import_module(renderer.module)
@@ -111,7 +124,7 @@ def test_malformed_replay_json_is_one_line():
 def test_formats_of_one_function_at_a_time_are_refused(tmp_path):
     replay = replay_of_two_functions()
     per_function = [name for name, renderer in RENDERERS.items() if renderer.replays is None]
-    assert {"tracy", "chart", "graph", "roofline"} <= set(per_function)
+    assert {"chart", "timeline", "graph", "roofline"} <= set(per_function)
     for name in per_function:
         with pytest.raises(SectionmarkError, match=rf"^--{name} of a recording is per function: add --function NAME "
                                                    r"\(it called: step, init, finish\)$"):

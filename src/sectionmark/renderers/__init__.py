@@ -16,8 +16,8 @@ registry, as the renderer's ``replays`` says: ``"sections"`` (text tables:
 each function's output under a heading), ``"csv"`` (one CSV, each function's
 rows with a leading ``function`` column; the module defines ``COLUMNS`` and
 ``csv_rows(session, **options)``), ``"document"`` (the module defines
-``render_replay(replay, **options)``: one JSON document, one Perfetto trace),
-or None (a Tracy capture, a picture: one function at a time,
+``render_replay(replay, **options)``: one JSON document, one trace or
+capture), or None (a picture, the graph: one function at a time,
 ``replay.function(name)``).
 
 Renderers depend on the session, never the reverse: the session looks this
@@ -110,7 +110,7 @@ RENDERERS: dict[str, Renderer] = {
                  "Chrome/Perfetto JSON trace (open in ui.perfetto.dev)", "sectionmark.renderers.perfetto",
                  replays="document"),
         Renderer("tracy", (".tracy",), True, "Tracy capture (.tracy) of the profiled timeline",
-                 "sectionmark.renderers.tracy_out"),
+                 "sectionmark.renderers.tracy_out", replays="document"),
         Renderer("chart", (".png",), True, "PNG chart of the section breakdown", "sectionmark.renderers.chart"),
         Renderer("timeline", (".timeline.png",), True,
                  "PNG timeline of a call: where each section runs (median start to end, min..max whiskers)",
