@@ -168,7 +168,7 @@ def test_saved_recording_profiles_from_the_command_line(recorded, tmp_path, caps
     rows = tmp_path / "replay.csv"  # every function's rows in one CSV: the same path as one profile's outputs
     trace = tmp_path / "replay.perfetto.json"
     assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--csv", str(rows), "--cpu", "--by", "name",
-                 "--perfetto", str(trace), "--sites"]) == 0
+                 "--perfetto", str(trace), "--sites", "--chart", str(tmp_path / "replay.png")]) == 0
     printed = capsys.readouterr().out
     assert printed.count("dispatch sites") == 2 and printed.count("── decode: 8 calls per replay") == 3  # table, sites, by
     assert printed.count("Section") >= 2 and "Parallel" in printed and "prefill: 1 call per replay" in printed
@@ -177,6 +177,7 @@ def test_saved_recording_profiles_from_the_command_line(recorded, tmp_path, caps
     processes = [event["args"]["name"] for event in json.loads(trace.read_text())["traceEvents"]
                  if event["name"] == "process_name"]
     assert processes == ["sectionmark: prefill", "sectionmark: decode"]
+    assert (tmp_path / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def _error_line(argv, capsys) -> str:
@@ -188,8 +189,8 @@ def test_bad_recordings_are_one_line(recorded, kv_module, tmp_path, capsys):
     directory = recorded.recording.save(tmp_path / "recording")
     with pytest.raises(sm.SectionmarkError, match="already exists and is not an empty directory"):
         recorded.recording.save(directory)
-    assert _error_line(["profile", str(directory), "--chart", str(tmp_path / "c.png")], capsys) == (
-        "sectionmark: error: --chart of a recording is per function: add --function NAME "
+    assert _error_line(["profile", str(directory), "--graph", str(tmp_path / "g.html")], capsys) == (
+        "sectionmark: error: --graph of a recording is per function: add --function NAME "
         "(it called: prefill, decode)")
     assert _error_line(["profile", str(directory), "--function", "main"], capsys) == (
         "sectionmark: error: the recording never called 'main' (it called: prefill, decode)")

@@ -12,6 +12,7 @@ import importlib
 import io
 import json
 
+import numpy as np
 import pytest
 from test_session import A, B, build
 
@@ -97,6 +98,23 @@ def test_tracy_is_one_capture_with_each_functions_tracks(tmp_path):
     assert contexts == {}  # init ran no dispatch: no track
 
 
+@pytest.mark.parametrize("name", ["chart", "timeline", "components-chart"])
+def test_pictures_are_each_functions_picture_stacked(name):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    replay = replay_of_two_functions()
+    stacked = np.asarray(Image.open(io.BytesIO(replay.render(name))).convert("RGBA"))
+    top = 0
+    for function in ("step", "finish"):  # init ran no dispatch: no picture
+        alone = np.asarray(Image.open(io.BytesIO(replay.function(function).render(name))).convert("RGBA"))
+        height, width = alone.shape[:2]
+        assert np.array_equal(stacked[top:top + height, :width], alone)  # every pixel as drawn alone
+        assert (stacked[top:top + height, width:] == 255).all()
+        top += height
+    assert top == stacked.shape[0]
+
+
 def test_every_registered_form_is_implemented():
     for renderer in RENDERERS.values():
         module = importlib.import_module(renderer.module)
@@ -124,7 +142,7 @@ def test_malformed_replay_json_is_one_line():
 def test_formats_of_one_function_at_a_time_are_refused(tmp_path):
     replay = replay_of_two_functions()
     per_function = [name for name, renderer in RENDERERS.items() if renderer.replays is None]
-    assert {"chart", "timeline", "graph", "roofline"} <= set(per_function)
+    assert per_function == ["graph"]
     for name in per_function:
         with pytest.raises(SectionmarkError, match=rf"^--{name} of a recording is per function: add --function NAME "
                                                    r"\(it called: step, init, finish\)$"):

@@ -211,8 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "or a recording directory (rec.save)")
     profile.add_argument("--input", action="append", default=[], metavar="NPY", help="argument as a .npy file (repeat, in order)")
     profile.add_argument("--function", help="function to call (default: main); of a recording: the function whose "
-                         "profile the outputs show (default: every function: text tables per function, one JSON, CSV "
-                         "or trace; pictures need one function)")
+                         "profile the outputs show (default: every function: text tables per function, one JSON, CSV, "
+                         "trace or stacked PNG; the graph needs one function)")
     profile.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=20,
                          help="measured calls, or replays of a recording (default: 20)")
     profile.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=3,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Sequence, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import write_atomic
@@ -49,18 +49,24 @@ def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argpa
     if peak is not None:
         from sectionmark.profiling.roofline import roofline_text
 
-        print(roofline_text(peak.roofline(result), peak))
+        print(_each_profile(result, lambda session: roofline_text(peak.roofline(session), peak)))
     if args.sites:
-        from sectionmark.renderers import per_function_text
         from sectionmark.renderers.table import render_sites_text
-        from sectionmark.workflows.replay import ReplayProfile
 
-        print(per_function_text(result, render_sites_text) if isinstance(result, ReplayProfile)
-              else render_sites_text(result))
+        print(_each_profile(result, render_sites_text))
     if args.by:
         print(result.render("components", by=args.by))
     for path in written:
         print(f"wrote {path}")
+
+
+def _each_profile(result: Union["ProfileSession", "ReplayProfile"],
+                  text_of: Callable[["ProfileSession"], str]) -> str:
+    """``text_of`` one profile; of a replay, each function's under its heading."""
+    from sectionmark.renderers import per_function_text
+    from sectionmark.workflows.replay import ReplayProfile
+
+    return per_function_text(result, text_of) if isinstance(result, ReplayProfile) else text_of(result)
 
 
 def _load_inputs(paths: Sequence[str]) -> list:
@@ -105,8 +111,8 @@ def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 def _replayed(args: argparse.Namespace) -> Union["ProfileSession", "ReplayProfile"]:
     """Replay a saved recording: every function's profile, or with --function that function's.
 
-    The outputs that show one function at a time (a Tracy capture, a picture) are refused without
-    --function before the replay runs.
+    The outputs that show one function at a time (the graph) are refused without --function before the
+    replay runs.
     """
     from sectionmark.renderers import get
     from sectionmark.workflows.record import Recording

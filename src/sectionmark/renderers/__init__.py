@@ -17,7 +17,8 @@ each function's output under a heading), ``"csv"`` (one CSV, each function's
 rows with a leading ``function`` column; the module defines ``COLUMNS`` and
 ``csv_rows(session, **options)``), ``"document"`` (the module defines
 ``render_replay(replay, **options)``: one JSON document, one trace or
-capture), or None (a picture, the graph: one function at a time,
+capture), ``"stacked"`` (PNG pictures: each function's, one under the other,
+in one PNG), or None (the graph: one function at a time,
 ``replay.function(name)``).
 
 Renderers depend on the session, never the reverse: the session looks this
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from sectionmark.profiling.session import ProfileSession
     from sectionmark.workflows.replay import ReplayProfile
 
-REPLAY_FORMS = ("sections", "csv", "document")  # how a renderer writes a replay's per-function profiles
+REPLAY_FORMS = ("sections", "csv", "document", "stacked")  # how a renderer writes a replay's per-function profiles
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,11 @@ class Renderer:
         module = importlib.import_module(self.module)
         if self.replays == "document":
             return self._checked(module.render_replay(replay, **options))
+        if self.replays == "stacked":
+            from sectionmark.renderers.chart import stacked_png
+
+            return stacked_png([self.render(entry.profile, **options) for entry in replay.functions
+                                if entry.profile is not None])
         if self.replays == "csv":
             return csv_text(["function", *module.COLUMNS], ([entry.function, *row] for entry in replay.functions
                                                             if entry.profile is not None
@@ -111,17 +117,18 @@ RENDERERS: dict[str, Renderer] = {
                  replays="document"),
         Renderer("tracy", (".tracy",), True, "Tracy capture (.tracy) of the profiled timeline",
                  "sectionmark.renderers.tracy_out", replays="document"),
-        Renderer("chart", (".png",), True, "PNG chart of the section breakdown", "sectionmark.renderers.chart"),
+        Renderer("chart", (".png",), True, "PNG chart of the section breakdown", "sectionmark.renderers.chart",
+                 replays="stacked"),
         Renderer("timeline", (".timeline.png",), True,
                  "PNG timeline of a call: where each section runs (median start to end, min..max whiskers)",
-                 "sectionmark.renderers.timeline"),
+                 "sectionmark.renderers.timeline", replays="stacked"),
         Renderer("components", (".components.txt",), False,
                  "sections of one name summed across blocks, as a text table", "sectionmark.renderers.components",
                  replays="sections"),
         Renderer("components-csv", (".components.csv",), False, "the component view as CSV",
                  "sectionmark.renderers.components_csv", replays="csv"),
         Renderer("components-chart", (".components.png",), True, "PNG chart of the component view",
-                 "sectionmark.renderers.components_chart"),
+                 "sectionmark.renderers.components_chart", replays="stacked"),
         Renderer("graph", (".dot", ".svg", ".html"), False,
                  "read/write graph of the dispatches: .dot, .svg (needs Graphviz 'dot') or self-contained .html",
                  "sectionmark.renderers.graph", by_suffix=True),
@@ -132,7 +139,7 @@ RENDERERS: dict[str, Renderer] = {
                  replays="csv"),
         Renderer("roofline", (".roofline.png",), True,
                  "PNG roofline: each section's GFLOP/s vs FLOPs/byte under the measured peaks (also printed as a table)",
-                 "sectionmark.renderers.roofline"),
+                 "sectionmark.renderers.roofline", replays="stacked"),
     )
 }
 
