@@ -132,8 +132,9 @@ class ReplayProfile:
     One result of several profiles: it renders through the renderer registry
     like a `ProfileSession` (`render`, `save`), each format as its
     ``replays`` says (`sectionmark.renderers`): text tables one per function
-    under a heading, CSV with a ``function`` column, JSON one document; a
-    trace or a picture shows one function (`function`).
+    under a heading, CSV with a ``function`` column, JSON one document, a
+    Perfetto trace or Tracy capture with each function's tracks, PNG pictures
+    stacked; the graph shows one function (`function`).
     """
 
     replays: int  # measured replays (warmup replays excluded)
