@@ -16,10 +16,11 @@
 #       same numbers)
 #
 # Outputs: every renderer of `sectionmark report` on the kept profile (and the table on stdout, with --sites,
-# --by and --cpu), every output the replay result has (one function's outputs with --function, and the
-# per-function table and JSON). Not covered: --roofline (it measures the machine's peaks). Files are compared
-# with cmp, except Tracy captures, which record when and by which process they were written: their zones
-# (`sectionmark tracy-stats --json`, names, counts and times) are compared instead.
+# --by and --cpu); of the replay, what the code before the change could write too (each function's JSON,
+# CSV and table, the per-function table and the replay JSON); the recording's recording.json saved again.
+# Not covered: --roofline (it measures the machine's peaks). Files are compared with cmp, except Tracy
+# captures, which record when and by which process they were written: their zones (`sectionmark
+# tracy-stats --json`, names, counts and times) are compared instead.
 #
 # Typical use (the integrator, after merging):
 #   scripts/check_outputs_unchanged.sh /tmp/outputs 437e630     # inputs + reference from main before the change
@@ -136,6 +137,7 @@ run tracy "$in/profile.ireeprof" --map "$in/model.vmfb" --function step -o "$out
 PYTHONPATH="$tree/src" "$python_bin" - "$in" "$out" <<'EOF'
 import importlib
 import sys
+import tempfile
 from pathlib import Path
 
 from sectionmark.artifacts import read_section_map
@@ -156,6 +158,8 @@ read_profile = first("read_profile", "sectionmark.readers", "sectionmark.readers
                      "sectionmark.profiling.ireeprof")
 inputs, out = Path(sys.argv[1]), Path(sys.argv[2])
 recording = Recording.load(inputs / "recording")
+with tempfile.TemporaryDirectory() as scratch:  # the recording saved again: its description, as written
+    (out / "recording.json").write_bytes((recording.save(Path(scratch) / "again") / "recording.json").read_bytes())
 replay = ReplayProfile.build(read_profile(inputs / "replay.ireeprof"), read_section_map(inputs / "model.vmfb"),
                              recording.sequence, replays=3, warmup=1)
 (out / "replay.stdout").write_text(replay.table())

@@ -246,6 +246,28 @@ def test_a_recording_whose_files_disagree_is_refused(recorded, kv_module, tmp_pa
     assert "malformed recording" in _error_line(["profile", str(nested)], capsys)
 
 
+def test_recording_json_is_read_value_by_value(recorded, tmp_path, capsys):
+    """recording.json goes through sectionmark.serialization: every value checked, one line naming its place."""
+    directory = recorded.recording.save(tmp_path / "recording")
+    data = json.loads((directory / "recording.json").read_text())
+    assert list(data) == ["version", "kind", "module", "device", "parameters", "inputs", "calls", "sha256"]
+    assert data["calls"][1]["arguments"][:1] == [{"input": 4}] and {"call": 0, "result": 1} in data["calls"][1]["arguments"]
+    bad = {
+        "inputs": (lambda description: description.update(inputs=True), "recording.inputs: expected an integer, got bool True"),
+        "results": (lambda description: description["calls"][2].update(results="3"),
+                    "recording.calls[2].results: expected an integer, got str '3'"),
+        "both": (lambda description: description["calls"][1]["arguments"][0].update(call=0, result=0),
+                 "recording.calls[1].arguments[0]: neither an input nor a call and its result"),
+        "neither": (lambda description: description["calls"][1]["arguments"][0].pop("input"),
+                    "recording.calls[1].arguments[0]: neither an input nor a call and its result"),
+    }
+    for name, (edit, message) in bad.items():
+        case = recorded.recording.save(tmp_path / name)
+        _edited(case, edit)
+        assert _error_line(["profile", str(case)], capsys) == (
+            f"sectionmark: error: {case}/recording.json: malformed sectionmark recording: {message}")
+
+
 def test_a_recording_of_endless_files_is_one_line_at_once(recorded, tmp_path):
     """A model or input that is /dev/zero or a FIFO is refused before it is read (it used to be read for ever)."""
     import os

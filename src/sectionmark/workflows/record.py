@@ -24,6 +24,7 @@ import json
 import shutil
 import tempfile
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
@@ -39,6 +40,7 @@ from sectionmark.profiling.ireeprof import read_profile
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, TRACED_DRIVERS, device_driver, run_profile
 from sectionmark.runtime import LoadedModule, open_context
 from sectionmark.section_map import SectionMap, sidecar_path
+from sectionmark.serialization import json_field
 from sectionmark.workflows.replay import ReplayProfile
 from sectionmark.workflows.replay_driver import Argument, DriverCall, InputArgument, ResultArgument
 
@@ -47,6 +49,52 @@ RECORDING_FILE = "recording.json"
 MODEL_FILE = "model.vmfb"
 DRIVER_FILE = "replay.vmfb"
 MAX_DESCRIPTION_BYTES = 1 << 30  # recording.json: a million calls take about 100 MB
+
+
+@dataclass
+class RecordedArgument:
+    """recording.json's form of an argument: a host input (``input``), or result ``result`` of call ``call``."""
+
+    input: Optional[int] = json_field(default=None, omit_none=True)
+    call: Optional[int] = json_field(default=None, omit_none=True)
+    result: Optional[int] = json_field(default=None, omit_none=True)
+
+    @classmethod
+    def of(cls, value: Argument) -> "RecordedArgument":
+        return cls(input=value.index) if isinstance(value, InputArgument) else cls(call=value.call, result=value.result)
+
+    def argument(self) -> Optional[Argument]:
+        """The driver's argument; None for an entry that is neither an input nor a (call, result) pair."""
+        if self.input is not None and self.call is None and self.result is None:
+            return InputArgument(self.input)
+        if self.input is None and self.call is not None and self.result is not None:
+            return ResultArgument(self.call, self.result)
+        return None
+
+
+@dataclass
+class RecordedCall:
+    """recording.json's form of a call: the model's function, its arguments, how many results it gave."""
+
+    function: str
+    arguments: list[RecordedArgument]
+    results: int
+
+
+@dataclass(kw_only=True)
+class RecordingDescription:
+    """recording.json (version RECORDING_VERSION): the calls and what replaying them needs (`sectionmark.serialization`).
+
+    ``sha256`` ties the files of a saved recording together (`_checksums`); None only in a file saved before it.
+    """
+
+    kind: str = "recording"
+    module: str
+    device: str
+    parameters: list[str]  # as IREE's --parameters: [SCOPE=]FILE
+    inputs: int  # host values, inputs/<index>.npy
+    calls: list[RecordedCall]
+    sha256: Optional[dict[str, str]] = json_field(default=None, omit_none=True)
 
 
 class Recording:
@@ -231,8 +279,9 @@ class Recording:
             for index, value in enumerate(self.inputs):
                 np.save(staging / "inputs" / f"{index}.npy", value)
             description = self._description()
-            description["sha256"] = _checksums(self.vmfb, driver, description)
-            (staging / RECORDING_FILE).write_text(json.dumps(description, indent=1) + "\n")
+            description.sha256 = _checksums(self.vmfb, driver, description)
+            document = {"version": RECORDING_VERSION, **serialization.to_json(description)}
+            (staging / RECORDING_FILE).write_text(json.dumps(document, indent=1) + "\n")
             try:
                 if directory.exists():
                     directory.rmdir()
@@ -244,19 +293,12 @@ class Recording:
             raise
         return directory
 
-    def _description(self) -> dict[str, Any]:
-        def argument(value: Argument) -> dict[str, Any]:
-            if isinstance(value, InputArgument):
-                return {"input": value.index}
-            return {"call": value.call, "result": value.result}
-
-        return {
-            "version": RECORDING_VERSION, "kind": "recording", "module": self.name, "device": self.device,
-            "parameters": [spec_text(scope, path) for scope, path in self.parameters],
-            "inputs": len(self.inputs),
-            "calls": [{"function": call.function, "arguments": [argument(value) for value in call.arguments],
-                       "results": call.results} for call in self.calls],
-        }
+    def _description(self) -> RecordingDescription:
+        return RecordingDescription(
+            module=self.name, device=self.device,
+            parameters=[spec_text(scope, path) for scope, path in self.parameters], inputs=len(self.inputs),
+            calls=[RecordedCall(call.function, [RecordedArgument.of(value) for value in call.arguments], call.results)
+                   for call in self.calls])
 
     @classmethod
     def load(cls, directory: Union[str, Path], *, device: Optional[str] = None,
@@ -269,9 +311,9 @@ class Recording:
         vmfb = read_regular(directory / MODEL_FILE, "the recording's module")
         driver_path = directory / DRIVER_FILE
         driver = read_regular(driver_path, "the recording's replay driver") if driver_path.exists() else None
+        calls = _calls(description, directory / RECORDING_FILE)
         _check_checksums(directory, description, vmfb, driver)
-        calls = _calls(description)
-        inputs = [load_input_array(directory / "inputs" / f"{index}.npy") for index in range(description["inputs"])]
+        inputs = [load_input_array(directory / "inputs" / f"{index}.npy") for index in range(description.inputs)]
         for position, call in enumerate(calls):
             for value in call.arguments:
                 bad = (isinstance(value, InputArgument) and not 0 <= value.index < len(inputs)) or (
@@ -280,30 +322,32 @@ class Recording:
                 if bad:
                     raise SectionmarkError(f"malformed recording {directory / RECORDING_FILE}: call {position} "
                                            f"refers to {value}, which it cannot use")
-        specs = parameter_specs(description["parameters"] if parameters is None else parameters)
-        return cls(description["module"], vmfb, read_section_map(directory / MODEL_FILE),
-                   device or description["device"], specs, calls, inputs, driver=driver, directory=directory)
+        specs = parameter_specs(description.parameters if parameters is None else parameters)
+        return cls(description.module, vmfb, read_section_map(directory / MODEL_FILE),
+                   device or description.device, specs, calls, inputs, driver=driver, directory=directory)
 
 
-def _checksums(vmfb: bytes, driver: bytes, description: dict[str, Any]) -> dict[str, str]:
+def _checksums(vmfb: bytes, driver: bytes, description: RecordingDescription) -> dict[str, str]:
     """recording.json's ``sha256``: of the model, and of the replay driver together with the calls it makes.
 
     What ties the three files together: another module with the same name and
     functions, or a call list edited without the driver (the profile would be
     split by calls the driver does not make), is refused.
     """
-    calls = json.dumps([description[key] for key in ("module", "inputs", "calls")], sort_keys=True)
+    calls = json.dumps([description.module, description.inputs, serialization.to_json(description.calls)],
+                       sort_keys=True)
     return {"model": hashlib.sha256(vmfb).hexdigest(),
             "replay": hashlib.sha256(driver + calls.encode("utf-8")).hexdigest()}
 
 
-def _check_checksums(directory: Path, description: dict[str, Any], vmfb: bytes, driver: Optional[bytes]) -> None:
+def _check_checksums(directory: Path, description: RecordingDescription, vmfb: bytes,
+                     driver: Optional[bytes]) -> None:
     """Refuse a recording whose model or driver is not the one saved with its calls (`_checksums`).
 
     Without replay.vmfb the driver is compiled again from the calls, so only the model is checked then.
     """
-    recorded = description.get("sha256")
-    if not isinstance(recorded, dict):
+    recorded = description.sha256
+    if recorded is None:
         raise SectionmarkError(f"{directory / RECORDING_FILE} has no checksums (saved by an older sectionmark): "
                                "record the program again")
     found = _checksums(vmfb, driver if driver is not None else b"", description)
@@ -331,33 +375,28 @@ def is_recording(path: Union[str, Path]) -> bool:
     return (Path(path) / RECORDING_FILE).is_file()
 
 
-def _read_description(directory: Path) -> dict[str, Any]:
+def _read_description(directory: Path) -> RecordingDescription:
     path = directory / RECORDING_FILE
     try:
         data = json.loads(read_regular(path, "recording", MAX_DESCRIPTION_BYTES))
     except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, or nested past Python's recursion limit
         raise SectionmarkError(f"malformed recording {path}: {str(error)[:200]}") from None
     try:
-        serialization.check_version(data, RECORDING_VERSION, "recording", "record the program again")
+        return serialization.from_versioned_json(RecordingDescription, data, version=RECORDING_VERSION,
+                                                 document="recording", root="recording",
+                                                 advice="record the program again")
     except serialization.SchemaError as error:
         raise SectionmarkError(f"{path}: {error}") from None
-    expected = {"module": str, "device": str, "parameters": list, "inputs": int, "calls": list}
-    for name, kind in expected.items():
-        if not isinstance(data.get(name), kind) or isinstance(data.get(name), bool):
-            raise SectionmarkError(f"malformed recording {path}: {name!r} must be a {kind.__name__}")
-    return data
 
 
-def _calls(description: dict[str, Any]) -> list[DriverCall]:
+def _calls(description: RecordingDescription, path: Path) -> list[DriverCall]:
     calls = []
-    try:
-        for entry in description["calls"]:
-            arguments = tuple(InputArgument(int(value["input"])) if "input" in value
-                              else ResultArgument(int(value["call"]), int(value["result"]))
-                              for value in entry["arguments"])
-            calls.append(DriverCall(str(entry["function"]), arguments, int(entry["results"])))
-    except (KeyError, TypeError, ValueError) as error:
-        raise SectionmarkError(f"malformed recording: a call entry lacks or mistypes {error}") from None
+    for index, call in enumerate(description.calls):
+        arguments = tuple(entry.argument() for entry in call.arguments)
+        if None in arguments:
+            raise SectionmarkError(f"{path}: malformed sectionmark recording: recording.calls[{index}].arguments"
+                                   f"[{arguments.index(None)}]: neither an input nor a call and its result")
+        calls.append(DriverCall(call.function, arguments, call.results))
     return calls
 
 
