@@ -60,6 +60,7 @@ EXAMPLES = {
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa
   sectionmark profile recording/ -n 5 --warmup 1 --json replay.json   # saved by rec.save("recording")
+  sectionmark profile recording/ --csv replay.csv --perfetto replay.perfetto.json   # every function in one file
   sectionmark profile recording/ --function decode --perfetto decode.json""",
     "report": """examples:
   sectionmark report run.ireeprof --map model.sections.json
