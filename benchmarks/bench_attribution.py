@@ -16,7 +16,6 @@ Usage: python benchmarks/bench_attribution.py [--events 1000000] [--dispatches 5
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import tempfile
 import time
@@ -27,7 +26,7 @@ from iree.compiler import compile_str
 
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.ireeprof import read_profile
-from sectionmark.profiling.runner import benchmark_command, write_inputs
+from sectionmark.profiling.runner import benchmark_command, benchmark_times_ns, write_inputs
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.artifacts.tools import find_tool
 from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
@@ -76,12 +75,9 @@ def timed(function) -> tuple[float, object]:
 def run_benchmark_tool(command: list[str]) -> tuple[float, float]:
     """(wall seconds of the tool, benchmark's own mean ms per call)."""
     start = time.perf_counter()
-    result = subprocess.run([*command, "--benchmark_format=json"], capture_output=True, text=True, check=True)
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - start
-    report = json.loads(result.stdout)
-    mean_ms = report["benchmarks"][0]["real_time"]
-    unit = report["benchmarks"][0]["time_unit"]
-    return wall, mean_ms * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    return wall, benchmark_times_ns(result.stdout)[0] / 1e6
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
 from sectionmark.profiling.ireeprof import Profile, read_profile
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, local_task_workers, run_profile
-from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.session import ProfileSession, ProfilerCost
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 
 __all__ = ["profile", "report", "ProfileSession"]
@@ -73,6 +73,7 @@ def profile(
             vmfb, args, directory, function=function, device=device, iterations=iterations, warmup=warmup, quiet=quiet,
             timeout=timeout,
             parameters=specs, argument_types=section_map.argument_types(function), framework=section_map.framework,
+            measure_cost=True,
         )
         if keep_profile is not None:
             with atomic_path(keep_profile, protected) as temporary:
@@ -83,7 +84,12 @@ def profile(
             raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
         # local-task ran here with IREE's default topology, so its worker count is known; other drivers have none.
         workers = local_task_workers() if device_driver(device) == "local-task" else None
-        return _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function, workers=workers)
+        session = _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function, workers=workers)
+        session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
+        session.device = device
+        if run.profiled_ns_per_call is not None and run.unprofiled_ns_per_call is not None:
+            session.profiler_cost = ProfilerCost(run.profiled_ns_per_call, run.unprofiled_ns_per_call)
+        return session
 
 
 def report(

@@ -267,11 +267,10 @@ def measure_peak(device: str = "local-task") -> Peak:
     )
 
 
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-
-
 def _best_seconds(command: list[str], device: str) -> float:
     """The best per-call time over the repetitions of one iree-benchmark-module run."""
+    from sectionmark.profiling.runner import benchmark_times_ns
+
     try:
         result = subprocess.run(command, capture_output=True, encoding="utf-8", errors="replace", timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -279,12 +278,7 @@ def _best_seconds(command: list[str], device: str) -> float:
     if result.returncode != 0:
         raise SectionmarkError(f"iree-benchmark-module {exit_description(result.returncode)} on {device}: "
                                f"{last_useful_line(result.stderr)}")
-    try:
-        runs = json.loads(result.stdout)["benchmarks"]
-        return min(run["real_time"] * _UNIT_SECONDS[run["time_unit"]] for run in runs
-                   if run.get("run_type") == "iteration")
-    except (ValueError, KeyError, TypeError) as error:
-        raise SectionmarkError(f"cannot read iree-benchmark-module's timings ({error})") from None
+    return min(benchmark_times_ns(result.stdout)) / 1e9
 
 
 def _read_cache(path: Path, device: str) -> Optional[Peak]:

@@ -23,6 +23,7 @@ warmup process would not warm this process's caches and thread pool.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -76,6 +77,11 @@ class ProfileRun:
     calls: int  # warmup + measured calls, in order
     warmup: int
     wall_s: float  # wall-clock time of the whole tool run
+    # iree-benchmark-module's mean time per call (warmup calls included) with the profiler on, and of an
+    # unprofiled run of the same function and inputs made right before it: what the profiler itself costs.
+    # None when not measured (measure_cost=False, or a Tracy capture on CUDA/HIP).
+    profiled_ns_per_call: Optional[float] = None
+    unprofiled_ns_per_call: Optional[float] = None
 
 
 # IREE's --task_topology_max_group_count default: the most workers its default topology creates.
@@ -150,6 +156,7 @@ def benchmark_command(
         f"--function={function}",
         *[f"--input=@{path}" for path in inputs],
         f"--benchmark_min_time={calls}x",
+        "--benchmark_format=json",  # its mean time per call: benchmark_times_ns
     ]
     if profile_path is None:
         return command
@@ -157,6 +164,23 @@ def benchmark_command(
         return command + [f"--{driver}_tracing={DISPATCH_TRACING_VERBOSITY}"]
     modes = VULKAN_PROFILING_MODES if driver == "vulkan" else PROFILING_MODES
     return command + [f"--device_profiling_mode={modes}", f"--device_profiling_output={profile_path}"]
+
+
+_NS_PER_UNIT = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def benchmark_times_ns(stdout: str) -> list[float]:
+    """iree-benchmark-module's mean wall time per call (ns) of each run (repetition) it reports, from its
+    ``--benchmark_format=json`` output; one error line when it has none."""
+    try:
+        runs = json.loads(stdout)["benchmarks"]
+        times = [float(run["real_time"]) * _NS_PER_UNIT[run["time_unit"]] for run in runs
+                 if run.get("run_type", "iteration") == "iteration"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise SectionmarkError(f"cannot read iree-benchmark-module's timings ({error})") from None
+    if not times:
+        raise SectionmarkError("cannot read iree-benchmark-module's timings (it reported no run)")
+    return times
 
 
 def tool_failure(device: str, stderr: str, returncode: int = 1) -> str:
@@ -194,6 +218,7 @@ def run_profile(
     imported: Sequence[Path] = (),
     argument_types: Optional[Sequence[str]] = None,
     framework: Optional[str] = None,
+    measure_cost: bool = False,
 ) -> ProfileRun:
     """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy.
 
@@ -202,6 +227,11 @@ def run_profile(
 
     ``timeout``: seconds the tool may run (None: no limit) before it is ended
     with one error line, so that a hung tool never hangs the caller.
+
+    ``measure_cost``: first run the same calls unprofiled, and keep both runs'
+    time per call (`ProfileRun.profiled_ns_per_call`): the profiler's own cost,
+    which matters when dispatches last a few hundred nanoseconds. Not on
+    CUDA/HIP, whose traced tool runs under a capture.
     """
     if iterations < 1 or warmup < 0:
         raise SectionmarkError(f"need iterations >= 1 and warmup >= 0 (got {iterations}, {warmup})")
@@ -215,30 +245,42 @@ def run_profile(
     profile_path = directory / ("run.tracy" if traced else "run.ireeprof")
     profile_path.unlink(missing_ok=True)
     calls = iterations + warmup
-    command = benchmark_command(
-        vmfb, function, write_inputs(args, directory, argument_types, framework), device=device, calls=calls,
-        profile_path=profile_path, parameters=parameters, imported=imported,
-    )
+    inputs = write_inputs(args, directory, argument_types, framework)
+    command = benchmark_command(vmfb, function, inputs, device=device, calls=calls, profile_path=profile_path,
+                                parameters=parameters, imported=imported)
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
+    unprofiled_ns = profiled_ns = None
+    if measure_cost and not traced:
+        plain = benchmark_command(vmfb, function, inputs, device=device, calls=calls, profile_path=None,
+                                  parameters=parameters, imported=imported)
+        with console.status(f"timing {vmfb.name}:{function} on {device} unprofiled ({calls} calls)"):
+            unprofiled_ns = benchmark_times_ns(_run_tool(plain, device, timeout))[0]
     start = time.perf_counter()
     with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"):
         if traced:
             _run_captured(command, profile_path, device, timeout)
         else:
-            try:
-                result = subprocess.run(command, capture_output=True, encoding="utf-8", errors="replace",
-                                        timeout=timeout)  # a mutated module's names may be any bytes
-            except subprocess.TimeoutExpired:
-                raise SectionmarkError(
-                    f"iree-benchmark-module did not finish within {timeout:g} s on {device} and was ended "
-                    "(a longer run: raise the timeout, --timeout on the command line)"
-                ) from None
-            if result.returncode != 0:
-                raise SectionmarkError(tool_failure(device, result.stderr, result.returncode))
+            output = _run_tool(command, device, timeout)
+            profiled_ns = benchmark_times_ns(output)[0] if measure_cost else None
     wall_s = time.perf_counter() - start
     if not profile_path.is_file() or profile_path.stat().st_size == 0:
         raise SectionmarkError(f"iree-benchmark-module wrote no profile to {profile_path}")
-    return ProfileRun(profile_path, calls, warmup, wall_s)
+    return ProfileRun(profile_path, calls, warmup, wall_s, profiled_ns, unprofiled_ns)
+
+
+def _run_tool(command: list[str], device: str, timeout: Optional[float]) -> str:
+    """Run iree-benchmark-module; its standard output, or one error line (failure, timeout)."""
+    try:
+        result = subprocess.run(command, capture_output=True, encoding="utf-8", errors="replace",
+                                timeout=timeout)  # a mutated module's names may be any bytes
+    except subprocess.TimeoutExpired:
+        raise SectionmarkError(
+            f"iree-benchmark-module did not finish within {timeout:g} s on {device} and was ended "
+            "(a longer run: raise the timeout, --timeout on the command line)"
+        ) from None
+    if result.returncode != 0:
+        raise SectionmarkError(tool_failure(device, result.stderr, result.returncode))
+    return result.stdout
 
 
 def _run_captured(command: list[str], capture_path: Path, device: str, timeout: Optional[float]) -> None:

@@ -157,6 +157,24 @@ class SectionStats:
 
 
 @dataclass
+class ProfilerCost:
+    """What the profiler itself costs: iree-benchmark-module's mean time per call with the profiler on, and
+    in an unprofiled run of the same function, inputs and calls made by the same ``profile`` (warmup calls
+    included in both). A profiled call records an event per dispatch: with dispatches of a few hundred
+    nanoseconds that is a visible part of the call, which the section times include."""
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("ratio",)
+
+    profiled_ns: float = json_field(rounded=True)  # per call
+    unprofiled_ns: float = json_field(rounded=True)  # per call
+
+    @property
+    def ratio(self) -> float:
+        """Profiled / unprofiled time per call (1.3: a profiled call takes 30% longer)."""
+        return self.profiled_ns / self.unprofiled_ns if self.unprofiled_ns else float("inf")
+
+
+@dataclass
 class SiteStats:
     """One dispatch site: where a dispatch was recorded, what it ran, and what it cost."""
 
@@ -234,6 +252,11 @@ class ProfileSession:
     cpu_ns: Optional[int] = None  # summed tile time of all measured dispatches; None: no tiles recorded
     tiles: Optional[int] = None  # summed tiles of all measured dispatches
     workers: Optional[int] = None  # local-task workers of the run (IREE's default topology); None: unknown
+    # The run that made the profile (set by `sectionmark.profiling.profile`; None for a recorded profile):
+    # the module's file name (None: compiled in this process), the IREE device, and the profiler's cost.
+    module: Optional[str] = None
+    device: Optional[str] = None
+    profiler_cost: Optional[ProfilerCost] = None
 
     # ------------------------------------------------------------------ building
 

@@ -179,7 +179,16 @@ def notes(session: ProfileSession) -> list[str]:
         lines.append(f"{SHARED_MARK} shares fused dispatches with other sections; their time is split {split_rule_text(session)}")
     if not session.calls_known:
         lines.append("calls could not be told apart in this profile: per-call percentiles are not shown")
-    return lines + cpu_lines(session) + call_time_lines(session)
+    return lines + cpu_lines(session) + call_time_lines(session) + profiler_cost_lines(session)
+
+
+def profiler_cost_lines(session: ProfileSession) -> list[str]:
+    """The profiler's own cost, when the run measured it (`ProfilerCost`)."""
+    cost = session.profiler_cost
+    if cost is None:
+        return []
+    return [f"profiler cost: {format_ns(cost.profiled_ns)}/call profiled vs {format_ns(cost.unprofiled_ns)}/call "
+            f"unprofiled ({cost.ratio:.2f}x; iree-benchmark-module, same calls and inputs, warmup included)"]
 
 
 def cpu_lines(session: ProfileSession) -> list[str]:
