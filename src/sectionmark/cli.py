@@ -43,6 +43,7 @@ EXAMPLES = {
   sectionmark compile model.mlir -o plain.vmfb --no-markers""",
     "profile": """examples:
   sectionmark profile model.vmfb --input x.npy -n 20
+  sectionmark profile model.vmfb --input x.npy --html report.html   # one page: tree, timeline, kernels, graph
   sectionmark profile model.vmfb --input x.npy --perfetto run.json --chart sections.png --tracy run.tracy
   sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites
   sectionmark profile model.vmfb --input x.npy --table table.txt
@@ -50,9 +51,11 @@ EXAMPLES = {
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa
   sectionmark profile recording/ -n 5 --warmup 1 --json replay.json   # saved by rec.save("recording")
+  sectionmark profile recording/ --html replay.html   # one tab per function
   sectionmark profile recording/ --function decode --perfetto decode.json""",
     "report": """examples:
   sectionmark report run.ireeprof --map model.sections.json
+  sectionmark report run.ireeprof --map model.vmfb --warmup 3 --html report.html
   sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json
   sectionmark report run.ireeprof --map model.vmfb --by "*/Self Attention"
   sectionmark report run.ireeprof --map model.vmfb --cpu --workers 16   # CPU time, parallelism, utilization
@@ -475,7 +478,7 @@ def _profile_recording(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         raise SectionmarkError(f"the recording never called {args.function!r} (it called: "
                                f"{', '.join(recording.functions)})")
     outputs = _rendered_outputs(args)
-    per_function = [f"--{name}" for name in outputs if name != "json"] + ["--sites"] * args.sites + ["--by"] * bool(args.by) + ["--cpu"] * args.cpu
+    per_function = [f"--{name}" for name in outputs if name not in ("json", "html")] + ["--sites"] * args.sites + ["--by"] * bool(args.by) + ["--cpu"] * args.cpu
     if args.function is None and per_function:
         raise SectionmarkError(f"{per_function[0]} of a recording is per function: add --function NAME "
                                f"(it called: {', '.join(recording.functions)})")
@@ -484,10 +487,14 @@ def _profile_recording(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     if args.function is not None:
         _write_outputs(replay.function(args.function), args, inputs)
         return
-    written = replay.save_json(outputs["json"], inputs=inputs) if "json" in outputs else None
+    written = [replay.save_json(outputs["json"], inputs=inputs)] if "json" in outputs else []
+    if "html" in outputs:  # one tab per function
+        from sectionmark.renderers.html import save_replay
+
+        written.append(save_replay(replay, outputs["html"], inputs))
     print(replay.table())
-    if written is not None:
-        print(f"wrote {written}")
+    for path in written:
+        print(f"wrote {path}")
 
 
 def _recorded_session(args: argparse.Namespace):
