@@ -10,6 +10,7 @@ profile must give one exact table per function with the right call counts.
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -152,9 +153,16 @@ def test_saved_recording_profiles_from_the_command_line(recorded, tmp_path, caps
     loaded = sm.Recording.load(directory)
     np.testing.assert_array_equal(loaded.replay()[0], recorded.final_logits)
     output = tmp_path / "replay.json"
-    assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--json", str(output)]) == 0
+    page = tmp_path / "replay.html"
+    assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--json", str(output), "--html", str(page)]) == 0
     printed = capsys.readouterr().out
     assert "decode: 8 calls per replay, 1 measured replay" in printed and f"wrote {output}" in printed
+    # The report: one tab per function, each with its own tree and timeline.
+    text = page.read_text()
+    assert re.findall(r'<nav class="tabs"><button type="button">(\w+)</button><button type="button">(\w+)</button>',
+                      text) == [("prefill", "decode")]
+    assert text.count('<section class="tab"') == 2 and text.count('<table class="tree"') == 2
+    assert "8 calls per replay, 1 measured replay" in text
     data = json.loads(output.read_text())
     assert [(entry["function"], entry["profile"]["calls"]) for entry in data["functions"]] == [("prefill", 1),
                                                                                                ("decode", 8)]
