@@ -23,7 +23,10 @@ and Tracy outputs). Its chooser offers every call of a short run, else the
 calls that matter (first, fastest, p50, p95, slowest, last); the p50 call is
 shown first. A call of more than ``MAX_BARS`` dispatches draws consecutive
 dispatches of one section on one row as one bar (their count in its hover
-text), so a huge call stays a light page.
+text), so a huge call stays a light page. The kernel table and the graph,
+thousands of elements for a big model, are laid out only when scrolled to
+(CSS ``content-visibility``): a 2,000-site profile opens in about a second
+(benchmarks/bench_html.py).
 """
 
 from __future__ import annotations
@@ -111,11 +114,9 @@ def script_json(data: Any) -> str:
 def rich_table_html(table: Table, table_id: str, classes: str = "") -> str:
     """A rich Table (the text renderers' own) as an HTML table: the same headers and cells, escaped."""
     headers = "".join(f"<th>{_text(str(column.header))}</th>" for column in table.columns)
-    rows = []
-    for index in range(table.row_count):
-        cells = "".join(f"<td class=\"{column.justify}\">{_text(str(list(column.cells)[index]))}</td>"
-                        for column in table.columns)
-        rows.append(f"<tr>{cells}</tr>")
+    columns = [(column.justify, [_text(str(cell)) for cell in column.cells]) for column in table.columns]
+    rows = ["<tr>" + "".join(f"<td class=\"{justify}\">{cells[index]}</td>" for justify, cells in columns) + "</tr>"
+            for index in range(table.row_count)]
     caption = f"<caption>{_text(str(table.caption))}</caption>" if table.caption else ""
     return (f"<table id=\"{table_id}\" class=\"{classes}\">{caption}<thead><tr>{headers}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
@@ -144,10 +145,10 @@ def _tab(index: int, tab: Tab) -> str:
             f"<h3>Timeline of one call</h3>{timeline}"
             f"<h3>Components</h3>{rich_table_html(build_components_table(session), components_id, 'sortable')}"
             f"<h3>Kernels</h3><input class=\"filter\" data-table=\"{kernels_id}\" placeholder=\"filter kernels\">"
-            f"{rich_table_html(build_kernels_table(session), kernels_id, 'sortable')}"
+            f"<div class=\"deferred\">{rich_table_html(build_kernels_table(session), kernels_id, 'sortable')}</div>"
             "<h3>Read/write graph</h3><p class=\"hint\">dispatch sites in execution order, coloured by section; "
             "red: a tensor read by several dispatches; dashed orange: data movement; hover for details</p>"
-            f"<div class=\"scroll graph\">{graph}</div></section>")
+            f"<div class=\"scroll graph deferred\">{graph}</div></section>")
 
 
 def _header(session: ProfileSession) -> str:
@@ -177,7 +178,7 @@ def _cost(session: ProfileSession) -> Optional[str]:
 
 def _tree(index: int, session: ProfileSession) -> str:
     calls = max(session.calls, 1)
-    rows = session.sections
+    rows, colors = session.sections, _colors(session)
     per = "/call" if session.calls_known else " (total)"
     headers = ["Section", "Share", f"Busy{per}", f"Wall{per}", f"Excl{per}", f"Shared{per}", "p50", "p95",
                f"Dispatches{per}", "Start p50", "End p50"]
@@ -187,7 +188,7 @@ def _tree(index: int, session: ProfileSession) -> str:
             continue
         parent = number + 1 < len(rows) and rows[number + 1].path[: len(row.path)] == row.path and row.path
         toggle = "<button type=\"button\" class=\"fold\" title=\"fold\"></button>" if parent else "<span class=\"leaf\"></span>"
-        name = f"{toggle}<span class=\"swatch\" style=\"background:{_colors(session)[row.name]}\"></span>{_text(row.leaf)}"
+        name = f"{toggle}<span class=\"swatch\" style=\"background:{colors[row.name]}\"></span>{_text(row.leaf)}"
         if row.shared_ns:
             others = ", ".join(f"{format_path(path) if path else '(unmarked)'} {format_ns(ns / calls)}"
                                for path, ns in row.shared_with.items())
