@@ -8,7 +8,9 @@
    ``iree-profile export`` (the JSONL the fallback reader consumes) on the
    same file.
 2. Profiling-run overhead: the same module under ``iree-benchmark-module``
-   with and without ``--device_profiling_mode``.
+   with and without ``--device_profiling_mode``, and the profiler cost that
+   ``sm.profile`` reports for it (its own unprofiled and profiled runs of the
+   same calls: the profile JSON's ``profiler_cost``, the HTML report's header).
 
 Usage: python benchmarks/bench_attribution.py [--events 1000000] [--dispatches 50]
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from iree.compiler import compile_str
 
+from sectionmark.profiling import profile
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.ireeprof import read_profile
 from sectionmark.profiling.runner import benchmark_command, benchmark_times_ns, write_inputs
@@ -93,8 +96,8 @@ def main() -> None:
         vmfb = directory / "chain.vmfb"
         vmfb.write_bytes(compile_str(chain_module(options.dispatches), extra_args=CPU_FLAGS))
         rng = np.random.default_rng(0)
-        inputs = write_inputs([rng.random((SIZE, SIZE), np.float32) * 0.1, rng.random((SIZE, SIZE), np.float32) * 0.1],
-                              directory)
+        arrays = [rng.random((SIZE, SIZE), np.float32) * 0.1, rng.random((SIZE, SIZE), np.float32) * 0.1]
+        inputs = write_inputs(arrays, directory)
         profile_path = directory / "big.ireeprof"
 
         plain = benchmark_command(vmfb, "main", inputs, device="local-task", calls=calls, profile_path=None)
@@ -122,6 +125,8 @@ def main() -> None:
             check=True))
         jsonl_mb = (directory / "big.jsonl").stat().st_size / 1e6
         jsonl_s, _ = timed(lambda: read_profile(directory / "big.jsonl"))
+        # What the report shows (profile JSON `profiler_cost`, the HTML header): sm.profile's own two runs.
+        cost = profile(vmfb, arrays, iterations=calls, warmup=0, section_map=section_map, quiet=True).profiler_cost
 
     print(f"profile: {events:,} dispatch events, {calls:,} calls x {options.dispatches} dispatches, "
           f"{size_mb:.0f} MB .ireeprof ({jsonl_mb:.0f} MB as jsonl)")
@@ -145,6 +150,9 @@ def main() -> None:
     print(f"run overhead: plain {plain_ms * 1e3:.1f} us/call ({plain_wall:.2f} s wall), "
           f"profiled {profiled_ms * 1e3:.1f} us/call ({profiled_wall:.2f} s wall): "
           f"{profiled_ms / plain_ms:.2f}x per call, {profiled_wall / plain_wall:.2f}x wall")
+    print(f"report's profiler cost (sm.profile, same module and calls): profiled {cost.profiled_ns / 1e3:.1f} us/call, "
+          f"unprofiled {cost.unprofiled_ns / 1e3:.1f} us/call: {cost.ratio:.2f}x, "
+          f"{abs(cost.ratio / (profiled_ms / plain_ms) - 1):.1%} from the run-overhead line")
 
 
 if __name__ == "__main__":

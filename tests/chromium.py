@@ -18,8 +18,12 @@ _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "me
 _CONSOLE = re.compile(r":CONSOLE[:(]")  # Chromium's --enable-logging=stderr lines for console messages
 
 
+def available() -> bool:
+    return os.path.exists(CHROMIUM)
+
+
 def require_chromium() -> None:
-    if not os.path.exists(CHROMIUM):
+    if not available():
         pytest.skip(MISSING)
 
 

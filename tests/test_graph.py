@@ -194,7 +194,7 @@ def _replaced(node, old: str, new: str):
 def test_hostile_map_strings_never_run_in_the_html_or_svg_graph(tmp_path, compiled_two_matmuls, inputs, capsys):
     """Each string value of a real map, in turn, made hostile everywhere it occurs: the report refuses the map
     in one line or writes a graph (.html, .svg) in which Chromium runs nothing; names and tensors reach the pages."""
-    if not os.path.exists(chromium.CHROMIUM) or shutil.which("dot") is None:
+    if not chromium.available() or shutil.which("dot") is None:
         pytest.skip(f"{chromium.MISSING} and Graphviz (apt-get install graphviz)")
     import sectionmark as sm
     from sectionmark.cli import main
