@@ -92,7 +92,7 @@ def page(tabs: list[Tab], title: str) -> str:
     data = {"tabs": [_tab_data(tab.session) for tab in tabs]}
     bar = ("<nav class=\"tabs\">" + "".join(f"<button type=\"button\">{_text(tab.name)}</button>" for tab in tabs)
            + "</nav>") if len(tabs) > 1 else ""
-    body = "".join(_tab(index, tab) for index, tab in enumerate(tabs))
+    body = "".join(_tab(index, tab, len(tabs) > 1) for index, tab in enumerate(tabs))
     script = resources.files(__package__).joinpath("report.js").read_text(encoding="utf-8")
     style = resources.files(__package__).joinpath("report.css").read_text(encoding="utf-8")
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
@@ -125,11 +125,13 @@ def rich_table_html(table: Table, table_id: str, classes: str = "") -> str:
 # ---------------------------------------------------------------------- one tab
 
 
-def _tab(index: int, tab: Tab) -> str:
+def _tab(index: int, tab: Tab, headed: bool) -> str:
+    """One tab's section; ``headed``: with the function's name as its heading (several tabs)."""
     session = tab.session
-    subtitle = f"<p class=\"subtitle\">{_text(tab.subtitle)}</p>" if tab.subtitle else ""
+    heading = (f"<h2>{_text(tab.name)}</h2>" if headed else "") + (
+        f"<p class=\"subtitle\">{_text(tab.subtitle)}</p>" if tab.subtitle else "")
     if session is None:
-        return (f"<section class=\"tab\" id=\"tab{index}\"><h2>{_text(tab.name)}</h2>{subtitle}"
+        return (f"<section class=\"tab\" id=\"tab{index}\">{heading}"
                 "<p>This function ran no dispatch in the replay: nothing to attribute.</p></section>")
     kernels_id, components_id = f"tab{index}-kernels", f"tab{index}-components"
     graph = layered_svg(session, _colors(session))
@@ -140,7 +142,7 @@ def _tab(index: int, tab: Tab) -> str:
                 "height=\"40\" font-family=\"sans-serif\"></svg></div></div>"
                 if session.attribution is not None else
                 "<p>This profile was read back from JSON: it has no per-dispatch events to draw.</p>")
-    return (f"<section class=\"tab\" id=\"tab{index}\"><h2>{_text(tab.name)}</h2>{subtitle}{_header(session)}"
+    return (f"<section class=\"tab\" id=\"tab{index}\">{heading}{_header(session)}"
             f"<h3>Sections</h3>{_tree(index, session)}"
             f"<h3>Timeline of one call</h3>{timeline}"
             f"<h3>Components</h3>{rich_table_html(build_components_table(session), components_id, 'sortable')}"

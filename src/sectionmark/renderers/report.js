@@ -111,7 +111,8 @@
       step *= span / step > 40 ? 5 : span / step > 16 ? 2 : 1;
       for (var tick = Math.ceil(view[0] / step) * step; tick <= view[1]; tick += step) {
         make("line", { x1: x(tick), x2: x(tick), y1: AXIS - 6, y2: AXIS, stroke: "#888" }, axis);
-        make("text", { x: x(tick) + 2, y: AXIS - 8, "font-size": 10, fill: "#555" }, axis, formatNs(tick));
+        var label = formatNs(tick).replace(/\.(\d*?)0+ /, ".$1 ").replace(". ", " ");  // 12.500 µs -> 12.5 µs
+        make("text", { x: x(tick) + 2, y: AXIS - 8, "font-size": 10, fill: "#555" }, axis, label);
       }
     }
     function draw(index) {
