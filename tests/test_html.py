@@ -24,6 +24,8 @@ def test_html_paths_are_the_report_and_the_graph_still_writes_html_by_name(tmp_p
     assert "<nav" not in session.save(tmp_path / "report.html").read_text() and "class=\"tree\"" in (
         tmp_path / "report.html").read_text()
     assert "Dispatches in execution order" in session.save(tmp_path / "g.html", "graph").read_text()
+    read_back = ProfileSession.from_json(session.to_json()).render("html")  # statistics only: no timeline to draw
+    assert "no per-dispatch events to draw" in read_back and 'class="tree"' in read_back
 
 
 def test_embedded_json_cannot_end_its_script_element():
