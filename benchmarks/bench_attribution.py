@@ -29,7 +29,7 @@ from iree.compiler import compile_str
 from sectionmark.profiling import profile
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.ireeprof import read_profile
-from sectionmark.profiling.runner import benchmark_command, benchmark_times_ns, write_inputs
+from sectionmark.profiling.runner import benchmark_command, median_call_ns, write_inputs
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.artifacts.tools import find_tool
 from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
@@ -76,11 +76,11 @@ def timed(function) -> tuple[float, object]:
 
 
 def run_benchmark_tool(command: list[str]) -> tuple[float, float]:
-    """(wall seconds of the tool, benchmark's own mean ms per call)."""
+    """(wall seconds of the tool, the median of its own time of each call in ms)."""
     start = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - start
-    return wall, benchmark_times_ns(result.stdout)[0] / 1e6
+    return wall, median_call_ns(result.stdout) / 1e6
 
 
 def main() -> None:
@@ -147,7 +147,7 @@ def main() -> None:
               f"{abs(rows - timing.call_ns) / timing.call_ns:.2e})")
     print(f"jsonl path: iree-profile export {export_s:.3f} s + jsonl reader {jsonl_s:.3f} s "
           f"= {events / (export_s + jsonl_s) / 1e6:.2f} M events/s")
-    print(f"run overhead: plain {plain_ms * 1e3:.1f} us/call ({plain_wall:.2f} s wall), "
+    print(f"run overhead (median call): plain {plain_ms * 1e3:.1f} us/call ({plain_wall:.2f} s wall), "
           f"profiled {profiled_ms * 1e3:.1f} us/call ({profiled_wall:.2f} s wall): "
           f"{profiled_ms / plain_ms:.2f}x per call, {profiled_wall / plain_wall:.2f}x wall")
     print(f"report's profiler cost (sm.profile, same module and calls): profiled {cost.profiled_ns / 1e3:.1f} us/call, "

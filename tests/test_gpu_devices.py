@@ -53,8 +53,8 @@ def test_command_lines_per_device(tmp_path):
     def command(device: str) -> list[str]:
         return runner.benchmark_command(vmfb, "main", inputs, device=device, calls=7, profile_path=out)
 
-    common = {f"--module={vmfb}", "--function=main", f"--input=@{inputs[0]}", "--benchmark_min_time=7x",
-              "--benchmark_format=json"}
+    common = {f"--module={vmfb}", "--function=main", f"--input=@{inputs[0]}", "--benchmark_min_time=1x",
+              "--benchmark_repetitions=7", "--benchmark_format=json"}
     for device, flag in [("cuda", "--cuda_tracing=2"), ("cuda://1", "--cuda_tracing=2"), ("hip", "--hip_tracing=2")]:
         line = command(device)
         assert Path(line[0]).parent.name == "_runtime_libs_tracy", device

@@ -77,9 +77,9 @@ class ProfileRun:
     calls: int  # warmup + measured calls, in order
     warmup: int
     wall_s: float  # wall-clock time of the whole tool run
-    # iree-benchmark-module's mean time per call (warmup calls included) with the profiler on, and of an
-    # unprofiled run of the same function and inputs made right before it: what the profiler itself costs.
-    # None when not measured (measure_cost=False, or a Tracy capture on CUDA/HIP).
+    # The median time of a measured call (warmup excluded) as iree-benchmark-module timed each, with the
+    # profiler on, and in an unprofiled run of the same calls and inputs made right before it: what the
+    # profiler itself costs. None when not measured (measure_cost=False, or a Tracy capture on CUDA/HIP).
     profiled_ns_per_call: Optional[float] = None
     unprofiled_ns_per_call: Optional[float] = None
 
@@ -155,8 +155,11 @@ def benchmark_command(
         f"--module={vmfb}",
         f"--function={function}",
         *[f"--input=@{path}" for path in inputs],
-        f"--benchmark_min_time={calls}x",
-        "--benchmark_format=json",  # its mean time per call: benchmark_times_ns
+        # One call per repetition: the tool reports each call's time (benchmark_times_ns), so the profiler's
+        # cost is a median over the measured calls, not a mean that the first call's loading dominates.
+        "--benchmark_min_time=1x",
+        f"--benchmark_repetitions={calls}",
+        "--benchmark_format=json",
     ]
     if profile_path is None:
         return command
@@ -170,8 +173,9 @@ _NS_PER_UNIT = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
 def benchmark_times_ns(stdout: str) -> list[float]:
-    """iree-benchmark-module's mean wall time per call (ns) of each run (repetition) it reports, from its
-    ``--benchmark_format=json`` output; one error line when it has none."""
+    """iree-benchmark-module's mean wall time per call (ns) of each run (repetition) it reports, in order, from
+    its ``--benchmark_format=json`` output (of a `benchmark_command`: each call's time); one error line when it
+    has none."""
     try:
         runs = json.loads(stdout)["benchmarks"]
         times = [float(run["real_time"]) * _NS_PER_UNIT[run["time_unit"]] for run in runs
@@ -181,6 +185,12 @@ def benchmark_times_ns(stdout: str) -> list[float]:
     if not times:
         raise SectionmarkError("cannot read iree-benchmark-module's timings (it reported no run)")
     return times
+
+
+def median_call_ns(stdout: str, warmup: int = 0) -> float:
+    """The median time of the calls after the first ``warmup`` in the output of a `benchmark_command` run."""
+    times = benchmark_times_ns(stdout)
+    return float(np.median(times[warmup:] or times))
 
 
 def tool_failure(device: str, stderr: str, returncode: int = 1) -> str:
@@ -229,9 +239,9 @@ def run_profile(
     with one error line, so that a hung tool never hangs the caller.
 
     ``measure_cost``: first run the same calls unprofiled, and keep both runs'
-    time per call (`ProfileRun.profiled_ns_per_call`): the profiler's own cost,
-    which matters when dispatches last a few hundred nanoseconds. Not on
-    CUDA/HIP, whose traced tool runs under a capture.
+    median time of a measured call (`ProfileRun.profiled_ns_per_call`): the
+    profiler's own cost, which matters when dispatches last a few hundred
+    nanoseconds. Not on CUDA/HIP, whose traced tool runs under a capture.
     """
     if iterations < 1 or warmup < 0:
         raise SectionmarkError(f"need iterations >= 1 and warmup >= 0 (got {iterations}, {warmup})")
@@ -254,14 +264,14 @@ def run_profile(
         plain = benchmark_command(vmfb, function, inputs, device=device, calls=calls, profile_path=None,
                                   parameters=parameters, imported=imported)
         with console.status(f"timing {vmfb.name}:{function} on {device} unprofiled ({calls} calls)"):
-            unprofiled_ns = benchmark_times_ns(_run_tool(plain, device, timeout))[0]
+            unprofiled_ns = median_call_ns(_run_tool(plain, device, timeout), warmup)
     start = time.perf_counter()
     with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"):
         if traced:
             _run_captured(command, profile_path, device, timeout)
         else:
             output = _run_tool(command, device, timeout)
-            profiled_ns = benchmark_times_ns(output)[0] if measure_cost else None
+            profiled_ns = median_call_ns(output, warmup) if measure_cost else None
     wall_s = time.perf_counter() - start
     if not profile_path.is_file() or profile_path.stat().st_size == 0:
         raise SectionmarkError(f"iree-benchmark-module wrote no profile to {profile_path}")
