@@ -88,7 +88,8 @@ def profile(
         session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
         session.device = device
         if run.profiled_ns_per_call is not None and run.unprofiled_ns_per_call is not None:
-            session.profiler_cost = ProfilerCost(run.profiled_ns_per_call, run.unprofiled_ns_per_call)
+            # Whole ns, as the JSON stores them: the ratio read back is the ratio shown.
+            session.profiler_cost = ProfilerCost(round(run.profiled_ns_per_call), round(run.unprofiled_ns_per_call))
         return session
 
 
