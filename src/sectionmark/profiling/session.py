@@ -158,10 +158,10 @@ class SectionStats:
 
 @dataclass
 class ProfilerCost:
-    """What the profiler itself costs: iree-benchmark-module's mean time per call with the profiler on, and
-    in an unprofiled run of the same function, inputs and calls made by the same ``profile`` (warmup calls
-    included in both). A profiled call records an event per dispatch: with dispatches of a few hundred
-    nanoseconds that is a visible part of the call, which the section times include."""
+    """What the profiler itself costs: the median measured call (warmup excluded) as iree-benchmark-module
+    timed each call, with the profiler on, and in an unprofiled run of the same function, inputs and calls
+    made by the same ``profile``. A profiled call records an event per dispatch: with dispatches of a few
+    hundred nanoseconds that is a visible part of the call, which the section times include."""
 
     JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("ratio",)
 

@@ -188,7 +188,7 @@ def profiler_cost_lines(session: ProfileSession) -> list[str]:
     if cost is None:
         return []
     return [f"profiler cost: {format_ns(cost.profiled_ns)}/call profiled vs {format_ns(cost.unprofiled_ns)}/call "
-            f"unprofiled ({cost.ratio:.2f}x; iree-benchmark-module, same calls and inputs, warmup included)"]
+            f"unprofiled ({cost.ratio:.2f}x; median measured call timed by iree-benchmark-module, same calls and inputs)"]
 
 
 def cpu_lines(session: ProfileSession) -> list[str]:
