@@ -38,7 +38,7 @@ import json
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import numpy as np
 from rich.table import Table
@@ -52,6 +52,9 @@ from sectionmark.renderers.components import build_components_table
 from sectionmark.renderers.graph import layered_svg, section_colors
 from sectionmark.renderers.kernels import build_kernels_table
 from sectionmark.renderers.table import SHARED_MARK, format_ns, notes
+
+if TYPE_CHECKING:
+    from sectionmark.profiling.replay import ReplayProfile
 
 MAX_LISTED_CALLS = 30  # a run of at most this many calls offers each of them in the timeline's chooser
 MAX_BARS = 20_000  # dispatch bars of one call; beyond, consecutive dispatches of a section on a row merge
@@ -73,7 +76,7 @@ def render(session: ProfileSession, title: Optional[str] = None) -> str:
     return page([Tab(name, session)], title or f"sectionmark profile: {name}")
 
 
-def render_replay(replay, title: Optional[str] = None) -> str:
+def render_replay(replay: "ReplayProfile", title: Optional[str] = None) -> str:
     """The report of a replayed recording (`sectionmark.profiling.replay.ReplayProfile`): one tab per function."""
     tabs = [Tab(entry.function, entry.profile,
                 f"{entry.calls_per_replay} call{'s' * (entry.calls_per_replay != 1)} per replay, "
@@ -82,7 +85,7 @@ def render_replay(replay, title: Optional[str] = None) -> str:
     return page(tabs, title or "sectionmark profile of a recording: " + ", ".join(tab.name for tab in tabs))
 
 
-def save_replay(replay, path: PathLike, inputs: Iterable[PathLike] = ()) -> Path:
+def save_replay(replay: "ReplayProfile", path: PathLike, inputs: Iterable[PathLike] = ()) -> Path:
     """Write `render_replay` to ``path`` all at once, never onto one of ``inputs``."""
     return write_atomic(path, render_replay(replay), inputs)
 
