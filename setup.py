@@ -2,12 +2,12 @@
 
 `optional=True`: without a C compiler the install still succeeds and
 sectionmark uses its Python zone stack (sectionmark.markers.zonestack) and
-the numpy profile reader (sectionmark.profiling.ireeprof), with the same results.
+the numpy profile reader (sectionmark.readers.ireeprof), with the same results.
 """
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("sectionmark.markers._zonestack", ["src/sectionmark/markers/_zonestack.c"], optional=True),
-    Extension("sectionmark.profiling._ireeprof", ["src/sectionmark/profiling/_ireeprof.c"], optional=True),
+    Extension("sectionmark.readers._ireeprof", ["src/sectionmark/readers/_ireeprof.c"], optional=True),
 ])

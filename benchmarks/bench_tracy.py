@@ -125,7 +125,7 @@ def main() -> None:
 
     from sectionmark.tracy.capture import capture_command
     from sectionmark.markers import zonestack
-    from sectionmark.tracy.reader import read_capture
+    from sectionmark.readers.tracy_capture import read_capture
 
     stacks = ["c", "python"] if zonestack.c_extension_available() else ["python"]
     best = {}

@@ -13,7 +13,7 @@ from test_graph import parse_dot
 from sectionmark.profiling import report
 from sectionmark.renderers import json_out
 from sectionmark.section_map import SectionMap
-from sectionmark.tracy.reader import read_capture
+from sectionmark.readers.tracy_capture import read_capture
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The data flow in the imports: markers -> importers -> compiler -> runtime -> profiling -> renderers.
+"""The data flow in the imports: markers -> importers -> compiler -> runtime -> readers -> profiling -> renderers.
 
 Each module of src/sectionmark belongs to one stage (docs/architecture.md);
 a module imports only its own stage, earlier stages and the shared foundation
@@ -26,11 +26,11 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "sectionmark"
 
-STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "profiling", "renderers", "entry"]
+STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "readers", "profiling", "renderers", "entry"]
 FOUNDATION = {"errors", "paths", "outputs", "serialization", "parameters", "section_map", "lazy", "arguments"}
 PREFIX_STAGES = {
     "markers": "markers", "importers": "importers", "locations": "importers", "compiler": "compiler",
-    "runtime": "runtime", "artifacts": "runtime", "profiling": "profiling", "tracy": "profiling",
+    "runtime": "runtime", "artifacts": "runtime", "readers": "readers", "profiling": "profiling", "tracy": "profiling",
     "renderers": "renderers", "cli": "entry", "__main__": "entry",
 }
 # (importer, imported) pairs against the flow, and why they are right.

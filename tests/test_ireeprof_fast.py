@@ -1,6 +1,6 @@
 """The fast paths of reading and attributing a profile give exactly what the plain ways give.
 
-The C extension (``sectionmark.profiling._ireeprof``) and its numpy fallback
+The C extension (``sectionmark.readers._ireeprof``) and its numpy fallback
 read a real profile into identical tables and refuse each corrupt file of
 tests/test_readers.py with the same line; each numpy shortcut equals the
 straightforward numpy it replaces, on random data shaped like profiles.
@@ -16,9 +16,9 @@ from test_readers import BUNDLE_CASES, DISPATCH, event_offsets, field_of
 from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling import ireeprof, queue_time
+from sectionmark.readers import ireeprof, queue_time
 from sectionmark.profiling.attribute import _attributed_events, attribute
-from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, read_profile
+from sectionmark.readers.ireeprof import DISPATCH_DTYPE, read_profile
 from sectionmark.profiling.session import ProfileSession, _union_length, wall_parts
 
 SEEDS = range(8)

@@ -15,7 +15,7 @@ from tiny_profiles import DYNAMIC, KEY_0, KEY_1, TWO_MATMULS, compile_plain, exp
 import sectionmark.profiling as profiling
 from sectionmark.errors import SectionmarkError
 from sectionmark.artifacts import tools
-from sectionmark.profiling.ireeprof import read_profile
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.profiling.queue_time import call_windows
 from sectionmark.profiling.runner import local_task_workers
 from sectionmark.renderers import json_out

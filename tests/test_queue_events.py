@@ -13,7 +13,7 @@ import sectionmark.compiler as smc
 from sectionmark import profiling
 from sectionmark.artifacts import tools
 from sectionmark.profiling.attribute import attribute
-from sectionmark.profiling.ireeprof import read_profile
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.profiling.session import UNTIMED_TRANSFERS_NOTE, ProfileSession
 from invariants import assert_profile_invariants
 

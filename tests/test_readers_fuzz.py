@@ -38,7 +38,7 @@ from tiny_profiles import Inconsistent, export_rows, section_oracle
 import sectionmark.profiling as profiling
 from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling import ireeprof
+from sectionmark.readers import ireeprof
 from sectionmark.profiling.inputs import load_input_array
 from sectionmark.profiling.session import ProfileSession
 

@@ -22,9 +22,9 @@ from invariants import assert_profile_invariants
 from sectionmark import renderers
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
-from sectionmark.profiling import ireeprof
+from sectionmark.readers import ireeprof
 from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
-from sectionmark.profiling.ireeprof import EVENT_EXECUTE
+from sectionmark.readers.ireeprof import EVENT_EXECUTE
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.profiling.session import (
     CompositionSums,

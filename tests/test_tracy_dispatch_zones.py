@@ -1,4 +1,4 @@
-"""GPU dispatch zones of a Tracy capture joined to a section map (sectionmark.tracy.dispatch_zones).
+"""GPU dispatch zones of a Tracy capture joined to a section map (sectionmark.readers.tracy_dispatch_zones).
 
 Pure logic on hand-built captures and maps: the zones are what IREE's CUDA
 driver records (tests/gpu_zones.py) or what sectionmark's replay writes
@@ -19,8 +19,8 @@ from sectionmark.paths import SectionPath
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
-from sectionmark.tracy.dispatch_zones import capture_profile
-from sectionmark.tracy.reader import Capture, Track, Zone
+from sectionmark.readers.tracy_dispatch_zones import capture_profile
+from sectionmark.readers.tracy_capture import Capture, Track, Zone
 
 A, AB, C = ("A",), ("A", "B"), ("C",)
 BARRIER = Command("barrier", key="barrier")

@@ -30,8 +30,8 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
-from sectionmark.profiling import ireeprof
-from sectionmark.profiling.ireeprof import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,
+from sectionmark.readers import ireeprof
+from sectionmark.readers.ireeprof import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,
                                             distinct, first_true, searchsorted_runs)
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap

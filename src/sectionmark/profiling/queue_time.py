@@ -37,8 +37,8 @@ from typing import Optional
 
 import numpy as np
 
-from sectionmark.profiling import ireeprof
-from sectionmark.profiling.ireeprof import EVENT_EXECUTE, EVENT_NAMES, MEMORY_EVENT_NAMES, MEMORY_POOL_STATS, distinct
+from sectionmark.readers import ireeprof
+from sectionmark.readers.ireeprof import EVENT_EXECUTE, EVENT_NAMES, MEMORY_EVENT_NAMES, MEMORY_POOL_STATS, distinct
 
 QUEUE_SPAN_DTYPE = np.dtype(
     [("type", "<u4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("payload_bytes", "<u8"), ("call", "<i4")]

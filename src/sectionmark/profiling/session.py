@@ -46,7 +46,7 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
-from sectionmark.profiling import ireeprof
+from sectionmark.readers import ireeprof
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.profiling.queue_time import (
     CallTime,

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Optional, Union
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.ireeprof import Profile
+from sectionmark.readers.ireeprof import Profile
 from sectionmark.section_map import SectionMap
-from sectionmark.tracy.dispatch_zones import (
+from sectionmark.readers.tracy_dispatch_zones import (
     DispatchZone,
     Execution,
     StaticBuffer,
@@ -47,7 +47,7 @@ from sectionmark.tracy.dispatch_zones import (
     executions_profile,
     static_buffers,
 )
-from sectionmark.tracy.reader import Capture, is_capture, read_capture
+from sectionmark.readers.tracy_capture import Capture, is_capture, read_capture
 
 __all__ = ["APPROXIMATION_NOTE", "is_live_capture", "is_live_capture_file", "live_capture_profile"]
 

@@ -1,7 +1,7 @@
 /* The passes over every event of a profile, from reading to the session's
  * sums: walking the .ireeprof records, splitting the host execution events
  * (152 bytes each, a million per million dispatches) and memory events into
- * the compact tables of sectionmark.profiling.ireeprof, the link checks, the
+ * the compact tables of sectionmark.readers.ireeprof, the link checks, the
  * join of attribute.py and the sums of session.py and queue_time.py. numpy
  * needs several passes over the data for each; these do one. Built when a C
  * compiler is present; the Python modules do the same with numpy when it is
@@ -647,7 +647,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_definition = {
-    PyModuleDef_HEAD_INIT, "sectionmark.profiling._ireeprof",
+    PyModuleDef_HEAD_INIT, "sectionmark.readers._ireeprof",
     "The record walk and host-event split of the .ireeprof reader, in C.", -1, methods,
 };
 

@@ -30,10 +30,10 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath, format_path
-from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, SUBMISSION_DTYPE, Profile, RecordedCommand
+from sectionmark.readers.ireeprof import DISPATCH_DTYPE, SUBMISSION_DTYPE, Profile, RecordedCommand
 from sectionmark.profiling.timeline import track_queue
 from sectionmark.section_map import COMMAND_OPS, Command, CommandBuffer, SectionMap
-from sectionmark.tracy.reader import Capture, Track
+from sectionmark.readers.tracy_capture import Capture, Track
 
 __all__ = [
     "capture_profile", "dispatch_keys", "executions_profile", "static_buffers", "DispatchZone", "Execution", "StaticBuffer",

@@ -75,7 +75,7 @@ from sectionmark.artifacts.files import open_regular
 from sectionmark.artifacts.tools import find_tool, last_useful_line
 
 try:  # the passes over every event in C (setup.py builds it when a compiler is present)
-    from sectionmark.profiling import _ireeprof as _native
+    from sectionmark.readers import _ireeprof as _native
 except ImportError:
     _native = None
 
