@@ -37,7 +37,7 @@ def jsonl_oracle(profile_path: Path, section_map: SectionMap, warmup_calls: int)
 def test_bundle_reader_matches_iree_profile_export(plain_run):
     _vmfb, profile_path, _session = plain_run
     bundle, exported = read_profile(profile_path, reader="bundle"), read_profile(profile_path, reader="jsonl")
-    assert (bundle.source, exported.source) == ("bundle", "jsonl")
+    assert (bundle.provenance.reader, exported.provenance.reader) == ("bundle", "jsonl")
     assert bundle.keys == exported.keys == [KEY_0, KEY_1]
     assert np.array_equal(bundle.dispatches, exported.dispatches)
     assert np.array_equal(bundle.submissions, exported.submissions)

@@ -29,7 +29,7 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import write_atomic
 from sectionmark.profiling.attribute import attribute, public_function, submitted_functions
-from sectionmark.readers.ireeprof import Profile
+from sectionmark.readers.event_model import Profile
 from sectionmark.profiling.queue_time import assign_calls
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap

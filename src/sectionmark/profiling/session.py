@@ -46,7 +46,7 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
-from sectionmark.readers import ireeprof
+from sectionmark.readers.event_model import native
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.profiling.queue_time import (
     CallTime,
@@ -501,11 +501,11 @@ def event_sums(attribution: Attribution) -> EventSums:
     events, slots = attribution.events, len(attribution.slots)
     slot_composition = _slot_compositions(attribution)
     calls, compositions = max(attribution.calls, 1), len(attribution.compositions)
-    native = ireeprof.native()
-    if native is not None:
+    native_passes = native()
+    if native_passes is not None:
         sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
                          np.zeros(slots), np.zeros(slots, np.int64), 0, False)
-        sums.total_ns, sums.disjoint = native.event_sums(np.ascontiguousarray(events), slot_composition, calls,
+        sums.total_ns, sums.disjoint = native_passes.event_sums(np.ascontiguousarray(events), slot_composition, calls,
                                                          sums.busy_by_call, sums.busy, sums.count, sums.slot_busy,
                                                          sums.slot_count)
         return sums

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.ireeprof import Profile
+from sectionmark.readers.event_model import Profile
 from sectionmark.section_map import SectionMap
 from sectionmark.readers.tracy_dispatch_zones import (
     DispatchZone,
