@@ -651,7 +651,7 @@ static struct PyModuleDef module_definition = {
     "The record walk and host-event split of the .ireeprof reader, in C.", -1, methods,
 };
 
-/* The row sizes this build writes: ireeprof.py refuses a stale build whose rows differ from its dtypes. */
+/* The row sizes this build writes: readers/event_model.py refuses a stale build whose rows differ from its dtypes. */
 PyMODINIT_FUNC PyInit__ireeprof(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||

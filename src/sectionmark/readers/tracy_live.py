@@ -26,7 +26,7 @@ of its tiles: the span is what the HAL profiler measures for a dispatch (the
 exact profile this approximates), while the sum would count a dispatch that
 ran on k workers about k times. The Tracy zones themselves are inflated by
 the instrumentation, hence ``APPROXIMATION_NOTE``. The result goes through
-`dispatch_zones.executions_profile` and ``sectionmark.profiling.attribute``
+`tracy_dispatch_zones.executions_profile` and ``sectionmark.profiling.attribute``
 like a GPU capture.
 """
 
