@@ -17,11 +17,11 @@ from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import queue_time
-from sectionmark.readers import arrays, checks, event_model, ireeprof_bundle
 from sectionmark.profiling.attribute import _attributed_events, attribute
+from sectionmark.profiling.session import ProfileSession, _union_length, wall_parts
+from sectionmark.readers import arrays, checks, event_model, ireeprof_bundle
 from sectionmark.readers.event_model import DISPATCH_DTYPE
 from sectionmark.readers.ireeprof import read_profile
-from sectionmark.profiling.session import ProfileSession, _union_length, wall_parts
 
 SEEDS = range(8)
 

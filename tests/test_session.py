@@ -22,9 +22,7 @@ from invariants import assert_profile_invariants
 from sectionmark import renderers
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
-from sectionmark.readers import event_model
 from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
-from sectionmark.readers.event_model import EVENT_EXECUTE
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.profiling.session import (
     CompositionSums,
@@ -38,6 +36,8 @@ from sectionmark.profiling.session import (
     wall_parts,
     weight_matrices,
 )
+from sectionmark.readers import event_model
+from sectionmark.readers.event_model import EVENT_EXECUTE
 from sectionmark.renderers import RENDERERS
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 

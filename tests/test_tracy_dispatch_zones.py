@@ -18,10 +18,10 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
 from sectionmark.readers.queue_tracks import queue_track_names, track_queue
 from sectionmark.readers.tracy_capture import Capture, Track, Zone
 from sectionmark.readers.tracy_dispatch_zones import capture_profile
+from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
 
 A, AB, C = ("A",), ("A", "B"), ("C",)
 BARRIER = Command("barrier", key="barrier")

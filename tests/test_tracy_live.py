@@ -25,8 +25,8 @@ from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import report
 from sectionmark.readers import tracy_live
-from sectionmark.tracy import capture_command
 from sectionmark.readers.tracy_dispatch_zones import DispatchZone
+from sectionmark.tracy import capture_command
 
 pytest.importorskip("torch")
 

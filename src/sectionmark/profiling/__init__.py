@@ -19,10 +19,10 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
-from sectionmark.readers.event_model import Profile
-from sectionmark.readers.ireeprof import read_profile
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, local_task_workers, run_profile
 from sectionmark.profiling.session import ProfileSession
+from sectionmark.readers.event_model import Profile
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 
 __all__ = ["profile", "report", "ProfileSession"]

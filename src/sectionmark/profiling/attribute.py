@@ -30,9 +30,9 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
+from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
 from sectionmark.readers.arrays import distinct, first_true, searchsorted_runs
 from sectionmark.readers.event_model import DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand, native
-from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap
 
 CONTROL_FLOW_OPS = ("branch", "cond_branch")  # recorded ops that make commands run other than once, in order

@@ -46,7 +46,6 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
-from sectionmark.readers.event_model import native
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.profiling.queue_time import (
     CallTime,
@@ -55,6 +54,7 @@ from sectionmark.profiling.queue_time import (
     measured_call_starts,
     union_blocks,
 )
+from sectionmark.readers.event_model import native
 from sectionmark.section_map import INITIALIZER_FUNCTION, Binding, SectionMap, Share
 from sectionmark.serialization import json_field
 

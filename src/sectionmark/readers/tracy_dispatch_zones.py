@@ -32,8 +32,8 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.readers.event_model import DISPATCH_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, RecordedCommand
 from sectionmark.readers.queue_tracks import track_queue
-from sectionmark.section_map import COMMAND_OPS, Command, CommandBuffer, SectionMap
 from sectionmark.readers.tracy_capture import Capture, Track
+from sectionmark.section_map import COMMAND_OPS, Command, CommandBuffer, SectionMap
 
 __all__ = [
     "capture_profile", "dispatch_keys", "executions_profile", "static_buffers", "DispatchZone", "Execution", "StaticBuffer",

@@ -38,7 +38,7 @@ from typing import Optional, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.event_model import Profile
-from sectionmark.section_map import SectionMap
+from sectionmark.readers.tracy_capture import Capture, is_capture, read_capture
 from sectionmark.readers.tracy_dispatch_zones import (
     DispatchZone,
     Execution,
@@ -47,7 +47,7 @@ from sectionmark.readers.tracy_dispatch_zones import (
     executions_profile,
     static_buffers,
 )
-from sectionmark.readers.tracy_capture import Capture, is_capture, read_capture
+from sectionmark.section_map import SectionMap
 
 __all__ = ["APPROXIMATION_NOTE", "is_live_capture", "is_live_capture_file", "live_capture_profile"]
 
