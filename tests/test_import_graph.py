@@ -113,6 +113,21 @@ def test_listed_exceptions_are_still_needed():
     assert EXCEPTIONS <= used, EXCEPTIONS - used
 
 
+MAX_MODULE_LINES = 600
+# Modules still over the limit, each to be split by a later step of issue 26.
+LONG_MODULES = {
+    "sectionmark/cli.py",  # the CLI's one path for replay and per-function profiles (result family)
+    "sectionmark/profiling/session.py",  # derived views computed on demand instead of embedded (session JSON)
+}
+
+
+def test_no_module_is_over_600_lines():
+    long = {str(path.relative_to(SRC)): len(path.read_text(encoding="utf-8").splitlines())
+            for path in PACKAGE.rglob("*.py")}
+    long = {name: lines for name, lines in long.items() if lines > MAX_MODULE_LINES}
+    assert set(long) == LONG_MODULES, long
+
+
 def test_profiling_imports_no_renderer_module():
     for path in (PACKAGE / "profiling").rglob("*.py"):
         renderer_modules = {name for name in sectionmark_imports(path) if name.startswith("sectionmark.renderers.")}
