@@ -21,10 +21,12 @@ from sectionmark.readers.event_model import (INDIRECT_PARAMETERS, MAX_EVENT_NS, 
 
 
 def corrupt(path: Path, what: str) -> SectionmarkError:
+    """The one error line of every reader for a profile that breaks its format or is inconsistent."""
     return SectionmarkError(f"{path}: not a valid IREE profile ({what})")
 
 
 def device_timed(path: Path) -> SectionmarkError:
+    """The error line of both IREE profile readers for a GPU profile, which they do not read."""
     return SectionmarkError(
         f"{path}: it has device-timed dispatch events (a GPU profile); sectionmark reports CPU (local-task) profiles, "
         "GPU sections are measured with Tracy"
@@ -286,7 +288,7 @@ def checked_profile(
     memory: np.ndarray,
     known: Optional[KnownOrder] = None,
 ) -> Profile:
-    """Check a reader's tables against each other (module docstring) and build the Profile.
+    """Check a reader's tables against each other (the list in `sectionmark.readers.ireeprof`) and build the Profile.
 
     ``declared``: the command buffers the profile defines (command-buffer
     records); ``commands``: the recorded commands of each, by index; ``known``:

@@ -248,7 +248,7 @@ def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length
 
 def _raise_record_error(path: Path, offset: int, header: np.void, after_end: bool, lengths_ok: bool,
                         known_type: bool, begin_ok: bool, content_type: str) -> None:
-    """Raise the first check the record at byte ``offset`` fails, in the order of the module docstring."""
+    """Raise the first check the record at byte ``offset`` fails, in the order of `sectionmark.readers.ireeprof`'s list."""
     if after_end:
         raise corrupt(path, f"record after the session end at byte {offset}")
     if not lengths_ok:
