@@ -309,8 +309,8 @@ def checked_profile(
     dispatches = _by_submission_and_start(dispatches, known.dispatches_sorted)
     submissions = _sorted_by(submissions, "submission")
     _check_links(path, dispatches, submissions, command_buffers, timed)
-    return Profile(dispatches, submissions, keys, command_buffers, exports, provenance,
-                   _sorted_by(queue_ops, "start_ns", "submission"), _sorted_by(memory, "time_ns"))
+    return Profile(dispatches, submissions, keys, command_buffers, exports,
+                   _sorted_by(queue_ops, "start_ns", "submission"), _sorted_by(memory, "time_ns"), provenance=provenance)
 
 
 def _sorted_by(table: np.ndarray, first: str, second: Optional[str] = None) -> np.ndarray:

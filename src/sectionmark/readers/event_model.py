@@ -143,6 +143,6 @@ class Profile:
     keys: list[str]  # dispatch key (executable function name) by ``dispatches["key"]``
     command_buffers: dict[int, list[RecordedCommand]] = field(default_factory=dict)
     exports: dict[int, list[str]] = field(default_factory=dict)  # executable id -> its function names
-    provenance: Provenance = Provenance("")
     queue_ops: np.ndarray = field(default_factory=lambda: np.zeros(0, QUEUE_OP_DTYPE))  # sorted by (start, submission)
     memory: np.ndarray = field(default_factory=lambda: np.zeros(0, MEMORY_DTYPE))  # sorted by time
+    provenance: Provenance = field(kw_only=True)  # every reader says where its events came from
