@@ -32,7 +32,8 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
 from sectionmark.readers.arrays import distinct, first_true, searchsorted_runs
-from sectionmark.readers.event_model import DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand, native
+from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,
+                                             native)
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap
 
 CONTROL_FLOW_OPS = ("branch", "cond_branch")  # recorded ops that make commands run other than once, in order
@@ -339,9 +340,9 @@ def _attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: n
     native_passes = native()
     if native_passes is not None:
         events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
-        written, *failures = native_passes.attribute_events(np.ascontiguousarray(dispatches, DISPATCH_DTYPE), runtime_ids,
-                                                     bases, flat, slot_keys, np.ascontiguousarray(submission_ids),
-                                                     call_of_submission.astype(np.int64), warmup, events)
+        written, *failures = native_passes.attribute_events(
+            np.ascontiguousarray(dispatches, DISPATCH_DTYPE), runtime_ids, bases, flat, slot_keys,
+            np.ascontiguousarray(submission_ids), call_of_submission.astype(np.int64), warmup, events)
         return events[:written], _EventFailures(*failures)
 
     dense = searchsorted_runs(runtime_ids, dispatches["command_buffer"])

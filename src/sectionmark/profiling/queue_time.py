@@ -205,7 +205,7 @@ def union_by_window(starts: np.ndarray, ends: np.ndarray, window_starts: np.ndar
     if native_passes is not None:  # one pass when the starts are sorted, as a profile's dispatches nearly always are
         sums = np.empty(len(window_starts), np.int64)
         if native_passes.union_by_window(np.asarray(starts, np.int64), np.asarray(ends, np.int64),
-                                  np.asarray(window_starts, np.int64), np.asarray(window_ends, np.int64), sums):
+                                         np.asarray(window_starts, np.int64), np.asarray(window_ends, np.int64), sums):
             return sums
     block_starts, block_ends = union_blocks(starts, ends)
     # A block lies in one window (dispatches run inside their call); one reaching past it is clipped there.

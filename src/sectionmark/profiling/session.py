@@ -505,9 +505,9 @@ def event_sums(attribution: Attribution) -> EventSums:
     if native_passes is not None:
         sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
                          np.zeros(slots), np.zeros(slots, np.int64), 0, False)
-        sums.total_ns, sums.disjoint = native_passes.event_sums(np.ascontiguousarray(events), slot_composition, calls,
-                                                         sums.busy_by_call, sums.busy, sums.count, sums.slot_busy,
-                                                         sums.slot_count)
+        sums.total_ns, sums.disjoint = native_passes.event_sums(
+            np.ascontiguousarray(events), slot_composition, calls, sums.busy_by_call, sums.busy, sums.count,
+            sums.slot_busy, sums.slot_count)
         return sums
     starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), events["slot"]
     duration = (ends - starts).astype(np.float64)

@@ -52,7 +52,8 @@ def timed_dispatch(op: str, flags: int, workgroups: list[int]) -> bool:
     return op == "dispatch" and not flags & INDIRECT_PARAMETERS and min(workgroups) > 0
 
 
-def define_function(path: Path, functions: dict[tuple[int, int], str], executable: int, ordinal: int, name: str) -> None:
+def define_function(path: Path, functions: dict[tuple[int, int], str], executable: int, ordinal: int,
+                    name: str) -> None:
     if functions.setdefault((executable, ordinal), name) != name:
         raise corrupt(path, f"executable function {executable}:{ordinal} is recorded twice with different names")
 
@@ -288,7 +289,7 @@ def checked_profile(
     memory: np.ndarray,
     known: Optional[KnownOrder] = None,
 ) -> Profile:
-    """Check a reader's tables against each other (the list in `sectionmark.readers.ireeprof`) and build the Profile.
+    """Check a reader's tables against each other (the list in `readers.ireeprof`) and build the Profile.
 
     ``declared``: the command buffers the profile defines (command-buffer
     records); ``commands``: the recorded commands of each, by index; ``known``:
@@ -310,7 +311,8 @@ def checked_profile(
     submissions = _sorted_by(submissions, "submission")
     _check_links(path, dispatches, submissions, command_buffers, timed)
     return Profile(dispatches, submissions, keys, command_buffers, exports,
-                   _sorted_by(queue_ops, "start_ns", "submission"), _sorted_by(memory, "time_ns"), provenance=provenance)
+                   _sorted_by(queue_ops, "start_ns", "submission"), _sorted_by(memory, "time_ns"),
+                   provenance=provenance)
 
 
 def _sorted_by(table: np.ndarray, first: str, second: Optional[str] = None) -> np.ndarray:

@@ -248,7 +248,7 @@ def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length
 
 def _raise_record_error(path: Path, offset: int, header: np.void, after_end: bool, lengths_ok: bool,
                         known_type: bool, begin_ok: bool, content_type: str) -> None:
-    """Raise the first check the record at byte ``offset`` fails, in the order of `sectionmark.readers.ireeprof`'s list."""
+    """Raise the first check the record at byte ``offset`` fails, in the order of the list in `readers.ireeprof`."""
     if after_end:
         raise corrupt(path, f"record after the session end at byte {offset}")
     if not lengths_ok:
@@ -337,8 +337,8 @@ def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     host = _host_events(path, data, chunks["host-execution-events"], known_codes, known_keys)
 
     memory = _memory_events(path, data, chunks["memory-events"])
-    return checked_profile(path, host.dispatches, host.submissions, keys, declared, commands, exports_by_executable(functions), Provenance("bundle"),
-                   host.queue_ops, memory, host.order)
+    return checked_profile(path, host.dispatches, host.submissions, keys, declared, commands,
+                           exports_by_executable(functions), Provenance("bundle"), host.queue_ops, memory, host.order)
 
 
 def _memory_events(path: Path, data: np.ndarray, chunks: _Chunks) -> np.ndarray:

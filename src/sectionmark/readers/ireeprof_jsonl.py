@@ -1,4 +1,4 @@
-"""The JSONL reader: ``iree-profile export --format=ireeperf-jsonl`` streamed, from a file or from the export subprocess.
+"""The JSONL reader: ``iree-profile export --format=ireeperf-jsonl`` streamed from a file or the export subprocess.
 
 Schema-versioned and slower than the bundle reader; it reads exported
 ``.jsonl`` files and the bundles whose layout the bundle reader does not know.
@@ -194,8 +194,9 @@ class _JsonlProfile:
         dispatches = np.array(self.dispatch_rows, dtype=DISPATCH_DTYPE)
         submissions = np.array(self.submission_rows, dtype=SUBMISSION_DTYPE)
         return checked_profile(self.path, dispatches, submissions, self.keys, self.declared, self.commands,
-                       exports_by_executable(self.functions), Provenance("jsonl"), np.array(self.queue_op_rows, dtype=QUEUE_OP_DTYPE),
-                       np.array(self.memory_rows, dtype=MEMORY_DTYPE))
+                               exports_by_executable(self.functions), Provenance("jsonl"),
+                               np.array(self.queue_op_rows, dtype=QUEUE_OP_DTYPE),
+                               np.array(self.memory_rows, dtype=MEMORY_DTYPE))
 
 
 def read_jsonl_lines(path: Path, lines: Iterable[tuple[int, str]]) -> Profile:

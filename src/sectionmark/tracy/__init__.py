@@ -13,7 +13,9 @@ from sectionmark.tracy.zones import TracyZones, disable, enable, tracing
 
 # The GPU-timeline track is the Tracy renderer's (sectionmark.renderers.tracy_gpu_timeline), a later stage:
 # loaded only when used, so that the runner's headless capture loads no renderer.
-__getattr__ = lazy_attributes(__name__, globals(), {"GpuTimeline": ("sectionmark.renderers.tracy_gpu_timeline", "GpuTimeline")})
+__getattr__ = lazy_attributes(
+    __name__, globals(), {"GpuTimeline": ("sectionmark.renderers.tracy_gpu_timeline", "GpuTimeline")}
+)
 
 __all__ = [
     "enable",
