@@ -10,4 +10,5 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("sectionmark.markers._zonestack", ["src/sectionmark/markers/_zonestack.c"], optional=True),
     Extension("sectionmark.profiling._ireeprof", ["src/sectionmark/profiling/_ireeprof.c"], optional=True),
+    Extension("sectionmark.tracy._tracyread", ["src/sectionmark/tracy/_tracyread.c"], optional=True),
 ])
