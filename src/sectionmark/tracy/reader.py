@@ -86,13 +86,14 @@ class _Truncated(Exception):
     pass
 
 
-def _inflate(data: bytes, path: Path) -> bytes:
+def _inflate(data: bytes, path: Path) -> bytearray:
     """Undo the container: each stream is one continuous zstd frame, its blocks in turn.
 
     Every block but the last inflates to exactly `_BLOCK_SIZE`, so each is
     inflated to at most that many bytes and nothing may follow the last one:
     a small file cannot inflate to more than its blocks say (a zstd bomb is
-    refused after one block, not after gigabytes).
+    refused after one block, not after gigabytes). The blocks are appended to
+    one growing buffer (no second copy of the whole payload to join them).
     """
     if data[:4] in (_OLD_LZ4_MAGIC, _OLD_ZSTD_MAGIC):
         raise SectionmarkError(f"{path}: written by a Tracy older than 0.9; sectionmark reads Tracy 0.11.2 captures")
@@ -123,18 +124,18 @@ def _inflate(data: bytes, path: Path) -> bytes:
         pos += size
         count += 1
     readers = [zstandard.ZstdDecompressor().stream_reader(_Blocks(stream)) for stream in blocks]
-    chunks = []
+    payload = bytearray()
     try:
         for block in range(count):
             chunk = readers[block % streams].read(_BLOCK_SIZE)
             if block < count - 1 and len(chunk) != _BLOCK_SIZE:
                 raise SectionmarkError(f"{path}: corrupt Tracy capture (a compressed block has the wrong size)")
-            chunks.append(chunk)
+            payload += chunk
         if any(reader.read(1) for reader in readers):
             raise SectionmarkError(f"{path}: corrupt Tracy capture (its streams inflate past their last block)")
     except zstandard.ZstdError as error:
         raise SectionmarkError(f"{path}: corrupt Tracy capture (zstd: {error})") from None
-    return b"".join(chunks)
+    return payload
 
 
 class _Blocks:
@@ -153,7 +154,7 @@ class _Blocks:
 class _Parser:
     """Walks the inflated serialization; every read checks bounds."""
 
-    def __init__(self, buf: bytes):
+    def __init__(self, buf: bytearray):
         self.buf = buf
         self.pos = 0
 
@@ -383,7 +384,7 @@ class _ZoneTable:
         return list(map(tuple.__new__, repeat(Zone), zip(names, *fields)))
 
 
-def _parse(buf: bytes, version: tuple[int, int, int]) -> tuple[Capture, list[_ZoneTable]]:
+def _parse(buf: bytearray, version: tuple[int, int, int]) -> tuple[Capture, list[_ZoneTable]]:
     """The capture with its tracks (zones still empty) and each track's zone table, in `Capture.tracks` order."""
     import numpy as np
 
@@ -504,7 +505,7 @@ def _walk(walker: Callable, p: _Parser, count: int, last_time: int) -> Optional[
     return None if overflow else table
 
 
-def cpu_zone_table(buf: bytes, pos: int, count: int, last_time: int) -> Optional[tuple[int, bytes, bool]]:
+def cpu_zone_table(buf: bytes | bytearray, pos: int, count: int, last_time: int) -> Optional[tuple[int, bytes, bool]]:
     """A thread's zone tree at ``buf[pos:]`` as rows (`ZONE_FIELDS`), parents first: (position after it,
     rows, whether a time left 64 bits: then no rows), or None when it runs past ``buf``.
 
@@ -548,7 +549,7 @@ def cpu_zone_table(buf: bytes, pos: int, count: int, last_time: int) -> Optional
     return (pos, *_packed(rows))
 
 
-def gpu_zone_table(buf: bytes, pos: int, count: int, last_time: int) -> Optional[tuple[int, bytes, bool]]:
+def gpu_zone_table(buf: bytes | bytearray, pos: int, count: int, last_time: int) -> Optional[tuple[int, bytes, bool]]:
     """`cpu_zone_table` for one thread's zones of a GPU context: times are the GPU timestamps
     (mapped to the CPU clock by Tracy), extra is 0; a leaf's end record follows it at once."""
     unpack_zone, unpack_end = _GPU_ZONE.unpack_from, _GPU_END.unpack_from
