@@ -1,8 +1,9 @@
 """Only the optional C extensions live here; everything else is in pyproject.toml.
 
 `optional=True`: without a C compiler the install still succeeds and
-sectionmark uses its Python zone stack (sectionmark.markers.zonestack) and
-the numpy profile reader (sectionmark.profiling.ireeprof), with the same results.
+sectionmark uses its Python zone stack (sectionmark.markers.zonestack), the
+numpy profile reader (sectionmark.profiling.ireeprof) and the Tracy capture
+reader's Python zone walks (sectionmark.tracy.reader), with the same results.
 """
 
 from setuptools import Extension, setup

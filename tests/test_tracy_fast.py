@@ -189,8 +189,8 @@ def test_a_gpu_context_fed_from_several_threads_keeps_each_zone_under_its_parent
     names = reader._Names({0: "outer", 1: "inner"}, [], np.zeros(0, np.int64))
 
     def one_nested_pair(start: int) -> bytes:
-        tree = (struct.pack("<qqh3sHQ", 0, start, 0, b"\0\0\0", 0, 1) + struct.pack("<qqh3sHQ", 0, 1, 1, b"\0\0\0", 0, 0)
-                + struct.pack("<qq", 0, 1) + struct.pack("<qq", 0, 1))
+        outer, inner = struct.pack("<qqh3sHQ", 0, start, 0, bytes(3), 0, 1), struct.pack("<qqh3sHQ", 0, 1, 1, bytes(3), 0, 0)
+        tree = outer + inner + struct.pack("<qq", 0, 1) + struct.pack("<qq", 0, 1)
         return reader.gpu_zone_table(tree, 0, 1, 0)[1]
 
     table = reader._ZoneTable([one_nested_pair(10), one_nested_pair(100)], names, cpu=False)

@@ -31,7 +31,8 @@ _Static_assert(sizeof(ZoneRow) == ZONE_ROW_SIZE, "ZoneRow must match reader.ZONE
 
 #define CPU_ZONE_SIZE 18 /* i16 srcloc, i64 start delta, u32 extra, u32 child count */
 #define CPU_END_SIZE 8   /* i64 end delta */
-#define GPU_ZONE_SIZE 31 /* i64 CPU start delta, i64 GPU start delta, i16 srcloc, 3-byte callstack, u16 thread, u64 child count */
+/* i64 CPU start delta, i64 GPU start delta, i16 srcloc, 3-byte callstack, u16 thread, u64 child count */
+#define GPU_ZONE_SIZE 31
 #define GPU_END_SIZE 16  /* i64 CPU end delta, i64 GPU end delta */
 
 static int16_t i16(const char *p) { int16_t v; memcpy(&v, p, 2); return v; }

@@ -285,7 +285,8 @@ def _where(track: Track) -> str:
     return f"on {track.kind} track {track.name!r}"
 
 
-def _implausible(track: Track, starts, ends, parents, end_ns: Optional[int], name_of: Callable[[int], str]) -> Optional[str]:
+def _implausible(track: Track, starts, ends, parents, end_ns: Optional[int],
+                 name_of: Callable[[int], str]) -> Optional[str]:
     """`implausible_zone` for one track's zones given as arrays (int64) of starts, ends and parent indices."""
     import numpy as np
 
@@ -455,7 +456,8 @@ def _parse(buf: bytearray, version: tuple[int, int, int]) -> tuple[Capture, list
     extras, at = p.u64(), p.pos  # zone extras: callstack, text, name, color (u24 each); name: string data index + 1
     p.skip(extras * _ZONE_EXTRA_SIZE)
     fields = np.frombuffer(buf, np.uint8, extras * _ZONE_EXTRA_SIZE, at).reshape(extras, _ZONE_EXTRA_SIZE)
-    extra_name_index = fields[:, 6].astype(np.int64) | fields[:, 7].astype(np.int64) << 8 | fields[:, 8].astype(np.int64) << 16
+    name_bytes = fields[:, 6:9].astype(np.int64)
+    extra_name_index = name_bytes[:, 0] | name_bytes[:, 1] << 8 | name_bytes[:, 2] << 16
     if extras and extra_name_index.max() > len(string_data):
         raise IndexError("a zone extra names a string past the string table")
     names = _Names(srcloc_names, string_data, extra_name_index)
@@ -497,7 +499,8 @@ def _skip_cpu_topology(p: _Parser) -> None:
 
 
 def _walk(walker: Callable, p: _Parser, count: int, last_time: int) -> Optional[bytes]:
-    """Run a zone tree walk (C or Python) at the parser's position: its rows, None for a time beyond 64 bits."""
+    """Run a zone tree walk at the parser's position, in C when built (the extension's function of the same
+    name) and in Python otherwise: its rows, None for a time beyond 64 bits."""
     walked = (getattr(_native, walker.__name__) if _native is not None else walker)(p.buf, p.pos, count, last_time)
     if walked is None:
         raise _Truncated
@@ -535,7 +538,8 @@ def cpu_zone_table(buf: bytes | bytearray, pos: int, count: int, last_time: int)
                 else:
                     pos += 26
                     start, ref = ref, ref + end_delta
-                    rows.append((start, ref if ref >= 0 else _unfinished_end(start, last_time), parent, depth, srcloc, extra))
+                    end = ref if ref >= 0 else _unfinished_end(start, last_time)
+                    rows.append((start, end, parent, depth, srcloc, extra))
             elif stack:
                 ref += unpack_time(buf, pos)[0]
                 pos += 8
