@@ -24,6 +24,7 @@ from sectionmark.tracy import reader
 from sectionmark.tracy.reader import Capture, Zone, read_capture
 
 SEEDS = range(8)
+needs_c = pytest.mark.skipif(reader._native is None, reason="sectionmark.tracy._tracyread not built (no C compiler)")
 CSVEXPORT = Path(__file__).resolve().parents[1] / ".." / "shared" / "tools" / "tracy-csvexport-0.11.2"
 
 # Nested sections on three threads, two GPU contexts with nested zones (one fed from two threads).
@@ -93,6 +94,7 @@ def test_c_extension_is_built():
     assert reader._native is not None
 
 
+@needs_c
 def test_c_and_python_read_a_nested_capture_alike(nested_capture_path, monkeypatch):
     with_c, without = read_both(nested_capture_path, monkeypatch)
     assert isinstance(with_c, Capture) and with_c == without
@@ -153,6 +155,7 @@ def walk_both(cpu: bool, buf: bytes, pos: int, count: int, last_time: int) -> tu
     return getattr(reader._native, name)(buf, pos, count, last_time), getattr(reader, name)(buf, pos, count, last_time)
 
 
+@needs_c
 @pytest.mark.parametrize("cpu", [True, False], ids=["cpu", "gpu"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_c_and_python_walk_zone_trees_alike(seed, cpu):
@@ -170,6 +173,7 @@ def test_c_and_python_walk_zone_trees_alike(seed, cpu):
         assert more[0] == more[1]
 
 
+@needs_c
 def test_zone_rows_of_a_hand_written_tree():
     """A (start 10, end left open) holds B (15..20) and C (25..23: ends before it begins, refused later)."""
     tree = (struct.pack("<hqII", 1, 10, 0, 2) + struct.pack("<hqII", 2, 5, 3, 0) + struct.pack("<q", 5)
