@@ -332,3 +332,33 @@ def test_cli_compare_bad_inputs_are_one_line(runs, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["compare", base, base, "--fail-if-slower", "-5"])
     assert exit_info.value.code == 2 and "--fail-if-slower" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_nanogpt_with_one_wider_mlp_is_slower_there_only(tmp_path, capsys):
+    """The demo's GPT against itself (no change anywhere) and against a copy whose Block 1 MLP is 8x wider: Block 1 /
+    MLP (and its block) slower, the MLP component (both blocks summed) slower, every other section and component no
+    change; --fail-if-slower exits 1 only then. 30 calls a profile."""
+    import torch
+    from nanogpt_builders import torch_gpt
+
+    model, args = torch_gpt()
+    wide, _args = torch_gpt()
+    mlp = wide.blocks[1].mlp
+    mlp.fc, mlp.proj = torch.nn.Linear(64, 2048), torch.nn.Linear(2048, 64)
+    base, widened = (sm.compile(sm.torch.export(module, args=args)) for module in (model, wide))
+    files = {name: sm.profile(compiled, args=args, iterations=30, warmup=5, quiet=True).save(tmp_path / f"{name}.json")
+             for name, compiled in (("base", base), ("base2", base), ("wide", widened))}
+    same = sm.compare(files["base"], files["base2"], min_change=MIN_CHANGE)
+    assert {row.verdict for row in [*same.sections, *same.components] if row.name != "(unmarked)"} == {NO_CHANGE}
+    assert len(same.sections) == 18 and len(same.components) == 11
+    changed = sm.compare(files["base"], files["wide"], min_change=MIN_CHANGE)
+    slower = {(type(row).__name__, row.name) for row in [*changed.sections, *changed.components] if row.verdict == SLOWER}
+    assert slower == {("SectionChange", "Block 1 / MLP"), ("SectionChange", "Block 1"),
+                      ("ComponentChange", "MLP"), ("ComponentChange", "Block 1")}, slower
+    assert {row.verdict for row in [*changed.sections, *changed.components]
+            if row.verdict != SLOWER and row.name != "(unmarked)"} == {NO_CHANGE}
+    loose = ["--min-change", str(MIN_CHANGE), "--fail-if-slower", "10"]
+    assert main(["compare", str(files["base"]), str(files["base2"]), *loose]) == 0
+    assert main(["compare", str(files["base"]), str(files["wide"]), *loose]) == 1
+    assert "2 sections and 2 components slower by more than 10%" in capsys.readouterr().err

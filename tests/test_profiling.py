@@ -125,11 +125,20 @@ def test_nanogpt_demo_cpu_time_adds_up_to_the_profiles_tile_time(tmp_path):
     from nanogpt_builders import torch_gpt
 
     model, args = torch_gpt()
-    session = sm.profile(sm.compile(sm.torch.export(model, args=args)), args=args, iterations=20, warmup=3, quiet=True)
+    session = sm.profile(sm.compile(sm.torch.export(model, args=args)), args=args, iterations=20, warmup=3, quiet=True,
+                         keep_profile=tmp_path / "gpt.ireeprof")
     assert_profile_invariants(session)
     top_level = [row for row in session.sections if len(row.path) == 1] + [session.unmarked]
     assert session.cpu_ns is not None and session.workers is not None
     assert sum(row.cpu_ns for row in top_level) == pytest.approx(session.cpu_ns, rel=1e-12, abs=1e-3)
+    # the profile's total tile time as iree-profile exports it: the measured calls' dispatch rows
+    events = [r for r in export_rows(tmp_path / "gpt.ireeprof") if r.get("record_type") == "host_execution_event"]
+    executes = sorted(r["submission_id"] for r in events if r["op"] == "execute")
+    per_call = len(executes) // 23
+    assert per_call * 23 == len(executes)
+    measured = set(executes[3 * per_call:])
+    assert session.cpu_ns == sum(r["tile_duration_sum_ns"] for r in events
+                                 if r["op"] == "dispatch" and r["submission_id"] in measured) > 0
     assert all(row.parallelism <= session.workers for row in session.sections if row.parallelism is not None)
     assert session.parallelism is not None and 0 < session.parallelism <= session.workers
     table = session.render("table", cpu=True, width=220)
