@@ -69,7 +69,9 @@ EXAMPLES = {
   sectionmark compare before.json after.json
   sectionmark compare before.json after.json --fail-if-slower 10 --json change.json   # CI: exit 1 on a slowdown
   sectionmark compare a.ireeprof b.ireeprof --map a.vmfb --map b.vmfb --warmup 3 --csv change.csv
-  sectionmark compare before.json after.json --min-change 0   # the pure test: any interval excluding 1""",
+  sectionmark compare before.json after.json --min-change 0   # the pure test: any interval excluding 1
+  sectionmark profile recording/ --json replay-a.json   # a recording's replays (rec.save("recording"))
+  sectionmark compare replay-a.json replay-b.json --function decode""",
     "slice": """examples:
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir --bench --input tokens.npy
@@ -274,13 +276,17 @@ def build_parser() -> argparse.ArgumentParser:
         "beyond --min-change, else 'no change'; sections in one profile only are listed as such.",
         epilog=EXAMPLES["compare"], formatter_class=_formatter)
     compare.set_defaults(run=_compare, planned_io=_compare_io)
-    compare.add_argument("a", help="the baseline: profile JSON (--json of profile/report), or a recorded .ireeprof with --map")
+    compare.add_argument("a", help="the baseline: profile JSON (--json of profile/report), a recording's replay JSON "
+                         "(--json of profile RECORDING_DIR), or a recorded .ireeprof with --map")
     compare.add_argument("b", help="the profile compared with it, the same kinds")
     compare.add_argument("--map", action="append", default=[], metavar="MAP",
                          help="section map (.sections.json or .vmfb) of a recorded profile: once for both, or once "
                          "per .ireeprof input in order")
     compare.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=0,
                          help="leading calls to drop from a recorded profile (default: 0)")
+    compare.add_argument("--function", metavar="NAME",
+                         help="the function compared: of a recording's replay JSON (profile RECORDING_DIR --json; "
+                         "default: its one function with dispatches) or of a recorded profile (default: any)")
     compare.add_argument("--min-change", type=percent, default=MIN_CHANGE, metavar="PCT",
                          help=f"slower/faster only when the interval lies beyond this change (default: {MIN_CHANGE:g}, "
                          "run-to-run drift; 0: any interval excluding 1)")
@@ -569,9 +575,10 @@ def _compare(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     if recorded and not args.map:
         raise SectionmarkError(f"{recorded[0]} is not a profile JSON (.json): give its section map with --map")
     maps = iter(args.map * len(recorded) if len(args.map) == 1 else args.map)
-    sources = [path if path.lower().endswith(".json") else _recorded_profile(path, next(maps), args.warmup)
+    sources = [path if path.lower().endswith(".json") else _recorded_profile(path, next(maps), args.warmup,
+                                                                             args.function)
                for path in (args.a, args.b)]
-    comparison = compare(*sources, min_change=args.min_change)
+    comparison = compare(*sources, function=args.function, min_change=args.min_change)
     comparison.a, comparison.b = args.a, args.b
     written = []
     for path, text in ((args.json, render_json), (args.csv, render_csv)):
@@ -592,11 +599,11 @@ def _compare(args: argparse.Namespace, inputs: Sequence[str]) -> None:
             raise SectionmarkError(f"{counts} slower by more than {args.fail_if_slower:g}%: {listed}")
 
 
-def _recorded_profile(path: str, map_path: str, warmup: int):
+def _recorded_profile(path: str, map_path: str, warmup: int, function: Optional[str]):
     """A recorded profile (.ireeprof, .jsonl, .tracy) joined with its map, calls inferred."""
     from sectionmark.profiling import report
 
-    return report(path, map_path, warmup=warmup)
+    return report(path, map_path, warmup=warmup, function=function)
 
 
 def _slice(args: argparse.Namespace, inputs: Sequence[str]) -> None:

@@ -22,6 +22,7 @@ from rich.text import Text
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.compare import (CONFIDENCE, FASTER, MIN_CHANGE, RESAMPLES, SEED, SLOWER, Change,
                                            Comparison, compare_sessions)
+from sectionmark.profiling.replay import ReplayProfile
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import json_out
 from sectionmark.renderers.csv_out import csv_text
@@ -33,29 +34,52 @@ VERDICT_STYLES = {SLOWER: "red", FASTER: "green"}
 
 
 def compare(a: Union[ProfileSession, str, Path], b: Union[ProfileSession, str, Path], *,
-            resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = SEED,
-            min_change: float = MIN_CHANGE) -> Comparison:
-    """Compare profile ``b`` against ``a``: sessions, or profile JSON files (``prof.save("run.json")``, ``--json``).
+            function: Optional[str] = None, resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
+            seed: int = SEED, min_change: float = MIN_CHANGE) -> Comparison:
+    """Compare profile ``b`` against ``a``: sessions, profile JSON files (``prof.save("run.json")``, ``--json``), or
+    a recording's replay JSON (``sectionmark profile RECORDING --json F``: ``function``'s profile, `load_profile`).
 
-    Per section and per component (by name): busy time per call in A and B, the ratio B/A, its bootstrap
-    confidence interval from the per-call samples (``resamples`` draws, seeded
-    with ``seed``), and "faster"/"slower" only when the interval excludes 1 by
-    more than ``min_change`` percent (run-to-run drift: `sectionmark.profiling.compare`).
+    Per section and per component (by name): busy time per call in A and B,
+    the ratio B/A, its bootstrap confidence interval from the per-call samples
+    (``resamples`` draws, seeded with ``seed``), and "faster"/"slower" only when
+    the interval excludes 1 by more than ``min_change`` percent (run-to-run
+    drift: `sectionmark.profiling.compare`).
     """
     labels = [str(x) if isinstance(x, (str, Path)) else name for x, name in ((a, "A"), (b, "B"))]
-    return compare_sessions(load_profile(a), load_profile(b), labels=labels, resamples=resamples,
-                            confidence=confidence, seed=seed, min_change=min_change)
+    return compare_sessions(load_profile(a, function), load_profile(b, function), labels=labels,
+                            resamples=resamples, confidence=confidence, seed=seed, min_change=min_change)
 
 
-def load_profile(source: Union[ProfileSession, str, Path]) -> ProfileSession:
-    """A session as is, or a profile JSON file read back; an error names the file."""
+def load_profile(source: Union[ProfileSession, str, Path], function: Optional[str] = None) -> ProfileSession:
+    """A session as is, a profile JSON file read back, or one function's profile from a recording's replay JSON
+    (``function``, or the one function of the replay that ran dispatches); an error names the file.
+
+    ``function`` given for a profile JSON of another function is an error too: the comparison would not be
+    of what was asked for.
+    """
     if isinstance(source, ProfileSession):
         return source
     try:
-        return json_out.load(source)
+        data = json_out.read(source)
+        if isinstance(data, dict) and data.get("kind") == "replay":
+            return _replayed_function(ReplayProfile.from_json(data), function)
+        session = ProfileSession.from_json(data)
+        if function is not None and session.function is not None and session.function != function:
+            raise SectionmarkError(f"a profile of function {session.function!r}, not {function!r}")
+        return session
     except SectionmarkError as error:
         message = str(error)
         raise SectionmarkError(message if str(source) in message else f"{source}: {message}") from None
+
+
+def _replayed_function(replay: ReplayProfile, function: Optional[str]) -> ProfileSession:
+    if function is not None:
+        return replay.function(function)
+    profiled = [entry.function for entry in replay.functions if entry.profile is not None]
+    if len(profiled) != 1:
+        raise SectionmarkError(f"a replay of {len(profiled)} functions that ran dispatches ({', '.join(profiled)}): "
+                               "name one with --function")
+    return replay.function(profiled[0])
 
 
 def _ratio(value: Optional[float]) -> str:
