@@ -167,6 +167,8 @@ def test_traffic_in_json_csv_the_memory_table_and_components():
     assert rows[2]["section"] == "(unmarked)" and rows[2]["read_bytes"] == rows[2]["working_set_bytes"] == ""
     table = session.render("table", memory=True)
     assert "Bytes/call" in table and "96.0 KiB" in table and "48.0 KiB" in table and "49.15" in table
+    total = table.split("Total")[1]
+    assert "128.0 KiB" in total and f"{131072 / 2400:.2f}" in total  # all top-level bytes over all sized time
     assert "Bytes/call" not in session.table()
     spans = session.render("table", span=True)
     assert "Start p50" in spans and "End p50" in spans and "2.400 µs" in spans

@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sectionmark.paths import UNMARKED, format_path
-from sectionmark.profiling.session import ProfileSession, SectionStats
+from sectionmark.profiling.session import ProfileSession, SectionStats, Traffic
 
 SHARED_MARK = "*"
 NOT_RECORDED = "not recorded"
@@ -63,14 +63,13 @@ def _cpu_cells(session: ProfileSession, row: SectionStats, calls: int) -> list[s
     ]
 
 
-def _memory_cells(row: SectionStats, calls: int) -> list[str]:
-    """Bytes/call, working set, GB/s, GFLOP/s, FLOPs per byte; empty where the section has no sized dispatch."""
-    traffic = row.traffic
+def _memory_cells(traffic: Optional[Traffic], working_set_bytes: Optional[int], calls: int) -> list[str]:
+    """Bytes/call, working set, GB/s, GFLOP/s, FLOPs per byte; empty where no dispatch had static sizes."""
     if traffic is None:
         return [""] * 5
     return [
         format_bytes(traffic.bytes / calls),
-        format_bytes(row.working_set_bytes) if row.working_set_bytes is not None else "",
+        format_bytes(working_set_bytes) if working_set_bytes is not None else "",
         f"{traffic.gb_per_s:.2f}" if traffic.gb_per_s is not None else "",
         f"{traffic.gflop_per_s:.2f}" if traffic.gflop_per_s is not None else "",
         f"{traffic.intensity:.3f}" if traffic.intensity is not None else "",
@@ -111,9 +110,11 @@ def build_table(session: ProfileSession, cpu: bool = False, memory: bool = False
         table.add_column("Util", justify="right",
                          footer=f"{session.utilization:.0%}" if session.utilization is not None else "")
         table.add_column(f"Tiles{per}", justify="right", footer=f"{session.tiles / calls:g}" if recorded else "")
-    if memory:
-        for header in (f"Bytes{per}", "Working set", "GB/s", "GFLOP/s", "FLOP/B"):
-            table.add_column(header, justify="right")
+    if memory:  # the footer: the whole profile's traffic (top-level rows and unmarked; working sets do not add up)
+        whole = Traffic.total(row.traffic for row in session.sections if len(row.path) <= 1)
+        for header, footer in zip((f"Bytes{per}", "Working set", "GB/s", "GFLOP/s", "FLOP/B"),
+                                  _memory_cells(whole, None, calls)):
+            table.add_column(header, justify="right", footer=footer)
     if span:
         table.add_column("Start p50", justify="right")
         table.add_column("End p50", justify="right")
@@ -134,7 +135,7 @@ def build_table(session: ProfileSession, cpu: bool = False, memory: bool = False
             format_ns(row.per_call.p95_ns) if session.calls_known else "",
             f"{row.dispatches / calls:g}",
             *(_cpu_cells(session, row, calls) if cpu else []),
-            *(_memory_cells(row, calls) if memory else []),
+            *(_memory_cells(row.traffic, row.working_set_bytes, calls) if memory else []),
             *(_span_cells(row) if span else []),
             style="dim" if not row.path else None,
         )
