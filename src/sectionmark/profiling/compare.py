@@ -140,7 +140,7 @@ def ratio_interval(a: np.ndarray, b: np.ndarray, resamples: int, confidence: flo
 def compare_sessions(a: ProfileSession, b: ProfileSession, *, labels: Sequence[str] = ("A", "B"),
                      resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = SEED,
                      min_change: float = MIN_CHANGE) -> Comparison:
-    """The per-section comparison of ``b`` against ``a`` (see the module docstring).
+    """The per-section and per-component (by name) comparison of ``b`` against ``a`` (see the module docstring).
 
     "slower" when the interval's low end exceeds 1 + ``min_change`` / 100,
     "faster" when its high end is below 1 / (1 + ``min_change`` / 100) (the
