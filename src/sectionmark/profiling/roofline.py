@@ -16,8 +16,9 @@ iree-benchmark-module the profiler uses (`sectionmark.artifacts.tools`):
   spill the caches) but ~250-265 on 512x512 batches, and the nanoGPT's small
   matmuls ~220: a peak from the big matmul put sections above 100%.
 
-Each runs a few repetitions and the best is kept (a peak is what the machine
-can do, not what it usually does). The result is cached per machine and device
+Each runs many repetitions and the best is kept (a peak is what the machine
+can do, not what it usually does): single calls of the long benchmarks, so
+that other jobs on the machine cost only the calls they hit (``DRAM_RUNS``). The result is cached per machine and device
 in the user's cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``, then
 ``sectionmark/peak-<host>-<device>.json``): measuring takes seconds, a chart
 should not. A cache file that cannot be read back is measured again.
@@ -58,12 +59,16 @@ DRAM_ELEMENTS = 16 * 1024 * 1024  # f32: 64 MiB per tensor, beyond any L3 this r
 # 1 MiB the call's own overhead (~50 µs) dominates the time per call.
 CACHE_ELEMENTS = 1024 * 1024
 MATMUL_BATCH, MATMUL_N = 4, 512
-# Measured on a 2-core EPYC: the add's first calls pay for allocating and faulting in its 64 MiB output
-# (6 ms a call at 5 calls, 3.6 ms at 20); 20 calls reach the steady state. The 4 MiB add takes ~0.14 ms:
-# 200 calls. Five repetitions: on a shared machine the best of three still varied by ~20%.
-CALLS = 20
-CACHE_CALLS = 200
-REPETITIONS = 5
+# (calls per repetition, repetitions) of each benchmark; its figure is the best repetition's time per call.
+# The 64 MiB add (~3 ms a call) and the matmuls (~4 ms) run one call per repetition, 100 times: local-task's
+# call waits for its slowest worker, so on a machine shared with other jobs a call is fast only whole. Measured
+# on a 2-core EPYC at load 8: the best of 5 means of 20 calls read 8.4 GB/s and 47.5 GFLOP/s, the best of 100
+# single calls 43.0 GB/s and 144-300 GFLOP/s (quiet: ~50 GB/s, ~290 GFLOP/s; numpy's best copy at that
+# load: 38.8 GB/s); the first calls, which fault in the 64 MiB output, are simply not the best. The 4 MiB
+# add (~0.14 ms) runs 200 calls per repetition, 5 times: short enough to slip between other jobs.
+DRAM_RUNS = (1, 100)
+CACHE_RUNS = (200, 5)
+MATMUL_RUNS = (1, 100)
 TIMEOUT_S = 600
 CPU_DEVICES = ("local-task", "local-sync")
 CACHE_VERSION = 2  # 2: the DRAM figure beside the roof
@@ -252,16 +257,16 @@ def measure_peak(device: str = "local-task") -> Peak:
     with tempfile.TemporaryDirectory(prefix="sectionmark-peak-") as directory:
         commands = []
         times = []
-        for name, mlir, inputs, calls in (
-            ("dram", _add_mlir(DRAM_ELEMENTS), [f"{DRAM_ELEMENTS}xf32=1"], CALLS),
-            ("cache", _add_mlir(CACHE_ELEMENTS), [f"{CACHE_ELEMENTS}xf32=1"], CACHE_CALLS),
-            ("matmul", _MATMUL_MLIR, [f"{MATMUL_BATCH}x{MATMUL_N}x{MATMUL_N}xf32=1"] * 2, CALLS),
+        for name, mlir, inputs, (calls, repetitions) in (
+            ("dram", _add_mlir(DRAM_ELEMENTS), [f"{DRAM_ELEMENTS}xf32=1"], DRAM_RUNS),
+            ("cache", _add_mlir(CACHE_ELEMENTS), [f"{CACHE_ELEMENTS}xf32=1"], CACHE_RUNS),
+            ("matmul", _MATMUL_MLIR, [f"{MATMUL_BATCH}x{MATMUL_N}x{MATMUL_N}xf32=1"] * 2, MATMUL_RUNS),
         ):
             module = Path(directory) / f"{name}.vmfb"
             module.write_bytes(compile(mlir, target="llvm-cpu", markers=False).vmfb)
             command = [str(find_tool("iree-benchmark-module")), f"--device={device}", f"--module={module}",
                        "--function=main", *[f"--input={value}" for value in inputs],
-                       f"--benchmark_min_time={calls}x", f"--benchmark_repetitions={REPETITIONS}",
+                       f"--benchmark_min_time={calls}x", f"--benchmark_repetitions={repetitions}",
                        "--benchmark_format=json"]
             commands.append(shlex.join(command))
             times.append(_best_seconds(command, device))
