@@ -28,7 +28,7 @@ from iree.compiler import compile_str
 
 from sectionmark.profiling import profile
 from sectionmark.profiling.attribute import attribute
-from sectionmark.profiling.ireeprof import read_profile
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.profiling.runner import benchmark_command, median_call_ns, write_inputs
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.artifacts.tools import find_tool

@@ -26,8 +26,8 @@ from hf_models import VOCAB, CachedLM, empty_cache, tiny_gpt2  # noqa: E402
 from invariants import assert_profile_invariants  # noqa: E402
 from sectionmark.cli import main  # noqa: E402
 from sectionmark.compiler.replay_driver import DriverCall, InputArgument, ResultArgument, driver_text  # noqa: E402
-from sectionmark.profiling.ireeprof import read_profile  # noqa: E402
 from sectionmark.profiling.replay import ReplayProfile, replay_calls  # noqa: E402
+from sectionmark.readers.ireeprof import read_profile  # noqa: E402
 
 PROMPT = 4
 DECODE_STEPS = 8
@@ -306,3 +306,26 @@ def test_driver_text_passes_results_along():
     assert "return %call2 : !hal.buffer_view" in text
     with pytest.raises(sm.SectionmarkError, match="'decode' was called with 1 arguments giving 2 results and with 2"):
         driver_text("model", calls + [DriverCall("decode", (InputArgument(0),), 2)], 2)
+
+
+def test_a_recordings_replay_json_is_compared_function_by_function(replay_profile, tmp_path, capsys):
+    """`sectionmark compare` takes a recording's outputs: the replay JSON (a function named, or its only one) and
+    one function's profile JSON."""
+    replay, _path = replay_profile
+    replays = tmp_path / "replay.json"
+    replay.save_json(replays)
+    decode = replay.function("decode").save(tmp_path / "decode.json")
+    comparison = sm.compare(replays, decode, function="decode")
+    assert comparison.sections and {row.verdict for row in comparison.sections if row.ratio} == {"no change"}
+    assert all(row.ratio == 1 for row in comparison.sections if row.ratio)  # the same calls on both sides
+    assert (comparison.sections[0].a_calls, comparison.components[0].b_calls) == (2 * DECODE_STEPS, 2 * DECODE_STEPS)
+    assert main(["compare", str(replays), str(replays), "--function", "prefill"]) == 0
+    assert "no change" in capsys.readouterr().out
+    for argv, fragment in [([str(replays), str(decode)], "a replay of 2 functions that ran dispatches (prefill, "
+                                                         "decode): name one with --function"),
+                           ([str(replays), str(decode), "--function", "main"], "never called 'main'"),
+                           ([str(decode), str(decode), "--function", "prefill"],
+                            "a profile of function 'decode', not 'prefill'")]:
+        assert main(["compare", *argv]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and err.startswith("sectionmark: error: ") and fragment in err, err

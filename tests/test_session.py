@@ -22,9 +22,7 @@ from invariants import assert_profile_invariants
 from sectionmark import renderers
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
-from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
-from sectionmark.profiling.ireeprof import EVENT_EXECUTE
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.profiling.session import (
     CompositionSums,
@@ -38,6 +36,8 @@ from sectionmark.profiling.session import (
     wall_parts,
     weight_matrices,
 )
+from sectionmark.readers import event_model
+from sectionmark.readers.event_model import EVENT_EXECUTE
 from sectionmark.renderers import RENDERERS
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 
@@ -165,7 +165,7 @@ def test_weight_matrices_nested_shared_and_unmarked():
 @pytest.mark.parametrize("native", [True, False])
 def test_event_sums_per_call_composition_and_slot(native, monkeypatch):
     if not native:
-        monkeypatch.setattr(ireeprof, "_native", None)
+        monkeypatch.setattr(event_model, "_native", None)
     first, second = ((A, 1.0),), ((A, 0.5), (B, 0.5))
     events = [(0, 10, first), (10, 30, second), (40, 70, first), (70, 110, second), (110, 160, second)]
     sums = event_sums(synthetic(events, calls=2, call_of=[0, 0, 1, 1, 1])[0])
@@ -374,11 +374,12 @@ def test_json_is_the_documented_schema():
         "name": "A", "sections": [["A"]], "busy_ns": 170_000, "exclusive_ns": 170_000, "wall_ns": 127_500,
         "share": 0.85, "exclusive_share": 0.85, "dispatches": 2, "calls": 1,
         "per_call": {"mean_ns": 170_000, "min_ns": 170_000, "max_ns": 170_000, "p50_ns": 170_000, "p95_ns": 170_000},
+        "samples": [170_000], "traffic": None,
     }
     assert data == {"version": 2, "function": "main", "weight_rule": "cost", "total_ns": 200_000, "wall_ns": 150_000,
                     "unmarked_ns": 0, "calls": 1, "warmup": 0, "calls_known": True, "coverage_error": 0.0, "call_time": None, "memory": None,
                     "split_rules": {"cost": 1}, "cpu_ns": None, "tiles": None, "workers": None, "parallelism": None,
-                    "utilization": None}
+                    "utilization": None, "module": None, "device": None, "profiler_cost": None}  # no run: built here
     assert sections[0] == {
         "path": ["A"], "name": "A", "unmarked": False, "busy_ns": 170_000, "exclusive_ns": 170_000,
         "shared_ns": 70_000, "shared_with": [{"path": ["B"], "ns": 30_000}], "wall_ns": 127_500,
@@ -386,6 +387,7 @@ def test_json_is_the_documented_schema():
         "per_call": {"mean_ns": 170_000, "min_ns": 170_000, "max_ns": 170_000, "p50_ns": 170_000, "p95_ns": 170_000},
         "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None, "samples": [170_000],
         "start_ns": {"min": 0, "p50": 0, "max": 0}, "end_ns": {"min": 150_000, "p50": 150_000, "max": 150_000},
+        "traffic": None, "working_set_bytes": None,  # these hand-built sites have no bindings (test_kernels has some)
     }
     assert sections[1]["start_ns"] == {"min": 50_000, "p50": 50_000, "max": 50_000}  # only the fused dispatch
     assert sections[2] == {
@@ -393,7 +395,7 @@ def test_json_is_the_documented_schema():
         "shared_with": [], "wall_ns": 0, "exclusive_wall_ns": 0, "calls": 0, "dispatches": 0, "dispatched": False,
         "note": None, "share": 0.0, "per_call": {"mean_ns": 0, "min_ns": 0, "max_ns": 0, "p50_ns": 0, "p95_ns": 0},
         "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None, "samples": [0],
-        "start_ns": None, "end_ns": None,
+        "start_ns": None, "end_ns": None, "traffic": None, "working_set_bytes": None,
     }
     assert sites[1] == {
         "site": 1, "key": "main_dispatch_1", "executable": None, "workgroups": None, "binding_bytes": None,
@@ -580,7 +582,7 @@ def test_c_and_numpy_sum_sessions_alike(case):
     events, calls, call_of = case
     attribution, section_map = synthetic(events, calls=calls, call_of=call_of)
     with_c = ProfileSession.build(attribution, section_map).to_json()
-    with mock.patch.object(ireeprof, "_native", None):
+    with mock.patch.object(event_model, "_native", None):
         assert ProfileSession.build(attribution, section_map).to_json() == with_c
 
 

@@ -5,11 +5,12 @@ The public API (see docs/): ``section`` marks code; ``sm.torch.export`` /
 also iree-turbine's ``ExportOutput``); ``compile`` carries them through
 IREE (a `CompiledExport`); ``load`` runs a module; ``profile`` / ``report``
 measure per-section times (a `ProfileSession`); ``compare`` tells whether
-each section got faster or slower between two profiles; ``record`` notes the calls
+each section and component got faster or slower between two profiles; ``record`` notes the calls
 a program makes through a loaded module and replays them under the profiler
 (a `Recording`, per-function profiles: docs/record.md); ``slice`` cuts one section out
 into its own program (docs/slice.md); ``peak`` measures the device's peak bandwidth and FLOP/s
-(a `Peak`, whose ``roofline(session)`` places each section under them); ``tracing`` turns Tracy zones for eager
+(a `Peak`, whose ``roofline(session)`` and ``component_roofline(session)`` place each section and
+component under them); ``tracing`` turns Tracy zones for eager
 sections on and off. Every user-facing failure is a `SectionmarkError` with a
 one-line message. Heavy modules (frameworks, the compiler) load on first use:
 ``import sectionmark`` imports none of them.

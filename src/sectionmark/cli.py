@@ -59,6 +59,7 @@ EXAMPLES = {
   sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json
   sectionmark report run.ireeprof --map model.vmfb --by "*/Self Attention"
   sectionmark report run.ireeprof --map model.vmfb --cpu --workers 16   # CPU time, parallelism, utilization
+  sectionmark report run.ireeprof --map model.vmfb --memory --span      # bytes, GB/s; start and end in the call
   sectionmark report run.tracy --map model-cuda.vmfb --warmup 3
   sectionmark report capture.tracy --map model.vmfb --warmup 1   # live capture (IREE_PY_RUNTIME=tracy, local-task)""",
     "tracy": """examples:
@@ -71,7 +72,9 @@ EXAMPLES = {
   sectionmark compare before.json after.json
   sectionmark compare before.json after.json --fail-if-slower 10 --json change.json   # CI: exit 1 on a slowdown
   sectionmark compare a.ireeprof b.ireeprof --map a.vmfb --map b.vmfb --warmup 3 --csv change.csv
-  sectionmark compare before.json after.json --min-change 0   # the pure test: any interval excluding 1""",
+  sectionmark compare before.json after.json --min-change 0   # the pure test: any interval excluding 1
+  sectionmark profile recording/ --json replay-a.json   # a recording's replays (rec.save("recording"))
+  sectionmark compare replay-a.json replay-b.json --function decode""",
     "slice": """examples:
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir --bench --input tokens.npy
@@ -146,6 +149,12 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     outputs.add_argument("--cpu", action="store_true",
                          help="CPU columns in the table: tile time across local-task's workers per call, parallelism, "
                          "utilization of the workers, tiles per call ('not recorded' without tile data)")
+    outputs.add_argument("--memory", action="store_true",
+                         help="memory columns in the table: bytes read + written per call, working set, achieved GB/s "
+                         "and GFLOP/s, FLOPs per byte (from the kernel table's exact slices)")
+    outputs.add_argument("--span", action="store_true",
+                         help="where in the call each section runs: its median start and end offsets from the call's "
+                         "start (min and max: --json, --csv, --timeline)")
     outputs.add_argument("--by", metavar="name|PATTERN",
                          help="also print the component view: sections of one name summed across blocks ('name'), "
                          "or the sections whose path matches PATTERN ('*/Self Attention')")
@@ -264,24 +273,29 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
 
     compare = commands.add_parser(
-        "compare", help="compare two profiles section by section: B/A per call with a confidence interval",
-        description="Per section: busy time per call in A and B, the ratio B/A, its 95% interval (bootstrap of "
-        "the per-call times, 2000 resamples, seed 0) and a verdict: slower/faster only when the interval lies "
+        "compare", help="compare two profiles per section and component: B/A per call with a confidence interval",
+        description="Per section, then per component (sections of one name summed across blocks): busy time "
+        "per call in A and B, the ratio B/A, its 95% interval (bootstrap of the per-call times, 2000 resamples, seed 0) and a verdict: slower/faster only when the interval lies "
         "beyond --min-change, else 'no change'; sections in one profile only are listed as such.",
         epilog=EXAMPLES["compare"], formatter_class=_formatter)
     compare.set_defaults(run=_compare, planned_io=_compare_io)
-    compare.add_argument("a", help="the baseline: profile JSON (--json of profile/report), or a recorded .ireeprof with --map")
+    compare.add_argument("a", help="the baseline: profile JSON (--json of profile/report), a recording's replay JSON "
+                         "(--json of profile RECORDING_DIR), or a recorded .ireeprof with --map")
     compare.add_argument("b", help="the profile compared with it, the same kinds")
     compare.add_argument("--map", action="append", default=[], metavar="MAP",
                          help="section map (.sections.json or .vmfb) of a recorded profile: once for both, or once "
                          "per .ireeprof input in order")
     compare.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=0,
                          help="leading calls to drop from a recorded profile (default: 0)")
+    compare.add_argument("--function", metavar="NAME",
+                         help="the function compared: of a recording's replay JSON (profile RECORDING_DIR --json; "
+                         "default: its one function with dispatches) or of a recorded profile (default: any)")
     compare.add_argument("--min-change", type=percent, default=MIN_CHANGE, metavar="PCT",
                          help=f"slower/faster only when the interval lies beyond this change (default: {MIN_CHANGE:g}, "
                          "run-to-run drift; 0: any interval excluding 1)")
     compare.add_argument("--fail-if-slower", type=percent, metavar="PCT",
-                         help="exit 1 when a section is slower by more than PCT percent (B/A > 1 + PCT/100)")
+                         help="exit 1 when a section or component is judged slower by more than PCT percent "
+                         "(B/A > 1 + PCT/100)")
     compare.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     compare.add_argument("--csv", metavar="FILE", help="also write the comparison as CSV")
 
@@ -408,17 +422,17 @@ def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> 
     peak = None
     for name, path in _rendered_outputs(args).items():
         options = {"by": args.by} if args.by and name.startswith("components") else {}
-        options.update({"cpu": True} if args.cpu and name == "table" else {})
+        options.update(_table_columns(args) if name == "table" else {})
         if name == "roofline":  # the chart and the table printed below use the same peaks
             from sectionmark.profiling.roofline import peak_for_chart
 
             peak = options["peak"] = peak_for_chart(getattr(args, "device", "local-task"))
         written.append(session.save(path, name, inputs=inputs, **options))
-    print(session.render("table", cpu=args.cpu))
+    print(session.render("table", **_table_columns(args)))
     if peak is not None:
         from sectionmark.profiling.roofline import roofline_text
 
-        print(roofline_text(peak.roofline(session), peak))
+        print(roofline_text(peak.roofline(session), peak, peak.component_roofline(session, args.by or "name")))
     if args.sites:
         from sectionmark.renderers.table import render_sites_text
 
@@ -427,6 +441,11 @@ def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> 
         print(session.render("components", by=args.by))
     for path in written:
         print(f"wrote {path}")
+
+
+def _table_columns(args: argparse.Namespace) -> dict[str, bool]:
+    """The optional column groups of the section table asked for (--cpu, --memory, --span)."""
+    return {"cpu": args.cpu, "memory": args.memory, "span": args.span}
 
 
 def _load_inputs(paths: Sequence[str]) -> list:
@@ -478,7 +497,8 @@ def _profile_recording(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         raise SectionmarkError(f"the recording never called {args.function!r} (it called: "
                                f"{', '.join(recording.functions)})")
     outputs = _rendered_outputs(args)
-    per_function = [f"--{name}" for name in outputs if name not in ("json", "html")] + ["--sites"] * args.sites + ["--by"] * bool(args.by) + ["--cpu"] * args.cpu
+    per_function = [f"--{name}" for name in outputs if name not in ("json", "html")] + ["--sites"] * args.sites + [
+        "--by"] * bool(args.by) + [f"--{name}" for name, wanted in _table_columns(args).items() if wanted]
     if args.function is None and per_function:
         raise SectionmarkError(f"{per_function[0]} of a recording is per function: add --function NAME "
                                f"(it called: {', '.join(recording.functions)})")
@@ -505,7 +525,7 @@ def _recorded_session(args: argparse.Namespace):
 
 
 def _report(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    from sectionmark.tracy.live_capture import APPROXIMATION_NOTE, is_live_capture_file
+    from sectionmark.readers.tracy_live import APPROXIMATION_NOTE, is_live_capture_file
 
     _write_outputs(_recorded_session(args), args, inputs)
     if is_live_capture_file(args.profile):
@@ -552,6 +572,7 @@ def _peak(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 
 def _compare(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.outputs import write_atomic
+    from sectionmark.profiling.compare import SectionChange
     from sectionmark.renderers.compare import compare, render_csv, render_json, render_table
 
     recorded = [path for path in (args.a, args.b) if not path.lower().endswith(".json")]
@@ -561,9 +582,10 @@ def _compare(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     if recorded and not args.map:
         raise SectionmarkError(f"{recorded[0]} is not a profile JSON (.json): give its section map with --map")
     maps = iter(args.map * len(recorded) if len(args.map) == 1 else args.map)
-    sources = [path if path.lower().endswith(".json") else _recorded_profile(path, next(maps), args.warmup)
+    sources = [path if path.lower().endswith(".json") else _recorded_profile(path, next(maps), args.warmup,
+                                                                             args.function)
                for path in (args.a, args.b)]
-    comparison = compare(*sources, min_change=args.min_change)
+    comparison = compare(*sources, function=args.function, min_change=args.min_change)
     comparison.a, comparison.b = args.a, args.b
     written = []
     for path, text in ((args.json, render_json), (args.csv, render_csv)):
@@ -575,16 +597,20 @@ def _compare(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     if args.fail_if_slower is not None:
         slower = comparison.slower_than(args.fail_if_slower)
         if slower:
-            listed = ", ".join(f"{row.name} ({row.change_percent:+.1f}%)" for row in slower)
-            raise SectionmarkError(f"{len(slower)} section{'s' * (len(slower) != 1)} slower by more than "
-                                   f"{args.fail_if_slower:g}%: {listed}")
+            sections = [row for row in slower if isinstance(row, SectionChange)]
+            components = [row for row in slower if not isinstance(row, SectionChange)]
+            counts = " and ".join(f"{len(rows)} {kind}{'s' * (len(rows) != 1)}"
+                                  for rows, kind in ((sections, "section"), (components, "component")) if rows)
+            listed = "; ".join(prefix + ", ".join(f"{row.name} ({row.change_percent:+.1f}%)" for row in rows)
+                               for rows, prefix in ((sections, ""), (components, "components: ")) if rows)
+            raise SectionmarkError(f"{counts} slower by more than {args.fail_if_slower:g}%: {listed}")
 
 
-def _recorded_profile(path: str, map_path: str, warmup: int):
+def _recorded_profile(path: str, map_path: str, warmup: int, function: Optional[str]):
     """A recorded profile (.ireeprof, .jsonl, .tracy) joined with its map, calls inferred."""
     from sectionmark.profiling import report
 
-    return report(path, map_path, warmup=warmup)
+    return report(path, map_path, warmup=warmup, function=function)
 
 
 def _slice(args: argparse.Namespace, inputs: Sequence[str]) -> None:

@@ -26,7 +26,11 @@ How times are computed (docs/profile-json.md has the full story):
   from the call's start (its first queue operation, or its first dispatch when
   no queue operations were recorded); min / p50 / max over the calls it ran in.
   A section runs during every dispatch it has a share of, so a fused dispatch
-  counts for each of its sections, and a parent's span covers its children's.
+  counts for each of its sections, and a parent's span covers its children's;
+* traffic and working set: the bytes and FLOPs of the kernel table's sites,
+  split between sections like their time, with the achieved GB/s, GFLOP/s and
+  FLOPs per byte; the working set is the distinct whole tensors a section's
+  dispatches touch in a call (`section_traffic`).
 
 ``build`` is a pipeline of small pure functions over numpy arrays (one row
 per event, composition or section), because profiles can hold millions of
@@ -35,6 +39,7 @@ events; each is unit-tested on hand-built data in tests/test_session.py.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +51,6 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
-from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.profiling.queue_time import (
     CallTime,
@@ -55,6 +59,7 @@ from sectionmark.profiling.queue_time import (
     measured_call_starts,
     union_blocks,
 )
+from sectionmark.readers.event_model import native
 from sectionmark.section_map import INITIALIZER_FUNCTION, Binding, SectionMap, Share
 from sectionmark.serialization import json_field
 
@@ -100,6 +105,54 @@ class Offsets:
 
 
 @dataclass
+class Traffic:
+    """What dispatches moved and computed over the measured calls, from the kernel table's inputs.
+
+    Each dispatch site's bytes (its bindings' exact slices, read and written)
+    and FLOPs (the cost model's estimate) per execution, times its executions,
+    split between sections by the site's weights, like its time. Sites whose
+    slices have dynamic sizes are left out of every sum, their time included,
+    so the rates are over the time of the dispatches counted; a site the cost
+    model could not size (a copy's body) counts no FLOPs. The fields add up
+    (`total`): a component's traffic is its sections' summed.
+    """
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("bytes", "gb_per_s", "gflop_per_s", "intensity")
+
+    time_ns: float = json_field(rounded=True)  # busy time of the sites counted
+    read_bytes: float = json_field(rounded=True)
+    written_bytes: float = json_field(rounded=True)
+    flops: float = json_field(rounded=True)
+
+    @property
+    def bytes(self) -> float:
+        return self.read_bytes + self.written_bytes
+
+    @property
+    def gb_per_s(self) -> Optional[float]:
+        """Achieved bandwidth (bytes per ns = GB/s); None when no time was measured."""
+        return self.bytes / self.time_ns if self.time_ns > 0 else None
+
+    @property
+    def gflop_per_s(self) -> Optional[float]:
+        return self.flops / self.time_ns if self.time_ns > 0 else None
+
+    @property
+    def intensity(self) -> Optional[float]:
+        """Arithmetic intensity, FLOPs per byte moved; None when nothing was moved."""
+        return self.flops / self.bytes if self.bytes > 0 else None
+
+    @classmethod
+    def total(cls, parts: Iterable[Optional["Traffic"]]) -> Optional["Traffic"]:
+        """The sum of ``parts`` (None ones left out); None when all are None."""
+        known = [part for part in parts if part is not None]
+        if not known:
+            return None
+        return cls(*(sum(getattr(part, name) for part in known)
+                     for name in ("time_ns", "read_bytes", "written_bytes", "flops")))
+
+
+@dataclass
 class SectionStats:
     """One row of the report. ``path == ()`` is the "(unmarked)" row."""
 
@@ -132,6 +185,11 @@ class SectionStats:
     # before they were kept.
     start_ns: Optional[Offsets] = json_field(rounded=True, default=None)
     end_ns: Optional[Offsets] = json_field(rounded=True, default=None)
+    # What the section's dispatches moved and computed (section_traffic); None where none of its dispatches has
+    # static sizes, or in a file written before it was kept.
+    traffic: Optional[Traffic] = None
+    # Bytes of the distinct tensors its dispatches touch per call (whole tensors); None when a size is dynamic.
+    working_set_bytes: Optional[int] = None
 
     @property
     def name(self) -> str:
@@ -308,6 +366,8 @@ class ProfileSession:
         timing, memory = call_time_and_memory(events["start_ns"], events["end_ns"], attribution.queue_spans,
                                               attribution.memory, attribution.calls)
         sites = _sites(attribution, section_map, sums)
+        for row, traffic, working_set in zip(rows, *section_traffic(sites, paths)):
+            row.traffic, row.working_set_bytes = traffic, working_set
         split_rules = Counter(site.rule for site in sites if len(site.sections) > 1 and site.rule)
         return cls(
             total_ns=sums.total_ns,
@@ -524,13 +584,13 @@ def event_sums(attribution: Attribution) -> EventSums:
     events, slots = attribution.events, len(attribution.slots)
     slot_composition = _slot_compositions(attribution)
     calls, compositions = max(attribution.calls, 1), len(attribution.compositions)
-    native = ireeprof.native()
-    if native is not None:
+    native_passes = native()
+    if native_passes is not None:
         sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
                          np.zeros(slots), np.zeros(slots, np.int64), 0, False)
-        sums.total_ns, sums.disjoint = native.event_sums(np.ascontiguousarray(events), slot_composition, calls,
-                                                         sums.busy_by_call, sums.busy, sums.count, sums.slot_busy,
-                                                         sums.slot_count)
+        sums.total_ns, sums.disjoint = native_passes.event_sums(
+            np.ascontiguousarray(events), slot_composition, calls, sums.busy_by_call, sums.busy, sums.count,
+            sums.slot_busy, sums.slot_count)
         return sums
     starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), events["slot"]
     duration = (ends - starts).astype(np.float64)
@@ -669,6 +729,55 @@ def per_call_inclusive(attribution: Attribution, paths: list[SectionPath]) -> np
     views that sum sections (`sectionmark.profiling.components`).
     """
     return event_sums(attribution).busy_by_call @ weight_matrices(attribution.compositions, paths).inclusive
+
+
+def section_traffic(sites: list[SiteStats], paths: list[SectionPath]) -> tuple[list[Optional[Traffic]],
+                                                                              list[Optional[int]]]:
+    """Per section column (last: unmarked), its `Traffic` and its working set per call.
+
+    A site counts when every binding's bytes are known (static slices). Its
+    bytes, FLOPs and time go to the columns by the site's inclusive weights
+    (`weight_matrices`, as its time in the rows); its tensors to the working set
+    of every column with a share in it (even of weight 0), each distinct tensor
+    once, whole (``tensor_shape``), so a section touching a slice of a weight
+    counts the weight. A column without a counted site gets None for both; a
+    tensor of dynamic shape or unknown element size makes that working set None.
+    """
+    sized = [site for site in sites if site.bindings and all(
+        binding.read_bytes is not None and binding.written_bytes is not None for binding in site.bindings)]
+    columns = len(paths) + 1
+    if not sized:
+        return [None] * columns, [None] * columns
+    weights = weight_matrices([site.sections for site in sized], paths)
+    executions = np.array([site.dispatches for site in sized], np.float64)
+    per_site = np.array([
+        [site.busy_ns for site in sized],
+        [sum(b.read_bytes for b in site.bindings) for site in sized] * executions,
+        [sum(b.written_bytes for b in site.bindings) for site in sized] * executions,
+        [site.flops or 0.0 for site in sized] * executions,
+    ])
+    sums = per_site @ weights.inclusive  # [time, read, written, flops] x columns
+    traffic: list[Optional[Traffic]] = []
+    working_sets: list[Optional[int]] = []
+    for column in range(columns):
+        members = np.flatnonzero(weights.member[:, column])
+        if not len(members):
+            traffic.append(None)
+            working_sets.append(None)
+            continue
+        traffic.append(Traffic(*(float(value) for value in sums[:, column])))
+        sizes = {binding.tensor: tensor_bytes(binding) for index in members for binding in sized[index].bindings}
+        working_sets.append(None if None in sizes.values() else sum(sizes.values()))
+    return traffic, working_sets
+
+
+def tensor_bytes(binding: Binding) -> Optional[int]:
+    """The whole bound tensor's bytes (``tensor_shape`` x its element's), None when a dimension is dynamic or the
+    element type has no bit width (``f32``: 4, ``bf16``: 2, ``i1``: 1 byte, as IREE stores it)."""
+    bits = re.search(r"(\d+)$", binding.dtype)
+    if bits is None or any(size < 0 for size in binding.tensor_shape):
+        return None
+    return int(np.prod(binding.tensor_shape, dtype=np.int64)) * -(-int(bits.group(1)) // 8)
 
 
 def first_dispatch_starts(starts: np.ndarray, call: np.ndarray, calls: int,

@@ -8,7 +8,10 @@ where the profile recorded no tiles (Vulkan, Tracy) or, for the ratios, where
 nothing ran or the worker count is unknown: empty is "not recorded", never 0.
 The start and end columns (min / p50 / max offset from the call's start of the
 section's first dispatch start and last dispatch end) are empty for a section
-that never ran. A
+that never ran. The traffic columns (``read_bytes``, ``written_bytes``,
+``flops``, ``traffic_ns`` summed over the measured calls; ``gb_per_s``,
+``gflop_per_s``, ``intensity``) and ``working_set_bytes`` (per call) are
+empty where none of the section's dispatches has static sizes. A
 text cell that a spreadsheet would evaluate (starting with ``= + - @``) is
 written with a ``'`` before it (`inert`).
 Columns mean what the profile JSON's fields of the same name mean
@@ -22,13 +25,14 @@ import io
 import json
 from typing import Any, Iterable, Optional
 
-from sectionmark.profiling.session import Offsets, ProfileSession
+from sectionmark.profiling.session import Offsets, ProfileSession, Traffic
 
 COLUMNS = [
     "section", "path", "depth", "calls", "dispatches", "busy_ns", "exclusive_ns", "shared_ns", "wall_ns",
     "exclusive_wall_ns", "share", "mean_ns", "min_ns", "max_ns", "p50_ns", "p95_ns", "note",
     "cpu_ns", "tiles", "parallelism", "utilization",
     "start_min_ns", "start_p50_ns", "start_max_ns", "end_min_ns", "end_p50_ns", "end_max_ns",
+    "read_bytes", "written_bytes", "flops", "traffic_ns", "gb_per_s", "gflop_per_s", "intensity", "working_set_bytes",
 ]
 
 
@@ -66,6 +70,15 @@ def _offsets(offsets: Optional[Offsets]) -> list:
     return ["", "", ""] if offsets is None else [round(offsets.min), round(offsets.p50), round(offsets.max)]
 
 
+def _traffic(traffic: Optional[Traffic]) -> list:
+    """Totals in whole bytes, FLOPs and ns, rates to 4 decimals; empty cells without traffic (or a rate of no time)."""
+    if traffic is None:
+        return [""] * 7
+    rates = (traffic.gb_per_s, traffic.gflop_per_s, traffic.intensity)
+    return [round(traffic.read_bytes), round(traffic.written_bytes), round(traffic.flops), round(traffic.time_ns),
+            *("" if rate is None else f"{rate:.4f}" for rate in rates)]
+
+
 def render(session: ProfileSession) -> str:
     """The CSV text, RFC 4180 line ends (written unchanged)."""
     return csv_text(COLUMNS, (
@@ -79,6 +92,7 @@ def render(session: ProfileSession) -> str:
             f"{row.parallelism:.4f}" if row.parallelism is not None else "",
             f"{row.utilization:.4f}" if row.utilization is not None else "",
             *_offsets(row.start_ns), *_offsets(row.end_ns),
+            *_traffic(row.traffic), row.working_set_bytes if row.working_set_bytes is not None else "",
         ]
         for row in session.sections
     ))

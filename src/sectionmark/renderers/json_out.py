@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.session import ProfileSession
@@ -16,11 +16,15 @@ def render(session: ProfileSession) -> str:
 
 def load(path: Union[str, Path]) -> ProfileSession:
     """Read a saved profile JSON back (for ``sectionmark report`` on saved results)."""
+    return ProfileSession.from_json(read(path))
+
+
+def read(path: Union[str, Path]) -> Any:
+    """The JSON document of a file, not yet checked against any schema; one error line when it is not JSON."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise SectionmarkError(f"cannot read {path}: {error.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise SectionmarkError(f"{path} is not JSON: {error}") from None
-    return ProfileSession.from_json(data)

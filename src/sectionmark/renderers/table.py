@@ -10,6 +10,12 @@ With ``cpu=True`` (``--cpu``) the CPU columns follow: tile time across
 local-task's workers per call, parallelism (workers busy on average while the
 section's dispatches ran), utilization of the run's workers and tiles per call;
 a profile without tiles (Vulkan, Tracy) says "not recorded" there, never 0.
+With ``memory=True`` (``--memory``): bytes read + written per call, the
+working set, achieved GB/s and GFLOP/s and FLOPs per byte (the section's
+`Traffic`; empty where no dispatch of the section has static sizes). With
+``span=True`` (``--span``): where in the call the section runs, its median
+start and end (offsets from the call's start; min and max are in the JSON,
+the CSV and the ``--timeline`` chart).
 
 Names are data: every user-given string (section, function, zone and export
 names) goes into the table as ``rich.text.Text``, never as markup, so
@@ -26,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sectionmark.paths import UNMARKED, format_path
-from sectionmark.profiling.session import ProfileSession, SectionStats
+from sectionmark.profiling.session import ProfileSession, SectionStats, Traffic
 
 SHARED_MARK = "*"
 NOT_RECORDED = "not recorded"
@@ -57,8 +63,27 @@ def _cpu_cells(session: ProfileSession, row: SectionStats, calls: int) -> list[s
     ]
 
 
-def build_table(session: ProfileSession, cpu: bool = False) -> Table:
-    """A rich Table: one row per section (nested, indented), "(unmarked)" and the total; ``cpu``: with the CPU columns."""
+def _memory_cells(traffic: Optional[Traffic], working_set_bytes: Optional[int], calls: int) -> list[str]:
+    """Bytes/call, working set, GB/s, GFLOP/s, FLOPs per byte; empty where no dispatch had static sizes."""
+    if traffic is None:
+        return [""] * 5
+    return [
+        format_bytes(traffic.bytes / calls),
+        format_bytes(working_set_bytes) if working_set_bytes is not None else "",
+        f"{traffic.gb_per_s:.2f}" if traffic.gb_per_s is not None else "",
+        f"{traffic.gflop_per_s:.2f}" if traffic.gflop_per_s is not None else "",
+        f"{traffic.intensity:.3f}" if traffic.intensity is not None else "",
+    ]
+
+
+def _span_cells(row: SectionStats) -> list[str]:
+    """Median start and end offset in the call; empty for a section that never ran."""
+    return [format_ns(offsets.p50) if offsets is not None else "" for offsets in (row.start_ns, row.end_ns)]
+
+
+def build_table(session: ProfileSession, cpu: bool = False, memory: bool = False, span: bool = False) -> Table:
+    """A rich Table: one row per section (nested, indented), "(unmarked)" and the total; ``cpu``, ``memory``,
+    ``span``: with those columns (module docstring)."""
     calls = max(session.calls, 1)
     title = f"{session.function or 'profile'}: {session.calls} calls"
     if session.warmup:
@@ -85,6 +110,14 @@ def build_table(session: ProfileSession, cpu: bool = False) -> Table:
         table.add_column("Util", justify="right",
                          footer=f"{session.utilization:.0%}" if session.utilization is not None else "")
         table.add_column(f"Tiles{per}", justify="right", footer=f"{session.tiles / calls:g}" if recorded else "")
+    if memory:  # the footer: the whole profile's traffic (top-level rows and unmarked; working sets do not add up)
+        whole = Traffic.total(row.traffic for row in session.sections if len(row.path) <= 1)
+        for header, footer in zip((f"Bytes{per}", "Working set", "GB/s", "GFLOP/s", "FLOP/B"),
+                                  _memory_cells(whole, None, calls)):
+            table.add_column(header, justify="right", footer=footer)
+    if span:
+        table.add_column("Start p50", justify="right")
+        table.add_column("End p50", justify="right")
     for row in session.sections:
         if not row.path and row.busy_ns == 0:
             continue
@@ -102,6 +135,8 @@ def build_table(session: ProfileSession, cpu: bool = False) -> Table:
             format_ns(row.per_call.p95_ns) if session.calls_known else "",
             f"{row.dispatches / calls:g}",
             *(_cpu_cells(session, row, calls) if cpu else []),
+            *(_memory_cells(row.traffic, row.working_set_bytes, calls) if memory else []),
+            *(_span_cells(row) if span else []),
             style="dim" if not row.path else None,
         )
     return table
@@ -233,17 +268,20 @@ def call_time_lines(session: ProfileSession) -> list[str]:
     return lines
 
 
-def print_table(session: ProfileSession, console: Console, cpu: bool = False) -> None:
-    """Print the table (``cpu``: with the CPU columns) and its notes to ``console``."""
-    console.print(build_table(session, cpu))
+def print_table(session: ProfileSession, console: Console, cpu: bool = False, memory: bool = False,
+                span: bool = False) -> None:
+    """Print the table (with the columns asked for: `build_table`) and its notes to ``console``."""
+    console.print(build_table(session, cpu, memory, span))
     for line in notes(session):
         console.print(line, style="dim", highlight=False, markup=False)
 
 
-def render(session: ProfileSession, width: Optional[int] = None, cpu: bool = False) -> str:
-    """The table and its notes as plain text, ``width`` columns wide (default 140; 190 with the CPU columns,
-    which need it to keep their headers on one line); ``cpu``: with the CPU columns."""
+def render(session: ProfileSession, width: Optional[int] = None, cpu: bool = False, memory: bool = False,
+           span: bool = False) -> str:
+    """The table and its notes as plain text, ``width`` columns wide (default 140, wider by what the CPU, memory
+    and span columns need to keep their headers on one line); ``cpu``, ``memory``, ``span``: with those columns."""
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width or (190 if cpu else 140), color_system=None, force_terminal=False)
-    print_table(session, console, cpu)
+    width = width or 140 + 50 * cpu + 60 * memory + 26 * span
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    print_table(session, console, cpu, memory, span)
     return buffer.getvalue()
