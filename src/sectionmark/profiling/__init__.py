@@ -20,6 +20,7 @@ from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
 from sectionmark.profiling.ireeprof import Profile, read_profile
+from sectionmark.profiling.runs import combine_runs
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, local_task_workers, run_profile
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
@@ -41,6 +42,8 @@ def profile(
     quiet: bool = False,
     timeout: Optional[float] = DEFAULT_TIMEOUT_S,
     parameters: Parameters = None,
+    runs: int = 1,
+    workers: Optional[int] = None,
 ) -> ProfileSession:
     """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
 
@@ -57,7 +60,15 @@ def profile(
     the profiled tool may run (None: no limit).
     ``parameters``: external parameter file(s), ``path`` or ``scope=path`` as
     IREE's ``--parameters`` spells them (see `sectionmark.load`).
+    ``runs``: fresh runs of the tool; with more than one, each section's busy
+    time per call in every run, their median and its interval
+    (`sectionmark.profiling.runs`; the other figures and ``keep_profile`` are
+    those of the run of median total). ``workers``: local-task's most worker
+    threads (None: one per physical core; fewer leave cores to the rest of a
+    busy machine and vary less between runs, docs/cli.md#run-to-run-variation).
     """
+    if runs < 1:
+        raise SectionmarkError(f"need runs >= 1 (got {runs})")
     specs = parameter_specs(parameters)
     if keep_profile is not None:
         module_files = [compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else []
@@ -69,21 +80,35 @@ def profile(
             vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory)
         else:
             vmfb = module_file(compiled_or_vmfb_path, directory)
-        run = run_profile(
-            vmfb, args, directory, function=function, device=device, iterations=iterations, warmup=warmup, quiet=quiet,
-            timeout=timeout,
-            parameters=specs, argument_types=section_map.argument_types(function), framework=section_map.framework,
-        )
-        if keep_profile is not None:
-            with atomic_path(keep_profile, protected) as temporary:
-                shutil.copyfile(run.profile_path, temporary)
-        events = _read_events(run.profile_path, section_map, function)
-        if device_driver(device) == "vulkan" and not len(events.dispatches):
-            kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"
-            raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
-        # local-task ran here with IREE's default topology, so its worker count is known; other drivers have none.
-        workers = local_task_workers() if device_driver(device) == "local-task" else None
-        return _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function, workers=workers)
+        # local-task ran here with IREE's topology, so its worker count is known; other drivers have none.
+        run_workers = local_task_workers(workers) if device_driver(device) == "local-task" else None
+        sessions, profile_paths = [], []
+        for index in range(runs):
+            run = run_profile(
+                vmfb, args, directory / f"run{index + 1}", function=function, device=device, iterations=iterations,
+                warmup=warmup, quiet=quiet, timeout=timeout, parameters=specs,
+                argument_types=section_map.argument_types(function), framework=section_map.framework,
+                workers=workers, progress=f"run {index + 1} of {runs}" if runs > 1 else "",
+            )
+            if keep_profile is not None and index == 0:  # kept before it is read: a profile that fails to read too
+                _keep(run.profile_path, keep_profile, protected)
+            events = _read_events(run.profile_path, section_map, function)
+            if device_driver(device) == "vulkan" and not len(events.dispatches):
+                kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"
+                raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
+            sessions.append(_session(events, section_map, calls=run.calls, warmup=run.warmup, function=function,
+                                     workers=run_workers))
+            profile_paths.append(run.profile_path)
+        session = combine_runs(sessions)
+        if keep_profile is not None and (session.shown_run or 1) > 1:  # the figures shown are of that run
+            _keep(profile_paths[(session.shown_run or 1) - 1], keep_profile, protected)
+        return session
+
+
+def _keep(profile_path: Path, keep_profile: Union[str, Path], protected: Sequence[Union[str, Path]]) -> None:
+    """Copy a run's raw profile to ``keep_profile`` atomically, never onto one of ``protected``."""
+    with atomic_path(keep_profile, protected) as temporary:
+        shutil.copyfile(profile_path, temporary)
 
 
 def report(

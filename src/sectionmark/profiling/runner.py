@@ -82,12 +82,12 @@ class ProfileRun:
 MAX_DEFAULT_WORKERS = 64
 
 
-def local_task_workers() -> int:
-    """The worker count of local-task with IREE's default topology on this machine (the profile does not record it).
+def local_task_workers(limit: Optional[int] = None) -> int:
+    """The worker count of local-task on this machine (the profile does not record it).
 
     iree-benchmark-module runs with ``--task_topology_mode=physical_cores``:
-    one worker per physical core, at most ``--task_topology_max_group_count``
-    (64). Physical cores are the distinct (package, core) pairs of the CPUs
+    one worker per physical core, each pinned to its core, at most
+    ``--task_topology_max_group_count`` (64, or ``limit``: `benchmark_command`'s ``workers``). Physical cores are the distinct (package, core) pairs of the CPUs
     this process may run on (Linux sysfs); where sysfs does not say, every
     logical CPU counts as a core (``os.cpu_count``).
     """
@@ -99,7 +99,7 @@ def local_task_workers() -> int:
             cores.add(((topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip()))
         except OSError:
             cores.add(("cpu", str(cpu)))
-    return max(1, min(len(cores), MAX_DEFAULT_WORKERS))
+    return max(1, min(len(cores), limit or MAX_DEFAULT_WORKERS))
 
 
 def device_driver(device: str) -> str:
@@ -129,6 +129,7 @@ def benchmark_command(
     profile_path: Path | None,
     parameters: Sequence[tuple[str, Path]] = (),
     imported: Sequence[Path] = (),
+    workers: Optional[int] = None,
 ) -> list[str]:
     """The iree-benchmark-module command line for ``device``; no measurement without a path.
 
@@ -138,6 +139,8 @@ def benchmark_command(
     parameter files as ``(scope, path)`` (`sectionmark.parameters.parameter_specs`).
     ``imported``: modules loaded before ``vmfb`` whose functions it calls (a
     replay driver imports the model's); ``function`` is ``vmfb``'s.
+    ``workers``: local-task's most workers (``--task_topology_max_group_count``;
+    None: IREE's default, one per physical core).
     """
     driver = device_driver(device)
     traced = driver in TRACED_DRIVERS
@@ -150,6 +153,7 @@ def benchmark_command(
         f"--function={function}",
         *[f"--input=@{path}" for path in inputs],
         f"--benchmark_min_time={calls}x",
+        *([f"--task_topology_max_group_count={workers}"] if workers is not None else []),
     ]
     if profile_path is None:
         return command
@@ -194,11 +198,15 @@ def run_profile(
     imported: Sequence[Path] = (),
     argument_types: Optional[Sequence[str]] = None,
     framework: Optional[str] = None,
+    workers: Optional[int] = None,
+    progress: str = "",
 ) -> ProfileRun:
     """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy.
 
     ``argument_types``, ``framework``: how ``args`` become the function's
-    flat arguments (`sectionmark.arguments.flatten_arguments`).
+    flat arguments (`sectionmark.arguments.flatten_arguments`). ``workers``:
+    local-task's most workers (None: one per physical core; refused on other
+    devices). ``progress``: said after the status line (``run 2 of 5``).
 
     ``timeout``: seconds the tool may run (None: no limit) before it is ended
     with one error line, so that a hung tool never hangs the caller.
@@ -207,6 +215,7 @@ def run_profile(
         raise SectionmarkError(f"need iterations >= 1 and warmup >= 0 (got {iterations}, {warmup})")
     if device_driver(device) == "local-sync":
         raise SectionmarkError(LOCAL_SYNC_UNSUPPORTED)
+    check_workers(workers, device)
     vmfb = Path(vmfb)
     if not vmfb.is_file():
         raise SectionmarkError(f"module not found: {vmfb}")
@@ -217,11 +226,12 @@ def run_profile(
     calls = iterations + warmup
     command = benchmark_command(
         vmfb, function, write_inputs(args, directory, argument_types, framework), device=device, calls=calls,
-        profile_path=profile_path, parameters=parameters, imported=imported,
+        profile_path=profile_path, parameters=parameters, imported=imported, workers=workers,
     )
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
     start = time.perf_counter()
-    with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"):
+    with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"
+                        + (f", {progress}" if progress else "")):
         if traced:
             _run_captured(command, profile_path, device, timeout)
         else:
@@ -239,6 +249,16 @@ def run_profile(
     if not profile_path.is_file() or profile_path.stat().st_size == 0:
         raise SectionmarkError(f"iree-benchmark-module wrote no profile to {profile_path}")
     return ProfileRun(profile_path, calls, warmup, wall_s)
+
+
+def check_workers(workers: Optional[int], device: str) -> None:
+    """``workers`` sets local-task's worker topology; other devices have none to set."""
+    if workers is None:
+        return
+    if workers < 1:
+        raise SectionmarkError(f"need workers >= 1 (got {workers})")
+    if device_driver(device) != "local-task":
+        raise SectionmarkError(f"workers sets local-task's worker threads; {device} has none (drop --workers)")
 
 
 def _run_captured(command: list[str], capture_path: Path, device: str, timeout: Optional[float]) -> None:

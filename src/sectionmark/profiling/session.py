@@ -48,6 +48,7 @@ from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
 from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import Attribution, Composition
+from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.queue_time import (
     CallTime,
     DeviceMemory,
@@ -132,6 +133,9 @@ class SectionStats:
     # before they were kept.
     start_ns: Optional[Offsets] = json_field(rounded=True, default=None)
     end_ns: Optional[Offsets] = json_field(rounded=True, default=None)
+    # Busy ns per call in each of the profile's runs, their median and its interval (sectionmark.profiling.runs);
+    # None for a profile of one run (run-to-run variation not measured) or a file written before runs existed.
+    runs: Optional[RunSpread] = None
 
     @property
     def name(self) -> str:
@@ -234,6 +238,12 @@ class ProfileSession:
     cpu_ns: Optional[int] = None  # summed tile time of all measured dispatches; None: no tiles recorded
     tiles: Optional[int] = None  # summed tiles of all measured dispatches
     workers: Optional[int] = None  # local-task workers of the run (IREE's default topology); None: unknown
+    # Fresh runs of the tool behind this profile (sectionmark.profiling.runs): with more than one, every row's
+    # ``runs`` and ``total_runs`` hold the figures of each run, and the other figures are those of run
+    # ``shown_run`` (1-based: the run of median total busy time per call).
+    runs: int = 1
+    shown_run: Optional[int] = None
+    total_runs: Optional[RunSpread] = None  # total busy ns per call in each run
 
     # ------------------------------------------------------------------ building
 
