@@ -15,6 +15,12 @@ on a 2-core VM gave run means of sections of 6-14 µs up to 23% apart, each
 with an interval a few percent wide, so a pure "excludes 1" test calls
 identical modules faster or slower. ``min_change=0`` is that pure test.
 
+Between-run variation, when both profiles have it (``--runs K``, K >= 2
+each: ``SectionStats.runs``): the interval then resamples each profile's
+run values (busy time per call of each fresh run) instead of its calls, so
+it sees the drift between runs itself; the times compared are then the
+means of the run values. A profile of one run falls back to the calls.
+
 Sections are matched by path. A section declared in one profile only is
 listed as such ("only in A" / "only in B"); one that ran no dispatch in
 either run has nothing to compare ("no dispatches"), and one that ran in one
@@ -42,6 +48,7 @@ SEED = 0
 MIN_CHANGE = 25.0  # percent: drift between runs of one module reached 23% (module docstring)
 
 FASTER, SLOWER, NO_CHANGE = "faster", "slower", "no change"
+CALLS, RUNS = "calls", "runs"
 ONLY_IN_A, ONLY_IN_B = "only in A", "only in B"
 NOT_RUN_IN_A, NOT_RUN_IN_B, NO_DISPATCHES = "not run in A", "not run in B", "no dispatches"
 
@@ -59,6 +66,7 @@ class SectionChange:
     high: Optional[float] = None
     a_calls: int = 0  # per-call samples compared
     b_calls: int = 0
+    basis: str = CALLS  # what the interval resampled: "calls" (of one run each) or "runs" (each run's time per call)
 
     JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("name", "change_percent")
 
@@ -140,14 +148,17 @@ def compare_sessions(a: ProfileSession, b: ProfileSession, *, labels: Sequence[s
             changes.append(SectionChange(row.path, ONLY_IN_A, a_ns=_mean(row.samples)))
             continue
         samples_a, samples_b = np.asarray(row.samples, float), np.asarray(other.samples, float)
-        change = SectionChange(row.path, NO_CHANGE, a_ns=float(samples_a.mean()), b_ns=float(samples_b.mean()),
-                               a_calls=len(samples_a), b_calls=len(samples_b))
+        basis = RUNS if row.runs is not None and other.runs is not None else CALLS
+        values_a, values_b = ((np.asarray(row.runs.values_ns, float), np.asarray(other.runs.values_ns, float))
+                              if basis == RUNS else (samples_a, samples_b))
+        change = SectionChange(row.path, NO_CHANGE, a_ns=float(values_a.mean()), b_ns=float(values_b.mean()),
+                               a_calls=len(samples_a), b_calls=len(samples_b), basis=basis)
         ran_a, ran_b = row.dispatched and change.a_ns > 0, other.dispatched and change.b_ns > 0
         if not ran_a or not ran_b:  # dispatches of no measurable time count as not run: no ratio
             change.verdict = NO_DISPATCHES if ran_a == ran_b else NOT_RUN_IN_A if ran_b else NOT_RUN_IN_B
         else:
             change.ratio = change.b_ns / change.a_ns
-            change.low, change.high = ratio_interval(samples_a, samples_b, resamples, confidence, rng)
+            change.low, change.high = ratio_interval(values_a, values_b, resamples, confidence, rng)
             change.verdict = (SLOWER if change.low > factor else FASTER if change.high * factor < 1 else NO_CHANGE)
         changes.append(change)
     changes += [SectionChange(row.path, ONLY_IN_B, b_ns=_mean(row.samples))

@@ -26,7 +26,7 @@ from sectionmark.renderers.csv_out import csv_text
 from sectionmark.renderers.table import format_ns
 
 CSV_COLUMNS = ["section", "path", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "change_percent", "a_calls",
-               "b_calls"]
+               "b_calls", "basis"]
 VERDICT_STYLES = {SLOWER: "red", FASTER: "green"}
 
 
@@ -66,8 +66,9 @@ def _change(row: SectionChange) -> str:
 
 def build_table(comparison: Comparison) -> Table:
     """One row per section: time per call in A and B, B/A with its interval, the verdict."""
+    bases = " or ".join(sorted({row.basis for row in comparison.sections if row.low is not None})) or "calls"
     table = Table(title=Text(f"B: {comparison.b}  vs  A: {comparison.a}"), title_justify="left",
-                  caption=f"interval: bootstrap of the calls, {comparison.resamples} resamples, seed "
+                  caption=f"interval: bootstrap of the {bases}, {comparison.resamples} resamples, seed "
                           f"{comparison.seed}; slower/faster: beyond {comparison.min_change:g}%",
                   caption_justify="left")
     table.add_column("Section")
@@ -103,7 +104,7 @@ def render_csv(comparison: Comparison) -> str:
     return csv_text(CSV_COLUMNS, (
         [row.name, json.dumps(list(row.path), ensure_ascii=False), row.verdict, cell(row.a_ns, 0), cell(row.b_ns, 0),
          cell(row.ratio, 6), cell(row.low, 6), cell(row.high, 6), cell(row.change_percent, 3), row.a_calls,
-         row.b_calls]
+         row.b_calls, row.basis]
         for row in comparison.sections
     ))
 
