@@ -20,7 +20,8 @@ Settings (docs/cli.md#run-to-run-variation):
 
 The settings take turns, ``--rounds`` times (default 3), so that a change in
 the machine's load shows in every setting rather than in one; every round is
-printed, then the median over the rounds.
+printed with the machine's load average when it started, then the median
+over the rounds.
 
 Usage: python benchmarks/bench_repeatability.py [--demo out] [--runs 5] [--rounds 3]
 """
@@ -28,6 +29,7 @@ Usage: python benchmarks/bench_repeatability.py [--demo out] [--runs 5] [--round
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -82,6 +84,7 @@ def main() -> None:
               f"CV = standard deviation / mean of a section's busy time per call across the runs")
         results: dict[str, list[tuple]] = {name: [] for name in settings}
         for round_ in range(args.rounds):
+            print(f"round {round_ + 1}: load average {os.getloadavg()[0]:.1f} (the machine's other work)")
             for name, (warmup, workers) in settings.items():
                 median, worst, section, low, high = spread(vmfb, tokens, args.runs, warmup, workers)
                 results[name].append((median, worst))
