@@ -104,7 +104,8 @@ class Comparison:
 
 def ratio_interval(a: np.ndarray, b: np.ndarray, resamples: int, confidence: float,
                    rng: np.random.Generator) -> tuple[float, float]:
-    """Bootstrap percentile interval of mean(b) / mean(a): A's and B's calls resampled independently.
+    """Bootstrap percentile interval of mean(b) / mean(a): A's and B's values (per-call times, or each run's
+    time per call) resampled independently.
 
     Resamples whose A mean is 0 (a section that ran in only some calls) are
     left out; none left gives the interval (inf, inf).
