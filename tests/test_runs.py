@@ -8,6 +8,8 @@ Hand-built: sessions whose sections take a chosen time per call in each run
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import numpy as np
@@ -77,6 +79,9 @@ def test_the_interval_contains_each_runs_value_for_a_known_spread():
     assert combined.runs == 5
     table = render(combined)
     assert "Median of 5" in table and "93.8% CI" in table and "other columns are run 2" in table
+    rows = {row["section"]: row for row in csv.DictReader(io.StringIO(combined.render("csv")))}
+    assert [int(rows["A"][column]) for column in ("run_median_ns", "run_low_ns", "run_high_ns")] == [
+        round(spread.median_ns), round(spread.low_ns), round(spread.high_ns)]
 
 
 def test_one_run_says_variation_was_not_measured():
@@ -84,6 +89,7 @@ def test_one_run_says_variation_was_not_measured():
     assert combine_runs([session]) is session and session.total_runs is None
     assert "run-to-run variation not measured (one run)" in render(session)
     assert "Median of" not in render(session)
+    assert next(csv.DictReader(io.StringIO(session.render("csv"))))["run_median_ns"] == ""
 
 
 def test_runs_survive_the_json_round_trip():

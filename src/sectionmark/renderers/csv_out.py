@@ -8,7 +8,10 @@ where the profile recorded no tiles (Vulkan, Tracy) or, for the ratios, where
 nothing ran or the worker count is unknown: empty is "not recorded", never 0.
 The start and end columns (min / p50 / max offset from the call's start of the
 section's first dispatch start and last dispatch end) are empty for a section
-that never ran. A
+that never ran. The run columns (``run_median_ns``, ``run_low_ns``,
+``run_high_ns``: a section's busy ns per call over ``--runs K`` runs, the
+median and its interval, ``runs`` in the profile JSON) are empty for a
+profile of one run. A
 text cell that a spreadsheet would evaluate (starting with ``= + - @``) is
 written with a ``'`` before it (`inert`).
 Columns mean what the profile JSON's fields of the same name mean
@@ -22,6 +25,7 @@ import io
 import json
 from typing import Any, Iterable, Optional
 
+from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.session import Offsets, ProfileSession
 
 COLUMNS = [
@@ -29,6 +33,7 @@ COLUMNS = [
     "exclusive_wall_ns", "share", "mean_ns", "min_ns", "max_ns", "p50_ns", "p95_ns", "note",
     "cpu_ns", "tiles", "parallelism", "utilization",
     "start_min_ns", "start_p50_ns", "start_max_ns", "end_min_ns", "end_p50_ns", "end_max_ns",
+    "run_median_ns", "run_low_ns", "run_high_ns",
 ]
 
 
@@ -66,6 +71,11 @@ def _offsets(offsets: Optional[Offsets]) -> list:
     return ["", "", ""] if offsets is None else [round(offsets.min), round(offsets.p50), round(offsets.max)]
 
 
+def _run_cells(spread: Optional[RunSpread]) -> list:
+    """median, low, high in whole ns; empty cells for a profile of one run."""
+    return ["", "", ""] if spread is None else [round(spread.median_ns), round(spread.low_ns), round(spread.high_ns)]
+
+
 def render(session: ProfileSession) -> str:
     """The CSV text, RFC 4180 line ends (written unchanged)."""
     return csv_text(COLUMNS, (
@@ -78,7 +88,7 @@ def render(session: ProfileSession) -> str:
             round(row.cpu_ns) if row.cpu_ns is not None else "", row.tiles if row.tiles is not None else "",
             f"{row.parallelism:.4f}" if row.parallelism is not None else "",
             f"{row.utilization:.4f}" if row.utilization is not None else "",
-            *_offsets(row.start_ns), *_offsets(row.end_ns),
+            *_offsets(row.start_ns), *_offsets(row.end_ns), *_run_cells(row.runs),
         ]
         for row in session.sections
     ))
