@@ -147,6 +147,22 @@ def test_cli_runs_three_times(module_and_inputs, capsys):
     assert all(value > 0 for value in attn.values_ns)  # each run measured the section for itself
 
 
+def test_runs_keep_the_shown_runs_events_and_profile(module_and_inputs):
+    """Per-event data (timelines, Perfetto) and --keep-profile are of the run whose figures are shown."""
+    import sectionmark as sm
+
+    vmfb, inputs, directory = module_and_inputs
+    kept = directory / "shown.ireeprof"
+    session = sm.profile(vmfb, [np.load(path) for path in inputs], iterations=4, warmup=1, runs=3, quiet=True,
+                         keep_profile=kept)
+    assert_profile_invariants(session)
+    assert session.attribution is not None
+    assert len(session.attribution.events) == sum(site.dispatches for site in session.sites)
+    again = sm.report(kept, vmfb, calls=5, warmup=1)
+    assert again.total_ns == session.total_ns
+    assert again.total_ns / again.calls == session.total_runs.values_ns[session.shown_run - 1]
+
+
 def test_workers_sets_the_worker_threads(module_and_inputs):
     """One worker: IREE ran the tiles on one thread, so no section's CPU time exceeds its busy time."""
     import sectionmark as sm

@@ -20,7 +20,7 @@ from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
 from sectionmark.profiling.ireeprof import Profile, read_profile
-from sectionmark.profiling.runs import combine_runs
+from sectionmark.profiling.runs import combine_runs, representative_run
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, local_task_workers, run_profile
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
@@ -82,7 +82,7 @@ def profile(
             vmfb = module_file(compiled_or_vmfb_path, directory)
         # local-task ran here with IREE's topology, so its worker count is known; other drivers have none.
         run_workers = local_task_workers(workers) if device_driver(device) == "local-task" else None
-        sessions, profile_paths = [], []
+        sessions, finished = [], []
         for index in range(runs):
             run = run_profile(
                 vmfb, args, directory / f"run{index + 1}", function=function, device=device, iterations=iterations,
@@ -96,12 +96,20 @@ def profile(
             if device_driver(device) == "vulkan" and not len(events.dispatches):
                 kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"
                 raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
-            sessions.append(_session(events, section_map, calls=run.calls, warmup=run.warmup, function=function,
-                                     workers=run_workers))
-            profile_paths.append(run.profile_path)
+            session = _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function,
+                               workers=run_workers)
+            if runs > 1:  # per-event data of one run at a time: the shown run's is read again below
+                session.attribution = None
+            sessions.append(session)
+            finished.append(run)
+        if runs > 1:
+            index = representative_run(sessions)
+            shown = finished[index]
+            sessions[index] = _session(_read_events(shown.profile_path, section_map, function), section_map,
+                                       calls=shown.calls, warmup=shown.warmup, function=function, workers=run_workers)
         session = combine_runs(sessions)
         if keep_profile is not None and (session.shown_run or 1) > 1:  # the figures shown are of that run
-            _keep(profile_paths[(session.shown_run or 1) - 1], keep_profile, protected)
+            _keep(finished[session.shown_run - 1].profile_path, keep_profile, protected)
         return session
 
 
