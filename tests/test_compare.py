@@ -167,7 +167,7 @@ def test_component_outputs_table_csv_json():
     data = json.loads(render_json(comparison))
     assert {row["name"]: row["verdict"] for row in data["components"]}["MLP"] == SLOWER
     assert set(data["components"][0]) == {"name", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "a_calls",
-                                          "b_calls", "a_sections", "b_sections", "change_percent"}
+                                          "b_calls", "a_sections", "b_sections", "change_percent", "basis"}
 
 
 def test_call_samples_keep_at_most_a_thousand_evenly_spaced_calls():

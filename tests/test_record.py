@@ -120,6 +120,17 @@ def test_replay_profile_per_function(replay_profile):
     assert f"decode: {DECODE_STEPS} calls per replay" in table
 
 
+def test_replay_of_several_runs_has_each_functions_spread(recorded):
+    """``runs=2``: two fresh replays, each function's sections with their busy time per call in both."""
+    replay = recorded.recording.profile(iterations=2, warmup=1, quiet=True, runs=2, workers=1)
+    for entry in replay.functions:
+        session = entry.profile
+        assert_profile_invariants(session)
+        assert session.runs == 2 and len(session.total_runs.values_ns) == 2
+        assert all(value > 0 for value in session.section(("LM Head",)).runs.values_ns)
+    assert "Median of 2" in replay.table()
+
+
 def test_replay_json_round_trip(replay_profile):
     replay, _path = replay_profile
     data = json.loads(json.dumps(replay.to_json()))

@@ -379,7 +379,8 @@ def test_json_is_the_documented_schema():
     assert data == {"version": 2, "function": "main", "weight_rule": "cost", "total_ns": 200_000, "wall_ns": 150_000,
                     "unmarked_ns": 0, "calls": 1, "warmup": 0, "calls_known": True, "coverage_error": 0.0, "call_time": None, "memory": None,
                     "split_rules": {"cost": 1}, "cpu_ns": None, "tiles": None, "workers": None, "parallelism": None,
-                    "utilization": None, "module": None, "device": None, "profiler_cost": None}  # no run: built here
+                    "utilization": None, "module": None, "device": None, "profiler_cost": None,
+                    "runs": 1, "shown_run": None, "total_runs": None}  # no run: built here
     assert sections[0] == {
         "path": ["A"], "name": "A", "unmarked": False, "busy_ns": 170_000, "exclusive_ns": 170_000,
         "shared_ns": 70_000, "shared_with": [{"path": ["B"], "ns": 30_000}], "wall_ns": 127_500,
@@ -387,7 +388,7 @@ def test_json_is_the_documented_schema():
         "per_call": {"mean_ns": 170_000, "min_ns": 170_000, "max_ns": 170_000, "p50_ns": 170_000, "p95_ns": 170_000},
         "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None, "samples": [170_000],
         "start_ns": {"min": 0, "p50": 0, "max": 0}, "end_ns": {"min": 150_000, "p50": 150_000, "max": 150_000},
-        "traffic": None, "working_set_bytes": None,  # these hand-built sites have no bindings (test_kernels has some)
+        "traffic": None, "working_set_bytes": None, "runs": None,  # these hand-built sites have no bindings (test_kernels has some)
     }
     assert sections[1]["start_ns"] == {"min": 50_000, "p50": 50_000, "max": 50_000}  # only the fused dispatch
     assert sections[2] == {
@@ -395,7 +396,7 @@ def test_json_is_the_documented_schema():
         "shared_with": [], "wall_ns": 0, "exclusive_wall_ns": 0, "calls": 0, "dispatches": 0, "dispatched": False,
         "note": None, "share": 0.0, "per_call": {"mean_ns": 0, "min_ns": 0, "max_ns": 0, "p50_ns": 0, "p95_ns": 0},
         "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None, "samples": [0],
-        "start_ns": None, "end_ns": None, "traffic": None, "working_set_bytes": None,
+        "start_ns": None, "end_ns": None, "traffic": None, "working_set_bytes": None, "runs": None,
     }
     assert sites[1] == {
         "site": 1, "key": "main_dispatch_1", "executable": None, "workgroups": None, "binding_bytes": None,

@@ -34,6 +34,7 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer cut o
 # (-n 10000000000000000000000) is refused instead of running for ever.
 MAX_CALLS = 1_000_000
 MAX_DEPTH = 1_000
+MAX_RUNS = 1_000
 INPUT_TYPES = ["auto", "none", "torch", "stablehlo"]  # iree-compile --iree-input-type values sectionmark uses
 
 EXAMPLES = {
@@ -47,6 +48,8 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy --perfetto run.json --chart sections.png --tracy run.tracy
   sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites
   sectionmark profile model.vmfb --input x.npy --table table.txt
+  sectionmark profile model.vmfb --input x.npy -n 40 --runs 5 --json runs.json   # median and interval over 5 runs
+  sectionmark profile model.vmfb --input x.npy --runs 5 --workers 1   # a busy 2-core machine: less run-to-run noise
   sectionmark profile model.vmfb --input x.npy --by name --kernels kernels.txt --graph graph.svg
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa
@@ -225,6 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="measured calls, or replays of a recording (default: 20)")
     profile.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=3,
                          help="unmeasured calls (replays) first (default: 3)")
+    profile.add_argument("--runs", type=whole_number_in(1, MAX_RUNS), default=1, metavar="K",
+                         help="fresh runs of the tool: per section the median busy time per call over the runs and "
+                         "its interval (default: 1, run-to-run variation not measured)")
+    profile.add_argument("--workers", type=whole_number_in(1, 1 << 16), metavar="N",
+                         help="local-task's most worker threads (default: one per physical core); fewer than the "
+                         "cores vary less between runs on a busy machine (docs/cli.md)")
     profile.add_argument("--device", default="local-task",
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
                          "vulkan runs, but its profile cannot be read yet (docs/gpu.md)")
@@ -481,7 +490,8 @@ def _profile(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     session = profile(
         args.vmfb, _load_inputs(args.input), function=args.function or "main", device=args.device,
         iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
-        keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters,
+        keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters, runs=args.runs,
+        workers=args.workers,
     )
     _write_outputs(session, args, inputs)
 
@@ -503,7 +513,7 @@ def _profile_recording(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         raise SectionmarkError(f"{per_function[0]} of a recording is per function: add --function NAME "
                                f"(it called: {', '.join(recording.functions)})")
     replay = recording.profile(iterations=args.iterations, warmup=args.warmup, timeout=args.timeout,
-                               keep_profile=args.keep_profile)
+                               keep_profile=args.keep_profile, runs=args.runs, workers=args.workers)
     if args.function is not None:
         _write_outputs(replay.function(args.function), args, inputs)
         return

@@ -19,6 +19,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
+from sectionmark.profiling.runs import combine_runs, representative_run
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, local_task_workers, run_profile
 from sectionmark.profiling.session import ProfileSession, ProfilerCost
 from sectionmark.readers.event_model import Profile
@@ -42,6 +43,8 @@ def profile(
     quiet: bool = False,
     timeout: Optional[float] = DEFAULT_TIMEOUT_S,
     parameters: Parameters = None,
+    runs: int = 1,
+    workers: Optional[int] = None,
 ) -> ProfileSession:
     """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
 
@@ -58,7 +61,15 @@ def profile(
     the profiled tool may run (None: no limit).
     ``parameters``: external parameter file(s), ``path`` or ``scope=path`` as
     IREE's ``--parameters`` spells them (see `sectionmark.load`).
+    ``runs``: fresh runs of the tool; with more than one, each section's busy
+    time per call in every run, their median and its interval
+    (`sectionmark.profiling.runs`; the other figures and ``keep_profile`` are
+    those of the run of median total). ``workers``: local-task's most worker
+    threads (None: one per physical core; fewer leave cores to the rest of a
+    busy machine and vary less between runs, docs/cli.md#run-to-run-variation).
     """
+    if runs < 1:
+        raise SectionmarkError(f"need runs >= 1 (got {runs})")
     specs = parameter_specs(parameters)
     if keep_profile is not None:
         module_files = [compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else []
@@ -70,28 +81,49 @@ def profile(
             vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory)
         else:
             vmfb = module_file(compiled_or_vmfb_path, directory)
-        run = run_profile(
-            vmfb, args, directory, function=function, device=device, iterations=iterations, warmup=warmup, quiet=quiet,
-            timeout=timeout,
-            parameters=specs, argument_types=section_map.argument_types(function), framework=section_map.framework,
-            measure_cost=True,
-        )
-        if keep_profile is not None:
-            with atomic_path(keep_profile, protected) as temporary:
-                shutil.copyfile(run.profile_path, temporary)
-        events = _read_events(run.profile_path, section_map, function)
-        if device_driver(device) == "vulkan" and not len(events.dispatches):
-            kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"
-            raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
-        # local-task ran here with IREE's default topology, so its worker count is known; other drivers have none.
-        workers = local_task_workers() if device_driver(device) == "local-task" else None
-        session = _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function, workers=workers)
+        # local-task ran here with IREE's topology, so its worker count is known; other drivers have none.
+        run_workers = local_task_workers(workers) if device_driver(device) == "local-task" else None
+        sessions, finished = [], []
+        for index in range(runs):
+            run = run_profile(
+                vmfb, args, directory / f"run{index + 1}", function=function, device=device, iterations=iterations,
+                warmup=warmup, quiet=quiet, timeout=timeout, parameters=specs,
+                argument_types=section_map.argument_types(function), framework=section_map.framework,
+                workers=workers, progress=f"run {index + 1} of {runs}" if runs > 1 else "", measure_cost=index == 0,
+            )
+            if keep_profile is not None and index == 0:  # kept before it is read: a profile that fails to read too
+                _keep(run.profile_path, keep_profile, protected)
+            events = _read_events(run.profile_path, section_map, function)
+            if device_driver(device) == "vulkan" and not len(events.dispatches):
+                kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"
+                raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
+            session = _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function,
+                               workers=run_workers)
+            if runs > 1:  # per-event data of one run at a time: the shown run's is read again below
+                session.attribution = None
+            sessions.append(session)
+            finished.append(run)
+        if runs > 1:
+            index = representative_run(sessions)
+            shown = finished[index]
+            sessions[index] = _session(_read_events(shown.profile_path, section_map, function), section_map,
+                                       calls=shown.calls, warmup=shown.warmup, function=function, workers=run_workers)
+        session = combine_runs(sessions)
         session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
         session.device = device
-        if run.profiled_ns_per_call is not None and run.unprofiled_ns_per_call is not None:
-            # Whole ns, as the JSON stores them: the ratio read back is the ratio shown.
-            session.profiler_cost = ProfilerCost(round(run.profiled_ns_per_call), round(run.unprofiled_ns_per_call))
+        first = finished[0]
+        if first.profiled_ns_per_call is not None and first.unprofiled_ns_per_call is not None:
+            # Whole ns, as the JSON stores them: the ratio read back is the ratio shown. Measured in the first run.
+            session.profiler_cost = ProfilerCost(round(first.profiled_ns_per_call), round(first.unprofiled_ns_per_call))
+        if keep_profile is not None and (session.shown_run or 1) > 1:  # the figures shown are of that run
+            _keep(finished[session.shown_run - 1].profile_path, keep_profile, protected)
         return session
+
+
+def _keep(profile_path: Path, keep_profile: Union[str, Path], protected: Sequence[Union[str, Path]]) -> None:
+    """Copy a run's raw profile to ``keep_profile`` atomically, never onto one of ``protected``."""
+    with atomic_path(keep_profile, protected) as temporary:
+        shutil.copyfile(profile_path, temporary)
 
 
 def report(

@@ -15,6 +15,12 @@ on a 2-core VM gave run means of sections of 6-14 µs up to 23% apart, each
 with an interval a few percent wide, so a pure "excludes 1" test calls
 identical modules faster or slower. ``min_change=0`` is that pure test.
 
+Between-run variation, when both profiles have it (``--runs K``, K >= 2
+each: ``SectionStats.runs``): the interval then resamples each profile's
+run values (busy time per call of each fresh run) instead of its calls, so
+it sees the drift between runs itself; the times compared are then the
+means of the run values. A profile of one run falls back to the calls.
+
 Sections are matched by path. A section declared in one profile only is
 listed as such ("only in A" / "only in B"); one that ran no dispatch in
 either run has nothing to compare ("no dispatches"), and one that ran in one
@@ -46,6 +52,7 @@ SEED = 0
 MIN_CHANGE = 25.0  # percent: drift between runs of one module reached 23% (module docstring)
 
 FASTER, SLOWER, NO_CHANGE = "faster", "slower", "no change"
+CALLS, RUNS = "calls", "runs"
 ONLY_IN_A, ONLY_IN_B = "only in A", "only in B"
 NOT_RUN_IN_A, NOT_RUN_IN_B, NO_DISPATCHES = "not run in A", "not run in B", "no dispatches"
 
@@ -63,6 +70,7 @@ class Change:
     high: Optional[float] = None
     a_calls: int = 0  # per-call samples compared
     b_calls: int = 0
+    basis: str = CALLS  # what the interval resampled: "calls" (of one run each) or "runs" (each run's time per call)
 
     @property
     def change_percent(self) -> Optional[float]:
@@ -121,7 +129,8 @@ class Comparison:
 
 def ratio_interval(a: np.ndarray, b: np.ndarray, resamples: int, confidence: float,
                    rng: np.random.Generator) -> tuple[float, float]:
-    """Bootstrap percentile interval of mean(b) / mean(a): A's and B's calls resampled independently.
+    """Bootstrap percentile interval of mean(b) / mean(a): A's and B's values (per-call times, or each run's
+    time per call) resampled independently.
 
     Resamples whose A mean is 0 (a section that ran in only some calls) are
     left out; none left gives the interval (inf, inf).
@@ -200,14 +209,18 @@ class _Judge:
     def judge(self, change: Change, row_a: Any, row_b: Any) -> None:
         """Means, ratio, interval and verdict of a row present in both runs."""
         samples_a, samples_b = np.asarray(row_a.samples, float), np.asarray(row_b.samples, float)
-        change.a_ns, change.b_ns = float(samples_a.mean()), float(samples_b.mean())
+        runs_a, runs_b = getattr(row_a, "runs", None), getattr(row_b, "runs", None)  # components have no runs
+        change.basis = RUNS if runs_a is not None and runs_b is not None else CALLS
+        values_a, values_b = ((np.asarray(runs_a.values_ns, float), np.asarray(runs_b.values_ns, float))
+                              if change.basis == RUNS else (samples_a, samples_b))
+        change.a_ns, change.b_ns = float(values_a.mean()), float(values_b.mean())
         change.a_calls, change.b_calls = len(samples_a), len(samples_b)
         ran_a, ran_b = row_a.dispatched and change.a_ns > 0, row_b.dispatched and change.b_ns > 0
         if not ran_a or not ran_b:  # dispatches of no measurable time count as not run: no ratio
             change.verdict = NO_DISPATCHES if ran_a == ran_b else NOT_RUN_IN_A if ran_b else NOT_RUN_IN_B
             return
         change.ratio = change.b_ns / change.a_ns
-        change.low, change.high = ratio_interval(samples_a, samples_b, self.resamples, self.confidence, self.rng)
+        change.low, change.high = ratio_interval(values_a, values_b, self.resamples, self.confidence, self.rng)
         change.verdict = (SLOWER if change.low > self.factor else FASTER if change.high * self.factor < 1
                           else NO_CHANGE)
 

@@ -177,11 +177,15 @@ class Recording:
 
     def profile(self, iterations: int = 5, warmup: int = 1, *, quiet: bool = False,
                 timeout: Optional[float] = DEFAULT_TIMEOUT_S,
-                keep_profile: Optional[Union[str, Path]] = None) -> ReplayProfile:
+                keep_profile: Optional[Union[str, Path]] = None, runs: int = 1,
+                workers: Optional[int] = None) -> ReplayProfile:
         """Replay the recorded calls ``warmup + iterations`` times under IREE's profiler; per-function profiles.
 
         Each replay starts again from the recorded host inputs, so every replay
         does the same work; the first ``warmup`` replays are not measured.
+        ``runs``, ``workers``: as in `sectionmark.profile` (fresh runs of the
+        tool, each function's sections with their spread over the runs;
+        local-task's most workers). ``keep_profile``: the first run's profile.
         """
         if self.section_map is None:
             raise SectionmarkError("this module was compiled without markers; it has no section map to report")
@@ -190,6 +194,8 @@ class Recording:
                 f"replaying a recording is profiled with IREE's HAL-native profiler, which {self.device} lacks in "
                 "IREE 3.13; profile the recording on local-task, or use sm.profile per function (docs/gpu.md)"
             )
+        if runs < 1:
+            raise SectionmarkError(f"need runs >= 1 (got {runs})")
         protected = recording_files(self.directory) if self.directory is not None else []
         if keep_profile is not None:
             check_output_path(keep_profile, protected)
@@ -198,14 +204,18 @@ class Recording:
             model, replay = directory / MODEL_FILE, directory / DRIVER_FILE
             model.write_bytes(self.vmfb)
             replay.write_bytes(self.driver())
-            run = run_profile(replay, self.inputs, directory, function="replay", device=self.device,
-                              iterations=iterations, warmup=warmup, quiet=quiet, timeout=timeout,
-                              parameters=self.parameters, imported=[model])
-            if keep_profile is not None:
-                with atomic_path(keep_profile, protected) as temporary:
-                    shutil.copyfile(run.profile_path, temporary)
-            return ReplayProfile.build(read_profile(run.profile_path), self.section_map, self.sequence,
-                                       replays=iterations, warmup=warmup)
+            profiles = []
+            for index in range(runs):
+                run = run_profile(replay, self.inputs, directory / f"run{index + 1}", function="replay",
+                                  device=self.device, iterations=iterations, warmup=warmup, quiet=quiet,
+                                  timeout=timeout, parameters=self.parameters, imported=[model], workers=workers,
+                                  progress=f"run {index + 1} of {runs}" if runs > 1 else "")
+                if keep_profile is not None and index == 0:
+                    with atomic_path(keep_profile, protected) as temporary:
+                        shutil.copyfile(run.profile_path, temporary)
+                profiles.append(ReplayProfile.build(read_profile(run.profile_path), self.section_map, self.sequence,
+                                                    replays=iterations, warmup=warmup))
+            return ReplayProfile.combine(profiles)
 
     # ------------------------------------------------------------------ saving
 

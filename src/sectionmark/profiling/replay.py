@@ -30,6 +30,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import write_atomic
 from sectionmark.profiling.attribute import attribute, public_function, submitted_functions
 from sectionmark.profiling.queue_time import assign_calls
+from sectionmark.profiling.runs import combine_runs
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers.event_model import Profile
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
@@ -150,6 +151,18 @@ class ReplayProfile:
                 session = ProfileSession.build(attribution, section_map, function=function)
             functions.append(FunctionProfile(function, calls, session))
         return cls(replays=replays, warmup=warmup, calls_per_replay=len(sequence), functions=functions)
+
+    @classmethod
+    def combine(cls, runs: Sequence["ReplayProfile"]) -> "ReplayProfile":
+        """One replay profile of K fresh runs of the same replay: each function's sessions combined
+        (`sectionmark.profiling.runs.combine_runs`); a function without dispatches has none in any run."""
+        first = runs[0]
+        functions = []
+        for index, entry in enumerate(first.functions):
+            sessions = [run.functions[index].profile for run in runs]
+            profile = combine_runs(sessions) if all(session is not None for session in sessions) else None
+            functions.append(FunctionProfile(entry.function, entry.calls_per_replay, profile))
+        return dataclasses.replace(first, functions=functions)
 
     def function(self, name: str) -> ProfileSession:
         """The ProfileSession of one function's calls (all its calls in all measured replays)."""

@@ -88,12 +88,13 @@ class ProfileRun:
 MAX_DEFAULT_WORKERS = 64
 
 
-def local_task_workers() -> int:
-    """The worker count of local-task with IREE's default topology on this machine (the profile does not record it).
+def local_task_workers(limit: Optional[int] = None) -> int:
+    """The worker count of local-task on this machine (the profile does not record it).
 
     iree-benchmark-module runs with ``--task_topology_mode=physical_cores``:
-    one worker per physical core, at most ``--task_topology_max_group_count``
-    (64). Physical cores are the distinct (package, core) pairs of the CPUs
+    one worker per physical core, each pinned to its core, at most
+    ``--task_topology_max_group_count`` (64, or ``limit``: `benchmark_command`'s
+    ``workers``). Physical cores are the distinct (package, core) pairs of the CPUs
     this process may run on (Linux sysfs); where sysfs does not say, every
     logical CPU counts as a core (``os.cpu_count``).
     """
@@ -105,7 +106,7 @@ def local_task_workers() -> int:
             cores.add(((topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip()))
         except OSError:
             cores.add(("cpu", str(cpu)))
-    return max(1, min(len(cores), MAX_DEFAULT_WORKERS))
+    return max(1, min(len(cores), limit or MAX_DEFAULT_WORKERS))
 
 
 def device_driver(device: str) -> str:
@@ -135,6 +136,7 @@ def benchmark_command(
     profile_path: Path | None,
     parameters: Sequence[tuple[str, Path]] = (),
     imported: Sequence[Path] = (),
+    workers: Optional[int] = None,
 ) -> list[str]:
     """The iree-benchmark-module command line for ``device``; no measurement without a path.
 
@@ -144,6 +146,8 @@ def benchmark_command(
     parameter files as ``(scope, path)`` (`sectionmark.parameters.parameter_specs`).
     ``imported``: modules loaded before ``vmfb`` whose functions it calls (a
     replay driver imports the model's); ``function`` is ``vmfb``'s.
+    ``workers``: local-task's most workers (``--task_topology_max_group_count``;
+    None: IREE's default, one per physical core).
     """
     driver = device_driver(device)
     traced = driver in TRACED_DRIVERS
@@ -160,6 +164,7 @@ def benchmark_command(
         "--benchmark_min_time=1x",
         f"--benchmark_repetitions={calls}",
         "--benchmark_format=json",
+        *([f"--task_topology_max_group_count={workers}"] if workers is not None else []),
     ]
     if profile_path is None:
         return command
@@ -229,11 +234,15 @@ def run_profile(
     argument_types: Optional[Sequence[str]] = None,
     framework: Optional[str] = None,
     measure_cost: bool = False,
+    workers: Optional[int] = None,
+    progress: str = "",
 ) -> ProfileRun:
     """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy.
 
     ``argument_types``, ``framework``: how ``args`` become the function's
-    flat arguments (`sectionmark.arguments.flatten_arguments`).
+    flat arguments (`sectionmark.arguments.flatten_arguments`). ``workers``:
+    local-task's most workers (None: one per physical core; refused on other
+    devices). ``progress``: said after the status line (``run 2 of 5``).
 
     ``timeout``: seconds the tool may run (None: no limit) before it is ended
     with one error line, so that a hung tool never hangs the caller.
@@ -247,6 +256,7 @@ def run_profile(
         raise SectionmarkError(f"need iterations >= 1 and warmup >= 0 (got {iterations}, {warmup})")
     if device_driver(device) == "local-sync":
         raise SectionmarkError(LOCAL_SYNC_UNSUPPORTED)
+    check_workers(workers, device)
     vmfb = Path(vmfb)
     if not vmfb.is_file():
         raise SectionmarkError(f"module not found: {vmfb}")
@@ -257,16 +267,17 @@ def run_profile(
     calls = iterations + warmup
     inputs = write_inputs(args, directory, argument_types, framework)
     command = benchmark_command(vmfb, function, inputs, device=device, calls=calls, profile_path=profile_path,
-                                parameters=parameters, imported=imported)
+                                parameters=parameters, imported=imported, workers=workers)
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
     unprofiled_ns = profiled_ns = None
     if measure_cost and not traced:
         plain = benchmark_command(vmfb, function, inputs, device=device, calls=calls, profile_path=None,
-                                  parameters=parameters, imported=imported)
+                                  parameters=parameters, imported=imported, workers=workers)
         with console.status(f"timing {vmfb.name}:{function} on {device} unprofiled ({calls} calls)"):
             unprofiled_ns = median_call_ns(_run_tool(plain, device, timeout), warmup)
     start = time.perf_counter()
-    with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"):
+    with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"
+                        + (f", {progress}" if progress else "")):
         if traced:
             _run_captured(command, profile_path, device, timeout)
         else:
@@ -291,6 +302,16 @@ def _run_tool(command: list[str], device: str, timeout: Optional[float]) -> str:
     if result.returncode != 0:
         raise SectionmarkError(tool_failure(device, result.stderr, result.returncode))
     return result.stdout
+
+
+def check_workers(workers: Optional[int], device: str) -> None:
+    """``workers`` sets local-task's worker topology; other devices have none to set."""
+    if workers is None:
+        return
+    if workers < 1:
+        raise SectionmarkError(f"need workers >= 1 (got {workers})")
+    if device_driver(device) != "local-task":
+        raise SectionmarkError(f"workers sets local-task's worker threads; {device} has none (drop --workers)")
 
 
 def _run_captured(command: list[str], capture_path: Path, device: str, timeout: Optional[float]) -> None:

@@ -52,6 +52,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution, Composition
+from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.queue_time import (
     CallTime,
     DeviceMemory,
@@ -190,6 +191,9 @@ class SectionStats:
     traffic: Optional[Traffic] = None
     # Bytes of the distinct tensors its dispatches touch per call (whole tensors); None when a size is dynamic.
     working_set_bytes: Optional[int] = None
+    # Busy ns per call in each of the profile's runs, their median and its interval (sectionmark.profiling.runs);
+    # None for a profile of one run (run-to-run variation not measured) or a file written before runs existed.
+    runs: Optional[RunSpread] = None
 
     @property
     def name(self) -> str:
@@ -315,6 +319,12 @@ class ProfileSession:
     module: Optional[str] = None
     device: Optional[str] = None
     profiler_cost: Optional[ProfilerCost] = None
+    # Fresh runs of the tool behind this profile (sectionmark.profiling.runs): with more than one, every row's
+    # ``runs`` and ``total_runs`` hold the figures of each run, and the other figures are those of run
+    # ``shown_run`` (1-based: the run of median total busy time per call).
+    runs: int = 1
+    shown_run: Optional[int] = None
+    total_runs: Optional[RunSpread] = None  # total busy ns per call in each run
 
     # ------------------------------------------------------------------ building
 

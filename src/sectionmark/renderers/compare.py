@@ -29,7 +29,7 @@ from sectionmark.renderers.csv_out import csv_text
 from sectionmark.renderers.table import format_ns
 
 CSV_COLUMNS = ["section", "path", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "change_percent", "a_calls",
-               "b_calls", "kind"]
+               "b_calls", "kind", "basis"]
 VERDICT_STYLES = {SLOWER: "red", FASTER: "green"}
 
 
@@ -98,8 +98,9 @@ def build_table(comparison: Comparison, components: bool = False) -> Table:
         table.add_column("Component")
         table.add_column("Sections A/B", justify="right")
     else:
+        bases = " or ".join(sorted({row.basis for row in comparison.sections if row.low is not None})) or "calls"
         table = Table(title=Text(f"B: {comparison.b}  vs  A: {comparison.a}"), title_justify="left",
-                      caption=f"interval: bootstrap of the calls, {comparison.resamples} resamples, seed "
+                      caption=f"interval: bootstrap of the {bases}, {comparison.resamples} resamples, seed "
                               f"{comparison.seed}; slower/faster: beyond {comparison.min_change:g}%",
                       caption_justify="left")
         table.add_column("Section")
@@ -143,9 +144,9 @@ def render_csv(comparison: Comparison) -> str:
                 cell(row.high, 6), cell(row.change_percent, 3), row.a_calls, row.b_calls]
 
     return csv_text(CSV_COLUMNS, [
-        *([row.name, json.dumps(list(row.path), ensure_ascii=False), *figures(row), "section"]
+        *([row.name, json.dumps(list(row.path), ensure_ascii=False), *figures(row), "section", row.basis]
           for row in comparison.sections),
-        *([row.name, "", *figures(row), "component"] for row in comparison.components),
+        *([row.name, "", *figures(row), "component", row.basis] for row in comparison.components),
     ])
 
 

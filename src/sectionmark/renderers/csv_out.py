@@ -11,7 +11,10 @@ section's first dispatch start and last dispatch end) are empty for a section
 that never ran. The traffic columns (``read_bytes``, ``written_bytes``,
 ``flops``, ``traffic_ns`` summed over the measured calls; ``gb_per_s``,
 ``gflop_per_s``, ``intensity``) and ``working_set_bytes`` (per call) are
-empty where none of the section's dispatches has static sizes. A
+empty where none of the section's dispatches has static sizes. The run columns
+(``run_median_ns``, ``run_low_ns``, ``run_high_ns``: a section's busy ns per
+call over ``--runs K`` runs, the median and its interval, ``runs`` in the
+profile JSON) are empty for a profile of one run. A
 text cell that a spreadsheet would evaluate (starting with ``= + - @``) is
 written with a ``'`` before it (`inert`).
 Columns mean what the profile JSON's fields of the same name mean
@@ -25,6 +28,7 @@ import io
 import json
 from typing import Any, Iterable, Optional
 
+from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.session import Offsets, ProfileSession, Traffic
 
 COLUMNS = [
@@ -33,6 +37,7 @@ COLUMNS = [
     "cpu_ns", "tiles", "parallelism", "utilization",
     "start_min_ns", "start_p50_ns", "start_max_ns", "end_min_ns", "end_p50_ns", "end_max_ns",
     "read_bytes", "written_bytes", "flops", "traffic_ns", "gb_per_s", "gflop_per_s", "intensity", "working_set_bytes",
+    "run_median_ns", "run_low_ns", "run_high_ns",
 ]
 
 
@@ -79,6 +84,11 @@ def _traffic(traffic: Optional[Traffic]) -> list:
             *("" if rate is None else f"{rate:.4f}" for rate in rates)]
 
 
+def _run_cells(spread: Optional[RunSpread]) -> list:
+    """median, low, high in whole ns; empty cells for a profile of one run."""
+    return ["", "", ""] if spread is None else [round(spread.median_ns), round(spread.low_ns), round(spread.high_ns)]
+
+
 def render(session: ProfileSession) -> str:
     """The CSV text, RFC 4180 line ends (written unchanged)."""
     return csv_text(COLUMNS, (
@@ -93,6 +103,7 @@ def render(session: ProfileSession) -> str:
             f"{row.utilization:.4f}" if row.utilization is not None else "",
             *_offsets(row.start_ns), *_offsets(row.end_ns),
             *_traffic(row.traffic), row.working_set_bytes if row.working_set_bytes is not None else "",
+            *_run_cells(row.runs),
         ]
         for row in session.sections
     ))

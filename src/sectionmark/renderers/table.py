@@ -16,6 +16,10 @@ working set, achieved GB/s and GFLOP/s and FLOPs per byte (the section's
 ``span=True`` (``--span``): where in the call the section runs, its median
 start and end (offsets from the call's start; min and max are in the JSON,
 the CSV and the ``--timeline`` chart).
+A profile of several runs (``--runs K``) adds the median busy time per call
+over the runs and its interval after Busy/call; the other columns are those
+of the run of median total, and a note says so. A profile of one run says
+under the table that run-to-run variation was not measured.
 
 Names are data: every user-given string (section, function, zone and export
 names) goes into the table as ``rich.text.Text``, never as markup, so
@@ -32,6 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sectionmark.paths import UNMARKED, format_path
+from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.session import ProfileSession, SectionStats, Traffic
 
 SHARED_MARK = "*"
@@ -63,6 +68,19 @@ def _cpu_cells(session: ProfileSession, row: SectionStats, calls: int) -> list[s
     ]
 
 
+def format_ns_range(low: float, high: float) -> str:
+    """``(28590, 43753)`` -> ``28.590–43.753 µs``: both ends in the unit `format_ns` gives the larger."""
+    unit = format_ns(max(abs(low), abs(high))).split()[-1]
+    scale = {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1.0}[unit]
+    digits = 0 if unit == "ns" else 3
+    return f"{low / scale:.{digits}f}–{high / scale:.{digits}f} {unit}"
+
+
+def _interval(spread: Optional[RunSpread]) -> str:
+    return format_ns_range(spread.low_ns, spread.high_ns) if spread is not None else ""
+
+
+
 def _memory_cells(traffic: Optional[Traffic], working_set_bytes: Optional[int], calls: int) -> list[str]:
     """Bytes/call, working set, GB/s, GFLOP/s, FLOPs per byte; empty where no dispatch had static sizes."""
     if traffic is None:
@@ -88,12 +106,18 @@ def build_table(session: ProfileSession, cpu: bool = False, memory: bool = False
     title = f"{session.function or 'profile'}: {session.calls} calls"
     if session.warmup:
         title += f" (+{session.warmup} warmup)"
+    spread = session.total_runs
+    if spread is not None:
+        title += f" in each of {session.runs} runs"
     table = Table(title=Text(title), title_justify="left", show_footer=True)
     table.add_column("Section", footer="Total")
     table.add_column("Share", justify="right", footer="100.0%")
     # Calls that cannot be told apart are reported as one: the columns hold totals then.
     per = "/call" if session.calls_known else " (total)"
     table.add_column(f"Busy{per}", justify="right", footer=format_ns(session.total_ns / calls))
+    if spread is not None:
+        table.add_column(f"Median of {spread.runs}", justify="right", footer=format_ns(spread.median_ns))
+        table.add_column(f"{spread.confidence:.1%} CI", justify="right", footer=_interval(spread))
     table.add_column(f"Wall{per}", justify="right", footer=format_ns(session.wall_ns / calls))
     table.add_column(f"Excl{per}", justify="right")
     table.add_column(f"Shared{per}", justify="right")
@@ -128,6 +152,7 @@ def build_table(session: ProfileSession, cpu: bool = False, memory: bool = False
             Text(_name(row)),
             f"{row.share:.1%}",
             format_ns(row.busy_ns / calls),
+            *([format_ns(row.runs.median_ns) if row.runs else "", _interval(row.runs)] if spread is not None else []),
             format_ns(row.wall_ns / calls),
             format_ns(row.exclusive_ns / calls),
             format_ns(row.shared_ns / calls) if row.shared_ns else "",
@@ -214,7 +239,7 @@ def notes(session: ProfileSession) -> list[str]:
         lines.append(f"{SHARED_MARK} shares fused dispatches with other sections; their time is split {split_rule_text(session)}")
     if not session.calls_known:
         lines.append("calls could not be told apart in this profile: per-call percentiles are not shown")
-    return lines + cpu_lines(session) + call_time_lines(session) + profiler_cost_lines(session)
+    return lines + run_lines(session) + cpu_lines(session) + call_time_lines(session) + profiler_cost_lines(session)
 
 
 def profiler_cost_lines(session: ProfileSession) -> list[str]:
@@ -224,6 +249,20 @@ def profiler_cost_lines(session: ProfileSession) -> list[str]:
         return []
     return [f"profiler cost: {format_ns(cost.profiled_ns)}/call profiled vs {format_ns(cost.unprofiled_ns)}/call "
             f"unprofiled ({cost.ratio:.2f}x; median measured call timed by iree-benchmark-module, same calls and inputs)"]
+
+
+def run_lines(session: ProfileSession) -> list[str]:
+    """How much the figures move between runs: measured over ``--runs K``, or said not to be."""
+    spread = session.total_runs
+    if spread is None:
+        return ["run-to-run variation not measured (one run): --runs 5 (runs=5) shows how much these figures move "
+                "between runs"]
+    return [f"runs: Median of {spread.runs} and its CI (confidence interval) are the busy time per call over "
+            f"{spread.runs} fresh runs (total "
+            f"{format_ns_range(min(spread.values_ns), max(spread.values_ns))}, CV "
+            f"{spread.coefficient_of_variation:.1%}); the interval is two of the run values (order statistics) "
+            f"covering the median with {spread.confidence:.1%} confidence; the other columns are run "
+            f"{session.shown_run} (median total)"]
 
 
 def cpu_lines(session: ProfileSession) -> list[str]:
@@ -279,9 +318,10 @@ def print_table(session: ProfileSession, console: Console, cpu: bool = False, me
 def render(session: ProfileSession, width: Optional[int] = None, cpu: bool = False, memory: bool = False,
            span: bool = False) -> str:
     """The table and its notes as plain text, ``width`` columns wide (default 140, wider by what the CPU, memory
-    and span columns need to keep their headers on one line); ``cpu``, ``memory``, ``span``: with those columns."""
+    and span columns and the runs' median and interval need to keep their headers on one line); ``cpu``,
+    ``memory``, ``span``: with those columns."""
     buffer = io.StringIO()
-    width = width or 140 + 50 * cpu + 60 * memory + 26 * span
+    width = width or 140 + 50 * cpu + 60 * memory + 26 * span + 40 * (session.total_runs is not None)
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
     print_table(session, console, cpu, memory, span)
     return buffer.getvalue()
