@@ -92,9 +92,19 @@ def sectionmark_imports(path: Path) -> set[str]:
     return found
 
 
-def test_stages_cover_every_module():
-    for path in PACKAGE.rglob("*.py"):
-        assert stage(module_name(path)) in STAGES, path
+def test_every_module_belongs_to_exactly_one_stage():
+    """The stage lists name each top-level module and package of src/sectionmark once, and nothing else.
+
+    A new module must be placed in a stage on purpose (not by a default), a name
+    listed twice would have two stages, and a stale name hides nothing.
+    """
+    on_disk = {path.stem for path in PACKAGE.iterdir()
+               if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").is_file()}
+    listed = [*FOUNDATION, *PREFIX_STAGES]
+    assert sorted(name for name in set(listed) if listed.count(name) > 1) == []
+    assert sorted(on_disk - set(listed)) == [] and sorted(set(listed) - on_disk) == []
+    assert {"foundation", *PREFIX_STAGES.values()} == set(STAGES)  # every stage has a module, none is unknown
+    assert [path for path in SRC.rglob("*.py") if PACKAGE not in path.parents] == []  # nothing beside the package
 
 
 def test_imports_follow_the_data_flow():
