@@ -35,10 +35,14 @@ PREFIX_STAGES = {
 }
 # (importer, imported) pairs against the flow, and why they are right.
 EXCEPTIONS = {
-    # A marker entered while a framework traces enters that framework's scope;
-    # imported only once the framework itself is (sectionmark.markers.marker).
-    ("sectionmark.markers.marker", "sectionmark.importers.torch"),
-    ("sectionmark.markers.marker", "sectionmark.importers.jax"),
+    # The one seam between markers and importers: a marker entered while a
+    # framework traces enters the scope that framework's importer registered;
+    # the registry imports that importer on the first section the framework
+    # traces, only once the framework itself is imported
+    # (sectionmark.markers.frameworks). The marker knows frameworks only
+    # through the registry.
+    ("sectionmark.markers.frameworks", "sectionmark.importers.torch"),
+    ("sectionmark.markers.frameworks", "sectionmark.importers.jax"),
     # A torch export is also iree-turbine's ExportOutput, whose compile()
     # compiles it: the drop-in keeps that method (sectionmark.importers.turbine).
     ("sectionmark.importers.turbine", "sectionmark.compiler.driver"),
