@@ -45,7 +45,7 @@ EXCEPTIONS = {
     ("sectionmark.markers.frameworks", "sectionmark.importers.jax"),
     # A torch export is also iree-turbine's ExportOutput, whose compile()
     # compiles it: the drop-in keeps that method (sectionmark.importers.turbine).
-    ("sectionmark.importers.turbine", "sectionmark.compiler.driver"),
+    ("sectionmark.importers.turbine", "sectionmark.compiler.pipeline"),
     # prof.render(name) / prof.save(path) look the format up in the registry
     # when called; no renderer module is imported by the session (checked
     # below at run time as well).

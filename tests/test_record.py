@@ -24,7 +24,7 @@ import sectionmark as sm  # noqa: E402
 from hf_models import VOCAB, CachedLM, empty_cache, tiny_gpt2  # noqa: E402
 from invariants import assert_profile_invariants  # noqa: E402
 from sectionmark.cli import main  # noqa: E402
-from sectionmark.compiler.replay_driver import DriverCall, InputArgument, ResultArgument, driver_text  # noqa: E402
+from sectionmark.compiler.replay_module import ReplayCall, InputArgument, ResultArgument, replay_module_text  # noqa: E402
 from sectionmark.profiling.ireeprof import read_profile  # noqa: E402
 from sectionmark.profiling.replay import ReplayProfile, replay_calls  # noqa: E402
 
@@ -288,13 +288,13 @@ def test_recording_misuse_is_one_error(kv_module, recorded):
 
 
 def test_driver_text_passes_results_along():
-    calls = [DriverCall("prefill", (InputArgument(0),), 2),
-             DriverCall("decode", (InputArgument(1), ResultArgument(0, 1)), 2),
-             DriverCall("norm", (ResultArgument(1, 0),), 1)]
-    text = driver_text("model", calls, 2)
+    calls = [ReplayCall("prefill", (InputArgument(0),), 2),
+             ReplayCall("decode", (InputArgument(1), ResultArgument(0, 1)), 2),
+             ReplayCall("norm", (ResultArgument(1, 0),), 1)]
+    text = replay_module_text("model", calls, 2)
     assert 'func.func private @"model.prefill"(!hal.buffer_view) -> (!hal.buffer_view, !hal.buffer_view)' in text
     assert '%call1:2 = func.call @"model.decode"(%input1, %call0#1)' in text
     assert '%call2 = func.call @"model.norm"(%call1#0)' in text
     assert "return %call2 : !hal.buffer_view" in text
     with pytest.raises(sm.SectionmarkError, match="'decode' was called with 1 arguments giving 2 results and with 2"):
-        driver_text("model", calls + [DriverCall("decode", (InputArgument(0),), 2)], 2)
+        replay_module_text("model", calls + [ReplayCall("decode", (InputArgument(0),), 2)], 2)

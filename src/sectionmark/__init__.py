@@ -29,11 +29,11 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "SectionedExport": ("sectionmark.importers.exported", "SectionedExport"),
-    "CompiledExport": ("sectionmark.compiler.driver", "CompiledExport"),
+    "CompiledExport": ("sectionmark.compiler.pipeline", "CompiledExport"),
     "ProfileSession": ("sectionmark.profiling.session", "ProfileSession"),
     "torch": ("sectionmark.importers.torch", None),
     "jax": ("sectionmark.importers.jax", None),
-    "compile": ("sectionmark.compiler.driver", "compile"),
+    "compile": ("sectionmark.compiler.pipeline", "compile"),
     "load": ("sectionmark.runtime", "load"),
     "profile": ("sectionmark.profiling", "profile"),
     "report": ("sectionmark.profiling", "report"),

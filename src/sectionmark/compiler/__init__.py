@@ -10,8 +10,8 @@ from sectionmark.lazy import lazy_attributes
 __all__ = ["compile", "CompiledExport", "TARGET_FLAGS"]
 
 _LAZY = {
-    "compile": ("sectionmark.compiler.driver", "compile"),
-    "CompiledExport": ("sectionmark.compiler.driver", "CompiledExport"),
+    "compile": ("sectionmark.compiler.pipeline", "compile"),
+    "CompiledExport": ("sectionmark.compiler.pipeline", "CompiledExport"),
     "TARGET_FLAGS": ("sectionmark.compiler.targets", "TARGET_FLAGS"),
 }
 __getattr__ = lazy_attributes(__name__, globals(), _LAZY)

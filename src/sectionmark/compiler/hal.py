@@ -15,7 +15,7 @@ Two jobs on the same walk over every function, initializer and nested region:
 
 A fused dispatch is grouped under its heaviest section (ties: the root op's,
 whose location the dispatch carries);
-its full composition is in the section map.
+its shares of every section are in the section map.
 """
 
 from __future__ import annotations

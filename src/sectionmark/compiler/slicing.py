@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from sectionmark.compiler.driver import looks_like_path
+from sectionmark.compiler.pipeline import looks_like_path
 from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, module_sections
 from sectionmark.locations import section_path

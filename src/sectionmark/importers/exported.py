@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sectionmark.errors import SectionmarkError, first_line
-from sectionmark.locations import section_paths
+from sectionmark.locations import paths_in_location
 from sectionmark.paths import SectionPath, format_path, without_pass_suffix
 
 
@@ -87,7 +87,7 @@ def module_sections(module: Any) -> tuple[SectionPath, ...]:
         for context in _call_contexts(function, functions, order):
             for location in function.locations:
                 whole = location if context is None else f"callsite({location} at {context})"
-                for path in section_paths(f"loc({whole})"):
+                for path in paths_in_location(f"loc({whole})"):
                     declare_section(found, path)
     return tuple(found)
 

@@ -1,6 +1,6 @@
 """``sectionmark.compile``: an IREE compile with the section hook between phases.
 
-Pipeline (one in-process compilation, see session.py)::
+Pipeline (one in-process compilation, see phases.py)::
 
     parse                               list the declared sections (a live export's: in a thread)
           -> ... -> dispatch-creation   number sites; weigh them on a copy, in a thread (flow.py)
@@ -24,7 +24,7 @@ from sectionmark.arguments import element_type
 from sectionmark.compiler.embed import embed_section_map, module_fingerprint
 from sectionmark.compiler.flow import number_sites, restore_executable_locations, weigh_sites
 from sectionmark.compiler.hal import CommandRecorder
-from sectionmark.compiler.session import PhasedCompilation, generic_op_views
+from sectionmark.compiler.phases import PhasedCompilation, generic_op_views
 from sectionmark.compiler.targets import debug_groups_by_default, target_flags
 from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, declare_section, module_sections
