@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, ContextManager, Optional, Sequence
 
-__all__ = ["Framework", "FRAMEWORKS", "framework", "register", "replace_probe", "on_change", "probes_are_native", "compiling",
+__all__ = ["Framework", "FRAMEWORKS", "framework", "register", "replace_probe", "on_change", "on_bind", "probes_are_native", "compiling",
            "compiled_scope", "compiled_scope_key"]
 
 _modules = sys.modules
@@ -86,8 +86,17 @@ def replace_probe(module: str, probe: Callable[[], bool]) -> Callable[[], None]:
 
 
 def on_change(callback: Callable[[], None]) -> None:
-    """Call ``callback`` whenever a probe is replaced, put back or bound (the marker's fast path follows)."""
+    """Call ``callback`` whenever a probe is replaced or put back (the marker's fast path follows)."""
     _listeners.append(callback)
+
+
+def on_bind(callback: Callable[[], None]) -> None:
+    """Call ``callback`` once torch's probes are bound (the marker keeps `compiling` and `compiled_scope`).
+
+    Apart from `on_change`: binding may happen while TorchDynamo traces the
+    constructor, which the callback must not leave (no C calls).
+    """
+    _bind_listeners.append(callback)
 
 
 def probes_are_native() -> bool:
@@ -108,6 +117,7 @@ def _changed() -> None:
 
 
 _listeners: list[Callable[[], None]] = []
+_bind_listeners: list[Callable[[], None]] = []
 
 
 # torch: its probes are bound once torch is imported (see _bind_torch), so that the code Dynamo traces never
@@ -132,7 +142,8 @@ def _bind_torch() -> None:
         _TORCH.tracing = torch.compiler.is_exporting
     _TORCH.native_probe = torch.compiler.is_exporting  # one flag for the whole process: true while any thread exports
     compiling, compiled_scope = torch.compiler.is_dynamo_compiling, torch.fx.traceback.annotate
-    _changed()
+    for callback in _bind_listeners:
+        callback()
 
 
 def _import_torch_importer() -> None:

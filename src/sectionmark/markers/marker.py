@@ -222,12 +222,8 @@ else:
         __exit__ = _exit
 
 
-def _frameworks_changed() -> None:
-    _bind_compiler_probes()
-    _configure_fast_path()
-
-
-frameworks.on_change(_frameworks_changed)
+frameworks.on_change(_configure_fast_path)
+frameworks.on_bind(_bind_compiler_probes)
 
 _markers: dict = {}  # (name, color) -> section; see section.__new__
 _MAX_CACHED_MARKERS = 100_000  # programs that make names on the fly stop being cached, not growing
