@@ -131,7 +131,7 @@ class SectionedExport:
 
     ``input_type`` is the iree-compile input dialect ("torch" for iree-turbine
     output, "stablehlo" for JAX). A torch export is iree-turbine's
-    ``ExportOutput`` itself (`sectionmark.importers.torch.TorchExport`) and
+    ``ExportOutput`` itself (`sectionmark.importers.turbine.TorchExport`) and
     keeps its live module; a JAX export is the text JAX lowers to.
     """
 
