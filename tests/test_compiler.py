@@ -76,7 +76,7 @@ func.func @fill_copy(%a: tensor<8x16xf32>, %c: f32) -> (tensor<8x16xf32>, tensor
 # --------------------------------------------------------------------------- helpers
 
 
-def compile_capturing_hal(source, **options) -> tuple[smc.CompiledExport, str]:
+def compile_capturing_hal(source, **options) -> tuple[smc.CompiledProgram, str]:
     """Compile and also return the hal-phase IR exactly as it goes on to the VM."""
     captured = {}
     original = pipeline.embed_section_map
@@ -224,7 +224,7 @@ def gpt():
 # --------------------------------------------------------------------------- invariant 1
 
 
-def _assert_same_program(marked: smc.CompiledExport, plain: smc.CompiledExport, tmp_path: Path) -> None:
+def _assert_same_program(marked: smc.CompiledProgram, plain: smc.CompiledProgram, tmp_path: Path) -> None:
     marked_exes, plain_exes = executables(marked.vmfb), executables(plain.vmfb)
     assert marked_exes and marked_exes == plain_exes  # byte-identical, same count
     marked_asm, plain_asm = dump(marked.vmfb, tmp_path, "disassembly"), dump(plain.vmfb, tmp_path, "disassembly")

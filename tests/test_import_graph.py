@@ -2,7 +2,7 @@
 
 Each module of src/sectionmark belongs to one stage (docs/architecture.md);
 a module imports only its own stage, earlier stages and the shared foundation
-(errors, paths, outputs, serialization, parameters, arguments, and the section
+(errors, section_path, outputs, serialization, parameters, arguments, and the section
 map, the first data model). Both module-level imports and imports inside functions
 count: a lazy import is still a dependency. The few justified exceptions are
 listed below with their reason.
@@ -27,7 +27,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "sectionmark"
 
 STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "profiling", "renderers", "entry"]
-FOUNDATION = {"errors", "paths", "outputs", "serialization", "parameters", "section_map", "lazy", "arguments"}
+FOUNDATION = {"errors", "section_path", "outputs", "serialization", "parameters", "section_map", "lazy", "arguments"}
 PREFIX_STAGES = {
     "markers": "markers", "importers": "importers", "locations": "importers", "compiler": "compiler",
     "runtime": "runtime", "artifacts": "runtime", "profiling": "profiling", "tracy": "profiling",

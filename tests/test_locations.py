@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sectionmark.locations import paths_in_location, section_path, unescape_mlir_string
-from sectionmark.paths import decode_jax_scope, decode_path, encode_jax_scope, encode_path
+from sectionmark.section_path import decode_jax_scope, decode_path, encode_jax_scope, encode_path
 
 NAMES = ['quo"te', "back\\slash", "new\nline", "emoji 🤖", "x" * 1000, "a/b", "%2F()", "tab\there"]
 

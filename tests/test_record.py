@@ -270,7 +270,7 @@ def test_two_saves_at_once_one_wins_the_other_says_why(recorded, tmp_path, monke
 
 def test_recording_misuse_is_one_error(kv_module, recorded):
     module = recorded.module
-    with pytest.raises(sm.SectionmarkError, match="needs a module from sm.load, got CompiledExport"):
+    with pytest.raises(sm.SectionmarkError, match="needs a module from sm.load, got CompiledProgram"):
         sm.record(kv_module.compiled)
     with sm.record(module):
         with pytest.raises(sm.SectionmarkError, match="is already being recorded"):

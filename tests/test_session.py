@@ -22,7 +22,7 @@ from invariants import assert_profile_invariants
 
 from sectionmark import renderers
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
 from sectionmark.profiling.ireeprof import EVENT_EXECUTE

@@ -25,7 +25,7 @@ from sectionmark.importers.torch import retrace
 from sectionmark.importers.torch.scope import node_section_path
 from sectionmark.markers import frameworks
 from sectionmark.locations import section_path
-from sectionmark.paths import LOC_PREFIX
+from sectionmark.section_path import LOC_PREFIX
 
 STRICTNESS = pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 

@@ -28,7 +28,7 @@ from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import find_sections
 from sectionmark.locations import strip_sectionmark_names
-from sectionmark.paths import LOC_PREFIX
+from sectionmark.section_path import LOC_PREFIX
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Iterator, NamedTuple, Optional
 
-from sectionmark.paths import (
+from sectionmark.section_path import (
     BACKWARD_SUFFIX,
     JAX_SCOPE_PREFIX,
     LOC_PREFIX,

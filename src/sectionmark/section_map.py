@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 
 SECTION_MAP_VERSION = 2
 # A .vmfb carries its map as this reflection entry of its first exported

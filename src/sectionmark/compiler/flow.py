@@ -43,7 +43,7 @@ from iree.compiler import ir
 from sectionmark.compiler.bindings import ModuleTensors, site_bindings
 from sectionmark.compiler.weights import Domains, LocationPaths, TensorTypes, site_costs, site_op_counts
 from sectionmark.locations import section_path, strip_sectionmark_names
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.section_map import INITIALIZER_FUNCTION, DispatchSite, Share
 
 SITE_PREFIX = "sectionmark.site:"

@@ -28,7 +28,7 @@ from iree.compiler import ir
 from sectionmark.compiler.bindings import operand_groups
 from sectionmark.compiler.flow import function_name, site_id
 from sectionmark.locations import section_path
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, Share
 
 # IR op -> the op name the runtime's profile uses for the recorded command.

@@ -49,7 +49,7 @@ from iree.compiler import ir
 from iree.compiler._mlir_libs._mlirDialectsLinalg import get_indexing_maps
 
 from sectionmark.locations import has_no_own_location, section_path
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 
 FLOPS_PER_BYTE = 4
 

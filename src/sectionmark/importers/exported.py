@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from sectionmark.errors import SectionmarkError, first_line
 from sectionmark.locations import paths_in_location
-from sectionmark.paths import SectionPath, format_path, without_pass_suffix
+from sectionmark.section_path import SectionPath, format_path, without_pass_suffix
 
 
 def declare_section(found: dict[SectionPath, None], path: SectionPath) -> None:

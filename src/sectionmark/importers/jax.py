@@ -1,7 +1,7 @@
 """JAX: sections as ``jax.named_scope`` scopes, read back from StableHLO name stacks.
 
 Inside ``jax.jit`` tracing, a `section` enters a named scope ``sm:<name>``
-(see `sectionmark.paths.encode_jax_scope`; registered with the markers'
+(see `sectionmark.section_path.encode_jax_scope`; registered with the markers'
 framework registry, `sectionmark.markers.frameworks`, on import); JAX prints the name stack in each
 op's location (``jit(f)/sm:Block/sm:MLP/dot_general``), which
 `sectionmark.locations` reads. Ops of the backward pass sit under
@@ -23,7 +23,7 @@ from jax._src import source_info_util
 from sectionmark.importers.exported import SectionedExport, warn_empty_sections
 from sectionmark.locations import path_from_jax_name_stack
 from sectionmark.markers import frameworks
-from sectionmark.paths import PASS_SUFFIXES, SectionPath, encode_jax_scope
+from sectionmark.section_path import PASS_SUFFIXES, SectionPath, encode_jax_scope
 
 __all__ = ["export"]
 

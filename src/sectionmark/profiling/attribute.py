@@ -29,7 +29,7 @@ from typing import Any, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.profiling import ireeprof
 from sectionmark.profiling.ireeprof import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,
                                             distinct, first_true, searchsorted_runs)

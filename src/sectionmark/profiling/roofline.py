@@ -48,7 +48,7 @@ from typing import Optional
 
 from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.section_path import SectionPath, format_path
 
 DRAM_ELEMENTS = 16 * 1024 * 1024  # f32: 64 MiB per tensor, beyond any L3 this runs on
 # 4 MiB: measured on a 2-core EPYC (32 MiB L3), x + x reaches ~60 GB/s at 4-16 MiB, ~42 at 64 MiB, and below

@@ -45,7 +45,7 @@ import numpy as np
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.paths import UNMARKED, SectionPath, format_path
+from sectionmark.section_path import UNMARKED, SectionPath, format_path
 from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.profiling.queue_time import (

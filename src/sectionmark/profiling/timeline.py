@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.section_path import SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution
 
 

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sectionmark.paths import UNMARKED, format_path
+from sectionmark.section_path import UNMARKED, format_path
 from sectionmark.profiling.session import ProfileSession, SectionStats
 
 SHARED_MARK = "*"

@@ -29,7 +29,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.section_path import SectionPath, format_path
 from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, SUBMISSION_DTYPE, Profile, RecordedCommand
 from sectionmark.profiling.timeline import track_queue
 from sectionmark.section_map import COMMAND_OPS, Command, CommandBuffer, SectionMap

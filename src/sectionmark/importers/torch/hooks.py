@@ -37,7 +37,7 @@ import torch
 from sectionmark.importers.torch import retrace
 from sectionmark.importers.torch.scope import ExportSection, enter_export_scope, new_annotation_key, node_section_path, this_thread
 from sectionmark.markers import frameworks
-from sectionmark.paths import LOC_PREFIX, encode_path
+from sectionmark.section_path import LOC_PREFIX, encode_path
 
 __all__ = ["register_with_markers", "install_import_hooks", "scope_hooks"]
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from sectionmark.importers.torch.scope import ANNOTATION_PREFIX, node_section_path, other_annotations
-from sectionmark.paths import BACKWARD_SUFFIX, SectionPath
+from sectionmark.section_path import BACKWARD_SUFFIX, SectionPath
 
 __all__ = ["TracedCode", "carry_sections", "recording_regions", "recording_joint_graphs",
            "carrying_sections_through_retraces"]

@@ -31,7 +31,7 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch._guards import TracingContext
 
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 
 __all__ = ["ANNOTATION_PREFIX", "node_section_path", "enter_export_scope", "this_thread"]
 
