@@ -121,6 +121,17 @@ def test_imports_follow_the_data_flow():
     assert not against_the_flow, "\n".join(against_the_flow)
 
 
+def test_importers_reach_the_markers_only_through_the_framework_registry():
+    """The seam between markers and importers: no importer imports the marker or reads or writes its names."""
+    for path in sorted((PACKAGE / "importers").rglob("*.py")):
+        markers = {name for name in sectionmark_imports(path) if name.startswith("sectionmark.markers")}
+        assert markers <= {"sectionmark.markers.frameworks"}, f"{module_name(path)} imports {markers}"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        private = [node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                   and isinstance(node.value, ast.Name) and node.value.id == "frameworks" and node.attr.startswith("_")]
+        assert not private, f"{module_name(path)} uses the registry's private {private}"
+
+
 def test_listed_exceptions_are_still_needed():
     """An exception nobody uses any more is taken off the list."""
     used = {(module_name(path), imported) for path in PACKAGE.rglob("*.py") for imported in sectionmark_imports(path)}
