@@ -19,7 +19,7 @@ through `on_change`, then asks the probe on every entry.
 TorchDynamo compiles the model's Python itself and carries only its own
 scope, ``torch.fx.traceback.annotate``: while `compiling` says so, the
 `section` constructor returns that scope (`compiled_scope`) keyed by
-`compiled_scope_key`.
+`new_compiled_scope_key`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, ContextManager, Optional, Sequence
 
-__all__ = ["Framework", "FRAMEWORKS", "framework", "register", "replace_probe", "on_change", "on_bind", "probes_are_native", "compiling",
-           "compiled_scope", "compiled_scope_key"]
+__all__ = ["Framework", "FRAMEWORKS", "framework", "register", "replace_probe", "on_change", "on_bind",
+           "probes_are_native", "compiling", "compiled_scope", "new_compiled_scope_key"]
 
 _modules = sys.modules
 
@@ -47,7 +47,7 @@ class Framework:
         self.native_probe = native_probe  # what the C fast path reads itself
         self.tracing = native_probe  # the probe asked at each entry: the native one unless replaced
         self.enter: Optional[EnterScope] = None  # registered by the importer
-        self.compiled_scope_key: Optional[Callable[[], str]] = None  # registered by an importer of a compiler
+        self.compiled_scope_key: Optional[Callable[[], str]] = None  # registered where it compiles Python (Dynamo)
         self._import_importer = import_importer
 
     def enter_scope(self, name: str, enclosing: Sequence[str]) -> Optional[ContextManager]:
@@ -101,11 +101,12 @@ def on_bind(callback: Callable[[], None]) -> None:
 
 def probes_are_native() -> bool:
     """Whether every probe is the framework's own, which the C fast path reads without a call."""
-    return all(framework.tracing is framework.native_probe for framework in FRAMEWORKS)
+    return all(entry.tracing is entry.native_probe for entry in FRAMEWORKS)
 
 
-def compiled_scope_key(name: str) -> str:
-    """A new key for ``name``'s scope while TorchDynamo compiles (importing the torch importer the first time)."""
+def new_compiled_scope_key() -> str:
+    """A new key of the scope a section returns while TorchDynamo compiles (importing the torch importer the
+    first time)."""
     if _TORCH.compiled_scope_key is None:
         _TORCH._import_importer()
     return _TORCH.compiled_scope_key()

@@ -126,11 +126,11 @@ def _dynamo_key(name: object, color: object) -> str:
     without importing Dynamo): Dynamo calls it as plain Python and keeps the key
     as a constant instead of tracing the check and the counter step by step
     (which it would report as a side effect on module globals). Being plain
-    Python, it may import the torch importer (`frameworks.compiled_scope_key`),
+    Python, it may import the torch importer (`frameworks.new_compiled_scope_key`),
     whose hooks then make a plain ``aot.export`` of a marked model keep its sections.
     """
     _check(name, color)
-    return frameworks.compiled_scope_key(name)
+    return frameworks.new_compiled_scope_key()
 
 
 # What torch.compiler.assume_constant_result(_dynamo_key) does, without importing Dynamo (a second).
