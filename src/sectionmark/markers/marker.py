@@ -167,24 +167,19 @@ def _framework_scopes(name: str) -> Optional[tuple]:
     return tuple(entered) if entered else None
 
 
-def _any_framework_tracing() -> bool:
-    for framework in _frameworks:
-        if framework.module in _modules and framework.tracing():
-            return True
-    return False
-
-
 def _enter(marker: "section") -> "section":
     """``section.__enter__``: a framework's scope while it traces, else a zone of the emitter, if any."""
     global _scopes_used
-    if _any_framework_tracing():
-        scopes = _framework_scopes(marker.name)
-        if scopes is not None:
-            if not _scopes_used:
-                _scopes_used = True
-                _configure_fast_path()  # before the exit that must close the scopes
-            _scopes.open(marker, scopes)
-            return marker
+    for framework in _frameworks:  # the probes, inline: without the C fast path, every entry asks them
+        if framework.module in _modules and framework.tracing():
+            scopes = _framework_scopes(marker.name)
+            if scopes is not None:
+                if not _scopes_used:
+                    _scopes_used = True
+                    _configure_fast_path()  # before the exit that must close the scopes
+                _scopes.open(marker, scopes)
+                return marker
+            break
     zones = _zones
     if zones is not None:
         open_zone, emitter, locations = zones
