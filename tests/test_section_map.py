@@ -80,8 +80,8 @@ def test_a_map_error_is_a_sectionmark_error_and_one_cli_line(tmp_path, capsys):
     profile = tmp_path / "run.ireeprof"
     profile.write_bytes(b"not read: the map is refused first")
     assert main(["report", str(profile), "--map", str(path)]) == 1
-    assert capsys.readouterr().err == f"sectionmark: error: {path}: section map version 1 is not supported (expected 2); " \
-                                      "recompile the model with this version of sectionmark\n"
+    assert capsys.readouterr().err == (f"sectionmark: error: {path}: section map version 1 is not supported "
+                                       "(expected 2); recompile the model with this version of sectionmark\n")
 
 
 def test_non_json_non_utf8_and_deep_nesting(tmp_path):

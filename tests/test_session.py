@@ -264,7 +264,8 @@ def test_shared_dispatch_does_not_count_in_full_towards_each_section():
 
 @pytest.mark.parametrize("events, keys, shared", [
     # A's and B's sites run one deduplicated function: both are marked shared, C's is not
-    ([(0, 100, ((A, 1.0),)), (100, 200, ((B, 1.0),)), (200, 300, ((C, 1.0),))], ["mm", "mm", "exp"], [True, True, False]),
+    ([(0, 100, ((A, 1.0),)), (100, 200, ((B, 1.0),)), (200, 300, ((C, 1.0),))], ["mm", "mm", "exp"],
+     [True, True, False]),
     # a site split between A and B and a site of A alone run one function: B's time is in it too
     ([(0, 100, ((A, 1.0),)), (100, 200, ((A, 0.5), (B, 0.5)))], ["mm", "mm"], [True, True]),
     ([(0, 100, ((A, 1.0),)), (100, 200, ((B, 1.0),))], ["mm", "exp"], [False, False]),
@@ -272,7 +273,8 @@ def test_shared_dispatch_does_not_count_in_full_towards_each_section():
 def test_a_site_is_shared_when_its_function_also_runs_for_another_section(events, keys, shared):
     session = build(events, declared=[A, B, C], keys=keys)
     assert [site.shared_executable for site in sorted(session.sites, key=lambda site: site.site)] == shared
-    assert [site["shared_executable"] for site in sorted(session.to_json()["sites"], key=lambda site: site["site"])] == shared
+    written = sorted(session.to_json()["sites"], key=lambda site: site["site"])
+    assert [site["shared_executable"] for site in written] == shared
     sites_table = io.StringIO()
     Console(file=sites_table, width=140, color_system=None).print(build_sites_table(session))
     assert len(re.findall(r"│ \w+ \* +│", sites_table.getvalue())) == sum(shared), sites_table.getvalue()

@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 
 from sectionmark.importers.torch import retrace
-from sectionmark.importers.torch.scope import ExportSection, enter_export_scope, new_annotation_key, node_section_path, this_thread
+from sectionmark.importers.torch.scope import (ExportSection, enter_export_scope, new_annotation_key, node_section_path,
+                                               this_thread)
 from sectionmark.markers import frameworks
 from sectionmark.section_path import LOC_PREFIX, encode_path
 
