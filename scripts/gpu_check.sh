@@ -63,7 +63,7 @@ def compile_key(source, target="llvm-cpu", extra_args=(), markers=True, debug_gr
 
 
 class PrebuiltExport:
-    """What `sm.compile` returns (`CompiledExport`): .vmfb bytes, section map, target; `save`."""
+    """What `sm.compile` returns (`CompiledProgram`): .vmfb bytes, section map, target; `save`."""
 
     def __init__(self, vmfb: bytes, section_map, target: str):
         self.vmfb, self.section_map, self.target = vmfb, section_map, target

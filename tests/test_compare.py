@@ -22,7 +22,7 @@ from test_session import synthetic
 import sectionmark as sm
 from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.profiling.compare import (FASTER, NO_CHANGE, NO_DISPATCHES, NOT_RUN_IN_B, ONLY_IN_A, ONLY_IN_B,
                                            SLOWER, ComponentChange, compare_sessions)
 from sectionmark.profiling.session import MAX_SAMPLES, ProfileSession, call_samples

@@ -246,6 +246,39 @@ def test_real_compiler_section_map(tmp_path, inputs):
     assert again.calls == 2
 
 
+# Two identical matmuls, one in A and one in B: IREE deduplicates them into one export function.
+SAME_MATMUL_TWICE = """
+func.func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x64xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:A"("t.py":1:1))
+  %m = linalg.matmul ins(%x, %w : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:A"("t.py":2:1))
+  %z2 = linalg.fill ins(%c0 : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:B"("t.py":3:1))
+  %m2 = linalg.matmul ins(%m, %w : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z2 : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:B"("t.py":4:1))
+  return %m2 : tensor<64x64xf32>
+}
+"""
+
+
+def test_deduplicated_dispatch_shared_by_two_sections(tmp_path, inputs):
+    """Each site is marked shared exactly when IREE's own export (the key of its events, read with
+    `iree-profile export`) runs for another section's command too."""
+    compiler = pytest.importorskip("sectionmark.compiler")
+    compiled = compiler.compile(SAME_MATMUL_TWICE, target="llvm-cpu")
+    profile_path = tmp_path / "run.ireeprof"
+    session = profiling.profile(compiled, inputs, iterations=2, warmup=1, keep_profile=profile_path, quiet=True)
+    rows = export_rows(profile_path)
+    assert rows is not None
+    commands = compiled.section_map.command_buffers[0].commands
+    sections_of_key: dict[str, set] = {}
+    for row in rows:
+        if row.get("record_type") == "host_execution_event" and row["op"] == "dispatch":
+            sections_of_key.setdefault(row["key"], set()).add(tuple(s.path for s in commands[row["command_index"]].shares))
+    assert len(sections_of_key) == 1 and len(session.sites) == 2  # the premise: one function, two sites
+    for site in session.sites:
+        assert len(sections_of_key[site.key]) == 2 and site.shared_executable, site
+
+
 # ---------------------------------------------------------------------------- outputs
 
 

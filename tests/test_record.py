@@ -25,7 +25,7 @@ import sectionmark as sm  # noqa: E402
 from hf_models import VOCAB, CachedLM, empty_cache, tiny_gpt2  # noqa: E402
 from invariants import assert_profile_invariants  # noqa: E402
 from sectionmark.cli import main  # noqa: E402
-from sectionmark.compiler.replay_driver import DriverCall, InputArgument, ResultArgument, driver_text  # noqa: E402
+from sectionmark.compiler.replay_module import ReplayCall, InputArgument, ResultArgument, replay_module_text  # noqa: E402
 from sectionmark.profiling.replay import ReplayProfile, replay_calls  # noqa: E402
 from sectionmark.readers.ireeprof import read_profile  # noqa: E402
 
@@ -289,7 +289,7 @@ def test_two_saves_at_once_one_wins_the_other_says_why(recorded, tmp_path, monke
 
 def test_recording_misuse_is_one_error(kv_module, recorded):
     module = recorded.module
-    with pytest.raises(sm.SectionmarkError, match="needs a module from sm.load, got CompiledExport"):
+    with pytest.raises(sm.SectionmarkError, match="needs a module from sm.load, got CompiledProgram"):
         sm.record(kv_module.compiled)
     with sm.record(module):
         with pytest.raises(sm.SectionmarkError, match="is already being recorded"):
@@ -307,16 +307,16 @@ def test_recording_misuse_is_one_error(kv_module, recorded):
 
 
 def test_driver_text_passes_results_along():
-    calls = [DriverCall("prefill", (InputArgument(0),), 2),
-             DriverCall("decode", (InputArgument(1), ResultArgument(0, 1)), 2),
-             DriverCall("norm", (ResultArgument(1, 0),), 1)]
-    text = driver_text("model", calls, 2)
+    calls = [ReplayCall("prefill", (InputArgument(0),), 2),
+             ReplayCall("decode", (InputArgument(1), ResultArgument(0, 1)), 2),
+             ReplayCall("norm", (ResultArgument(1, 0),), 1)]
+    text = replay_module_text("model", calls, 2)
     assert 'func.func private @"model.prefill"(!hal.buffer_view) -> (!hal.buffer_view, !hal.buffer_view)' in text
     assert '%call1:2 = func.call @"model.decode"(%input1, %call0#1)' in text
     assert '%call2 = func.call @"model.norm"(%call1#0)' in text
     assert "return %call2 : !hal.buffer_view" in text
     with pytest.raises(sm.SectionmarkError, match="'decode' was called with 1 arguments giving 2 results and with 2"):
-        driver_text("model", calls + [DriverCall("decode", (InputArgument(0),), 2)], 2)
+        replay_module_text("model", calls + [ReplayCall("decode", (InputArgument(0),), 2)], 2)
 
 
 def test_a_recordings_replay_json_is_compared_function_by_function(replay_profile, tmp_path, capsys):

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sectionmark.errors import SectionmarkError
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, SectionMapError, Share
 
 
@@ -65,6 +66,22 @@ def test_malformed_maps_name_the_problem(mutate, message):
     mutate(data)
     with pytest.raises(SectionMapError, match=message.replace("[", r"\[").replace("]", r"\]")):
         SectionMap.loads(json.dumps(data))
+
+
+def test_a_map_error_is_a_sectionmark_error_and_one_cli_line(tmp_path, capsys):
+    """The one exception type the CLI prints as one line; still the ValueError callers caught before."""
+    from sectionmark.cli import main
+
+    path = tmp_path / "old.sections.json"
+    path.write_text('{"version": 1, "sections": []}')
+    for caught in (SectionMapError, SectionmarkError, ValueError):
+        with pytest.raises(caught, match="^section map version 1 is not supported"):
+            SectionMap.load(path)
+    profile = tmp_path / "run.ireeprof"
+    profile.write_bytes(b"not read: the map is refused first")
+    assert main(["report", str(profile), "--map", str(path)]) == 1
+    assert capsys.readouterr().err == (f"sectionmark: error: {path}: section map version 1 is not supported "
+                                       "(expected 2); recompile the model with this version of sectionmark\n")
 
 
 def test_non_json_non_utf8_and_deep_nesting(tmp_path):

@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 from invariants import assert_profile_invariants
 
 from sectionmark import renderers
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.profiling.session import (
@@ -39,6 +40,7 @@ from sectionmark.profiling.session import (
 from sectionmark.readers import event_model
 from sectionmark.readers.event_model import EVENT_EXECUTE
 from sectionmark.renderers import RENDERERS
+from sectionmark.renderers.table import build_sites_table
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 
 A, B, C = ("A",), ("B",), ("C",)
@@ -53,17 +55,20 @@ def synthetic(
     call_of: Optional[Sequence[int]] = None,
     elsewhere: Sequence[tuple[str, Composition]] = (),
     tiles: Optional[Sequence[tuple[int, int]]] = None,
+    keys: Optional[Sequence[str]] = None,
 ) -> tuple[Attribution, SectionMap]:
     """An attribution of ``events`` in function "main" and a map declaring ``declared``.
 
     ``tiles``: each event's (tile time, tile count), as local-task records them; none by default.
+    ``keys``: the export function each distinct composition's dispatch runs (by default one each,
+    ``main_dispatch_<n>``); a key given twice is one deduplicated executable run from two sites.
 
     Each distinct composition becomes one dispatch command (and site) of main's
     command buffer; ``elsewhere`` adds sites of other functions that never ran.
     """
     compositions = list(dict.fromkeys(parts for _s, _e, parts in events))
     commands = [
-        Command("dispatch", f"main_dispatch_{index}", site=index,
+        Command("dispatch", keys[index] if keys is not None else f"main_dispatch_{index}", site=index,
                 shares=[Share(path, weight) for path, weight in parts])
         for index, parts in enumerate(compositions)
     ]
@@ -255,6 +260,24 @@ def test_shared_dispatch_does_not_count_in_full_towards_each_section():
     session = build([(0, 1_200, ((A, 0.75), (B, 0.25)))], declared=[A, B])
     assert session.section(B).busy_ns == pytest.approx(300)
     assert session.section(B).wall_ns == pytest.approx(300)
+
+
+@pytest.mark.parametrize("events, keys, shared", [
+    # A's and B's sites run one deduplicated function: both are marked shared, C's is not
+    ([(0, 100, ((A, 1.0),)), (100, 200, ((B, 1.0),)), (200, 300, ((C, 1.0),))], ["mm", "mm", "exp"],
+     [True, True, False]),
+    # a site split between A and B and a site of A alone run one function: B's time is in it too
+    ([(0, 100, ((A, 1.0),)), (100, 200, ((A, 0.5), (B, 0.5)))], ["mm", "mm"], [True, True]),
+    ([(0, 100, ((A, 1.0),)), (100, 200, ((B, 1.0),))], ["mm", "exp"], [False, False]),
+])
+def test_a_site_is_shared_when_its_function_also_runs_for_another_section(events, keys, shared):
+    session = build(events, declared=[A, B, C], keys=keys)
+    assert [site.shared_executable for site in sorted(session.sites, key=lambda site: site.site)] == shared
+    written = sorted(session.to_json()["sites"], key=lambda site: site["site"])
+    assert [site["shared_executable"] for site in written] == shared
+    sites_table = io.StringIO()
+    Console(file=sites_table, width=140, color_system=None).print(build_sites_table(session))
+    assert len(re.findall(r"│ \w+ \* +│", sites_table.getvalue())) == sum(shared), sites_table.getvalue()
 
 
 def test_nested_sections_and_unmarked_parts():

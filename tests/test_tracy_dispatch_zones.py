@@ -15,7 +15,7 @@ import pytest
 
 from gpu_zones import COMMAND_BUFFER_ZONE, FILL_ZONE, execution, expected_busy, timed_commands
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers.queue_tracks import queue_track_names, track_queue

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sectionmark import serialization
-from sectionmark.paths import SectionPath
+from sectionmark.errors import SectionmarkError
+from sectionmark.section_path import SectionPath
 
 SECTION_MAP_VERSION = 2
 # A .vmfb carries its map as this reflection entry of its first exported
@@ -32,8 +33,12 @@ FRAMEWORKS = ("torch", "jax", "slice")  # SectionMap.framework (or None)
 INITIALIZER_FUNCTION = "__init"  # the VM's name for module initializers (`function` of sites and buffers)
 
 
-class SectionMapError(ValueError):
-    """A section map that cannot be read (wrong version, malformed)."""
+class SectionMapError(SectionmarkError, ValueError):
+    """A section map that cannot be read (wrong version, malformed).
+
+    A `SectionmarkError`, the one type the CLI prints as one line; still a
+    ValueError for callers that caught it as one before.
+    """
 
 
 @dataclass(frozen=True)

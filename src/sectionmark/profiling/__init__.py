@@ -48,7 +48,7 @@ def profile(
 ) -> ProfileSession:
     """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
 
-    ``compiled_or_vmfb_path``: a ``sectionmark.CompiledExport`` or a
+    ``compiled_or_vmfb_path``: a ``sectionmark.CompiledProgram`` or a
     saved .vmfb (its map is read from the module or its sidecar unless
     ``section_map`` is given). ``device``: an IREE device; ``local-task``
     uses HAL-native profiling (``local-sync`` is refused: IREE 3.13 cannot

@@ -29,7 +29,7 @@ from typing import Any, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
 from sectionmark.readers.arrays import distinct, first_true, searchsorted_runs
 from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,

@@ -42,7 +42,7 @@ import numpy as np
 
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.section_path import SectionPath, format_path
 from sectionmark.profiling.session import ProfileSession
 
 COMPARISON_JSON_VERSION = 1

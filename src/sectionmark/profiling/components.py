@@ -35,7 +35,7 @@ from typing import Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import UNMARKED, SectionPath
+from sectionmark.section_path import UNMARKED, SectionPath
 from sectionmark.profiling.session import CallStats, ProfileSession, SectionStats, Traffic, per_call_inclusive
 from sectionmark.serialization import json_field
 

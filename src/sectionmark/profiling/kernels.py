@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.section_map import Binding
 from sectionmark.serialization import json_field
 

@@ -4,7 +4,7 @@
 (`sectionmark.runtime.LoadedModule`): the function, each host argument (a copy,
 saved as ``.npy`` for the replay) and, for each device array, which earlier
 call's result it is. ``rec.profile()`` compiles a replay driver
-(`sectionmark.compiler.replay_driver`) that makes the same calls passing
+(`sectionmark.compiler.replay_module`) that makes the same calls passing
 results along on the device, runs it under ``iree-benchmark-module`` with
 HAL-native profiling and splits the profile per function
 (`sectionmark.profiling.replay`). ``rec.save(directory)`` keeps everything
@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from sectionmark.artifacts.files import read_regular
-from sectionmark.compiler.replay_driver import Argument, DriverCall, InputArgument, ResultArgument
+from sectionmark.compiler.replay_module import Argument, ReplayCall, InputArgument, ResultArgument
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path, remove_stale_temporaries, temporary_name
@@ -59,12 +59,12 @@ class Recording:
     """
 
     def __init__(self, name: str, vmfb: bytes, section_map: Optional[SectionMap], device: str,
-                 parameters: list, calls: Optional[list[DriverCall]] = None,
+                 parameters: list, calls: Optional[list[ReplayCall]] = None,
                  inputs: Optional[list[np.ndarray]] = None, module: Optional[LoadedModule] = None,
                  driver: Optional[bytes] = None, directory: Optional[Path] = None):
         self.name, self.vmfb, self.section_map = name, vmfb, section_map
         self.device, self.parameters = device, parameters
-        self._calls: list[DriverCall] = calls or []
+        self._calls: list[ReplayCall] = calls or []
         self._inputs: list[Any] = inputs or []  # host values; while recording, also (bytes, dtype, shape) copies
         self._noted: list[tuple[str, list, int]] = []  # calls noted since `calls` was last read, see `note`
         self._module = module
@@ -126,11 +126,11 @@ class Recording:
         self._driver = None
 
     @property
-    def calls(self) -> list[DriverCall]:
+    def calls(self) -> list[ReplayCall]:
         """The calls recorded so far, in order."""
         if self._noted:
             self._calls.extend(
-                DriverCall(function, tuple(ResultArgument(*value) if type(value) is tuple else InputArgument(value)
+                ReplayCall(function, tuple(ResultArgument(*value) if type(value) is tuple else InputArgument(value)
                                            for value in arguments), results)
                 for function, arguments, results in self._noted)
             self._noted.clear()
@@ -161,9 +161,9 @@ class Recording:
     def driver(self) -> bytes:
         """The compiled replay driver (.vmfb); a saved recording's own, so that profiling it needs no compiler."""
         if self._driver is None:
-            from sectionmark.compiler.replay_driver import compile_driver
+            from sectionmark.compiler.replay_module import compile_replay_module
 
-            self._driver = compile_driver(self.name, self.calls, len(self.inputs))
+            self._driver = compile_replay_module(self.name, self.calls, len(self.inputs))
         return self._driver
 
     def replay(self) -> Union[Any, tuple]:
@@ -358,14 +358,14 @@ def _read_description(directory: Path) -> dict[str, Any]:
     return data
 
 
-def _calls(description: dict[str, Any]) -> list[DriverCall]:
+def _calls(description: dict[str, Any]) -> list[ReplayCall]:
     calls = []
     try:
         for entry in description["calls"]:
             arguments = tuple(InputArgument(int(value["input"])) if "input" in value
                               else ResultArgument(int(value["call"]), int(value["result"]))
                               for value in entry["arguments"])
-            calls.append(DriverCall(str(entry["function"]), arguments, int(entry["results"])))
+            calls.append(ReplayCall(str(entry["function"]), arguments, int(entry["results"])))
     except (KeyError, TypeError, ValueError) as error:
         raise SectionmarkError(f"malformed recording: a call entry lacks or mistypes {error}") from None
     return calls

@@ -51,7 +51,7 @@ from typing import Optional, Sequence
 
 from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.section_path import SectionPath, format_path
 from sectionmark.profiling.session import Traffic
 
 DRAM_ELEMENTS = 16 * 1024 * 1024  # f32: 64 MiB per tensor, beyond any L3 this runs on

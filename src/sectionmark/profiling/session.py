@@ -50,7 +50,7 @@ import numpy as np
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.paths import UNMARKED, SectionPath, format_path
+from sectionmark.section_path import UNMARKED, SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.queue_time import (

@@ -17,7 +17,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.section_path import SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution
 from sectionmark.readers.queue_tracks import queue_track_names
 

@@ -29,7 +29,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.section_path import SectionPath, format_path
 from sectionmark.readers.event_model import DISPATCH_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, RecordedCommand
 from sectionmark.readers.queue_tracks import track_queue
 from sectionmark.readers.tracy_capture import Capture, Track

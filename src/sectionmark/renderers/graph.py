@@ -28,7 +28,7 @@ from typing import Iterable, Optional, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike, write_atomic
-from sectionmark.paths import UNMARKED, format_path
+from sectionmark.section_path import UNMARKED, format_path
 from sectionmark.profiling.kernels import KernelRow, kernels
 from sectionmark.renderers.kernels import format_bytes, format_sections
 from sectionmark.renderers.table import format_ns

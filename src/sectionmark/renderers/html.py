@@ -44,7 +44,7 @@ import numpy as np
 from rich.table import Table
 
 from sectionmark.outputs import PathLike, write_atomic
-from sectionmark.paths import format_path
+from sectionmark.section_path import format_path
 from sectionmark.profiling.queue_time import measured_call_starts
 from sectionmark.profiling.session import ProfileSession, first_dispatch_starts
 from sectionmark.profiling.timeline import Span, build_timelines

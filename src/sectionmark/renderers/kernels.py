@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sectionmark.paths import format_path
+from sectionmark.section_path import format_path
 from sectionmark.profiling.kernels import KernelRow, kernels
 from sectionmark.renderers.table import format_ns
 from sectionmark.section_map import Binding

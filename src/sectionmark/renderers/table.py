@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sectionmark.paths import UNMARKED, format_path
+from sectionmark.section_path import UNMARKED, format_path
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.session import ProfileSession, SectionStats, Traffic
 
