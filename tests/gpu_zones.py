@@ -15,7 +15,7 @@ of `sectionmark.renderers.tracy_out`).
 
 from __future__ import annotations
 
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.section_map import Command, CommandBuffer, Share
 
 COMMAND_BUFFER_ZONE = "iree_hal_cuda_stream_command_buffer"

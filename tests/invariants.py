@@ -64,6 +64,27 @@ def assert_profile_invariants(session: ProfileSession) -> None:
     _assert_cpu_time(session, top_level, rounding)
     _assert_samples(session, rounding)
     _assert_spans(session, rounding)
+    _assert_runs(session, rounding)
+
+
+def _assert_runs(session: ProfileSession, rounding: float) -> None:
+    """A profile of K runs: every row has K run values, its median and an interval of two of them around the
+    median; the figures shown are those of run ``shown_run``, whose total is the median total."""
+    if session.total_runs is None:
+        assert session.runs == 1 and session.shown_run is None
+        assert all(row.runs is None for row in session.sections)
+        return
+    runs, shown = session.runs, session.shown_run
+    assert runs >= 2 and shown is not None and 1 <= shown <= runs
+    calls = max(session.calls, 1)
+    for spread, shown_ns in [(session.total_runs, session.total_ns / calls),
+                             *((row.runs, row.busy_ns / calls) for row in session.sections)]:
+        assert spread is not None and len(spread.values_ns) == runs
+        assert spread.values_ns[shown - 1] == pytest.approx(shown_ns, abs=1 + rounding)
+        assert spread.low_ns <= spread.median_ns <= spread.high_ns
+        assert spread.low_ns in spread.values_ns and spread.high_ns in spread.values_ns
+    middle = sorted(session.total_runs.values_ns)[(runs - 1) // 2]  # the median, or the lower middle of an even K
+    assert middle == pytest.approx(session.total_ns / calls, abs=1 + rounding)
 
 
 def _assert_samples(session: ProfileSession, rounding: float) -> None:

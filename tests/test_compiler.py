@@ -23,7 +23,7 @@ import pytest
 
 import sectionmark as sm
 import sectionmark.compiler as smc
-import sectionmark.compiler.driver as driver
+import sectionmark.compiler.pipeline as pipeline
 import sectionmark.compiler.flow as flow
 from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
@@ -76,21 +76,21 @@ func.func @fill_copy(%a: tensor<8x16xf32>, %c: f32) -> (tensor<8x16xf32>, tensor
 # --------------------------------------------------------------------------- helpers
 
 
-def compile_capturing_hal(source, **options) -> tuple[smc.CompiledExport, str]:
+def compile_capturing_hal(source, **options) -> tuple[smc.CompiledProgram, str]:
     """Compile and also return the hal-phase IR exactly as it goes on to the VM."""
     captured = {}
-    original = driver.embed_section_map
+    original = pipeline.embed_section_map
 
     def capture(module, section_map):
         result = original(module, section_map)
         captured["ir"] = module.get_asm(large_elements_limit=16)
         return result
 
-    driver.embed_section_map = capture
+    pipeline.embed_section_map = capture
     try:
         return smc.compile(source, **options), captured["ir"]
     finally:
-        driver.embed_section_map = original
+        pipeline.embed_section_map = original
 
 
 def executables(vmfb: bytes) -> dict[str, bytes]:
@@ -224,7 +224,7 @@ def gpt():
 # --------------------------------------------------------------------------- invariant 1
 
 
-def _assert_same_program(marked: smc.CompiledExport, plain: smc.CompiledExport, tmp_path: Path) -> None:
+def _assert_same_program(marked: smc.CompiledProgram, plain: smc.CompiledProgram, tmp_path: Path) -> None:
     marked_exes, plain_exes = executables(marked.vmfb), executables(plain.vmfb)
     assert marked_exes and marked_exes == plain_exes  # byte-identical, same count
     marked_asm, plain_asm = dump(marked.vmfb, tmp_path, "disassembly"), dump(plain.vmfb, tmp_path, "disassembly")
@@ -447,7 +447,7 @@ def test_sites_are_weighed_before_the_compiler_goes_on_when_its_context_runs_one
     """Weighing creates attributes in the compiler's context (named ops' memoized maps): beside the
     running compiler only when the context locks what it uniques, i.e. runs threads."""
     from sectionmark.compiler.flow import weigh_sites
-    from sectionmark.compiler.session import PhasedCompilation
+    from sectionmark.compiler.phases import PhasedCompilation
 
     events: list[str] = []
     advance = PhasedCompilation.advance
@@ -462,7 +462,7 @@ def test_sites_are_weighed_before_the_compiler_goes_on_when_its_context_runs_one
         return sites
 
     monkeypatch.setattr(PhasedCompilation, "advance", recording_advance)
-    monkeypatch.setattr(driver, "weigh_sites", recording_weigh)
+    monkeypatch.setattr(pipeline, "weigh_sites", recording_weigh)
     monkeypatch.setattr(PhasedCompilation, "multithreaded", property(lambda self: False))
     compiled = smc.compile(fused_source(True))
     assert events == ["dispatch-creation", "weighed", "flow", "hal"]
@@ -478,10 +478,10 @@ def test_a_failure_while_weighing_sites_in_the_second_thread_reaches_the_caller(
     def fail(copy):
         def weigh(site):
             raise SectionmarkError("internal error: cannot weigh the sites")
-        monkeypatch.setattr(flow, "_composition", lambda site, *rest: weigh(site))  # fails holding a site op
+        monkeypatch.setattr(flow, "_weighed_site", lambda site, *rest: weigh(site))  # fails holding a site op
         return weigh_sites(copy)
 
-    monkeypatch.setattr(driver, "weigh_sites", fail)
+    monkeypatch.setattr(pipeline, "weigh_sites", fail)
     with pytest.raises(SectionmarkError, match="cannot weigh the sites"):
         smc.compile(fused_source(True))
     monkeypatch.undo()

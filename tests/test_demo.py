@@ -6,15 +6,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import chromium
 import pytest
 from invariants import assert_profile_invariants
 from test_graph import parse_dot
 
 from sectionmark.profiling import report
 from sectionmark.profiling.components import components
+from sectionmark.readers.tracy_capture import read_capture
 from sectionmark.renderers import json_out
 from sectionmark.section_map import SectionMap
-from sectionmark.tracy.reader import read_capture
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,6 +53,12 @@ def test_demo_small_config_end_to_end(tmp_path):
     assert "[data movement]" in (out / "kernels.txt").read_text(encoding="utf-8")
     parse_dot((out / "graph.dot").read_text(encoding="utf-8"))
     assert (out / "graph.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    report_page = out / "report.html"  # opened as a user does (tests/test_html.py checks it in detail)
+    if chromium.available():
+        loaded = chromium.load(report_page)
+        assert loaded.console == [] and 'data-resources="0"' in loaded.dom and "Attention Softmax" in loaded.dom
+    else:
+        assert report_page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
     section_map = SectionMap.load(out / "model.sections.json")
     assert ("Block 1", "Self Attention", "Attention Softmax") in section_map.sections

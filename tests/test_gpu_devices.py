@@ -53,7 +53,8 @@ def test_command_lines_per_device(tmp_path):
     def command(device: str) -> list[str]:
         return runner.benchmark_command(vmfb, "main", inputs, device=device, calls=7, profile_path=out)
 
-    common = {f"--module={vmfb}", "--function=main", f"--input=@{inputs[0]}", "--benchmark_min_time=7x"}
+    common = {f"--module={vmfb}", "--function=main", f"--input=@{inputs[0]}", "--benchmark_min_time=1x",
+              "--benchmark_repetitions=7", "--benchmark_format=json"}
     for device, flag in [("cuda", "--cuda_tracing=2"), ("cuda://1", "--cuda_tracing=2"), ("hip", "--hip_tracing=2")]:
         line = command(device)
         assert Path(line[0]).parent.name == "_runtime_libs_tracy", device
@@ -115,4 +116,6 @@ def test_vulkan_profile_without_host_execution_is_refused(modules, monkeypatch, 
         profile(modules["llvm-cpu"], args=(X,), device="vulkan", iterations=2, warmup=0, quiet=True, keep_profile=kept)
     assert f"kept at {kept}" in str(error.value) and "\n" not in str(error.value)
     assert kept.stat().st_size > 0
-    assert f"--device_profiling_mode={runner.VULKAN_PROFILING_MODES}" in seen[0]
+    # First the same calls unprofiled (the profiler's cost), then the profiled run.
+    assert not any(a.startswith("--device_profiling") for a in seen[0])
+    assert f"--device_profiling_mode={runner.VULKAN_PROFILING_MODES}" in seen[-1]

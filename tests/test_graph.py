@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 import shutil
 import subprocess
 from dataclasses import replace
 
+import chromium
 import pytest
 from test_kernels import binding, hand_built
 from test_session import synthetic
@@ -161,7 +161,6 @@ def test_nanogpt_graph_renders(tmp_path):
 
 # ---------------------------------------------------------------------------- hostile strings in a browser
 
-CHROMIUM = "/usr/bin/chromium"
 MARK = "PWNED"  # the payloads spell it only in pieces: the word appears in a page only if a payload ran
 PAYLOAD = ("\"'><img src=x onerror=\"document.title='PW'+'NED'\"><script>document.title='PW'+'NED'</script>"
            "<svg onload=\"document.title='PW'+'NED'\"></svg><!-- --> ]]> \\")
@@ -171,16 +170,8 @@ def scripts_ran(pages: list) -> list:
     """The pages (HTML or SVG files) in which headless Chromium saw a payload change ``document.title``."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def load(page):
-        profile = page.with_name(page.name + ".chromium")
-        done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-                               "--virtual-time-budget=2000", "--dump-dom", page.resolve().as_uri()],
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0 and "<" in done.stdout, done.stderr[-2000:]
-        return MARK in done.stdout
-
     with ThreadPoolExecutor(8) as pool:
-        return [page for page, ran in zip(pages, pool.map(load, pages)) if ran]
+        return [page for page, loaded in zip(pages, pool.map(chromium.load, pages)) if MARK in loaded.dom]
 
 
 def _string_values(node, found: set) -> set:
@@ -202,8 +193,8 @@ def _replaced(node, old: str, new: str):
 def test_hostile_map_strings_never_run_in_the_html_or_svg_graph(tmp_path, compiled_two_matmuls, inputs, capsys):
     """Each string value of a real map, in turn, made hostile everywhere it occurs: the report refuses the map
     in one line or writes a graph (.html, .svg) in which Chromium runs nothing; names and tensors reach the pages."""
-    if not os.path.exists(CHROMIUM) or shutil.which("dot") is None:
-        pytest.skip(f"needs Chromium at {CHROMIUM} (apt-get install chromium) and Graphviz (apt-get install graphviz)")
+    if not chromium.available() or shutil.which("dot") is None:
+        pytest.skip(f"{chromium.MISSING} and Graphviz (apt-get install graphviz)")
     import sectionmark as sm
     from sectionmark.cli import main
 

@@ -1,8 +1,9 @@
-"""The data flow in the imports: markers -> importers -> compiler -> runtime -> profiling -> workflows -> renderers.
+"""The data flow in the imports: markers -> importers -> compiler -> runtime -> readers -> profiling -> workflows
+-> renderers.
 
 Each module of src/sectionmark belongs to one stage (docs/architecture.md);
 a module imports only its own stage, earlier stages and the shared foundation
-(errors, paths, outputs, serialization, parameters, arguments, and the section
+(errors, section_path, outputs, serialization, parameters, arguments, and the section
 map, the first data model). Both module-level imports and imports inside functions
 count: a lazy import is still a dependency; an import under ``if TYPE_CHECKING:``
 is not (it never runs). The few justified exceptions are listed below with
@@ -31,22 +32,27 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "sectionmark"
 
-STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "profiling", "workflows", "renderers", "entry"]
-FOUNDATION = {"errors", "paths", "outputs", "serialization", "parameters", "section_map", "lazy", "arguments"}
+STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "readers", "profiling", "workflows", "renderers",
+          "entry"]
+FOUNDATION = {"errors", "section_path", "outputs", "serialization", "parameters", "section_map", "lazy", "arguments"}
 PREFIX_STAGES = {
     "markers": "markers", "importers": "importers", "locations": "importers", "compiler": "compiler",
-    "runtime": "runtime", "artifacts": "runtime", "profiling": "profiling", "tracy": "profiling",
+    "runtime": "runtime", "artifacts": "runtime", "readers": "readers", "profiling": "profiling", "tracy": "profiling",
     "workflows": "workflows", "renderers": "renderers", "cli": "entry", "commands": "entry", "__main__": "entry",
 }
 # (importer, imported) pairs against the flow, and why they are right.
 EXCEPTIONS = {
-    # A marker entered while a framework traces enters that framework's scope;
-    # imported only once the framework itself is (sectionmark.markers.marker).
-    ("sectionmark.markers.marker", "sectionmark.importers.torch"),
-    ("sectionmark.markers.marker", "sectionmark.importers.jax"),
+    # The one seam between markers and importers: a marker entered while a
+    # framework traces enters the scope that framework's importer registered;
+    # the registry imports that importer on the first section the framework
+    # traces, only once the framework itself is imported
+    # (sectionmark.markers.frameworks). The marker knows frameworks only
+    # through the registry.
+    ("sectionmark.markers.frameworks", "sectionmark.importers.torch"),
+    ("sectionmark.markers.frameworks", "sectionmark.importers.jax"),
     # A torch export is also iree-turbine's ExportOutput, whose compile()
     # compiles it: the drop-in keeps that method (sectionmark.importers.turbine).
-    ("sectionmark.importers.turbine", "sectionmark.compiler.driver"),
+    ("sectionmark.importers.turbine", "sectionmark.compiler.pipeline"),
     # prof.render(name) / prof.save(path) look the format up in the registry
     # when called; no renderer module is imported by the session (checked
     # below at run time as well).
@@ -56,24 +62,23 @@ EXCEPTIONS = {
 }
 # Cycles of files (runtime imports), each with why it is right. A cycle not listed fails the test.
 ALLOWED_CYCLES: dict[frozenset[str], str] = {
-    # A marker entered while torch traces enters torch's scope (the first exception above), and the torch
-    # importer switches the marker's export probe: one state machine over two files, until the
-    # markers/importers seam of issue 26 (its torch stream) gives the marker a registry of framework scopes.
-    frozenset({"sectionmark.markers.marker", "sectionmark.importers.torch"}):
-        "marker <-> torch importer: the framework-scope seam of issue 26 removes it",
-    # compile() takes any export form and a section slice (driver -> exported, slicing), a slice is cut from
-    # an export and compiled for --bench (slicing -> driver, exported), and a torch export is iree-turbine's
-    # ExportOutput whose compile() compiles it (turbine -> driver, exported -> turbine): the compiler's public
-    # entry and the export forms name each other. Issue 26's torch stream renames and splits these files.
-    frozenset({"sectionmark.compiler.driver", "sectionmark.compiler.slicing", "sectionmark.importers.exported",
+    # The markers' one seam (the first exceptions above): the registry imports a framework's importer on the
+    # first section that framework traces, and the importer registers its scope in the registry when imported
+    # (importers.torch through its hooks module). The marker itself imports only the registry.
+    frozenset({"sectionmark.markers.frameworks", "sectionmark.importers.jax", "sectionmark.importers.torch",
+               "sectionmark.importers.torch.exporting", "sectionmark.importers.torch.hooks"}):
+        "framework registry <-> the importers registering in it: the registry imports one lazily, on first use",
+    # compile() takes any export form and a section slice (pipeline -> exported, slicing), a slice is cut from
+    # an export and compiled for --bench (slicing -> pipeline, exported), and a torch export is iree-turbine's
+    # ExportOutput whose compile() compiles it (turbine -> pipeline, exported -> turbine): the compiler's public
+    # entry and the export forms name each other.
+    frozenset({"sectionmark.compiler.pipeline", "sectionmark.compiler.slicing", "sectionmark.importers.exported",
                "sectionmark.importers.turbine"}):
-        "compile() <-> the export forms it accepts: split by the torch stream of issue 26",
+        "compile() <-> the export forms it accepts, and a slice compiled for --bench",
 }
 MAX_LINES = 600
 # Source files over MAX_LINES, each with why it still is. Taken off once split (a test says so).
-OVERSIZED = {
-    "profiling/ireeprof.py": "split into the readers package by the readers stream of issue 26",
-}
+OVERSIZED: dict[str, str] = {}
 
 
 def stage(module: str) -> str:
@@ -239,11 +244,19 @@ def test_no_source_file_over_the_line_limit():
     assert all(lengths.get(name, 0) > MAX_LINES for name in OVERSIZED), "take split files off OVERSIZED"
 
 
-def test_every_module_has_a_stage():
-    """A new top-level module or package is placed in the flow (else stage() fails on it)."""
-    unplaced = [name for name in import_graph() if name != "sectionmark" and name.split(".")[1] not in
-                FOUNDATION | PREFIX_STAGES.keys()]
-    assert not unplaced, unplaced
+def test_every_module_belongs_to_exactly_one_stage():
+    """The stage lists name each top-level module and package of src/sectionmark once, and nothing else.
+
+    A new module must be placed in a stage on purpose (not by a default), a name
+    listed twice would have two stages, and a stale name hides nothing.
+    """
+    on_disk = {path.stem for path in PACKAGE.iterdir()
+               if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").is_file()}
+    listed = [*FOUNDATION, *PREFIX_STAGES]
+    assert sorted(name for name in set(listed) if listed.count(name) > 1) == []
+    assert sorted(on_disk - set(listed)) == [] and sorted(set(listed) - on_disk) == []
+    assert {"foundation", *PREFIX_STAGES.values()} == set(STAGES)  # every stage has a module, none is unknown
+    assert [path for path in SRC.rglob("*.py") if PACKAGE not in path.parents] == []  # nothing beside the package
 
 
 def test_imports_follow_the_data_flow():
@@ -253,6 +266,17 @@ def test_imports_follow_the_data_flow():
             if STAGES.index(stage(imported)) > STAGES.index(stage(importer)) and (importer, imported) not in EXCEPTIONS:
                 against_the_flow.append(f"{importer} ({stage(importer)}) imports {imported} ({stage(imported)})")
     assert not against_the_flow, "\n".join(against_the_flow)
+
+
+def test_importers_reach_the_markers_only_through_the_framework_registry():
+    """The seam between markers and importers: no importer imports the marker or reads or writes its names."""
+    for path in sorted((PACKAGE / "importers").rglob("*.py")):
+        markers = {name for name in sectionmark_imports(path) if name.startswith("sectionmark.markers")}
+        assert markers <= {"sectionmark.markers.frameworks"}, f"{module_name(path)} imports {markers}"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        private = [node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                   and isinstance(node.value, ast.Name) and node.value.id == "frameworks" and node.attr.startswith("_")]
+        assert not private, f"{module_name(path)} uses the registry's private {private}"
 
 
 def test_listed_exceptions_are_still_needed():

@@ -9,6 +9,7 @@ import json
 import pytest
 from test_session import synthetic
 
+from sectionmark.profiling.components import components
 from sectionmark.profiling.kernels import kernels
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import kernels as kernels_renderer
@@ -112,3 +113,65 @@ def test_griffin_transposes_are_listed_with_shapes_bytes_and_flagged(griffin):
     conv = [row for row in rows if "_conv_" in row.key and row.sections[0][0] == ("Conv",)]
     assert len(conv) == 1 and conv[0].flops > 0 and not conv[0].data_movement
     assert "[data movement]" in kernels_renderer.render(griffin)
+
+
+# ---------------------------------------------------------------------------- traffic per section (hand-built)
+
+
+def test_section_traffic_is_the_kernel_tables_bytes_and_flops_split_like_time():
+    """hand_built: MLP runs the matmul twice (1000 ns each), Attn the transpose once (400 ns)."""
+    session = hand_built()
+    mlp, attn = session.section(("MLP",)), session.section(("Attn",))
+    assert (mlp.traffic.time_ns, mlp.traffic.read_bytes, mlp.traffic.written_bytes) == (2000, 2 * 32768, 2 * 16384)
+    assert mlp.traffic.flops == 2 * 2 * 64 ** 3 and mlp.traffic.gb_per_s == pytest.approx(49.152)
+    assert mlp.traffic.gflop_per_s == pytest.approx(524.288) and mlp.traffic.intensity == pytest.approx(2 * 64 ** 3 / 49152)
+    assert attn.traffic.bytes == 32768 and attn.traffic.flops == 0 and attn.traffic.intensity == 0
+    assert session.unmarked.traffic is None and session.unmarked.working_set_bytes is None  # nothing ran there
+    # the working set counts each tensor once, whole: the matmul's result is read again by the transpose
+    assert (mlp.working_set_bytes, attn.working_set_bytes) == (3 * 16384, 2 * 16384)
+    # every byte the kernel table moved is in exactly one top-level row
+    moved = sum(row.bytes * row.dispatches for row in kernels(session))
+    assert sum(row.traffic.bytes for row in session.sections if row.traffic and len(row.path) <= 1) == moved
+
+
+def test_fused_traffic_is_split_by_weight_and_dynamic_sizes_are_left_out():
+    fused = ((("Block", "MLP"), 0.75), (("Block", "Attn"), 0.25))
+    attribution, section_map = synthetic([(0, 1000, fused), (1000, 1100, (MM,))],
+                                         declared=[("Block", "MLP"), ("Block", "Attn"), ("MLP",)])
+    site, dynamic = section_map.sites
+    # a slice of a bigger weight: the bytes are the slice's, the working set the whole weight's
+    site.bindings = [binding("@w", "read", [64, 64], read=16384, tensor_shape=[512, 64]),
+                     binding("site 0 #0", "write", [64, 64], written=16384)]
+    site.flops = 1e6
+    dynamic.bindings = [binding("input0", "read", [-1, 64], read=None, tensor_shape=[-1, 64])]
+    session = ProfileSession.build(attribution, section_map, function="main")
+    mlp, attn, block = session.section(("Block", "MLP")), session.section(("Block", "Attn")), session.section(("Block",))
+    assert (mlp.traffic.time_ns, mlp.traffic.bytes, mlp.traffic.flops) == (750, 0.75 * 32768, 0.75e6)
+    assert (attn.traffic.time_ns, attn.traffic.bytes, attn.traffic.flops) == (250, 0.25 * 32768, 0.25e6)
+    assert block.traffic.bytes == 32768 and block.traffic.gb_per_s == mlp.traffic.gb_per_s == pytest.approx(32.768)
+    assert mlp.working_set_bytes == attn.working_set_bytes == 512 * 64 * 4 + 16384  # both run the fused dispatch
+    assert session.section(("MLP",)).traffic is None  # only a dispatch of dynamic size: nothing known, not 0
+
+
+def test_traffic_in_json_csv_the_memory_table_and_components():
+    session = hand_built()
+    again = ProfileSession.from_json(json.loads(json.dumps(session.to_json())))
+    assert again.section(("MLP",)).traffic == session.section(("MLP",)).traffic
+    assert again.section(("MLP",)).working_set_bytes == 49152
+    row = session.to_json()["sections"][0]
+    assert row["traffic"] == {"time_ns": 2000, "read_bytes": 65536, "written_bytes": 32768, "flops": 1048576,
+                              "bytes": 98304, "gb_per_s": pytest.approx(49.152), "gflop_per_s": pytest.approx(524.288),
+                              "intensity": pytest.approx(10.6667, rel=1e-4)}
+    rows = list(csv.DictReader(io.StringIO(session.render("csv"))))
+    assert (rows[0]["read_bytes"], rows[0]["written_bytes"], rows[0]["gb_per_s"], rows[0]["working_set_bytes"]) == (
+        "65536", "32768", "49.1520", "49152")
+    assert rows[2]["section"] == "(unmarked)" and rows[2]["read_bytes"] == rows[2]["working_set_bytes"] == ""
+    table = session.render("table", memory=True)
+    assert "Bytes/call" in table and "96.0 KiB" in table and "48.0 KiB" in table and "49.15" in table
+    total = table.split("Total")[1]
+    assert "128.0 KiB" in total and f"{131072 / 2400:.2f}" in total  # all top-level bytes over all sized time
+    assert "Bytes/call" not in session.table()
+    spans = session.render("table", span=True)
+    assert "Start p50" in spans and "End p50" in spans and "2.400 µs" in spans
+    mlp_component = next(component for component in components(session) if component.name == "MLP")
+    assert mlp_component.traffic == session.section(("MLP",)).traffic

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sectionmark.locations import section_path, section_paths, unescape_mlir_string
-from sectionmark.paths import decode_jax_scope, decode_path, encode_jax_scope, encode_path
+from sectionmark.locations import paths_in_location, section_path, unescape_mlir_string
+from sectionmark.section_path import decode_jax_scope, decode_path, encode_jax_scope, encode_path
 
 NAMES = ['quo"te', "back\\slash", "new\nline", "emoji 🤖", "x" * 1000, "a/b", "%2F()", "tab\there"]
 
@@ -40,7 +40,7 @@ def test_jax_name_stack_forward_and_backward():
 
 def test_several_paths_are_all_reported_once():
     loc = 'loc(fused["sectionmark:A"(unknown), "sectionmark:B"(unknown), "sectionmark:A"(unknown)])'
-    assert section_paths(loc) == [("A",), ("B",)]
+    assert paths_in_location(loc) == [("A",), ("B",)]
 
 
 def test_an_op_inlined_from_a_private_function_is_in_the_calls_sections_then_its_own():
@@ -69,7 +69,7 @@ def test_jax_transforms_name_a_level_once_and_remat_is_recompute():
 
 
 def test_a_line_of_mlir_text_with_location_aliases():
-    assert section_paths('#loc5 = loc("sm:Attention/tanh"(#loc3))') == [("Attention",)]
+    assert paths_in_location('#loc5 = loc("sm:Attention/tanh"(#loc3))') == [("Attention",)]
     assert section_path('loc(fused<"x">["jit(f)/mul"("a.py":1:1), "jit(f)/sm:Z/add"("a.py":1:1)])') == ("Z",)
 
 
@@ -84,4 +84,4 @@ def test_deep_call_site_chains_are_read_without_recursion_trouble():
 @given(st.text(alphabet='loc("sm:/)(callsite at fused[],<>#:0123 \\\\jit', max_size=80))
 def test_the_reader_never_raises_on_any_text(text):
     section_path(text)
-    section_paths(text)
+    paths_in_location(text)

@@ -16,7 +16,7 @@ import threading
 import pytest
 
 import sectionmark as sm
-from sectionmark.markers import marker as markers, zonestack
+from sectionmark.markers import frameworks, marker as markers, zonestack
 from zone_stacks import KINDS, make_stack
 
 
@@ -324,15 +324,12 @@ def test_torchs_export_flag_makes_sections_ask_for_framework_scopes(framework_sc
 def test_a_replaced_torch_probe_is_asked_on_every_entry(framework_scope_requests):
     # As sm.torch.sections() does: its probe is also true while a jittable traces.
     _torch, requests = framework_scope_requests
-    original = markers._torch_exporting
-    markers._torch_exporting = lambda: True
-    markers.torch_probe_replaced()
+    restore = frameworks.replace_probe("torch", lambda: True)
     try:
         with sm.section("probed"):
             pass
     finally:
-        markers._torch_exporting = original
-        markers.torch_probe_replaced()
+        restore()
     with sm.section("torch's own probe again"):
         pass
     assert requests == ["probed"]
@@ -343,7 +340,7 @@ def test_without_the_c_extension_sections_work_in_plain_python():
         import sys
         sys.modules["sectionmark.markers._zonestack"] = None  # as if built without a C compiler
         import sectionmark as sm
-        from sectionmark.markers import marker as markers, zonestack
+        from sectionmark.markers import frameworks, marker as markers, zonestack
 
         events = []
         stack = zonestack.PythonZoneStack(lambda location, active: events.append(("begin", location)) or location,

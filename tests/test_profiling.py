@@ -15,7 +15,8 @@ from tiny_profiles import DYNAMIC, KEY_0, KEY_1, TWO_MATMULS, compile_plain, exp
 import sectionmark.profiling as profiling
 from sectionmark.errors import SectionmarkError
 from sectionmark.artifacts import tools
-from sectionmark.profiling.ireeprof import read_profile
+from sectionmark.profiling.kernels import kernels
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.profiling.queue_time import call_windows
 from sectionmark.profiling.runner import local_task_workers
 from sectionmark.renderers import json_out
@@ -37,7 +38,7 @@ def jsonl_oracle(profile_path: Path, section_map: SectionMap, warmup_calls: int)
 def test_bundle_reader_matches_iree_profile_export(plain_run):
     _vmfb, profile_path, _session = plain_run
     bundle, exported = read_profile(profile_path, reader="bundle"), read_profile(profile_path, reader="jsonl")
-    assert (bundle.source, exported.source) == ("bundle", "jsonl")
+    assert (bundle.provenance.reader, exported.provenance.reader) == ("bundle", "jsonl")
     assert bundle.keys == exported.keys == [KEY_0, KEY_1]
     assert np.array_equal(bundle.dispatches, exported.dispatches)
     assert np.array_equal(bundle.submissions, exported.submissions)
@@ -119,16 +120,26 @@ def test_cpu_time_per_section_matches_iree_profile_export(plain_run):
 
 
 def test_nanogpt_demo_cpu_time_adds_up_to_the_profiles_tile_time(tmp_path):
-    """Acceptance: Σ sections' CPU time + unmarked = total tile time; parallelism ≤ workers; table, JSON, CSV."""
+    """Acceptance: Σ sections' CPU time + unmarked = total tile time; parallelism ≤ workers; table, JSON and CSV
+    show CPU time, parallelism, bytes, GB/s, start and end."""
     import sectionmark as sm
     from nanogpt_builders import torch_gpt
 
     model, args = torch_gpt()
-    session = sm.profile(sm.compile(sm.torch.export(model, args=args)), args=args, iterations=20, warmup=3, quiet=True)
+    session = sm.profile(sm.compile(sm.torch.export(model, args=args)), args=args, iterations=20, warmup=3, quiet=True,
+                         keep_profile=tmp_path / "gpt.ireeprof")
     assert_profile_invariants(session)
     top_level = [row for row in session.sections if len(row.path) == 1] + [session.unmarked]
     assert session.cpu_ns is not None and session.workers is not None
     assert sum(row.cpu_ns for row in top_level) == pytest.approx(session.cpu_ns, rel=1e-12, abs=1e-3)
+    # the profile's total tile time as iree-profile exports it: the measured calls' dispatch rows
+    events = [r for r in export_rows(tmp_path / "gpt.ireeprof") if r.get("record_type") == "host_execution_event"]
+    executes = sorted(r["submission_id"] for r in events if r["op"] == "execute")
+    per_call = len(executes) // 23
+    assert per_call * 23 == len(executes)
+    measured = set(executes[3 * per_call:])
+    assert session.cpu_ns == sum(r["tile_duration_sum_ns"] for r in events
+                                 if r["op"] == "dispatch" and r["submission_id"] in measured) > 0
     assert all(row.parallelism <= session.workers for row in session.sections if row.parallelism is not None)
     assert session.parallelism is not None and 0 < session.parallelism <= session.workers
     table = session.render("table", cpu=True, width=220)
@@ -140,6 +151,22 @@ def test_nanogpt_demo_cpu_time_adds_up_to_the_profiles_tile_time(tmp_path):
     csv_rows = list(csv.DictReader(io.StringIO(session.render("csv"))))
     top_level_cpu = [int(row["cpu_ns"]) for row in csv_rows if int(row["depth"]) <= 1]  # unmarked: depth 0
     assert len(top_level_cpu) == len(top_level) and sum(top_level_cpu) == pytest.approx(session.cpu_ns, abs=len(top_level))
+    # bytes, GB/s, start and end: every section that ran has them, in the table (--memory --span), JSON and CSV
+    ran = [row for row in session.section_rows if row.dispatched]
+    assert all(row.traffic is not None and row.traffic.bytes > 0 and row.traffic.gb_per_s > 0
+               and row.working_set_bytes > 0 and row.start_ns is not None and row.end_ns is not None for row in ran)
+    # every byte of the kernel table is in exactly one top-level row (the demo's sizes are all static)
+    moved = sum(row.bytes * row.dispatches for row in kernels(session))
+    assert sum(row.traffic.bytes for row in top_level if row.traffic) == pytest.approx(moved, rel=1e-9)
+    wide = session.render("table", cpu=True, memory=True, span=True)
+    for header in ("CPU/call", "Parallel", "Bytes/call", "Working set", "GB/s", "Start p50", "End p50"):
+        assert header in wide, header
+    mlp = again.section(("Block 0", "MLP"))
+    measured = session.section(("Block 0", "MLP")).traffic
+    assert mlp.traffic.bytes == pytest.approx(measured.bytes, abs=2) and mlp.start_ns is not None  # whole bytes in JSON
+    mlp_csv = next(row for row in csv_rows if row["section"] == "Block 0 / MLP")
+    assert float(mlp_csv["gb_per_s"]) == pytest.approx(mlp.traffic.gb_per_s, rel=1e-3)
+    assert int(mlp_csv["read_bytes"]) == round(mlp.traffic.read_bytes) and mlp_csv["start_p50_ns"] != ""
 
 
 def test_unmarked_dispatch_and_coverage(plain_run):
@@ -195,7 +222,9 @@ def test_one_shot_command_buffers_of_dynamic_shapes(tmp_path):
     # Without a count, calls repeat by command signature, not by the (new each call) buffer id.
     inferred = profiling.report(path, section_map, warmup=1, function="main", workers=session.workers)
     assert (inferred.calls, inferred.warmup, inferred.calls_known) == (4, 1, True)
-    assert inferred.to_json() == session.to_json()
+    run_only = {"module", "device", "profiler_cost"}  # what only the run knows, not its profile
+    assert {**inferred.to_json(), **dict.fromkeys(run_only)} == {**session.to_json(), **dict.fromkeys(run_only)}
+    assert session.profiler_cost is not None and inferred.profiler_cost is None
     with pytest.raises(SectionmarkError, match=r"^the section map has no function 'bogus' \(it has: main\)$"):
         profiling.report(path, section_map, warmup=1, function="bogus")  # was a table titled "bogus: 4 calls"
 
@@ -216,6 +245,39 @@ def test_real_compiler_section_map(tmp_path, inputs):
     again = profiling.profile(tmp_path / "m.vmfb", inputs, iterations=2, warmup=0, quiet=True)
     assert_profile_invariants(again)
     assert again.calls == 2
+
+
+# Two identical matmuls, one in A and one in B: IREE deduplicates them into one export function.
+SAME_MATMUL_TWICE = """
+func.func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x64xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:A"("t.py":1:1))
+  %m = linalg.matmul ins(%x, %w : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:A"("t.py":2:1))
+  %z2 = linalg.fill ins(%c0 : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:B"("t.py":3:1))
+  %m2 = linalg.matmul ins(%m, %w : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z2 : tensor<64x64xf32>) -> tensor<64x64xf32> loc("sectionmark:B"("t.py":4:1))
+  return %m2 : tensor<64x64xf32>
+}
+"""
+
+
+def test_deduplicated_dispatch_shared_by_two_sections(tmp_path, inputs):
+    """Each site is marked shared exactly when IREE's own export (the key of its events, read with
+    `iree-profile export`) runs for another section's command too."""
+    compiler = pytest.importorskip("sectionmark.compiler")
+    compiled = compiler.compile(SAME_MATMUL_TWICE, target="llvm-cpu")
+    profile_path = tmp_path / "run.ireeprof"
+    session = profiling.profile(compiled, inputs, iterations=2, warmup=1, keep_profile=profile_path, quiet=True)
+    rows = export_rows(profile_path)
+    assert rows is not None
+    commands = compiled.section_map.command_buffers[0].commands
+    sections_of_key: dict[str, set] = {}
+    for row in rows:
+        if row.get("record_type") == "host_execution_event" and row["op"] == "dispatch":
+            sections_of_key.setdefault(row["key"], set()).add(tuple(s.path for s in commands[row["command_index"]].shares))
+    assert len(sections_of_key) == 1 and len(session.sites) == 2  # the premise: one function, two sites
+    for site in session.sites:
+        assert len(sections_of_key[site.key]) == 2 and site.shared_executable, site
 
 
 # ---------------------------------------------------------------------------- outputs

@@ -118,7 +118,7 @@ def test_plain_aot_export_in_a_fresh_process_keeps_every_section_without_a_warni
     tests = Path(__file__).parent
     run = subprocess.run([sys.executable, str(tests / "fresh_plain_export.py"), str(tmp_path), str(PROMPT)],
                          capture_output=True, text=True, timeout=600, cwd=tests,
-                         env={**os.environ, "PYTHONPATH": str(tests)})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent / "src"), str(tests)])})
     assert run.returncode == 0, run.stderr[-3000:]
     sections = {style: {tuple(path) for path in paths} for style, paths in json.loads(run.stdout.splitlines()[-1]).items()}
     assert sections == {"nn.Module": written_sections("gpt2"), "ExportedProgram": written_sections("gpt2"),

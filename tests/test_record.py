@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,9 +27,9 @@ import sectionmark as sm  # noqa: E402
 from hf_models import VOCAB, CachedLM, empty_cache, tiny_gpt2  # noqa: E402
 from invariants import assert_profile_invariants  # noqa: E402
 from sectionmark.cli import main  # noqa: E402
-from sectionmark.workflows.replay_driver import DriverCall, InputArgument, ResultArgument, driver_text  # noqa: E402
-from sectionmark.profiling.ireeprof import read_profile  # noqa: E402
+from sectionmark.readers.ireeprof import read_profile  # noqa: E402
 from sectionmark.workflows.replay import ReplayProfile, replay_calls  # noqa: E402
+from sectionmark.workflows.replay_module import InputArgument, ReplayCall, ResultArgument, replay_module_text  # noqa: E402
 
 PROMPT = 4
 DECODE_STEPS = 8
@@ -121,6 +122,17 @@ def test_replay_profile_per_function(replay_profile):
     assert f"decode: {DECODE_STEPS} calls per replay" in table
 
 
+def test_replay_of_several_runs_has_each_functions_spread(recorded):
+    """``runs=2``: two fresh replays, each function's sections with their busy time per call in both."""
+    replay = recorded.recording.profile(iterations=2, warmup=1, quiet=True, runs=2, workers=1)
+    for entry in replay.functions:
+        session = entry.profile
+        assert_profile_invariants(session)
+        assert session.runs == 2 and len(session.total_runs.values_ns) == 2
+        assert all(value > 0 for value in session.section(("LM Head",)).runs.values_ns)
+    assert "Median of 2" in replay.table()
+
+
 def test_replay_json_round_trip(replay_profile):
     replay, _path = replay_profile
     data = json.loads(replay.render("json"))
@@ -154,9 +166,16 @@ def test_saved_recording_profiles_from_the_command_line(recorded, tmp_path, caps
     loaded = sm.Recording.load(directory)
     np.testing.assert_array_equal(loaded.replay()[0], recorded.final_logits)
     output = tmp_path / "replay.json"
-    assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--json", str(output)]) == 0
+    page = tmp_path / "replay.html"
+    assert main(["profile", str(directory), "-n", "1", "--warmup", "0", "--json", str(output), "--html", str(page)]) == 0
     printed = capsys.readouterr().out
     assert "decode: 8 calls per replay, 1 measured replay" in printed and f"wrote {output}" in printed
+    # The report: one tab per function, each with its own tree and timeline.
+    text = page.read_text()
+    assert re.findall(r'<nav class="tabs"><button type="button">(\w+)</button><button type="button">(\w+)</button>',
+                      text) == [("prefill", "decode")]
+    assert text.count('<section class="tab"') == 2 and text.count('<table class="tree"') == 2
+    assert "8 calls per replay, 1 measured replay" in text
     data = json.loads(output.read_text())
     assert [(entry["function"], entry["profile"]["calls"]) for entry in data["functions"]] == [("prefill", 1),
                                                                                                ("decode", 8)]
@@ -308,7 +327,7 @@ def test_two_saves_at_once_one_wins_the_other_says_why(recorded, tmp_path, monke
 
 def test_recording_misuse_is_one_error(kv_module, recorded):
     module = recorded.module
-    with pytest.raises(sm.SectionmarkError, match="needs a module from sm.load, got CompiledExport"):
+    with pytest.raises(sm.SectionmarkError, match="needs a module from sm.load, got CompiledProgram"):
         sm.record(kv_module.compiled)
     with sm.record(module):
         with pytest.raises(sm.SectionmarkError, match="is already being recorded"):
@@ -326,13 +345,36 @@ def test_recording_misuse_is_one_error(kv_module, recorded):
 
 
 def test_driver_text_passes_results_along():
-    calls = [DriverCall("prefill", (InputArgument(0),), 2),
-             DriverCall("decode", (InputArgument(1), ResultArgument(0, 1)), 2),
-             DriverCall("norm", (ResultArgument(1, 0),), 1)]
-    text = driver_text("model", calls, 2)
+    calls = [ReplayCall("prefill", (InputArgument(0),), 2),
+             ReplayCall("decode", (InputArgument(1), ResultArgument(0, 1)), 2),
+             ReplayCall("norm", (ResultArgument(1, 0),), 1)]
+    text = replay_module_text("model", calls, 2)
     assert 'func.func private @"model.prefill"(!hal.buffer_view) -> (!hal.buffer_view, !hal.buffer_view)' in text
     assert '%call1:2 = func.call @"model.decode"(%input1, %call0#1)' in text
     assert '%call2 = func.call @"model.norm"(%call1#0)' in text
     assert "return %call2 : !hal.buffer_view" in text
     with pytest.raises(sm.SectionmarkError, match="'decode' was called with 1 arguments giving 2 results and with 2"):
-        driver_text("model", calls + [DriverCall("decode", (InputArgument(0),), 2)], 2)
+        replay_module_text("model", calls + [ReplayCall("decode", (InputArgument(0),), 2)], 2)
+
+
+def test_a_recordings_replay_json_is_compared_function_by_function(replay_profile, tmp_path, capsys):
+    """`sectionmark compare` takes a recording's outputs: the replay JSON (a function named, or its only one) and
+    one function's profile JSON."""
+    replay, _path = replay_profile
+    replays = tmp_path / "replay.json"
+    replay.save_json(replays)
+    decode = replay.function("decode").save(tmp_path / "decode.json")
+    comparison = sm.compare(replays, decode, function="decode")
+    assert comparison.sections and {row.verdict for row in comparison.sections if row.ratio} == {"no change"}
+    assert all(row.ratio == 1 for row in comparison.sections if row.ratio)  # the same calls on both sides
+    assert (comparison.sections[0].a_calls, comparison.components[0].b_calls) == (2 * DECODE_STEPS, 2 * DECODE_STEPS)
+    assert main(["compare", str(replays), str(replays), "--function", "prefill"]) == 0
+    assert "no change" in capsys.readouterr().out
+    for argv, fragment in [([str(replays), str(decode)], "a replay of 2 functions that ran dispatches (prefill, "
+                                                         "decode): name one with --function"),
+                           ([str(replays), str(decode), "--function", "main"], "never called 'main'"),
+                           ([str(decode), str(decode), "--function", "prefill"],
+                            "a profile of function 'decode', not 'prefill'")]:
+        assert main(["compare", *argv]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and err.startswith("sectionmark: error: ") and fragment in err, err

@@ -74,6 +74,20 @@ def test_a_bad_map_is_the_one_error_type_of_bad_input():
         SectionMap.loads("{}")
     with pytest.raises(SectionmarkError, match="section map version 99 is not supported"):
         SectionMap.loads(json.dumps({**small_map().to_json(), "version": 99}))
+def test_a_map_error_is_a_sectionmark_error_and_one_cli_line(tmp_path, capsys):
+    """The one exception type the CLI prints as one line; still the ValueError callers caught before."""
+    from sectionmark.cli import main
+
+    path = tmp_path / "old.sections.json"
+    path.write_text('{"version": 1, "sections": []}')
+    for caught in (SectionMapError, SectionmarkError, ValueError):
+        with pytest.raises(caught, match="^section map version 1 is not supported"):
+            SectionMap.load(path)
+    profile = tmp_path / "run.ireeprof"
+    profile.write_bytes(b"not read: the map is refused first")
+    assert main(["report", str(profile), "--map", str(path)]) == 1
+    assert capsys.readouterr().err == (f"sectionmark: error: {path}: section map version 1 is not supported "
+                                       "(expected 2); recompile the model with this version of sectionmark\n")
 
 
 def test_non_json_non_utf8_and_deep_nesting(tmp_path):

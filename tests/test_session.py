@@ -17,14 +17,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 from invariants import assert_profile_invariants
 
 from sectionmark import renderers
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath
-from sectionmark.profiling import ireeprof
+from sectionmark.section_path import SectionPath
 from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
-from sectionmark.profiling.ireeprof import EVENT_EXECUTE
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.profiling.section_time import (
     CompositionSums,
@@ -38,7 +37,10 @@ from sectionmark.profiling.section_time import (
 )
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import Offsets
+from sectionmark.readers import event_model
+from sectionmark.readers.event_model import EVENT_EXECUTE
 from sectionmark.renderers import RENDERERS
+from sectionmark.renderers.table import build_sites_table
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 
 A, B, C = ("A",), ("B",), ("C",)
@@ -53,17 +55,20 @@ def synthetic(
     call_of: Optional[Sequence[int]] = None,
     elsewhere: Sequence[tuple[str, Composition]] = (),
     tiles: Optional[Sequence[tuple[int, int]]] = None,
+    keys: Optional[Sequence[str]] = None,
 ) -> tuple[Attribution, SectionMap]:
     """An attribution of ``events`` in function "main" and a map declaring ``declared``.
 
     ``tiles``: each event's (tile time, tile count), as local-task records them; none by default.
+    ``keys``: the export function each distinct composition's dispatch runs (by default one each,
+    ``main_dispatch_<n>``); a key given twice is one deduplicated executable run from two sites.
 
     Each distinct composition becomes one dispatch command (and site) of main's
     command buffer; ``elsewhere`` adds sites of other functions that never ran.
     """
     compositions = list(dict.fromkeys(parts for _s, _e, parts in events))
     commands = [
-        Command("dispatch", f"main_dispatch_{index}", site=index,
+        Command("dispatch", keys[index] if keys is not None else f"main_dispatch_{index}", site=index,
                 shares=[Share(path, weight) for path, weight in parts])
         for index, parts in enumerate(compositions)
     ]
@@ -165,7 +170,7 @@ def test_weight_matrices_nested_shared_and_unmarked():
 @pytest.mark.parametrize("native", [True, False])
 def test_event_sums_per_call_composition_and_slot(native, monkeypatch):
     if not native:
-        monkeypatch.setattr(ireeprof, "_native", None)
+        monkeypatch.setattr(event_model, "_native", None)
     first, second = ((A, 1.0),), ((A, 0.5), (B, 0.5))
     events = [(0, 10, first), (10, 30, second), (40, 70, first), (70, 110, second), (110, 160, second)]
     sums = event_sums(synthetic(events, calls=2, call_of=[0, 0, 1, 1, 1])[0])
@@ -255,6 +260,24 @@ def test_shared_dispatch_does_not_count_in_full_towards_each_section():
     session = build([(0, 1_200, ((A, 0.75), (B, 0.25)))], declared=[A, B])
     assert session.section(B).busy_ns == pytest.approx(300)
     assert session.section(B).wall_ns == pytest.approx(300)
+
+
+@pytest.mark.parametrize("events, keys, shared", [
+    # A's and B's sites run one deduplicated function: both are marked shared, C's is not
+    ([(0, 100, ((A, 1.0),)), (100, 200, ((B, 1.0),)), (200, 300, ((C, 1.0),))], ["mm", "mm", "exp"],
+     [True, True, False]),
+    # a site split between A and B and a site of A alone run one function: B's time is in it too
+    ([(0, 100, ((A, 1.0),)), (100, 200, ((A, 0.5), (B, 0.5)))], ["mm", "mm"], [True, True]),
+    ([(0, 100, ((A, 1.0),)), (100, 200, ((B, 1.0),))], ["mm", "exp"], [False, False]),
+])
+def test_a_site_is_shared_when_its_function_also_runs_for_another_section(events, keys, shared):
+    session = build(events, declared=[A, B, C], keys=keys)
+    assert [site.shared_executable for site in sorted(session.sites, key=lambda site: site.site)] == shared
+    written = sorted(session.to_json()["sites"], key=lambda site: site["site"])
+    assert [site["shared_executable"] for site in written] == shared
+    sites_table = io.StringIO()
+    Console(file=sites_table, width=140, color_system=None).print(build_sites_table(session))
+    assert len(re.findall(r"│ \w+ \* +│", sites_table.getvalue())) == sum(shared), sites_table.getvalue()
 
 
 def test_nested_sections_and_unmarked_parts():
@@ -376,11 +399,13 @@ def test_json_is_the_documented_schema():
         "name": "A", "sections": [["A"]], "busy_ns": 170_000, "exclusive_ns": 170_000, "wall_ns": 127_500,
         "share": 0.85, "exclusive_share": 0.85, "dispatches": 2, "calls": 1,
         "per_call": {"mean_ns": 170_000, "min_ns": 170_000, "max_ns": 170_000, "p50_ns": 170_000, "p95_ns": 170_000},
+        "samples": [170_000], "traffic": None,
     }
     assert data == {"version": 2, "function": "main", "weight_rule": "cost", "total_ns": 200_000, "wall_ns": 150_000,
                     "unmarked_ns": 0, "calls": 1, "warmup": 0, "calls_known": True, "coverage_error": 0.0, "call_time": None, "memory": None,
                     "split_rules": {"cost": 1}, "cpu_ns": None, "tiles": None, "workers": None, "parallelism": None,
-                    "utilization": None}
+                    "utilization": None, "module": None, "device": None, "profiler_cost": None,
+                    "runs": 1, "shown_run": None, "total_runs": None}  # no run: built here
     assert sections[0] == {
         "path": ["A"], "name": "A", "unmarked": False, "busy_ns": 170_000, "exclusive_ns": 170_000,
         "shared_ns": 70_000, "shared_with": [{"path": ["B"], "ns": 30_000}], "wall_ns": 127_500,
@@ -388,6 +413,7 @@ def test_json_is_the_documented_schema():
         "per_call": {"mean_ns": 170_000, "min_ns": 170_000, "max_ns": 170_000, "p50_ns": 170_000, "p95_ns": 170_000},
         "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None, "samples": [170_000],
         "start_ns": {"min": 0, "p50": 0, "max": 0}, "end_ns": {"min": 150_000, "p50": 150_000, "max": 150_000},
+        "traffic": None, "working_set_bytes": None, "runs": None,  # these hand-built sites have no bindings (test_kernels has some)
     }
     assert sections[1]["start_ns"] == {"min": 50_000, "p50": 50_000, "max": 50_000}  # only the fused dispatch
     assert sections[2] == {
@@ -395,7 +421,7 @@ def test_json_is_the_documented_schema():
         "shared_with": [], "wall_ns": 0, "exclusive_wall_ns": 0, "calls": 0, "dispatches": 0, "dispatched": False,
         "note": None, "share": 0.0, "per_call": {"mean_ns": 0, "min_ns": 0, "max_ns": 0, "p50_ns": 0, "p95_ns": 0},
         "cpu_ns": None, "tiles": None, "parallelism": None, "utilization": None, "samples": [0],
-        "start_ns": None, "end_ns": None,
+        "start_ns": None, "end_ns": None, "traffic": None, "working_set_bytes": None, "runs": None,
     }
     assert sites[1] == {
         "site": 1, "key": "main_dispatch_1", "executable": None, "workgroups": None, "binding_bytes": None,
@@ -582,7 +608,7 @@ def test_c_and_numpy_sum_sessions_alike(case):
     events, calls, call_of = case
     attribution, section_map = synthetic(events, calls=calls, call_of=call_of)
     with_c = ProfileSession.build(attribution, section_map).to_json()
-    with mock.patch.object(ireeprof, "_native", None):
+    with mock.patch.object(event_model, "_native", None):
         assert ProfileSession.build(attribution, section_map).to_json() == with_c
 
 

@@ -21,9 +21,11 @@ from iree.turbine import aot
 
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
-from sectionmark.importers import torch as torch_importer
+from sectionmark.importers.torch import retrace
+from sectionmark.importers.torch.scope import node_section_path
+from sectionmark.markers import frameworks
 from sectionmark.locations import section_path
-from sectionmark.paths import LOC_PREFIX
+from sectionmark.section_path import LOC_PREFIX
 
 STRICTNESS = pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 
@@ -356,11 +358,9 @@ def import_places() -> dict:
 
 
 def scope_places() -> dict:
-    """What `sm.torch.sections` patches only while open (aot.jittable's trace and the markers' probe)."""
-    from sectionmark.markers import marker as markers
-
+    """What `sm.torch.sections` patches only while open (aot.jittable's trace and the markers' torch probe)."""
     places = [(sys.modules["iree.turbine.aot.builtins.jittable"], "functorch_functionalize"),
-              (markers, "_torch_exporting")]
+              (frameworks.framework("torch"), "tracing")]
     return {place: getattr(*place) for place in places}
 
 
@@ -373,7 +373,7 @@ def plain_mlir(model, x):
 def test_import_hooks_stay_and_scope_hooks_patch_only_while_open_on_any_thread():
     sm.torch.export(Stack(), args=(torch.randn(4),))
     installed, originals = import_places(), scope_places()
-    assert all(getattr(value, "__module__", "") == "sectionmark.importers.torch" for value in installed.values())
+    assert all(getattr(value, "__module__", "").startswith("sectionmark.importers.torch.") for value in installed.values())
     assert LOC_PREFIX in plain_mlir(Stack(), torch.randn(4))  # plain aot.export keeps sections, no scope
     assert LOC_PREFIX not in plain_mlir(Unmarked(), torch.randn(4))
 
@@ -494,7 +494,7 @@ def generated_code_lines(module):
 
 def test_retraced_ops_get_the_sections_of_the_generated_code_line_they_name():
     traced = traced_graph_with_sections()
-    code, lines = torch_importer._TracedCode(traced), generated_code_lines(traced)
+    code, lines = retrace.TracedCode(traced), generated_code_lines(traced)
     retraced = torch.fx.symbolic_trace(lambda x: torch.cos(torch.sin(x)))
     for node in retraced.graph.nodes:
         if node.op == "call_function":  # outer frames first; the innermost one ran the op
@@ -502,17 +502,17 @@ def test_retraced_ops_get_the_sections_of_the_generated_code_line_they_name():
             node.stack_trace = (f'File "model.py", line 7, in forward\n    y = step(x)\n'
                                 f'File "{code.filename}", line {lines[other]}, in forward\n    ...\n'
                                 f'File "{code.filename}", line {lines[node.name]}, in forward\n    ...')
-    torch_importer._carry_sections(retraced, {code.filename: code})
-    paths = {node.name: torch_importer.node_section_path(node) for node in retraced.graph.nodes}
+    retrace.carry_sections(retraced, {code.filename: code})
+    paths = {node.name: node_section_path(node) for node in retraced.graph.nodes}
     assert paths == {"x": None, "sin": ("A",), "cos": ("A (backward)",), "output": None}
 
 
 def test_a_retrace_without_stack_traces_warns_that_its_ops_are_unmarked():
-    code = torch_importer._TracedCode(traced_graph_with_sections())
+    code = retrace.TracedCode(traced_graph_with_sections())
     retraced = torch.fx.symbolic_trace(lambda x: torch.cos(torch.sin(x)))
     with pytest.warns(RuntimeWarning, match="cannot follow"):
-        torch_importer._carry_sections(retraced, {code.filename: code})
-    assert not any(torch_importer.node_section_path(node) for node in retraced.graph.nodes)
+        retrace.carry_sections(retraced, {code.filename: code})
+    assert not any(node_section_path(node) for node in retraced.graph.nodes)
 
 
 def test_a_training_step_made_with_plain_torch_keeps_its_sections_without_a_warning():

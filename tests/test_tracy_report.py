@@ -254,8 +254,8 @@ def test_profile_on_cuda_reports_the_gpu_zones(tmp_path, monkeypatch, exported, 
 
     command = seen["command"]
     assert Path(command[0]).parent.name == "_runtime_libs_tracy" and Path(command[0]).name == "iree-benchmark-module"
-    call_count = f"--benchmark_min_time={WARMUP + ITERATIONS}x"
-    assert {"--device=cuda", "--function=main", "--cuda_tracing=2", call_count} <= set(command)
+    call_count = f"--benchmark_repetitions={WARMUP + ITERATIONS}"  # one call per repetition
+    assert {"--device=cuda", "--function=main", "--cuda_tracing=2", "--benchmark_min_time=1x", call_count} <= set(command)
     assert len(seen["inputs"]) == 1 and np.array_equal(seen["inputs"][0], model_input.numpy())
     assert not any(argument.startswith("--device_profiling") for argument in command)
 

@@ -28,7 +28,7 @@ from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import find_sections
 from sectionmark.locations import strip_sectionmark_names
-from sectionmark.paths import LOC_PREFIX
+from sectionmark.section_path import LOC_PREFIX
 
 
 @dataclass(frozen=True)
@@ -326,7 +326,7 @@ def test_external_parameters_load_and_profile_with_sections(external, capsys):
 def test_recording_of_a_model_with_external_parameters(external, tmp_path, capsys):
     """sm.record replays with the module's parameter files; a saved recording names them for the CLI."""
     from sectionmark.cli import main
-    from sectionmark.workflows.replay_driver import ResultArgument
+    from sectionmark.workflows.replay_module import ResultArgument
 
     directory, model = external
     files = [f"model={directory / 'first.irpa'}", f"model={directory / 'second.irpa'}"]

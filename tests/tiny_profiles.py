@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.artifacts import tools
 from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
 

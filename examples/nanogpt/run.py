@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> None:
     outputs = {"table": "table.txt", "json": "sections.json", "csv": "sections.csv",
                "perfetto": "run.perfetto.json", "chart": "sections.png", "tracy": "run.tracy",
                "components": "components.txt", "components-csv": "components.csv",
-               "components-chart": "components.png", "kernels": "kernels.txt"}
+               "components-chart": "components.png", "kernels": "kernels.txt", "html": "report.html"}
     options = {"chart": {"title": f"nanoGPT {args.config} ({args.framework}) on llvm-cpu"}}
     with step(f"writing {', '.join(outputs)}"):
         for name, file_name in outputs.items():
@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> None:
             session.save_graph(out / graph_file)
     summary = f"""sectionmark nanoGPT demo ({args.config}, {args.framework}) — files in {out}/
 
+  report.html          open this first: section tree, a call's timeline, components, kernels, graph (offline)
   table.txt            the per-section table printed above
   components.txt       the component view printed under it (sections of one name summed over the blocks)
   components.csv, .png the component view as CSV and as a chart

@@ -44,6 +44,7 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer cut o
 # (-n 10000000000000000000000) is refused instead of running for ever.
 MAX_CALLS = 1_000_000
 MAX_DEPTH = 1_000
+MAX_RUNS = 1_000
 INPUT_TYPES = ["auto", "none", "torch", "stablehlo"]  # iree-compile --iree-input-type values sectionmark uses
 
 EXAMPLES = {
@@ -53,20 +54,26 @@ EXAMPLES = {
   sectionmark compile model.mlir -o plain.vmfb --no-markers""",
     "profile": """examples:
   sectionmark profile model.vmfb --input x.npy -n 20
+  sectionmark profile model.vmfb --input x.npy --html report.html   # one page: tree, timeline, kernels, graph
   sectionmark profile model.vmfb --input x.npy --perfetto run.json --chart sections.png --tracy run.tracy
   sectionmark profile model.vmfb --input x.npy --json sections.json --csv sections.csv --sites
   sectionmark profile model.vmfb --input x.npy --table table.txt
+  sectionmark profile model.vmfb --input x.npy -n 40 --runs 5 --json runs.json   # median and interval over 5 runs
+  sectionmark profile model.vmfb --input x.npy --runs 5 --workers 1   # a busy 2-core machine: less run-to-run noise
   sectionmark profile model.vmfb --input x.npy --by name --kernels kernels.txt --graph graph.svg
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa
   sectionmark profile recording/ -n 5 --warmup 1 --json replay.json   # saved by rec.save("recording")
   sectionmark profile recording/ --csv replay.csv --perfetto replay.perfetto.json   # every function in one file
+  sectionmark profile recording/ --html replay.html   # one tab per function
   sectionmark profile recording/ --function decode --perfetto decode.json""",
     "report": """examples:
   sectionmark report run.ireeprof --map model.sections.json
+  sectionmark report run.ireeprof --map model.vmfb --warmup 3 --html report.html
   sectionmark report run.ireeprof --map model.vmfb --warmup 3 --perfetto run.json
   sectionmark report run.ireeprof --map model.vmfb --by "*/Self Attention"
   sectionmark report run.ireeprof --map model.vmfb --cpu --workers 16   # CPU time, parallelism, utilization
+  sectionmark report run.ireeprof --map model.vmfb --memory --span      # bytes, GB/s; start and end in the call
   sectionmark report run.tracy --map model-cuda.vmfb --warmup 3
   sectionmark report capture.tracy --map model.vmfb --warmup 1   # live capture (IREE_PY_RUNTIME=tracy, local-task)""",
     "tracy": """examples:
@@ -79,7 +86,9 @@ EXAMPLES = {
   sectionmark compare before.json after.json
   sectionmark compare before.json after.json --fail-if-slower 10 --json change.json   # CI: exit 1 on a slowdown
   sectionmark compare a.ireeprof b.ireeprof --map a.vmfb --map b.vmfb --warmup 3 --csv change.csv
-  sectionmark compare before.json after.json --min-change 0   # the pure test: any interval excluding 1""",
+  sectionmark compare before.json after.json --min-change 0   # the pure test: any interval excluding 1
+  sectionmark profile recording/ --json replay-a.json   # a recording's replays (rec.save("recording"))
+  sectionmark compare replay-a.json replay-b.json --function decode""",
     "slice": """examples:
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir --bench --input tokens.npy
@@ -154,6 +163,12 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     outputs.add_argument("--cpu", action="store_true",
                          help="CPU columns in the table: tile time across local-task's workers per call, parallelism, "
                          "utilization of the workers, tiles per call ('not recorded' without tile data)")
+    outputs.add_argument("--memory", action="store_true",
+                         help="memory columns in the table: bytes read + written per call, working set, achieved GB/s "
+                         "and GFLOP/s, FLOPs per byte (from the kernel table's exact slices)")
+    outputs.add_argument("--span", action="store_true",
+                         help="where in the call each section runs: its median start and end offsets from the call's "
+                         "start (min and max: --json, --csv, --timeline)")
     outputs.add_argument("--by", metavar="name|PATTERN",
                          help="also print the component view: sections of one name summed across blocks ('name'), "
                          "or the sections whose path matches PATTERN ('*/Self Attention')")
@@ -213,11 +228,17 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--input", action="append", default=[], metavar="NPY", help="argument as a .npy file (repeat, in order)")
     profile.add_argument("--function", help="function to call (default: main); of a recording: the function whose "
                          "profile the outputs show (default: every function: text tables per function, one JSON, CSV, "
-                         "trace or stacked PNG; the graph needs one function)")
+                         "trace, HTML report (a tab per function) or stacked PNG; the graph needs one function)")
     profile.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=20,
                          help="measured calls, or replays of a recording (default: 20)")
     profile.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=3,
                          help="unmeasured calls (replays) first (default: 3)")
+    profile.add_argument("--runs", type=whole_number_in(1, MAX_RUNS), default=1, metavar="K",
+                         help="fresh runs of the tool: per section the median busy time per call over the runs and "
+                         "its interval (default: 1, run-to-run variation not measured)")
+    profile.add_argument("--workers", type=whole_number_in(1, 1 << 16), metavar="N",
+                         help="local-task's most worker threads (default: one per physical core); fewer than the "
+                         "cores vary less between runs on a busy machine (docs/cli.md)")
     profile.add_argument("--device", default="local-task",
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
                          "vulkan runs, but its profile cannot be read yet (docs/gpu.md)")
@@ -266,24 +287,29 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
 
     compare = commands.add_parser(
-        "compare", help="compare two profiles section by section: B/A per call with a confidence interval",
-        description="Per section: busy time per call in A and B, the ratio B/A, its 95% interval (bootstrap of "
-        "the per-call times, 2000 resamples, seed 0) and a verdict: slower/faster only when the interval lies "
+        "compare", help="compare two profiles per section and component: B/A per call with a confidence interval",
+        description="Per section, then per component (sections of one name summed across blocks): busy time "
+        "per call in A and B, the ratio B/A, its 95% interval (bootstrap of the per-call times, 2000 resamples, seed 0) and a verdict: slower/faster only when the interval lies "
         "beyond --min-change, else 'no change'; sections in one profile only are listed as such.",
         epilog=EXAMPLES["compare"], formatter_class=_formatter)
     compare.set_defaults(run=compare_command, planned_io=_compare_io)
-    compare.add_argument("a", help="the baseline: profile JSON (--json of profile/report), or a recorded .ireeprof with --map")
+    compare.add_argument("a", help="the baseline: profile JSON (--json of profile/report), a recording's replay JSON "
+                         "(--json of profile RECORDING_DIR), or a recorded .ireeprof with --map")
     compare.add_argument("b", help="the profile compared with it, the same kinds")
     compare.add_argument("--map", action="append", default=[], metavar="MAP",
                          help="section map (.sections.json or .vmfb) of a recorded profile: once for both, or once "
                          "per .ireeprof input in order")
     compare.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=0,
                          help="leading calls to drop from a recorded profile (default: 0)")
+    compare.add_argument("--function", metavar="NAME",
+                         help="the function compared: of a recording's replay JSON (profile RECORDING_DIR --json; "
+                         "default: its one function with dispatches) or of a recorded profile (default: any)")
     compare.add_argument("--min-change", type=percent, default=MIN_CHANGE, metavar="PCT",
                          help=f"slower/faster only when the interval lies beyond this change (default: {MIN_CHANGE:g}, "
                          "run-to-run drift; 0: any interval excluding 1)")
     compare.add_argument("--fail-if-slower", type=percent, metavar="PCT",
-                         help="exit 1 when a section is slower by more than PCT percent (B/A > 1 + PCT/100)")
+                         help="exit 1 when a section or component is judged slower by more than PCT percent "
+                         "(B/A > 1 + PCT/100)")
     compare.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     compare.add_argument("--csv", metavar="FILE", help="also write the comparison as CSV")
 

@@ -39,17 +39,18 @@ def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argpa
     peak = None
     for name, path in rendered_outputs(args).items():
         options = {"by": args.by} if args.by and name.startswith("components") else {}
-        options.update({"cpu": True} if args.cpu and name == "table" else {})
+        options.update(_table_columns(args) if name == "table" else {})
         if name == "roofline":  # the chart and the table printed below use the same peaks
             from sectionmark.profiling.roofline import peak_for_chart
 
             peak = options["peak"] = peak_for_chart(getattr(args, "device", "local-task"))
         written.append(result.save(path, name, inputs=inputs, **options))
-    print(result.render("table", cpu=args.cpu))
+    print(result.render("table", **_table_columns(args)))
     if peak is not None:
         from sectionmark.profiling.roofline import roofline_text
 
-        print(_each_profile(result, lambda session: roofline_text(peak.roofline(session), peak)))
+        print(_each_profile(result, lambda session: roofline_text(
+            peak.roofline(session), peak, peak.component_roofline(session, args.by or "name"))))
     if args.sites:
         from sectionmark.renderers.table import render_sites_text
 
@@ -58,6 +59,11 @@ def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argpa
         print(result.render("components", by=args.by))
     for path in written:
         print(f"wrote {path}")
+
+
+def _table_columns(args: argparse.Namespace) -> dict[str, bool]:
+    """The optional column groups of the section table asked for (--cpu, --memory, --span)."""
+    return {"cpu": args.cpu, "memory": args.memory, "span": args.span}
 
 
 def _each_profile(result: Union["ProfileSession", "ReplayProfile"],
@@ -103,7 +109,8 @@ def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         result = profile(
             args.vmfb, _load_inputs(args.input), function=args.function or "main", device=args.device,
             iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
-            keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters,
+            keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters, runs=args.runs,
+            workers=args.workers,
         )
     _write_outputs(result, args, inputs)
 
@@ -127,7 +134,7 @@ def _replayed(args: argparse.Namespace) -> Union["ProfileSession", "ReplayProfil
         for name in rendered_outputs(args):
             get(name).check_replays(recording.functions)
     replay = recording.profile(iterations=args.iterations, warmup=args.warmup, timeout=args.timeout,
-                               keep_profile=args.keep_profile)
+                               keep_profile=args.keep_profile, runs=args.runs, workers=args.workers)
     return replay if args.function is None else replay.function(args.function)
 
 
@@ -140,7 +147,7 @@ def _recorded_session(args: argparse.Namespace) -> "ProfileSession":
 
 
 def report_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    from sectionmark.tracy.live_capture import APPROXIMATION_NOTE, is_live_capture_file
+    from sectionmark.readers.tracy_live import APPROXIMATION_NOTE, is_live_capture_file
 
     _write_outputs(_recorded_session(args), args, inputs)
     if is_live_capture_file(args.profile):
@@ -187,6 +194,7 @@ def peak_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 
 def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.profiling import report
+    from sectionmark.profiling.compare import SectionChange
     from sectionmark.renderers.compare import compare, render_csv, render_json, render_table
 
     recorded = [path for path in (args.a, args.b) if not path.lower().endswith(".json")]
@@ -196,9 +204,10 @@ def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     if recorded and not args.map:
         raise SectionmarkError(f"{recorded[0]} is not a profile JSON (.json): give its section map with --map")
     maps = iter(args.map * len(recorded) if len(args.map) == 1 else args.map)
-    sources = [path if path.lower().endswith(".json") else report(path, next(maps), warmup=args.warmup)
+    sources = [path if path.lower().endswith(".json")
+               else report(path, next(maps), warmup=args.warmup, function=args.function)
                for path in (args.a, args.b)]  # a recorded profile (.ireeprof, .jsonl, .tracy): calls inferred
-    comparison = compare(*sources, min_change=args.min_change)
+    comparison = compare(*sources, function=args.function, min_change=args.min_change)
     comparison.a, comparison.b = args.a, args.b
     written = []
     for path, text in ((args.json, render_json), (args.csv, render_csv)):
@@ -210,9 +219,13 @@ def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     if args.fail_if_slower is not None:
         slower = comparison.slower_than(args.fail_if_slower)
         if slower:
-            listed = ", ".join(f"{row.name} ({row.change_percent:+.1f}%)" for row in slower)
-            raise SectionmarkError(f"{len(slower)} section{'s' * (len(slower) != 1)} slower by more than "
-                                   f"{args.fail_if_slower:g}%: {listed}")
+            sections = [row for row in slower if isinstance(row, SectionChange)]
+            components = [row for row in slower if not isinstance(row, SectionChange)]
+            counts = " and ".join(f"{len(rows)} {kind}{'s' * (len(rows) != 1)}"
+                                  for rows, kind in ((sections, "section"), (components, "component")) if rows)
+            listed = "; ".join(prefix + ", ".join(f"{row.name} ({row.change_percent:+.1f}%)" for row in rows)
+                               for rows, prefix in ((sections, ""), (components, "components: ")) if rows)
+            raise SectionmarkError(f"{counts} slower by more than {args.fail_if_slower:g}%: {listed}")
 
 
 def slice_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:

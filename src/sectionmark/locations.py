@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Iterator, NamedTuple, Optional
 
-from sectionmark.paths import (
+from sectionmark.section_path import (
     BACKWARD_SUFFIX,
     JAX_SCOPE_PREFIX,
     LOC_PREFIX,
@@ -243,7 +243,7 @@ def _parse_locations(loc_text: str) -> Iterator[_Location]:
 _LOC_START = re.compile(r"\bloc\(")
 
 
-def section_paths(loc_text: str) -> list[SectionPath]:
+def paths_in_location(loc_text: str) -> list[SectionPath]:
     """All distinct section paths of a location (or of every location in a line of MLIR), outermost first."""
     found: dict[SectionPath, None] = {}
     for location in _parse_locations(str(loc_text)):

@@ -159,7 +159,7 @@ def _registration_failure(message: str, specs: list) -> str:
 def load(
     source: ModuleSource, device: str = "local-task", parameters: Parameters = None
 ) -> LoadedModule:
-    """Load a CompiledExport (what `compile` returns), a .vmfb path or its bytes on ``device`` (e.g. "local-task", "cuda").
+    """Load a CompiledProgram (what `compile` returns), a .vmfb path or its bytes on ``device`` (e.g. "local-task", "cuda").
 
     ``parameters``: the external parameter file(s) of a model exported with
     ``aot.externalize_module_parameters``, each ``path`` or ``scope=path`` as

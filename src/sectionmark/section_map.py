@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 
 SECTION_MAP_VERSION = 2
 # A .vmfb carries its map as this reflection entry of its first exported
@@ -34,8 +34,11 @@ INITIALIZER_FUNCTION = "__init"  # the VM's name for module initializers (`funct
 
 
 class SectionMapError(SectionmarkError, ValueError):
-    """A section map that cannot be read (wrong version, malformed): a `SectionmarkError` like every bad input,
-    and still a ValueError for code written when it was only that."""
+    """A section map that cannot be read (wrong version, malformed).
+
+    A `SectionmarkError`, the one type the CLI prints as one line; still a
+    ValueError for callers that caught it as one before.
+    """
 
 
 @dataclass(frozen=True)

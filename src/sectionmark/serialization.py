@@ -67,7 +67,8 @@ def check_version(data: Any, expected: int, document: str, advice: str) -> None:
     """Refuse anything but a JSON object of this document's ``version`` (SchemaError, one line)."""
     if not isinstance(data, dict) or "version" not in data:
         raise SchemaError(f"not a sectionmark {document} (no 'version' field)")
-    if data["version"] != expected:
+    # The version is an integer field like any other: JSON true equals 1 in Python, and is refused.
+    if type(data["version"]) is not int or data["version"] != expected:
         raise SchemaError(f"{document} version {data['version']!r} is not supported (expected {expected}); {advice}")
 
 

@@ -115,7 +115,7 @@ def operand_groups(op: ir.Operation) -> list[list[ir.Value]]:
 
     What the typed op classes of MLIR's Python bindings give by name
     (``entry_point``, ``binding_lengths``), read from the generic op: the
-    section hook does not load those classes (`compiler.session.generic_op_views`).
+    section hook does not load those classes (`compiler.phases.generic_op_views`).
     """
     operands = list(op.operands)
     groups, start = [], 0

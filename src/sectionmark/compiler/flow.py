@@ -1,4 +1,4 @@
-"""Dispatch sites and their section composition, at phase ``dispatch-creation``.
+"""Dispatch sites and their shares of sections, at phase ``dispatch-creation``.
 
 At the end of dispatch creation every future dispatch is a
 ``flow.dispatch.workgroups`` op whose body still holds all the ops that were
@@ -18,10 +18,10 @@ byte-identical to a compile without sectionmark, while the host code keeps
 the ids and sections for the command buffers.
 
 The sites are weighed on a copy of the module taken when they are numbered
-(`number_sites`, `weigh_sites`), so the driver runs the weighing in a second
+(`number_sites`, `weigh_sites`), so the pipeline runs the weighing in a second
 thread while the compiler goes on with the module.
 
-Composition (docs/section-map.md): a site is split between the sections of
+Shares (docs/section-map.md): a site is split between the sections of
 its ops by estimated cost (`sectionmark.compiler.weights`, rule ``"cost"``;
 a named linalg op such as a matmul or a convolution is sized through its
 indexing maps like any other structured op). Ops in no
@@ -43,7 +43,7 @@ from iree.compiler import ir
 from sectionmark.compiler.bindings import ModuleTensors, site_bindings
 from sectionmark.compiler.weights import Domains, LocationPaths, TensorTypes, site_costs, site_op_counts
 from sectionmark.locations import section_path, strip_sectionmark_names
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.section_map import INITIALIZER_FUNCTION, DispatchSite, Share
 
 SITE_PREFIX = "sectionmark.site:"
@@ -71,7 +71,7 @@ def number_sites(module: ir.Operation) -> tuple[ir.Operation, dict[ir.Attribute,
 
     Returns a copy of the module as it was, to weigh the sites on
     (`weigh_sites` touches only the copy, so it can run in another thread while
-    the compiler goes on with the module itself, see driver.py), and each
+    the compiler goes on with the module itself, see pipeline.py), and each
     site's new location (as an attribute: uniqued, so a dispatch that keeps it
     is recognized without printing it) with its id.
     """
@@ -88,7 +88,7 @@ def number_sites(module: ir.Operation) -> tuple[ir.Operation, dict[ir.Attribute,
 
 
 def weigh_sites(copy: ir.Operation) -> list[DispatchSite]:
-    """Each site's composition and bindings, in the order `number_sites` numbered them.
+    """Each site's shares and bindings, in the order `number_sites` numbered them.
 
     Erases the copy when done, failed or not: it belongs to the compiler's
     context and must go before it, even while an exception's traceback still
@@ -109,7 +109,7 @@ def _weigh(copy: ir.Operation) -> list[DispatchSite]:
                              for index, (site, _) in enumerate(site_ops) for number, result in enumerate(site.results)),
                             types)
     for index, (site, function) in enumerate(site_ops):
-        sites.append(_composition(site, function, index, paths, domains))
+        sites.append(_weighed_site(site, function, index, paths, domains))
         sites[-1].bindings = site_bindings(site, tensors)
     return sites
 
@@ -177,7 +177,7 @@ def _site_ops(module: ir.Operation) -> list[tuple[ir.Operation, str]]:
     return sites
 
 
-def _composition(
+def _weighed_site(
     site: ir.Operation, function: str, index: int, paths: LocationPaths, domains: Domains
 ) -> DispatchSite:
     """The site's shares by estimated cost, else by op count, else its root op's section."""

@@ -15,7 +15,7 @@ Two jobs on the same walk over every function, initializer and nested region:
 
 A fused dispatch is grouped under its heaviest section (ties: the root op's,
 whose location the dispatch carries);
-its full composition is in the section map.
+its shares of every section are in the section map.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from iree.compiler import ir
 from sectionmark.compiler.bindings import operand_groups
 from sectionmark.compiler.flow import function_name, site_id
 from sectionmark.locations import section_path
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, Share
 
 # IR op -> the op name the runtime's profile uses for the recorded command.

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from sectionmark.compiler.driver import looks_like_path
+from sectionmark.compiler.pipeline import looks_like_path
 from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, module_sections
 from sectionmark.locations import section_path
-from sectionmark.paths import SectionPath, decode_path, format_path
+from sectionmark.section_path import SectionPath, decode_path, format_path
 
 # Where a value of main's entry block is defined: ("arg", index) or ("op", op index, result index).
 ValueKey = tuple

@@ -45,11 +45,11 @@ from iree.compiler import ir
 
 # The LinalgOp interface's maps, from the bindings' native module: `iree.compiler.dialects.linalg`
 # re-exports it but also defines every linalg op class (0.08 s to import; see
-# compiler.session.generic_op_views).
+# compiler.phases.generic_op_views).
 from iree.compiler._mlir_libs._mlirDialectsLinalg import get_indexing_maps
 
 from sectionmark.locations import has_no_own_location, section_path
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 
 FLOPS_PER_BYTE = 4
 

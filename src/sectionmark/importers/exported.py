@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sectionmark.errors import SectionmarkError, first_line
-from sectionmark.locations import section_paths
-from sectionmark.paths import SectionPath, format_path, without_pass_suffix
+from sectionmark.locations import paths_in_location
+from sectionmark.section_path import SectionPath, format_path, without_pass_suffix
 
 
 def declare_section(found: dict[SectionPath, None], path: SectionPath) -> None:
@@ -87,7 +87,7 @@ def module_sections(module: Any) -> tuple[SectionPath, ...]:
         for context in _call_contexts(function, functions, order):
             for location in function.locations:
                 whole = location if context is None else f"callsite({location} at {context})"
-                for path in section_paths(f"loc({whole})"):
+                for path in paths_in_location(f"loc({whole})"):
                     declare_section(found, path)
     return tuple(found)
 
@@ -131,7 +131,7 @@ class SectionedExport:
 
     ``input_type`` is the iree-compile input dialect ("torch" for iree-turbine
     output, "stablehlo" for JAX). A torch export is iree-turbine's
-    ``ExportOutput`` itself (`sectionmark.importers.torch.TorchExport`) and
+    ``ExportOutput`` itself (`sectionmark.importers.turbine.TorchExport`) and
     keeps its live module; a JAX export is the text JAX lowers to.
     """
 

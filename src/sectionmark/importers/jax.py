@@ -1,7 +1,8 @@
 """JAX: sections as ``jax.named_scope`` scopes, read back from StableHLO name stacks.
 
 Inside ``jax.jit`` tracing, a `section` enters a named scope ``sm:<name>``
-(see `sectionmark.paths.encode_jax_scope`); JAX prints the name stack in each
+(see `sectionmark.section_path.encode_jax_scope`; registered with the markers'
+framework registry, `sectionmark.markers.frameworks`, on import); JAX prints the name stack in each
 op's location (``jit(f)/sm:Block/sm:MLP/dot_general``), which
 `sectionmark.locations` reads. Ops of the backward pass sit under
 ``transpose(...)`` and get " (backward)" appended to each name.
@@ -21,7 +22,8 @@ from jax._src import source_info_util
 
 from sectionmark.importers.exported import SectionedExport, warn_empty_sections
 from sectionmark.locations import path_from_jax_name_stack
-from sectionmark.paths import PASS_SUFFIXES, SectionPath, encode_jax_scope
+from sectionmark.markers import frameworks
+from sectionmark.section_path import PASS_SUFFIXES, SectionPath, encode_jax_scope
 
 __all__ = ["export"]
 
@@ -40,6 +42,9 @@ def enter_named_scope(name: str, enclosing: Sequence[str] = ()):
         if path is not None:
             paths.setdefault(path, set()).add((*enclosing, name))
     return scope
+
+
+frameworks.register("jax", enter_named_scope)
 
 
 def _path_aliases(entered: dict[SectionPath, set[SectionPath]]) -> dict[SectionPath, SectionPath]:

@@ -59,7 +59,7 @@ class TorchExport(ExportOutput, SectionedExport):
         the flags of ``self.session`` as turbine does; None compiles with the
         flags set there alone.
         """
-        from sectionmark.compiler.driver import compile_with_flags
+        from sectionmark.compiler.pipeline import compile_with_flags
 
         backends = [target_backends] if isinstance(target_backends, str) else list(target_backends or ())
         backends = [name for entry in backends for name in entry.split(",") if name]

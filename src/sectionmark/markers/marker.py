@@ -24,7 +24,7 @@ import inspect
 import sys
 from typing import Any, Callable, Optional, Protocol, TypeVar
 
-from sectionmark.markers import zonestack
+from sectionmark.markers import frameworks, zonestack
 
 __all__ = ["section", "ZoneEmitter", "set_zone_emitter", "zone_emitter"]
 
@@ -93,20 +93,11 @@ def zone_emitter() -> Optional[ZoneEmitter]:
     return zones[1] if zones is not None else None
 
 
-def torch_probe_replaced() -> None:
-    """Say that ``_torch_exporting`` was replaced or put back (see `sectionmark.importers.torch`).
-
-    The C fast path reads torch's export flag itself, which only stands for
-    torch's own probe: a replaced probe is asked on every entry.
-    """
-    _configure_fast_path()
-
-
 def _configure_fast_path() -> None:
     """Tell the C enter/exit (`_zonestack.MarkerBase`) what it may do without the Python logic.
 
-    Enter runs ``_enter`` while the torch probe is not torch's own or an
-    emitter other than the C zone stack is installed; with the C stack
+    Enter runs ``_enter`` while a framework's probe is not its own (see
+    `frameworks.replace_probe`) or an emitter other than the C zone stack is installed; with the C stack
     installed it opens zones itself (``_enter`` caches each new location).
     Exit closes the C stack's zones itself while that stack is the only one
     ever installed and no framework scope was entered; once one was, or
@@ -115,10 +106,9 @@ def _configure_fast_path() -> None:
     """
     if _fast_path is None:
         return
-    torch_probe_replaced = _torch_exporting not in (_first_torch_exporting, _torchs_is_exporting())
     zones = _zones
     c_zones = zones is not None and zones[0] is _fast_path.open_zone
-    enter_in_python = torch_probe_replaced or (zones is not None and not c_zones)
+    enter_in_python = not frameworks.probes_are_native() or (zones is not None and not c_zones)
     if _scopes_used or (_close is not None and _close is not _fast_path.close_zone):
         exit_mode = _EXIT_IN_PYTHON
     else:
@@ -129,96 +119,37 @@ def _configure_fast_path() -> None:
 _EXIT_NOTHING, _EXIT_CLOSE_ZONE, _EXIT_IN_PYTHON = 0, 1, 2  # exit modes of the C fast path
 
 
-def _torchs_is_exporting() -> Optional[Callable[[], bool]]:
-    torch = _modules.get("torch")
-    compiler = getattr(torch, "compiler", None)
-    return getattr(compiler, "is_exporting", None)
-
-
-# Section paths in torch node meta: key "sectionmark#<n>" per level, see
-# sectionmark.importers.torch.
-TORCH_ANNOTATION_PREFIX = "sectionmark#"
-_dynamo_entries = 0  # numbers the annotation keys, see _dynamo_key
-
-
 def _dynamo_key(name: object, color: object) -> str:
-    """A new annotation key for a section that Dynamo traces, once its name and color are checked.
+    """A new key of the scope a section that TorchDynamo compiles enters, once its name and color are checked.
 
     Marked as ``torch.compiler.assume_constant_result`` marks a function (below,
     without importing Dynamo): Dynamo calls it as plain Python and keeps the key
     as a constant instead of tracing the check and the counter step by step
-    (which it would report as a side effect on this module's globals). Being
-    plain Python, it also installs the torch importer's hooks, so that a plain
-    ``aot.export`` of a marked model keeps its sections.
+    (which it would report as a side effect on module globals). Being plain
+    Python, it may import the torch importer (`frameworks.new_compiled_scope_key`),
+    whose hooks then make a plain ``aot.export`` of a marked model keep its sections.
     """
-    global _dynamo_entries
     _check(name, color)
-    _dynamo_entries += 1
-    if not _torch_import_hooks_installed:
-        _install_torch_import_hooks()
-    return TORCH_ANNOTATION_PREFIX + str(_dynamo_entries)
+    return frameworks.new_compiled_scope_key()
 
 
 # What torch.compiler.assume_constant_result(_dynamo_key) does, without importing Dynamo (a second).
 _dynamo_key._dynamo_marked_constant = True  # type: ignore[attr-defined]
-_torch_import_hooks_installed = False
 
 
-def _install_torch_import_hooks() -> None:
-    """Once a section is traced under torch.export: keep sections in whatever exports it, no scope needed."""
-    global _torch_import_hooks_installed
-    from sectionmark.importers import torch as torch_importer
-
-    torch_importer.install_import_hooks()
-    _torch_import_hooks_installed = True
+def _bind_compiler_probes() -> None:
+    """Keep the registry's compile-time probe and scope here: the constructor asks the probe each time, and the
+    code Dynamo traces then finds both as plain globals of this module."""
+    global _compiling, _compiled_scope
+    _compiling, _compiled_scope = frameworks.compiling, frameworks.compiled_scope
 
 
-def _bind_torch_probes() -> None:
-    """Keep torch's probes here once torch is imported: each section asks one.
-
-    Bound eagerly where sectionmark's torch importer starts (and at import
-    when torch came first), so that the code Dynamo traces never looks
-    anything up in ``sys.modules``: Dynamo would wrap that dict, thousands of
-    entries, at every section.
-    """
-    global _torch_exporting, _torch_dynamo_compiling, _torch_annotate
-    torch = _modules["torch"]
-    _torch_exporting, _torch_dynamo_compiling = torch.compiler.is_exporting, torch.compiler.is_dynamo_compiling
-    _torch_annotate = torch.fx.traceback.annotate
+_compiling: Callable[[], bool]
+_compiled_scope: Optional[Callable[[dict], Any]]
+_bind_compiler_probes()
 
 
-def _first_torch_exporting() -> bool:
-    _bind_torch_probes()
-    return _torch_exporting()
-
-
-def _first_torch_dynamo_compiling() -> bool:
-    """Before the probes are bound: nothing compiles while torch is not imported."""
-    if "torch" not in _modules:
-        return False
-    _bind_torch_probes()
-    return _torch_dynamo_compiling()
-
-
-# torch.compiler.is_exporting() is one flag for the whole process: true for every thread while any exports.
-# _torch_exporting is called only while "torch" is in sys.modules; _torch_dynamo_compiling at any time.
-_torch_exporting: Callable[[], bool] = _first_torch_exporting
-_torch_dynamo_compiling: Callable[[], bool] = _first_torch_dynamo_compiling
-_torch_annotate: Optional[Callable[[dict], Any]] = None  # torch.fx.traceback.annotate, once bound
-if "torch" in _modules:
-    _bind_torch_probes()
-
-
-def _jax_tracing() -> bool:
-    """Whether JAX traces on this thread: its current trace is not the eager one.
-
-    ``trace_state_strong_ref.value`` is what ``trace_ctx.trace`` returns,
-    without the property call; the C fast path asks the same.
-    (``trace_ctx.is_top_level()`` also compares the axis environment, which
-    only matters under a trace, at twice the cost.)
-    """
-    jax_core = _modules.get("jax._src.core")
-    return jax_core is not None and jax_core.trace_state_strong_ref.value is not jax_core.eval_trace
+_frameworks = frameworks.FRAMEWORKS
 
 
 def _framework_scopes(name: str) -> Optional[tuple]:
@@ -228,32 +159,27 @@ def _framework_scopes(name: str) -> Optional[tuple]:
     when nothing traces here.
     """
     entered = []
-    if "torch" in _modules and _torch_exporting():
-        if not _torch_import_hooks_installed:
-            _install_torch_import_hooks()
-        from sectionmark.importers import torch as torch_importer
-
-        scope = torch_importer.enter_export_scope(name)  # None unless this thread exports
-        if scope is not None:
-            entered.append(scope)
-    if "jax" in _modules and _jax_tracing():
-        from sectionmark.importers import jax as jax_importer
-
-        entered.append(jax_importer.enter_named_scope(name, [marker.name for marker in _scopes.markers()]))
+    for framework in _frameworks:
+        if framework.module in _modules and framework.tracing():
+            scope = framework.enter_scope(name, [marker.name for marker in _scopes.markers()])
+            if scope is not None:  # None: the framework traces on another thread
+                entered.append(scope)
     return tuple(entered) if entered else None
 
 
 def _enter(marker: "section") -> "section":
     """``section.__enter__``: a framework's scope while it traces, else a zone of the emitter, if any."""
     global _scopes_used
-    if ("torch" in _modules and _torch_exporting()) or ("jax" in _modules and _jax_tracing()):
-        scopes = _framework_scopes(marker.name)
-        if scopes is not None:
-            if not _scopes_used:
-                _scopes_used = True
-                _configure_fast_path()  # before the exit that must close the scopes
-            _scopes.open(marker, scopes)
-            return marker
+    for framework in _frameworks:  # the probes, inline: without the C fast path, every entry asks them
+        if framework.module in _modules and framework.tracing():
+            scopes = _framework_scopes(marker.name)
+            if scopes is not None:
+                if not _scopes_used:
+                    _scopes_used = True
+                    _configure_fast_path()  # before the exit that must close the scopes
+                _scopes.open(marker, scopes)
+                return marker
+            break
     zones = _zones
     if zones is not None:
         open_zone, emitter, locations = zones
@@ -290,6 +216,9 @@ else:
         __enter__ = _enter
         __exit__ = _exit
 
+
+frameworks.on_change(_configure_fast_path)
+frameworks.on_bind(_bind_compiler_probes)
 
 _markers: dict = {}  # (name, color) -> section; see section.__new__
 _MAX_CACHED_MARKERS = 100_000  # programs that make names on the fly stop being cached, not growing
@@ -329,10 +258,10 @@ class section(_MarkerBase):
     __slots__ = ("name", "color", "_key")
 
     def __new__(cls, name: str, color: Optional[int] = None) -> "section":
-        if _torch_dynamo_compiling():
-            # torch.fx.traceback.annotate, written out here (not in a helper): Dynamo traces this code and
-            # inlines each call, at a cost per section.
-            return _torch_annotate({_dynamo_key(name, color): name})  # type: ignore[return-value,misc]
+        if _compiling():
+            # TorchDynamo's scope (torch.fx.traceback.annotate), written out here (not in a helper): Dynamo
+            # traces this code and inlines each call, at a cost per section.
+            return _compiled_scope({_dynamo_key(name, color): name})  # type: ignore[return-value,misc]
         # Markers keep no state of their own, so one per (name, color) serves
         # every ``with section(...)`` written inline in a model: no allocation,
         # no validation after the first time.
@@ -378,7 +307,7 @@ class section(_MarkerBase):
             # One marker serves every synchronous call (their zones nest on each
             # thread), except under Dynamo, which needs the annotate scope that
             # the constructor returns.
-            with _torch_annotate({_dynamo_key(name, color): name}) if _torch_dynamo_compiling() else marker:
+            with _compiled_scope({_dynamo_key(name, color): name}) if _compiling() else marker:
                 return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]

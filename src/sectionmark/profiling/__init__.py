@@ -19,9 +19,11 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
-from sectionmark.profiling.ireeprof import Profile, read_profile
+from sectionmark.profiling.runs import combine_runs, representative_run
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, local_task_workers, run_profile
-from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.session import ProfileSession, ProfilerCost
+from sectionmark.readers.event_model import Profile
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 
 __all__ = ["profile", "report", "ProfileSession"]
@@ -41,10 +43,12 @@ def profile(
     quiet: bool = False,
     timeout: Optional[float] = DEFAULT_TIMEOUT_S,
     parameters: Parameters = None,
+    runs: int = 1,
+    workers: Optional[int] = None,
 ) -> ProfileSession:
     """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
 
-    ``compiled_or_vmfb_path``: a ``sectionmark.CompiledExport`` or a
+    ``compiled_or_vmfb_path``: a ``sectionmark.CompiledProgram`` or a
     saved .vmfb (its map is read from the module or its sidecar unless
     ``section_map`` is given). ``device``: an IREE device; ``local-task``
     uses HAL-native profiling (``local-sync`` is refused: IREE 3.13 cannot
@@ -57,7 +61,15 @@ def profile(
     the profiled tool may run (None: no limit).
     ``parameters``: external parameter file(s), ``path`` or ``scope=path`` as
     IREE's ``--parameters`` spells them (see `sectionmark.load`).
+    ``runs``: fresh runs of the tool; with more than one, each section's busy
+    time per call in every run, their median and its interval
+    (`sectionmark.profiling.runs`; the other figures and ``keep_profile`` are
+    those of the run of median total). ``workers``: local-task's most worker
+    threads (None: one per physical core; fewer leave cores to the rest of a
+    busy machine and vary less between runs, docs/cli.md#run-to-run-variation).
     """
+    if runs < 1:
+        raise SectionmarkError(f"need runs >= 1 (got {runs})")
     specs = parameter_specs(parameters)
     if keep_profile is not None:
         module_files = [compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else []
@@ -69,21 +81,49 @@ def profile(
             vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory)
         else:
             vmfb = module_file(compiled_or_vmfb_path, directory)
-        run = run_profile(
-            vmfb, args, directory, function=function, device=device, iterations=iterations, warmup=warmup, quiet=quiet,
-            timeout=timeout,
-            parameters=specs, argument_types=section_map.argument_types(function), framework=section_map.framework,
-        )
-        if keep_profile is not None:
-            with atomic_path(keep_profile, protected) as temporary:
-                shutil.copyfile(run.profile_path, temporary)
-        events = _read_events(run.profile_path, section_map, function)
-        if device_driver(device) == "vulkan" and not len(events.dispatches):
-            kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"
-            raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
-        # local-task ran here with IREE's default topology, so its worker count is known; other drivers have none.
-        workers = local_task_workers() if device_driver(device) == "local-task" else None
-        return _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function, workers=workers)
+        # local-task ran here with IREE's topology, so its worker count is known; other drivers have none.
+        run_workers = local_task_workers(workers) if device_driver(device) == "local-task" else None
+        sessions, finished = [], []
+        for index in range(runs):
+            run = run_profile(
+                vmfb, args, directory / f"run{index + 1}", function=function, device=device, iterations=iterations,
+                warmup=warmup, quiet=quiet, timeout=timeout, parameters=specs,
+                argument_types=section_map.argument_types(function), framework=section_map.framework,
+                workers=workers, progress=f"run {index + 1} of {runs}" if runs > 1 else "", measure_cost=index == 0,
+            )
+            if keep_profile is not None and index == 0:  # kept before it is read: a profile that fails to read too
+                _keep(run.profile_path, keep_profile, protected)
+            events = _read_events(run.profile_path, section_map, function)
+            if device_driver(device) == "vulkan" and not len(events.dispatches):
+                kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"
+                raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
+            session = _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function,
+                               workers=run_workers)
+            if runs > 1:  # per-event data of one run at a time: the shown run's is read again below
+                session.attribution = None
+            sessions.append(session)
+            finished.append(run)
+        if runs > 1:
+            index = representative_run(sessions)
+            shown = finished[index]
+            sessions[index] = _session(_read_events(shown.profile_path, section_map, function), section_map,
+                                       calls=shown.calls, warmup=shown.warmup, function=function, workers=run_workers)
+        session = combine_runs(sessions)
+        session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
+        session.device = device
+        first = finished[0]
+        if first.profiled_ns_per_call is not None and first.unprofiled_ns_per_call is not None:
+            # Whole ns, as the JSON stores them: the ratio read back is the ratio shown. Measured in the first run.
+            session.profiler_cost = ProfilerCost(round(first.profiled_ns_per_call), round(first.unprofiled_ns_per_call))
+        if keep_profile is not None and (session.shown_run or 1) > 1:  # the figures shown are of that run
+            _keep(finished[session.shown_run - 1].profile_path, keep_profile, protected)
+        return session
+
+
+def _keep(profile_path: Path, keep_profile: Union[str, Path], protected: Sequence[Union[str, Path]]) -> None:
+    """Copy a run's raw profile to ``keep_profile`` atomically, never onto one of ``protected``."""
+    with atomic_path(keep_profile, protected) as temporary:
+        shutil.copyfile(profile_path, temporary)
 
 
 def report(
@@ -105,7 +145,7 @@ def report(
     A Tracy capture (recognised by its name or its first bytes) is read for
     its GPU dispatch zones (a CUDA/HIP run, or a replay by `sectionmark tracy`),
     or, for a live capture of a program on local-task, its worker-thread
-    dispatch zones (approximate times: `sectionmark.tracy.live_capture`).
+    dispatch zones (approximate times: `sectionmark.readers.tracy_live`).
     """
     if not isinstance(section_map, SectionMap):
         section_map = read_section_map(section_map)
@@ -126,11 +166,11 @@ def _check_function(function: str, section_map: SectionMap) -> None:
 
 def _read_events(path: Path, section_map: SectionMap, function: Optional[str]) -> Profile:
     """The dispatch events of a recorded profile or of a Tracy capture's GPU zones."""
-    from sectionmark.tracy.reader import is_capture, read_capture
+    from sectionmark.readers.tracy_capture import is_capture, read_capture
 
     if is_capture(path):
-        from sectionmark.tracy.dispatch_zones import capture_profile
-        from sectionmark.tracy.live_capture import is_live_capture, live_capture_profile
+        from sectionmark.readers.tracy_dispatch_zones import capture_profile
+        from sectionmark.readers.tracy_live import is_live_capture, live_capture_profile
 
         capture = read_capture(path)
         if is_live_capture(capture):

@@ -1,4 +1,4 @@
-"""Compare two profiles section by section: time per call, the ratio B/A and whether it changed.
+"""Compare two profiles section by section and component by component: time per call, B/A, whether it changed.
 
 A difference between two runs is only called a change when the calls
 themselves say so: each section's per-call busy times (``SectionStats.samples``,
@@ -15,24 +15,35 @@ on a 2-core VM gave run means of sections of 6-14 µs up to 23% apart, each
 with an interval a few percent wide, so a pure "excludes 1" test calls
 identical modules faster or slower. ``min_change=0`` is that pure test.
 
+Between-run variation, when both profiles have it (``--runs K``, K >= 2
+each: ``SectionStats.runs``): the interval then resamples each profile's
+run values (busy time per call of each fresh run) instead of its calls, so
+it sees the drift between runs itself; the times compared are then the
+means of the run values. A profile of one run falls back to the calls.
+
 Sections are matched by path. A section declared in one profile only is
 listed as such ("only in A" / "only in B"); one that ran no dispatch in
 either run has nothing to compare ("no dispatches"), and one that ran in one
-run only says so ("not run in A" / "not run in B"). Pure functions of two
-sessions (no IREE): tests build them by hand; `sectionmark.renderers.compare`
-reads profile JSON files for `sm.compare` and writes the outputs.
+run only says so ("not run in A" / "not run in B"). Components (sections of
+one name summed across blocks, `sectionmark.profiling.components`) are
+judged the same way, matched by name, from their per-call samples (the
+summed samples of their sections): "MLP" over every block, with the verdict
+of the sum. Pure functions of two sessions (no IREE): tests build them by
+hand; `sectionmark.renderers.compare` reads profile JSON files for
+`sm.compare` and writes the outputs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import numpy as np
 
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.section_path import SectionPath, format_path
+from sectionmark.profiling.components import components
 from sectionmark.profiling.session import ProfileSession
 
 COMPARISON_JSON_VERSION = 1
@@ -42,15 +53,16 @@ SEED = 0
 MIN_CHANGE = 25.0  # percent: drift between runs of one module reached 23% (module docstring)
 
 FASTER, SLOWER, NO_CHANGE = "faster", "slower", "no change"
+CALLS, RUNS = "calls", "runs"
 ONLY_IN_A, ONLY_IN_B = "only in A", "only in B"
 NOT_RUN_IN_A, NOT_RUN_IN_B, NO_DISPATCHES = "not run in A", "not run in B", "no dispatches"
 
 
-@dataclass
-class SectionChange:
-    """One section of the comparison. Times are mean busy ns per call (inclusive, like the table's Busy/call)."""
+@dataclass(kw_only=True)
+class Change:
+    """The verdict on one section or component. Times are mean busy ns per call (inclusive, like the table's
+    Busy/call)."""
 
-    path: SectionPath
     verdict: str  # faster, slower, no change, only in A/B, not run in A/B, no dispatches
     a_ns: Optional[float] = serialization.json_field(rounded=True, default=None)  # None: not in A
     b_ns: Optional[float] = serialization.json_field(rounded=True, default=None)  # None: not in B
@@ -59,12 +71,7 @@ class SectionChange:
     high: Optional[float] = None
     a_calls: int = 0  # per-call samples compared
     b_calls: int = 0
-
-    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("name", "change_percent")
-
-    @property
-    def name(self) -> str:
-        return format_path(self.path)
+    basis: str = CALLS  # what the interval resampled: "calls" (of one run each) or "runs" (each run's time per call)
 
     @property
     def change_percent(self) -> Optional[float]:
@@ -72,9 +79,34 @@ class SectionChange:
         return (self.ratio - 1) * 100 if self.ratio is not None else None
 
 
+@dataclass(kw_only=True)
+class SectionChange(Change):
+    """One section of the comparison."""
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("name", "change_percent")
+
+    path: SectionPath
+
+    @property
+    def name(self) -> str:
+        return format_path(self.path)
+
+
+@dataclass(kw_only=True)
+class ComponentChange(Change):
+    """One component of the comparison: the sections of one name summed across blocks."""
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("change_percent",)
+
+    name: str  # the sections' innermost name, or "(unmarked)"
+    a_sections: int = 0  # sections summed in A (0: not in A)
+    b_sections: int = 0
+
+
 @dataclass
 class Comparison:
-    """Every section of A and B, in A's table order, then the sections only B has (in B's order)."""
+    """Every section of A and B, in A's table order, then the sections only B has (in B's order); the same for
+    the components (A's order: most time first)."""
 
     a: str  # labels: the files compared (or "A" / "B" for sessions)
     b: str
@@ -83,10 +115,12 @@ class Comparison:
     seed: int
     min_change: float  # percent: the interval must lie beyond 1 +- this for "slower" / "faster"
     sections: list[SectionChange] = field(default_factory=list)
+    components: list[ComponentChange] = field(default_factory=list)
 
-    def slower_than(self, percent: float) -> list[SectionChange]:
-        """Sections judged slower whose ratio exceeds 1 + ``percent`` / 100 (what ``--fail-if-slower`` fails on)."""
-        return [row for row in self.sections
+    def slower_than(self, percent: float) -> list[Change]:
+        """Sections, then components, judged slower whose ratio exceeds 1 + ``percent`` / 100 (what
+        ``--fail-if-slower`` fails on)."""
+        return [row for row in [*self.sections, *self.components]
                 if row.verdict == SLOWER and row.ratio is not None and row.ratio > 1 + percent / 100]
 
     def to_json(self) -> dict[str, Any]:
@@ -96,7 +130,8 @@ class Comparison:
 
 def ratio_interval(a: np.ndarray, b: np.ndarray, resamples: int, confidence: float,
                    rng: np.random.Generator) -> tuple[float, float]:
-    """Bootstrap percentile interval of mean(b) / mean(a): A's and B's calls resampled independently.
+    """Bootstrap percentile interval of mean(b) / mean(a): A's and B's values (per-call times, or each run's
+    time per call) resampled independently.
 
     Resamples whose A mean is 0 (a section that ran in only some calls) are
     left out; none left gives the interval (inf, inf).
@@ -115,7 +150,7 @@ def ratio_interval(a: np.ndarray, b: np.ndarray, resamples: int, confidence: flo
 def compare_sessions(a: ProfileSession, b: ProfileSession, *, labels: Sequence[str] = ("A", "B"),
                      resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = SEED,
                      min_change: float = MIN_CHANGE) -> Comparison:
-    """The per-section comparison of ``b`` against ``a`` (see the module docstring).
+    """The per-section and per-component (by name) comparison of ``b`` against ``a`` (see the module docstring).
 
     "slower" when the interval's low end exceeds 1 + ``min_change`` / 100,
     "faster" when its high end is below 1 / (1 + ``min_change`` / 100) (the
@@ -127,33 +162,68 @@ def compare_sessions(a: ProfileSession, b: ProfileSession, *, labels: Sequence[s
         raise SectionmarkError(f"confidence must be between 0 and 1, got {confidence}")
     if not 0 <= min_change < 1e6:
         raise SectionmarkError(f"the minimum change must be a percentage of at least 0, got {min_change}")
-    factor = 1 + min_change / 100
+    judge = _Judge(1 + min_change / 100, resamples, confidence, np.random.default_rng(seed))
     for label, session in zip(labels, (a, b)):
         _check_samples(label, session)
-    rng = np.random.default_rng(seed)
-    rows_b = {row.path: row for row in b.sections}
-    paths_a = {row.path for row in a.sections}
-    changes = []
-    for row in a.sections:
-        other = rows_b.get(row.path)
-        if other is None:
-            changes.append(SectionChange(row.path, ONLY_IN_A, a_ns=_mean(row.samples)))
-            continue
-        samples_a, samples_b = np.asarray(row.samples, float), np.asarray(other.samples, float)
-        change = SectionChange(row.path, NO_CHANGE, a_ns=float(samples_a.mean()), b_ns=float(samples_b.mean()),
-                               a_calls=len(samples_a), b_calls=len(samples_b))
-        ran_a, ran_b = row.dispatched and change.a_ns > 0, other.dispatched and change.b_ns > 0
+    sections = judge.rows(a.sections, b.sections, lambda row: row.path,
+                          lambda row, verdict: SectionChange(path=row.path, verdict=verdict))
+    components_a, components_b = components(a), components(b)
+    in_a, in_b = ({row.name: len(row.sections) for row in rows} for rows in (components_a, components_b))
+    component_changes = judge.rows(components_a, components_b, lambda row: row.name,
+                                   lambda row, verdict: ComponentChange(name=row.name, verdict=verdict,
+                                                                        a_sections=in_a.get(row.name, 0),
+                                                                        b_sections=in_b.get(row.name, 0)))
+    return Comparison(a=labels[0], b=labels[1], resamples=resamples, confidence=confidence, seed=seed,
+                      min_change=min_change, sections=sections, components=component_changes)
+
+
+@dataclass
+class _Judge:
+    """The verdicts of one comparison: rows of A and B matched by key, one seeded generator for all intervals."""
+
+    factor: float  # 1 + min_change / 100
+    resamples: int
+    confidence: float
+    rng: np.random.Generator
+
+    def rows(self, rows_a: list, rows_b: list, key: Callable[[Any], Any],
+             make: Callable[[Any, str], Change]) -> list:
+        """One change per row of A (its order), then per row only B has; rows have ``samples`` and ``dispatched``."""
+        by_key = {key(row): row for row in rows_b}
+        keys_a = {key(row) for row in rows_a}
+        changes = []
+        for row in rows_a:
+            other = by_key.get(key(row))
+            change = make(row, ONLY_IN_A if other is None else NO_CHANGE)
+            if other is None:
+                change.a_ns = _mean(row.samples)
+            else:
+                self.judge(change, row, other)
+            changes.append(change)
+        for row in rows_b:
+            if key(row) not in keys_a:
+                change = make(row, ONLY_IN_B)
+                change.b_ns = _mean(row.samples)
+                changes.append(change)
+        return changes
+
+    def judge(self, change: Change, row_a: Any, row_b: Any) -> None:
+        """Means, ratio, interval and verdict of a row present in both runs."""
+        samples_a, samples_b = np.asarray(row_a.samples, float), np.asarray(row_b.samples, float)
+        runs_a, runs_b = getattr(row_a, "runs", None), getattr(row_b, "runs", None)  # components have no runs
+        change.basis = RUNS if runs_a is not None and runs_b is not None else CALLS
+        values_a, values_b = ((np.asarray(runs_a.values_ns, float), np.asarray(runs_b.values_ns, float))
+                              if change.basis == RUNS else (samples_a, samples_b))
+        change.a_ns, change.b_ns = float(values_a.mean()), float(values_b.mean())
+        change.a_calls, change.b_calls = len(samples_a), len(samples_b)
+        ran_a, ran_b = row_a.dispatched and change.a_ns > 0, row_b.dispatched and change.b_ns > 0
         if not ran_a or not ran_b:  # dispatches of no measurable time count as not run: no ratio
             change.verdict = NO_DISPATCHES if ran_a == ran_b else NOT_RUN_IN_A if ran_b else NOT_RUN_IN_B
-        else:
-            change.ratio = change.b_ns / change.a_ns
-            change.low, change.high = ratio_interval(samples_a, samples_b, resamples, confidence, rng)
-            change.verdict = (SLOWER if change.low > factor else FASTER if change.high * factor < 1 else NO_CHANGE)
-        changes.append(change)
-    changes += [SectionChange(row.path, ONLY_IN_B, b_ns=_mean(row.samples))
-                for row in b.sections if row.path not in paths_a]
-    return Comparison(a=labels[0], b=labels[1], resamples=resamples, confidence=confidence, seed=seed,
-                      min_change=min_change, sections=changes)
+            return
+        change.ratio = change.b_ns / change.a_ns
+        change.low, change.high = ratio_interval(values_a, values_b, self.resamples, self.confidence, self.rng)
+        change.verdict = (SLOWER if change.low > self.factor else FASTER if change.high * self.factor < 1
+                          else NO_CHANGE)
 
 
 def _check_samples(label: str, session: ProfileSession) -> None:

@@ -21,6 +21,9 @@ in the section table):
 
 Per-call statistics need the per-event data of a profiled run; a session
 read back from JSON has none, and its components say so (``per_call`` None).
+The per-call samples a comparison resamples (``samples``) and the traffic
+(bytes, FLOPs: ``Traffic``) are the outermost rows' summed, from the rows
+themselves, so a session read back from JSON has them too.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ from typing import Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import UNMARKED, SectionPath
 from sectionmark.profiling.section_time import per_call_inclusive
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.profiling.stats import CallStats, SectionStats
+from sectionmark.profiling.stats import CallStats, SectionStats, Traffic
+from sectionmark.section_path import UNMARKED, SectionPath
 from sectionmark.serialization import json_field
 
 BY_NAME = "name"
@@ -55,6 +58,14 @@ class ComponentStats:
     dispatches: int  # dispatch events of the outermost rows (each event once)
     calls: Optional[int]  # measured calls in which the component ran; None without per-event data
     per_call: Optional[CallStats] = json_field(rounded=True)  # inclusive busy time per call; None without per-event data
+    # the outermost rows' per-call samples summed call by call (`SectionStats.samples`); None when a row has none
+    samples: Optional[list[float]] = json_field(rounded=True, default=None)
+    traffic: Optional[Traffic] = None  # the outermost rows' traffic summed; None when none of them has any
+
+    @property
+    def dispatched(self) -> bool:
+        """Whether any measured dispatch carried (part of) one of its sections."""
+        return self.dispatches > 0
 
 
 def components(session: ProfileSession, by: str = BY_NAME) -> list[ComponentStats]:
@@ -100,7 +111,16 @@ def _component(
         dispatches=sum(rows[index].dispatches for index in outermost),
         calls=None if per_call is None else int((per_call > 0).sum()),
         per_call=None if per_call is None else CallStats.of(per_call),
+        samples=_summed_samples([rows[index].samples for index in outermost]),
+        traffic=Traffic.total(rows[index].traffic for index in outermost),
     )
+
+
+def _summed_samples(samples: list[Optional[list[float]]]) -> Optional[list[float]]:
+    """Call by call: every row of a session keeps the samples of the same calls (`session.call_samples`)."""
+    if any(row is None for row in samples):
+        return None
+    return np.sum(np.asarray(samples, float), axis=0).tolist()
 
 
 def _nested_in_any(path: SectionPath, others: list[SectionPath]) -> bool:

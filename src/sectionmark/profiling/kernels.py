@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from sectionmark.paths import SectionPath
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import Binding
+from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
 
 DATA_MOVEMENT_INTENSITY = 0.01  # FLOPs per byte

@@ -16,18 +16,21 @@ iree-benchmark-module the profiler uses (`sectionmark.artifacts.tools`):
   spill the caches) but ~250-265 on 512x512 batches, and the nanoGPT's small
   matmuls ~220: a peak from the big matmul put sections above 100%.
 
-Each runs a few repetitions and the best is kept (a peak is what the machine
-can do, not what it usually does). The result is cached per machine and device
+Each runs many repetitions and the best is kept (a peak is what the machine
+can do, not what it usually does): single calls of the long benchmarks, so
+that other jobs on the machine cost only the calls they hit (``DRAM_RUNS``). The result is cached per machine and device
 in the user's cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``, then
 ``sectionmark/peak-<host>-<device>.json``): measuring takes seconds, a chart
 should not. A cache file that cannot be read back is measured again.
 
-A section's achieved figures come from the kernel table's inputs: each
-dispatch site's bytes and FLOPs per execution times its executions, split by
+A section's achieved figures are its traffic (`sectionmark.profiling.session.Traffic`):
+the kernel table's bytes and FLOPs per execution times executions, split by
 the site's section weights (the same split as its time), over the site time
-so split. Sites whose size or FLOPs are unknown are left out of both sums. A
-section whose intensity (FLOPs per byte) is below the ridge point
-(peak FLOP/s / peak bandwidth) is nearer the memory roof, else the compute roof.
+so split; sites whose sizes are dynamic are left out. A component (sections
+of one name summed across blocks, `sectionmark.profiling.components`) is
+placed the same way with its sections' traffic summed. A row whose intensity
+(FLOPs per byte) is below the ridge point (peak FLOP/s / peak bandwidth) is
+nearer the memory roof, else the compute roof.
 """
 
 from __future__ import annotations
@@ -44,23 +47,30 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
 from sectionmark.errors import SectionmarkError
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.section_path import SectionPath, format_path
+from sectionmark.profiling.components import components
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import Traffic
 
 DRAM_ELEMENTS = 16 * 1024 * 1024  # f32: 64 MiB per tensor, beyond any L3 this runs on
 # 4 MiB: measured on a 2-core EPYC (32 MiB L3), x + x reaches ~60 GB/s at 4-16 MiB, ~42 at 64 MiB, and below
 # 1 MiB the call's own overhead (~50 µs) dominates the time per call.
 CACHE_ELEMENTS = 1024 * 1024
 MATMUL_BATCH, MATMUL_N = 4, 512
-# Measured on a 2-core EPYC: the add's first calls pay for allocating and faulting in its 64 MiB output
-# (6 ms a call at 5 calls, 3.6 ms at 20); 20 calls reach the steady state. The 4 MiB add takes ~0.14 ms:
-# 200 calls. Five repetitions: on a shared machine the best of three still varied by ~20%.
-CALLS = 20
-CACHE_CALLS = 200
-REPETITIONS = 5
+# (calls per repetition, repetitions) of each benchmark; its figure is the best repetition's time per call.
+# The 64 MiB add (~3 ms a call) and the matmuls (~4 ms) run one call per repetition, 100 times: local-task's
+# call waits for its slowest worker, so on a machine shared with other jobs a call is fast only whole. Measured
+# on a 2-core EPYC at load 8: the best of 5 means of 20 calls read 8.4 GB/s and 47.5 GFLOP/s, the best of 100
+# single calls 43.0 GB/s and 144-300 GFLOP/s (quiet: ~50 GB/s, ~290 GFLOP/s; numpy's best copy at that
+# load: 38.8 GB/s); the first calls, which fault in the 64 MiB output, are simply not the best. The 4 MiB
+# add (~0.14 ms) runs 200 calls per repetition, 5 times: short enough to slip between other jobs.
+DRAM_RUNS = (1, 100)
+CACHE_RUNS = (200, 5)
+MATMUL_RUNS = (1, 100)
 TIMEOUT_S = 600
 CPU_DEVICES = ("local-task", "local-sync")
 CACHE_VERSION = 2  # 2: the DRAM figure beside the roof
@@ -112,6 +122,10 @@ class Peak:
         """Each section of ``session`` against these peaks (`roofline`)."""
         return roofline(session, self)
 
+    def component_roofline(self, session, by: str = "name") -> list["RooflineRow"]:
+        """Each component of ``session`` against these peaks (`component_roofline`)."""
+        return component_roofline(session, self, by)
+
     def text(self) -> str:
         """What ``sectionmark peak`` prints: the figures, what each measured, and the commands (to rerun by hand)."""
         dram_mib, cache_mib = DRAM_ELEMENTS * 4 >> 20, CACHE_ELEMENTS * 4 >> 20
@@ -129,10 +143,10 @@ class Peak:
 
 @dataclass(frozen=True)
 class RooflineRow:
-    """One section's achieved bandwidth and FLOP/s, as fractions of the peaks."""
+    """One section's (or component's) achieved bandwidth and FLOP/s, as fractions of the peaks."""
 
-    path: SectionPath
-    time_ns: float  # time of the dispatches whose bytes and FLOPs are known, split by section weight
+    path: Optional[SectionPath]  # None for a component
+    time_ns: float  # time of the dispatches whose bytes are known, split by section weight
     bytes: float
     flops: float
     gb_per_s: float
@@ -141,56 +155,56 @@ class RooflineRow:
     compute_fraction: float
     intensity: Optional[float]  # FLOPs per byte; None when no bytes were moved
     bound: str  # "memory" or "compute": the roof nearer at this intensity
+    component: Optional[str] = None  # the component's name (sections of one name summed); None for a section
 
     @property
     def name(self) -> str:
-        return format_path(self.path)
+        return self.component if self.path is None else format_path(self.path)
 
 
-def roofline(session, peak: Peak) -> list[RooflineRow]:
+def roofline(session: ProfileSession, peak: Peak) -> list[RooflineRow]:
     """One row per section of ``session`` that ran a dispatch of known size (report order, "(unmarked)" last)."""
-    rows = []
-    for section in session.sections:
-        time_ns = moved = flops = 0.0
-        for site in session.sites:
-            if site.flops is None or not site.bindings or any(
-                    b.read_bytes is None or b.written_bytes is None for b in site.bindings):
-                continue
-            weight = sum(w for path, w in site.sections if _within(path, section.path))
-            site_bytes = sum(b.read_bytes + b.written_bytes for b in site.bindings)
-            time_ns += weight * site.busy_ns
-            moved += weight * site_bytes * site.dispatches
-            flops += weight * site.flops * site.dispatches
-        if time_ns <= 0:
-            continue
-        gb_per_s, gflop_per_s = moved / time_ns, flops / time_ns
-        intensity = flops / moved if moved else None
-        rows.append(RooflineRow(
-            path=section.path, time_ns=time_ns, bytes=moved, flops=flops, gb_per_s=gb_per_s,
-            gflop_per_s=gflop_per_s, bandwidth_fraction=gb_per_s / peak.bandwidth_gb_per_s,
-            compute_fraction=gflop_per_s / peak.gflop_per_s, intensity=intensity,
-            bound="memory" if intensity is None or intensity < peak.ridge else "compute",
-        ))
-    return rows
+    return [_placed(row.traffic, peak, path=row.path) for row in session.sections if _measured(row.traffic)]
 
 
-def roofline_text(rows: list[RooflineRow], peak: Peak) -> str:
-    """The roofline as a text table (what ``--roofline`` prints beside its chart)."""
+def component_roofline(session: ProfileSession, peak: Peak, by: str = "name") -> list[RooflineRow]:
+    """One row per component of ``session`` (`components(session, by)`, its order) that ran a dispatch of known size."""
+    return [_placed(component.traffic, peak, component=component.name) for component in components(session, by)
+            if _measured(component.traffic)]
+
+
+def _measured(traffic: Optional[Traffic]) -> bool:
+    return traffic is not None and traffic.time_ns > 0
+
+
+def _placed(traffic: Traffic, peak: Peak, path: Optional[SectionPath] = None,
+            component: Optional[str] = None) -> RooflineRow:
+    """The traffic of a section or component against the peaks: its fractions and the nearer roof."""
+    gb_per_s, gflop_per_s, intensity = traffic.gb_per_s, traffic.gflop_per_s, traffic.intensity
+    return RooflineRow(
+        path=path, component=component, time_ns=traffic.time_ns, bytes=traffic.bytes, flops=traffic.flops,
+        gb_per_s=gb_per_s, gflop_per_s=gflop_per_s, bandwidth_fraction=gb_per_s / peak.bandwidth_gb_per_s,
+        compute_fraction=gflop_per_s / peak.gflop_per_s, intensity=intensity,
+        bound="memory" if intensity is None or intensity < peak.ridge else "compute",
+    )
+
+
+def roofline_text(rows: list[RooflineRow], peak: Peak, components: Sequence[RooflineRow] = ()) -> str:
+    """The roofline as a text table (what ``--roofline`` prints beside its chart): the sections' rows, then the
+    components' under a line of their own."""
     header = (f"roofline vs peak {peak.bandwidth_gb_per_s:.1f} GB/s, {peak.gflop_per_s:.1f} GFLOP/s "
               f"(ridge {peak.ridge:.2f} FLOPs/byte, {peak.device}, {peak.date[:10]})")
-    width = max([len(row.name) for row in rows] + [7])
-    lines = [header, f"{'section':<{width}}  {'GB/s':>8} {'% bw':>6}  {'GFLOP/s':>8} {'% flop':>6}  "
-                     f"{'FLOP/B':>8}  bound"]
-    for row in rows:
-        intensity = f"{row.intensity:8.3f}" if row.intensity is not None else f"{'-':>8}"
-        lines.append(f"{row.name:<{width}}  {row.gb_per_s:8.2f} {100 * row.bandwidth_fraction:5.1f}%  "
-                     f"{row.gflop_per_s:8.2f} {100 * row.compute_fraction:5.1f}%  {intensity}  {row.bound}")
+    width = max([len(row.name) for row in [*rows, *components]] + [9])
+    lines = [header]
+    for title, group in (("section", rows), ("component", components)):
+        if title == "section" or group:
+            lines.append(f"{title:<{width}}  {'GB/s':>8} {'% bw':>6}  {'GFLOP/s':>8} {'% flop':>6}  "
+                         f"{'FLOP/B':>8}  bound")
+        for row in group:
+            intensity = f"{row.intensity:8.3f}" if row.intensity is not None else f"{'-':>8}"
+            lines.append(f"{row.name:<{width}}  {row.gb_per_s:8.2f} {100 * row.bandwidth_fraction:5.1f}%  "
+                         f"{row.gflop_per_s:8.2f} {100 * row.compute_fraction:5.1f}%  {intensity}  {row.bound}")
     return "\n".join(lines)
-
-
-def _within(path: SectionPath, section: SectionPath) -> bool:
-    """Whether a site's share of ``path`` counts for ``section``: inclusive for a named one, exact for unmarked."""
-    return path == section if not section else tuple(path[: len(section)]) == tuple(section)
 
 
 # ---------------------------------------------------------------------- measuring and caching
@@ -245,16 +259,16 @@ def measure_peak(device: str = "local-task") -> Peak:
     with tempfile.TemporaryDirectory(prefix="sectionmark-peak-") as directory:
         commands = []
         times = []
-        for name, mlir, inputs, calls in (
-            ("dram", _add_mlir(DRAM_ELEMENTS), [f"{DRAM_ELEMENTS}xf32=1"], CALLS),
-            ("cache", _add_mlir(CACHE_ELEMENTS), [f"{CACHE_ELEMENTS}xf32=1"], CACHE_CALLS),
-            ("matmul", _MATMUL_MLIR, [f"{MATMUL_BATCH}x{MATMUL_N}x{MATMUL_N}xf32=1"] * 2, CALLS),
+        for name, mlir, inputs, (calls, repetitions) in (
+            ("dram", _add_mlir(DRAM_ELEMENTS), [f"{DRAM_ELEMENTS}xf32=1"], DRAM_RUNS),
+            ("cache", _add_mlir(CACHE_ELEMENTS), [f"{CACHE_ELEMENTS}xf32=1"], CACHE_RUNS),
+            ("matmul", _MATMUL_MLIR, [f"{MATMUL_BATCH}x{MATMUL_N}x{MATMUL_N}xf32=1"] * 2, MATMUL_RUNS),
         ):
             module = Path(directory) / f"{name}.vmfb"
             module.write_bytes(compile(mlir, target="llvm-cpu", markers=False).vmfb)
             command = [str(find_tool("iree-benchmark-module")), f"--device={device}", f"--module={module}",
                        "--function=main", *[f"--input={value}" for value in inputs],
-                       f"--benchmark_min_time={calls}x", f"--benchmark_repetitions={REPETITIONS}",
+                       f"--benchmark_min_time={calls}x", f"--benchmark_repetitions={repetitions}",
                        "--benchmark_format=json"]
             commands.append(shlex.join(command))
             times.append(_best_seconds(command, device))
@@ -267,11 +281,10 @@ def measure_peak(device: str = "local-task") -> Peak:
     )
 
 
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-
-
 def _best_seconds(command: list[str], device: str) -> float:
     """The best per-call time over the repetitions of one iree-benchmark-module run."""
+    from sectionmark.profiling.runner import benchmark_times_ns
+
     try:
         result = subprocess.run(command, capture_output=True, encoding="utf-8", errors="replace", timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -279,12 +292,7 @@ def _best_seconds(command: list[str], device: str) -> float:
     if result.returncode != 0:
         raise SectionmarkError(f"iree-benchmark-module {exit_description(result.returncode)} on {device}: "
                                f"{last_useful_line(result.stderr)}")
-    try:
-        runs = json.loads(result.stdout)["benchmarks"]
-        return min(run["real_time"] * _UNIT_SECONDS[run["time_unit"]] for run in runs
-                   if run.get("run_type") == "iteration")
-    except (ValueError, KeyError, TypeError) as error:
-        raise SectionmarkError(f"cannot read iree-benchmark-module's timings ({error})") from None
+    return min(benchmark_times_ns(result.stdout)) / 1e9
 
 
 def _read_cache(path: Path, device: str) -> Optional[Peak]:

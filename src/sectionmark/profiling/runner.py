@@ -23,6 +23,7 @@ warmup process would not warm this process's caches and thread pool.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -76,18 +77,24 @@ class ProfileRun:
     calls: int  # warmup + measured calls, in order
     warmup: int
     wall_s: float  # wall-clock time of the whole tool run
+    # The median time of a measured call (warmup excluded) as iree-benchmark-module timed each, with the
+    # profiler on, and in an unprofiled run of the same calls and inputs made right before it: what the
+    # profiler itself costs. None when not measured (measure_cost=False, or a Tracy capture on CUDA/HIP).
+    profiled_ns_per_call: Optional[float] = None
+    unprofiled_ns_per_call: Optional[float] = None
 
 
 # IREE's --task_topology_max_group_count default: the most workers its default topology creates.
 MAX_DEFAULT_WORKERS = 64
 
 
-def local_task_workers() -> int:
-    """The worker count of local-task with IREE's default topology on this machine (the profile does not record it).
+def local_task_workers(limit: Optional[int] = None) -> int:
+    """The worker count of local-task on this machine (the profile does not record it).
 
     iree-benchmark-module runs with ``--task_topology_mode=physical_cores``:
-    one worker per physical core, at most ``--task_topology_max_group_count``
-    (64). Physical cores are the distinct (package, core) pairs of the CPUs
+    one worker per physical core, each pinned to its core, at most
+    ``--task_topology_max_group_count`` (64, or ``limit``: `benchmark_command`'s
+    ``workers``). Physical cores are the distinct (package, core) pairs of the CPUs
     this process may run on (Linux sysfs); where sysfs does not say, every
     logical CPU counts as a core (``os.cpu_count``).
     """
@@ -99,7 +106,7 @@ def local_task_workers() -> int:
             cores.add(((topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip()))
         except OSError:
             cores.add(("cpu", str(cpu)))
-    return max(1, min(len(cores), MAX_DEFAULT_WORKERS))
+    return max(1, min(len(cores), limit or MAX_DEFAULT_WORKERS))
 
 
 def device_driver(device: str) -> str:
@@ -129,6 +136,7 @@ def benchmark_command(
     profile_path: Path | None,
     parameters: Sequence[tuple[str, Path]] = (),
     imported: Sequence[Path] = (),
+    workers: Optional[int] = None,
 ) -> list[str]:
     """The iree-benchmark-module command line for ``device``; no measurement without a path.
 
@@ -138,6 +146,8 @@ def benchmark_command(
     parameter files as ``(scope, path)`` (`sectionmark.parameters.parameter_specs`).
     ``imported``: modules loaded before ``vmfb`` whose functions it calls (a
     replay driver imports the model's); ``function`` is ``vmfb``'s.
+    ``workers``: local-task's most workers (``--task_topology_max_group_count``;
+    None: IREE's default, one per physical core).
     """
     driver = device_driver(device)
     traced = driver in TRACED_DRIVERS
@@ -149,7 +159,12 @@ def benchmark_command(
         f"--module={vmfb}",
         f"--function={function}",
         *[f"--input=@{path}" for path in inputs],
-        f"--benchmark_min_time={calls}x",
+        # One call per repetition: the tool reports each call's time (benchmark_times_ns), so the profiler's
+        # cost is a median over the measured calls, not a mean that the first call's loading dominates.
+        "--benchmark_min_time=1x",
+        f"--benchmark_repetitions={calls}",
+        "--benchmark_format=json",
+        *([f"--task_topology_max_group_count={workers}"] if workers is not None else []),
     ]
     if profile_path is None:
         return command
@@ -157,6 +172,30 @@ def benchmark_command(
         return command + [f"--{driver}_tracing={DISPATCH_TRACING_VERBOSITY}"]
     modes = VULKAN_PROFILING_MODES if driver == "vulkan" else PROFILING_MODES
     return command + [f"--device_profiling_mode={modes}", f"--device_profiling_output={profile_path}"]
+
+
+_NS_PER_UNIT = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def benchmark_times_ns(stdout: str) -> list[float]:
+    """iree-benchmark-module's mean wall time per call (ns) of each run (repetition) it reports, in order, from
+    its ``--benchmark_format=json`` output (of a `benchmark_command`: each call's time); one error line when it
+    has none."""
+    try:
+        runs = json.loads(stdout)["benchmarks"]
+        times = [float(run["real_time"]) * _NS_PER_UNIT[run["time_unit"]] for run in runs
+                 if run.get("run_type", "iteration") == "iteration"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise SectionmarkError(f"cannot read iree-benchmark-module's timings ({error})") from None
+    if not times:
+        raise SectionmarkError("cannot read iree-benchmark-module's timings (it reported no run)")
+    return times
+
+
+def median_call_ns(stdout: str, warmup: int = 0) -> float:
+    """The median time of the calls after the first ``warmup`` in the output of a `benchmark_command` run."""
+    times = benchmark_times_ns(stdout)
+    return float(np.median(times[warmup:] or times))
 
 
 def tool_failure(device: str, stderr: str, returncode: int = 1) -> str:
@@ -194,19 +233,30 @@ def run_profile(
     imported: Sequence[Path] = (),
     argument_types: Optional[Sequence[str]] = None,
     framework: Optional[str] = None,
+    measure_cost: bool = False,
+    workers: Optional[int] = None,
+    progress: str = "",
 ) -> ProfileRun:
     """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy.
 
     ``argument_types``, ``framework``: how ``args`` become the function's
-    flat arguments (`sectionmark.arguments.flatten_arguments`).
+    flat arguments (`sectionmark.arguments.flatten_arguments`). ``workers``:
+    local-task's most workers (None: one per physical core; refused on other
+    devices). ``progress``: said after the status line (``run 2 of 5``).
 
     ``timeout``: seconds the tool may run (None: no limit) before it is ended
     with one error line, so that a hung tool never hangs the caller.
+
+    ``measure_cost``: first run the same calls unprofiled, and keep both runs'
+    median time of a measured call (`ProfileRun.profiled_ns_per_call`): the
+    profiler's own cost, which matters when dispatches last a few hundred
+    nanoseconds. Not on CUDA/HIP, whose traced tool runs under a capture.
     """
     if iterations < 1 or warmup < 0:
         raise SectionmarkError(f"need iterations >= 1 and warmup >= 0 (got {iterations}, {warmup})")
     if device_driver(device) == "local-sync":
         raise SectionmarkError(LOCAL_SYNC_UNSUPPORTED)
+    check_workers(workers, device)
     vmfb = Path(vmfb)
     if not vmfb.is_file():
         raise SectionmarkError(f"module not found: {vmfb}")
@@ -215,30 +265,53 @@ def run_profile(
     profile_path = directory / ("run.tracy" if traced else "run.ireeprof")
     profile_path.unlink(missing_ok=True)
     calls = iterations + warmup
-    command = benchmark_command(
-        vmfb, function, write_inputs(args, directory, argument_types, framework), device=device, calls=calls,
-        profile_path=profile_path, parameters=parameters, imported=imported,
-    )
+    inputs = write_inputs(args, directory, argument_types, framework)
+    command = benchmark_command(vmfb, function, inputs, device=device, calls=calls, profile_path=profile_path,
+                                parameters=parameters, imported=imported, workers=workers)
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
+    unprofiled_ns = profiled_ns = None
+    if measure_cost and not traced:
+        plain = benchmark_command(vmfb, function, inputs, device=device, calls=calls, profile_path=None,
+                                  parameters=parameters, imported=imported, workers=workers)
+        with console.status(f"timing {vmfb.name}:{function} on {device} unprofiled ({calls} calls)"):
+            unprofiled_ns = median_call_ns(_run_tool(plain, device, timeout), warmup)
     start = time.perf_counter()
-    with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"):
+    with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"
+                        + (f", {progress}" if progress else "")):
         if traced:
             _run_captured(command, profile_path, device, timeout)
         else:
-            try:
-                result = subprocess.run(command, capture_output=True, encoding="utf-8", errors="replace",
-                                        timeout=timeout)  # a mutated module's names may be any bytes
-            except subprocess.TimeoutExpired:
-                raise SectionmarkError(
-                    f"iree-benchmark-module did not finish within {timeout:g} s on {device} and was ended "
-                    "(a longer run: raise the timeout, --timeout on the command line)"
-                ) from None
-            if result.returncode != 0:
-                raise SectionmarkError(tool_failure(device, result.stderr, result.returncode))
+            output = _run_tool(command, device, timeout)
+            profiled_ns = median_call_ns(output, warmup) if measure_cost else None
     wall_s = time.perf_counter() - start
     if not profile_path.is_file() or profile_path.stat().st_size == 0:
         raise SectionmarkError(f"iree-benchmark-module wrote no profile to {profile_path}")
-    return ProfileRun(profile_path, calls, warmup, wall_s)
+    return ProfileRun(profile_path, calls, warmup, wall_s, profiled_ns, unprofiled_ns)
+
+
+def _run_tool(command: list[str], device: str, timeout: Optional[float]) -> str:
+    """Run iree-benchmark-module; its standard output, or one error line (failure, timeout)."""
+    try:
+        result = subprocess.run(command, capture_output=True, encoding="utf-8", errors="replace",
+                                timeout=timeout)  # a mutated module's names may be any bytes
+    except subprocess.TimeoutExpired:
+        raise SectionmarkError(
+            f"iree-benchmark-module did not finish within {timeout:g} s on {device} and was ended "
+            "(a longer run: raise the timeout, --timeout on the command line)"
+        ) from None
+    if result.returncode != 0:
+        raise SectionmarkError(tool_failure(device, result.stderr, result.returncode))
+    return result.stdout
+
+
+def check_workers(workers: Optional[int], device: str) -> None:
+    """``workers`` sets local-task's worker topology; other devices have none to set."""
+    if workers is None:
+        return
+    if workers < 1:
+        raise SectionmarkError(f"need workers >= 1 (got {workers})")
+    if device_driver(device) != "local-task":
+        raise SectionmarkError(f"workers sets local-task's worker threads; {device} has none (drop --workers)")
 
 
 def _run_captured(command: list[str], capture_path: Path, device: str, timeout: Optional[float]) -> None:

@@ -8,16 +8,18 @@ start and end) is in `sectionmark.profiling.session`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
 import numpy as np
 
-from sectionmark.paths import SectionPath
-from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.profiling.queue_time import union_blocks
-from sectionmark.profiling.stats import CallStats, Offsets, SectionStats
+from sectionmark.profiling.stats import CallStats, Offsets, SectionStats, SiteStats, Traffic
+from sectionmark.readers.event_model import native
+from sectionmark.section_map import Binding
+from sectionmark.section_path import SectionPath
 
 MAX_SAMPLES = 1000  # per-call samples kept per section (profile JSON ``samples``)
 
@@ -135,13 +137,13 @@ def event_sums(attribution: Attribution) -> EventSums:
     events, slots = attribution.events, len(attribution.slots)
     slot_composition = slot_compositions(attribution)
     calls, compositions = max(attribution.calls, 1), len(attribution.compositions)
-    native = ireeprof.native()
-    if native is not None:
+    native_passes = native()
+    if native_passes is not None:
         sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
                          np.zeros(slots), np.zeros(slots, np.int64), 0, False)
-        sums.total_ns, sums.disjoint = native.event_sums(np.ascontiguousarray(events), slot_composition, calls,
-                                                         sums.busy_by_call, sums.busy, sums.count, sums.slot_busy,
-                                                         sums.slot_count)
+        sums.total_ns, sums.disjoint = native_passes.event_sums(
+            np.ascontiguousarray(events), slot_composition, calls, sums.busy_by_call, sums.busy, sums.count,
+            sums.slot_busy, sums.slot_count)
         return sums
     starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), events["slot"]
     duration = (ends - starts).astype(np.float64)
@@ -280,6 +282,55 @@ def per_call_inclusive(attribution: Attribution, paths: list[SectionPath]) -> np
     views that sum sections (`sectionmark.profiling.components`).
     """
     return event_sums(attribution).busy_by_call @ weight_matrices(attribution.compositions, paths).inclusive
+
+
+def section_traffic(sites: list[SiteStats], paths: list[SectionPath]) -> tuple[list[Optional[Traffic]],
+                                                                              list[Optional[int]]]:
+    """Per section column (last: unmarked), its `Traffic` and its working set per call.
+
+    A site counts when every binding's bytes are known (static slices). Its
+    bytes, FLOPs and time go to the columns by the site's inclusive weights
+    (`weight_matrices`, as its time in the rows); its tensors to the working set
+    of every column with a share in it (even of weight 0), each distinct tensor
+    once, whole (``tensor_shape``), so a section touching a slice of a weight
+    counts the weight. A column without a counted site gets None for both; a
+    tensor of dynamic shape or unknown element size makes that working set None.
+    """
+    sized = [site for site in sites if site.bindings and all(
+        binding.read_bytes is not None and binding.written_bytes is not None for binding in site.bindings)]
+    columns = len(paths) + 1
+    if not sized:
+        return [None] * columns, [None] * columns
+    weights = weight_matrices([site.sections for site in sized], paths)
+    executions = np.array([site.dispatches for site in sized], np.float64)
+    per_site = np.array([
+        [site.busy_ns for site in sized],
+        [sum(b.read_bytes for b in site.bindings) for site in sized] * executions,
+        [sum(b.written_bytes for b in site.bindings) for site in sized] * executions,
+        [site.flops or 0.0 for site in sized] * executions,
+    ])
+    sums = per_site @ weights.inclusive  # [time, read, written, flops] x columns
+    traffic: list[Optional[Traffic]] = []
+    working_sets: list[Optional[int]] = []
+    for column in range(columns):
+        members = np.flatnonzero(weights.member[:, column])
+        if not len(members):
+            traffic.append(None)
+            working_sets.append(None)
+            continue
+        traffic.append(Traffic(*(float(value) for value in sums[:, column])))
+        sizes = {binding.tensor: tensor_bytes(binding) for index in members for binding in sized[index].bindings}
+        working_sets.append(None if None in sizes.values() else sum(sizes.values()))
+    return traffic, working_sets
+
+
+def tensor_bytes(binding: Binding) -> Optional[int]:
+    """The whole bound tensor's bytes (``tensor_shape`` x its element's), None when a dimension is dynamic or the
+    element type has no bit width (``f32``: 4, ``bf16``: 2, ``i1``: 1 byte, as IREE stores it)."""
+    bits = re.search(r"(\d+)$", binding.dtype)
+    if bits is None or any(size < 0 for size in binding.tensor_shape):
+        return None
+    return int(np.prod(binding.tensor_shape, dtype=np.int64)) * -(-int(bits.group(1)) // 8)
 
 
 def first_dispatch_starts(starts: np.ndarray, call: np.ndarray, calls: int,

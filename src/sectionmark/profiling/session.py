@@ -26,7 +26,11 @@ How times are computed (docs/profile-json.md has the full story):
   from the call's start (its first queue operation, or its first dispatch when
   no queue operations were recorded); min / p50 / max over the calls it ran in.
   A section runs during every dispatch it has a share of, so a fused dispatch
-  counts for each of its sections, and a parent's span covers its children's.
+  counts for each of its sections, and a parent's span covers its children's;
+* traffic and working set: the bytes and FLOPs of the kernel table's sites,
+  split between sections like their time, with the achieved GB/s, GFLOP/s and
+  FLOPs per byte; the working set is the distinct whole tensors a section's
+  dispatches touch in a call (`section_traffic`).
 
 ``build`` is a pipeline of small pure functions over numpy arrays
 (`sectionmark.profiling.section_time`); the rows it makes are
@@ -34,7 +38,6 @@ How times are computed (docs/profile-json.md has the full story):
 from it (the component view, the kernel table) live in their own modules and
 import the session, never the reverse.
 """
-
 
 from __future__ import annotations
 
@@ -48,9 +51,10 @@ import numpy as np
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.paths import SectionPath
+from sectionmark.section_path import SectionPath
 from sectionmark.profiling.attribute import Attribution
 from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time_and_memory, measured_call_starts
+from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.section_time import (
     CompositionSums,
     EventSums,
@@ -60,13 +64,14 @@ from sectionmark.profiling.section_time import (
     section_paths,
     section_rows,
     section_spans,
+    section_traffic,
     slot_compositions,
     tile_sums,
     union_length,
     wall_parts,
     weight_matrices,
 )
-from sectionmark.profiling.stats import SectionStats, SiteStats
+from sectionmark.profiling.stats import ProfilerCost, SectionStats, SiteStats
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
 from sectionmark.serialization import json_field
 
@@ -106,6 +111,17 @@ class ProfileSession:
     cpu_ns: Optional[int] = None  # summed tile time of all measured dispatches; None: no tiles recorded
     tiles: Optional[int] = None  # summed tiles of all measured dispatches
     workers: Optional[int] = None  # local-task workers of the run (IREE's default topology); None: unknown
+    # The run that made the profile (set by `sectionmark.profiling.profile`; None for a recorded profile):
+    # the module's file name (None: compiled in this process), the IREE device, and the profiler's cost.
+    module: Optional[str] = None
+    device: Optional[str] = None
+    profiler_cost: Optional[ProfilerCost] = None
+    # Fresh runs of the tool behind this profile (sectionmark.profiling.runs): with more than one, every row's
+    # ``runs`` and ``total_runs`` hold the figures of each run, and the other figures are those of run
+    # ``shown_run`` (1-based: the run of median total busy time per call).
+    runs: int = 1
+    shown_run: Optional[int] = None
+    total_runs: Optional[RunSpread] = None  # total busy ns per call in each run
 
     # ------------------------------------------------------------------ building
 
@@ -157,6 +173,8 @@ class ProfileSession:
         timing, memory = call_time_and_memory(events["start_ns"], events["end_ns"], attribution.queue_spans,
                                               attribution.memory, attribution.calls)
         sites = _sites(attribution, section_map, sums)
+        for row, traffic, working_set in zip(rows, *section_traffic(sites, paths)):
+            row.traffic, row.working_set_bytes = traffic, working_set
         split_rules = Counter(site.rule for site in sites if len(site.sections) > 1 and site.rule)
         return cls(
             total_ns=sums.total_ns,

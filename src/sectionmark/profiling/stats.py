@@ -1,4 +1,5 @@
-"""The rows of a ProfileSession: per-section and per-dispatch-site statistics (profile JSON ``sections``, ``sites``).
+"""The rows of a ProfileSession: per-section and per-dispatch-site statistics (profile JSON ``sections``, ``sites``),
+with the records they and the session hold (a section's traffic, the profiler's cost).
 
 Plain data, written and read by `sectionmark.serialization`; how the numbers
 are computed is in `sectionmark.profiling.section_time` and the session's
@@ -8,11 +9,12 @@ are computed is in `sectionmark.profiling.section_time` and the session's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar, Iterable, Optional
 
 import numpy as np
 
-from sectionmark.paths import UNMARKED, SectionPath, format_path
+from sectionmark.profiling.runs import RunSpread
+from sectionmark.section_path import UNMARKED, SectionPath, format_path
 from sectionmark.section_map import Binding
 from sectionmark.serialization import json_field
 
@@ -52,6 +54,54 @@ class Offsets:
 
 
 @dataclass
+class Traffic:
+    """What dispatches moved and computed over the measured calls, from the kernel table's inputs.
+
+    Each dispatch site's bytes (its bindings' exact slices, read and written)
+    and FLOPs (the cost model's estimate) per execution, times its executions,
+    split between sections by the site's weights, like its time. Sites whose
+    slices have dynamic sizes are left out of every sum, their time included,
+    so the rates are over the time of the dispatches counted; a site the cost
+    model could not size (a copy's body) counts no FLOPs. The fields add up
+    (`total`): a component's traffic is its sections' summed.
+    """
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("bytes", "gb_per_s", "gflop_per_s", "intensity")
+
+    time_ns: float = json_field(rounded=True)  # busy time of the sites counted
+    read_bytes: float = json_field(rounded=True)
+    written_bytes: float = json_field(rounded=True)
+    flops: float = json_field(rounded=True)
+
+    @property
+    def bytes(self) -> float:
+        return self.read_bytes + self.written_bytes
+
+    @property
+    def gb_per_s(self) -> Optional[float]:
+        """Achieved bandwidth (bytes per ns = GB/s); None when no time was measured."""
+        return self.bytes / self.time_ns if self.time_ns > 0 else None
+
+    @property
+    def gflop_per_s(self) -> Optional[float]:
+        return self.flops / self.time_ns if self.time_ns > 0 else None
+
+    @property
+    def intensity(self) -> Optional[float]:
+        """Arithmetic intensity, FLOPs per byte moved; None when nothing was moved."""
+        return self.flops / self.bytes if self.bytes > 0 else None
+
+    @classmethod
+    def total(cls, parts: Iterable[Optional["Traffic"]]) -> Optional["Traffic"]:
+        """The sum of ``parts`` (None ones left out); None when all are None."""
+        known = [part for part in parts if part is not None]
+        if not known:
+            return None
+        return cls(*(sum(getattr(part, name) for part in known)
+                     for name in ("time_ns", "read_bytes", "written_bytes", "flops")))
+
+
+@dataclass
 class SectionStats:
     """One row of the report. ``path == ()`` is the "(unmarked)" row."""
 
@@ -84,6 +134,14 @@ class SectionStats:
     # before they were kept.
     start_ns: Optional[Offsets] = json_field(rounded=True, default=None)
     end_ns: Optional[Offsets] = json_field(rounded=True, default=None)
+    # What the section's dispatches moved and computed (section_traffic); None where none of its dispatches has
+    # static sizes, or in a file written before it was kept.
+    traffic: Optional[Traffic] = None
+    # Bytes of the distinct tensors its dispatches touch per call (whole tensors); None when a size is dynamic.
+    working_set_bytes: Optional[int] = None
+    # Busy ns per call in each of the profile's runs, their median and its interval (sectionmark.profiling.runs);
+    # None for a profile of one run (run-to-run variation not measured) or a file written before runs existed.
+    runs: Optional[RunSpread] = None
 
     @property
     def name(self) -> str:
@@ -106,6 +164,24 @@ class SectionStats:
     def dispatched(self) -> bool:
         """Whether any measured dispatch carried (part of) this section."""
         return self.dispatches > 0
+
+
+@dataclass
+class ProfilerCost:
+    """What the profiler itself costs: the median measured call (warmup excluded) as iree-benchmark-module
+    timed each call, with the profiler on, and in an unprofiled run of the same function, inputs and calls
+    made by the same ``profile``. A profiled call records an event per dispatch: with dispatches of a few
+    hundred nanoseconds that is a visible part of the call, which the section times include."""
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("ratio",)
+
+    profiled_ns: float = json_field(rounded=True)  # per call
+    unprofiled_ns: float = json_field(rounded=True)  # per call
+
+    @property
+    def ratio(self) -> float:
+        """Profiled / unprofiled time per call (1.3: a profiled call takes 30% longer)."""
+        return self.profiled_ns / self.unprofiled_ns if self.unprofiled_ns else float("inf")
 
 
 @dataclass

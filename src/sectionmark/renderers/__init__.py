@@ -129,6 +129,10 @@ RENDERERS: dict[str, Renderer] = {
                  "sectionmark.renderers.components_csv", replays="csv"),
         Renderer("components-chart", (".components.png",), True, "PNG chart of the component view",
                  "sectionmark.renderers.components_chart", replays="stacked"),
+        # Before the graph, which also writes .html when asked by name: a bare .html path is the report.
+        Renderer("html", (".html",), False,
+                 "one self-contained HTML report: section tree, call timeline, components, kernels, graph",
+                 "sectionmark.renderers.html", replays="document"),
         Renderer("graph", (".dot", ".svg", ".html"), False,
                  "read/write graph of the dispatches: .dot, .svg (needs Graphviz 'dot') or self-contained .html",
                  "sectionmark.renderers.graph", by_suffix=True),
@@ -153,7 +157,8 @@ def get(name: str) -> Renderer:
 
 
 def for_path(path: PathLike) -> Renderer:
-    """The renderer whose extension ends ``path`` (the longest match: ``run.perfetto.json`` is perfetto)."""
+    """The renderer whose extension ends ``path`` (the longest match: ``run.perfetto.json`` is perfetto; of
+    equally long ones the first registered: ``.html`` is the report)."""
     name = Path(path).name.lower()
     matches = [(len(ext), renderer) for renderer in RENDERERS.values() for ext in renderer.extensions
                if name.endswith(ext)]

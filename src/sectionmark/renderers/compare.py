@@ -3,7 +3,9 @@
 Not in ``RENDERERS``: those render one profile; these render the comparison
 of two (`sectionmark.profiling.compare`), read here from the profile JSON
 files `--json` writes (`json_out.load`). Times are busy time per call, as in
-the section table; names are data (``rich.text.Text``, never markup).
+the section table; names are data (``rich.text.Text``, never markup). The
+table has the sections, then the components (sections of one name summed
+across blocks); the CSV has both, told apart by its ``kind`` column.
 """
 
 from __future__ import annotations
@@ -18,66 +20,100 @@ from rich.table import Table
 from rich.text import Text
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.compare import (CONFIDENCE, FASTER, MIN_CHANGE, RESAMPLES, SEED, SLOWER, Comparison,
-                                           SectionChange, compare_sessions)
+from sectionmark.profiling.compare import (CONFIDENCE, FASTER, MIN_CHANGE, RESAMPLES, SEED, SLOWER, Change,
+                                           Comparison, compare_sessions)
+from sectionmark.workflows.replay import ReplayProfile
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import json_out
 from sectionmark.renderers.csv_format import csv_text
 from sectionmark.renderers.table import format_ns
 
 CSV_COLUMNS = ["section", "path", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "change_percent", "a_calls",
-               "b_calls"]
+               "b_calls", "kind", "basis"]
 VERDICT_STYLES = {SLOWER: "red", FASTER: "green"}
 
 
 def compare(a: Union[ProfileSession, str, Path], b: Union[ProfileSession, str, Path], *,
-            resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = SEED,
-            min_change: float = MIN_CHANGE) -> Comparison:
-    """Compare profile ``b`` against ``a``: sessions, or profile JSON files (``prof.save("run.json")``, ``--json``).
+            function: Optional[str] = None, resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
+            seed: int = SEED, min_change: float = MIN_CHANGE) -> Comparison:
+    """Compare profile ``b`` against ``a``: sessions, profile JSON files (``prof.save("run.json")``, ``--json``), or
+    a recording's replay JSON (``sectionmark profile RECORDING --json F``: ``function``'s profile, `load_profile`).
 
-    Per section: busy time per call in A and B, the ratio B/A, its bootstrap
-    confidence interval from the per-call samples (``resamples`` draws, seeded
-    with ``seed``), and "faster"/"slower" only when the interval excludes 1 by
-    more than ``min_change`` percent (run-to-run drift: `sectionmark.profiling.compare`).
+    Per section and per component (by name): busy time per call in A and B,
+    the ratio B/A, its bootstrap confidence interval from the per-call samples
+    (``resamples`` draws, seeded with ``seed``), and "faster"/"slower" only when
+    the interval excludes 1 by more than ``min_change`` percent (run-to-run
+    drift: `sectionmark.profiling.compare`).
     """
     labels = [str(x) if isinstance(x, (str, Path)) else name for x, name in ((a, "A"), (b, "B"))]
-    return compare_sessions(load_profile(a), load_profile(b), labels=labels, resamples=resamples,
-                            confidence=confidence, seed=seed, min_change=min_change)
+    return compare_sessions(load_profile(a, function), load_profile(b, function), labels=labels,
+                            resamples=resamples, confidence=confidence, seed=seed, min_change=min_change)
 
 
-def load_profile(source: Union[ProfileSession, str, Path]) -> ProfileSession:
-    """A session as is, or a profile JSON file read back; an error names the file."""
+def load_profile(source: Union[ProfileSession, str, Path], function: Optional[str] = None) -> ProfileSession:
+    """A session as is, a profile JSON file read back, or one function's profile from a recording's replay JSON
+    (``function``, or the one function of the replay that ran dispatches); an error names the file.
+
+    ``function`` given for a profile JSON of another function is an error too: the comparison would not be
+    of what was asked for.
+    """
     if isinstance(source, ProfileSession):
         return source
     try:
-        return json_out.load(source)
+        data = json_out.read(source)
+        if isinstance(data, dict) and data.get("kind") == "replay":
+            return _replayed_function(ReplayProfile.from_json(data), function)
+        session = ProfileSession.from_json(data)
+        if function is not None and session.function is not None and session.function != function:
+            raise SectionmarkError(f"a profile of function {session.function!r}, not {function!r}")
+        return session
     except SectionmarkError as error:
         message = str(error)
         raise SectionmarkError(message if str(source) in message else f"{source}: {message}") from None
+
+
+def _replayed_function(replay: ReplayProfile, function: Optional[str]) -> ProfileSession:
+    if function is not None:
+        return replay.function(function)
+    profiled = [entry.function for entry in replay.functions if entry.profile is not None]
+    if len(profiled) != 1:
+        raise SectionmarkError(f"a replay of {len(profiled)} functions that ran dispatches ({', '.join(profiled)}): "
+                               "name one with --function")
+    return replay.function(profiled[0])
 
 
 def _ratio(value: Optional[float]) -> str:
     return f"{value:.3f}" if value is not None else ""
 
 
-def _change(row: SectionChange) -> str:
+def _change(row: Change) -> str:
     return f"{row.change_percent:+.1f}%" if row.change_percent is not None else ""
 
 
-def build_table(comparison: Comparison) -> Table:
-    """One row per section: time per call in A and B, B/A with its interval, the verdict."""
-    table = Table(title=Text(f"B: {comparison.b}  vs  A: {comparison.a}"), title_justify="left",
-                  caption=f"interval: bootstrap of the calls, {comparison.resamples} resamples, seed "
-                          f"{comparison.seed}; slower/faster: beyond {comparison.min_change:g}%",
-                  caption_justify="left")
-    table.add_column("Section")
+def build_table(comparison: Comparison, components: bool = False) -> Table:
+    """One row per section (``components``: per component), time per call in A and B, B/A with its interval, the
+    verdict."""
+    if components:
+        table = Table(title="components (sections of one name summed across blocks)", title_justify="left")
+        table.add_column("Component")
+        table.add_column("Sections A/B", justify="right")
+    else:
+        bases = " or ".join(sorted({row.basis for row in comparison.sections if row.low is not None})) or "calls"
+        table = Table(title=Text(f"B: {comparison.b}  vs  A: {comparison.a}"), title_justify="left",
+                      caption=f"interval: bootstrap of the {bases}, {comparison.resamples} resamples, seed "
+                              f"{comparison.seed}; slower/faster: beyond {comparison.min_change:g}%",
+                      caption_justify="left")
+        table.add_column("Section")
     for column in ("A/call", "B/call", "B/A", f"{comparison.confidence:.0%} interval", "Change"):
         table.add_column(column, justify="right")
     table.add_column("Verdict")
-    for row in comparison.sections:
-        depth = max(len(row.path) - 1, 0)
+    for row in comparison.components if components else comparison.sections:
+        if components:
+            name = [Text(row.name), f"{row.a_sections}/{row.b_sections}"]
+        else:
+            name = [Text("  " * max(len(row.path) - 1, 0) + (row.path[-1] if row.path else "(unmarked)"))]
         table.add_row(
-            Text("  " * depth + (row.path[-1] if row.path else "(unmarked)")),
+            *name,
             format_ns(row.a_ns) if row.a_ns is not None else "",
             format_ns(row.b_ns) if row.b_ns is not None else "",
             _ratio(row.ratio),
@@ -89,23 +125,29 @@ def build_table(comparison: Comparison) -> Table:
 
 
 def render_table(comparison: Comparison, width: int = 140) -> str:
-    """The table as plain text."""
+    """The sections' table, then the components', as plain text."""
     buffer = io.StringIO()
-    Console(file=buffer, width=width, color_system=None, force_terminal=False).print(build_table(comparison))
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    console.print(build_table(comparison))
+    console.print(build_table(comparison, components=True))
     return buffer.getvalue()
 
 
 def render_csv(comparison: Comparison) -> str:
-    """One row per section; empty cells where a figure does not exist (a section in one profile only)."""
+    """One row per section (``kind`` "section"), then per component (``kind`` "component": its name in
+    ``section``, ``path`` empty); empty cells where a figure does not exist (a section in one profile only)."""
     def cell(value: Optional[float], digits: int) -> object:
         return "" if value is None else round(value) if digits == 0 else round(value, digits)
 
-    return csv_text(CSV_COLUMNS, (
-        [row.name, json.dumps(list(row.path), ensure_ascii=False), row.verdict, cell(row.a_ns, 0), cell(row.b_ns, 0),
-         cell(row.ratio, 6), cell(row.low, 6), cell(row.high, 6), cell(row.change_percent, 3), row.a_calls,
-         row.b_calls]
-        for row in comparison.sections
-    ))
+    def figures(row: Change) -> list:
+        return [row.verdict, cell(row.a_ns, 0), cell(row.b_ns, 0), cell(row.ratio, 6), cell(row.low, 6),
+                cell(row.high, 6), cell(row.change_percent, 3), row.a_calls, row.b_calls]
+
+    return csv_text(CSV_COLUMNS, [
+        *([row.name, json.dumps(list(row.path), ensure_ascii=False), *figures(row), "section", row.basis]
+          for row in comparison.sections),
+        *([row.name, "", *figures(row), "component", row.basis] for row in comparison.components),
+    ])
 
 
 def render_json(comparison: Comparison) -> str:

@@ -22,12 +22,13 @@ import re
 import shutil
 import subprocess
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Iterable, Optional, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike, write_atomic
-from sectionmark.paths import format_path
+from sectionmark.section_path import UNMARKED, format_path
 from sectionmark.profiling.kernels import KernelRow, kernels
 from sectionmark.renderers.kernels import format_bytes, format_sections
 from sectionmark.renderers.table import format_ns
@@ -47,51 +48,216 @@ def producer_site(binding: Binding) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def render(session) -> str:
-    """The graph as Graphviz DOT text."""
+@dataclass(frozen=True)
+class GraphEdge:
+    """One tensor passed along: from a node to a node (``s<site>`` dispatch sites, ``t<n>`` program values)."""
+
+    source: str
+    target: str
+    label: tuple[str, ...]  # lines: the slice (dtype[shape] bytes), then "read by N" for a shared read
+    shared: bool  # the tensor is read by several dispatches
+
+
+@dataclass
+class ReadWriteGraph:
+    """The graph every form of this renderer draws: the same nodes and edges in DOT, SVG and HTML."""
+
+    sites: list[KernelRow]  # the dispatch sites that ran, in execution order
+    values: dict[str, tuple[str, bool]]  # program value node id -> (name, is an output), in order of first use
+    edges: list[GraphEdge]
+
+
+def read_write_graph(session) -> ReadWriteGraph:
+    """Dispatch sites and the program's values joined by the tensors each site reads and writes."""
     rows = kernels(session)
     ran = {row.site for row in rows}
-    calls = max(session.calls, 1)
     readers = Counter(binding.tensor for row in rows for binding in row.bindings if binding.access != "write")
-    lines = ["digraph sectionmark {", '  rankdir=TB; node [shape=box, fontname="Helvetica", fontsize=9];',
-             '  edge [fontname="Helvetica", fontsize=8];']
-    clusters: dict[str, list[KernelRow]] = {}
-    for row in rows:
-        clusters.setdefault(format_path(row.sections[0][0]) if row.sections else "(unmarked)", []).append(row)
-    for index, (name, members) in enumerate(clusters.items()):
-        lines.append(f"  subgraph cluster_{index} {{ label={_quote(name)}; style=rounded; color=grey60;")
-        for row in members:
-            label = [f"site {row.site}: {row.key}", format_sections(row),
-                     f"{format_ns(row.busy_ns / calls)}/call, {row.dispatches / calls:g} exec",
-                     f"R {format_bytes(row.read_bytes)}  W {format_bytes(row.written_bytes)}"]
-            label += ["data movement"] if row.data_movement else []
-            style = ', style=filled, fillcolor="#FDE2C8"' if row.data_movement else ""
-            lines.append(f"    s{row.site} [label={_quote(*label)}{style}];")
-        lines.append("  }")
-    program_nodes: dict[str, str] = {}
+    values: dict[str, tuple[str, bool]] = {}
+    node_of: dict[str, str] = {}
+    edges: list[GraphEdge] = []
 
-    def program_node(name: str, shape: str) -> str:
-        if name not in program_nodes:
-            program_nodes[name] = node = f"t{len(program_nodes)}"
-            lines.append(f"  {node} [label={_quote(name)}, shape={shape}, style=filled, fillcolor=\"#E8F0FE\"];")
-        return program_nodes[name]
+    def value_node(name: str, output: bool) -> str:
+        if name not in node_of:
+            node_of[name] = node = f"t{len(values)}"
+            values[node] = (name, output)
+        return node_of[name]
 
     for row in rows:
         for binding in row.bindings:
             if binding.access != "write":
                 producer = producer_site(binding)
-                source = f"s{producer}" if producer in ran else program_node(binding.tensor, "ellipse")
+                source = f"s{producer}" if producer in ran else value_node(binding.tensor, False)
                 shared = readers[binding.tensor] > 1
-                label = [_tensor_label(binding, binding.read_bytes)]
-                label += [f"read by {readers[binding.tensor]}"] if shared else []
-                style = ', color="#C5221F", penwidth=2' if shared else ""
-                lines.append(f"  {source} -> s{row.site} [label={_quote(*label)}{style}];")
+                label = (_tensor_label(binding, binding.read_bytes),) + ((f"read by {readers[binding.tensor]}",)
+                                                                         if shared else ())
+                edges.append(GraphEdge(source, f"s{row.site}", label, shared))
             for output in binding.outputs:
-                target = program_node(output, "doubleoctagon")
-                label = _tensor_label(binding, binding.written_bytes)
-                lines.append(f"  s{row.site} -> {target} [label={_quote(label)}];")
+                edges.append(GraphEdge(f"s{row.site}", value_node(output, True),
+                                       (_tensor_label(binding, binding.written_bytes),), False))
+    return ReadWriteGraph(rows, values, edges)
+
+
+def main_section(row: KernelRow) -> str:
+    """The section a site is grouped and coloured by: its first share's path, or "(unmarked)"."""
+    return format_path(row.sections[0][0]) if row.sections else UNMARKED
+
+
+def site_label(row: KernelRow, calls: int) -> list[str]:
+    """A dispatch node's lines: site and export, its sections, time per call, bytes, data movement."""
+    label = [f"site {row.site}: {row.key}", format_sections(row),
+             f"{format_ns(row.busy_ns / calls)}/call, {row.dispatches / calls:g} exec",
+             f"R {format_bytes(row.read_bytes)}  W {format_bytes(row.written_bytes)}"]
+    return label + (["data movement"] if row.data_movement else [])
+
+
+def render(session) -> str:
+    """The graph as Graphviz DOT text."""
+    graph = read_write_graph(session)
+    calls = max(session.calls, 1)
+    lines = ["digraph sectionmark {", '  rankdir=TB; node [shape=box, fontname="Helvetica", fontsize=9];',
+             '  edge [fontname="Helvetica", fontsize=8];']
+    clusters: dict[str, list[KernelRow]] = {}
+    for row in graph.sites:
+        clusters.setdefault(main_section(row), []).append(row)
+    for index, (name, members) in enumerate(clusters.items()):
+        lines.append(f"  subgraph cluster_{index} {{ label={_quote(name)}; style=rounded; color=grey60;")
+        for row in members:
+            style = ', style=filled, fillcolor="#FDE2C8"' if row.data_movement else ""
+            lines.append(f"    s{row.site} [label={_quote(*site_label(row, calls))}{style}];")
+        lines.append("  }")
+    for node, (name, output) in graph.values.items():
+        shape = "doubleoctagon" if output else "ellipse"
+        lines.append(f"  {node} [label={_quote(name)}, shape={shape}, style=filled, fillcolor=\"#E8F0FE\"];")
+    for edge in graph.edges:
+        style = ', color="#C5221F", penwidth=2' if edge.shared else ""
+        lines.append(f"  {edge.source} -> {edge.target} [label={_quote(*edge.label)}{style}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+# Section colours: distinct hues, the same in every view of a report (graph, tree, timeline); unmarked is grey.
+PALETTE = ("#4C8BF5", "#F29D38", "#3DAA5C", "#D2504B", "#8E6CC8", "#8C6454", "#D96BB9", "#7F8C8D",
+           "#B5BD3A", "#2EB6C8", "#1F5FBF", "#B8651A", "#217A3C", "#9E2F2B", "#5E3F99", "#5C4035")
+UNMARKED_COLOR = "#BDBDBD"
+NODE_WIDTH, LINE_HEIGHT, NODE_PADDING, LAYER_GAP, NODE_GAP = 230, 13, 6, 44, 16
+LABEL_CHARACTERS = 36  # characters of a line drawn in a node (the whole label is its hover title)
+
+
+def section_colors(names: Iterable[str]) -> dict[str, str]:
+    """A colour per section name (in order, cycling through ``PALETTE``); "(unmarked)" grey."""
+    colors = {UNMARKED: UNMARKED_COLOR}
+    for name in names:
+        if name not in colors:
+            colors[name] = PALETTE[(len(colors) - 1) % len(PALETTE)]
+    return colors
+
+
+@dataclass
+class _Node:
+    node: str  # s<site> or t<n>
+    lines: list[str]  # drawn
+    title: str  # hover
+    color: str
+    kind: str  # "site", "input" or "output"
+    data_movement: bool = False
+    layer: int = 0
+    x: float = 0.0
+    height: float = 0.0
+
+
+def layered_svg(session, colors: Optional[dict[str, str]] = None) -> str:
+    """The read/write graph drawn without Graphviz: a layered layout computed here, as inline SVG.
+
+    Each node sits one layer below the lowest node it reads from (program
+    inputs one layer above their first reader), so every edge points down;
+    within a layer, nodes are ordered by the mean position of what they read
+    (one barycentre sweep), then pushed apart to not overlap. Linear in nodes
+    and edges: a 2,000-site graph lays out in milliseconds. Nodes carry
+    ``data-node`` (the DOT node id) and edges ``data-source`` / ``data-target``,
+    the same edges as `render`'s DOT.
+    """
+    graph = read_write_graph(session)
+    calls = max(session.calls, 1)
+    colors = colors or section_colors(main_section(row) for row in graph.sites)
+    nodes: dict[str, _Node] = {}
+    for node, (name, output) in graph.values.items():
+        nodes[node] = _Node(node, [name], name, "#E8F0FE", "output" if output else "input")
+    for row in graph.sites:
+        label = site_label(row, calls)
+        nodes[f"s{row.site}"] = _Node(f"s{row.site}", label, "\n".join(label), colors.get(main_section(row), UNMARKED_COLOR),
+                                      "site", row.data_movement)
+    sources: dict[str, list[str]] = {node: [] for node in nodes}
+    targets: dict[str, list[str]] = {node: [] for node in nodes}
+    for edge in graph.edges:
+        sources[edge.target].append(edge.source)
+        targets[edge.source].append(edge.target)
+    # Layers: sites in execution order (a site reads only earlier sites), inputs above their first reader.
+    for row in graph.sites:
+        node = nodes[f"s{row.site}"]
+        node.layer = 1 + max((nodes[s].layer for s in sources[node.node] if nodes[s].kind == "site"), default=0)
+    for node in nodes.values():
+        if node.kind == "input":
+            node.layer = min((nodes[t].layer for t in targets[node.node]), default=1) - 1
+        elif node.kind == "output":
+            node.layer = 1 + max((nodes[s].layer for s in sources[node.node]), default=0)
+    layers: dict[int, list[_Node]] = {}
+    for node in nodes.values():
+        node.height = len(node.lines) * LINE_HEIGHT + 2 * NODE_PADDING
+        layers.setdefault(node.layer, []).append(node)
+    top, y_of = 0.0, {}
+    for layer in sorted(layers):
+        members = layers[layer]
+        wanted = {}
+        for index, node in enumerate(members):
+            placed = [nodes[s].x for s in sources[node.node] if nodes[s].layer < layer]
+            wanted[node.node] = sum(placed) / len(placed) if placed else index * (NODE_WIDTH + NODE_GAP)
+        members.sort(key=lambda node: wanted[node.node])
+        right = float("-inf")
+        for node in members:
+            node.x = max(wanted[node.node], right + NODE_WIDTH + NODE_GAP)
+            right = node.x
+        y_of[layer] = top
+        top += max(node.height for node in members) + LAYER_GAP
+    left = min(node.x for node in nodes.values()) if nodes else 0.0
+    width = (max(node.x for node in nodes.values()) - left + NODE_WIDTH + 2 * NODE_GAP) if nodes else NODE_WIDTH
+    parts = [f'<svg class="rw-graph" xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{top:.0f}" '
+             f'viewBox="0 0 {width:.0f} {top:.0f}" font-family="sans-serif" font-size="10">',
+             '<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="7" markerHeight="7" '
+             'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#555"/></marker></defs>']
+
+    def box(node: _Node) -> tuple[float, float]:
+        return node.x - left + NODE_GAP, y_of[node.layer]
+
+    for edge in graph.edges:
+        (sx, sy), (tx, ty) = box(nodes[edge.source]), box(nodes[edge.target])
+        x1, y1 = sx + NODE_WIDTH / 2, sy + nodes[edge.source].height
+        x2, y2 = tx + NODE_WIDTH / 2, ty
+        bend = (y2 - y1) / 2
+        style = 'stroke="#C5221F" stroke-width="2"' if edge.shared else 'stroke="#777" stroke-width="1"'
+        parts.append(f'<path class="edge" data-source="{edge.source}" data-target="{edge.target}" fill="none" {style} '
+                     f'marker-end="url(#arrow)" d="M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + bend:.1f} {x2:.1f},{y2 - bend:.1f} '
+                     f'{x2:.1f},{y2:.1f}"><title>{_text(" ".join(edge.label))}</title></path>')
+    for node in nodes.values():
+        x, y = box(node)
+        stroke = 'stroke="#E8710A" stroke-width="2" stroke-dasharray="5 3"' if node.data_movement else 'stroke="#555"'
+        shape = (f'<rect width="{NODE_WIDTH}" height="{node.height:.0f}" rx="{node.height / 2 if node.kind != "site" else 4:.0f}" '
+                 f'fill="{node.color}" fill-opacity="{0.35 if node.kind == "site" else 1}" {stroke}/>')
+        text = "".join(f'<text x="6" y="{NODE_PADDING + (i + 1) * LINE_HEIGHT - 3}">{_text(_shorten(line))}</text>'
+                       for i, line in enumerate(node.lines))
+        classes = f"node {node.kind}" + (" data-movement" if node.data_movement else "")
+        parts.append(f'<g class="{classes}" data-node="{node.node}" transform="translate({x:.1f},{y:.1f})">'
+                     f"<title>{_text(node.title)}</title>{shape}{text}</g>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _shorten(line: str) -> str:
+    return line if len(line) <= LABEL_CHARACTERS else line[: LABEL_CHARACTERS - 1] + "…"
+
+
+def _text(value: str) -> str:
+    """Text escaped for SVG or HTML markup (both inside elements and in attribute values)."""
+    return html.escape(value, quote=True)
 
 
 def save(session, path: Union[str, Path], inputs: Iterable[PathLike] = ()) -> Path:
@@ -128,7 +294,8 @@ def to_html(session, dot_text: str) -> str:
         svg = to_svg(dot_text)
         figure = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: inline SVG in HTML
     else:
-        figure = f"<p>No Graphviz here: {html.escape(INSTALL_HINT)}. The list below has the same edges.</p>"
+        figure = (f"<p>No Graphviz here ({html.escape(INSTALL_HINT)}): drawn with sectionmark's own layered layout. "
+                  f"The list below has the same edges.</p>{layered_svg(session)}")
     items = []
     for row in kernels(session):
         reads = "".join(

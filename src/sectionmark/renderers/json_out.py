@@ -49,11 +49,15 @@ def _text(document: dict[str, Any]) -> str:
 
 def load(path: Union[str, Path]) -> ProfileSession:
     """Read a saved profile JSON back (for ``sectionmark report`` on saved results)."""
+    return ProfileSession.from_json(read(path))
+
+
+def read(path: Union[str, Path]) -> Any:
+    """The JSON document of a file, not yet checked against any schema; one error line when it is not JSON."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise SectionmarkError(f"cannot read {path}: {error.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise SectionmarkError(f"{path} is not JSON: {error}") from None
-    return ProfileSession.from_json(data)

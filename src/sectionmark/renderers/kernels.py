@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sectionmark.paths import format_path
+from sectionmark.section_path import format_path
 from sectionmark.profiling.kernels import KernelRow, kernels
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers.table import format_ns
@@ -49,7 +49,8 @@ def format_sections(row: KernelRow) -> str:
                      for path, weight in row.sections)
 
 
-def render(session: ProfileSession, width: int = 200) -> str:
+def build_kernels_table(session: ProfileSession) -> Table:
+    """The kernel table as a rich Table (printed by `render`, converted by the HTML report)."""
     calls = max(session.calls, 1)
     table = Table(title="kernels: one row per dispatch site, execution order (busy time; bytes = exact slices)",
                   title_justify="left")
@@ -73,8 +74,12 @@ def render(session: ProfileSession, width: int = 200) -> str:
         )
     table.caption = Text(f"{SHARED_MARK} one deduplicated executable runs at several sites; "
                      f"{DATA_MOVEMENT_MARK}: bytes moved, (almost) no FLOPs (transpose, copy)")  # Text: brackets are not markup
+    return table
+
+
+def render(session: ProfileSession, width: int = 200) -> str:
     buffer = io.StringIO()
-    Console(file=buffer, width=width, color_system=None, force_terminal=False).print(table)
+    Console(file=buffer, width=width, color_system=None, force_terminal=False).print(build_kernels_table(session))
     return buffer.getvalue()
 
 

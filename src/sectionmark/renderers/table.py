@@ -10,6 +10,16 @@ With ``cpu=True`` (``--cpu``) the CPU columns follow: tile time across
 local-task's workers per call, parallelism (workers busy on average while the
 section's dispatches ran), utilization of the run's workers and tiles per call;
 a profile without tiles (Vulkan, Tracy) says "not recorded" there, never 0.
+With ``memory=True`` (``--memory``): bytes read + written per call, the
+working set, achieved GB/s and GFLOP/s and FLOPs per byte (the section's
+`Traffic`; empty where no dispatch of the section has static sizes). With
+``span=True`` (``--span``): where in the call the section runs, its median
+start and end (offsets from the call's start; min and max are in the JSON,
+the CSV and the ``--timeline`` chart).
+A profile of several runs (``--runs K``) adds the median busy time per call
+over the runs and its interval after Busy/call; the other columns are those
+of the run of median total, and a note says so. A profile of one run says
+under the table that run-to-run variation was not measured.
 
 Names are data: every user-given string (section, function, zone and export
 names) goes into the table as ``rich.text.Text``, never as markup, so
@@ -25,9 +35,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sectionmark.paths import UNMARKED, format_path
+from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.profiling.stats import SectionStats
+from sectionmark.profiling.stats import SectionStats, Traffic
+from sectionmark.section_path import UNMARKED, format_path
 
 SHARED_MARK = "*"
 NOT_RECORDED = "not recorded"
@@ -58,18 +69,56 @@ def _cpu_cells(session: ProfileSession, row: SectionStats, calls: int) -> list[s
     ]
 
 
-def build_table(session: ProfileSession, cpu: bool = False) -> Table:
-    """A rich Table: one row per section (nested, indented), "(unmarked)" and the total; ``cpu``: with the CPU columns."""
+def format_ns_range(low: float, high: float) -> str:
+    """``(28590, 43753)`` -> ``28.590–43.753 µs``: both ends in the unit `format_ns` gives the larger."""
+    unit = format_ns(max(abs(low), abs(high))).split()[-1]
+    scale = {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1.0}[unit]
+    digits = 0 if unit == "ns" else 3
+    return f"{low / scale:.{digits}f}–{high / scale:.{digits}f} {unit}"
+
+
+def _interval(spread: Optional[RunSpread]) -> str:
+    return format_ns_range(spread.low_ns, spread.high_ns) if spread is not None else ""
+
+
+
+def _memory_cells(traffic: Optional[Traffic], working_set_bytes: Optional[int], calls: int) -> list[str]:
+    """Bytes/call, working set, GB/s, GFLOP/s, FLOPs per byte; empty where no dispatch had static sizes."""
+    if traffic is None:
+        return [""] * 5
+    return [
+        format_bytes(traffic.bytes / calls),
+        format_bytes(working_set_bytes) if working_set_bytes is not None else "",
+        f"{traffic.gb_per_s:.2f}" if traffic.gb_per_s is not None else "",
+        f"{traffic.gflop_per_s:.2f}" if traffic.gflop_per_s is not None else "",
+        f"{traffic.intensity:.3f}" if traffic.intensity is not None else "",
+    ]
+
+
+def _span_cells(row: SectionStats) -> list[str]:
+    """Median start and end offset in the call; empty for a section that never ran."""
+    return [format_ns(offsets.p50) if offsets is not None else "" for offsets in (row.start_ns, row.end_ns)]
+
+
+def build_table(session: ProfileSession, cpu: bool = False, memory: bool = False, span: bool = False) -> Table:
+    """A rich Table: one row per section (nested, indented), "(unmarked)" and the total; ``cpu``, ``memory``,
+    ``span``: with those columns (module docstring)."""
     calls = max(session.calls, 1)
     title = f"{session.function or 'profile'}: {session.calls} calls"
     if session.warmup:
         title += f" (+{session.warmup} warmup)"
+    spread = session.total_runs
+    if spread is not None:
+        title += f" in each of {session.runs} runs"
     table = Table(title=Text(title), title_justify="left", show_footer=True)
     table.add_column("Section", footer="Total")
     table.add_column("Share", justify="right", footer="100.0%")
     # Calls that cannot be told apart are reported as one: the columns hold totals then.
     per = "/call" if session.calls_known else " (total)"
     table.add_column(f"Busy{per}", justify="right", footer=format_ns(session.total_ns / calls))
+    if spread is not None:
+        table.add_column(f"Median of {spread.runs}", justify="right", footer=format_ns(spread.median_ns))
+        table.add_column(f"{spread.confidence:.1%} CI", justify="right", footer=_interval(spread))
     table.add_column(f"Wall{per}", justify="right", footer=format_ns(session.wall_ns / calls))
     table.add_column(f"Excl{per}", justify="right")
     table.add_column(f"Shared{per}", justify="right")
@@ -86,6 +135,14 @@ def build_table(session: ProfileSession, cpu: bool = False) -> Table:
         table.add_column("Util", justify="right",
                          footer=f"{session.utilization:.0%}" if session.utilization is not None else "")
         table.add_column(f"Tiles{per}", justify="right", footer=f"{session.tiles / calls:g}" if recorded else "")
+    if memory:  # the footer: the whole profile's traffic (top-level rows and unmarked; working sets do not add up)
+        whole = Traffic.total(row.traffic for row in session.sections if len(row.path) <= 1)
+        for header, footer in zip((f"Bytes{per}", "Working set", "GB/s", "GFLOP/s", "FLOP/B"),
+                                  _memory_cells(whole, None, calls)):
+            table.add_column(header, justify="right", footer=footer)
+    if span:
+        table.add_column("Start p50", justify="right")
+        table.add_column("End p50", justify="right")
     for row in session.sections:
         if not row.path and row.busy_ns == 0:
             continue
@@ -96,6 +153,7 @@ def build_table(session: ProfileSession, cpu: bool = False) -> Table:
             Text(_name(row)),
             f"{row.share:.1%}",
             format_ns(row.busy_ns / calls),
+            *([format_ns(row.runs.median_ns) if row.runs else "", _interval(row.runs)] if spread is not None else []),
             format_ns(row.wall_ns / calls),
             format_ns(row.exclusive_ns / calls),
             format_ns(row.shared_ns / calls) if row.shared_ns else "",
@@ -103,6 +161,8 @@ def build_table(session: ProfileSession, cpu: bool = False) -> Table:
             format_ns(row.per_call.p95_ns) if session.calls_known else "",
             f"{row.dispatches / calls:g}",
             *(_cpu_cells(session, row, calls) if cpu else []),
+            *(_memory_cells(row.traffic, row.working_set_bytes, calls) if memory else []),
+            *(_span_cells(row) if span else []),
             style="dim" if not row.path else None,
         )
     return table
@@ -180,7 +240,30 @@ def notes(session: ProfileSession) -> list[str]:
         lines.append(f"{SHARED_MARK} shares fused dispatches with other sections; their time is split {split_rule_text(session)}")
     if not session.calls_known:
         lines.append("calls could not be told apart in this profile: per-call percentiles are not shown")
-    return lines + cpu_lines(session) + call_time_lines(session)
+    return lines + run_lines(session) + cpu_lines(session) + call_time_lines(session) + profiler_cost_lines(session)
+
+
+def profiler_cost_lines(session: ProfileSession) -> list[str]:
+    """The profiler's own cost, when the run measured it (`ProfilerCost`)."""
+    cost = session.profiler_cost
+    if cost is None:
+        return []
+    return [f"profiler cost: {format_ns(cost.profiled_ns)}/call profiled vs {format_ns(cost.unprofiled_ns)}/call "
+            f"unprofiled ({cost.ratio:.2f}x; median measured call timed by iree-benchmark-module, same calls and inputs)"]
+
+
+def run_lines(session: ProfileSession) -> list[str]:
+    """How much the figures move between runs: measured over ``--runs K``, or said not to be."""
+    spread = session.total_runs
+    if spread is None:
+        return ["run-to-run variation not measured (one run): --runs 5 (runs=5) shows how much these figures move "
+                "between runs"]
+    return [f"runs: Median of {spread.runs} and its CI (confidence interval) are the busy time per call over "
+            f"{spread.runs} fresh runs (total "
+            f"{format_ns_range(min(spread.values_ns), max(spread.values_ns))}, CV "
+            f"{spread.coefficient_of_variation:.1%}); the interval is two of the run values (order statistics) "
+            f"covering the median with {spread.confidence:.1%} confidence; the other columns are run "
+            f"{session.shown_run} (median total)"]
 
 
 def cpu_lines(session: ProfileSession) -> list[str]:
@@ -225,17 +308,21 @@ def call_time_lines(session: ProfileSession) -> list[str]:
     return lines
 
 
-def print_table(session: ProfileSession, console: Console, cpu: bool = False) -> None:
-    """Print the table (``cpu``: with the CPU columns) and its notes to ``console``."""
-    console.print(build_table(session, cpu))
+def print_table(session: ProfileSession, console: Console, cpu: bool = False, memory: bool = False,
+                span: bool = False) -> None:
+    """Print the table (with the columns asked for: `build_table`) and its notes to ``console``."""
+    console.print(build_table(session, cpu, memory, span))
     for line in notes(session):
         console.print(line, style="dim", highlight=False, markup=False)
 
 
-def render(session: ProfileSession, width: Optional[int] = None, cpu: bool = False) -> str:
-    """The table and its notes as plain text, ``width`` columns wide (default 140; 190 with the CPU columns,
-    which need it to keep their headers on one line); ``cpu``: with the CPU columns."""
+def render(session: ProfileSession, width: Optional[int] = None, cpu: bool = False, memory: bool = False,
+           span: bool = False) -> str:
+    """The table and its notes as plain text, ``width`` columns wide (default 140, wider by what the CPU, memory
+    and span columns and the runs' median and interval need to keep their headers on one line); ``cpu``,
+    ``memory``, ``span``: with those columns."""
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width or (190 if cpu else 140), color_system=None, force_terminal=False)
-    print_table(session, console, cpu)
+    width = width or 140 + 50 * cpu + 60 * memory + 26 * span + 40 * (session.total_runs is not None)
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    print_table(session, console, cpu, memory, span)
     return buffer.getvalue()

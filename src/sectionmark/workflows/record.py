@@ -4,7 +4,7 @@
 (`sectionmark.runtime.LoadedModule`): the function, each host argument (a copy,
 saved as ``.npy`` for the replay) and, for each device array, which earlier
 call's result it is. ``rec.profile()`` compiles a replay driver
-(`sectionmark.workflows.replay_driver`) that makes the same calls passing
+(`sectionmark.workflows.replay_module`) that makes the same calls passing
 results along on the device, runs it under ``iree-benchmark-module`` with
 HAL-native profiling and splits the profile per function
 (`sectionmark.workflows.replay`). ``rec.save(directory)`` keeps everything
@@ -36,13 +36,13 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path, remove_stale_temporaries, temporary_name
 from sectionmark.parameters import Parameters, parameter_specs, spec_text
 from sectionmark.profiling.inputs import load_input_array
-from sectionmark.profiling.ireeprof import read_profile
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, TRACED_DRIVERS, device_driver, run_profile
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.runtime import LoadedModule, open_context
 from sectionmark.section_map import SectionMap, sidecar_path
 from sectionmark.serialization import json_field
 from sectionmark.workflows.replay import ReplayProfile
-from sectionmark.workflows.replay_driver import Argument, DriverCall, InputArgument, ResultArgument
+from sectionmark.workflows.replay_module import Argument, ReplayCall, InputArgument, ResultArgument
 
 RECORDING_VERSION = 1
 RECORDING_FILE = "recording.json"
@@ -107,12 +107,12 @@ class Recording:
     """
 
     def __init__(self, name: str, vmfb: bytes, section_map: Optional[SectionMap], device: str,
-                 parameters: list, calls: Optional[list[DriverCall]] = None,
+                 parameters: list, calls: Optional[list[ReplayCall]] = None,
                  inputs: Optional[list[np.ndarray]] = None, module: Optional[LoadedModule] = None,
                  driver: Optional[bytes] = None, directory: Optional[Path] = None):
         self.name, self.vmfb, self.section_map = name, vmfb, section_map
         self.device, self.parameters = device, parameters
-        self._calls: list[DriverCall] = calls or []
+        self._calls: list[ReplayCall] = calls or []
         self._inputs: list[Any] = inputs or []  # host values; while recording, also (bytes, dtype, shape) copies
         self._noted: list[tuple[str, list, int]] = []  # calls noted since `calls` was last read, see `note`
         self._module = module
@@ -174,11 +174,11 @@ class Recording:
         self._driver = None
 
     @property
-    def calls(self) -> list[DriverCall]:
+    def calls(self) -> list[ReplayCall]:
         """The calls recorded so far, in order."""
         if self._noted:
             self._calls.extend(
-                DriverCall(function, tuple(ResultArgument(*value) if type(value) is tuple else InputArgument(value)
+                ReplayCall(function, tuple(ResultArgument(*value) if type(value) is tuple else InputArgument(value)
                                            for value in arguments), results)
                 for function, arguments, results in self._noted)
             self._noted.clear()
@@ -209,9 +209,9 @@ class Recording:
     def driver(self) -> bytes:
         """The compiled replay driver (.vmfb); a saved recording's own, so that profiling it needs no compiler."""
         if self._driver is None:
-            from sectionmark.workflows.replay_driver import compile_driver
+            from sectionmark.workflows.replay_module import compile_replay_module
 
-            self._driver = compile_driver(self.name, self.calls, len(self.inputs))
+            self._driver = compile_replay_module(self.name, self.calls, len(self.inputs))
         return self._driver
 
     def replay(self) -> Union[Any, tuple]:
@@ -225,11 +225,15 @@ class Recording:
 
     def profile(self, iterations: int = 5, warmup: int = 1, *, quiet: bool = False,
                 timeout: Optional[float] = DEFAULT_TIMEOUT_S,
-                keep_profile: Optional[Union[str, Path]] = None) -> ReplayProfile:
+                keep_profile: Optional[Union[str, Path]] = None, runs: int = 1,
+                workers: Optional[int] = None) -> ReplayProfile:
         """Replay the recorded calls ``warmup + iterations`` times under IREE's profiler; per-function profiles.
 
         Each replay starts again from the recorded host inputs, so every replay
         does the same work; the first ``warmup`` replays are not measured.
+        ``runs``, ``workers``: as in `sectionmark.profile` (fresh runs of the
+        tool, each function's sections with their spread over the runs;
+        local-task's most workers). ``keep_profile``: the first run's profile.
         """
         if self.section_map is None:
             raise SectionmarkError("this module was compiled without markers; it has no section map to report")
@@ -238,6 +242,8 @@ class Recording:
                 f"replaying a recording is profiled with IREE's HAL-native profiler, which {self.device} lacks in "
                 "IREE 3.13; profile the recording on local-task, or use sm.profile per function (docs/gpu.md)"
             )
+        if runs < 1:
+            raise SectionmarkError(f"need runs >= 1 (got {runs})")
         protected = recording_files(self.directory) if self.directory is not None else []
         if keep_profile is not None:
             check_output_path(keep_profile, protected)
@@ -246,14 +252,18 @@ class Recording:
             model, replay = directory / MODEL_FILE, directory / DRIVER_FILE
             model.write_bytes(self.vmfb)
             replay.write_bytes(self.driver())
-            run = run_profile(replay, self.inputs, directory, function="replay", device=self.device,
-                              iterations=iterations, warmup=warmup, quiet=quiet, timeout=timeout,
-                              parameters=self.parameters, imported=[model])
-            if keep_profile is not None:
-                with atomic_path(keep_profile, protected) as temporary:
-                    shutil.copyfile(run.profile_path, temporary)
-            return ReplayProfile.build(read_profile(run.profile_path), self.section_map, self.sequence,
-                                       replays=iterations, warmup=warmup)
+            profiles = []
+            for index in range(runs):
+                run = run_profile(replay, self.inputs, directory / f"run{index + 1}", function="replay",
+                                  device=self.device, iterations=iterations, warmup=warmup, quiet=quiet,
+                                  timeout=timeout, parameters=self.parameters, imported=[model], workers=workers,
+                                  progress=f"run {index + 1} of {runs}" if runs > 1 else "")
+                if keep_profile is not None and index == 0:
+                    with atomic_path(keep_profile, protected) as temporary:
+                        shutil.copyfile(run.profile_path, temporary)
+                profiles.append(ReplayProfile.build(read_profile(run.profile_path), self.section_map, self.sequence,
+                                                    replays=iterations, warmup=warmup))
+            return ReplayProfile.combine(profiles)
 
     # ------------------------------------------------------------------ saving
 
@@ -389,14 +399,14 @@ def _read_description(directory: Path) -> RecordingDescription:
         raise SectionmarkError(f"{path}: {error}") from None
 
 
-def _calls(description: RecordingDescription, path: Path) -> list[DriverCall]:
+def _calls(description: RecordingDescription, path: Path) -> list[ReplayCall]:
     calls = []
     for index, call in enumerate(description.calls):
         arguments = tuple(entry.argument() for entry in call.arguments)
         if None in arguments:
             raise SectionmarkError(f"{path}: malformed sectionmark recording: recording.calls[{index}].arguments"
                                    f"[{arguments.index(None)}]: neither an input nor a call and its result")
-        calls.append(DriverCall(call.function, arguments, call.results))
+        calls.append(ReplayCall(call.function, arguments, call.results))
     return calls
 
 

@@ -28,9 +28,10 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.profiling.attribute import attribute, public_function, submitted_functions
-from sectionmark.profiling.ireeprof import Profile
 from sectionmark.profiling.queue_time import assign_calls
+from sectionmark.profiling.runs import combine_runs
 from sectionmark.profiling.session import ProfileSession
+from sectionmark.readers.event_model import Profile
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 from sectionmark.serialization import json_field
 
@@ -168,6 +169,18 @@ class ReplayProfile:
         """The functions of the replay, in the order first called."""
         return [entry.function for entry in self.functions]
 
+    @classmethod
+    def combine(cls, runs: Sequence["ReplayProfile"]) -> "ReplayProfile":
+        """One replay profile of K fresh runs of the same replay: each function's sessions combined
+        (`sectionmark.profiling.runs.combine_runs`); a function without dispatches has none in any run."""
+        first = runs[0]
+        functions = []
+        for index, entry in enumerate(first.functions):
+            sessions = [run.functions[index].profile for run in runs]
+            profile = combine_runs(sessions) if all(session is not None for session in sessions) else None
+            functions.append(FunctionProfile(entry.function, entry.calls_per_replay, profile))
+        return dataclasses.replace(first, functions=functions)
+
     def function(self, name: str) -> ProfileSession:
         """The ProfileSession of one function's calls (all its calls in all measured replays)."""
         for entry in self.functions:
@@ -178,9 +191,13 @@ class ReplayProfile:
         raise SectionmarkError(f"the recording never called {name!r} (it called: {', '.join(self.function_names)})")
 
     def heading(self, entry: FunctionProfile) -> str:
-        """What a function's part of a text output is headed with: its calls per replay and the measured replays."""
+        """What a function's part of a text output is headed with: its name, then `calls_summary`."""
+        return f"{entry.function}: {self.calls_summary(entry)}"
+
+    def calls_summary(self, entry: FunctionProfile) -> str:
+        """A function's calls per replay and the measured replays (a heading's, an HTML tab's subtitle)."""
         calls = f"{entry.calls_per_replay} call{'s' * (entry.calls_per_replay != 1)} per replay"
-        return f"{entry.function}: {calls}, {self.replays} measured replay{'s' * (self.replays != 1)}"
+        return f"{calls}, {self.replays} measured replay{'s' * (self.replays != 1)}"
 
     # ------------------------------------------------------------------ outputs
 

@@ -23,7 +23,7 @@ from sectionmark.compiler import compile
 from sectionmark.compiler.slicing import SectionSlice, slice_section
 from sectionmark.errors import SectionmarkError
 from sectionmark.parameters import Parameters
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.section_path import SectionPath, format_path
 from sectionmark.runtime import load
 from sectionmark.profiling.kernels import kernels
 from sectionmark.profiling.session import ProfileSession

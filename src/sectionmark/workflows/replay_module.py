@@ -1,4 +1,4 @@
-"""The replay driver: a tiny IREE module that makes a recorded sequence of calls again.
+"""The replay module: a tiny IREE module that makes a recorded sequence of calls again.
 
 IREE 3.13's Python bindings cannot profile in-process, and its benchmark tool
 calls one function with fixed inputs. A recorded program (prefill, then many
@@ -14,7 +14,7 @@ module that imports the model's functions::
 
 Results flow from call to call as buffer views, so state stays on the device
 exactly as in the user's program; host inputs are the function's arguments
-(``--input`` of the tool). The driver has no tensors and no dispatches: it
+(``--input`` of the tool). The replay module has no tensors and no dispatches: it
 compiles in well under a second, for any target, and the executables of the
 model are untouched. The function returns the last call's results, so an
 in-process replay can be compared with the recorded run.
@@ -26,14 +26,14 @@ from typing import NamedTuple, Union
 
 from sectionmark.errors import SectionmarkError, first_line
 
-DRIVER_MODULE = "sectionmark_replay"
-DRIVER_FUNCTION = "replay"
+REPLAY_MODULE = "sectionmark_replay"
+REPLAY_FUNCTION = "replay"
 _BUFFER_VIEW = "!hal.buffer_view"
 
 
 # NamedTuples, not dataclasses: a recording makes several per call of the program, and they are 5x cheaper.
 class InputArgument(NamedTuple):
-    """A host value: the driver function's argument ``index``."""
+    """A host value: the replay function's argument ``index``."""
 
     index: int
 
@@ -48,7 +48,7 @@ class ResultArgument(NamedTuple):
 Argument = Union[InputArgument, ResultArgument]
 
 
-class DriverCall(NamedTuple):
+class ReplayCall(NamedTuple):
     """One call of the model's ``function`` with its arguments, giving ``results`` results."""
 
     function: str
@@ -56,8 +56,8 @@ class DriverCall(NamedTuple):
     results: int
 
 
-def driver_text(module_name: str, calls: list[DriverCall], inputs: int) -> str:
-    """The driver's MLIR: imports of the model functions called, then one function making the calls in order."""
+def replay_module_text(module_name: str, calls: list[ReplayCall], inputs: int) -> str:
+    """The replay module's MLIR: imports of the model functions called, then one function making the calls in order."""
     signatures: dict[str, tuple[int, int]] = {}
     for call in calls:
         signature = (len(call.arguments), call.results)
@@ -82,11 +82,11 @@ def driver_text(module_name: str, calls: list[DriverCall], inputs: int) -> str:
 
     last = calls[-1]
     returned = [value(ResultArgument(len(calls) - 1, index)) for index in range(last.results)]
-    lines = [f"module @{DRIVER_MODULE} {{"]
+    lines = [f"module @{REPLAY_MODULE} {{"]
     for function, (arguments, results) in signatures.items():
         lines.append(f"  func.func private {symbol(function)}({types(arguments)}) -> ({types(results)})")
     parameters = ", ".join(f"%input{index}: {_BUFFER_VIEW}" for index in range(inputs))
-    lines.append(f"  func.func @{DRIVER_FUNCTION}({parameters}) -> ({types(last.results)}) {{")
+    lines.append(f"  func.func @{REPLAY_FUNCTION}({parameters}) -> ({types(last.results)}) {{")
     for index, call in enumerate(calls):
         named = f"%call{index}" if call.results == 1 else f"%call{index}:{call.results}"
         target = f"{'' if not call.results else named + ' = '}func.call {symbol(call.function)}"
@@ -97,13 +97,16 @@ def driver_text(module_name: str, calls: list[DriverCall], inputs: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compile_driver(module_name: str, calls: list[DriverCall], inputs: int) -> bytes:
-    """The driver compiled to a .vmfb (no target flags: it has no device code)."""
+def compile_replay_module(module_name: str, calls: list[ReplayCall], inputs: int) -> bytes:
+    """The replay module compiled to a .vmfb (no target flags: it has no device code).
+
+    Users know it as the recording's "replay driver" (docs/record.md), hence the error's wording.
+    """
     if not calls:
         raise SectionmarkError("nothing was recorded: call the module's functions inside `with sm.record(module):`")
     from iree.compiler import CompilerToolError, compile_str
 
     try:
-        return bytes(compile_str(driver_text(module_name, calls, inputs)))
+        return bytes(compile_str(replay_module_text(module_name, calls, inputs)))
     except CompilerToolError as error:
         raise SectionmarkError(f"cannot compile the replay driver: {first_line(str(error), 'iree-compile failed')}") from None

@@ -1,6 +1,6 @@
 """``sectionmark.compile``: an IREE compile with the section hook between phases.
 
-Pipeline (one in-process compilation, see session.py)::
+Pipeline (one in-process compilation, see phases.py)::
 
     parse                               list the declared sections (a live export's: in a thread)
           -> ... -> dispatch-creation   number sites; weigh them on a copy, in a thread (flow.py)
@@ -24,12 +24,12 @@ from sectionmark.arguments import element_type
 from sectionmark.compiler.embed import embed_section_map, module_fingerprint
 from sectionmark.compiler.flow import number_sites, restore_executable_locations, weigh_sites
 from sectionmark.compiler.hal import CommandRecorder
-from sectionmark.compiler.session import PhasedCompilation, generic_op_views
+from sectionmark.compiler.phases import PhasedCompilation, generic_op_views
 from sectionmark.compiler.targets import debug_groups_by_default, target_flags
 from sectionmark.errors import SectionmarkError
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, declare_section, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
-from sectionmark.paths import SectionPath, format_path
+from sectionmark.section_path import SectionPath, format_path
 from sectionmark.section_map import CommandBuffer, DispatchSite, FunctionSignature, SectionMap, Share, sidecar_path
 
 # A SectionedExport, iree-turbine's ExportOutput, MLIR text, or a .mlir/.mlirbc path.
@@ -43,7 +43,7 @@ COMMANDS_PHASE = "hal"
 
 
 @dataclass
-class CompiledExport:
+class CompiledProgram:
     """A compiled .vmfb and, when compiled with markers, its section map."""
 
     vmfb: bytes
@@ -83,7 +83,7 @@ def compile(
     markers: bool = True,
     debug_groups: Optional[bool] = None,
     input_type: Optional[str] = None,
-) -> CompiledExport:
+) -> CompiledProgram:
     """Compile ``source`` for ``target``.
 
     ``source``: what ``sm.torch.export`` / ``sm.jax.export`` return,
@@ -105,7 +105,7 @@ def compile(
 
 def compile_with_flags(
     source: Source, flags: Sequence[str], target: str, markers: bool = True, debug_groups: Optional[bool] = None
-) -> CompiledExport:
+) -> CompiledProgram:
     """`compile` with exactly ``flags`` (all of them: target, input type, options); ``target`` names the map's."""
     if debug_groups is None:
         debug_groups = debug_groups_by_default(target)
@@ -114,7 +114,7 @@ def compile_with_flags(
     try:
         _parse(compilation, export if export is not None else source)
         if not markers:
-            return CompiledExport(compilation.finish(), None, target)
+            return CompiledProgram(compilation.finish(), None, target)
         with generic_op_views():
             parsed = compilation.parsed_module()
             functions = function_signatures(parsed)
@@ -146,7 +146,7 @@ def compile_with_flags(
                 framework=export.framework if export is not None else None,
             )
             embed_section_map(module, section_map)
-        return CompiledExport(compilation.finish(), section_map, target)
+        return CompiledProgram(compilation.finish(), section_map, target)
     finally:
         compilation.close()
 
