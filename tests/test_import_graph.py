@@ -212,13 +212,13 @@ def test_cycle_finder_on_a_hand_built_graph():
 def test_type_checking_imports_are_not_runtime_imports(tmp_path, monkeypatch):
     package = tmp_path / "sectionmark"
     package.mkdir()
-    for name in ("errors", "paths", "outputs"):
+    for name in ("errors", "section_path", "outputs"):
         (package / f"{name}.py").write_text("")
     module = package / "outputs.py"
     module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sectionmark import errors\n"
-                      "else:\n    from sectionmark import paths\ndef f():\n    import sectionmark.errors as e\n")
+                      "else:\n    from sectionmark import section_path\ndef f():\n    import sectionmark.errors as e\n")
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
-    assert sectionmark_imports(module) == {"sectionmark.paths", "sectionmark.errors"}
+    assert sectionmark_imports(module) == {"sectionmark.section_path", "sectionmark.errors"}
     module.write_text("import typing\nif typing.TYPE_CHECKING:\n    from sectionmark import errors\n")
     assert sectionmark_imports(module) == set()
 
