@@ -21,7 +21,8 @@ from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
 from sectionmark.profiling.runs import combine_runs, representative_run
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, local_task_workers, run_profile
-from sectionmark.profiling.session import ProfileSession, ProfilerCost
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import ProfilerCost
 from sectionmark.readers.event_model import Profile
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap

@@ -23,7 +23,7 @@ in the user's cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``, then
 ``sectionmark/peak-<host>-<device>.json``): measuring takes seconds, a chart
 should not. A cache file that cannot be read back is measured again.
 
-A section's achieved figures are its traffic (`sectionmark.profiling.session.Traffic`):
+A section's achieved figures are its traffic (`sectionmark.profiling.stats.Traffic`):
 the kernel table's bytes and FLOPs per execution times executions, split by
 the site's section weights (the same split as its time), over the site time
 so split; sites whose sizes are dynamic are left out. A component (sections

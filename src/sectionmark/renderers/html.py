@@ -44,7 +44,8 @@ from rich.table import Table
 
 from sectionmark.section_path import format_path
 from sectionmark.profiling.queue_time import measured_call_starts
-from sectionmark.profiling.session import ProfileSession, first_dispatch_starts
+from sectionmark.profiling.section_time import first_dispatch_starts
+from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import Span, build_timelines
 from sectionmark.renderers.components import build_components_table
 from sectionmark.renderers.graph import layered_svg, section_colors
