@@ -34,7 +34,7 @@ How times are computed (docs/profile-json.md has the full story):
 
 ``build`` is a pipeline of small pure functions over numpy arrays (one row
 per event, composition or section), because profiles can hold millions of
-events; each is unit-tested on hand-built data in tests/test_session.py.
+events; each is unit-tested on hand-built data in tests/profiling/test_session.py.
 """
 
 from __future__ import annotations
