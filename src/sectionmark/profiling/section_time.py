@@ -2,7 +2,7 @@
 
 Each works on numpy arrays (one row per event, composition or section column),
 because profiles can hold millions of events, and is unit-tested on hand-built
-data in tests/test_session.py. How the times are defined (busy, wall, CPU,
+data in tests/profiling/test_session.py. How the times are defined (busy, wall, CPU,
 start and end) is in `sectionmark.profiling.session`.
 """
 

@@ -5,7 +5,7 @@
  * join of attribute.py and the sums of session.py and queue_time.py. numpy
  * needs several passes over the data for each; these do one. Built when a C
  * compiler is present; the Python modules do the same with numpy when it is
- * not, and tests/test_ireeprof_fast.py checks that both give identical results.
+ * not, and tests/readers/test_ireeprof_fast.py checks that both give identical results.
  *
  * No numpy C API: the caller allocates the output arrays and passes them as
  * writable buffers; all validation (and every error message) stays in Python,

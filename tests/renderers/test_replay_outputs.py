@@ -1,6 +1,6 @@
 """A replay's per-function profiles render through the renderer registry, like one profile (hand-built data).
 
-The real replay (a recorded GPT-2 prefill + decode loop) is in tests/test_record.py; here the result family
+The real replay (a recorded GPT-2 prefill + decode loop) is in tests/workflows/test_record.py; here the result family
 itself: each format as its registry entry's ``replays`` says, the JSON document read back, and the formats
 that show one function at a time refused with one line.
 """

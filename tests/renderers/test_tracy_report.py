@@ -11,7 +11,7 @@ local-task, and a matmul fused across sections):
 * CUDA without a GPU: `sm.profile(..., device="cuda")` with only the GPU run
   replaced: the tracing tool's command line is checked and, instead of
   running it, a child process emits the zones IREE's CUDA driver records
-  (tests/gpu_zones.py) under the real headless capture. The report must give
+  (tests/helpers/gpu_zones.py) under the real headless capture. The report must give
   each section exactly its share of the dispatch durations that were emitted.
 """
 
@@ -188,7 +188,7 @@ def test_capture_of_another_model_is_one_line(cpu_run, tmp_path):
 
 
 def test_capture_of_a_cpu_run_is_reported_from_its_worker_zones(cpu_run, tmp_path, model_input):
-    """IREE's own Tracy zones of a CPU run (per-tile worker zones) are a live capture (tests/test_tracy_live.py)."""
+    """IREE's own Tracy zones of a CPU run (per-tile worker zones) are a live capture (tests/readers/test_tracy_live.py)."""
     vmfb, ireeprof, _tracy = cpu_run
     np.save(tmp_path / "x.npy", model_input.numpy())
     command = [str(find_tool("iree-benchmark-module", tracing=True)), "--device=local-task", f"--module={vmfb}",

@@ -41,7 +41,7 @@ _active: Optional[Recorder] = None
 
 
 def mark(module: torch.nn.Module, name: str) -> None:
-    """Make every call of ``module`` the section ``name`` (this instance only), as tests/hf_models.py does,
+    """Make every call of ``module`` the section ``name`` (this instance only), as tests/helpers/hf_models.py does,
     and tell an active recorder when the section is entered."""
     forward = sm.section(name)(module.forward)
 

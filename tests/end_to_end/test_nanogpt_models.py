@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "nanogpt"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "nanogpt"))
 
 import sectionmark as sm  # noqa: E402
 from model_torch import CONFIGS, GPT, example_input  # noqa: E402

@@ -465,7 +465,7 @@ def test_every_renderer_by_name_and_by_suffix(tmp_path):
     session = build([(0, 100, ((A, 1.0),)), (50, 150, ((A, 0.7), (B, 0.3)))], declared=[A, B])
     for renderer in RENDERERS.values():
         assert renderers.for_path(tmp_path / f"out{renderer.extensions[0]}") is renderer
-        if renderer.name == "tracy":  # needs IREE's tracing runtime: tests/test_tracy_replay.py
+        if renderer.name == "tracy":  # needs IREE's tracing runtime: tests/workflows/test_tracy_replay.py
             continue
         output = session.render(renderer.name)
         assert isinstance(output, bytes if renderer.binary else str) and output

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "nanogpt"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nanogpt"
 if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
 

@@ -17,7 +17,7 @@ from sectionmark.readers.tracy_capture import read_capture
 from sectionmark.renderers import json_out
 from sectionmark.section_map import SectionMap
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def check_chrome_trace(document):
@@ -53,7 +53,7 @@ def test_demo_small_config_end_to_end(tmp_path):
     assert "[data movement]" in (out / "kernels.txt").read_text(encoding="utf-8")
     parse_dot((out / "graph.dot").read_text(encoding="utf-8"))
     assert (out / "graph.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
-    report_page = out / "report.html"  # opened as a user does (tests/test_html.py checks it in detail)
+    report_page = out / "report.html"  # opened as a user does (tests/renderers/test_html.py checks it in detail)
     if chromium.available():
         loaded = chromium.load(report_page)
         assert loaded.console == [] and 'data-resources="0"' in loaded.dom and "Attention Softmax" in loaded.dom

@@ -25,7 +25,7 @@ from sectionmark.readers.tracy_capture import Capture, Zone, read_capture
 
 SEEDS = range(8)
 needs_c = pytest.mark.skipif(reader._native is None, reason="sectionmark.readers._tracyread not built (no C compiler)")
-CSVEXPORT = Path(__file__).resolve().parents[1] / ".." / "shared" / "tools" / "tracy-csvexport-0.11.2"
+CSVEXPORT = Path(__file__).resolve().parents[2] / ".." / "shared" / "tools" / "tracy-csvexport-0.11.2"
 
 # Nested sections on three threads, two GPU contexts with nested zones (one fed from two threads).
 NESTED_SCRIPT = """

@@ -4,7 +4,7 @@ The command lines are checked as built; the failures are the real tools'
 (the tracing iree-benchmark-module under a real headless capture for CUDA and
 HIP, the plain one with Vulkan's profiling families), turned into one line.
 Where a machine has such a device or driver, its failure test is skipped
-(tests/test_gpu.py runs there instead). Vulkan's refusal after a successful
+(tests/gpu/test_gpu.py runs there instead). Vulkan's refusal after a successful
 run replaces only the Vulkan run, by a real CPU profile without host-execution
 events, which is what the reader gets from Vulkan's device dispatch events.
 """

@@ -2,7 +2,7 @@
 
 Each case corrupts one thing in a real profile (or module, or input) and
 checks the error names it; the per-call logic is checked on the real profile
-with its submissions edited in memory. tests/test_readers_fuzz.py checks the
+with its submissions edited in memory. tests/readers/test_readers_fuzz.py checks the
 same readers against random corruption.
 """
 

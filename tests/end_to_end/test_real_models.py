@@ -1,7 +1,7 @@
 """Real third-party model code on the real stack: export -> compile -> load / profile.
 
 * Hugging Face GPT-2 and Llama (tiny configs, random weights), marked without
-  editing transformers (tests/hf_models.py): sections exactly as written,
+  editing transformers (tests/helpers/hf_models.py): sections exactly as written,
   almost no "(unmarked)" time, numerics of the compiled module equal to eager.
 * The same models as two functions of one module, prefill and decode, sharing
   a KV cache through iree-turbine's FxProgramsBuilder: both profiled, both
@@ -40,7 +40,7 @@ BUILDERS = {"gpt2": tiny_gpt2, "llama": tiny_llama}
 
 
 def written_sections(name: str) -> set[tuple[str, ...]]:
-    """The section paths tests/hf_models.py marks, as a reader of that file would list them."""
+    """The section paths tests/helpers/hf_models.py marks, as a reader of that file would list them."""
     sections = {("Embedding",), ("Final Norm",), ("LM Head",)}
     if name == "llama":
         sections.add(("Rotary Embedding",))
@@ -115,10 +115,10 @@ def test_plain_aot_export_in_a_fresh_process_keeps_every_section_without_a_warni
 
     from test_byte_identity import assert_same_executables
 
-    tests = Path(__file__).parent
-    run = subprocess.run([sys.executable, str(tests / "fresh_plain_export.py"), str(tmp_path), str(PROMPT)],
-                         capture_output=True, text=True, timeout=600, cwd=tests,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent / "src"), str(tests)])})
+    helpers = Path(__file__).resolve().parents[1] / "helpers"
+    run = subprocess.run([sys.executable, str(helpers / "fresh_plain_export.py"), str(tmp_path), str(PROMPT)],
+                         capture_output=True, text=True, timeout=600, cwd=helpers,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(helpers.parents[1] / "src"), str(helpers)])})
     assert run.returncode == 0, run.stderr[-3000:]
     sections = {style: {tuple(path) for path in paths} for style, paths in json.loads(run.stdout.splitlines()[-1]).items()}
     assert sections == {"nn.Module": written_sections("gpt2"), "ExportedProgram": written_sections("gpt2"),

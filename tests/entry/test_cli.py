@@ -16,7 +16,7 @@ from sectionmark.renderers import RENDERERS, json_out
 from sectionmark.section_map import SectionMap
 
 COMMANDS = ["compile", "profile", "report", "tracy", "tracy-stats", "compare", "peak"]
-CLI_DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+CLI_DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -1,6 +1,6 @@
 """The eager role of `section`: zones per thread, nesting, validation, decorator forms.
 
-A recording zone emitter stands in for Tracy here (tests/test_tracy.py runs
+A recording zone emitter stands in for Tracy here (tests/tracy/test_tracy.py runs
 the real one under a capture); it checks what Tracy needs: on every thread,
 zones end innermost first.
 """

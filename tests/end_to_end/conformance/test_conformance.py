@@ -1,6 +1,6 @@
 """The conformance table (programs.PROGRAMS), each program checked by one oracle: `check_program`.
 
-See tests/conformance/__init__.py for the table and what the oracle checks.
+See tests/end_to_end/conformance/__init__.py for the table and what the oracle checks.
 """
 
 from __future__ import annotations

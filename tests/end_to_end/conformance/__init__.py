@@ -50,8 +50,8 @@ The oracle (``test_conformance.check_program``), for every program:
    input means none in the map. **unmarked-time** — the profile agrees both ways: no unmarked
    FLOPs in the input => ``unmarked_ns == 0``; more than 1% => ``unmarked_ns > 0``.
 3. **numerics** — the compiled function's outputs equal eager torch (``no_grad``) or
-   ``jax.jit(fn)`` (rtol 1e-4, atol 1e-5, as tests/test_real_models.py).
-4. **executables** — byte-identical to the plain pipeline's (tests/test_byte_identity.py):
+   ``jax.jit(fn)`` (rtol 1e-4, atol 1e-5, as tests/end_to_end/test_real_models.py).
+4. **executables** — byte-identical to the plain pipeline's (tests/compiler/test_byte_identity.py):
    ``aot.export`` without sectionmark's names for torch, ``jax.jit(fn).lower(...)`` for JAX, both
    compiled by ``iree.compiler`` alone. torch.fx numbers the generated code of a re-traced graph
    per process (``<eval_with_key>.N``, embedded in executables): the plain text gets the

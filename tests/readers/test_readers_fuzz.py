@@ -18,7 +18,7 @@ a module embedding its section map, and of an input array. For every mutant:
 
 A mutation that changes a timestamp to another plausible value changes the
 table and the oracle alike: profiles carry no checksum (docs/limitations.md).
-Section-map JSON mutations are fuzzed in tests/test_section_map.py.
+Section-map JSON mutations are fuzzed in tests/foundation/test_section_map.py.
 """
 
 from __future__ import annotations

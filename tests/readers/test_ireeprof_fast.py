@@ -2,7 +2,7 @@
 
 The C extension (``sectionmark.readers._ireeprof``) and its numpy fallback
 read a real profile into identical tables and refuse each corrupt file of
-tests/test_readers.py with the same line; each numpy shortcut equals the
+tests/readers/test_readers.py with the same line; each numpy shortcut equals the
 straightforward numpy it replaces, on random data shaped like profiles.
 """
 

@@ -1,7 +1,7 @@
 """GPU dispatch zones of a Tracy capture joined to a section map (sectionmark.readers.tracy_dispatch_zones).
 
 Pure logic on hand-built captures and maps: the zones are what IREE's CUDA
-driver records (tests/gpu_zones.py) or what sectionmark's replay writes
+driver records (tests/helpers/gpu_zones.py) or what sectionmark's replay writes
 (section track plus lanes of concurrent dispatches). Expected times are
 computed here from the durations the zones were given and the map's shares.
 """

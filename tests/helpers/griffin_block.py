@@ -1,4 +1,4 @@
-"""A small Griffin-style recurrent block in JAX, each part a section (tests/test_kernels.py, test_graph.py).
+"""A small Griffin-style recurrent block in JAX, each part a section (tests/profiling/test_kernels.py, test_graph.py).
 
 Dense in-projection, a depthwise causal convolution over the sequence, sigmoid
 gates and a linear recurrence h_t = a_t * h_{t-1} + b_t (associative scan),

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "sectionmark"
 
 STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "readers", "profiling", "workflows", "renderers",
