@@ -116,3 +116,13 @@ def test_vulkan_profile_without_host_execution_is_refused(modules, monkeypatch, 
     assert f"kept at {kept}" in str(error.value) and "\n" not in str(error.value)
     assert kept.stat().st_size > 0
     assert f"--device_profiling_mode={runner.VULKAN_PROFILING_MODES}" in seen[0]
+
+
+def test_each_device_names_the_target_its_driver_runs():
+    from sectionmark.compiler.targets import TARGET_FLAGS, target_for_device
+
+    assert [target_for_device(device) for device in ("local-task", "vulkan", "vulkan://0", "cuda://1", "hip")] == [
+        "llvm-cpu", "vulkan-spirv", "vulkan-spirv", "cuda", "rocm"]
+    with pytest.raises(SectionmarkError, match="no compile target known for device 'metal'; use one of: local-task"):
+        target_for_device("metal")
+    assert set(TARGET_FLAGS) == {target_for_device(device) for device in ("local-sync", "cuda", "hip", "vulkan")}

@@ -1,4 +1,4 @@
-"""Compiler flags for the targets sectionmark knows by a short name.
+"""Compiler flags for the targets sectionmark knows by a short name, and the target of each device.
 
 Each target names an IREE HAL device and a conservative default architecture,
 so ``compile(..., target="cuda")`` works without the user knowing IREE's flag
@@ -28,6 +28,25 @@ TARGET_FLAGS: dict[str, tuple[str, ...]] = {
 # dies calling a null entry (SIGSEGV, seen on an NVIDIA H200; docs/gpu.md). Their sections are
 # attributed from the section map alone (sectionmark.tracy.dispatch_zones).
 WITHOUT_DEBUG_GROUPS = frozenset({"cuda", "rocm", "hip"})  # "hip": the target a turbine session names
+
+
+# The target whose executables each IREE HAL driver runs (``--device`` -> ``--target``).
+DRIVER_TARGETS = {"local-task": "llvm-cpu", "local-sync": "llvm-cpu", "cuda": "cuda", "hip": "rocm",
+                  "vulkan": "vulkan-spirv"}
+
+
+def device_driver(device: str) -> str:
+    """The HAL driver of an IREE device: ``cuda://0`` -> ``cuda``."""
+    return device.partition("://")[0]
+
+
+def target_for_device(device: str) -> str:
+    """The compile target for an IREE device URI (``vulkan``, ``cuda://1``), so one ``--device`` picks both."""
+    try:
+        return DRIVER_TARGETS[device_driver(device)]
+    except KeyError:
+        known = ", ".join(DRIVER_TARGETS)
+        raise SectionmarkError(f"no compile target known for device {device!r}; use one of: {known}") from None
 
 
 def debug_groups_by_default(target: str) -> bool:

@@ -37,6 +37,7 @@ import numpy as np
 from rich.console import Console
 
 from sectionmark.arguments import flatten_arguments
+from sectionmark.compiler.targets import device_driver
 from sectionmark.errors import SectionmarkError
 from sectionmark.parameters import tool_flags
 from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
@@ -100,11 +101,6 @@ def local_task_workers() -> int:
         except OSError:
             cores.add(("cpu", str(cpu)))
     return max(1, min(len(cores), MAX_DEFAULT_WORKERS))
-
-
-def device_driver(device: str) -> str:
-    """The HAL driver of an IREE device: ``cuda://0`` -> ``cuda``."""
-    return device.partition("://")[0]
 
 
 def write_inputs(
