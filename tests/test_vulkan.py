@@ -15,24 +15,37 @@ import pytest
 from tiny_profiles import TWO_MATMULS, export_rows
 
 import sectionmark as sm
+from sectionmark.arguments import host_array
 from sectionmark.profiling import runner
 from sectionmark.section_map import COMMAND_OPS
 
 CALLS, WARMUP = 3, 1
+ARGS = tuple(np.random.default_rng(0).random((2, 64, 64), np.float32))
 
 
 @pytest.fixture(scope="module")
-def vulkan_run(vulkan_device, tmp_path_factory):
+def vulkan_module():
+    return sm.compile(TWO_MATMULS, target="vulkan-spirv")
+
+
+@pytest.fixture(scope="module")
+def vulkan_run(vulkan_device, vulkan_module, tmp_path_factory):
     """TWO_MATMULS compiled for vulkan-spirv and profiled on Vulkan: (section map, iree-profile export rows)."""
     folder = tmp_path_factory.mktemp("vulkan")
-    compiled = sm.compile(TWO_MATMULS, target="vulkan-spirv")
-    rng = np.random.default_rng(0)
-    args = (rng.random((64, 64), np.float32), rng.random((64, 64), np.float32))
-    run = runner.run_profile(compiled.save(folder / "m.vmfb"), args, folder, device="vulkan", iterations=CALLS,
+    run = runner.run_profile(vulkan_module.save(folder / "m.vmfb"), ARGS, folder, device="vulkan", iterations=CALLS,
                              warmup=WARMUP, quiet=True)
     rows = export_rows(run.profile_path)
     assert rows is not None, "iree-profile could not read the Vulkan profile"
-    return compiled.section_map, rows
+    return vulkan_module.section_map, rows
+
+
+def test_results_are_read_back_from_the_vulkan_device(vulkan_device, vulkan_module):
+    on_vulkan = sm.load(vulkan_module, device="vulkan").main(*ARGS)
+    if "llvmpipe" in vulkan_device:  # lavapipe offers host-pointer import: IREE 3.13's to_host() fails there
+        with pytest.raises(ValueError, match="minImportedHostPointerAlignment"):
+            on_vulkan.to_host()
+    on_cpu = sm.load(sm.compile(TWO_MATMULS)).main(*ARGS).to_host()
+    np.testing.assert_allclose(host_array(on_vulkan), on_cpu, rtol=1e-5)
 
 
 def rows_of(rows: list[dict], record_type: str) -> list[dict]:

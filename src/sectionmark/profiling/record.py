@@ -29,6 +29,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from sectionmark.arguments import host_array
 from sectionmark.artifacts.files import read_regular
 from sectionmark.compiler.replay_driver import Argument, DriverCall, InputArgument, ResultArgument
 from sectionmark import serialization
@@ -114,7 +115,7 @@ class Recording:
                 if origin is not None and origin[0]() is value:
                     arguments.append(origin[1])  # an earlier result, passed along in the replay
                     continue
-                inputs.append(value.to_host())  # made elsewhere: replayed as its value
+                inputs.append(host_array(value))  # made elsewhere: replayed as its value
             else:
                 inputs.append((value.tobytes(), value.dtype, value.shape))
             arguments.append(len(inputs) - 1)
@@ -172,8 +173,8 @@ class Recording:
                                                                  [self.vmfb, self.driver()])
         results = context.modules[driver_module.name]["replay"](*self.inputs)
         if isinstance(results, tuple):
-            return tuple(value.to_host() for value in results)
-        return None if results is None else results.to_host()
+            return tuple(host_array(value) for value in results)
+        return None if results is None else host_array(results)
 
     def profile(self, iterations: int = 5, warmup: int = 1, *, quiet: bool = False,
                 timeout: Optional[float] = DEFAULT_TIMEOUT_S,
