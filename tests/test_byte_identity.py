@@ -30,8 +30,8 @@ from test_compiler import dump, executables, fused_source, run, vm_call_count
 # (target, extra flags) -> the suffix of every executable's name in the .vmfb: the binary format
 # that target must produce (so a target that silently built CPU code would fail).
 GPU_TARGETS = {
-    ("vulkan-spirv", ()): "_vulkan_spirv_fb.fb",  # --iree-vulkan-target=ampere
-    ("vulkan-spirv", ("--iree-vulkan-target=rdna3",)): "_vulkan_spirv_fb.fb",
+    ("vulkan-spirv", ()): "_vulkan_spirv_fb.fb",  # --iree-vulkan-target=vp_android_baseline_2022
+    ("vulkan-spirv", ("--iree-vulkan-target=ampere",)): "_vulkan_spirv_fb.fb",
     ("cuda", ()): "_cuda_nvptx_fb.fb",  # sm_80
     ("cuda", ("--iree-cuda-target=sm_89",)): "_cuda_nvptx_fb.fb",
     ("rocm", ()): "_rocm_hsaco_fb.fb",  # gfx942

@@ -87,3 +87,14 @@ def test_clock_samples_map_device_ticks_to_host_time(vulkan_run):
         assert sample["host_time_begin_ns"] <= sample["host_time_end_ns"]
     for event in events:  # iree-profile's own fit, from the first and last samples
         assert event["derived_time_available"] and event["derived_time_basis"] == "first_last_clock_correlation"
+
+
+def test_the_nanogpt_on_vulkan_computes_what_the_cpu_computes(vulkan_device):
+    """The default vulkan-spirv target is the portable baseline: right on any device (docs/gpu.md)."""
+    from nanogpt_builders import torch_gpt
+
+    model, args = torch_gpt(True)
+    exported = sm.torch.export(model, args=args)
+    tokens = args[0].numpy()
+    on_vulkan = host_array(sm.load(sm.compile(exported, target="vulkan-spirv"), device="vulkan").main(tokens))
+    np.testing.assert_allclose(on_vulkan, sm.load(sm.compile(exported)).main(tokens).to_host(), atol=1e-5)
