@@ -26,7 +26,7 @@ import numpy as np
 from iree.compiler import compile_str
 
 from sectionmark.profiling.attribute import attribute
-from sectionmark.profiling.ireeprof import read_profile
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.profiling.runner import benchmark_command, write_inputs
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.artifacts.tools import find_tool

@@ -20,8 +20,8 @@ import sys
 import numpy as np
 import pytest
 
+from sectionmark.readers.tracy_capture import Capture, Track, read_capture
 from sectionmark.tracy.capture import capture_command
-from sectionmark.tracy.reader import Capture, Track, read_capture
 
 
 def _has_cuda() -> bool:

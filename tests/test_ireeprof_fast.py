@@ -1,6 +1,6 @@
 """The fast paths of reading and attributing a profile give exactly what the plain ways give.
 
-The C extension (``sectionmark.profiling._ireeprof``) and its numpy fallback
+The C extension (``sectionmark.readers._ireeprof``) and its numpy fallback
 read a real profile into identical tables and refuse each corrupt file of
 tests/test_readers.py with the same line; each numpy shortcut equals the
 straightforward numpy it replaces, on random data shaped like profiles.
@@ -16,10 +16,12 @@ from test_readers import BUNDLE_CASES, DISPATCH, event_offsets, field_of
 from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling import ireeprof, queue_time
+from sectionmark.profiling import queue_time
 from sectionmark.profiling.attribute import _attributed_events, attribute
-from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, read_profile
 from sectionmark.profiling.session import ProfileSession, _union_length, wall_parts
+from sectionmark.readers import arrays, checks, event_model, ireeprof_bundle
+from sectionmark.readers.event_model import DISPATCH_DTYPE
+from sectionmark.readers.ireeprof import read_profile
 
 SEEDS = range(8)
 
@@ -34,33 +36,33 @@ def read_both(path, monkeypatch) -> tuple:
             return str(error)
 
     with_c = read()
-    monkeypatch.setattr(ireeprof, "_native", None)
+    monkeypatch.setattr(event_model, "_native", None)
     return with_c, read()
 
 
-def assert_same_profile(first: ireeprof.Profile, second: ireeprof.Profile) -> None:
+def assert_same_profile(first: event_model.Profile, second: event_model.Profile) -> None:
     for name in ("dispatches", "submissions", "queue_ops", "memory"):
         a, b = getattr(first, name), getattr(second, name)
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
-    for name in ("keys", "command_buffers", "exports", "source"):
+    for name in ("keys", "command_buffers", "exports", "provenance"):
         assert getattr(first, name) == getattr(second, name), name
 
 
 def test_c_extension_is_built():
-    assert ireeprof._native is not None
+    assert event_model._native is not None
 
 
 def test_c_and_numpy_read_a_profile_alike(plain_run, monkeypatch):
-    native = ireeprof._native
+    native = event_model._native
     with_c, without = read_both(plain_run[1], monkeypatch)  # leaves the extension switched off
     assert_same_profile(with_c, without)
     assert len(with_c.dispatches) and len(with_c.submissions) and len(with_c.queue_ops) and len(with_c.memory)
 
-    def session(profile: ireeprof.Profile) -> dict:
+    def session(profile: event_model.Profile) -> dict:
         return ProfileSession.build(attribute(profile, hand_map(), calls=11, warmup=3), hand_map()).to_json()
 
     numpy_session = session(without)
-    monkeypatch.setattr(ireeprof, "_native", native)
+    monkeypatch.setattr(event_model, "_native", native)
     assert session(with_c) == numpy_session
 
 
@@ -81,7 +83,7 @@ def test_dispatches_written_out_of_order_are_sorted_alike(plain_run, tmp_path, m
     offsets = event_offsets(bytes(blob), DISPATCH)
     first, second = next((a, b) for a, b in zip(offsets, offsets[1:])
                          if field_of(blob, a, "submission_id") == field_of(blob, b, "submission_id"))
-    size = ireeprof._HOST_EVENT.itemsize
+    size = ireeprof_bundle._HOST_EVENT.itemsize
     blob[first:first + size], blob[second:second + size] = blob[second:second + size], blob[first:first + size]
     path = tmp_path / "swapped.ireeprof"
     path.write_bytes(bytes(blob))
@@ -95,9 +97,9 @@ def test_dispatches_written_out_of_order_are_sorted_alike(plain_run, tmp_path, m
 def test_c_and_python_walk_truncated_records_alike(plain_run, monkeypatch, cut):
     blob = plain_run[1].read_bytes()
     data = np.frombuffer(blob[: len(blob) - cut], np.uint8)
-    with_c = ireeprof._record_table(data, 24, len(data))
-    monkeypatch.setattr(ireeprof, "_native", None)
-    without = ireeprof._record_table(data, 24, len(data))
+    with_c = ireeprof_bundle._record_table(data, 24, len(data))
+    monkeypatch.setattr(event_model, "_native", None)
+    without = ireeprof_bundle._record_table(data, 24, len(data))
     assert [part.tolist() for part in with_c] == [part.tolist() for part in without]
     assert (with_c[2] >= 0).sum() > 3  # the chunks' content types are recognised
 
@@ -116,11 +118,11 @@ def grouped_times(rng: np.random.Generator, groups: int) -> tuple[np.ndarray, np
 def test_distinct_and_run_lookup_are_unique_and_searchsorted(seed):
     rng = np.random.default_rng(seed)
     group, time = grouped_times(rng, 200)
-    assert np.array_equal(ireeprof.distinct(time), np.unique(time))
+    assert np.array_equal(arrays.distinct(time), np.unique(time))
     ids = np.unique(group[rng.random(len(group)) < 0.7])
     runs = np.repeat(group, 8)
     for values in (runs, runs[::-1], rng.permutation(group)):  # long runs (sorted or not), and short ones
-        assert np.array_equal(ireeprof.searchsorted_runs(ids, values), np.searchsorted(ids, values))
+        assert np.array_equal(arrays.searchsorted_runs(ids, values), np.searchsorted(ids, values))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -133,7 +135,7 @@ def test_dispatch_order_is_lexsorts(seed):
     shuffled = dispatches[rng.permutation(len(group))]
     for table in (dispatches, shuffled):  # grouped by submission (sorted locally) and not (lexsort)
         expected = table[np.lexsort((table["start_ns"], table["submission"]))]
-        assert ireeprof._by_submission_and_start(table.copy()).tobytes() == expected.tobytes()
+        assert checks._by_submission_and_start(table.copy()).tobytes() == expected.tobytes()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -144,9 +146,9 @@ def test_dispatch_of_one_command_twice_is_found_by_counting_and_by_sorting(seed)
     index = rng.integers(0, 40, len(rank))
     for scale in (1, 10**6):  # a small (submission, index) table: counted; a huge one: sorted
         pairs = Counter(zip(ids[rank].tolist(), (index * scale).tolist()))
-        assert ireeprof._duplicate_command(ids, rank, index * scale) == min(p for p, n in pairs.items() if n > 1)
+        assert checks._duplicate_command(ids, rank, index * scale) == min(p for p, n in pairs.items() if n > 1)
         _, first = np.unique(rank * 40 + index, return_index=True)
-        assert ireeprof._duplicate_command(ids, rank[first], index[first] * scale) is None
+        assert checks._duplicate_command(ids, rank[first], index[first] * scale) is None
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -189,7 +191,7 @@ def synthetic_run(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.
     buffer_ids = np.array([5, 9, 20], np.uint64)
     timed = [[0, 1, 2], [1, 3, 5, 7], [0]]
     ids = np.sort(rng.choice(10_000, 40, replace=False)).astype(np.uint64)
-    submissions = np.zeros(len(ids), ireeprof.SUBMISSION_DTYPE)
+    submissions = np.zeros(len(ids), event_model.SUBMISSION_DTYPE)
     submissions["submission"], submissions["command_buffer"] = ids, buffer_ids[rng.integers(0, 3, len(ids))]
     submissions["start_ns"] = np.arange(len(ids)) * 1000
     submissions["end_ns"] = submissions["start_ns"] + 900
@@ -223,8 +225,8 @@ def test_c_and_numpy_link_checks_agree(seed, corruption, monkeypatch):
     results = []
     for switched_off in (False, True):
         if switched_off:
-            monkeypatch.setattr(ireeprof, "_native", None)
-        failures = ireeprof._link_failures(dispatches, submissions, buffer_ids, timed)
+            monkeypatch.setattr(event_model, "_native", None)
+        failures = checks._link_failures(dispatches, submissions, buffer_ids, timed)
         results.append({**vars(failures), "found": failures.found.tolist()})
     assert results[0] == results[1]
     if corruption == "none":
@@ -249,7 +251,7 @@ def test_c_and_numpy_attribute_events_alike(corruption, warmup, monkeypatch):
     results = []
     for switched_off in (False, True):
         if switched_off:
-            monkeypatch.setattr(ireeprof, "_native", None)
+            monkeypatch.setattr(event_model, "_native", None)
         events, failures = _attributed_events(dispatches, buffer_ids, bases, flat, slot_keys,
                                               submissions["submission"], calls, warmup)
         results.append((events.tobytes(), vars(failures)))
@@ -267,5 +269,5 @@ def test_c_and_numpy_union_by_window_alike(seed, monkeypatch):
     ends = starts + rng.integers(0, 200, len(starts))  # overlapping, touching and apart
     edges = np.sort(rng.choice(np.arange(-500, 10_500), 20, replace=False))
     with_c = queue_time.union_by_window(starts, ends, edges[0::2], edges[1::2])
-    monkeypatch.setattr(ireeprof, "_native", None)
+    monkeypatch.setattr(event_model, "_native", None)
     assert with_c.tolist() == queue_time.union_by_window(starts, ends, edges[0::2], edges[1::2]).tolist()

@@ -15,7 +15,7 @@ from tiny_profiles import DYNAMIC, KEY_0, KEY_1, TWO_MATMULS, compile_plain, exp
 import sectionmark.profiling as profiling
 from sectionmark.errors import SectionmarkError
 from sectionmark.artifacts import tools
-from sectionmark.profiling.ireeprof import read_profile
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.profiling.queue_time import call_windows
 from sectionmark.profiling.runner import local_task_workers
 from sectionmark.renderers import json_out
@@ -37,7 +37,7 @@ def jsonl_oracle(profile_path: Path, section_map: SectionMap, warmup_calls: int)
 def test_bundle_reader_matches_iree_profile_export(plain_run):
     _vmfb, profile_path, _session = plain_run
     bundle, exported = read_profile(profile_path, reader="bundle"), read_profile(profile_path, reader="jsonl")
-    assert (bundle.source, exported.source) == ("bundle", "jsonl")
+    assert (bundle.provenance.reader, exported.provenance.reader) == ("bundle", "jsonl")
     assert bundle.keys == exported.keys == [KEY_0, KEY_1]
     assert np.array_equal(bundle.dispatches, exported.dispatches)
     assert np.array_equal(bundle.submissions, exported.submissions)

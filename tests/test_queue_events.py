@@ -13,8 +13,9 @@ import sectionmark.compiler as smc
 from sectionmark import profiling
 from sectionmark.artifacts import tools
 from sectionmark.profiling.attribute import attribute
-from sectionmark.profiling.ireeprof import read_profile
 from sectionmark.profiling.session import UNTIMED_TRANSFERS_NOTE, ProfileSession
+from sectionmark.readers.event_model import Provenance
+from sectionmark.readers.ireeprof import read_profile
 from invariants import assert_profile_invariants
 
 # One transient (the 32x128 f32 product: 16 KiB) and one result (32x16 f32: 2 KiB) per call.
@@ -118,10 +119,10 @@ def test_fills_and_copies_in_a_command_buffer_are_inside_its_execution(tmp_path)
     assert session.section(("Neg",)).note is None
 
 
-def test_a_tracy_capture_has_no_call_time_or_memory(known_sizes):
+def test_submissions_rebuilt_from_dispatch_zones_give_no_call_time_or_memory(known_sizes):
     """A capture's submissions are spans of dispatch zones, not queue operations: nothing is made up from them."""
     _session, path = known_sizes
-    traced = dataclasses.replace(read_profile(path), source="tracy")
+    traced = dataclasses.replace(read_profile(path), provenance=Provenance("tracy", timed_submissions=False))
     section_map = session_map(path)
     session = ProfileSession.build(attribute(traced, section_map, calls=CALLS + WARMUP, warmup=WARMUP), section_map)
     assert session.call_time is None and session.memory is None

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sectionmark.profiling.ireeprof import EVENT_NAMES, MEMORY_DTYPE, MEMORY_POOL_STATS
 from sectionmark.profiling.queue_time import (
     QUEUE_ALLOCA, QUEUE_SPAN_DTYPE, assign_calls, call_time, call_windows, device_memory, memory_by_window,
     partition_time, union_by_window,
 )
+from sectionmark.readers.event_model import EVENT_NAMES, MEMORY_DTYPE, MEMORY_POOL_STATS
 
 TYPE = {name: value for value, name in EVENT_NAMES.items()}
 

@@ -25,7 +25,8 @@ from sectionmark.compiler import compile, driver, embed
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.inputs import load_input_array
-from sectionmark.profiling.ireeprof import MAX_EVENT_NS, Profile, read_profile
+from sectionmark.readers.event_model import MAX_EVENT_NS, Profile
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.section_map import ModuleFingerprint
 
 pytest.importorskip("iree.compiler")

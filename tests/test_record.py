@@ -25,8 +25,8 @@ from hf_models import VOCAB, CachedLM, empty_cache, tiny_gpt2  # noqa: E402
 from invariants import assert_profile_invariants  # noqa: E402
 from sectionmark.cli import main  # noqa: E402
 from sectionmark.compiler.replay_driver import DriverCall, InputArgument, ResultArgument, driver_text  # noqa: E402
-from sectionmark.profiling.ireeprof import read_profile  # noqa: E402
 from sectionmark.profiling.replay import ReplayProfile, replay_calls  # noqa: E402
+from sectionmark.readers.ireeprof import read_profile  # noqa: E402
 
 PROMPT = 4
 DECODE_STEPS = 8

@@ -22,9 +22,7 @@ from invariants import assert_profile_invariants
 from sectionmark import renderers
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
-from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
-from sectionmark.profiling.ireeprof import EVENT_EXECUTE
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.profiling.session import (
     CompositionSums,
@@ -38,6 +36,8 @@ from sectionmark.profiling.session import (
     wall_parts,
     weight_matrices,
 )
+from sectionmark.readers import event_model
+from sectionmark.readers.event_model import EVENT_EXECUTE
 from sectionmark.renderers import RENDERERS
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 
@@ -165,7 +165,7 @@ def test_weight_matrices_nested_shared_and_unmarked():
 @pytest.mark.parametrize("native", [True, False])
 def test_event_sums_per_call_composition_and_slot(native, monkeypatch):
     if not native:
-        monkeypatch.setattr(ireeprof, "_native", None)
+        monkeypatch.setattr(event_model, "_native", None)
     first, second = ((A, 1.0),), ((A, 0.5), (B, 0.5))
     events = [(0, 10, first), (10, 30, second), (40, 70, first), (70, 110, second), (110, 160, second)]
     sums = event_sums(synthetic(events, calls=2, call_of=[0, 0, 1, 1, 1])[0])
@@ -580,7 +580,7 @@ def test_c_and_numpy_sum_sessions_alike(case):
     events, calls, call_of = case
     attribution, section_map = synthetic(events, calls=calls, call_of=call_of)
     with_c = ProfileSession.build(attribution, section_map).to_json()
-    with mock.patch.object(ireeprof, "_native", None):
+    with mock.patch.object(event_model, "_native", None):
         assert ProfileSession.build(attribution, section_map).to_json() == with_c
 
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from sectionmark.markers import zonestack
 from sectionmark.errors import SectionmarkError
 from sectionmark.tracy import capture_command, read_capture, zone_stats
-from sectionmark.tracy.reader import Capture, Track, Zone, implausible_zone
+from sectionmark.readers.tracy_capture import Capture, Track, Zone, implausible_zone
 
 CAPTURE_TIMEOUT_S = 60
 

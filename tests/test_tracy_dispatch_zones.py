@@ -1,4 +1,4 @@
-"""GPU dispatch zones of a Tracy capture joined to a section map (sectionmark.tracy.dispatch_zones).
+"""GPU dispatch zones of a Tracy capture joined to a section map (sectionmark.readers.tracy_dispatch_zones).
 
 Pure logic on hand-built captures and maps: the zones are what IREE's CUDA
 driver records (tests/gpu_zones.py) or what sectionmark's replay writes
@@ -18,9 +18,10 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.session import ProfileSession
+from sectionmark.readers.queue_tracks import queue_track_names, track_queue
+from sectionmark.readers.tracy_capture import Capture, Track, Zone
+from sectionmark.readers.tracy_dispatch_zones import capture_profile
 from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
-from sectionmark.tracy.dispatch_zones import capture_profile
-from sectionmark.tracy.reader import Capture, Track, Zone
 
 A, AB, C = ("A",), ("A", "B"), ("C",)
 BARRIER = Command("barrier", key="barrier")
@@ -158,6 +159,15 @@ def test_queues_of_a_replay_keep_their_numbers_and_other_contexts_take_free_ones
     profile = capture_profile(capture(replay, gpu), map_)
     durations = (profile.dispatches["end_ns"] - profile.dispatches["start_ns"]).tolist()
     assert sorted(zip(profile.dispatches["queue"].tolist(), durations)) == [(0, 10), (1, 20)]
+
+
+@pytest.mark.parametrize("queue", [0, 7, 12])
+def test_every_track_name_a_replay_writes_reads_back_as_its_queue(queue):
+    names = queue_track_names(queue, 11)
+    assert names[:2] == [f"queue {queue}: sections", f"queue {queue}: concurrent dispatches 1"]
+    assert [track_queue(name) for name in names] == [queue] * 12
+    for other in ("cuda", f"queue {queue}: sections ", f"queue {queue}: concurrent dispatches", "CUDA stream 0"):
+        assert track_queue(other) is None
 
 
 def test_backtracking_finds_the_split_that_covers_every_zone():

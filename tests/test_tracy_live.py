@@ -24,8 +24,9 @@ from nanogpt_builders import torch_gpt
 from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import report
-from sectionmark.tracy import capture_command, live_capture
-from sectionmark.tracy.dispatch_zones import DispatchZone
+from sectionmark.readers import tracy_live
+from sectionmark.readers.tracy_dispatch_zones import DispatchZone
+from sectionmark.tracy import capture_command
 
 pytest.importorskip("torch")
 
@@ -134,13 +135,13 @@ def _tile(key: int, start: int, end: int) -> DispatchZone:
 
 def test_tiles_go_to_the_last_execution_started_before_them():
     tiles = [_tile(0, 5, 6), _tile(0, 15, 16), _tile(1, 17, 18), _tile(0, 30, 31)]
-    windows = live_capture._windows(tiles, [10, 20, 25])
+    windows = tracy_live._windows(tiles, [10, 20, 25])
     assert windows == [[tiles[1], tiles[2]], [], [tiles[3]]]  # the tile before the first execution is dropped
 
 
 def test_tiles_of_one_key_are_cut_at_the_widest_gaps():
     # Two dispatches of one key, three tiles each on two workers, 50 ns apart: cut where the gap is widest.
     tiles = [_tile(0, 0, 10), _tile(0, 2, 12), _tile(0, 12, 20), _tile(0, 70, 80), _tile(0, 71, 79), _tile(0, 80, 90)]
-    first, second = live_capture._split_at_widest_gaps(tiles, 2)
+    first, second = tracy_live._split_at_widest_gaps(tiles, 2)
     assert (first, second) == (tiles[:3], tiles[3:])
-    assert live_capture._span(second) == _tile(0, 70, 90)  # a dispatch lasts from its first tile to its last
+    assert tracy_live._span(second) == _tile(0, 70, 90)  # a dispatch lasts from its first tile to its last

@@ -34,8 +34,8 @@ from invariants import assert_profile_invariants
 
 from sectionmark.paths import SectionPath
 from sectionmark.profiling.timeline import dispatch_label, session_timelines
+from sectionmark.readers.tracy_capture import Capture, Track
 from sectionmark.tracy import capture_command, read_capture
-from sectionmark.tracy.reader import Capture, Track
 
 torch = pytest.importorskip("torch")
 

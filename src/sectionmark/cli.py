@@ -501,7 +501,7 @@ def _recorded_session(args: argparse.Namespace):
 
 
 def _report(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    from sectionmark.tracy.live_capture import APPROXIMATION_NOTE, is_live_capture_file
+    from sectionmark.readers.tracy_live import APPROXIMATION_NOTE, is_live_capture_file
 
     _write_outputs(_recorded_session(args), args, inputs)
     if is_live_capture_file(args.profile):

@@ -30,7 +30,7 @@ TARGET_FLAGS: dict[str, tuple[str, ...]] = {
 # command buffers (in their default stream mode) through ``iree_hal_deferred_command_buffer``,
 # whose vtable has no ``begin_debug_group`` / ``end_debug_group``: a module with debug groups
 # dies calling a null entry (SIGSEGV, seen on an NVIDIA H200; docs/gpu.md). Their sections are
-# attributed from the section map alone (sectionmark.tracy.dispatch_zones).
+# attributed from the section map alone (sectionmark.readers.tracy_dispatch_zones).
 WITHOUT_DEBUG_GROUPS = frozenset({"cuda", "rocm", "hip"})  # "hip": the target a turbine session names
 
 

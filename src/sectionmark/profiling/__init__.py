@@ -19,9 +19,10 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
-from sectionmark.profiling.ireeprof import Profile, read_profile
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, local_task_workers, run_profile
 from sectionmark.profiling.session import ProfileSession
+from sectionmark.readers.event_model import Profile
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 
 __all__ = ["profile", "report", "ProfileSession"]
@@ -105,7 +106,7 @@ def report(
     A Tracy capture (recognised by its name or its first bytes) is read for
     its GPU dispatch zones (a CUDA/HIP run, or a replay by `sectionmark tracy`),
     or, for a live capture of a program on local-task, its worker-thread
-    dispatch zones (approximate times: `sectionmark.tracy.live_capture`).
+    dispatch zones (approximate times: `sectionmark.readers.tracy_live`).
     """
     if not isinstance(section_map, SectionMap):
         section_map = read_section_map(section_map)
@@ -126,11 +127,11 @@ def _check_function(function: str, section_map: SectionMap) -> None:
 
 def _read_events(path: Path, section_map: SectionMap, function: Optional[str]) -> Profile:
     """The dispatch events of a recorded profile or of a Tracy capture's GPU zones."""
-    from sectionmark.tracy.reader import is_capture, read_capture
+    from sectionmark.readers.tracy_capture import is_capture, read_capture
 
     if is_capture(path):
-        from sectionmark.tracy.dispatch_zones import capture_profile
-        from sectionmark.tracy.live_capture import is_live_capture, live_capture_profile
+        from sectionmark.readers.tracy_dispatch_zones import capture_profile
+        from sectionmark.readers.tracy_live import is_live_capture, live_capture_profile
 
         capture = read_capture(path)
         if is_live_capture(capture):

@@ -30,10 +30,10 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath
-from sectionmark.profiling import ireeprof
-from sectionmark.profiling.ireeprof import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,
-                                            distinct, first_true, searchsorted_runs)
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
+from sectionmark.readers.arrays import distinct, first_true, searchsorted_runs
+from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,
+                                             native)
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap
 
 CONTROL_FLOW_OPS = ("branch", "cond_branch")  # recorded ops that make commands run other than once, in order
@@ -300,9 +300,9 @@ def attribute(
         )
     if failures.orphan >= 0:
         raise SectionmarkError("profile has dispatches outside any queue submission (incomplete profile?)")
-    # A Tracy capture's "submissions" are spans of its dispatch zones, not queue operations: no call time from them.
-    traced = profile.source == "tracy"
-    queue_spans = np.zeros(0, QUEUE_SPAN_DTYPE) if traced else _queue_spans(profile, call_of_submission - warmup)
+    # Submissions a reader rebuilt from dispatch zones are no queue operations: no call time from them.
+    queue_spans = (_queue_spans(profile, call_of_submission - warmup) if profile.provenance.timed_submissions
+                   else np.zeros(0, QUEUE_SPAN_DTYPE))
     return Attribution(
         events=events,
         slots=slots,
@@ -337,12 +337,12 @@ def _attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: n
     """
     if not len(submission_ids):
         return np.zeros(0, ATTRIBUTED_DTYPE), _EventFailures(-1, -1, 0)
-    native = ireeprof.native()
-    if native is not None:
+    native_passes = native()
+    if native_passes is not None:
         events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
-        written, *failures = native.attribute_events(np.ascontiguousarray(dispatches, DISPATCH_DTYPE), runtime_ids,
-                                                     bases, flat, slot_keys, np.ascontiguousarray(submission_ids),
-                                                     call_of_submission.astype(np.int64), warmup, events)
+        written, *failures = native_passes.attribute_events(
+            np.ascontiguousarray(dispatches, DISPATCH_DTYPE), runtime_ids, bases, flat, slot_keys,
+            np.ascontiguousarray(submission_ids), call_of_submission.astype(np.int64), warmup, events)
         return events[:written], _EventFailures(*failures)
 
     dense = searchsorted_runs(runtime_ids, dispatches["command_buffer"])

@@ -37,8 +37,8 @@ from typing import Optional
 
 import numpy as np
 
-from sectionmark.profiling import ireeprof
-from sectionmark.profiling.ireeprof import EVENT_EXECUTE, EVENT_NAMES, MEMORY_EVENT_NAMES, MEMORY_POOL_STATS, distinct
+from sectionmark.readers.arrays import distinct
+from sectionmark.readers.event_model import EVENT_EXECUTE, EVENT_NAMES, MEMORY_EVENT_NAMES, MEMORY_POOL_STATS, native
 
 QUEUE_SPAN_DTYPE = np.dtype(
     [("type", "<u4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("payload_bytes", "<u8"), ("call", "<i4")]
@@ -201,11 +201,11 @@ def union_by_window(starts: np.ndarray, ends: np.ndarray, window_starts: np.ndar
     """Per window: the length of the union of intervals ``[start, end)`` inside it."""
     if not len(starts):
         return np.zeros(len(window_starts), np.int64)
-    native = ireeprof.native()
-    if native is not None:  # one pass when the starts are sorted, as a profile's dispatches nearly always are
+    native_passes = native()
+    if native_passes is not None:  # one pass when the starts are sorted, as a profile's dispatches nearly always are
         sums = np.empty(len(window_starts), np.int64)
-        if native.union_by_window(np.asarray(starts, np.int64), np.asarray(ends, np.int64),
-                                  np.asarray(window_starts, np.int64), np.asarray(window_ends, np.int64), sums):
+        if native_passes.union_by_window(np.asarray(starts, np.int64), np.asarray(ends, np.int64),
+                                         np.asarray(window_starts, np.int64), np.asarray(window_ends, np.int64), sums):
             return sums
     block_starts, block_ends = union_blocks(starts, ends)
     # A block lies in one window (dispatches run inside their call); one reaching past it is clipped there.

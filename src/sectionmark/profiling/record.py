@@ -37,7 +37,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path, remove_stale_temporaries, temporary_name
 from sectionmark.parameters import Parameters, parameter_specs, spec_text
 from sectionmark.profiling.inputs import load_input_array
-from sectionmark.profiling.ireeprof import read_profile
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.profiling.replay import ReplayProfile
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, TRACED_DRIVERS, device_driver, run_profile
 from sectionmark.runtime import LoadedModule, open_context

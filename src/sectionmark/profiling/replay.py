@@ -29,9 +29,9 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import write_atomic
 from sectionmark.profiling.attribute import attribute, public_function, submitted_functions
-from sectionmark.profiling.ireeprof import Profile
 from sectionmark.profiling.queue_time import assign_calls
 from sectionmark.profiling.session import ProfileSession
+from sectionmark.readers.event_model import Profile
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 
 REPLAY_JSON_VERSION = 1

@@ -46,7 +46,6 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.paths import UNMARKED, SectionPath, format_path
-from sectionmark.profiling import ireeprof
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.profiling.queue_time import (
     CallTime,
@@ -55,6 +54,7 @@ from sectionmark.profiling.queue_time import (
     measured_call_starts,
     union_blocks,
 )
+from sectionmark.readers.event_model import native
 from sectionmark.section_map import INITIALIZER_FUNCTION, Binding, SectionMap, Share
 from sectionmark.serialization import json_field
 
@@ -501,13 +501,13 @@ def event_sums(attribution: Attribution) -> EventSums:
     events, slots = attribution.events, len(attribution.slots)
     slot_composition = _slot_compositions(attribution)
     calls, compositions = max(attribution.calls, 1), len(attribution.compositions)
-    native = ireeprof.native()
-    if native is not None:
+    native_passes = native()
+    if native_passes is not None:
         sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
                          np.zeros(slots), np.zeros(slots, np.int64), 0, False)
-        sums.total_ns, sums.disjoint = native.event_sums(np.ascontiguousarray(events), slot_composition, calls,
-                                                         sums.busy_by_call, sums.busy, sums.count, sums.slot_busy,
-                                                         sums.slot_count)
+        sums.total_ns, sums.disjoint = native_passes.event_sums(
+            np.ascontiguousarray(events), slot_composition, calls, sums.busy_by_call, sums.busy, sums.count,
+            sums.slot_busy, sums.slot_count)
         return sums
     starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), events["slot"]
     duration = (ends - starts).astype(np.float64)

@@ -11,7 +11,6 @@ one, which keeps the main track strictly nested and no time hidden.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
@@ -20,6 +19,7 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath, format_path
 from sectionmark.profiling.attribute import Attribution
+from sectionmark.readers.queue_tracks import queue_track_names
 
 
 @dataclass
@@ -46,22 +46,8 @@ class QueueTimeline:
     lanes: list[list[Span]]  # extra flat lanes for dispatches that overlapped the main track
 
     def tracks(self) -> list[tuple[str, list[Span]]]:
-        """(track name, top-level spans): the main track, then each lane.
-
-        The one place these names are made: Perfetto threads and Tracy replay
-        tracks carry them, and `track_queue` reads them back.
-        """
-        lanes = [(f"queue {self.queue}: concurrent dispatches {number}", lane) for number, lane in enumerate(self.lanes, 1)]
-        return [(f"queue {self.queue}: sections", self.main), *lanes]
-
-
-_TRACK_NAME = re.compile(r"queue (\d+): (?:sections|concurrent dispatches \d+)\Z")  # as QueueTimeline.tracks names them
-
-
-def track_queue(name: str) -> Optional[int]:
-    """The queue of a track named by `QueueTimeline.tracks` (a replay's track), None for other names."""
-    match = _TRACK_NAME.match(name)
-    return int(match.group(1)) if match else None
+        """(track name, top-level spans): the main track, then each lane (names: `readers.queue_tracks`)."""
+        return list(zip(queue_track_names(self.queue, len(self.lanes)), [self.main, *self.lanes]))
 
 
 def dispatch_label(parts: tuple[tuple[SectionPath, float], ...]) -> tuple[SectionPath, str]:

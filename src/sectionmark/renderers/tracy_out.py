@@ -48,7 +48,7 @@ def _emit(document: dict) -> None:
     """Child process: emit every track with explicit timestamps, then exit normally."""
     import time
 
-    from sectionmark.tracy.gpu_timeline import GpuTimeline
+    from sectionmark.renderers.tracy_gpu_timeline import GpuTimeline
 
     # Tracy ties each GPU context to its own clock when the context is
     # created, so a context's origin_ns must be the monotonic clock's reading

@@ -5,7 +5,7 @@ Tracy 0.11.2 client and exports its C API; binding it with ctypes puts our
 zones in the same capture as IREE's own. `TracyClient` is that binding plus a
 cache of static source locations; `client()` is the process-wide one. The
 users of the binding live beside it: `sectionmark.tracy.zones` (eager
-sections as CPU zones) and `sectionmark.tracy.gpu_timeline` (tracks with
+sections as CPU zones) and `sectionmark.renderers.tracy_gpu_timeline` (tracks with
 explicit timestamps).
 """
 

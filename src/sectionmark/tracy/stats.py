@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from sectionmark.tracy.reader import Capture, read_capture
+from sectionmark.readers.tracy_capture import Capture, read_capture
 
 __all__ = ["ZoneStats", "zone_stats"]
 

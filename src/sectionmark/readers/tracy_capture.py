@@ -17,10 +17,16 @@ import struct
 from itertools import repeat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NamedTuple, Optional, Union
+from typing import Callable, Iterator, NamedTuple, Optional, Union
 
 from sectionmark.artifacts.files import open_regular, read_regular
 from sectionmark.errors import SectionmarkError
+from sectionmark.readers.tracy_zone_walks import ZONE_FIELDS, ZONE_ROW, cpu_zone_table, gpu_zone_table
+
+try:  # the walks over every zone in C (setup.py builds it when a compiler is present)
+    from sectionmark.readers import _tracyread as _native
+except ImportError:
+    _native = None
 
 __all__ = ["Zone", "Track", "Capture", "read_capture", "is_capture", "implausible_zone", "SUPPORTED_VERSION"]
 
@@ -81,13 +87,14 @@ class _Truncated(Exception):
     pass
 
 
-def _inflate(data: bytes, path: Path) -> bytes:
+def _inflate(data: bytes, path: Path) -> bytearray:
     """Undo the container: each stream is one continuous zstd frame, its blocks in turn.
 
     Every block but the last inflates to exactly `_BLOCK_SIZE`, so each is
     inflated to at most that many bytes and nothing may follow the last one:
     a small file cannot inflate to more than its blocks say (a zstd bomb is
-    refused after one block, not after gigabytes).
+    refused after one block, not after gigabytes). The blocks are appended to
+    one growing buffer (no second copy of the whole payload to join them).
     """
     if data[:4] in (_OLD_LZ4_MAGIC, _OLD_ZSTD_MAGIC):
         raise SectionmarkError(f"{path}: written by a Tracy older than 0.9; sectionmark reads Tracy 0.11.2 captures")
@@ -118,18 +125,18 @@ def _inflate(data: bytes, path: Path) -> bytes:
         pos += size
         count += 1
     readers = [zstandard.ZstdDecompressor().stream_reader(_Blocks(stream)) for stream in blocks]
-    chunks = []
+    payload = bytearray()
     try:
         for block in range(count):
             chunk = readers[block % streams].read(_BLOCK_SIZE)
             if block < count - 1 and len(chunk) != _BLOCK_SIZE:
                 raise SectionmarkError(f"{path}: corrupt Tracy capture (a compressed block has the wrong size)")
-            chunks.append(chunk)
+            payload += chunk
         if any(reader.read(1) for reader in readers):
             raise SectionmarkError(f"{path}: corrupt Tracy capture (its streams inflate past their last block)")
     except zstandard.ZstdError as error:
         raise SectionmarkError(f"{path}: corrupt Tracy capture (zstd: {error})") from None
-    return b"".join(chunks)
+    return payload
 
 
 class _Blocks:
@@ -148,7 +155,7 @@ class _Blocks:
 class _Parser:
     """Walks the inflated serialization; every read checks bounds."""
 
-    def __init__(self, buf: bytes):
+    def __init__(self, buf: bytearray):
         self.buf = buf
         self.pos = 0
 
@@ -173,7 +180,6 @@ class _Parser:
 
 
 _Q = struct.Struct("<Q")
-_q = struct.Struct("<q")
 _QQ = struct.Struct("<QQ")
 _I = struct.Struct("<I")
 _IQ = struct.Struct("<IQ")
@@ -183,13 +189,12 @@ _SOURCE_LOCATION = struct.Struct("<QBQBQBII")  # name, function, file as (u64, f
 _LOCK_HEADER_SIZE = 27  # id u32, name u24, srcloc i16, type u8, valid u8, announce i64, terminate i64
 _LOCK_EVENT_SIZE = 12
 _MESSAGE_SIZE = 32
-_ZONE_EXTRA = struct.Struct("<3s3s3s3s")
+_ZONE_EXTRA_SIZE = 12  # callstack, text, name, color: u24 each
 _THREAD = struct.Struct("<QQQBi")
-_CPU_ZONE_AND_END = struct.Struct("<hqIIq")  # srcloc, start delta, extra index, child count (+ end delta)
 _GPU_CONTEXT = struct.Struct("<QBQfB3sQ")
-_GPU_ZONE = struct.Struct("<qqh3sHQ")  # cpu/gpu start deltas, srcloc, callstack, thread, child count
-_GPU_END = struct.Struct("<qq")
 _SAMPLE_SIZE = 11
+if _native is not None and getattr(_native, "ZONE_ROW_SIZE", None) != ZONE_ROW.size:
+    _native = None  # a stale build of _tracyread.c: the Python walks give the same results
 
 
 def is_capture(path: Union[str, os.PathLike]) -> bool:
@@ -227,12 +232,15 @@ def read_capture(path: Union[str, os.PathLike]) -> Capture:
             "(IREE 3.13's Tracy), re-capture with iree-tracy-capture from iree-base-runtime 3.13"
         )
     try:
-        capture = _parse(buf, version)
+        capture, tables = _parse(buf, version)
     except (_Truncated, struct.error, IndexError):
         raise SectionmarkError(f"{path}: Tracy capture is truncated or corrupt") from None
-    problem = implausible_zone(capture)
-    if problem is not None:
-        raise SectionmarkError(f"{path}: corrupt Tracy capture ({problem})")
+    for track, table in zip(capture.tracks, tables):
+        problem = table.implausible_zone(track, capture.end_ns)
+        if problem is not None:
+            raise SectionmarkError(f"{path}: corrupt Tracy capture ({problem})")
+    for track, table in zip(capture.tracks, tables):
+        track.zones = table.zones()
     return capture
 
 
@@ -245,39 +253,134 @@ def implausible_zone(capture: Capture) -> Optional[str]:
     end, and every time it receives moves it), or a child that starts before
     its parent or ends after it (Tracy nests every track's zones as a stack).
     Such a capture would give wrong times, so it is refused. Vectorized:
-    captures hold millions of zones.
+    captures hold millions of zones (`read_capture` checks its tables before
+    it makes zones of them, the same way).
     """
     import numpy as np
 
     for track in capture.tracks:
         if not track.zones:
             continue
-        where = f"on {track.kind} track {track.name!r}"
         try:
             starts = np.fromiter((zone.start_ns for zone in track.zones), np.int64, len(track.zones))
             ends = np.fromiter((zone.end_ns for zone in track.zones), np.int64, len(track.zones))
         except OverflowError:
-            return f"a zone {where} has a time beyond 64 bits"
+            return f"a zone {_where(track)} has a time beyond 64 bits"
         parents = np.fromiter((zone.parent for zone in track.zones), np.int64, len(track.zones))
-        nested = np.flatnonzero(parents >= 0)
-        outside = nested[(starts[nested] < starts[parents[nested]]) | (ends[nested] > ends[parents[nested]])]
-        backwards = np.flatnonzero(ends < starts)
-        late = np.flatnonzero(ends > capture.end_ns) if capture.end_ns is not None else ()
-        if len(backwards):
-            zone = track.zones[backwards[0]]
-            return f"zone {zone.name!r} {where} ends before it begins ({zone.start_ns} > {zone.end_ns} ns)"
-        if len(late):
-            zone = track.zones[late[0]]
-            return f"zone {zone.name!r} {where} ends after the capture ended ({zone.end_ns} > {capture.end_ns} ns)"
-        if len(outside):
-            zone = track.zones[outside[0]]
-            parent = track.zones[zone.parent]
-            return (f"zone {zone.name!r} {where} lies outside its parent {parent.name!r} "
-                    f"([{zone.start_ns}, {zone.end_ns}] not in [{parent.start_ns}, {parent.end_ns}] ns)")
+        problem = _implausible(track, starts, ends, parents, capture.end_ns, lambda index: track.zones[index].name)
+        if problem is not None:
+            return problem
     return None
 
 
-def _parse(buf: bytes, version: tuple[int, int, int]) -> Capture:
+def _where(track: Track) -> str:
+    return f"on {track.kind} track {track.name!r}"
+
+
+def _implausible(track: Track, starts, ends, parents, end_ns: Optional[int],
+                 name_of: Callable[[int], str]) -> Optional[str]:
+    """`implausible_zone` for one track's zones given as arrays (int64) of starts, ends and parent indices."""
+    import numpy as np
+
+    where = _where(track)
+    nested = np.flatnonzero(parents >= 0)
+    outside = nested[(starts[nested] < starts[parents[nested]]) | (ends[nested] > ends[parents[nested]])]
+    backwards = np.flatnonzero(ends < starts)
+    late = np.flatnonzero(ends > end_ns) if end_ns is not None else ()
+    if len(backwards):
+        zone = backwards[0]
+        return f"zone {name_of(zone)!r} {where} ends before it begins ({starts[zone]} > {ends[zone]} ns)"
+    if len(late):
+        zone = late[0]
+        return f"zone {name_of(zone)!r} {where} ends after the capture ended ({ends[zone]} > {end_ns} ns)"
+    if len(outside):
+        zone = outside[0]
+        parent = parents[zone]
+        return (f"zone {name_of(zone)!r} {where} lies outside its parent {name_of(parent)!r} "
+                f"([{starts[zone]}, {ends[zone]}] not in [{starts[parent]}, {ends[parent]}] ns)")
+    return None
+
+
+class _Names:
+    """Every name a zone can have, as one tuple, and which of them each srcloc id and zone extra names.
+
+    A CPU zone is named by its zone extra's name when it has a non-empty one,
+    else by its source location; a GPU zone by its source location. Unknown
+    ids are named "???" as Tracy shows them.
+    """
+
+    def __init__(self, srcloc_names: dict[int, str], string_data: list[str], extra_name_index):
+        import numpy as np
+
+        names = ["???"]
+        self.by_srcloc = np.zeros(1 << 16, np.int32)  # srcloc (int16) + 2**15 -> index in names
+        for srcloc, name in srcloc_names.items():
+            if -(1 << 15) <= srcloc < 1 << 15:
+                self.by_srcloc[srcloc + (1 << 15)] = len(names)
+                names.append(name)
+        # Zone extra index -> index in names, -1 for none: extra 0 means "no extra", and one past the
+        # table (the last entry) stands for every index beyond it.
+        self.by_extra = np.full(len(extra_name_index) + 1, -1, np.int32)
+        nonempty = np.fromiter(map(bool, string_data), bool, len(string_data))
+        named = np.flatnonzero(extra_name_index)
+        named = named[(named > 0) & nonempty[extra_name_index[named] - 1]]
+        self.by_extra[named] = len(names) + extra_name_index[named] - 1
+        names.extend(string_data)
+        self.names = tuple(names)
+
+    def ids(self, rows, cpu: bool):
+        import numpy as np
+
+        ids = self.by_srcloc[rows["srcloc"] + (1 << 15)]
+        if not cpu:
+            return ids
+        extra = self.by_extra[np.minimum(rows["extra"], len(self.by_extra) - 1)]
+        return np.where(extra >= 0, extra, ids)
+
+
+class _ZoneTable:
+    """One track's zones as rows (`ZONE_FIELDS`), before they become `Zone`s; rows None: a time beyond 64 bits."""
+
+    def __init__(self, tables: list[Optional[bytes]], names: _Names, cpu: bool):
+        import numpy as np
+
+        self.names = names
+        if any(table is None for table in tables):
+            self.rows = None
+            return
+        parts = [np.frombuffer(table, ZONE_FIELDS) for table in tables]
+        if len(parts) == 1:
+            self.rows = parts[0]
+        else:  # a GPU context's zones sent from several threads: each thread's parent indices start at 0
+            self.rows = np.concatenate(parts)
+            offsets = np.repeat(np.cumsum([0] + [len(part) for part in parts[:-1]]), [len(part) for part in parts])
+            self.rows["parent"] += np.where(self.rows["parent"] >= 0, offsets, 0)
+        self.name_ids = names.ids(self.rows, cpu)
+
+    def implausible_zone(self, track: Track, end_ns: int) -> Optional[str]:
+        if self.rows is None:
+            return f"a zone {_where(track)} has a time beyond 64 bits"
+        if not len(self.rows):
+            return None
+        return _implausible(track, self.rows["start_ns"], self.rows["end_ns"], self.rows["parent"], end_ns,
+                            lambda index: self.names.names[self.name_ids[index]])
+
+    def zones(self) -> list[Zone]:
+        if _native is not None:
+            return _native.zone_list(Zone, self.names.names, self.rows, self.name_ids)
+        import numpy as np
+
+        rows = self.rows
+        names = np.array(self.names.names, dtype=object)[self.name_ids].tolist()
+        fields = (rows["start_ns"].tolist(), rows["end_ns"].tolist(), rows["depth"].tolist(), rows["parent"].tolist())
+        # tuple.__new__ through map: no Python-level call per zone (2x faster than Zone._make).
+        return list(map(tuple.__new__, repeat(Zone), zip(names, *fields)))
+
+
+def _parse(buf: bytearray, version: tuple[int, int, int]) -> tuple[Capture, list[_ZoneTable]]:
+    """The capture with its tracks (zones still empty) and each track's zone table, in `Capture.tracks` order."""
+    import numpy as np
+
     p = _Parser(buf)
     p.pos = 8
     (_, _, _, last_time, _, _, _, _, _, _, _) = p.take(_HEADER)
@@ -328,12 +431,12 @@ def _parse(buf: bytes, version: tuple[int, int, int]) -> Capture:
     expand = [p.u64() for _ in range(p.u64())]
     payload_names = [location_name(p.take(_SOURCE_LOCATION)) for _ in range(p.u64())]
     # Zone srcloc ids: >= 0 index the expand table, < 0 the payload table.
-    names: dict[int, str] = {}
+    srcloc_names: dict[int, str] = {}
     for index, pointer in enumerate(expand):
         if pointer in static_locations:
-            names[index] = static_locations[pointer]
+            srcloc_names[index] = static_locations[pointer]
     for index, name in enumerate(payload_names):
-        names[-index - 1] = name
+        srcloc_names[-index - 1] = name
 
     p.skip(p.u64() * 10)  # CPU zone counts per source location
     p.skip(p.u64() * 10)  # GPU zone counts per source location
@@ -342,36 +445,39 @@ def _parse(buf: bytes, version: tuple[int, int, int]) -> Capture:
         p.skip(p.u64() * 8)
         p.skip(p.u64() * _LOCK_EVENT_SIZE)
     p.skip(p.u64() * _MESSAGE_SIZE)
-    extra_names: dict[int, str] = {}
-    for index in range(p.u64()):
-        _, _, name, _ = p.take(_ZONE_EXTRA)
-        name_index = int.from_bytes(name, "little")
-        if name_index:
-            extra_names[index] = string_data[name_index - 1]
+    extras, at = p.u64(), p.pos  # zone extras: callstack, text, name, color (u24 each); name: string data index + 1
+    p.skip(extras * _ZONE_EXTRA_SIZE)
+    fields = np.frombuffer(buf, np.uint8, extras * _ZONE_EXTRA_SIZE, at).reshape(extras, _ZONE_EXTRA_SIZE)
+    name_bytes = fields[:, 6:9].astype(np.int64)
+    extra_name_index = name_bytes[:, 0] | name_bytes[:, 1] << 8 | name_bytes[:, 2] << 16
+    if extras and extra_name_index.max() > len(string_data):
+        raise IndexError("a zone extra names a string past the string table")
+    names = _Names(srcloc_names, string_data, extra_name_index)
 
     p.skip(16)  # total zone count, zone children vector count
-    threads = []
+    threads, tables = [], []
     for _ in range(p.u64()):
         thread, _, _, _, _ = p.take(_THREAD)
         (count,) = p.take(_I)
-        zones = _read_cpu_zones(p, count, names, extra_names, last_time)
+        tables.append(_ZoneTable([_walk(cpu_zone_table, p, count, last_time)], names, cpu=True))
         p.skip(p.u64() * 8)  # message references
         p.skip(p.u64() * _SAMPLE_SIZE)  # context switch samples
         p.skip(p.u64() * _SAMPLE_SIZE)  # samples
-        threads.append(Track("thread", thread, thread_names.get(thread, str(thread)), zones))
+        threads.append(Track("thread", thread, thread_names.get(thread, str(thread))))
 
     p.skip(16)  # total GPU zone count, GPU children vector count
     contexts = []
     for index in range(p.u64()):
         _, _, _, _, _, name, _ = p.take(_GPU_CONTEXT)
         name_index = int.from_bytes(name, "little")
-        track = Track("gpu", index, string_data[name_index - 1] if name_index else f"GPU context {index}")
+        contexts.append(Track("gpu", index, string_data[name_index - 1] if name_index else f"GPU context {index}"))
+        # Zones sent from several threads are stored per thread; one track shows them all.
+        chunks = []
         for _ in range(p.u64()):
             _, count = p.take(_QQ)
-            # Zones sent from several threads are stored per thread; one track shows them all.
-            track.zones.extend(_read_gpu_zones(p, count, names, last_time))
-        contexts.append(track)
-    return Capture(version, program, threads, contexts, last_time)
+            chunks.append(_walk(gpu_zone_table, p, count, last_time))
+        tables.append(_ZoneTable(chunks, names, cpu=False))
+    return Capture(version, program, threads, contexts, last_time), tables
 
 
 def _skip_cpu_topology(p: _Parser) -> None:
@@ -384,94 +490,11 @@ def _skip_cpu_topology(p: _Parser) -> None:
                 p.skip(threads * 4)
 
 
-def _read_cpu_zones(p: _Parser, count: int, names: dict, extra_names: dict, last_time: int) -> list[Zone]:
-    """A thread's zone tree, flattened parents-first.
-
-    Each zone is (srcloc, start delta, extra, child count), its children, then
-    an end delta; one running time reference goes start -> children -> end.
-    Iterative (explicit stack) so deep nesting cannot hit Python's recursion limit.
-    """
-    buf, pos = p.buf, p.pos
-    unpack_zone, unpack_time = _CPU_ZONE_AND_END.unpack_from, _q.unpack_from
-    rows: list = []  # (name, start, end, depth, parent); a list while its end is unknown
-    stack = []
-    remaining, parent, depth, ref = count, -1, 0, 0
-    while True:
-        if remaining:
-            remaining -= 1
-            # Read the zone with the 8 bytes after it: the end delta if it is a
-            # leaf (most zones), so leaves take one unpack. Children always
-            # follow a non-leaf, so the extra bytes exist in a valid file.
-            srcloc, delta, extra, children, end_delta = unpack_zone(buf, pos)
-            ref += delta
-            name = extra_names.get(extra) if extra else None
-            if children:
-                pos += 18
-                rows.append([name or names.get(srcloc, "???"), ref, 0, depth, parent])
-                stack.append((remaining, parent, depth))
-                remaining, parent, depth = children, len(rows) - 1, depth + 1
-            else:
-                pos += 26
-                start, ref = ref, ref + end_delta
-                end = ref if ref >= 0 else _unfinished_end(start, last_time)
-                rows.append((name or names.get(srcloc, "???"), start, end, depth, parent))
-        elif stack:
-            ref += unpack_time(buf, pos)[0]
-            pos += 8
-            row = rows[parent]
-            row[2] = ref if ref >= 0 else _unfinished_end(row[1], last_time)
-            remaining, parent, depth = stack.pop()
-        else:
-            break
-    p.pos = pos
-    if pos > len(buf):
+def _walk(walker: Callable, p: _Parser, count: int, last_time: int) -> Optional[bytes]:
+    """Run a zone tree walk at the parser's position, in C when built (the extension's function of the same
+    name) and in Python otherwise: its rows, None for a time beyond 64 bits."""
+    walked = (getattr(_native, walker.__name__) if _native is not None else walker)(p.buf, p.pos, count, last_time)
+    if walked is None:
         raise _Truncated
-    return _zones(rows)
-
-
-def _read_gpu_zones(p: _Parser, count: int, names: dict, last_time: int) -> list[Zone]:
-    """A GPU context's zone tree; times are the GPU timestamps mapped to the CPU clock."""
-    buf, pos = p.buf, p.pos
-    unpack_zone, unpack_end = _GPU_ZONE.unpack_from, _GPU_END.unpack_from
-    rows: list = []
-    stack = []
-    remaining, parent, depth, cpu_ref, gpu_ref = count, -1, 0, 0, 0
-    while True:
-        if remaining:
-            remaining -= 1
-            cpu_delta, gpu_delta, srcloc, _, _, children = unpack_zone(buf, pos)
-            pos += 31
-            cpu_ref += cpu_delta
-            gpu_ref += gpu_delta
-            row = [names.get(srcloc, "???"), gpu_ref, 0, depth, parent]
-            rows.append(row)
-            if children:
-                stack.append((remaining, parent, depth))
-                remaining, parent, depth = children, len(rows) - 1, depth + 1
-                continue
-            # A leaf: its end record follows at once.
-        elif stack:
-            row = rows[parent]  # the last child is read: the parent's end follows
-            remaining, parent, depth = stack.pop()
-        else:
-            break
-        cpu_delta, gpu_delta = unpack_end(buf, pos)
-        pos += 16
-        cpu_ref += cpu_delta
-        gpu_ref += gpu_delta
-        row[2] = gpu_ref if gpu_ref >= 0 else _unfinished_end(row[1], last_time)
-    p.pos = pos
-    if pos > len(buf):
-        raise _Truncated
-    return _zones(rows)
-
-
-def _unfinished_end(start: int, last_time: int) -> int:
-    # A zone still open when the capture ended is stored with end -1: Tracy
-    # draws it to the end of the capture, and so do we.
-    return max(last_time, start)
-
-
-def _zones(rows: list) -> list[Zone]:
-    # tuple.__new__ through map: no Python-level call per zone (2x faster than Zone._make).
-    return list(map(tuple.__new__, repeat(Zone), rows))
+    p.pos, table, overflow = walked
+    return None if overflow else table

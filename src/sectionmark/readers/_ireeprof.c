@@ -1,7 +1,7 @@
 /* The passes over every event of a profile, from reading to the session's
  * sums: walking the .ireeprof records, splitting the host execution events
  * (152 bytes each, a million per million dispatches) and memory events into
- * the compact tables of sectionmark.profiling.ireeprof, the link checks, the
+ * the compact tables of sectionmark.readers.ireeprof, the link checks, the
  * join of attribute.py and the sums of session.py and queue_time.py. numpy
  * needs several passes over the data for each; these do one. Built when a C
  * compiler is present; the Python modules do the same with numpy when it is
@@ -647,11 +647,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_definition = {
-    PyModuleDef_HEAD_INIT, "sectionmark.profiling._ireeprof",
+    PyModuleDef_HEAD_INIT, "sectionmark.readers._ireeprof",
     "The record walk and host-event split of the .ireeprof reader, in C.", -1, methods,
 };
 
-/* The row sizes this build writes: ireeprof.py refuses a stale build whose rows differ from its dtypes. */
+/* The row sizes this build writes: readers/event_model.py refuses a stale build whose rows differ from its dtypes. */
 PyMODINIT_FUNC PyInit__ireeprof(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||

@@ -26,7 +26,7 @@ of its tiles: the span is what the HAL profiler measures for a dispatch (the
 exact profile this approximates), while the sum would count a dispatch that
 ran on k workers about k times. The Tracy zones themselves are inflated by
 the instrumentation, hence ``APPROXIMATION_NOTE``. The result goes through
-`dispatch_zones.executions_profile` and ``sectionmark.profiling.attribute``
+`tracy_dispatch_zones.executions_profile` and ``sectionmark.profiling.attribute``
 like a GPU capture.
 """
 
@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Optional, Union
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.ireeprof import Profile
-from sectionmark.section_map import SectionMap
-from sectionmark.tracy.dispatch_zones import (
+from sectionmark.readers.event_model import Profile
+from sectionmark.readers.tracy_capture import Capture, is_capture, read_capture
+from sectionmark.readers.tracy_dispatch_zones import (
     DispatchZone,
     Execution,
     StaticBuffer,
@@ -47,7 +47,7 @@ from sectionmark.tracy.dispatch_zones import (
     executions_profile,
     static_buffers,
 )
-from sectionmark.tracy.reader import Capture, is_capture, read_capture
+from sectionmark.section_map import SectionMap
 
 __all__ = ["APPROXIMATION_NOTE", "is_live_capture", "is_live_capture_file", "live_capture_profile"]
 

@@ -30,10 +30,10 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.paths import SectionPath, format_path
-from sectionmark.profiling.ireeprof import DISPATCH_DTYPE, SUBMISSION_DTYPE, Profile, RecordedCommand
-from sectionmark.profiling.timeline import track_queue
+from sectionmark.readers.event_model import DISPATCH_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, RecordedCommand
+from sectionmark.readers.queue_tracks import track_queue
+from sectionmark.readers.tracy_capture import Capture, Track
 from sectionmark.section_map import COMMAND_OPS, Command, CommandBuffer, SectionMap
-from sectionmark.tracy.reader import Capture, Track
 
 __all__ = [
     "capture_profile", "dispatch_keys", "executions_profile", "static_buffers", "DispatchZone", "Execution", "StaticBuffer",
@@ -107,7 +107,7 @@ def executions_profile(executions: list[Execution], keys: list[str]) -> Profile:
         submissions=np.array(submissions, dtype=SUBMISSION_DTYPE),
         keys=keys,
         command_buffers=recorded,
-        source="tracy",
+        provenance=Provenance("tracy", timed_submissions=False),
     )
 
 
