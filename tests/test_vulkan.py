@@ -1,22 +1,34 @@
-"""Vulkan on a real driver (Mesa's lavapipe where there is no GPU): what IREE's profiler records there.
+"""Vulkan on a real driver (Mesa's lavapipe where there is no GPU): device-timed profiles, exact.
 
 Skipped, with one line, where IREE sees no Vulkan device (the ``vulkan_device``
-fixture). The facts docs/gpu.md states about a Vulkan profile are checked here
-with IREE's own decoder (``iree-profile export``), on a module compiled by
-sectionmark for ``vulkan-spirv`` and run by sectionmark's runner.
+fixture). A module compiled for ``vulkan-spirv`` is profiled on Vulkan by
+sectionmark; the facts docs/gpu.md states about a Vulkan profile, and every
+figure of the report, are checked against IREE's own decoder (``iree-profile
+export`` of the same file): each section's busy time plus unmarked equals the
+sum of iree-profile's per-dispatch device durations, to the ns.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from invariants import assert_profile_invariants
+from test_demo import check_chrome_trace
+from test_graph import parse_dot
+from test_ireeprof_fast import assert_same_profile, read_both
 from tiny_profiles import TWO_MATMULS, export_rows
 
 import sectionmark as sm
 from sectionmark.arguments import host_array
-from sectionmark.profiling import runner
+from sectionmark.cli import main
+from sectionmark.profiling import report, runner
+from sectionmark.readers.ireeprof import read_profile
+from sectionmark.readers.tracy_capture import read_capture
+from sectionmark.renderers import json_out
 from sectionmark.section_map import COMMAND_OPS
 
 CALLS, WARMUP = 3, 1
@@ -30,30 +42,30 @@ def vulkan_module():
 
 @pytest.fixture(scope="module")
 def vulkan_run(vulkan_device, vulkan_module, tmp_path_factory):
-    """TWO_MATMULS compiled for vulkan-spirv and profiled on Vulkan: (section map, iree-profile export rows)."""
+    """TWO_MATMULS profiled on Vulkan by sm.profile: the session, the kept .ireeprof and iree-profile's rows."""
     folder = tmp_path_factory.mktemp("vulkan")
-    run = runner.run_profile(vulkan_module.save(folder / "m.vmfb"), ARGS, folder, device="vulkan", iterations=CALLS,
-                             warmup=WARMUP, quiet=True)
-    rows = export_rows(run.profile_path)
+    module = vulkan_module.save(folder / "m.vmfb")
+    kept = folder / "vk.ireeprof"
+    session = sm.profile(module, args=ARGS, device="vulkan", iterations=CALLS, warmup=WARMUP, quiet=True,
+                         keep_profile=kept)
+    rows = export_rows(kept)
     assert rows is not None, "iree-profile could not read the Vulkan profile"
-    return vulkan_module.section_map, rows
-
-
-def test_results_are_read_back_from_the_vulkan_device(vulkan_device, vulkan_module):
-    on_vulkan = sm.load(vulkan_module, device="vulkan").main(*ARGS)
-    if "llvmpipe" in vulkan_device:  # lavapipe offers host-pointer import: IREE 3.13's to_host() fails there
-        with pytest.raises(ValueError, match="minImportedHostPointerAlignment"):
-            on_vulkan.to_host()
-    on_cpu = sm.load(sm.compile(TWO_MATMULS)).main(*ARGS).to_host()
-    np.testing.assert_allclose(host_array(on_vulkan), on_cpu, rtol=1e-5)
+    return SimpleNamespace(session=session, profile=kept, module=module, rows=rows,
+                           section_map=vulkan_module.section_map)
 
 
 def rows_of(rows: list[dict], record_type: str) -> list[dict]:
     return [row for row in rows if row["record_type"] == record_type]
 
 
+def measured_submissions(rows: list[dict]) -> set[int]:
+    """The submissions of the measured calls: one command buffer execution per call, the first WARMUP dropped."""
+    executes = sorted(row["submission_id"] for row in rows_of(rows, "queue_event") if row["op"] == "execute")
+    return set(executes[WARMUP:])
+
+
 def test_dispatches_are_device_timed_events_of_recorded_commands(vulkan_run):
-    section_map, rows = vulkan_run
+    rows, section_map = vulkan_run.rows, vulkan_run.section_map
     assert not rows_of(rows, "host_execution_event")  # Vulkan records no host-execution events
     commands = {(row["command_buffer_id"], row["command_index"]): row for row in rows_of(rows, "command_operation")}
     events = rows_of(rows, "dispatch_event")
@@ -75,18 +87,141 @@ def test_dispatches_are_device_timed_events_of_recorded_commands(vulkan_run):
         (c.op, c.key) for c in section_map.command_buffers[0].commands]
 
 
-def test_clock_samples_map_device_ticks_to_host_time(vulkan_run):
-    _section_map, rows = vulkan_run
-    samples = rows_of(rows, "clock_correlation")
-    events = rows_of(rows, "dispatch_event")
+def test_clock_samples_cover_the_dispatches(vulkan_run):
+    samples, events = rows_of(vulkan_run.rows, "clock_correlation"), rows_of(vulkan_run.rows, "dispatch_event")
     assert len(samples) >= 2
     ticks = [sample["device_tick"] for sample in samples]
     assert ticks == sorted(ticks) and ticks[0] <= min(e["start_tick"] for e in events)
     assert max(e["end_tick"] for e in events) <= ticks[-1]
-    for sample in samples:  # each sample brackets its device tick with two host clock reads
-        assert sample["host_time_begin_ns"] <= sample["host_time_end_ns"]
     for event in events:  # iree-profile's own fit, from the first and last samples
         assert event["derived_time_available"] and event["derived_time_basis"] == "first_last_clock_correlation"
+
+
+def test_section_busy_time_is_iree_profiles_device_time_to_the_ns(vulkan_run):
+    session, rows = vulkan_run.session, vulkan_run.rows
+    assert_profile_invariants(session)
+    assert session.coverage_error == 0 and session.calls == CALLS and session.device == "vulkan"
+    measured = measured_submissions(rows)
+    oracle = sum(e["duration_ns"] for e in rows_of(rows, "dispatch_event") if e["submission_id"] in measured)
+    top_level = [row for row in session.sections if len(row.path) == 1] + [session.unmarked]
+    assert session.total_ns == oracle
+    assert round(sum(row.busy_ns for row in top_level)) == oracle
+    for path in vulkan_run.section_map.sections:  # every section present, with a row per call
+        row = session.section(path)
+        assert row.dispatched and row.calls == CALLS and len(row.samples) == CALLS and row.per_call.min_ns > 0, path
+    assert session.cpu_ns is None  # a GPU records no tiles: CPU time is "not recorded", never 0
+
+
+def test_dispatch_times_lie_on_the_host_clock_of_the_queue_events(vulkan_run):
+    """Mapped through the clock samples, each call's dispatches start after its command buffer was submitted."""
+    rows, attribution = vulkan_run.rows, vulkan_run.session.attribution
+    submitted = {row["submission_id"]: row["host_time_ns"] for row in rows_of(rows, "queue_event")
+                 if row["op"] == "execute"}
+    uncertainty = max(s["host_time_end_ns"] - s["host_time_begin_ns"] for s in rows_of(rows, "clock_correlation"))
+    for event in attribution.events:
+        assert event["start_ns"] >= submitted[int(event["submission"])] - uncertainty
+    call_time = vulkan_run.session.call_time
+    assert call_time.call_ns == call_time.dispatch_ns + call_time.command_buffer_gap_ns > 0
+
+
+def test_c_numpy_and_jsonl_read_a_vulkan_profile_alike(vulkan_run, monkeypatch):
+    with_c, without = read_both(vulkan_run.profile, monkeypatch)
+    assert_same_profile(with_c, without)
+    from_export = read_profile(vulkan_run.profile, reader="jsonl")
+    for name in ("dispatches", "submissions", "keys", "command_buffers"):
+        a, b = getattr(with_c, name), getattr(from_export, name)
+        assert (a.tobytes() == b.tobytes()) if isinstance(a, np.ndarray) else a == b, name
+    assert with_c.provenance.device_timed and from_export.provenance.device_timed
+
+
+def test_every_output_of_a_vulkan_profile(vulkan_run, tmp_path):
+    session = vulkan_run.session
+    document = json.loads(session.render("json"))
+    assert document["device"] == "vulkan" and document["cpu_ns"] is None
+    assert_profile_invariants(json_out.load(session.save(tmp_path / "s.json")))
+    assert len(session.render("csv").splitlines()) == len(session.sections) + 1
+    slices = check_chrome_trace(json.loads(session.render("perfetto")))
+    assert {"Attn", "MLP"} <= {event["name"] for events in slices.values() for event in events}
+    for name in ("table", "components", "kernels"):
+        assert session.render(name)
+    parse_dot(session.render("graph"))
+    capture = read_capture(session.save(tmp_path / "vk.tracy"))
+    dispatch_keys = {command.key for command in vulkan_run.section_map.command_buffers[0].commands
+                     if command.op == "dispatch"}
+    zones = [zone for track in capture.gpu_contexts for zone in track.zones]
+    assert {"Attn", "MLP"} <= {zone.name for zone in zones} and dispatch_keys <= {zone.name for zone in zones}
+    again = report(tmp_path / "vk.tracy", vulkan_run.section_map, warmup=0, calls=CALLS)
+    assert {row.path: row.busy_ns for row in again.sections} == {row.path: row.busy_ns for row in session.sections}
+
+
+def test_report_of_the_kept_profile_from_the_command_line(vulkan_run, tmp_path, capsys):
+    out = tmp_path / "again.json"
+    assert main(["report", str(vulkan_run.profile), "--map", str(vulkan_run.module), "--warmup", str(WARMUP),
+                 "--json", str(out)]) == 0
+    assert "error 0.0000%" in capsys.readouterr().out
+    again = json_out.load(out)
+    assert again.total_ns == vulkan_run.session.total_ns
+    assert [row.busy_ns for row in again.sections] == pytest.approx([row.busy_ns for row in vulkan_run.session.sections],
+                                                                     abs=0.5)
+
+
+def test_results_are_read_back_from_the_vulkan_device(vulkan_device, vulkan_module):
+    on_vulkan = sm.load(vulkan_module, device="vulkan").main(*ARGS)
+    if "llvmpipe" in vulkan_device:  # lavapipe offers host-pointer import: IREE 3.13's to_host() fails there
+        with pytest.raises(ValueError, match="minImportedHostPointerAlignment"):
+            on_vulkan.to_host()
+    on_cpu = sm.load(sm.compile(TWO_MATMULS)).main(*ARGS).to_host()
+    np.testing.assert_allclose(host_array(on_vulkan), on_cpu, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def vulkan_recording(vulkan_device):
+    """test_record's prefill + decode program, compiled for vulkan-spirv, run and recorded on Vulkan."""
+    pytest.importorskip("transformers")
+    import torch
+    from test_record import DECODE_STEPS, PROMPT, kv_program, tokens
+    from hf_models import BlendedCacheLayer, empty_cache
+
+    model, exported = kv_program(BlendedCacheLayer, "eager", torch.int32)  # what SPIR-V compiles (kv_program)
+    module = sm.load(sm.compile(exported, target="vulkan-spirv"), device="vulkan")
+    with sm.record(module) as recording:
+        keys, values = (cache.numpy() for cache in empty_cache(model))
+        logits, keys, values = module.prefill(tokens(PROMPT).numpy(), np.arange(PROMPT, dtype=np.int32), keys, values)
+        for position in range(PROMPT, PROMPT + DECODE_STEPS):
+            token = int(np.argmax(host_array(logits)[0, -1]))
+            logits, keys, values = module.decode(np.array([[token]]), np.array([position], np.int32), keys, values)
+    return recording, host_array(logits)
+
+
+def test_a_recorded_prefill_and_decode_replays_on_vulkan(vulkan_recording):
+    from test_record import DECODE_STEPS
+
+    recording, final_logits = vulkan_recording
+    np.testing.assert_array_equal(recording.replay()[0], final_logits)
+    replay = recording.profile(iterations=2, warmup=1, quiet=True)
+    assert [(entry.function, entry.calls_per_replay) for entry in replay.functions] == [("prefill", 1),
+                                                                                        ("decode", DECODE_STEPS)]
+    for entry in replay.functions:
+        assert_profile_invariants(entry.profile)
+        assert entry.profile.coverage_error < 1e-9 and entry.profile.device == "vulkan"
+    table = replay.table()
+    assert "prefill: 1 call per replay, 2 measured replays" in table and f"decode: {DECODE_STEPS} calls" in table
+
+
+def test_slice_bench_on_vulkan(vulkan_device, tmp_path, capsys):
+    from nanogpt_builders import torch_gpt
+
+    model, args = torch_gpt(True)
+    mlir = sm.torch.export(model, args=args).save_mlir(tmp_path / "model.mlir")
+    np.save(tmp_path / "tokens.npy", args[0].numpy())
+    assert main(["slice", str(mlir), "--section", "Block 0/MLP", "-o", str(tmp_path / "mlp.mlir"), "--bench",
+                 "--input", str(tmp_path / "tokens.npy"), "--device", "vulkan", "-n", "2"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert "section Block 0 / MLP" in printed
+    in_context, isolated = next(line for line in printed if line.startswith("time per call")).split()[-2:]
+    assert float(in_context) > 0 and float(isolated) > 0
+    difference = next(line for line in printed if line.startswith("slice outputs vs whole model"))
+    assert float(difference.rpartition(": ")[2]) < 1e-4  # the slice on Vulkan computes what the model did
 
 
 def test_the_nanogpt_on_vulkan_computes_what_the_cpu_computes(vulkan_device):

@@ -19,7 +19,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
-from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, local_task_workers, run_profile
+from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, device_driver, local_task_workers, run_profile
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers.event_model import Profile
 from sectionmark.readers.ireeprof import read_profile
@@ -50,8 +50,8 @@ def profile(
     ``section_map`` is given). ``device``: an IREE device; ``local-task``
     uses HAL-native profiling (``local-sync`` is refused: IREE 3.13 cannot
     profile it, docs/cli.md), ``cuda`` / ``hip`` (also
-    ``cuda://1`` ...) a Tracy capture of the GPU zones, ``vulkan`` is tried
-    with Vulkan's HAL-native profiling and refused (docs/gpu.md).
+    ``cuda://1`` ...) a Tracy capture of the GPU zones, ``vulkan`` Vulkan's
+    HAL-native profiling: device-timed dispatch events (docs/gpu.md).
     ``keep_profile``: also copy the raw profile there (.ireeprof, or the
     .tracy capture on CUDA/HIP), atomically and never onto the module or one
     of ``keep_profile_inputs`` (checked before the run). ``timeout``: seconds
@@ -79,12 +79,10 @@ def profile(
             with atomic_path(keep_profile, protected) as temporary:
                 shutil.copyfile(run.profile_path, temporary)
         events = _read_events(run.profile_path, section_map, function)
-        if device_driver(device) == "vulkan" and not len(events.dispatches):
-            kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"
-            raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
         # local-task ran here with IREE's default topology, so its worker count is known; other drivers have none.
         workers = local_task_workers() if device_driver(device) == "local-task" else None
-        return _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function, workers=workers)
+        return _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function, workers=workers,
+                        device=device)
 
 
 def report(
@@ -94,7 +92,7 @@ def report(
     calls: Optional[int] = None,
     warmup: int = 0,
     function: Optional[str] = None,
-    workers: Optional[int] = None,
+    workers: Optional[int] = None, device: Optional[str] = None,
 ) -> ProfileSession:
     """Per-section times of a recorded profile: .ireeprof, exported ireeperf-jsonl, or a .tracy capture.
 
@@ -142,7 +140,7 @@ def _read_events(path: Path, section_map: SectionMap, function: Optional[str]) -
 
 def _session(
     events: Profile, section_map: SectionMap, *, calls: Optional[int], warmup: int, function: Optional[str],
-    workers: Optional[int] = None,
+    workers: Optional[int] = None, device: Optional[str] = None,
 ) -> ProfileSession:
     attribution = attribute(events, section_map, calls=calls, warmup=warmup, function=function)
-    return ProfileSession.build(attribution, section_map, function=function, workers=workers)
+    return ProfileSession.build(attribution, section_map, function=function, workers=workers, device=device)

@@ -206,7 +206,7 @@ class Recording:
                 with atomic_path(keep_profile, protected) as temporary:
                     shutil.copyfile(run.profile_path, temporary)
             return ReplayProfile.build(read_profile(run.profile_path), self.section_map, self.sequence,
-                                       replays=iterations, warmup=warmup)
+                                       replays=iterations, warmup=warmup, device=self.device)
 
     # ------------------------------------------------------------------ saving
 

@@ -234,13 +234,15 @@ class ProfileSession:
     cpu_ns: Optional[int] = None  # summed tile time of all measured dispatches; None: no tiles recorded
     tiles: Optional[int] = None  # summed tiles of all measured dispatches
     workers: Optional[int] = None  # local-task workers of the run (IREE's default topology); None: unknown
+    device: Optional[str] = None  # the IREE device profiled ("local-task", "vulkan", "cuda"); None: not known (a report)
 
     # ------------------------------------------------------------------ building
 
     @classmethod
     def build(cls, attribution: Attribution, section_map: SectionMap, function: Optional[str] = None,
-              workers: Optional[int] = None) -> "ProfileSession":
-        """``workers``: local-task's worker count during the run, for utilization (None: unknown)."""
+              workers: Optional[int] = None, device: Optional[str] = None) -> "ProfileSession":
+        """``workers``: local-task's worker count during the run, for utilization (None: unknown); ``device``: the
+        IREE device the run measured, named in the outputs (None: unknown)."""
         events = attribution.events
         if not len(events):
             raise SectionmarkError(
@@ -305,6 +307,7 @@ class ProfileSession:
             cpu_ns=tiles.total_ns if tiles else None,
             tiles=tiles.total_tiles if tiles else None,
             workers=workers,
+            device=device,
         )
 
     # ------------------------------------------------------------------ views
@@ -505,9 +508,9 @@ def event_sums(attribution: Attribution) -> EventSums:
     if native_passes is not None:
         sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
                          np.zeros(slots), np.zeros(slots, np.int64), 0, False)
-        sums.total_ns, sums.disjoint = native_passes.event_sums(
-            np.ascontiguousarray(events), slot_composition, calls, sums.busy_by_call, sums.busy, sums.count,
-            sums.slot_busy, sums.slot_count)
+        sums.total_ns, sums.disjoint = native_passes.event_sums(np.ascontiguousarray(events), slot_composition, calls,
+                                                         sums.busy_by_call, sums.busy, sums.count, sums.slot_busy,
+                                                         sums.slot_count)
         return sums
     starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), events["slot"]
     duration = (ends - starts).astype(np.float64)
