@@ -378,7 +378,7 @@ def test_json_is_the_documented_schema():
     assert data == {"version": 2, "function": "main", "weight_rule": "cost", "total_ns": 200_000, "wall_ns": 150_000,
                     "unmarked_ns": 0, "calls": 1, "warmup": 0, "calls_known": True, "coverage_error": 0.0, "call_time": None, "memory": None,
                     "split_rules": {"cost": 1}, "cpu_ns": None, "tiles": None, "workers": None, "parallelism": None,
-                    "utilization": None}
+                    "utilization": None, "device": None}
     assert sections[0] == {
         "path": ["A"], "name": "A", "unmarked": False, "busy_ns": 170_000, "exclusive_ns": 170_000,
         "shared_ns": 70_000, "shared_with": [{"path": ["B"], "ns": 30_000}], "wall_ns": 127_500,

@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="unmeasured calls (replays) first (default: 3)")
     profile.add_argument("--device", default="local-task",
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
-                         "vulkan runs, but its profile cannot be read yet (docs/gpu.md)")
+                         "vulkan: its device-timed dispatch events (docs/gpu.md)")
     profile.add_argument("--timeout", type=whole_number_in(1, 7 * 24 * 3600), default=3600, metavar="S",
                          help="give up when the profiled tool runs longer than S seconds (default: 3600)")
     profile.add_argument("--keep-profile", metavar="FILE",
