@@ -58,10 +58,12 @@ def rows_of(rows: list[dict], record_type: str) -> list[dict]:
     return [row for row in rows if row["record_type"] == record_type]
 
 
-def measured_submissions(rows: list[dict]) -> set[int]:
-    """The submissions of the measured calls: one command buffer execution per call, the first WARMUP dropped."""
+def device_time_of_measured_calls(rows: list[dict], warmup: int) -> int:
+    """The oracle: iree-profile's per-dispatch device durations summed over the measured calls (one command
+    buffer execution per call, the first ``warmup`` dropped)."""
     executes = sorted(row["submission_id"] for row in rows_of(rows, "queue_event") if row["op"] == "execute")
-    return set(executes[WARMUP:])
+    measured = set(executes[warmup:])
+    return sum(event["duration_ns"] for event in rows_of(rows, "dispatch_event") if event["submission_id"] in measured)
 
 
 def test_dispatches_are_device_timed_events_of_recorded_commands(vulkan_run):
@@ -101,8 +103,7 @@ def test_section_busy_time_is_iree_profiles_device_time_to_the_ns(vulkan_run):
     session, rows = vulkan_run.session, vulkan_run.rows
     assert_profile_invariants(session)
     assert session.coverage_error == 0 and session.calls == CALLS and session.device == "vulkan"
-    measured = measured_submissions(rows)
-    oracle = sum(e["duration_ns"] for e in rows_of(rows, "dispatch_event") if e["submission_id"] in measured)
+    oracle = device_time_of_measured_calls(rows, WARMUP)
     top_level = [row for row in session.sections if len(row.path) == 1] + [session.unmarked]
     assert session.total_ns == oracle
     assert round(sum(row.busy_ns for row in top_level)) == oracle
@@ -233,3 +234,28 @@ def test_the_nanogpt_on_vulkan_computes_what_the_cpu_computes(vulkan_device):
     tokens = args[0].numpy()
     on_vulkan = host_array(sm.load(sm.compile(exported, target="vulkan-spirv"), device="vulkan").main(tokens))
     np.testing.assert_allclose(on_vulkan, sm.load(sm.compile(exported)).main(tokens).to_host(), atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_the_nanogpt_demo_on_vulkan_is_iree_profiles_device_time(vulkan_device, framework, tmp_path):
+    """The acceptance run of docs/gpu.md: the demo with --device vulkan against iree-profile's own durations."""
+    import subprocess
+    import sys
+
+    from nanogpt_builders import EXAMPLES
+    from sectionmark.section_map import SectionMap
+
+    out, warmup = tmp_path / "out", 2
+    result = subprocess.run([sys.executable, str(EXAMPLES / "run.py"), "--device", "vulkan", "--framework", framework,
+                             "--out", str(out), "-n", "4", "--warmup", str(warmup)],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    session = json_out.load(out / "sections.json")
+    assert_profile_invariants(session)
+    assert session.device == "vulkan" and session.coverage_error == 0 and session.calls == 4
+    oracle = device_time_of_measured_calls(export_rows(out / "run.ireeprof"), warmup)
+    assert session.total_ns == oracle == round(sum(row.busy_ns for row in session.sections if len(row.path) <= 1))
+    for path in SectionMap.load(out / "model.sections.json").sections:
+        row = session.section(path)
+        assert row.dispatched and len(row.samples) == session.calls, path
