@@ -102,11 +102,11 @@ def test_clock_samples_cover_the_dispatches(vulkan_run):
 def test_section_busy_time_is_iree_profiles_device_time_to_the_ns(vulkan_run):
     session, rows = vulkan_run.session, vulkan_run.rows
     assert_profile_invariants(session)
-    assert session.coverage_error == 0 and session.calls == CALLS and session.device == "vulkan"
+    assert session.coverage_error < 1e-12 and session.calls == CALLS and session.device == "vulkan"  # float sums
     oracle = device_time_of_measured_calls(rows, WARMUP)
     top_level = [row for row in session.sections if len(row.path) == 1] + [session.unmarked]
     assert session.total_ns == oracle
-    assert round(sum(row.busy_ns for row in top_level)) == oracle
+    assert abs(sum(row.busy_ns for row in top_level) - oracle) < 0.5  # fused dispatches' shares are floats
     for path in vulkan_run.section_map.sections:  # every section present, with a row per call
         row = session.section(path)
         assert row.dispatched and row.calls == CALLS and len(row.samples) == CALLS and row.per_call.min_ns > 0, path
@@ -253,9 +253,11 @@ def test_the_nanogpt_demo_on_vulkan_is_iree_profiles_device_time(vulkan_device, 
     assert result.returncode == 0, result.stderr[-2000:]
     session = json_out.load(out / "sections.json")
     assert_profile_invariants(session)
-    assert session.device == "vulkan" and session.coverage_error == 0 and session.calls == 4
+    assert session.device == "vulkan" and session.coverage_error < 1e-12 and session.calls == 4
     oracle = device_time_of_measured_calls(export_rows(out / "run.ireeprof"), warmup)
-    assert session.total_ns == oracle == round(sum(row.busy_ns for row in session.sections if len(row.path) <= 1))
+    assert session.total_ns == oracle
+    top_level = [row for row in session.sections if len(row.path) <= 1]  # and (unmarked)
+    assert abs(sum(row.busy_ns for row in top_level) - oracle) <= 0.5 * len(top_level)  # each rounded in the JSON
     for path in SectionMap.load(out / "model.sections.json").sections:
         row = session.section(path)
         assert row.dispatched and len(row.samples) == session.calls, path
