@@ -25,6 +25,8 @@ from tiny_profiles import TWO_MATMULS, export_rows
 import sectionmark as sm
 from sectionmark.arguments import host_array
 from sectionmark.cli import main
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling import report, runner
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.readers.tracy_capture import read_capture
@@ -261,3 +263,65 @@ def test_the_nanogpt_demo_on_vulkan_is_iree_profiles_device_time(vulkan_device, 
     for path in SectionMap.load(out / "model.sections.json").sections:
         row = session.section(path)
         assert row.dispatched and len(row.samples) == session.calls, path
+
+
+def edit_dispatch_event(field: str, value, index: int = 0):
+    """An edit of one field of the ``index``-th device-timed dispatch event; ``value(blob, base)`` -> the new value."""
+    import bundle_layout as layout
+
+    def edit(blob: bytes) -> bytes:
+        edited = bytearray(blob)
+        base = layout.fixed_records(blob, "dispatch-events")[index]
+        at, size = layout.DISPATCH_EVENT[1][field]
+        layout.write(edited, base + at, size, value(blob, base))
+        return bytes(edited)
+
+    return edit
+
+
+def without_clock_samples(blob: bytes) -> bytes:
+    """Every clock sample's flags cleared: no sample says what it holds."""
+    import bundle_layout as layout
+
+    edited = bytearray(blob)
+    for base in layout.fixed_records(blob, "clock-correlations"):
+        layout.write(edited, base + layout.CLOCK_CORRELATION[1]["flags"][0], 4, 0)
+    return bytes(edited)
+
+
+def field(name: str):
+    """``value`` for edit_dispatch_event: the event's own ``name`` field."""
+    import bundle_layout as layout
+
+    return lambda blob, base: layout.read(blob, base + layout.DISPATCH_EVENT[1][name][0], layout.DISPATCH_EVENT[1][name][1])
+
+
+VULKAN_CASES = {
+    "outside a command buffer": (edit_dispatch_event("flags", lambda b, o: 0), "was not recorded in a command buffer"),
+    "ends before it starts": (edit_dispatch_event("end_tick", lambda b, o: field("start_tick")(b, o) - 1),
+                              "has no valid device ticks"),
+    "no start tick": (edit_dispatch_event("start_tick", lambda b, o: 0), "has no valid device ticks"),
+    "event recorded twice": (edit_dispatch_event("event_id", lambda b, o: field("event_id")(b, o) - 1, index=1),
+                             "a dispatch event (0, 1) is recorded twice"),
+    "unknown function": (edit_dispatch_event("export_ordinal", lambda b, o: 99), "unknown executable function"),
+    "other record length": (edit_dispatch_event("record_length", lambda b, o: 96), "unsupported profile layout"),
+    "no usable clock samples": (without_clock_samples, "not two clock samples to time them"),
+    "moved onto the other dispatch's command": (  # TWO_MATMULS: dispatches at commands 2 and 6 (debug groups)
+        edit_dispatch_event("command_index", lambda b, o: field("command_index")(b, o) + 4),
+        "a dispatch of (submission, command index)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VULKAN_CASES))
+def test_corrupt_vulkan_profiles_are_one_line_alike_in_c_and_numpy(vulkan_run, tmp_path, monkeypatch, case):
+    edit, message = VULKAN_CASES[case]
+    path = tmp_path / "bad.ireeprof"
+    path.write_bytes(edit(vulkan_run.profile.read_bytes()))
+    with pytest.raises(SectionmarkError) as error:  # the bundle reader's own line (no fallback to the export)
+        attribute(read_profile(path, reader="bundle"), vulkan_run.section_map, warmup=WARMUP)
+    assert message in str(error.value) and "\n" not in str(error.value)
+    with_c, without = read_both(path, monkeypatch)
+    if isinstance(with_c, str):
+        assert with_c == without
+    else:
+        assert_same_profile(with_c, without)
