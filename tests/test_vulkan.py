@@ -201,7 +201,7 @@ def test_a_recorded_prefill_and_decode_replays_on_vulkan(vulkan_recording):
 
     recording, final_logits = vulkan_recording
     np.testing.assert_array_equal(recording.replay()[0], final_logits)
-    replay = recording.profile(iterations=2, warmup=1, quiet=True)
+    replay = recording.profile(iterations=2, warmup=1, quiet=True, device="vulkan")  # the recorded one too
     assert [(entry.function, entry.calls_per_replay) for entry in replay.functions] == [("prefill", 1),
                                                                                         ("decode", DECODE_STEPS)]
     for entry in replay.functions:
@@ -209,6 +209,14 @@ def test_a_recorded_prefill_and_decode_replays_on_vulkan(vulkan_recording):
         assert entry.profile.coverage_error < 1e-9 and entry.profile.device == "vulkan"
     table = replay.table()
     assert "prefill: 1 call per replay, 2 measured replays" in table and f"decode: {DECODE_STEPS} calls" in table
+
+
+def test_a_saved_vulkan_recording_profiles_from_the_command_line(vulkan_recording, tmp_path, capsys):
+    from test_record import DECODE_STEPS
+
+    directory = vulkan_recording[0].save(tmp_path / "recording")
+    assert main(["profile", str(directory), "--device", "vulkan", "-n", "1", "--warmup", "0"]) == 0
+    assert f"decode: {DECODE_STEPS} calls per replay, 1 measured replay" in capsys.readouterr().out
 
 
 def test_slice_bench_on_vulkan(vulkan_device, tmp_path, capsys):

@@ -178,17 +178,20 @@ class Recording:
 
     def profile(self, iterations: int = 5, warmup: int = 1, *, quiet: bool = False,
                 timeout: Optional[float] = DEFAULT_TIMEOUT_S,
-                keep_profile: Optional[Union[str, Path]] = None) -> ReplayProfile:
+                keep_profile: Optional[Union[str, Path]] = None, device: Optional[str] = None) -> ReplayProfile:
         """Replay the recorded calls ``warmup + iterations`` times under IREE's profiler; per-function profiles.
 
         Each replay starts again from the recorded host inputs, so every replay
         does the same work; the first ``warmup`` replays are not measured.
+        ``device``: the IREE device to replay on instead of the recorded one
+        (``"vulkan"``; the module must be compiled for it).
         """
+        device = device or self.device
         if self.section_map is None:
             raise SectionmarkError("this module was compiled without markers; it has no section map to report")
-        if device_driver(self.device) in TRACED_DRIVERS:
+        if device_driver(device) in TRACED_DRIVERS:
             raise SectionmarkError(
-                f"replaying a recording is profiled with IREE's HAL-native profiler, which {self.device} lacks in "
+                f"replaying a recording is profiled with IREE's HAL-native profiler, which {device} lacks in "
                 "IREE 3.13; profile the recording on local-task, or use sm.profile per function (docs/gpu.md)"
             )
         protected = recording_files(self.directory) if self.directory is not None else []
@@ -199,14 +202,14 @@ class Recording:
             model, replay = directory / MODEL_FILE, directory / DRIVER_FILE
             model.write_bytes(self.vmfb)
             replay.write_bytes(self.driver())
-            run = run_profile(replay, self.inputs, directory, function="replay", device=self.device,
+            run = run_profile(replay, self.inputs, directory, function="replay", device=device,
                               iterations=iterations, warmup=warmup, quiet=quiet, timeout=timeout,
                               parameters=self.parameters, imported=[model])
             if keep_profile is not None:
                 with atomic_path(keep_profile, protected) as temporary:
                     shutil.copyfile(run.profile_path, temporary)
             return ReplayProfile.build(read_profile(run.profile_path), self.section_map, self.sequence,
-                                       replays=iterations, warmup=warmup, device=self.device)
+                                       replays=iterations, warmup=warmup, device=device)
 
     # ------------------------------------------------------------------ saving
 
