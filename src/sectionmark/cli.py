@@ -92,7 +92,8 @@ EXAMPLES = {
     "slice": """examples:
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir --bench --input tokens.npy
-  sectionmark slice model.mlir --section "Block 0/MLP" -o mlp.mlir --bench      # random inputs""",
+  sectionmark slice model.mlir --section "Block 0/MLP" -o mlp.mlir --bench      # random inputs
+  sectionmark slice model.mlir --section "Block 0/MLP" -o mlp.mlir --bench --device vulkan   # compiled for vulkan-spirv""",
     "peak": """examples:
   sectionmark peak                      # cached after the first run
   sectionmark peak --refresh --json peak.json
@@ -241,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "cores vary less between runs on a busy machine (docs/cli.md)")
     profile.add_argument("--device", default="local-task",
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
-                         "vulkan runs, but its profile cannot be read yet (docs/gpu.md)")
+                         "vulkan: its device-timed dispatch events (docs/gpu.md)")
     profile.add_argument("--timeout", type=whole_number_in(1, 7 * 24 * 3600), default=3600, metavar="S",
                          help="give up when the profiled tool runs longer than S seconds (default: 3600)")
     profile.add_argument("--keep-profile", metavar="FILE",
@@ -327,8 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     slice_.add_argument("--bench", action="store_true", help="compile, verify and time the slice against the whole model")
     slice_.add_argument("--input", action="append", default=[], metavar="NPY",
                         help="the whole model's argument as a .npy file (repeat, in order) for --bench; without it: random inputs")
-    slice_.add_argument("--target", default="llvm-cpu", choices=list(TARGET_FLAGS),
-                        help="compile target for --bench (default: llvm-cpu)")
+    slice_.add_argument("--device", default="local-task",
+                        help="IREE device --bench runs and profiles on: local-task (default), vulkan, cuda, hip")
+    slice_.add_argument("--target", choices=list(TARGET_FLAGS),
+                        help="compile target for --bench (default: the device's, llvm-cpu for local-task)")
     slice_.add_argument("--parameters", action="append", default=[], metavar="[SCOPE=]FILE",
                         help="with --bench: the model's external parameter file (repeatable), scoped as IREE's --parameters")
     slice_.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=10,

@@ -237,9 +237,11 @@ def slice_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     written = write_atomic(args.output, section_slice.mlir, inputs=inputs)
     print(f"wrote {written}: {len(section_slice.inputs)} value(s) in, {len(section_slice.outputs)} out")
     if args.bench:
+        from sectionmark.compiler.targets import target_for_device
         from sectionmark.workflows.slice_bench import bench_section
 
-        print(bench_section(Path(args.mlir), args.section, _load_inputs(args.input), target=args.target,
-                            iterations=args.iterations, parameters=args.parameters).table())
+        target = args.target or target_for_device(args.device)
+        print(bench_section(Path(args.mlir), args.section, _load_inputs(args.input), target=target,
+                            device=args.device, iterations=args.iterations, parameters=args.parameters).table())
 
 

@@ -6,6 +6,10 @@ locations, and ``iree.compiler.compile_str`` with the same flags. Compared:
 every executable binary in the .vmfb (whole ELF: code, relocations, debug
 info, embedded source locations), dispatch and executable counts, outputs.
 Also the same unmarked MLIR compiled with markers on and off.
+
+GPU targets need no GPU to compile: the same comparisons for ``vulkan-spirv``
+(SPIR-V), ``cuda`` (PTX) and ``rocm`` (HSACO), with sectionmark's default
+architecture of each target and with another one a user would pick.
 """
 
 from __future__ import annotations
@@ -23,16 +27,38 @@ from nanogpt_builders import jax_gpt, torch_gpt
 from test_compiler import dump, executables, fused_source, run, vm_call_count
 
 
-def plain_compile(mlir_text: str, input_type: str) -> bytes:
-    """The user's own compile: iree.compiler with sectionmark's flags for llvm-cpu, nothing else."""
+# (target, extra flags) -> the suffix of every executable's name in the .vmfb: the binary format
+# that target must produce (so a target that silently built CPU code would fail).
+GPU_TARGETS = {
+    ("vulkan-spirv", ()): "_vulkan_spirv_fb.fb",  # --iree-vulkan-target=vp_android_baseline_2022
+    ("vulkan-spirv", ("--iree-vulkan-target=ampere",)): "_vulkan_spirv_fb.fb",
+    ("cuda", ()): "_cuda_nvptx_fb.fb",  # sm_80
+    ("cuda", ("--iree-cuda-target=sm_89",)): "_cuda_nvptx_fb.fb",
+    ("rocm", ()): "_rocm_hsaco_fb.fb",  # gfx942
+    ("rocm", ("--iree-rocm-target=gfx90a",)): "_rocm_hsaco_fb.fb",
+}
+DEFAULT_GPU_TARGETS = [target for target, extra in GPU_TARGETS if not extra]
+
+
+def gpu_target_id(target: tuple[str, tuple[str, ...]]) -> str:
+    name, extra = target
+    return "-".join([name, *(flag.split("=")[1] for flag in extra)])
+
+
+def plain_compile(mlir_text: str, input_type: str, target: str = "llvm-cpu", extra_args: tuple[str, ...] = ()) -> bytes:
+    """The user's own compile: iree.compiler with sectionmark's flags for ``target``, nothing else."""
     import iree.compiler
 
-    return iree.compiler.compile_str(mlir_text, extra_args=[*target_flags("llvm-cpu"), f"--iree-input-type={input_type}"])
+    flags = [*target_flags(target), f"--iree-input-type={input_type}", *extra_args]
+    return iree.compiler.compile_str(mlir_text, extra_args=flags)
 
 
-def assert_same_executables(ours: bytes, plain: bytes, tmp_path: Path) -> None:
+def assert_same_executables(ours: bytes, plain: bytes, tmp_path: Path, binary_suffix: str = "") -> None:
+    """Same executables, byte for byte, and the same dispatches; ``binary_suffix``: the format they must have."""
     ours_exes, plain_exes = executables(ours), executables(plain)
     assert ours_exes and ours_exes.keys() == plain_exes.keys()
+    if binary_suffix:
+        assert any(name.endswith(binary_suffix) for name in ours_exes), sorted(ours_exes)
     for name in plain_exes:
         assert ours_exes[name] == plain_exes[name], f"{name} differs ({len(ours_exes[name])} vs {len(plain_exes[name])} bytes)"
     ours_asm, plain_asm = dump(ours, tmp_path, "disassembly"), dump(plain, tmp_path, "disassembly")
@@ -132,3 +158,37 @@ def test_jax_export_matches_the_plain_jitted_lowering(tmp_path):
     ours = sm.compile(sm.jax.export(forward, tokens))
     assert_same_executables(ours.vmfb, plain, tmp_path)
     np.testing.assert_array_equal(run(ours.vmfb, "main", tokens)[0], run(plain, "main", tokens)[0])
+
+
+@pytest.fixture(scope="module")
+def torch_nanogpt():
+    """The marked torch nanoGPT, its sectionmark export and the plain pipeline's MLIR text."""
+    model, args = torch_gpt(True)
+    return sm.torch.export(model, args=args), _torch_plain_text(model, args)
+
+
+@pytest.mark.parametrize("target", list(GPU_TARGETS), ids=gpu_target_id)
+def test_torch_gpu_executables_match_the_plain_pipeline(torch_nanogpt, target, tmp_path):
+    exported, plain_text = torch_nanogpt
+    name, extra = target
+    ours = sm.compile(exported, target=name, extra_args=extra)
+    plain = plain_compile(plain_text, "torch", name, extra)
+    assert_same_executables(ours.vmfb, plain, tmp_path, GPU_TARGETS[target])
+
+
+@pytest.mark.parametrize("target", DEFAULT_GPU_TARGETS)
+def test_jax_gpu_executables_match_the_plain_jitted_lowering(target, tmp_path):
+    jax = pytest.importorskip("jax")
+    forward, tokens = jax_gpt()
+    plain = plain_compile(jax.jit(forward).lower(tokens).as_text(debug_info=True), "stablehlo", target)
+    ours = sm.compile(sm.jax.export(forward, tokens), target=target)
+    assert_same_executables(ours.vmfb, plain, tmp_path, GPU_TARGETS[target, ()])
+
+
+@pytest.mark.parametrize("target", DEFAULT_GPU_TARGETS)
+def test_unmarked_model_gpu_executables_with_markers_on_and_off(target, tmp_path):
+    model, args = torch_gpt(False)
+    exported = sm.torch.export(model, args=args)
+    on, off = sm.compile(exported, target=target), sm.compile(exported, target=target, markers=False)
+    assert on.section_map is not None and off.section_map is None
+    assert_same_executables(on.vmfb, off.vmfb, tmp_path, GPU_TARGETS[target, ()])

@@ -4,15 +4,12 @@ The command lines are checked as built; the failures are the real tools'
 (the tracing iree-benchmark-module under a real headless capture for CUDA and
 HIP, the plain one with Vulkan's profiling families), turned into one line.
 Where a machine has such a device or driver, its failure test is skipped
-(tests/gpu/test_gpu.py runs there instead). Vulkan's refusal after a successful
-run replaces only the Vulkan run, by a real CPU profile without host-execution
-events, which is what the reader gets from Vulkan's device dispatch events.
+(tests/gpu/test_gpu.py and tests/gpu/test_vulkan.py run there instead).
 """
 
 from __future__ import annotations
 
 import ctypes.util
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -99,23 +96,11 @@ def test_module_for_another_device_is_one_line(modules):
     assert "\n" not in str(error.value)
 
 
-def test_vulkan_profile_without_host_execution_is_refused(modules, monkeypatch, tmp_path):
-    real_run = subprocess.run
-    seen = []
+def test_each_device_names_the_target_its_driver_runs():
+    from sectionmark.compiler.targets import TARGET_FLAGS, target_for_device
 
-    def vulkan_run(command, **options):
-        """Instead of Vulkan: a real local-task profile with the families Vulkan has that the reader reads."""
-        seen.append(command)
-        on_cpu = [a.replace("--device=vulkan", "--device=local-task") for a in command]
-        on_cpu = [a.replace(runner.VULKAN_PROFILING_MODES, "queue-events,executable-metadata") for a in on_cpu]
-        return real_run(on_cpu, **options)
-
-    monkeypatch.setattr(runner.subprocess, "run", vulkan_run)
-    kept = tmp_path / "vulkan.ireeprof"
-    with pytest.raises(SectionmarkError, match="Vulkan driver profiles dispatches as device dispatch events") as error:
-        profile(modules["llvm-cpu"], args=(X,), device="vulkan", iterations=2, warmup=0, quiet=True, keep_profile=kept)
-    assert f"kept at {kept}" in str(error.value) and "\n" not in str(error.value)
-    assert kept.stat().st_size > 0
-    # First the same calls unprofiled (the profiler's cost), then the profiled run.
-    assert not any(a.startswith("--device_profiling") for a in seen[0])
-    assert f"--device_profiling_mode={runner.VULKAN_PROFILING_MODES}" in seen[-1]
+    assert [target_for_device(device) for device in ("local-task", "vulkan", "vulkan://0", "cuda://1", "hip")] == [
+        "llvm-cpu", "vulkan-spirv", "vulkan-spirv", "cuda", "rocm"]
+    with pytest.raises(SectionmarkError, match="no compile target known for device 'metal'; use one of: local-task"):
+        target_for_device("metal")
+    assert set(TARGET_FLAGS) == {target_for_device(device) for device in ("local-sync", "cuda", "hip", "vulkan")}

@@ -55,13 +55,33 @@ MEMORY_EVENT: tuple[int, Fields] = (160, {
     "pool_bytes_free": (128, 8), "pool_bytes_committed": (136, 8), "pool_budget_limit": (144, 8),
     "pool_reservation_count": (152, 4), "pool_slab_count": (156, 4),
 })
+DISPATCH_EVENT: tuple[int, Fields] = (88, {  # device-timed (Vulkan); device and queue are the chunk header's
+    "record_length": (0, 4), "flags": (4, 4), "event_id": (8, 8), "submission_id": (16, 8),
+    "command_buffer_id": (24, 8), "executable_id": (32, 8), "command_index": (40, 4), "export_ordinal": (44, 4),
+    "workgroup_count_x": (48, 4), "workgroup_count_y": (52, 4), "workgroup_count_z": (56, 4),
+    "workgroup_size_x": (60, 4), "workgroup_size_y": (64, 4), "workgroup_size_z": (68, 4), "start_tick": (72, 8),
+    "end_tick": (80, 8),
+})
+CLOCK_CORRELATION: tuple[int, Fields] = (72, {
+    "record_length": (0, 4), "flags": (4, 4), "physical_device_ordinal": (8, 4), "reserved0": (12, 4),
+    "sample_id": (16, 8), "device_tick": (24, 8), "host_cpu_timestamp_ns": (32, 8), "host_system_timestamp": (40, 8),
+    "host_system_frequency_hz": (48, 8), "host_time_begin_ns": (56, 8), "host_time_end_ns": (64, 8),
+})
+QUEUE_EVENT: tuple[int, Fields] = (104, {
+    "record_length": (0, 4), "type": (4, 4), "flags": (8, 4), "dependency_strategy": (12, 4), "event_id": (16, 8),
+    "host_time_ns": (24, 8), "submission_id": (32, 8), "command_buffer_id": (40, 8), "allocation_id": (48, 8),
+    "stream_id": (56, 8), "physical_device_ordinal": (64, 4), "queue_ordinal": (68, 4), "wait_count": (72, 4),
+    "signal_count": (76, 4), "barrier_count": (80, 4), "operation_count": (84, 4), "payload_length": (88, 8),
+    "ready_host_time_ns": (96, 8),
+})
 FUNCTION_HEADER_SIZE = 64  # executable function record: this header, then name_length bytes of name
 FUNCTION_FIELDS: Fields = {"record_length": (0, 4), "flags": (4, 4), "executable_id": (8, 8),
                            "function_ordinal": (16, 4), "name_length": (44, 4)}
 FUNCTION_NAME_LENGTH = FUNCTION_FIELDS["name_length"]
 RECORD_HEADER_SIZE = 104
 FIXED_RECORDS = {"host-execution-events": HOST_EXECUTION_EVENT, "command-operations": COMMAND_OPERATION,
-                 "command-buffers": COMMAND_BUFFER, "memory-events": MEMORY_EVENT}
+                 "command-buffers": COMMAND_BUFFER, "memory-events": MEMORY_EVENT, "dispatch-events": DISPATCH_EVENT,
+                 "clock-correlations": CLOCK_CORRELATION, "queue-events": QUEUE_EVENT}
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ def causal_mask(positions: torch.Tensor, length: int) -> torch.Tensor:
     uses it as is; without one it builds its own with ops IREE cannot compile
     (``aten.diff``, or an ``i1`` literal from a 2-D mask).
     """
-    return (torch.arange(length)[None, :] <= positions[:, None])[None, None]
+    return (torch.arange(length, dtype=positions.dtype)[None, :] <= positions[:, None])[None, None]
 
 
 class Logits(torch.nn.Module):
@@ -139,6 +139,20 @@ class TensorCacheLayer(CacheLayerMixin):
         return self.keys.shape[2]
 
 
+class BlendedCacheLayer(TensorCacheLayer):
+    """The same write as a one-hot blend (elementwise ops and a matmul), exact as the scatter.
+
+    For Vulkan: IREE 3.13's SPIR-V code generation fails on the scatter
+    ("'vector.transfer_read' op with rank > 1 should be broken down by prior passes").
+    """
+
+    def _write(self, cache: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        slots = torch.arange(cache.shape[2], dtype=self.positions.dtype)[:, None] == self.positions[None, :]
+        slots = slots.to(cache.dtype)  # [MAX_LEN, T]: 1 where a new token's keys and values go
+        kept = 1 - slots.sum(1)[None, None, :, None]
+        return cache * kept + torch.einsum("bhtd,lt->bhld", new, slots)
+
+
 def empty_cache(model: PreTrainedModel, batch: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Zeroed keys and values, ``[layers, batch, kv_heads, MAX_LEN, head_dim]`` each."""
     config = model.config
@@ -156,12 +170,12 @@ class CachedLM(torch.nn.Module):
     token attends to the slots up to its own position.
     """
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel, cache_layer: type[TensorCacheLayer] = TensorCacheLayer):
         super().__init__()
-        self.model = model
+        self.model, self.cache_layer = model, cache_layer
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor, values: torch.Tensor):
-        layers = [TensorCacheLayer(keys[index], values[index], positions) for index in range(keys.shape[0])]
+        layers = [self.cache_layer(keys[index], values[index], positions) for index in range(keys.shape[0])]
         output = self.model(
             input_ids=input_ids,
             attention_mask=causal_mask(positions, keys.shape[3]),

@@ -112,7 +112,8 @@ BUNDLE_CASES = {
     "duplicated memory event chunk": (lambda blob: layout.duplicated(blob, next(
         r for r in layout.records(blob) if r.content_type == "memory-events")), "a memory event"),
     "unknown chunk type": (lambda blob: rename_chunk(blob, HOST_EVENTS, "host-execution-eventz"), "unknown chunk type"),
-    "device-timed dispatch events": (lambda blob: layout.with_record(blob, "dispatch-events", b""), "device-timed"),
+    "device-timed dispatch events": (lambda blob: layout.with_record(blob, "dispatch-events", b""),
+                                     "both host-timed and device-timed"),
     "record after the session end": (lambda blob: layout.with_record(blob, "counters", b"", after_end=True),
                                       "after the session end"),
     "truncated chunk": (set_record_header("chunk_flags", 1), "truncated a chunk"),
@@ -162,6 +163,13 @@ def huge_timestamps(rows: list[dict]) -> None:
     row["duration_ns"] = 5
 
 
+def device_timed_row(host: dict) -> dict:
+    """A device-timed dispatch event (a Vulkan profile's row) for the same command as a host dispatch event."""
+    return {"record_type": "dispatch_event", "physical_device_ordinal": 0, "queue_ordinal": 0, "flags": 1,
+            "start_tick": 1, "end_tick": 2, **{name: host[name] for name in (
+                "event_id", "submission_id", "command_buffer_id", "command_index", "key")}}
+
+
 JSONL_CASES = {
     "huge timestamps": (huge_timestamps, "impossible timestamps"),
     "timestamp beyond int64": (lambda rows: first(rows, "dispatch").update(end_host_time_ns=2**64), "must be an integer"),
@@ -177,7 +185,8 @@ JSONL_CASES = {
     "event status": (lambda rows: first(rows, "dispatch").update(status_code=5), "finished with IREE status code 5"),
     "invalid event": (lambda rows: first(rows, "dispatch").update(valid=False), "marked invalid"),
     "op and type disagree": (lambda rows: first(rows, "dispatch").update(op="alloca"), "does not match its type_value"),
-    "device-timed events": (lambda rows: rows.append({"record_type": "dispatch_event"}), "device-timed"),
+    "device-timed events beside host events": (lambda rows: rows.append(device_timed_row(first(rows, "dispatch"))),
+                                               "both host-timed and device-timed"),
     "iree-profile error": (lambda rows: rows.append({"record_type": "diagnostic", "severity": "error",
                                                      "message": "chunk was marked truncated by the producer"}),
                            "chunk was marked truncated"),

@@ -129,7 +129,8 @@ def mutate_bundle(data: st.DataObject, original: bytes) -> bytes:
 READ_FIELDS = {
     "file": {"magic", "version_major", "header_length", "file_length"},
     "record": {"record_length", "payload_length", "header_length", "content_type_length", "name_length",
-               "chunk_flags", "dropped_record_count", "session_status_code", "record_type"},
+               "physical_device_ordinal", "queue_ordinal", "chunk_flags", "dropped_record_count",
+               "session_status_code", "record_type"},
     "content_type": {""},
     "host-execution-events": {"record_length", "type", "status_code", "event_id", "submission_id",
                               "command_buffer_id", "executable_id", "stream_id", "physical_device_ordinal",
@@ -141,6 +142,12 @@ READ_FIELDS = {
     "memory-events": {"record_length", "type", "flags", "event_id", "host_time_ns", "allocation_id", "pool_id",
                       "submission_id", "physical_device_ordinal", "length", "pool_bytes_reserved"},
     "executable-functions": {"record_length", "executable_id", "function_ordinal", "name_length", "name"},
+    # read only in a device-timed (Vulkan) profile: docs/gpu.md
+    "dispatch-events": {"record_length", "flags", "event_id", "submission_id", "command_buffer_id", "executable_id",
+                        "command_index", "export_ordinal", "start_tick", "end_tick"},
+    "clock-correlations": {"record_length", "flags", "physical_device_ordinal", "device_tick",
+                           "host_cpu_timestamp_ns", "host_time_begin_ns", "host_time_end_ns"},
+    "queue-events": {"record_length", "type", "submission_id", "command_buffer_id", "host_time_ns"},
 }
 
 

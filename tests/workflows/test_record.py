@@ -24,7 +24,7 @@ pytest.importorskip("transformers")
 from iree.turbine import aot  # noqa: E402
 
 import sectionmark as sm  # noqa: E402
-from hf_models import VOCAB, CachedLM, empty_cache, tiny_gpt2  # noqa: E402
+from hf_models import VOCAB, CachedLM, TensorCacheLayer, empty_cache, tiny_gpt2  # noqa: E402
 from invariants import assert_profile_invariants  # noqa: E402
 from sectionmark.cli import main  # noqa: E402
 from sectionmark.readers.ireeprof import read_profile  # noqa: E402
@@ -39,23 +39,35 @@ def tokens(count: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (1, count), generator=torch.Generator().manual_seed(2))
 
 
-@pytest.fixture(scope="module")
-def kv_module(tmp_path_factory):
-    """prefill + decode of one tiny GPT-2 with a fixed-size KV cache, compiled for the CPU and saved."""
+def kv_program(cache_layer: type = TensorCacheLayer, attention: str = "sdpa", positions: torch.dtype = torch.int64):
+    """The tiny GPT-2 and its export as two functions, prefill and decode, sharing a fixed-size KV cache.
+
+    For Vulkan's portable target, which IREE 3.13 compiles neither a scatter, the fused attention op ("sdpa"
+    becomes) nor vectors of 64-bit integers for: ``BlendedCacheLayer``, "eager" attention and int32 positions.
+    """
     model = tiny_gpt2()
+    model.config._attn_implementation = attention
     keys, values = empty_cache(model)
-    builder = aot.FxProgramsBuilder(CachedLM(model))
+    builder = aot.FxProgramsBuilder(CachedLM(model, cache_layer))
     with sm.torch.sections():
 
-        @builder.export_program(name="prefill", args=(tokens(PROMPT), torch.arange(PROMPT), keys, values))
+        @builder.export_program(name="prefill", args=(tokens(PROMPT), torch.arange(PROMPT, dtype=positions), keys,
+                                                      values))
         def prefill(module, input_ids, positions, keys, values):
             return module(input_ids, positions, keys, values)
 
-        @builder.export_program(name="decode", args=(tokens(1), torch.tensor([PROMPT]), keys, values))
+        @builder.export_program(name="decode", args=(tokens(1), torch.tensor([PROMPT], dtype=positions), keys, values))
         def decode(module, input_ids, positions, keys, values):
             return module(input_ids, positions, keys, values)
 
-    compiled = sm.compile(sm.torch.export(builder), target="llvm-cpu")
+    return model, sm.torch.export(builder)
+
+
+@pytest.fixture(scope="module")
+def kv_module(tmp_path_factory):
+    """prefill + decode of one tiny GPT-2 with a fixed-size KV cache, compiled for the CPU and saved."""
+    model, exported = kv_program()
+    compiled = sm.compile(exported, target="llvm-cpu")
     path = tmp_path_factory.mktemp("kv") / "model.vmfb"
     compiled.save(path)
     return SimpleNamespace(model=model, compiled=compiled, path=path)

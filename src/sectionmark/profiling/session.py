@@ -114,7 +114,7 @@ class ProfileSession:
     # The run that made the profile (set by `sectionmark.profiling.profile`; None for a recorded profile):
     # the module's file name (None: compiled in this process), the IREE device, and the profiler's cost.
     module: Optional[str] = None
-    device: Optional[str] = None
+    device: Optional[str] = None  # the IREE device profiled ("local-task", "vulkan", "cuda"); None: not known
     profiler_cost: Optional[ProfilerCost] = None
     # Fresh runs of the tool behind this profile (sectionmark.profiling.runs): with more than one, every row's
     # ``runs`` and ``total_runs`` hold the figures of each run, and the other figures are those of run
@@ -127,8 +127,9 @@ class ProfileSession:
 
     @classmethod
     def build(cls, attribution: Attribution, section_map: SectionMap, function: Optional[str] = None,
-              workers: Optional[int] = None) -> "ProfileSession":
-        """``workers``: local-task's worker count during the run, for utilization (None: unknown)."""
+              workers: Optional[int] = None, device: Optional[str] = None) -> "ProfileSession":
+        """``workers``: local-task's worker count during the run, for utilization (None: unknown); ``device``: the
+        IREE device the run measured, named in the outputs (None: unknown)."""
         events = attribution.events
         if not len(events):
             raise SectionmarkError(
@@ -195,6 +196,7 @@ class ProfileSession:
             cpu_ns=tiles.total_ns if tiles else None,
             tiles=tiles.total_tiles if tiles else None,
             workers=workers,
+            device=device,
         )
 
     # ------------------------------------------------------------------ views

@@ -18,8 +18,9 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.arrays import first_true
 from sectionmark.readers.checks import (KnownOrder, check_unique, checked_profile, corrupt, define_function,
-                                        device_timed, exports_by_executable, record_command, run_failed,
-                                        timed_dispatch)
+                                        exports_by_executable, record_command, run_failed, timed_dispatch)
+from sectionmark.readers.device_events import (CLOCK_SAMPLE_DTYPE, DEVICE_DISPATCH_DTYPE, EXECUTE_DTYPE, device_clocks,
+                                              device_dispatches, device_executions)
 from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_DISPATCH, EVENT_EXECUTE, EVENT_NAMES, MEMORY_DTYPE,
                                              MEMORY_EVENT_NAMES, OPERATION_NAMES, QUEUE_OP_DTYPE, SUBMISSION_DTYPE,
                                              CommandRecord, Profile, Provenance, native)
@@ -37,13 +38,13 @@ _CHUNK_TRUNCATED = 1
 _CONTENT_PREFIX = "application/vnd.iree.hal.profile."
 
 USED_CHUNKS = ("executable-functions", "command-buffers", "command-operations", "host-execution-events",
-               "memory-events")
-# Chunk types that carry no CPU timing or memory figure we use: session metadata, queue submission
-# events (their execution is in host-execution-events), device-side counters and traces. They are
-# skipped; any other type is an error.
+               "memory-events", "dispatch-events", "clock-correlations", "queue-events")
+# Chunk types that carry no timing or memory figure we use: session metadata, device-side
+# counters and traces. They are skipped; any other type is an error. (Queue events are read only
+# for a device-timed profile: on CPU each execution is a host-execution event.)
 IGNORED_CHUNKS = frozenset(
     {
-        "session", "devices", "queues", "executables", "clock-correlations", "queue-events",
+        "session", "devices", "queues", "executables",
         "queue-device-events", "event-relationships", "executable-code-objects",
         "executable-code-object-loads", "executable-traces", "counter-sets", "counters", "counter-samples",
         "device-metric-sources", "device-metric-descriptors", "device-metric-samples", "command-region-events",
@@ -82,6 +83,33 @@ _COMMAND_OPERATION = np.dtype(
         "itemsize": 120,
     }
 )
+# Device-timed dispatch event (iree_hal_profile_dispatch_event_t); device and queue are its chunk's.
+_DEVICE_DISPATCH_EVENT = np.dtype(
+    {
+        "names": ["record_length", "flags", "event_id", "submission", "command_buffer", "executable_id",
+                  "command_index", "function_ordinal", "start_tick", "end_tick"],
+        "formats": ["<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u8", "<u8"],
+        "offsets": [0, 4, 8, 16, 24, 32, 40, 44, 72, 80],
+        "itemsize": 88,
+    }
+)
+_CLOCK_SAMPLE = np.dtype(  # iree_hal_profile_clock_correlation_record_t
+    {
+        "names": ["record_length", "flags", "device", "device_tick", "host_cpu_ns", "host_time_begin_ns",
+                  "host_time_end_ns"],
+        "formats": ["<u4", "<u4", "<u4", "<u8", "<u8", "<i8", "<i8"],
+        "offsets": [0, 4, 8, 24, 32, 56, 64],
+        "itemsize": 72,
+    }
+)
+_QUEUE_EVENT = np.dtype(  # iree_hal_profile_queue_event_t
+    {
+        "names": ["record_length", "type", "submission", "command_buffer", "host_time_ns"],
+        "formats": ["<u4", "<u4", "<u8", "<u8", "<i8"],
+        "offsets": [0, 4, 32, 40, 24],
+        "itemsize": 104,
+    }
+)
 _COMMAND_BUFFER = np.dtype(
     {"names": ["record_length", "command_buffer"], "formats": ["<u4", "<u8"], "offsets": [0, 8], "itemsize": 48}
 )
@@ -92,10 +120,10 @@ _FUNCTION_HEADER_SIZE = 64
 
 _RECORD_HEADER_DTYPE = np.dtype(
     {
-        "names": ["record_length", "payload_length", "header_size", "type_length", "name_length", "chunk_flags",
-                  "dropped", "status", "record_type"],
-        "formats": ["<u8", "<u8", "<u4", "<u4", "<u4", "<u8", "<u8", "<u4", "<u2"],
-        "offsets": [0, 8, 56, 60, 64, 80, 88, 96, 100],
+        "names": ["record_length", "payload_length", "header_size", "type_length", "name_length", "device", "queue",
+                  "chunk_flags", "dropped", "status", "record_type"],
+        "formats": ["<u8", "<u8", "<u4", "<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u4", "<u2"],
+        "offsets": [0, 8, 56, 60, 64, 68, 72, 80, 88, 96, 100],
         "itemsize": _RECORD_HEADER_SIZE,
     }
 )
@@ -108,6 +136,8 @@ class _Chunks:
 
     starts: np.ndarray  # int64
     lengths: np.ndarray  # int64
+    devices: np.ndarray  # uint32: the physical device ordinal of each chunk's header
+    queues: np.ndarray  # uint32: its queue ordinal
 
     def views(self, data: mmap.mmap) -> list[memoryview]:
         view = memoryview(data)
@@ -242,13 +272,13 @@ def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length
         )
     payload_start = complete + (header_size + headers["type_length"] + headers["name_length"]).astype(np.int64)
     payload_length = headers["payload_length"].astype(np.int64)
-    return {name: _Chunks(payload_start[chunk & (kinds == index)], payload_length[chunk & (kinds == index)])
-            for index, name in enumerate(USED_CHUNKS)}
+    return {name: _Chunks(payload_start[rows], payload_length[rows], headers["device"][rows], headers["queue"][rows])
+            for index, name in enumerate(USED_CHUNKS) for rows in [chunk & (kinds == index)]}
 
 
 def _raise_record_error(path: Path, offset: int, header: np.void, after_end: bool, lengths_ok: bool,
                         known_type: bool, begin_ok: bool, content_type: str) -> None:
-    """Raise the first check the record at byte ``offset`` fails, in the order of the list in `readers.ireeprof`."""
+    """Raise the first check the record at byte ``offset`` fails, in the order of `sectionmark.readers.ireeprof`'s list."""
     if after_end:
         raise corrupt(path, f"record after the session end at byte {offset}")
     if not lengths_ok:
@@ -261,8 +291,6 @@ def _raise_record_error(path: Path, offset: int, header: np.void, after_end: boo
         raise SectionmarkError(f"{path}: the profiler truncated a chunk, so times would be incomplete")
     if header["record_type"] == _RECORD_SESSION_END:
         raise SectionmarkError(f"{path}: the profiling session ended with IREE status code {header['status']}")
-    if content_type == "dispatch-events":
-        raise device_timed(path)
     raise corrupt(path, f"unknown chunk type {content_type[:80]!r} at byte {offset}")
 
 
@@ -335,10 +363,57 @@ def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
     host = _host_events(path, data, chunks["host-execution-events"], known_codes, known_keys)
-
     memory = _memory_events(path, data, chunks["memory-events"])
-    return checked_profile(path, host.dispatches, host.submissions, keys, declared, commands,
-                           exports_by_executable(functions), Provenance("bundle"), host.queue_ops, memory, host.order)
+    if len(chunks["dispatch-events"].starts):
+        if len(host.dispatches):
+            raise SectionmarkError(f"{path}: it has both host-timed and device-timed dispatches; sectionmark reads "
+                                   "one device's profile at a time")
+        dispatches, submissions = _device_events(path, data, chunks, known_codes, known_keys)
+        return checked_profile(path, dispatches, submissions, keys, declared, commands,
+                               exports_by_executable(functions), Provenance("bundle", device_timed=True),
+                               host.queue_ops, memory)
+    return checked_profile(path, host.dispatches, host.submissions, keys, declared, commands, exports_by_executable(functions), Provenance("bundle"),
+                   host.queue_ops, memory, host.order)
+
+
+def _device_events(path: Path, data: np.ndarray, chunks: dict[str, _Chunks], known_codes: np.ndarray,
+                   known_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A device-timed profile's dispatches and command-buffer executions (`sectionmark.readers.device_events`).
+
+    The dispatch events are gathered in C when the extension is built (the
+    record layout and each event's function checked on the way), else with numpy.
+    """
+    dispatch_chunks = chunks["dispatch-events"]
+    positions = _record_positions(dispatch_chunks, _DEVICE_DISPATCH_EVENT.itemsize)
+    per_chunk = dispatch_chunks.lengths // _DEVICE_DISPATCH_EVENT.itemsize
+    events = np.empty(len(positions), DEVICE_DISPATCH_DTYPE)
+    if native() is not None and getattr(native(), "DEVICE_DISPATCH_SIZE", None) == DEVICE_DISPATCH_DTYPE.itemsize:
+        bad_length, unknown = native().device_dispatch_events(data, positions, known_codes, known_keys, events)
+    else:
+        records = _records_at(data, positions, _DEVICE_DISPATCH_EVENT)
+        bad_length = first_true(records["record_length"] != _DEVICE_DISPATCH_EVENT.itemsize)
+        for name in ("flags", "event_id", "submission", "command_buffer", "command_index", "start_tick", "end_tick"):
+            events[name] = records[name]
+        events["key"], unknown = _lookup_keys(records["executable_id"], records["function_ordinal"], known_codes,
+                                              known_keys)
+    if bad_length >= 0:
+        raise UnsupportedLayout("record length differs from the known layout")
+    if unknown >= 0:
+        bad = _records_at(data, positions[[unknown]], _DEVICE_DISPATCH_EVENT)[0]
+        raise corrupt(path, f"dispatch of unknown executable function {bad['executable_id']}:{bad['function_ordinal']}")
+    events["device"] = np.repeat(dispatch_chunks.devices, per_chunk)
+    events["queue"] = np.repeat(dispatch_chunks.queues, per_chunk)
+    samples = _fixed_records(data, chunks["clock-correlations"], _CLOCK_SAMPLE)
+    clock_samples = np.zeros(len(samples), CLOCK_SAMPLE_DTYPE)
+    for name in CLOCK_SAMPLE_DTYPE.names:
+        clock_samples[name] = samples[name]
+    dispatches = device_dispatches(path, events, device_clocks(path, clock_samples))
+    queue_events = _fixed_records(data, chunks["queue-events"], _QUEUE_EVENT)
+    executes = queue_events[queue_events["type"] == EVENT_EXECUTE]
+    execute_rows = np.zeros(len(executes), EXECUTE_DTYPE)
+    for name in EXECUTE_DTYPE.names:
+        execute_rows[name] = executes[name]
+    return dispatches, device_executions(execute_rows, dispatches)
 
 
 def _memory_events(path: Path, data: np.ndarray, chunks: _Chunks) -> np.ndarray:

@@ -30,6 +30,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from sectionmark.arguments import host_array
 from sectionmark.artifacts.files import read_regular
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
@@ -162,7 +163,7 @@ class Recording:
                 if origin is not None and origin[0]() is value:
                     arguments.append(origin[1])  # an earlier result, passed along in the replay
                     continue
-                inputs.append(value.to_host())  # made elsewhere: replayed as its value
+                inputs.append(host_array(value))  # made elsewhere: replayed as its value
             else:
                 inputs.append((value.tobytes(), value.dtype, value.shape))
             arguments.append(len(inputs) - 1)
@@ -220,13 +221,13 @@ class Recording:
                                                                  [self.vmfb, self.driver()])
         results = context.modules[driver_module.name]["replay"](*self.inputs)
         if isinstance(results, tuple):
-            return tuple(value.to_host() for value in results)
-        return None if results is None else results.to_host()
+            return tuple(host_array(value) for value in results)
+        return None if results is None else host_array(results)
 
     def profile(self, iterations: int = 5, warmup: int = 1, *, quiet: bool = False,
                 timeout: Optional[float] = DEFAULT_TIMEOUT_S,
                 keep_profile: Optional[Union[str, Path]] = None, runs: int = 1,
-                workers: Optional[int] = None) -> ReplayProfile:
+                workers: Optional[int] = None, device: Optional[str] = None) -> ReplayProfile:
         """Replay the recorded calls ``warmup + iterations`` times under IREE's profiler; per-function profiles.
 
         Each replay starts again from the recorded host inputs, so every replay
@@ -234,12 +235,15 @@ class Recording:
         ``runs``, ``workers``: as in `sectionmark.profile` (fresh runs of the
         tool, each function's sections with their spread over the runs;
         local-task's most workers). ``keep_profile``: the first run's profile.
+        ``device``: the IREE device to replay on instead of the recorded one
+        (``"vulkan"``; the module must be compiled for it).
         """
+        device = device or self.device
         if self.section_map is None:
             raise SectionmarkError("this module was compiled without markers; it has no section map to report")
-        if device_driver(self.device) in TRACED_DRIVERS:
+        if device_driver(device) in TRACED_DRIVERS:
             raise SectionmarkError(
-                f"replaying a recording is profiled with IREE's HAL-native profiler, which {self.device} lacks in "
+                f"replaying a recording is profiled with IREE's HAL-native profiler, which {device} lacks in "
                 "IREE 3.13; profile the recording on local-task, or use sm.profile per function (docs/gpu.md)"
             )
         if runs < 1:
@@ -255,14 +259,14 @@ class Recording:
             profiles = []
             for index in range(runs):
                 run = run_profile(replay, self.inputs, directory / f"run{index + 1}", function="replay",
-                                  device=self.device, iterations=iterations, warmup=warmup, quiet=quiet,
+                                  device=device, iterations=iterations, warmup=warmup, quiet=quiet,
                                   timeout=timeout, parameters=self.parameters, imported=[model], workers=workers,
                                   progress=f"run {index + 1} of {runs}" if runs > 1 else "")
                 if keep_profile is not None and index == 0:
                     with atomic_path(keep_profile, protected) as temporary:
                         shutil.copyfile(run.profile_path, temporary)
                 profiles.append(ReplayProfile.build(read_profile(run.profile_path), self.section_map, self.sequence,
-                                                    replays=iterations, warmup=warmup))
+                                                    replays=iterations, warmup=warmup, device=device))
             return ReplayProfile.combine(profiles)
 
     # ------------------------------------------------------------------ saving

@@ -145,8 +145,9 @@ class ReplayProfile:
 
     @classmethod
     def build(cls, profile: Profile, section_map: SectionMap, sequence: Sequence[str], *, replays: int,
-              warmup: int) -> "ReplayProfile":
-        """Attribute a profile of ``warmup + replays`` replays of ``sequence`` per function."""
+              warmup: int, device: Optional[str] = None) -> "ReplayProfile":
+        """Attribute a profile of ``warmup + replays`` replays of ``sequence`` per function; ``device``: the IREE
+        device it ran on (named in each function's profile)."""
         call_of_submission = replay_calls(profile, section_map, sequence, warmup + replays)
         call_of_operation = operation_calls(profile, call_of_submission)
         functions = []
@@ -160,7 +161,7 @@ class ReplayProfile:
                                  if public_function(buffer.function) == function), function)
                 attribution = attribute(part, section_map, calls=calls * (warmup + replays), warmup=calls * warmup,
                                         function=map_name)
-                session = ProfileSession.build(attribution, section_map, function=function)
+                session = ProfileSession.build(attribution, section_map, function=function, device=device)
             functions.append(FunctionProfile(function, calls, session))
         return cls(replays=replays, warmup=warmup, calls_per_replay=len(sequence), functions=functions)
 

@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from sectionmark.arguments import tensor_type
+from sectionmark.arguments import host_array, tensor_type
 from sectionmark.compiler import compile
 from sectionmark.compiler.slicing import SectionSlice, slice_section
 from sectionmark.errors import SectionmarkError
@@ -183,4 +183,4 @@ def fused_across_boundary(section_map: SectionMap, path: SectionPath) -> int:
 def _host(results: Any) -> list[np.ndarray]:
     if not isinstance(results, (list, tuple)):
         results = [results]
-    return [np.asarray(result.to_host()) for result in results]
+    return [np.asarray(host_array(result)) for result in results]

@@ -21,7 +21,7 @@ t5                       T5ForConditionalGeneration, encoder and decoder with
                          MLP, Final Norm; Decoder / ... Cross Attention ...; LM Head
 vit                      ViTForImageClassification; Patch Embedding, Layer i / Attention,
                          MLP, Final Norm, Head
-resnet-batchnorm         tests/test_real_models.ResNetStyle: Block i / Conv, BatchNorm
+resnet-batchnorm         tests/end_to_end/test_real_models.py ResNetStyle: Block i / Conv, BatchNorm
                          (inference), ReLU; Residual; Head
 torch-training-step      ``sm.torch.export_training_step`` of a residual MLP classifier
                          (cross-entropy loss in no section): forward + every gradient

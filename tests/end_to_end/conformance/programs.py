@@ -214,7 +214,7 @@ def vit() -> Program:
 
 
 def resnet_batchnorm() -> Program:
-    """tests/test_real_models.ResNetStyle: conv -> BatchNorm (inference) -> ReLU blocks, residual, head."""
+    """tests/end_to_end/test_real_models.py ResNetStyle: conv -> BatchNorm (inference) -> ReLU blocks, residual, head."""
     from test_real_models import ResNetStyle
 
     torch.manual_seed(0)
