@@ -362,3 +362,20 @@ def test_runtime_commands_do_not_import_the_compiler(saved_module, tmp_path, com
         argv = ["tracy-stats", str(replay)]
     loaded = _modules_loaded(f"from sectionmark.cli import main\nmain({argv!r})")
     assert loaded["iree.compiler"] is False
+
+
+# Folders of tests/ beside the stages: the shared builders and the oracle, whole-stack runs of real model code,
+# the GPU drivers' end-to-end checks.
+TEST_FOLDERS_BESIDE_STAGES = {"helpers", "end_to_end", "gpu"}
+
+
+def test_tests_mirror_the_source_packages():
+    """Each test lives in the folder of what it tests: a stage (or a package of one, such as tracy/), the
+    foundation, the entry points, or one of the folders beside them; nothing but conftest.py at the top."""
+    tests = SRC.parent / "tests"
+    assert sorted(path.name for path in tests.glob("*.py")) == ["conftest.py"]
+    packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
+    allowed = set(STAGES) | packages | TEST_FOLDERS_BESIDE_STAGES
+    folders = {path.name for path in tests.iterdir() if path.is_dir() and not path.name.startswith((".", "_"))}
+    assert folders <= allowed, sorted(folders - allowed)
+    assert all(any(folder.glob("test_*.py")) or folder.name == "helpers" for folder in map(tests.joinpath, folders))
