@@ -52,7 +52,8 @@ def build_demo(directory: Path) -> None:
                     "--warmup", "0"], check=True, stdout=subprocess.DEVNULL)
 
 
-def spread(vmfb: Path, tokens: np.ndarray, runs: int, warmup: int, workers: Optional[int]) -> tuple[float, float, str, float, float]:
+def spread(vmfb: Path, tokens: np.ndarray, runs: int, warmup: int,
+           workers: Optional[int]) -> tuple[float, float, str, float, float]:
     """(median CV, worst CV, worst section, lowest and highest total per call in µs) over ``runs`` fresh runs."""
     session = sm.profile(vmfb, args=(tokens,), iterations=ITERATIONS, warmup=warmup, runs=runs, workers=workers,
                          quiet=True)

@@ -87,7 +87,8 @@ def local_task_workers(limit: Optional[int] = None) -> int:
 
     iree-benchmark-module runs with ``--task_topology_mode=physical_cores``:
     one worker per physical core, each pinned to its core, at most
-    ``--task_topology_max_group_count`` (64, or ``limit``: `benchmark_command`'s ``workers``). Physical cores are the distinct (package, core) pairs of the CPUs
+    ``--task_topology_max_group_count`` (64, or ``limit``: `benchmark_command`'s
+    ``workers``). Physical cores are the distinct (package, core) pairs of the CPUs
     this process may run on (Linux sysfs); where sysfs does not say, every
     logical CPU counts as a core (``os.cpu_count``).
     """

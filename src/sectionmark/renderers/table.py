@@ -212,7 +212,8 @@ def run_lines(session: ProfileSession) -> list[str]:
     if spread is None:
         return ["run-to-run variation not measured (one run): --runs 5 (runs=5) shows how much these figures move "
                 "between runs"]
-    return [f"runs: Median of {spread.runs} and its CI (confidence interval) are the busy time per call over {spread.runs} fresh runs (total "
+    return [f"runs: Median of {spread.runs} and its CI (confidence interval) are the busy time per call over "
+            f"{spread.runs} fresh runs (total "
             f"{format_ns_range(min(spread.values_ns), max(spread.values_ns))}, CV "
             f"{spread.coefficient_of_variation:.1%}); the interval is two of the run values (order statistics) "
             f"covering the median with {spread.confidence:.1%} confidence; the other columns are run "
