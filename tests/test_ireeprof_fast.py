@@ -8,6 +8,7 @@ straightforward numpy it replaces, on random data shaped like profiles.
 
 from __future__ import annotations
 
+import mmap
 from collections import Counter
 
 import numpy as np
@@ -79,6 +80,14 @@ def test_c_and_numpy_refuse_corrupt_bundles_alike(plain_run, tmp_path, monkeypat
 
 
 def test_dispatches_written_out_of_order_are_sorted_alike(plain_run, tmp_path, monkeypatch):
+    with_c, without = read_both(swapped_dispatches(plain_run, tmp_path), monkeypatch)
+    assert_same_profile(with_c, without)
+    submission, start = with_c.dispatches["submission"], with_c.dispatches["start_ns"]
+    assert ((submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))).all()
+
+
+def swapped_dispatches(plain_run, tmp_path) -> "Path":
+    """The profile with two dispatches of one submission written in the other order."""
     blob = bytearray(plain_run[1].read_bytes())
     offsets = event_offsets(bytes(blob), DISPATCH)
     first, second = next((a, b) for a, b in zip(offsets, offsets[1:])
@@ -87,10 +96,53 @@ def test_dispatches_written_out_of_order_are_sorted_alike(plain_run, tmp_path, m
     blob[first:first + size], blob[second:second + size] = blob[second:second + size], blob[first:first + size]
     path = tmp_path / "swapped.ireeprof"
     path.write_bytes(bytes(blob))
-    with_c, without = read_both(path, monkeypatch)
-    assert_same_profile(with_c, without)
-    submission, start = with_c.dispatches["submission"], with_c.dispatches["start_ns"]
-    assert ((submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))).all()
+    return path
+
+
+def read_in_windows(path, monkeypatch, window: int) -> tuple:
+    """`read_both` with the host and memory events read ``window`` at a time and the record headers walked
+    ``window`` x 100 bytes at a time (the C extension switched on again after)."""
+    native = event_model._native
+    monkeypatch.setattr(ireeprof_bundle, "HOST_EVENTS_WINDOW", window)
+    monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", window * 100)
+    both = read_both(path, monkeypatch)
+    monkeypatch.setattr(event_model, "_native", native)
+    return both
+
+
+@pytest.mark.parametrize("window", [1, 2, 7, 64])
+@pytest.mark.parametrize("case", ["real", "swapped", *sorted(BUNDLE_CASES)])
+def test_reading_host_events_in_windows_gives_what_one_pass_gives(plain_run, tmp_path, monkeypatch, case, window):
+    """Every window size, C and numpy: the same tables and order flags, or the same error line, as one window."""
+    if case == "real":
+        path = plain_run[1]
+    elif case == "swapped":
+        path = swapped_dispatches(plain_run, tmp_path)
+    else:
+        path = tmp_path / "bad.ireeprof"
+        path.write_bytes(BUNDLE_CASES[case][0](plain_run[1].read_bytes()))
+    whole = read_in_windows(path, monkeypatch, 1 << 30)
+    for one_pass, windowed in zip(whole, read_in_windows(path, monkeypatch, window)):
+        if isinstance(one_pass, str):
+            assert windowed == one_pass
+        else:
+            assert_same_profile(windowed, one_pass)
+
+
+@pytest.mark.parametrize("window", [120, 500, 1 << 12])
+@pytest.mark.parametrize("cut", [0, 1, 50, 103, 104, 200])
+def test_walking_the_records_in_windows_gives_what_one_walk_gives(plain_run, monkeypatch, window, cut):
+    """Windows smaller than one record, about one record and a few pages, on whole and truncated files."""
+    blob = plain_run[1].read_bytes()
+    data = np.frombuffer(blob[: len(blob) - cut], np.uint8)
+    mapped = mmap.mmap(-1, max(len(data), 1))  # _release gives its pages back: harmless on an anonymous map
+    for native in (event_model._native, None):
+        monkeypatch.setattr(event_model, "_native", native)
+        whole = ireeprof_bundle._record_table(data, 24, len(data))
+        monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", window)
+        windowed = ireeprof_bundle._walk_records(mapped, data, 24, len(data))
+        monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", 1 << 30)
+        assert [part.tolist() for part in windowed] == [part.tolist() for part in whole]
 
 
 @pytest.mark.parametrize("cut", [1, 50, 103, 104, 200])
