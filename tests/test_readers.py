@@ -21,7 +21,7 @@ from tiny_profiles import KEY_0, KEY_1, TWO_MATMULS, export_rows, hand_map
 
 import sectionmark.profiling as profiling
 from sectionmark.artifacts import read_section_map
-from sectionmark.compiler import compile, driver, embed
+from sectionmark.compiler import compile, embed, pipeline
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.inputs import load_input_array
@@ -376,7 +376,7 @@ def test_map_embedded_without_checksum_is_still_read(monkeypatch, tmp_path):
                 return True
         return False
 
-    monkeypatch.setattr(driver, "embed_section_map", plain_json)
+    monkeypatch.setattr(pipeline, "embed_section_map", plain_json)
     compiled = compile(TWO_MATMULS, target="llvm-cpu")
     assert stripped and stripped[0].startswith("{")
     path = tmp_path / "old.vmfb"
