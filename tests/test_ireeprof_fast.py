@@ -304,14 +304,20 @@ def test_c_and_numpy_attribute_events_alike(corruption, warmup, monkeypatch):
     for switched_off in (False, True):
         if switched_off:
             monkeypatch.setattr(event_model, "_native", None)
-        events, failures = _attributed_events(dispatches, buffer_ids, bases, flat, slot_keys,
-                                              submissions["submission"], calls, warmup)
-        results.append((events.tobytes(), vars(failures)))
+        (slot, call), failures = _attributed_events(dispatches, buffer_ids, bases, flat, slot_keys,
+                                                    submissions["submission"], calls, warmup)
+        results.append((slot.dtype, call.dtype, slot.tobytes(), call.tobytes(), vars(failures)))
     assert results[0] == results[1]
-    assert (results[0][1]["unplaced"] >= 0) == (corruption == "missing event")
-    assert (results[0][1]["orphan"] >= 0) == (corruption == "orphan")
+    failures = results[0][-1]
+    assert (failures["unplaced"] >= 0) == (corruption == "missing event")
+    assert (failures["orphan"] >= 0) == (corruption == "orphan")
     measured = np.searchsorted(submissions["submission"], dispatches["submission"]) >= 4 * warmup
-    assert corruption == "orphan" or len(events) == measured.sum()
+    assert corruption == "orphan" or (failures["measured"], failures["first_measured"]) == (
+        measured.sum(), np.argmax(measured))
+    assert np.array_equal(call >= 0, measured) or corruption == "orphan"
+    placed = slot >= 0
+    assert np.array_equal(slot[placed], (10 * np.searchsorted(buffer_ids, dispatches["command_buffer"])
+                                         + dispatches["command_index"])[placed])
 
 
 @pytest.mark.parametrize("seed", SEEDS)

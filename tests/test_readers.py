@@ -238,7 +238,7 @@ def with_odd_submission(profile: Profile, position: int) -> Profile:
 def test_calls_are_the_repeating_submissions(real_profile):
     attribution = attribute(real_profile, hand_map(), warmup=3)
     assert (attribution.calls, attribution.warmup, attribution.calls_known) == (8, 3, True)
-    assert sorted(set(attribution.events["call"].tolist())) == list(range(8))
+    assert sorted(set(attribution.event_calls.tolist())) == list(range(8))
 
 
 def test_submissions_that_do_not_repeat_cannot_be_split_into_calls(real_profile):

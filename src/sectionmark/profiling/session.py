@@ -339,7 +339,7 @@ class ProfileSession:
                 "and was host-execution profiling on?)"
             )
         compositions = attribution.compositions
-        composition = _slot_compositions(attribution)[events["slot"]]
+        composition = _slot_compositions(attribution)[attribution.event_slots]
         sums = event_sums(attribution)
         if sums.disjoint:  # each event's wall part is its whole duration: no sweep needed
             wall, total_wall = sums.busy, sums.total_ns
@@ -599,13 +599,14 @@ def event_sums(attribution: Attribution) -> EventSums:
         sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
                          np.zeros(slots), np.zeros(slots, np.int64), 0, False)
         sums.total_ns, sums.disjoint = native_passes.event_sums(
-            np.ascontiguousarray(events), slot_composition, calls, sums.busy_by_call, sums.busy, sums.count,
-            sums.slot_busy, sums.slot_count)
+            np.ascontiguousarray(events), np.ascontiguousarray(attribution.event_slots, np.int32),
+            np.ascontiguousarray(attribution.event_calls, np.int32), slot_composition, calls, sums.busy_by_call,
+            sums.busy, sums.count, sums.slot_busy, sums.slot_count)
         return sums
-    starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), events["slot"]
+    starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), attribution.event_slots
     duration = (ends - starts).astype(np.float64)
     composition = slot_composition[slot]
-    call = np.minimum(events["call"], calls - 1).astype(np.int64)
+    call = np.minimum(attribution.event_calls, calls - 1).astype(np.int64)
     disjoint = bool(len(starts) == 0 or ((starts[1:] >= ends[:-1]).all() and (ends >= starts).all()
                                           and ends[-1] - starts[0] < 1 << 53))
     return EventSums(
@@ -832,7 +833,7 @@ def section_spans(starts: np.ndarray, ends: np.ndarray, composition: np.ndarray,
 
 def _event_calls(attribution: Attribution) -> np.ndarray:
     """Each event's measured call, as the per-call sums count it (a call past ``calls`` is the last)."""
-    return np.minimum(attribution.events["call"], max(attribution.calls, 1) - 1).astype(np.int64)
+    return np.minimum(attribution.event_calls, max(attribution.calls, 1) - 1).astype(np.int64)
 
 
 def _slot_compositions(attribution: Attribution) -> np.ndarray:
