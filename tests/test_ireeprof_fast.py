@@ -167,6 +167,23 @@ def grouped_times(rng: np.random.Generator, groups: int) -> tuple[np.ndarray, np
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def test_record_positions_of_any_window_are_those_of_every_record_in_file_order(seed):
+    rng = np.random.default_rng(seed)
+    itemsize = 152
+    counts = rng.integers(0, 4, 40)  # empty chunks too, first and last among them
+    counts[0] = counts[-1] = 0
+    starts = np.cumsum(rng.integers(200, 900, len(counts)) + counts * itemsize).astype(np.int64)
+    chunks = ireeprof_bundle._Chunks(starts, counts.astype(np.int64) * itemsize)
+    every = [start + k * itemsize for start, count in zip(starts.tolist(), counts.tolist()) for k in range(count)]
+    positions = ireeprof_bundle._RecordPositions(chunks, itemsize)
+    assert len(positions) == len(every) and positions[:].tolist() == every
+    for begin, size in zip(rng.integers(0, len(every), 10).tolist(), rng.integers(1, 9, 10).tolist()):
+        assert positions[begin : begin + size].tolist() == every[begin : begin + size]
+    picked = sorted(rng.choice(len(every), 5, replace=False).tolist())
+    assert positions[picked].tolist() == [every[index] for index in picked]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_distinct_and_run_lookup_are_unique_and_searchsorted(seed):
     rng = np.random.default_rng(seed)
     group, time = grouped_times(rng, 200)

@@ -14,7 +14,7 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Union
 
 import numpy as np
 
@@ -130,20 +130,37 @@ def _records_at(data: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.nd
     return every_byte[offsets]
 
 
-def _record_positions(chunks: _Chunks, itemsize: int) -> np.ndarray:
-    """Byte offset of every fixed-size record of ``chunks``."""
-    if (chunks.lengths % itemsize).any():
-        bad = chunks.lengths[np.argmax(chunks.lengths % itemsize != 0)]
-        raise UnsupportedLayout(f"{bad}-byte chunk is not a whole number of records")
-    counts = chunks.lengths // itemsize
-    # record k of the whole list, in chunk c: starts[c] + (k - index of c's first record) * itemsize
-    base = np.repeat(chunks.starts - (np.cumsum(counts) - counts) * itemsize, counts)
-    return base + np.arange(int(counts.sum()), dtype=np.int64) * itemsize
+class _RecordPositions:
+    """Byte offsets of the fixed-size records of ``chunks``, made for the records asked (a window of them), not
+    for all at once: an offset per record would be 8 bytes per event of a long profile, and making them all one
+    more pass over fresh memory."""
+
+    def __init__(self, chunks: _Chunks, itemsize: int):
+        if (chunks.lengths % itemsize).any():
+            bad = chunks.lengths[np.argmax(chunks.lengths % itemsize != 0)]
+            raise UnsupportedLayout(f"{bad}-byte chunk is not a whole number of records")
+        counts = chunks.lengths // itemsize
+        self._starts, self._itemsize = chunks.starts, itemsize
+        self._firsts = np.cumsum(counts) - counts  # index of each chunk's first record among all
+        self._count = int(counts.sum())
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, records: Union[slice, list[int]]) -> np.ndarray:
+        """The offsets of records ``records`` (a slice without step, or a list of indices)."""
+        if isinstance(records, slice):
+            indices = np.arange(*records.indices(self._count), dtype=np.int64)
+        else:
+            indices = np.asarray(records, np.int64)
+        # A record's chunk is the last one starting at or before it (empty chunks share their successor's first).
+        chunk = np.searchsorted(self._firsts, indices, side="right") - 1
+        return self._starts[chunk] + (indices - self._firsts[chunk]) * self._itemsize
 
 
 def _fixed_records(data: np.ndarray, chunks: _Chunks, dtype: np.dtype) -> np.ndarray:
     """All records of chunks of fixed-size records, checking each record's own length."""
-    records = _records_at(data, _record_positions(chunks, dtype.itemsize), dtype)
+    records = _records_at(data, _RecordPositions(chunks, dtype.itemsize)[:], dtype)
     if len(records) and (records["record_length"] != dtype.itemsize).any():
         raise UnsupportedLayout("record length differs from the known layout")
     return records
@@ -377,7 +394,7 @@ def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
 def _memory_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: _Chunks) -> np.ndarray:
     """The memory events (MEMORY_DTYPE), each checked for layout, type and identity (in C when built), read
     ``HOST_EVENTS_WINDOW`` at a time like the host events."""
-    positions = _record_positions(chunks, _MEMORY_EVENT.itemsize)
+    positions = _RecordPositions(chunks, _MEMORY_EVENT.itemsize)
     memory = np.empty(len(positions), MEMORY_DTYPE)
     devices, event_ids = np.empty(len(positions), np.uint64), np.empty(len(positions), np.uint64)
     firsts, increasing = _Firsts(), native() is not None  # the numpy pass leaves identity to check_unique
@@ -453,7 +470,7 @@ def _host_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: _Chunk
     ``known_codes``; checks every event's layout, type, status, identity and function. In C when the extension
     is built (one pass over the events, which also checks times and orders), else with numpy; either way in
     windows of ``HOST_EVENTS_WINDOW`` events, each window's file pages given back after it."""
-    positions = _record_positions(chunks, _HOST_EVENT.itemsize)
+    positions = _RecordPositions(chunks, _HOST_EVENT.itemsize)
     total = len(positions)
     tables = [np.empty(total, dtype) for dtype in (DISPATCH_DTYPE, SUBMISSION_DTYPE, QUEUE_OP_DTYPE)]
     sizes, firsts = [0, 0, 0], _Firsts()
@@ -504,14 +521,15 @@ def _in_order_after(dispatches: np.ndarray, before: int, added: int) -> bool:
     return (int(first["submission"]), int(first["start_ns"])) >= (int(last["submission"]), int(last["start_ns"]))
 
 
-def _increasing_across(data: np.ndarray, positions: np.ndarray, begin: int) -> bool:
+def _increasing_across(data: np.ndarray, positions: _RecordPositions, begin: int) -> bool:
     """Whether host event ``begin``'s (stream, event id) exceeds event ``begin - 1``'s (the C pass checks within
     a window)."""
     last, first = _records_at(data, positions[[begin - 1, begin]], _HOST_EVENT)
     return (int(first["stream"]), int(first["event_id"])) > (int(last["stream"]), int(last["event_id"]))
 
 
-def _host_event_fields(mapped: mmap.mmap, data: np.ndarray, positions: np.ndarray, *names: str) -> list[np.ndarray]:
+def _host_event_fields(mapped: mmap.mmap, data: np.ndarray, positions: _RecordPositions,
+                       *names: str) -> list[np.ndarray]:
     """Fields of every host event, gathered window by window (the whole 152-byte records are never all copied)."""
     fields = [np.empty(len(positions), _HOST_EVENT.fields[name][0]) for name in names]
     for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
