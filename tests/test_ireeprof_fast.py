@@ -14,12 +14,13 @@ from collections import Counter
 import numpy as np
 import pytest
 from test_readers import BUNDLE_CASES, DISPATCH, event_offsets, field_of
+from test_session import synthetic
 from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import queue_time
 from sectionmark.profiling.attribute import _attributed_events, attribute
-from sectionmark.profiling.session import ProfileSession, _union_length, wall_parts
+from sectionmark.profiling.session import ProfileSession, _union_length, event_sums, wall_parts
 from sectionmark.readers import arrays, checks, event_model, ireeprof_bundle
 from sectionmark.readers.event_model import DISPATCH_DTYPE
 from sectionmark.readers.ireeprof import read_profile
@@ -335,6 +336,33 @@ def test_c_and_numpy_attribute_events_alike(corruption, warmup, monkeypatch):
     placed = slot >= 0
     assert np.array_equal(slot[placed], (10 * np.searchsorted(buffer_ids, dispatches["command_buffer"])
                                          + dispatches["command_index"])[placed])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("with_tiles", [True, False])
+def test_c_and_numpy_event_sums_alike(seed, with_tiles, monkeypatch):
+    """Sums, tiles and each (call, composition)'s first start and last end, over overlapping events of calls that
+    skip compositions and calls past the count (summed into the last)."""
+    rng = np.random.default_rng(seed)
+    count = 300
+    starts = np.sort(rng.integers(0, 10**6, count))
+    parts = [((("A",), 1.0),), ((("A",), 0.5), (("B",), 0.5)), ((("B",), 1.0),), (((), 1.0),)]
+    events = [(int(start), int(start + rng.integers(0, 5000)), parts[rng.integers(0, 3)]) for start in starts]
+    tiles = [(int(ns), int(n)) for ns, n in zip(rng.integers(0, 10**4, count), rng.integers(0, 9, count))]
+    attribution, _map = synthetic(events, calls=6, call_of=np.sort(rng.integers(0, 8, count)).tolist(),
+                                  tiles=tiles if with_tiles else None)
+    results = []
+    for switched_off in (False, True):
+        if switched_off:
+            monkeypatch.setattr(event_model, "_native", None)
+        sums = vars(event_sums(attribution))
+        tile_sums = sums.pop("tiles")
+        results.append(({name: value.tobytes() if isinstance(value, np.ndarray) else value
+                         for name, value in sums.items()},
+                        tile_sums and (tile_sums.cpu.tobytes(), tile_sums.tiles.tobytes(), tile_sums.total_ns,
+                                       tile_sums.total_tiles)))
+    assert results[0] == results[1]
+    assert (results[0][1] is None) == (not with_tiles)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -445,41 +445,51 @@ done:
 }
 
 /* event_sums(events, event_slots, event_calls, slot_composition, calls, busy_by_call, busy, count, slot_busy,
- *            slot_count) -> (total ns, disjoint)
+ *            slot_count, tile_cpu, tile_counts, first_start, last_end)
+ *   -> (total ns, disjoint, total tile ns, total tiles, any tiles)
  *
  * session.event_sums in one pass over the attributed events (DISPATCH_DTYPE rows, their slot and call columns,
- * int32): each event's duration (end - start) is added, in event order as np.bincount adds, to
- * ``busy_by_call[min(call, calls - 1) * compositions + composition]``, ``busy[composition]`` and
+ * int32), so that no per-event temporary is made: each event's duration (end - start) is added, in event order as
+ * np.bincount adds, to ``busy_by_call[row * compositions + composition]``, ``busy[composition]`` and
  * ``slot_busy[slot]`` (float64), and counted in ``count`` and ``slot_count`` (int64), where composition =
- * ``slot_composition[slot]`` and compositions = len(busy). Returned: the summed durations, and whether the events
- * are disjoint in order (each starts at or after the previous one's end, none ends before it starts, the whole
- * span under 2**53 ns: session.wall_parts's shortcut).
+ * ``slot_composition[slot]``, compositions = len(busy) and row = min(call, calls - 1); its tile time and tiles
+ * are added (as float64, in event order) to ``tile_cpu[composition]`` and ``tile_counts[composition]``; its start
+ * lowers ``first_start[row * compositions + composition]`` and its end raises ``last_end[...]`` (int64, filled
+ * by the caller with int64's maximum and minimum). Returned: the summed durations, whether the events are
+ * disjoint in order (each starts at or after the previous one's end, none ends before it starts, the whole span
+ * under 2**53 ns: session.wall_parts's shortcut), the summed tile time and tiles (uint64, wrapping as numpy's
+ * sum does) and whether any event has a tile.
  */
 static PyObject *event_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer in[4], out[5];
-    if (check_arguments(nargs, 10, "event_sums") < 0) return NULL;
+    Py_buffer in[4], out[9];
+    if (check_arguments(nargs, 14, "event_sums") < 0) return NULL;
     Py_ssize_t calls = PyLong_AsSsize_t(args[4]);
     if (calls == -1 && PyErr_Occurred()) return NULL;
     if (acquire(args, in, 4, 0) < 0) return NULL;
-    if (acquire(args + 5, out, 5, 5) < 0) { release(in, 4); return NULL; }
+    if (acquire(args + 5, out, 9, 1) < 0) { release(in, 4); return NULL; }
     PyObject *result = NULL;
     const char *events = in[0].buf;
     const int32_t *event_slots = in[1].buf, *event_calls = in[2].buf;
     const int64_t *slot_composition = in[3].buf;
     double *busy_by_call = out[0].buf, *busy = out[1].buf, *slot_busy = out[3].buf;
-    int64_t *count = out[2].buf, *slot_count = out[4].buf;
+    double *tile_cpu = out[5].buf, *tile_counts = out[6].buf;
+    int64_t *count = out[2].buf, *slot_count = out[4].buf, *first_start = out[7].buf, *last_end = out[8].buf;
     Py_ssize_t total = in[0].len / DISPATCH_SIZE, slots = in[3].len / 8, compositions = out[1].len / 8;
     if (calls < 1 || in[1].len < total * 4 || in[2].len < total * 4 || out[0].len < calls * compositions * 8 ||
-        out[2].len < compositions * 8 || out[3].len < slots * 8 || out[4].len < slots * 8) {
+        out[2].len < compositions * 8 || out[3].len < slots * 8 || out[4].len < slots * 8 ||
+        out[5].len < compositions * 8 || out[6].len < compositions * 8 || out[7].len < calls * compositions * 8 ||
+        out[8].len < calls * compositions * 8) {
         PyErr_SetString(PyExc_ValueError, "event_sums: inconsistent table sizes");
         goto done;
     }
     {
-        int64_t sum = 0, first_start = 0, previous_end = 0;
-        int disjoint = 1;
+        int64_t sum = 0, first = 0, previous_end = 0;
+        uint64_t tile_ns_sum = 0, tiles_sum = 0;
+        int disjoint = 1, any_tiles = 0;
         for (Py_ssize_t i = 0; i < total; i++) {
             const char *event = events + i * DISPATCH_SIZE;
             int64_t start = (int64_t)u64(event + 32), end = (int64_t)u64(event + 40);
+            uint64_t tile_ns = u64(event + 48), tiles = u64(event + 56);
             int32_t slot = event_slots[i], call = event_calls[i];
             if (slot < 0 || slot >= slots || call < 0 || slot_composition[slot] < 0 ||
                 slot_composition[slot] >= compositions) {
@@ -487,24 +497,33 @@ static PyObject *event_sums(PyObject *module, PyObject *const *args, Py_ssize_t 
                 goto done;
             }
             Py_ssize_t composition = (Py_ssize_t)slot_composition[slot];
-            Py_ssize_t row = call < calls ? call : calls - 1;
+            Py_ssize_t cell = (call < calls ? call : calls - 1) * compositions + composition;
             double duration = (double)(end - start);
-            busy_by_call[row * compositions + composition] += duration;
+            busy_by_call[cell] += duration;
             busy[composition] += duration;
             count[composition]++;
             slot_busy[slot] += duration;
             slot_count[slot]++;
+            tile_cpu[composition] += (double)tile_ns;
+            tile_counts[composition] += (double)tiles;
+            tile_ns_sum += tile_ns;
+            tiles_sum += tiles;
+            any_tiles |= tiles != 0;
+            if (start < first_start[cell]) first_start[cell] = start;
+            if (end > last_end[cell]) last_end[cell] = end;
             sum += end - start;
             if (end < start || (i && start < previous_end)) disjoint = 0;
-            if (!i) first_start = start;
+            if (!i) first = start;
             previous_end = end;
         }
-        if (total && previous_end - first_start >= (int64_t)1 << 53) disjoint = 0;
-        result = Py_BuildValue("LO", (long long)sum, disjoint ? Py_True : Py_False);
+        if (total && previous_end - first >= (int64_t)1 << 53) disjoint = 0;
+        result = Py_BuildValue("LOKKO", (long long)sum, disjoint ? Py_True : Py_False,
+                               (unsigned long long)tile_ns_sum, (unsigned long long)tiles_sum,
+                               any_tiles ? Py_True : Py_False);
     }
 done:
     release(in, 4);
-    release(out, 5);
+    release(out, 9);
     return result;
 }
 
@@ -637,8 +656,7 @@ static PyMethodDef methods[] = {
      "warmup, event_slots, event_calls) -> (first_measured, measured, unplaced, wrong_key, orphan)"},
     {"event_sums", (PyCFunction)(void (*)(void))event_sums, METH_FASTCALL,
      "event_sums(events, event_slots, event_calls, slot_composition, calls, busy_by_call, busy, count, slot_busy, "
-     "slot_count) -> "
-     "(total_ns, disjoint)"},
+     "slot_count, tile_cpu, tile_counts, first_start, last_end) -> (total_ns, disjoint, tile_ns, tiles, any_tiles)"},
     {"union_by_window", (PyCFunction)(void (*)(void))union_by_window, METH_FASTCALL,
      "union_by_window(starts, ends, window_starts, window_ends, out) -> sorted"},
     {"memory_events", (PyCFunction)(void (*)(void))memory_events, METH_FASTCALL,
@@ -653,11 +671,12 @@ static struct PyModuleDef module_definition = {
 };
 
 /* The row size this build writes and the version of its functions' arguments: readers/event_model.py refuses a
- * stale build whose rows or arguments differ. Version 2: attribution's slot and call are columns, not rows. */
+ * stale build whose rows or arguments differ. Version 2: attribution's slot and call are columns, not rows;
+ * 3: event_sums also sums tiles and finds each (call, composition)'s first start and last end. */
 PyMODINIT_FUNC PyInit__ireeprof(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
-                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 2) < 0)) {
+                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 3) < 0)) {
         Py_DECREF(module);
         return NULL;
     }

@@ -45,9 +45,10 @@ DISPATCH_DTYPE = np.dtype(
         ("tile_count", "<u8"),
     ]
 )
-# The C code writes DISPATCH_DTYPE rows, and since version 2 of its functions' arguments takes attribution's slot
-# and call as int32 columns beside them (attribute.Attribution), not as wider rows.
-NATIVE_INTERFACE_VERSION = 2
+# The C code writes DISPATCH_DTYPE rows; the version of its functions' arguments: 2 takes attribution's slot and
+# call as int32 columns beside them (attribute.Attribution), not as wider rows; 3 has event_sums sum the tiles and
+# find the section spans' first starts and last ends too.
+NATIVE_INTERFACE_VERSION = 3
 if _native is not None and (getattr(_native, "DISPATCH_SIZE", None), getattr(_native, "INTERFACE_VERSION", None)) != (
         DISPATCH_DTYPE.itemsize, NATIVE_INTERFACE_VERSION):
     _native = None  # a stale build of _ireeprof.c: the numpy passes give the same results
