@@ -139,23 +139,33 @@ class _RecordPositions:
         if (chunks.lengths % itemsize).any():
             bad = chunks.lengths[np.argmax(chunks.lengths % itemsize != 0)]
             raise UnsupportedLayout(f"{bad}-byte chunk is not a whole number of records")
-        counts = chunks.lengths // itemsize
+        self._counts = chunks.lengths // itemsize
         self._starts, self._itemsize = chunks.starts, itemsize
-        self._firsts = np.cumsum(counts) - counts  # index of each chunk's first record among all
-        self._count = int(counts.sum())
+        self._firsts = np.cumsum(self._counts) - self._counts  # index of each chunk's first record among all
+        self._count = int(self._counts.sum())
 
     def __len__(self) -> int:
         return self._count
 
     def __getitem__(self, records: Union[slice, list[int]]) -> np.ndarray:
         """The offsets of records ``records`` (a slice without step, or a list of indices)."""
-        if isinstance(records, slice):
-            indices = np.arange(*records.indices(self._count), dtype=np.int64)
-        else:
+        if not isinstance(records, slice):
             indices = np.asarray(records, np.int64)
-        # A record's chunk is the last one starting at or before it (empty chunks share their successor's first).
-        chunk = np.searchsorted(self._firsts, indices, side="right") - 1
-        return self._starts[chunk] + (indices - self._firsts[chunk]) * self._itemsize
+            chunk = self._chunk_of(indices)
+            return self._starts[chunk] + (indices - self._firsts[chunk]) * self._itemsize
+        begin, end, _step = records.indices(self._count)
+        if end <= begin:
+            return np.zeros(0, np.int64)
+        # The chunks the window reaches, each repeated for its records inside the window: one lookup per window.
+        first, last = self._chunk_of(np.array([begin, end - 1]))
+        firsts, counts = self._firsts[first : last + 1], self._counts[first : last + 1]
+        inside = np.minimum(firsts + counts, end) - np.maximum(firsts, begin)
+        base = np.repeat(self._starts[first : last + 1] - firsts * self._itemsize, np.maximum(inside, 0))
+        return base + np.arange(begin, end, dtype=np.int64) * self._itemsize
+
+    def _chunk_of(self, indices: np.ndarray) -> np.ndarray:
+        """Each record's chunk: the last one starting at or before it (empty chunks share their successor's first)."""
+        return np.searchsorted(self._firsts, indices, side="right") - 1
 
 
 def _fixed_records(data: np.ndarray, chunks: _Chunks, dtype: np.dtype) -> np.ndarray:
