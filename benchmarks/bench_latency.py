@@ -5,7 +5,7 @@ For each config (``small``, ``gpt2-small`` from examples/nanogpt), builds two
 every block) and ``GPT(config, marked=False)`` (no sections), both exported
 with ``sm.torch.export`` and compiled with ``sm.compile(..., target="llvm-cpu")``,
 so the only difference is what the sections put into the module: the
-executables are byte-identical (tests/test_byte_identity.py; the same holds
+executables are byte-identical (tests/compiler/test_byte_identity.py; the same holds
 for a ``markers=False`` compile and the plain iree-turbine pipeline), the host
 code differs by the debug groups.
 Then, in a fresh child process that imports only ``iree.runtime``, it loads

@@ -2,7 +2,7 @@
 
 The model: Hugging Face GPT-2 at the size of examples/nanogpt's ``small``
 config (2 layers, 128 wide, 4 heads, vocabulary 512) with a fixed-size KV
-cache of 64 positions (tests/hf_models.py's CachedLM and marked_gpt2: sections on every
+cache of 64 positions (tests/helpers/hf_models.py's CachedLM and marked_gpt2: sections on every
 layer), exported as ``prefill`` (8 tokens) and ``decode`` (one token) and
 compiled for the CPU. The program: prefill, then ``--steps`` greedy decode
 steps, the cache passed from call to call as device arrays and each next

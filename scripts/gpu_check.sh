@@ -7,7 +7,7 @@
 # Needs what scripts/gpu_prepare.sh built on a CPU machine beforehand (ignored folders, sent along):
 #   .whl/  iree-base-runtime 3.13.0 (cp312; the tracing runtime, iree-tracy-capture), ml_dtypes, zstandard, setuptools
 #   .gpu/  the nanoGPT demo (torch and JAX) compiled for `cuda` with its inputs and eager reference logits,
-#          the modules tests/test_gpu.py compiles (iree-base-compiler is too big to send), Tracy's csvexport,
+#          the modules tests/gpu/test_gpu.py compiles (iree-base-compiler is too big to send), Tracy's csvexport,
 #          and the torch demo compiled with debug groups forced (nanogpt-torch-groups/, for the experiment)
 #
 # CUDA modules are compiled without debug groups (IREE 3.13's CUDA runtime crashes on them: SIGSEGV in
@@ -19,7 +19,7 @@
 #   per framework (torch, jax): sectionmark profile --device cuda -n 20 --warmup 3 --keep-profile run.tracy
 #   --json sections.json; sectionmark report run.tracy --map ... (one with --tracy sections.tracy);
 #   sectionmark tracy-stats run.tracy; Tracy's csvexport -g of run.tracy and sections.tracy; the acceptance
-#   checks (verify); pytest -m gpu (tests/test_gpu.py);
+#   checks (verify); pytest -m gpu (tests/gpu/test_gpu.py);
 #   per framework: a Tracy capture of eager sections around compiled calls (and the demo model run
 #   eagerly: its own sections as CPU zones), its stats, report and checks; `pytest -m gpu` over the whole suite
 #   (informational: the other test modules need packages this machine lacks); experiment (informational,
@@ -41,7 +41,7 @@ write_helpers() {
 """pytest plugin (-p sm_prebuilt_compile): `sm.compile` served from modules compiled beforehand.
 
 iree-base-compiler (83 MB) cannot be sent to the GPU machine, so scripts/gpu_prepare.sh compiles,
-on a CPU machine with the same IREE 3.13 compiler, exactly the `sm.compile(...)` calls tests/test_gpu.py
+on a CPU machine with the same IREE 3.13 compiler, exactly the `sm.compile(...)` calls tests/gpu/test_gpu.py
 makes (the cuda target compiles without a GPU) and stores each .vmfb (section map embedded) under
 $SM_PREBUILT_DIR as <key>.vmfb, key = sha256 of the call's arguments. Where iree.compiler imports,
 this plugin does nothing. A call that was not compiled beforehand fails with one line.
@@ -241,10 +241,10 @@ PY
 
   cat > "$dir/sim_capture.py" <<'PY'
 """Simulation for CPU machines (GPU_CHECK_SIMULATE=1, used by gpu_prepare.sh): instead of a CUDA run, the
-zones IREE 3.13's CUDA driver records (tests/gpu_zones.py) for CALLS executions of a module's command
+zones IREE 3.13's CUDA driver records (tests/helpers/gpu_zones.py) for CALLS executions of a module's command
 buffer, with random dispatch durations, emitted through the real Tracy client under the real capture.
 CUDA modules are compiled without debug groups (sectionmark.compiler.targets.WITHOUT_DEBUG_GROUPS), so
-the section zones tests/gpu_zones.py draws for debug groups are left out: the command buffer zone holds
+the section zones tests/helpers/gpu_zones.py draws for debug groups are left out: the command buffer zone holds
 the dispatch zones directly, as on the GPU.
 
     python sim_capture.py model.vmfb run.tracy [--calls 23] [--seed 0]
@@ -1106,7 +1106,7 @@ s_verify() {
 }
 
 s_pytest_gpu() {
-  cd "$ROOT" && PYTHONPATH="$HELPERS:$PYTHONPATH" "$PY" -m pytest -m gpu tests/test_gpu.py -p sm_prebuilt_compile \
+  cd "$ROOT" && PYTHONPATH="$HELPERS:$PYTHONPATH" "$PY" -m pytest -m gpu tests/gpu/test_gpu.py -p sm_prebuilt_compile \
     -p no:cacheprovider -v -rA --junitxml="$WORK/pytest/pytest-gpu.xml" --basetemp="$WORK/pytest/tmp"
   local rc=$?
   # Skipped tests would pass quietly: the check is that both ran and passed.

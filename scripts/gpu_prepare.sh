@@ -6,7 +6,7 @@
 #          extensions' build where the machine's is older than 77)
 #   .gpu/  nanogpt-{torch,jax}/: the demo exported and compiled for `cuda` (model.vmfb + model.sections.json),
 #          tokens.npy, reference_logits.npy (the eager model here); prebuilt-compile/: the sm.compile calls of
-#          tests/test_gpu.py, compiled for cuda (iree-base-compiler, 83 MB, cannot be sent);
+#          tests/gpu/test_gpu.py, compiled for cuda (iree-base-compiler, 83 MB, cannot be sent);
 #          tracy-csvexport-0.11.2.gz (Tracy's own reader, from shared/tools); MANIFEST.txt, SHA256SUMS;
 #          nanogpt-torch-groups/model.vmfb: the torch demo with debug groups forced (debug_groups=True), for
 #          gpu_check.sh's informational experiment (sectionmark compiles CUDA modules without them: IREE 3.13's
@@ -53,7 +53,7 @@ python -m pip download -q --no-deps --only-binary=:all: -d .whl "setuptools==$se
 ls -la .whl
 
 # ------------------------------------------------------------------------------------------ modules
-say "exporting the nanoGPT demo (torch, JAX) and compiling it and tests/test_gpu.py's modules for cuda into .gpu/"
+say "exporting the nanoGPT demo (torch, JAX) and compiling it and tests/gpu/test_gpu.py's modules for cuda into .gpu/"
 rm -rf .gpu && mkdir -p .gpu/prebuilt-compile
 helpers=${GPU_PREPARE_TMP:-/tmp/sm-gpu-prepare}   # helpers and self-test runs (kept for reading)
 rm -rf "$helpers" && mkdir -p "$helpers"
@@ -117,25 +117,25 @@ for framework in ("torch", "jax"):
         print(f"  nanogpt-torch-groups: the same with debug groups ({len(groups.vmfb)} bytes; "
               f"{groups.vmfb.count(GROUP_OP)} mentions of {GROUP_OP.decode()})")
 
-# tests/test_gpu.py compiles in a fixture: `sm.compile(MLIR, target="cuda")`. Make sure that is still all it
+# tests/gpu/test_gpu.py compiles in a fixture: `sm.compile(MLIR, target="cuda")`. Make sure that is still all it
 # compiles, then compile exactly that (twice: the compile is deterministic, so a module compiled here is the
 # module the test would compile there).
-source = Path("tests/test_gpu.py").read_text()
+source = Path("tests/gpu/test_gpu.py").read_text()
 calls = [ast.unparse(node) for node in ast.walk(ast.parse(source))
          if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("compile")]
-assert calls == ["sm.compile(MLIR, target='cuda')"], f"tests/test_gpu.py compiles {calls}: update gpu_prepare.sh"
+assert calls == ["sm.compile(MLIR, target='cuda')"], f"tests/gpu/test_gpu.py compiles {calls}: update gpu_prepare.sh"
 import test_gpu  # noqa: E402  (its skipif probe finds no GPU here)
 
 first, second = sm.compile(test_gpu.MLIR, target="cuda"), sm.compile(test_gpu.MLIR, target="cuda")
 assert first.vmfb == second.vmfb and first.section_map.dumps() == second.section_map.dumps(), "compile not deterministic"
 key = compile_key(test_gpu.MLIR, target="cuda")
-assert GROUP_OP not in first.vmfb, "tests/test_gpu.py's cuda module has debug groups"
+assert GROUP_OP not in first.vmfb, "tests/gpu/test_gpu.py's cuda module has debug groups"
 saved = first.save(out / "prebuilt-compile" / f"{key}.vmfb")
 assert read_section_map(saved).dumps() == first.section_map.dumps()
 (out / "prebuilt-compile" / "index.json").write_text(json.dumps(
-    {key: {"call": "sm.compile(MLIR, target='cuda')", "from": "tests/test_gpu.py",
+    {key: {"call": "sm.compile(MLIR, target='cuda')", "from": "tests/gpu/test_gpu.py",
            "mlir_sha256": hashlib.sha256(test_gpu.MLIR.encode()).hexdigest()}}, indent=1))
-print(f"  prebuilt-compile/{key[:12]}….vmfb: tests/test_gpu.py's module ({len(first.vmfb)} bytes, compiled twice: identical)")
+print(f"  prebuilt-compile/{key[:12]}….vmfb: tests/gpu/test_gpu.py's module ({len(first.vmfb)} bytes, compiled twice: identical)")
 EOF
 
 csvexport=$root/../shared/tools/tracy-csvexport-0.11.2

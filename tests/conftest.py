@@ -1,6 +1,8 @@
-"""Session-wide fixtures: one tiny real profile, compiled and recorded once per test session."""
+"""Session-wide fixtures: one tiny real profile, compiled and recorded once per test session; the Vulkan device."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -37,3 +39,28 @@ def compiled_two_matmuls(tmp_path_factory):
     path = tmp_path_factory.mktemp("compiled") / "m.vmfb"
     path.write_bytes(compiled.vmfb)
     return compiled, path
+
+
+VULKAN_SETUP = "apt-get install mesa-vulkan-drivers libvulkan1 gives lavapipe, docs/gpu.md"
+
+
+@pytest.fixture(scope="session")
+def vulkan_device(tmp_path_factory) -> str:
+    """The name of IREE's first Vulkan device; a test using it is skipped (one line) where there is none.
+
+    Mesa's lavapipe (a Vulkan driver on the CPU) serves where there is no GPU.
+    ``XDG_RUNTIME_DIR`` is set (a private folder) when unset, as the Vulkan
+    loader and Mesa's layers expect it; the tools run by the tests inherit it.
+    """
+    import iree.runtime
+
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("xdg-runtime")))
+    if "vulkan" not in iree.runtime.query_available_drivers():
+        pytest.skip("no Vulkan device: this iree-base-runtime has no vulkan driver")
+    try:
+        devices = iree.runtime.get_driver("vulkan").query_available_devices()
+    except (RuntimeError, ValueError) as error:  # no loader, no driver (ICD) or no device
+        pytest.skip(f"no Vulkan device ({str(error).splitlines()[0].rpartition('; ')[2]}); {VULKAN_SETUP}")
+    if not devices:
+        pytest.skip(f"no Vulkan device; {VULKAN_SETUP}")
+    return devices[0]["name"]

@@ -4,6 +4,7 @@ examples:
   python examples/nanogpt/run.py                          # small GPT, torch, results in out/
   python examples/nanogpt/run.py --config gpt2-small      # 12 layers, 768 wide
   python examples/nanogpt/run.py --framework jax --out out-jax
+  python examples/nanogpt/run.py --device vulkan --out out-vk   # compiled for vulkan-spirv (docs/gpu.md)
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sectionmark as sm  # noqa: E402
 from sectionmark.cli import MAX_CALLS, whole_number_in  # noqa: E402
 from model_torch import CONFIGS, GPT, GPTConfig, example_input  # noqa: E402
+from sectionmark.compiler.targets import TARGET_FLAGS, device_driver, target_for_device  # noqa: E402
+from sectionmark.profiling.runner import TRACED_DRIVERS  # noqa: E402
 from sectionmark.errors import SectionmarkError  # noqa: E402
 
 
@@ -58,6 +61,7 @@ def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     config = CONFIGS[args.config]
+    target = args.target or target_for_device(args.device)
     with step(f"exporting the {args.config} GPT ({config.n_layer} layers, {config.n_embd} wide) with {args.framework}"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -65,12 +69,14 @@ def run(args: argparse.Namespace) -> None:
         exported.save_mlir(out / "model.mlir")
         np.save(out / "tokens.npy", tokens)
         print(f"  {len(exported.sections)} sections, e.g. {' / '.join(exported.sections[-1])}")
-    with step("compiling for llvm-cpu with section markers"):
-        compiled = sm.compile(exported, target="llvm-cpu")
+    with step(f"compiling for {target} with section markers"):
+        compiled = sm.compile(exported, target=target)
         vmfb = compiled.save(out / "model.vmfb")
-    with step(f"profiling {args.iterations} calls on local-task"):
-        session = sm.profile(vmfb, args=(tokens,), iterations=args.iterations, warmup=args.warmup,
-                             keep_profile=out / "run.ireeprof")
+    # The measurement: IREE's HAL profile, or on CUDA and HIP a Tracy capture (docs/gpu.md).
+    measured = out / ("capture.tracy" if device_driver(args.device) in TRACED_DRIVERS else "run.ireeprof")
+    with step(f"profiling {args.iterations} calls on {args.device}"):
+        session = sm.profile(vmfb, args=(tokens,), device=args.device, iterations=args.iterations,
+                             warmup=args.warmup, keep_profile=measured)
     print(session.table())
     print(session.render("components"))  # the same time by component: every block's "Self Attention" summed
     # Every output by the renderer's name (sectionmark.renderers.RENDERERS), written all at once.
@@ -78,7 +84,7 @@ def run(args: argparse.Namespace) -> None:
                "perfetto": "run.perfetto.json", "chart": "sections.png", "tracy": "run.tracy",
                "components": "components.txt", "components-csv": "components.csv",
                "components-chart": "components.png", "kernels": "kernels.txt", "html": "report.html"}
-    options = {"chart": {"title": f"nanoGPT {args.config} ({args.framework}) on llvm-cpu"}}
+    options = {"chart": {"title": f"nanoGPT {args.config} ({args.framework}) on {args.device}"}}
     with step(f"writing {', '.join(outputs)}"):
         for name, file_name in outputs.items():
             session.save(out / file_name, name, **options.get(name, {}))
@@ -100,10 +106,10 @@ def run(args: argparse.Namespace) -> None:
   model.mlir           exported MLIR; ops carry loc("sectionmark:<path>")
   model.vmfb           compiled module (section map embedded)
   model.sections.json  section map (docs/section-map.md)
-  run.ireeprof         IREE HAL profile; re-report with:
-                         sectionmark report {out}/run.ireeprof --map {out}/model.vmfb --warmup {args.warmup}
+  {measured.name:<20} the measurement ({"Tracy capture" if measured.suffix == ".tracy" else "IREE HAL profile"}); re-report with:
+                         sectionmark report {measured} --map {out}/model.vmfb --warmup {args.warmup}
   tokens.npy           the input; re-profile with:
-                         sectionmark profile {out}/model.vmfb --input {out}/tokens.npy
+                         sectionmark profile {out}/model.vmfb --input {out}/tokens.npy --device {args.device}
 """
     (out / "SUMMARY.txt").write_text(summary, encoding="utf-8")
     print(summary)
@@ -114,6 +120,10 @@ def main(argv=None) -> int:
     parser.add_argument("--config", choices=sorted(CONFIGS), default="small", help="model size (default: small)")
     parser.add_argument("--framework", choices=["torch", "jax"], default="torch", help="exporter (default: torch)")
     parser.add_argument("--out", default="out", help="output directory (default: out)")
+    parser.add_argument("--device", default="local-task",
+                        help="IREE device to profile on: local-task, vulkan, cuda, hip, ... (default: local-task)")
+    parser.add_argument("--target", choices=list(TARGET_FLAGS),
+                        help="compile target (default: the device's: llvm-cpu, vulkan-spirv, cuda or rocm)")
     parser.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=20,
                         help="profiled calls (default: 20)")
     parser.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=3,

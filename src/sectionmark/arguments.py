@@ -150,12 +150,48 @@ def _is_array(value: Any) -> bool:
     return isinstance(value, np.ndarray) or hasattr(value, "__array__") or hasattr(value, "to_host")
 
 
+# IREE 3.13's DeviceArray.to_host() on a Vulkan device that offers host-pointer import (lavapipe,
+# and GPUs with VK_EXT_external_memory_host) imports a fresh numpy array that is not page-aligned.
+_IMPORT_ALIGNMENT_ERROR = "minImportedHostPointerAlignment"
+
+
+def host_array(value: Any) -> np.ndarray:
+    """The values of an IREE device array on the host.
+
+    ``to_host()``, except where IREE's Python fails to import an unaligned
+    host array on Vulkan ("does not satisfy Vulkan
+    minImportedHostPointerAlignment"): there the copy goes through a staging
+    buffer of the device's own, which is the path IREE takes for allocators
+    that cannot import host memory (docs/gpu.md).
+    """
+    try:
+        return value.to_host()
+    except ValueError as error:
+        if _IMPORT_ALIGNMENT_ERROR not in str(error):
+            raise
+    from iree.runtime import BufferUsage, HalFence, MemoryType
+
+    device, view = value._device, value._buffer_view  # DeviceArray has no public accessors for them
+    source = view.get_buffer()
+    staging = device.allocator.allocate_buffer(
+        memory_type=int(MemoryType.HOST_LOCAL | MemoryType.DEVICE_VISIBLE),
+        allowed_usage=int(BufferUsage.TRANSFER_TARGET | BufferUsage.MAPPING_SCOPED),
+        allocation_size=source.byte_length(),
+    )
+    semaphore = device.create_semaphore(0)
+    device.queue_copy(source, staging, wait_semaphores=HalFence.create_at(semaphore, 0),
+                      signal_semaphores=HalFence.create_at(semaphore, 1))
+    HalFence.create_at(semaphore, 1).wait()
+    raw = np.array(staging.map().asarray(tuple(view.shape), value._get_raw_dtype()))  # a copy: the mapping goes
+    return raw if raw.dtype == value.dtype else raw.astype(value.dtype)  # bools are i8 on the device
+
+
 def _array(name: str, value: Any, declared: str, host: bool) -> Any:
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "to_host"):  # an IREE device array
         if host:
-            return value.to_host()
+            return host_array(value)
         if type(value).__module__.startswith("iree."):
             _device_arrays.add(type(value))  # passed through untouched from now on (flatten_arguments' fast path)
         return value

@@ -1,8 +1,8 @@
 """The ``sectionmark`` command: compile, profile, report, tracy, tracy-stats, compare, slice, peak.
 
 Each command is a parser with ``set_defaults(run=..., planned_io=...)``: the
-function that does the work, and the one that names its input and output
-files (checked before any work). Output options of profile and report come
+function that does the work (`sectionmark.commands`), and the one here that
+names its input and output files (checked before any work). Output options of profile and report come
 from the renderer registry (`sectionmark.renderers`): one ``--NAME FILE`` per
 renderer. ``tracy`` is ``report --tracy`` without the table (kept for scripts).
 
@@ -19,11 +19,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from sectionmark.commands import (
+    compare_command,
+    compile_command,
+    peak_command,
+    profile_command,
+    rendered_outputs,
+    report_command,
+    slice_command,
+    tracy_command,
+    tracy_stats_command,
+)
 from sectionmark.errors import SectionmarkError
-from sectionmark.outputs import check_output_path, write_atomic
+from sectionmark.outputs import check_output_path
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -54,6 +64,7 @@ EXAMPLES = {
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa
   sectionmark profile recording/ -n 5 --warmup 1 --json replay.json   # saved by rec.save("recording")
+  sectionmark profile recording/ --csv replay.csv --perfetto replay.perfetto.json   # every function in one file
   sectionmark profile recording/ --html replay.html   # one tab per function
   sectionmark profile recording/ --function decode --perfetto decode.json""",
     "report": """examples:
@@ -81,7 +92,8 @@ EXAMPLES = {
     "slice": """examples:
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir
   sectionmark slice model.mlir --section "Block 0/Self Attention" -o attn.mlir --bench --input tokens.npy
-  sectionmark slice model.mlir --section "Block 0/MLP" -o mlp.mlir --bench      # random inputs""",
+  sectionmark slice model.mlir --section "Block 0/MLP" -o mlp.mlir --bench      # random inputs
+  sectionmark slice model.mlir --section "Block 0/MLP" -o mlp.mlir --bench --device vulkan   # compiled for vulkan-spirv""",
     "peak": """examples:
   sectionmark peak                      # cached after the first run
   sectionmark peak --refresh --json peak.json
@@ -163,15 +175,8 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
                          "or the sections whose path matches PATTERN ('*/Self Attention')")
 
 
-def _rendered_outputs(args: argparse.Namespace) -> dict[str, str]:
-    """The renderer outputs asked for: renderer name -> path."""
-    from sectionmark.renderers import RENDERERS
-
-    return {name: getattr(args, name) for name in RENDERERS if getattr(args, name) is not None}
-
-
 def _rendered_options(args: argparse.Namespace) -> dict[str, str]:
-    return {f"--{name}": path for name, path in _rendered_outputs(args).items()}
+    return {f"--{name}": path for name, path in rendered_outputs(args).items()}
 
 
 def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -199,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    description="Compile MLIR (from sm.torch.export / sm.jax.export) to a .vmfb with "
                                    "section debug groups and an embedded section map; also writes <out>.sections.json.",
                                    epilog=EXAMPLES["compile"], formatter_class=_formatter)
-    compile_.set_defaults(run=_compile, planned_io=_compile_io)
+    compile_.set_defaults(run=compile_command, planned_io=_compile_io)
     compile_.add_argument("mlir", help="MLIR file: text (.mlir) or bytecode (.mlirbc)")
     compile_.add_argument("-o", "--output", required=True, help="output .vmfb path")
     compile_.add_argument("--target", default="llvm-cpu", choices=list(TARGET_FLAGS),
@@ -218,12 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
                                   "attribute every dispatch to its section(s). Given a directory saved by "
                                   "rec.save() (sm.record), replay the recorded calls instead: one table per function.",
                                   epilog=EXAMPLES["profile"], formatter_class=_formatter)
-    profile.set_defaults(run=_profile, planned_io=_profile_io)
+    profile.set_defaults(run=profile_command, planned_io=_profile_io)
     profile.add_argument("vmfb", help="module compiled by sectionmark (its section map is embedded), "
                          "or a recording directory (rec.save)")
     profile.add_argument("--input", action="append", default=[], metavar="NPY", help="argument as a .npy file (repeat, in order)")
     profile.add_argument("--function", help="function to call (default: main); of a recording: the function whose "
-                         "profile the outputs show (default: a table per function, JSON of all)")
+                         "profile the outputs show (default: every function: text tables per function, one JSON, CSV, "
+                         "trace, HTML report (a tab per function) or stacked PNG; the graph needs one function)")
     profile.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=20,
                          help="measured calls, or replays of a recording (default: 20)")
     profile.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=3,
@@ -236,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "cores vary less between runs on a busy machine (docs/cli.md)")
     profile.add_argument("--device", default="local-task",
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
-                         "vulkan runs, but its profile cannot be read yet (docs/gpu.md)")
+                         "vulkan: its device-timed dispatch events (docs/gpu.md)")
     profile.add_argument("--timeout", type=whole_number_in(1, 7 * 24 * 3600), default=3600, metavar="S",
                          help="give up when the profiled tool runs longer than S seconds (default: 3600)")
     profile.add_argument("--keep-profile", metavar="FILE",
@@ -250,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  description="Join a recorded .ireeprof (or its ireeperf-jsonl export), or the GPU "
                                  "zones of a .tracy capture, with a section map.",
                                  epilog=EXAMPLES["report"], formatter_class=_formatter)
-    report.set_defaults(run=_report, planned_io=_report_io)
+    report.set_defaults(run=report_command, planned_io=_report_io)
     _add_report_arguments(report)
     report.add_argument("--workers", type=whole_number_in(1, 1 << 16), metavar="N",
                         help="local-task worker count of the recorded run, for the CPU utilization (the profile does "
@@ -262,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "the table: replay a recorded profile as Tracy GPU-context tracks (sections enclosing "
                                 "dispatches at the profiled timestamps) and save a .tracy capture.",
                                 epilog=EXAMPLES["tracy"], formatter_class=_formatter)
-    tracy.set_defaults(run=_tracy, planned_io=_tracy_io, workers=None)  # a Tracy replay shows no utilization
+    tracy.set_defaults(run=tracy_command, planned_io=_tracy_io, workers=None)  # a Tracy replay shows no utilization
     _add_report_arguments(tracy)
     tracy.add_argument("-o", "--output", required=True, help="output .tracy path")
 
@@ -270,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Count, total, mean, min, max and p95 per zone name of a Tracy capture "
                                 "(file version 0.11.2, as written by IREE 3.13's iree-tracy-capture).",
                                 epilog=EXAMPLES["tracy-stats"], formatter_class=_formatter)
-    stats.set_defaults(run=_tracy_stats, planned_io=_tracy_stats_io)
+    stats.set_defaults(run=tracy_stats_command, planned_io=_tracy_stats_io)
     stats.add_argument("capture", help=".tracy file")
     tracks = stats.add_mutually_exclusive_group()
     tracks.add_argument("--gpu", action="store_true", help="only GPU-context zones (device timelines, replays)")
@@ -287,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
         "per call in A and B, the ratio B/A, its 95% interval (bootstrap of the per-call times, 2000 resamples, seed 0) and a verdict: slower/faster only when the interval lies "
         "beyond --min-change, else 'no change'; sections in one profile only are listed as such.",
         epilog=EXAMPLES["compare"], formatter_class=_formatter)
-    compare.set_defaults(run=_compare, planned_io=_compare_io)
+    compare.set_defaults(run=compare_command, planned_io=_compare_io)
     compare.add_argument("a", help="the baseline: profile JSON (--json of profile/report), a recording's replay JSON "
                          "(--json of profile RECORDING_DIR), or a recorded .ireeprof with --map")
     compare.add_argument("b", help="the profile compared with it, the same kinds")
@@ -315,15 +321,17 @@ def build_parser() -> argparse.ArgumentParser:
         "globals. With --bench, also check it against the whole model on --input (random inputs of the model's shapes "
         "without it) and time it alone vs in context.",
         epilog=EXAMPLES["slice"], formatter_class=_formatter)
-    slice_.set_defaults(run=_slice, planned_io=_slice_io)
+    slice_.set_defaults(run=slice_command, planned_io=_slice_io)
     slice_.add_argument("mlir", help="exported MLIR with sections: text (.mlir) or bytecode (.mlirbc)")
     slice_.add_argument("--section", required=True, help='section path, names joined by "/" (e.g. "Block 0/MLP")')
     slice_.add_argument("-o", "--output", required=True, help="output .mlir for the slice")
     slice_.add_argument("--bench", action="store_true", help="compile, verify and time the slice against the whole model")
     slice_.add_argument("--input", action="append", default=[], metavar="NPY",
                         help="the whole model's argument as a .npy file (repeat, in order) for --bench; without it: random inputs")
-    slice_.add_argument("--target", default="llvm-cpu", choices=list(TARGET_FLAGS),
-                        help="compile target for --bench (default: llvm-cpu)")
+    slice_.add_argument("--device", default="local-task",
+                        help="IREE device --bench runs and profiles on: local-task (default), vulkan, cuda, hip")
+    slice_.add_argument("--target", choices=list(TARGET_FLAGS),
+                        help="compile target for --bench (default: the device's, llvm-cpu for local-task)")
     slice_.add_argument("--parameters", action="append", default=[], metavar="[SCOPE=]FILE",
                         help="with --bench: the model's external parameter file (repeatable), scoped as IREE's --parameters")
     slice_.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=10,
@@ -335,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
         "them with iree-benchmark-module on DEVICE, keep the best of a few repetitions, and cache the result per "
         "machine and device ($XDG_CACHE_HOME or ~/.cache, sectionmark/peak-HOST-DEVICE.json).",
         epilog=EXAMPLES["peak"], formatter_class=_formatter)
-    peak.set_defaults(run=_peak, planned_io=_peak_io)
+    peak.set_defaults(run=peak_command, planned_io=_peak_io)
     peak.add_argument("--device", default="local-task", help="IREE CPU device: local-task (default) or local-sync")
     peak.add_argument("--refresh", action="store_true", help="measure again even when a cached result exists")
     peak.add_argument("--json", metavar="FILE", help="also write the peaks as JSON")
@@ -369,7 +377,7 @@ def _slice_io(args: argparse.Namespace) -> PlannedIO:
 
 
 def _profile_io(args: argparse.Namespace) -> PlannedIO:
-    from sectionmark.profiling.record import is_recording, recording_files
+    from sectionmark.workflows.record import is_recording, recording_files
 
     module_inputs = [args.vmfb, *recording_files(args.vmfb)] if is_recording(args.vmfb) else _module_inputs(args.vmfb)
     return [*module_inputs, *args.input], {**_rendered_options(args), "--keep-profile": args.keep_profile}
@@ -417,225 +425,6 @@ def check_outputs(args: argparse.Namespace) -> None:
         if real in seen:
             raise SectionmarkError(f"{seen[real]} and {option} both name {path}")
         seen[real] = option
-
-
-# ---------------------------------------------------------------------- commands
-
-
-def _write_outputs(session, args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    """Every renderer output asked for, then on stdout the table (and the sites table, components) and the files.
-
-    Files first: a reader that stops reading early (``| head -1``) must not cost them.
-    """
-    written = []
-    peak = None
-    for name, path in _rendered_outputs(args).items():
-        options = {"by": args.by} if args.by and name.startswith("components") else {}
-        options.update(_table_columns(args) if name == "table" else {})
-        if name == "roofline":  # the chart and the table printed below use the same peaks
-            from sectionmark.profiling.roofline import peak_for_chart
-
-            peak = options["peak"] = peak_for_chart(getattr(args, "device", "local-task"))
-        written.append(session.save(path, name, inputs=inputs, **options))
-    print(session.render("table", **_table_columns(args)))
-    if peak is not None:
-        from sectionmark.profiling.roofline import roofline_text
-
-        print(roofline_text(peak.roofline(session), peak, peak.component_roofline(session, args.by or "name")))
-    if args.sites:
-        from sectionmark.renderers.table import render_sites_text
-
-        print(render_sites_text(session))
-    if args.by:
-        print(session.render("components", by=args.by))
-    for path in written:
-        print(f"wrote {path}")
-
-
-def _table_columns(args: argparse.Namespace) -> dict[str, bool]:
-    """The optional column groups of the section table asked for (--cpu, --memory, --span)."""
-    return {"cpu": args.cpu, "memory": args.memory, "span": args.span}
-
-
-def _load_inputs(paths: Sequence[str]) -> list:
-    from sectionmark.profiling.inputs import load_input_array
-
-    return [load_input_array(path) for path in paths]
-
-
-def _compile(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    from sectionmark.compiler import compile
-
-    source = Path(args.mlir)
-    if not source.is_file():
-        raise SectionmarkError(f"no such MLIR file: {source}")
-    compiled = compile(
-        source, target=args.target, extra_args=args.iree_arg, markers=not args.no_markers,
-        debug_groups=False if args.no_debug_groups else None,
-        input_type=None if args.input_type == "auto" else args.input_type,
-    )
-    print(f"wrote {compiled.save(args.output, inputs=inputs)}")
-    if compiled.section_map is not None:
-        dispatches = sum(c.op == "dispatch" for b in compiled.section_map.command_buffers for c in b.commands)
-        print(f"section map: {compiled.sections_summary}; {dispatches} recorded dispatches")
-
-
-def _profile(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    from sectionmark.profiling import profile
-    from sectionmark.profiling.record import is_recording
-
-    if is_recording(args.vmfb):
-        _profile_recording(args, inputs)
-        return
-    session = profile(
-        args.vmfb, _load_inputs(args.input), function=args.function or "main", device=args.device,
-        iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
-        keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters, runs=args.runs,
-        workers=args.workers,
-    )
-    _write_outputs(session, args, inputs)
-
-
-def _profile_recording(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    """Replay a saved recording: a table per function, or one function's outputs with --function."""
-    from sectionmark.profiling.record import Recording
-
-    if args.input:
-        raise SectionmarkError("a recording replays its own inputs: drop --input")
-    recording = Recording.load(args.vmfb, device=args.device, parameters=args.parameters or None)
-    if args.function is not None and args.function not in recording.sequence:
-        raise SectionmarkError(f"the recording never called {args.function!r} (it called: "
-                               f"{', '.join(recording.functions)})")
-    outputs = _rendered_outputs(args)
-    per_function = [f"--{name}" for name in outputs if name not in ("json", "html")] + ["--sites"] * args.sites + [
-        "--by"] * bool(args.by) + [f"--{name}" for name, wanted in _table_columns(args).items() if wanted]
-    if args.function is None and per_function:
-        raise SectionmarkError(f"{per_function[0]} of a recording is per function: add --function NAME "
-                               f"(it called: {', '.join(recording.functions)})")
-    replay = recording.profile(iterations=args.iterations, warmup=args.warmup, timeout=args.timeout,
-                               keep_profile=args.keep_profile, runs=args.runs, workers=args.workers)
-    if args.function is not None:
-        _write_outputs(replay.function(args.function), args, inputs)
-        return
-    written = [replay.save_json(outputs["json"], inputs=inputs)] if "json" in outputs else []
-    if "html" in outputs:  # one tab per function
-        from sectionmark.renderers.html import save_replay
-
-        written.append(save_replay(replay, outputs["html"], inputs))
-    print(replay.table())
-    for path in written:
-        print(f"wrote {path}")
-
-
-def _recorded_session(args: argparse.Namespace):
-    from sectionmark.profiling import report
-
-    return report(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function,
-                  workers=args.workers)
-
-
-def _report(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    from sectionmark.readers.tracy_live import APPROXIMATION_NOTE, is_live_capture_file
-
-    _write_outputs(_recorded_session(args), args, inputs)
-    if is_live_capture_file(args.profile):
-        print(APPROXIMATION_NOTE)
-
-
-def _tracy(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    print(f"wrote {_recorded_session(args).save(args.output, 'tracy', inputs=inputs)}")
-
-
-def _tracy_stats(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    import dataclasses
-    import json
-
-    from sectionmark.renderers.table import zone_stats_text
-    from sectionmark.tracy.stats import zone_stats
-
-    rows = zone_stats(args.capture, depth=args.depth, gpu_only=args.gpu)
-    rows = [row for row in rows if not args.cpu or row.kind != "gpu"][: args.top]
-    written = None
-    if args.json is not None:  # before stdout, as in _write_outputs
-        document = {"version": 1, "zones": [dataclasses.asdict(row) for row in rows]}
-        written = write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False), inputs=inputs)
-    print(zone_stats_text(rows))
-    if written is not None:
-        print(f"wrote {written}")
-
-
-def _peak(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    import dataclasses
-    import json
-
-    from sectionmark.profiling.roofline import cache_path, peak
-
-    measured = peak(args.device, refresh=args.refresh)
-    written = None
-    if args.json is not None:  # before stdout, as in _write_outputs
-        written = write_atomic(args.json, json.dumps(dataclasses.asdict(measured), indent=1), inputs=inputs)
-    print(measured.text())
-    print(f"cached in {cache_path(args.device)} (--refresh measures again)")
-    if written is not None:
-        print(f"wrote {written}")
-
-
-def _compare(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    from sectionmark.outputs import write_atomic
-    from sectionmark.profiling.compare import SectionChange
-    from sectionmark.renderers.compare import compare, render_csv, render_json, render_table
-
-    recorded = [path for path in (args.a, args.b) if not path.lower().endswith(".json")]
-    if args.map and len(args.map) not in (1, len(recorded)):
-        raise SectionmarkError(f"give --map once, or once per recorded profile ({len(recorded)}), not {len(args.map)} "
-                               "times")
-    if recorded and not args.map:
-        raise SectionmarkError(f"{recorded[0]} is not a profile JSON (.json): give its section map with --map")
-    maps = iter(args.map * len(recorded) if len(args.map) == 1 else args.map)
-    sources = [path if path.lower().endswith(".json") else _recorded_profile(path, next(maps), args.warmup,
-                                                                             args.function)
-               for path in (args.a, args.b)]
-    comparison = compare(*sources, function=args.function, min_change=args.min_change)
-    comparison.a, comparison.b = args.a, args.b
-    written = []
-    for path, text in ((args.json, render_json), (args.csv, render_csv)):
-        if path is not None:
-            written.append(write_atomic(path, text(comparison).encode("utf-8"), inputs=inputs))
-    print(render_table(comparison), end="")
-    for path in written:
-        print(f"wrote {path}")
-    if args.fail_if_slower is not None:
-        slower = comparison.slower_than(args.fail_if_slower)
-        if slower:
-            sections = [row for row in slower if isinstance(row, SectionChange)]
-            components = [row for row in slower if not isinstance(row, SectionChange)]
-            counts = " and ".join(f"{len(rows)} {kind}{'s' * (len(rows) != 1)}"
-                                  for rows, kind in ((sections, "section"), (components, "component")) if rows)
-            listed = "; ".join(prefix + ", ".join(f"{row.name} ({row.change_percent:+.1f}%)" for row in rows)
-                               for rows, prefix in ((sections, ""), (components, "components: ")) if rows)
-            raise SectionmarkError(f"{counts} slower by more than {args.fail_if_slower:g}%: {listed}")
-
-
-def _recorded_profile(path: str, map_path: str, warmup: int, function: Optional[str]):
-    """A recorded profile (.ireeprof, .jsonl, .tracy) joined with its map, calls inferred."""
-    from sectionmark.profiling import report
-
-    return report(path, map_path, warmup=warmup, function=function)
-
-
-def _slice(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    from sectionmark.compiler.slicing import slice_section
-
-    if not Path(args.mlir).is_file():
-        raise SectionmarkError(f"no such MLIR file: {args.mlir}")
-    section_slice = slice_section(Path(args.mlir), args.section)
-    written = write_atomic(args.output, section_slice.mlir, inputs=inputs)
-    print(f"wrote {written}: {len(section_slice.inputs)} value(s) in, {len(section_slice.outputs)} out")
-    if args.bench:
-        from sectionmark.profiling.slice_bench import bench_section
-
-        print(bench_section(Path(args.mlir), args.section, _load_inputs(args.input), target=args.target,
-                            iterations=args.iterations, parameters=args.parameters).table())
 
 
 def _run(args: argparse.Namespace) -> None:

@@ -1,7 +1,8 @@
 """In-process execution of a compiled module with iree.runtime.
 
 Results are returned as IREE device arrays (no host copy, no added
-synchronisation); call ``.to_host()`` when the values are needed. Each call is
+synchronisation); call ``.to_host()`` when the values are needed (on Vulkan
+``sectionmark.arguments.host_array``: IREE 3.13's ``to_host`` can fail there). Each call is
 an eager `section` named after the function, so with Tracy enabled every call
 is a zone on the calling thread.
 """

@@ -167,12 +167,9 @@ class SectionMap:
     @classmethod
     def from_json(cls, data: Any) -> "SectionMap":
         """Read and validate a map (types, finite non-negative weights summing to 1, known ops, site ids)."""
-        try:
-            section_map = serialization.from_versioned_json(
-                cls, data, version=SECTION_MAP_VERSION, document="section map", root="section map",
-                advice="recompile the model with this version of sectionmark")
-        except serialization.SchemaError as error:
-            raise SectionMapError(str(error)) from None
+        section_map = serialization.from_versioned_json(
+            cls, data, version=SECTION_MAP_VERSION, document="section map", root="section map",
+            advice="recompile the model with this version of sectionmark", error=SectionMapError)
         section_map._validate()
         return section_map
 

@@ -15,8 +15,10 @@ missing from the input. A field made with `json_field` can say more about its
 JSON form: ``rounded`` (its numbers are written as integers, for nanosecond
 totals kept as floats in memory), ``entries=(key, value)`` (a dict, or a list
 of pairs, written as a list of ``{key: ..., value: ...}`` objects: section
-paths cannot be JSON object keys) and ``stored=False`` (in memory only, such
-as per-event arrays: neither written nor read). Read-only properties named in
+paths cannot be JSON object keys), ``stored=False`` (in memory only, such
+as per-event arrays: neither written nor read) and ``omit_none`` (left out of
+the output while None, so that one of several alternative keys is written;
+read back as its default). Read-only properties named in
 a class's ``JSON_PROPERTIES`` are written too, for readers' convenience, and
 ignored when reading.
 """
@@ -41,6 +43,7 @@ class _FieldOptions(NamedTuple):
     rounded: bool = False
     entries: Optional[tuple[str, str]] = None
     stored: bool = True
+    omit_none: bool = False
 
 
 _OPTIONS = "sectionmark.serialization"
@@ -48,10 +51,11 @@ _PLAIN = _FieldOptions()
 
 
 def json_field(
-    *, rounded: bool = False, entries: Optional[tuple[str, str]] = None, stored: bool = True, **field_arguments: Any
+    *, rounded: bool = False, entries: Optional[tuple[str, str]] = None, stored: bool = True, omit_none: bool = False,
+    **field_arguments: Any
 ) -> Any:
     """``dataclasses.field(**field_arguments)`` with the JSON options described in the module docstring."""
-    options = _FieldOptions(rounded, entries, stored)
+    options = _FieldOptions(rounded, entries, stored, omit_none)
     return dataclasses.field(metadata={_OPTIONS: options}, **field_arguments)
 
 
@@ -68,13 +72,20 @@ def check_version(data: Any, expected: int, document: str, advice: str) -> None:
         raise SchemaError(f"{document} version {data['version']!r} is not supported (expected {expected}); {advice}")
 
 
-def from_versioned_json(cls: type, data: Any, *, version: int, document: str, root: str, advice: str) -> Any:
-    """`check_version`, then `from_json`: one SchemaError line ("malformed sectionmark <document>: <place>: ...")."""
-    check_version(data, version, document, advice)
+def from_versioned_json(cls: type, data: Any, *, version: int, document: str, root: str, advice: str,
+                        error: type[Exception] = SchemaError) -> Any:
+    """`check_version`, then `from_json`: one line ("malformed sectionmark <document>: <place>: ..."), raised as
+    ``error`` (the caller's one exception type for bad input)."""
     try:
-        return from_json(cls, data, root)
-    except SchemaError as error:
-        raise SchemaError(f"malformed sectionmark {document}: {error}") from None
+        check_version(data, version, document, advice)
+        try:
+            return from_json(cls, data, root)
+        except SchemaError as problem:
+            raise SchemaError(f"malformed sectionmark {document}: {problem}") from None
+    except SchemaError as problem:
+        if error is SchemaError:
+            raise
+        raise error(str(problem)) from None
 
 
 def _property(value: Any, name: str) -> Any:
@@ -92,8 +103,11 @@ def to_json(value: Any) -> Any:
         return [item if type(item) in _SCALARS else to_json(item) for item in value]
     plan = _write_plan(kind)
     if plan is not None:
-        fields, properties = plan
+        fields, properties, omitted_when_none = plan
         data = {name: _write_field(options, getattr(value, name)) for name, options in fields}
+        for name in omitted_when_none:
+            if data[name] is None:
+                del data[name]
         data.update((name, to_json(_property(value, name))) for name in properties)
         return data
     if isinstance(value, (str, int, float)):
@@ -109,14 +123,17 @@ _SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 @lru_cache(maxsize=None)
-def _write_plan(cls: type) -> Optional[tuple[tuple[tuple[str, _FieldOptions], ...], tuple[str, ...]]]:
-    """A dataclass's stored fields with their options, and its JSON properties; None for other types.
+def _write_plan(cls: type) -> Optional[tuple[tuple[tuple[str, _FieldOptions], ...], tuple[str, ...], tuple[str, ...]]]:
+    """A dataclass's stored fields with their options, its JSON properties and the fields left out while None;
+    None for other types.
 
     Worked out once per class: a section map writes tens of thousands of fields.
     """
     if not dataclasses.is_dataclass(cls):
         return None
-    return tuple((field.name, _options(field)) for field in _fields(cls)), tuple(getattr(cls, "JSON_PROPERTIES", ()))
+    fields = tuple((field.name, _options(field)) for field in _fields(cls))
+    return (fields, tuple(getattr(cls, "JSON_PROPERTIES", ())),
+            tuple(name for name, options in fields if options.omit_none))
 
 
 def _write_field(options: _FieldOptions, value: Any) -> Any:

@@ -3,7 +3,7 @@
 `sm.load`, `sm.profile`, `sm.report`, ``sectionmark report`` and
 ``tracy-stats`` go through here, so a runtime-only install (iree-base-runtime
 alone) can run and profile modules compiled elsewhere
-(tests/test_import_graph.py checks that none of them imports the compiler).
+(tests/entry/test_import_graph.py checks that none of them imports the compiler).
 
 * `modules`: a compiled object, .vmfb bytes or a .vmfb file, and its section
   map (embedded, or a sidecar ``.sections.json``);

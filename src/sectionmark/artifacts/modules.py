@@ -6,7 +6,7 @@ embedded (see `sectionmark.section_map.EMBEDDED_KEY`) or sits beside it in a
 sidecar ``<name>.sections.json`` (modules compiled elsewhere).
 
 Reading does not load the module: the IREE runtime can crash on a corrupt one
-(found by tests/test_readers_fuzz.py), so the checksummed string is found in
+(found by tests/readers/test_readers_fuzz.py), so the checksummed string is found in
 the file's bytes and verified. Reading never trusts a file's name: the first
 bytes decide whether it is a module or a JSON map, before the rest is read,
 and only regular files are read (`sectionmark.artifacts.files`).

@@ -1,4 +1,4 @@
-"""Compiler flags for the targets sectionmark knows by a short name.
+"""Compiler flags for the targets sectionmark knows by a short name, and the target of each device.
 
 Each target names an IREE HAL device and a conservative default architecture,
 so ``compile(..., target="cuda")`` works without the user knowing IREE's flag
@@ -18,7 +18,11 @@ TARGET_FLAGS: dict[str, tuple[str, ...]] = {
     ),
     "cuda": ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"),
     "rocm": ("--iree-hal-target-device=hip", "--iree-rocm-target=gfx942"),
-    "vulkan-spirv": ("--iree-hal-target-device=vulkan", "--iree-vulkan-target=ampere"),
+    # The portable Vulkan baseline: no subgroup size or extension assumed, so it computes correctly on any
+    # Vulkan device. A GPU's own target (``ampere``, ``rdna3``) assumes that GPU's subgroups: on Mesa's lavapipe
+    # the nanoGPT compiled for ``ampere`` returned NaN (softmax) and layer norms 3.5 off, for the baseline it
+    # equals the CPU's to 7e-7 (docs/gpu.md).
+    "vulkan-spirv": ("--iree-hal-target-device=vulkan", "--iree-vulkan-target=vp_android_baseline_2022"),
 }
 
 
@@ -28,6 +32,25 @@ TARGET_FLAGS: dict[str, tuple[str, ...]] = {
 # dies calling a null entry (SIGSEGV, seen on an NVIDIA H200; docs/gpu.md). Their sections are
 # attributed from the section map alone (sectionmark.readers.tracy_dispatch_zones).
 WITHOUT_DEBUG_GROUPS = frozenset({"cuda", "rocm", "hip"})  # "hip": the target a turbine session names
+
+
+# The target whose executables each IREE HAL driver runs (``--device`` -> ``--target``).
+DRIVER_TARGETS = {"local-task": "llvm-cpu", "local-sync": "llvm-cpu", "cuda": "cuda", "hip": "rocm",
+                  "vulkan": "vulkan-spirv"}
+
+
+def device_driver(device: str) -> str:
+    """The HAL driver of an IREE device: ``cuda://0`` -> ``cuda``."""
+    return device.partition("://")[0]
+
+
+def target_for_device(device: str) -> str:
+    """The compile target for an IREE device URI (``vulkan``, ``cuda://1``), so one ``--device`` picks both."""
+    try:
+        return DRIVER_TARGETS[device_driver(device)]
+    except KeyError:
+        known = ", ".join(DRIVER_TARGETS)
+        raise SectionmarkError(f"no compile target known for device {device!r}; use one of: {known}") from None
 
 
 def debug_groups_by_default(target: str) -> bool:

@@ -8,7 +8,7 @@ has a probe, asked at every section entry while the framework is imported
 the framework's importer registers (`register`). This module imports that
 importer on the first section the framework traces, never before the
 framework itself is imported: the one import against the data flow
-(listed in tests/test_import_graph.py).
+(listed in tests/entry/test_import_graph.py).
 
 The probes are the frameworks' own (``torch.compiler.is_exporting``, JAX's
 current trace), which the C fast path (_zonestack.c) reads itself without a

@@ -20,8 +20,9 @@ from sectionmark.outputs import atomic_path, check_output_path
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
 from sectionmark.profiling.runs import combine_runs, representative_run
-from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, VULKAN_UNREADABLE, device_driver, local_task_workers, run_profile
-from sectionmark.profiling.session import ProfileSession, ProfilerCost
+from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, device_driver, local_task_workers, run_profile
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import ProfilerCost
 from sectionmark.readers.event_model import Profile
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
@@ -53,8 +54,8 @@ def profile(
     ``section_map`` is given). ``device``: an IREE device; ``local-task``
     uses HAL-native profiling (``local-sync`` is refused: IREE 3.13 cannot
     profile it, docs/cli.md), ``cuda`` / ``hip`` (also
-    ``cuda://1`` ...) a Tracy capture of the GPU zones, ``vulkan`` is tried
-    with Vulkan's HAL-native profiling and refused (docs/gpu.md).
+    ``cuda://1`` ...) a Tracy capture of the GPU zones, ``vulkan`` Vulkan's
+    HAL-native profiling: device-timed dispatch events (docs/gpu.md).
     ``keep_profile``: also copy the raw profile there (.ireeprof, or the
     .tracy capture on CUDA/HIP), atomically and never onto the module or one
     of ``keep_profile_inputs`` (checked before the run). ``timeout``: seconds
@@ -94,11 +95,8 @@ def profile(
             if keep_profile is not None and index == 0:  # kept before it is read: a profile that fails to read too
                 _keep(run.profile_path, keep_profile, protected)
             events = _read_events(run.profile_path, section_map, function)
-            if device_driver(device) == "vulkan" and not len(events.dispatches):
-                kept = f"kept at {keep_profile}" if keep_profile else "keep it with keep_profile / --keep-profile"
-                raise SectionmarkError(f"{VULKAN_UNREADABLE} (the raw profile: {kept})")
             session = _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function,
-                               workers=run_workers)
+                               workers=run_workers, device=device)
             if runs > 1:  # per-event data of one run at a time: the shown run's is read again below
                 session.attribution = None
             sessions.append(session)
@@ -107,10 +105,10 @@ def profile(
             index = representative_run(sessions)
             shown = finished[index]
             sessions[index] = _session(_read_events(shown.profile_path, section_map, function), section_map,
-                                       calls=shown.calls, warmup=shown.warmup, function=function, workers=run_workers)
+                                       calls=shown.calls, warmup=shown.warmup, function=function, workers=run_workers,
+                                       device=device)
         session = combine_runs(sessions)
         session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
-        session.device = device
         first = finished[0]
         if first.profiled_ns_per_call is not None and first.unprofiled_ns_per_call is not None:
             # Whole ns, as the JSON stores them: the ratio read back is the ratio shown. Measured in the first run.
@@ -133,7 +131,7 @@ def report(
     calls: Optional[int] = None,
     warmup: int = 0,
     function: Optional[str] = None,
-    workers: Optional[int] = None,
+    workers: Optional[int] = None, device: Optional[str] = None,
 ) -> ProfileSession:
     """Per-section times of a recorded profile: .ireeprof, exported ireeperf-jsonl, or a .tracy capture.
 
@@ -181,7 +179,7 @@ def _read_events(path: Path, section_map: SectionMap, function: Optional[str]) -
 
 def _session(
     events: Profile, section_map: SectionMap, *, calls: Optional[int], warmup: int, function: Optional[str],
-    workers: Optional[int] = None,
+    workers: Optional[int] = None, device: Optional[str] = None,
 ) -> ProfileSession:
     attribution = attribute(events, section_map, calls=calls, warmup=warmup, function=function)
-    return ProfileSession.build(attribution, section_map, function=function, workers=workers)
+    return ProfileSession.build(attribution, section_map, function=function, workers=workers, device=device)

@@ -43,6 +43,7 @@ import numpy as np
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.section_path import SectionPath, format_path
+from sectionmark.profiling.components import components
 from sectionmark.profiling.session import ProfileSession
 
 COMPARISON_JSON_VERSION = 1
@@ -166,14 +167,14 @@ def compare_sessions(a: ProfileSession, b: ProfileSession, *, labels: Sequence[s
         _check_samples(label, session)
     sections = judge.rows(a.sections, b.sections, lambda row: row.path,
                           lambda row, verdict: SectionChange(path=row.path, verdict=verdict))
-    components_a, components_b = a.components(), b.components()
+    components_a, components_b = components(a), components(b)
     in_a, in_b = ({row.name: len(row.sections) for row in rows} for rows in (components_a, components_b))
-    components = judge.rows(components_a, components_b, lambda row: row.name,
-                            lambda row, verdict: ComponentChange(name=row.name, verdict=verdict,
-                                                                 a_sections=in_a.get(row.name, 0),
-                                                                 b_sections=in_b.get(row.name, 0)))
+    component_changes = judge.rows(components_a, components_b, lambda row: row.name,
+                                   lambda row, verdict: ComponentChange(name=row.name, verdict=verdict,
+                                                                        a_sections=in_a.get(row.name, 0),
+                                                                        b_sections=in_b.get(row.name, 0)))
     return Comparison(a=labels[0], b=labels[1], resamples=resamples, confidence=confidence, seed=seed,
-                      min_change=min_change, sections=sections, components=components)
+                      min_change=min_change, sections=sections, components=component_changes)
 
 
 @dataclass

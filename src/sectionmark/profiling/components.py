@@ -35,8 +35,10 @@ from typing import Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.section_time import per_call_inclusive
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import CallStats, SectionStats, Traffic
 from sectionmark.section_path import UNMARKED, SectionPath
-from sectionmark.profiling.session import CallStats, ProfileSession, SectionStats, Traffic, per_call_inclusive
 from sectionmark.serialization import json_field
 
 BY_NAME = "name"

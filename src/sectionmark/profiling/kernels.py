@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from sectionmark.section_path import SectionPath
+from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import Binding
+from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
 
 DATA_MOVEMENT_INTENSITY = 0.01  # FLOPs per byte
@@ -67,7 +68,7 @@ class KernelRow:
         return self.flops / self.bytes if self.flops is not None and self.bytes else None
 
 
-def kernels(session) -> list[KernelRow]:
+def kernels(session: ProfileSession) -> list[KernelRow]:
     """The kernel table of a profiled session (rows in execution order)."""
     sites_of_key: dict[str, list[int]] = {}
     for site in session.sites:

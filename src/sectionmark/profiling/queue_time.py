@@ -4,7 +4,7 @@ Dispatch events say how long kernels ran; the queue operations around them
 (host execution events of the ``queue-events`` / ``host-execution`` families)
 and the memory events (``memory-events``) say what else a call spent time and
 memory on. Everything here is a pure function over numpy arrays, unit-tested
-on hand-built data in tests/test_queue_time.py.
+on hand-built data in tests/profiling/test_queue_time.py.
 
 Call time. A call's window runs from the start of its first queue operation to
 the end of its last (windows are clipped so that no two overlap). Each

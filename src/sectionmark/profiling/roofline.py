@@ -23,7 +23,7 @@ in the user's cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``, then
 ``sectionmark/peak-<host>-<device>.json``): measuring takes seconds, a chart
 should not. A cache file that cannot be read back is measured again.
 
-A section's achieved figures are its traffic (`sectionmark.profiling.session.Traffic`):
+A section's achieved figures are its traffic (`sectionmark.profiling.stats.Traffic`):
 the kernel table's bytes and FLOPs per execution times executions, split by
 the site's section weights (the same split as its time), over the site time
 so split; sites whose sizes are dynamic are left out. A component (sections
@@ -52,7 +52,9 @@ from typing import Optional, Sequence
 from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
 from sectionmark.errors import SectionmarkError
 from sectionmark.section_path import SectionPath, format_path
-from sectionmark.profiling.session import Traffic
+from sectionmark.profiling.components import components
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import Traffic
 
 DRAM_ELEMENTS = 16 * 1024 * 1024  # f32: 64 MiB per tensor, beyond any L3 this runs on
 # 4 MiB: measured on a 2-core EPYC (32 MiB L3), x + x reaches ~60 GB/s at 4-16 MiB, ~42 at 64 MiB, and below
@@ -160,14 +162,14 @@ class RooflineRow:
         return self.component if self.path is None else format_path(self.path)
 
 
-def roofline(session, peak: Peak) -> list[RooflineRow]:
+def roofline(session: ProfileSession, peak: Peak) -> list[RooflineRow]:
     """One row per section of ``session`` that ran a dispatch of known size (report order, "(unmarked)" last)."""
     return [_placed(row.traffic, peak, path=row.path) for row in session.sections if _measured(row.traffic)]
 
 
-def component_roofline(session, peak: Peak, by: str = "name") -> list[RooflineRow]:
-    """One row per component of ``session`` (`session.components(by)`, its order) that ran a dispatch of known size."""
-    return [_placed(component.traffic, peak, component=component.name) for component in session.components(by)
+def component_roofline(session: ProfileSession, peak: Peak, by: str = "name") -> list[RooflineRow]:
+    """One row per component of ``session`` (`components(session, by)`, its order) that ran a dispatch of known size."""
+    return [_placed(component.traffic, peak, component=component.name) for component in components(session, by)
             if _measured(component.traffic)]
 
 

@@ -12,8 +12,9 @@ Python bindings cannot profile in-process in IREE 3.13, so we run
   verbosity (``--cuda_tracing=2``): each dispatch becomes a GPU zone in a
   ``.tracy`` (modules for these targets have no debug groups: the runtime
   crashes on them, see `sectionmark.compiler.targets`);
-* Vulkan: HAL-native profiling with the families its driver records (queue,
-  dispatch, executable metadata; no host-execution).
+* Vulkan: HAL-native profiling with the families its driver records (queue
+  events, device-timed dispatch events, executable metadata; no host-execution),
+  read by `sectionmark.readers.device_events`.
 
 Warmup is done by running ``warmup + iterations`` calls in the same
 process and dropping the first ``warmup`` calls when the profile is reported:
@@ -38,6 +39,7 @@ import numpy as np
 from rich.console import Console
 
 from sectionmark.arguments import flatten_arguments
+from sectionmark.compiler.targets import device_driver
 from sectionmark.errors import SectionmarkError
 from sectionmark.parameters import tool_flags
 from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
@@ -45,10 +47,6 @@ from sectionmark.artifacts.tools import exit_description, find_tool, last_useful
 PROFILING_MODES = "queue-events,host-execution,executable-metadata,memory-events"
 # What IREE 3.13's Vulkan driver can record (it has no host-execution events).
 VULKAN_PROFILING_MODES = "queue-events,dispatch-events,executable-metadata"
-VULKAN_UNREADABLE = (
-    "IREE 3.13's Vulkan driver profiles dispatches as device dispatch events without host-execution "
-    "events, and sectionmark does not read those yet; see docs/gpu.md"
-)
 # Drivers measured through Tracy GPU zones, with their names in messages.
 TRACED_DRIVERS = {"cuda": "CUDA", "hip": "HIP"}
 DEVICE_NAMES = {**TRACED_DRIVERS, "vulkan": "Vulkan"}
@@ -107,11 +105,6 @@ def local_task_workers(limit: Optional[int] = None) -> int:
         except OSError:
             cores.add(("cpu", str(cpu)))
     return max(1, min(len(cores), limit or MAX_DEFAULT_WORKERS))
-
-
-def device_driver(device: str) -> str:
-    """The HAL driver of an IREE device: ``cuda://0`` -> ``cuda``."""
-    return device.partition("://")[0]
 
 
 def write_inputs(

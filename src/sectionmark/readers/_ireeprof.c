@@ -5,7 +5,7 @@
  * join of attribute.py and the sums of session.py and queue_time.py. numpy
  * needs several passes over the data for each; these do one. Built when a C
  * compiler is present; the Python modules do the same with numpy when it is
- * not, and tests/test_ireeprof_fast.py checks that both give identical results.
+ * not, and tests/readers/test_ireeprof_fast.py checks that both give identical results.
  *
  * No numpy C API: the caller allocates the output arrays and passes them as
  * writable buffers; all validation (and every error message) stays in Python,
@@ -29,6 +29,8 @@
 #define EVENT_EXECUTE 3
 #define EVENT_TYPES 11
 #define MEMORY_EVENT_SIZE 160
+#define DEVICE_DISPATCH_EVENT_SIZE 88 /* iree_hal_profile_dispatch_event_t */
+#define DEVICE_DISPATCH_SIZE 60 /* device_events.DEVICE_DISPATCH_DTYPE */
 #define MEMORY_SIZE 56     /* ireeprof.MEMORY_DTYPE */
 #define MEMORY_EVENT_TYPES 12
 #define MAX_TIMESTAMP_NS ((int64_t)1 << 62) /* ireeprof.MAX_TIMESTAMP_NS */
@@ -641,6 +643,58 @@ done:
     return result;
 }
 
+/* device_dispatch_events(data, positions, known_codes, known_keys, events) -> (first bad length, first unknown)
+ *
+ * The device-timed dispatch events (iree_hal_profile_dispatch_event_t, 88 bytes) at byte ``positions`` (int64) of
+ * ``data``, gathered into ``events`` (device_events.DEVICE_DISPATCH_DTYPE rows: event id, submission, command
+ * buffer, start and end ticks, device, queue, flags, command index, key; device and queue are left for the caller,
+ * who knows each record's chunk). A key is found as in host_events. Returned: the index of the first record whose
+ * length is not 88, and of the first dispatch of an unknown function; -1 for none.
+ */
+static PyObject *device_dispatch_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer in[4], out[1];
+    if (check_arguments(nargs, 5, "device_dispatch_events") < 0 || acquire(args, in, 4, 0) < 0) return NULL;
+    if (acquire(args + 4, out, 1, 1) < 0) { release(in, 4); return NULL; }
+    PyObject *result = NULL;
+    const char *bytes = in[0].buf;
+    const int64_t *positions = in[1].buf;
+    const uint64_t *known_codes = in[2].buf;
+    const uint32_t *known_keys = in[3].buf;
+    Py_ssize_t total = in[1].len / 8, known = in[2].len / 8;
+    if (in[3].len < known * 4 || out[0].len < total * DEVICE_DISPATCH_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "device_dispatch_events: an output is too small");
+        goto done;
+    }
+    {
+        Py_ssize_t bad_length = -1, unknown = -1;
+        for (Py_ssize_t i = 0; i < total; i++) {
+            if (positions[i] < 0 || positions[i] > in[0].len - DEVICE_DISPATCH_EVENT_SIZE) {
+                PyErr_SetString(PyExc_ValueError, "device_dispatch_events: a record lies outside the data");
+                goto done;
+            }
+            const char *record = bytes + positions[i];
+            char *row = (char *)out[0].buf + i * DEVICE_DISPATCH_SIZE;
+            if (bad_length < 0 && u32(record) != DEVICE_DISPATCH_EVENT_SIZE) bad_length = i;
+            uint64_t executable = u64(record + 32);
+            uint32_t ordinal = u32(record + 44);
+            Py_ssize_t found = executable >> 32 ? known : find_sorted(known_codes, known, executable << 32 | ordinal);
+            uint32_t key = found < known ? known_keys[found] : 0;
+            if (found == known && unknown < 0) unknown = i;
+            memcpy(row, record + 8, 24);       /* event_id, submission, command_buffer */
+            memcpy(row + 24, record + 72, 16); /* start_tick, end_tick */
+            memset(row + 40, 0, 8);            /* device, queue: the caller's */
+            memcpy(row + 48, record + 4, 4);   /* flags */
+            memcpy(row + 52, record + 40, 4);  /* command_index */
+            memcpy(row + 56, &key, 4);         /* key */
+        }
+        result = Py_BuildValue("nn", bad_length, unknown);
+    }
+done:
+    release(in, 4);
+    release(out, 1);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"record_table", record_table, METH_VARARGS,
      "record_table(data, start, end, content_types) -> (offsets, headers, kinds) as bytes"},
@@ -659,6 +713,9 @@ static PyMethodDef methods[] = {
      "slot_count, tile_cpu, tile_counts, first_start, last_end) -> (total_ns, disjoint, tile_ns, tiles, any_tiles)"},
     {"union_by_window", (PyCFunction)(void (*)(void))union_by_window, METH_FASTCALL,
      "union_by_window(starts, ends, window_starts, window_ends, out) -> sorted"},
+    {"device_dispatch_events", (PyCFunction)(void (*)(void))device_dispatch_events, METH_FASTCALL,
+     "device_dispatch_events(data, positions, known_codes, known_keys, events) -> (first_bad_length, "
+     "first_unknown_function)"},
     {"memory_events", (PyCFunction)(void (*)(void))memory_events, METH_FASTCALL,
      "memory_events(data, positions, memory, devices, event_ids) -> (first_bad_length, first_unknown_type, "
      "increasing)"},
@@ -676,7 +733,8 @@ static struct PyModuleDef module_definition = {
 PyMODINIT_FUNC PyInit__ireeprof(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
-                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 3) < 0)) {
+                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 3) < 0 ||
+                   PyModule_AddIntConstant(module, "DEVICE_DISPATCH_SIZE", DEVICE_DISPATCH_SIZE) < 0)) {
         Py_DECREF(module);
         return NULL;
     }

@@ -3,7 +3,7 @@
  * into the reader's Zone tuples. A capture holds millions of zones and the tree must be walked zone by zone
  * (a zone's children sit between its start and its end record), which Python does at about a microsecond a
  * zone; this does it at a few nanoseconds. Built when a C compiler is present; the reader does the same in
- * Python when it is not, and tests/test_tracy_fast.py checks that both give identical results.
+ * Python when it is not, and tests/readers/test_tracy_fast.py checks that both give identical results.
  *
  * No numpy C API: tables go back and forth as bytes. Every check and error message stays in Python; a walk
  * that runs past the data returns None (the reader's "truncated or corrupt" line).

@@ -25,14 +25,6 @@ def corrupt(path: Path, what: str) -> SectionmarkError:
     return SectionmarkError(f"{path}: not a valid IREE profile ({what})")
 
 
-def device_timed(path: Path) -> SectionmarkError:
-    """The error line of both IREE profile readers for a GPU profile, which they do not read."""
-    return SectionmarkError(
-        f"{path}: it has device-timed dispatch events (a GPU profile); sectionmark reports CPU (local-task) profiles, "
-        "GPU sections are measured with Tracy"
-    )
-
-
 def run_failed(path: Path, event: str, event_id: int, status: int) -> SectionmarkError:
     return SectionmarkError(
         f"{path}: {event} event {event_id} finished with IREE status code {status}: the profiled run failed"
@@ -52,8 +44,7 @@ def timed_dispatch(op: str, flags: int, workgroups: list[int]) -> bool:
     return op == "dispatch" and not flags & INDIRECT_PARAMETERS and min(workgroups) > 0
 
 
-def define_function(path: Path, functions: dict[tuple[int, int], str], executable: int, ordinal: int,
-                    name: str) -> None:
+def define_function(path: Path, functions: dict[tuple[int, int], str], executable: int, ordinal: int, name: str) -> None:
     if functions.setdefault((executable, ordinal), name) != name:
         raise corrupt(path, f"executable function {executable}:{ordinal} is recorded twice with different names")
 
@@ -289,7 +280,7 @@ def checked_profile(
     memory: np.ndarray,
     known: Optional[KnownOrder] = None,
 ) -> Profile:
-    """Check a reader's tables against each other (the list in `readers.ireeprof`) and build the Profile.
+    """Check a reader's tables against each other (the list in `sectionmark.readers.ireeprof`) and build the Profile.
 
     ``declared``: the command buffers the profile defines (command-buffer
     records); ``commands``: the recorded commands of each, by index; ``known``:
@@ -311,8 +302,7 @@ def checked_profile(
     submissions = _sorted_by(submissions, "submission")
     _check_links(path, dispatches, submissions, command_buffers, timed)
     return Profile(dispatches, submissions, keys, command_buffers, exports,
-                   _sorted_by(queue_ops, "start_ns", "submission"), _sorted_by(memory, "time_ns"),
-                   provenance=provenance)
+                   _sorted_by(queue_ops, "start_ns", "submission"), _sorted_by(memory, "time_ns"), provenance=provenance)
 
 
 def _sorted_by(table: np.ndarray, first: str, second: Optional[str] = None) -> np.ndarray:

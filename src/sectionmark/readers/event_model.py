@@ -137,6 +137,9 @@ class Provenance:
     # (transfers, allocation, idle) can be read beside them; False where a reader rebuilt them as the spans of
     # dispatch zones (a Tracy capture has no queue operations).
     timed_submissions: bool = True
+    # The dispatches were timed by the device (a GPU's dispatch events, ticks mapped onto IREE's host clock): no
+    # CPU time (tiles) exists, and each execution spans its dispatches (the device does not time executions).
+    device_timed: bool = False
 
 
 @dataclass

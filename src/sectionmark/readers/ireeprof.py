@@ -18,13 +18,14 @@ produce the same :class:`~sectionmark.readers.event_model.Profile`:
 What we keep (see docs/profile-json.md for how it is used):
 
 * ``dispatches``: one row per timed dispatch (host execution event of type
-  dispatch): submission, command buffer id, command index, key (index into
+  dispatch; on a GPU such as Vulkan a device-timed dispatch event, its ticks
+  mapped onto the host clock by `sectionmark.readers.device_events`): submission, command buffer id, command index, key (index into
   ``keys``), device/queue, start/end ns on IREE's host clock, and the summed
   per-workgroup time (``tile_ns``: CPU time across worker threads) and the
   number of tiles (``tile_count``); both 0 where the driver records no tiles
   (Vulkan, Tracy captures);
 * ``submissions``: one row per executed command buffer (host execution event of
-  type execute), in submission order: the unit we group into calls;
+  type execute; on a GPU the queue's execute event, spanning its dispatches), in submission order: the unit we group into calls;
 * ``command_buffers``: for every runtime command buffer id, its recorded
   commands ``(command_index, op, key)`` — the sequence matched against the
   section map;

@@ -14,22 +14,21 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Union
+from typing import BinaryIO
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.arrays import first_true
+from sectionmark.readers.bundle_records import (Chunks, RecordPositions, UnsupportedLayout, fixed_records, records_at,
+                                                release_pages)
 from sectionmark.readers.checks import (KnownOrder, check_unique, checked_profile, corrupt, define_function,
-                                        device_timed, exports_by_executable, record_command, run_failed,
-                                        timed_dispatch)
+                                        exports_by_executable, record_command, run_failed, timed_dispatch)
+from sectionmark.readers.device_events import (CLOCK_SAMPLE_DTYPE, DEVICE_DISPATCH_DTYPE, EXECUTE_DTYPE, device_clocks,
+                                              device_dispatches, device_executions)
 from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_DISPATCH, EVENT_EXECUTE, EVENT_NAMES, MEMORY_DTYPE,
                                              MEMORY_EVENT_NAMES, OPERATION_NAMES, QUEUE_OP_DTYPE, SUBMISSION_DTYPE,
                                              CommandRecord, Profile, Provenance, native)
-
-
-class UnsupportedLayout(Exception):
-    """The bundle uses a record layout this reader was not checked against."""
 
 
 BUNDLE_MAGIC = b"IRPF"
@@ -40,13 +39,13 @@ _CHUNK_TRUNCATED = 1
 _CONTENT_PREFIX = "application/vnd.iree.hal.profile."
 
 USED_CHUNKS = ("executable-functions", "command-buffers", "command-operations", "host-execution-events",
-               "memory-events")
-# Chunk types that carry no CPU timing or memory figure we use: session metadata, queue submission
-# events (their execution is in host-execution-events), device-side counters and traces. They are
-# skipped; any other type is an error.
+               "memory-events", "dispatch-events", "clock-correlations", "queue-events")
+# Chunk types that carry no timing or memory figure we use: session metadata, device-side
+# counters and traces. They are skipped; any other type is an error. (Queue events are read only
+# for a device-timed profile: on CPU each execution is a host-execution event.)
 IGNORED_CHUNKS = frozenset(
     {
-        "session", "devices", "queues", "executables", "clock-correlations", "queue-events",
+        "session", "devices", "queues", "executables",
         "queue-device-events", "event-relationships", "executable-code-objects",
         "executable-code-object-loads", "executable-traces", "counter-sets", "counters", "counter-samples",
         "device-metric-sources", "device-metric-descriptors", "device-metric-samples", "command-region-events",
@@ -85,6 +84,33 @@ _COMMAND_OPERATION = np.dtype(
         "itemsize": 120,
     }
 )
+# Device-timed dispatch event (iree_hal_profile_dispatch_event_t); device and queue are its chunk's.
+_DEVICE_DISPATCH_EVENT = np.dtype(
+    {
+        "names": ["record_length", "flags", "event_id", "submission", "command_buffer", "executable_id",
+                  "command_index", "function_ordinal", "start_tick", "end_tick"],
+        "formats": ["<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u8", "<u8"],
+        "offsets": [0, 4, 8, 16, 24, 32, 40, 44, 72, 80],
+        "itemsize": 88,
+    }
+)
+_CLOCK_SAMPLE = np.dtype(  # iree_hal_profile_clock_correlation_record_t
+    {
+        "names": ["record_length", "flags", "device", "device_tick", "host_cpu_ns", "host_time_begin_ns",
+                  "host_time_end_ns"],
+        "formats": ["<u4", "<u4", "<u4", "<u8", "<u8", "<i8", "<i8"],
+        "offsets": [0, 4, 8, 24, 32, 56, 64],
+        "itemsize": 72,
+    }
+)
+_QUEUE_EVENT = np.dtype(  # iree_hal_profile_queue_event_t
+    {
+        "names": ["record_length", "type", "submission", "command_buffer", "host_time_ns"],
+        "formats": ["<u4", "<u4", "<u8", "<u8", "<i8"],
+        "offsets": [0, 4, 32, 40, 24],
+        "itemsize": 104,
+    }
+)
 _COMMAND_BUFFER = np.dtype(
     {"names": ["record_length", "command_buffer"], "formats": ["<u4", "<u8"], "offsets": [0, 8], "itemsize": 48}
 )
@@ -95,85 +121,14 @@ _FUNCTION_HEADER_SIZE = 64
 
 _RECORD_HEADER_DTYPE = np.dtype(
     {
-        "names": ["record_length", "payload_length", "header_size", "type_length", "name_length", "chunk_flags",
-                  "dropped", "status", "record_type"],
-        "formats": ["<u8", "<u8", "<u4", "<u4", "<u4", "<u8", "<u8", "<u4", "<u2"],
-        "offsets": [0, 8, 56, 60, 64, 80, 88, 96, 100],
+        "names": ["record_length", "payload_length", "header_size", "type_length", "name_length", "device", "queue",
+                  "chunk_flags", "dropped", "status", "record_type"],
+        "formats": ["<u8", "<u8", "<u4", "<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u4", "<u2"],
+        "offsets": [0, 8, 56, 60, 64, 68, 72, 80, 88, 96, 100],
         "itemsize": _RECORD_HEADER_SIZE,
     }
 )
 _RECORD_LENGTH = struct.Struct("<Q")
-
-
-@dataclass
-class _Chunks:
-    """The payloads of one chunk type: byte offsets into the file and lengths, in file order."""
-
-    starts: np.ndarray  # int64
-    lengths: np.ndarray  # int64
-
-    def views(self, data: mmap.mmap) -> list[memoryview]:
-        view = memoryview(data)
-        return [view[start : start + length] for start, length in zip(self.starts.tolist(), self.lengths.tolist())]
-
-
-def _records_at(data: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """The ``dtype`` records starting at byte ``offsets`` of ``data`` (uint8), gathered into one packed copy.
-
-    Records of a bundle sit at any byte alignment, so ``data`` is viewed as one
-    record starting at every byte (stride 1) and indexed once: no per-chunk
-    Python work and no intermediate copy of the chunks.
-    """
-    if not len(offsets):
-        return np.zeros(0, dtype)
-    every_byte = np.ndarray((len(data) - dtype.itemsize + 1,), dtype, buffer=data, strides=(1,))
-    return every_byte[offsets]
-
-
-class _RecordPositions:
-    """Byte offsets of the fixed-size records of ``chunks``, made for the records asked (a window of them), not
-    for all at once: an offset per record would be 8 bytes per event of a long profile, and making them all one
-    more pass over fresh memory."""
-
-    def __init__(self, chunks: _Chunks, itemsize: int):
-        if (chunks.lengths % itemsize).any():
-            bad = chunks.lengths[np.argmax(chunks.lengths % itemsize != 0)]
-            raise UnsupportedLayout(f"{bad}-byte chunk is not a whole number of records")
-        self._counts = chunks.lengths // itemsize
-        self._starts, self._itemsize = chunks.starts, itemsize
-        self._firsts = np.cumsum(self._counts) - self._counts  # index of each chunk's first record among all
-        self._count = int(self._counts.sum())
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __getitem__(self, records: Union[slice, list[int]]) -> np.ndarray:
-        """The offsets of records ``records`` (a slice without step, or a list of indices)."""
-        if not isinstance(records, slice):
-            indices = np.asarray(records, np.int64)
-            chunk = self._chunk_of(indices)
-            return self._starts[chunk] + (indices - self._firsts[chunk]) * self._itemsize
-        begin, end, _step = records.indices(self._count)
-        if end <= begin:
-            return np.zeros(0, np.int64)
-        # The chunks the window reaches, each repeated for its records inside the window: one lookup per window.
-        first, last = self._chunk_of(np.array([begin, end - 1]))
-        firsts, counts = self._firsts[first : last + 1], self._counts[first : last + 1]
-        inside = np.minimum(firsts + counts, end) - np.maximum(firsts, begin)
-        base = np.repeat(self._starts[first : last + 1] - firsts * self._itemsize, np.maximum(inside, 0))
-        return base + np.arange(begin, end, dtype=np.int64) * self._itemsize
-
-    def _chunk_of(self, indices: np.ndarray) -> np.ndarray:
-        """Each record's chunk: the last one starting at or before it (empty chunks share their successor's first)."""
-        return np.searchsorted(self._firsts, indices, side="right") - 1
-
-
-def _fixed_records(data: np.ndarray, chunks: _Chunks, dtype: np.dtype) -> np.ndarray:
-    """All records of chunks of fixed-size records, checking each record's own length."""
-    records = _records_at(data, _RecordPositions(chunks, dtype.itemsize)[:], dtype)
-    if len(records) and (records["record_length"] != dtype.itemsize).any():
-        raise UnsupportedLayout("record length differs from the known layout")
-    return records
 
 
 def _record_table(data: np.ndarray, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -199,7 +154,7 @@ def _record_table(data: np.ndarray, start: int, end: int) -> tuple[np.ndarray, n
             break
         offset += length
     whole = np.array(offsets[: len(offsets) - (end - offsets[-1] < _RECORD_HEADER_SIZE)] if offsets else [], np.int64)
-    headers = _records_at(data, whole, _RECORD_HEADER_DTYPE)
+    headers = records_at(data, whole, _RECORD_HEADER_DTYPE)
     return np.array(offsets, np.int64), headers, _content_kinds(data, whole, headers, end)
 
 
@@ -214,7 +169,7 @@ def _content_kinds(data: np.ndarray, offsets: np.ndarray, headers: np.ndarray, e
     rows = np.flatnonzero(fits)
     for size in set(type_length[rows].tolist()) & {len(name) for name in codes}:
         chosen = rows[type_length[rows] == size]
-        raw = _records_at(data, offsets[chosen] + header_size[chosen].astype(np.int64), np.dtype(f"V{size}"))
+        raw = records_at(data, offsets[chosen] + header_size[chosen].astype(np.int64), np.dtype(f"V{size}"))
         kinds[chosen] = [codes.get(value, -1) for value in raw.tolist()]
     return kinds
 
@@ -239,7 +194,7 @@ def _walk_records(mapped: mmap.mmap, data: np.ndarray, start: int, end: int) -> 
     while True:
         stop = min(end, max(position + RECORD_WALK_WINDOW, reach))
         offsets, headers, kinds = _record_table(data, position, stop)
-        _release(mapped, position, stop)
+        release_pages(mapped, position, stop)
         lengths = headers["record_length"].astype(np.int64)
         inside = (lengths >= _RECORD_HEADER_SIZE) & (lengths <= stop - offsets[: len(headers)])
         whole = int(np.argmin(inside)) if not inside.all() else len(headers)
@@ -256,7 +211,7 @@ def _walk_records(mapped: mmap.mmap, data: np.ndarray, start: int, end: int) -> 
 
 
 def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_length: int,
-                   file_length: int) -> dict[str, _Chunks]:
+                   file_length: int) -> dict[str, Chunks]:
     """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
     chunks we use.
 
@@ -302,13 +257,13 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
         )
     payload_start = complete + (header_size + headers["type_length"] + headers["name_length"]).astype(np.int64)
     payload_length = headers["payload_length"].astype(np.int64)
-    return {name: _Chunks(payload_start[chunk & (kinds == index)], payload_length[chunk & (kinds == index)])
-            for index, name in enumerate(USED_CHUNKS)}
+    return {name: Chunks(payload_start[rows], payload_length[rows], headers["device"][rows], headers["queue"][rows])
+            for index, name in enumerate(USED_CHUNKS) for rows in [chunk & (kinds == index)]}
 
 
 def _raise_record_error(path: Path, offset: int, header: np.void, after_end: bool, lengths_ok: bool,
                         known_type: bool, begin_ok: bool, content_type: str) -> None:
-    """Raise the first check the record at byte ``offset`` fails, in the order of the list in `readers.ireeprof`."""
+    """Raise the first check the record at byte ``offset`` fails, in the order of `sectionmark.readers.ireeprof`'s list."""
     if after_end:
         raise corrupt(path, f"record after the session end at byte {offset}")
     if not lengths_ok:
@@ -321,8 +276,6 @@ def _raise_record_error(path: Path, offset: int, header: np.void, after_end: boo
         raise SectionmarkError(f"{path}: the profiler truncated a chunk, so times would be incomplete")
     if header["record_type"] == _RECORD_SESSION_END:
         raise SectionmarkError(f"{path}: the profiling session ended with IREE status code {header['status']}")
-    if content_type == "dispatch-events":
-        raise device_timed(path)
     raise corrupt(path, f"unknown chunk type {content_type[:80]!r} at byte {offset}")
 
 
@@ -376,9 +329,9 @@ def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
             raise corrupt(path, f"dispatch of unknown executable function {executable_id}:{ordinal}")
         return name
 
-    declared = {record[1] for record in _fixed_records(data, chunks["command-buffers"], _COMMAND_BUFFER).tolist()}
+    declared = {record[1] for record in fixed_records(data, chunks["command-buffers"], _COMMAND_BUFFER).tolist()}
     commands: dict[int, dict[int, CommandRecord]] = {}
-    for record in _fixed_records(data, chunks["command-operations"], _COMMAND_OPERATION).tolist():
+    for record in fixed_records(data, chunks["command-operations"], _COMMAND_OPERATION).tolist():
         _length, op_type, flags, index, buffer_id, executable_id, ordinal, workgroups = record
         op = OPERATION_NAMES.get(op_type)
         if op is None:
@@ -395,16 +348,63 @@ def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
     host = _host_events(path, mapped, data, chunks["host-execution-events"], known_codes, known_keys)
-
     memory = _memory_events(path, mapped, data, chunks["memory-events"])
+    if len(chunks["dispatch-events"].starts):
+        if len(host.dispatches):
+            raise SectionmarkError(f"{path}: it has both host-timed and device-timed dispatches; sectionmark reads "
+                                   "one device's profile at a time")
+        dispatches, submissions = _device_events(path, data, chunks, known_codes, known_keys)
+        return checked_profile(path, dispatches, submissions, keys, declared, commands,
+                               exports_by_executable(functions), Provenance("bundle", device_timed=True),
+                               host.queue_ops, memory)
     return checked_profile(path, host.dispatches, host.submissions, keys, declared, commands,
                            exports_by_executable(functions), Provenance("bundle"), host.queue_ops, memory, host.order)
 
 
-def _memory_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: _Chunks) -> np.ndarray:
+def _device_events(path: Path, data: np.ndarray, chunks: dict[str, Chunks], known_codes: np.ndarray,
+                   known_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A device-timed profile's dispatches and command-buffer executions (`sectionmark.readers.device_events`).
+
+    The dispatch events are gathered in C when the extension is built (the
+    record layout and each event's function checked on the way), else with numpy.
+    """
+    dispatch_chunks = chunks["dispatch-events"]
+    positions = RecordPositions(dispatch_chunks, _DEVICE_DISPATCH_EVENT.itemsize)[:]
+    per_chunk = dispatch_chunks.lengths // _DEVICE_DISPATCH_EVENT.itemsize
+    events = np.empty(len(positions), DEVICE_DISPATCH_DTYPE)
+    if native() is not None and getattr(native(), "DEVICE_DISPATCH_SIZE", None) == DEVICE_DISPATCH_DTYPE.itemsize:
+        bad_length, unknown = native().device_dispatch_events(data, positions, known_codes, known_keys, events)
+    else:
+        records = records_at(data, positions, _DEVICE_DISPATCH_EVENT)
+        bad_length = first_true(records["record_length"] != _DEVICE_DISPATCH_EVENT.itemsize)
+        for name in ("flags", "event_id", "submission", "command_buffer", "command_index", "start_tick", "end_tick"):
+            events[name] = records[name]
+        events["key"], unknown = _lookup_keys(records["executable_id"], records["function_ordinal"], known_codes,
+                                              known_keys)
+    if bad_length >= 0:
+        raise UnsupportedLayout("record length differs from the known layout")
+    if unknown >= 0:
+        bad = records_at(data, positions[[unknown]], _DEVICE_DISPATCH_EVENT)[0]
+        raise corrupt(path, f"dispatch of unknown executable function {bad['executable_id']}:{bad['function_ordinal']}")
+    events["device"] = np.repeat(dispatch_chunks.devices, per_chunk)
+    events["queue"] = np.repeat(dispatch_chunks.queues, per_chunk)
+    samples = fixed_records(data, chunks["clock-correlations"], _CLOCK_SAMPLE)
+    clock_samples = np.zeros(len(samples), CLOCK_SAMPLE_DTYPE)
+    for name in CLOCK_SAMPLE_DTYPE.names:
+        clock_samples[name] = samples[name]
+    dispatches = device_dispatches(path, events, device_clocks(path, clock_samples))
+    queue_events = fixed_records(data, chunks["queue-events"], _QUEUE_EVENT)
+    executes = queue_events[queue_events["type"] == EVENT_EXECUTE]
+    execute_rows = np.zeros(len(executes), EXECUTE_DTYPE)
+    for name in EXECUTE_DTYPE.names:
+        execute_rows[name] = executes[name]
+    return dispatches, device_executions(execute_rows, dispatches)
+
+
+def _memory_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: Chunks) -> np.ndarray:
     """The memory events (MEMORY_DTYPE), each checked for layout, type and identity (in C when built), read
     ``HOST_EVENTS_WINDOW`` at a time like the host events."""
-    positions = _RecordPositions(chunks, _MEMORY_EVENT.itemsize)
+    positions = RecordPositions(chunks, _MEMORY_EVENT.itemsize)
     memory = np.empty(len(positions), MEMORY_DTYPE)
     devices, event_ids = np.empty(len(positions), np.uint64), np.empty(len(positions), np.uint64)
     firsts, increasing = _Firsts(), native() is not None  # the numpy pass leaves identity to check_unique
@@ -418,13 +418,13 @@ def _memory_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: _Chu
                 not begin or (int(devices[begin]), int(event_ids[begin])) > (int(devices[begin - 1]),
                                                                              int(event_ids[begin - 1])))
         else:
-            events = _records_at(data, window, _MEMORY_EVENT)
+            events = records_at(data, window, _MEMORY_EVENT)
             bad_length = first_true(events["record_length"] != _MEMORY_EVENT.itemsize)
             unknown = first_true(~np.isin(events["type"], list(MEMORY_EVENT_NAMES)))
             devices[rows], event_ids[rows] = events["device"], events["event_id"]
             _fill_columns(memory[rows], events, np.arange(len(events)))
         firsts.add(begin, bad_length, -1, -1, unknown)
-        _release(mapped, int(window[0]), int(window[-1]) + _MEMORY_EVENT.itemsize)
+        release_pages(mapped, int(window[0]), int(window[-1]) + _MEMORY_EVENT.itemsize)
     if firsts.bad_length >= 0:
         raise UnsupportedLayout("record length differs from the known layout")
     if firsts.unknown >= 0:
@@ -443,7 +443,7 @@ class _HostEvents:
 
 
 # Host execution events read per pass: the file pages of one window are mapped in at a time and given back
-# after it (`_release`), so the mapped profile adds at most about this many 152-byte records to the RSS
+# after it (`release_pages`), so the mapped profile adds at most about this many 152-byte records to the RSS
 # (10 MB), not the whole file; the tables the events go to are the reader's output.
 HOST_EVENTS_WINDOW = 1 << 16
 RECORD_WALK_WINDOW = 64 << 20  # bytes of the file walked for record headers per pass (`_walk_records`)
@@ -464,23 +464,14 @@ class _Firsts:
                 setattr(self, name, begin + first)
 
 
-def _release(mapped: mmap.mmap, start: int, end: int) -> None:
-    """Give the mapped pages of bytes ``[start, end)`` back (they stay in the page cache: a later read maps them
-    in again), so that reading a long profile does not keep the whole file in this process's RSS."""
-    page = mmap.PAGESIZE
-    first = start // page * page
-    if end > first and hasattr(mmap, "MADV_DONTNEED"):
-        mapped.madvise(mmap.MADV_DONTNEED, first, end - first)
-
-
-def _host_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: _Chunks, known_codes: np.ndarray,
+def _host_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: Chunks, known_codes: np.ndarray,
                  known_keys: np.ndarray) -> _HostEvents:
     """Split the host execution events into dispatches, submissions and queue operations, each dispatch keyed by
     the ``known_keys`` entry of its function's code (executable id << 32 | ordinal) among the sorted
     ``known_codes``; checks every event's layout, type, status, identity and function. In C when the extension
     is built (one pass over the events, which also checks times and orders), else with numpy; either way in
     windows of ``HOST_EVENTS_WINDOW`` events, each window's file pages given back after it."""
-    positions = _RecordPositions(chunks, _HOST_EVENT.itemsize)
+    positions = RecordPositions(chunks, _HOST_EVENT.itemsize)
     total = len(positions)
     tables = [np.empty(total, dtype) for dtype in (DISPATCH_DTYPE, SUBMISSION_DTYPE, QUEUE_OP_DTYPE)]
     sizes, firsts = [0, 0, 0], _Firsts()
@@ -502,11 +493,11 @@ def _host_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: _Chunk
                                                                                 outputs)
         firsts.add(begin, bad_length, bad_type, failed, unknown)
         sizes = [size + count for size, count in zip(sizes, added)]
-        _release(mapped, int(window[0]), int(window[-1]) + _HOST_EVENT.itemsize)
+        release_pages(mapped, int(window[0]), int(window[-1]) + _HOST_EVENT.itemsize)
     dispatches, submissions, queue_ops = (table[:size] for table, size in zip(tables, sizes))
 
     def record(index: int) -> np.void:
-        return _records_at(data, positions[[index]], _HOST_EVENT)[0]
+        return records_at(data, positions[[index]], _HOST_EVENT)[0]
 
     if firsts.bad_length >= 0:
         raise UnsupportedLayout("record length differs from the known layout")
@@ -531,23 +522,23 @@ def _in_order_after(dispatches: np.ndarray, before: int, added: int) -> bool:
     return (int(first["submission"]), int(first["start_ns"])) >= (int(last["submission"]), int(last["start_ns"]))
 
 
-def _increasing_across(data: np.ndarray, positions: _RecordPositions, begin: int) -> bool:
+def _increasing_across(data: np.ndarray, positions: RecordPositions, begin: int) -> bool:
     """Whether host event ``begin``'s (stream, event id) exceeds event ``begin - 1``'s (the C pass checks within
     a window)."""
-    last, first = _records_at(data, positions[[begin - 1, begin]], _HOST_EVENT)
+    last, first = records_at(data, positions[[begin - 1, begin]], _HOST_EVENT)
     return (int(first["stream"]), int(first["event_id"])) > (int(last["stream"]), int(last["event_id"]))
 
 
-def _host_event_fields(mapped: mmap.mmap, data: np.ndarray, positions: _RecordPositions,
+def _host_event_fields(mapped: mmap.mmap, data: np.ndarray, positions: RecordPositions,
                        *names: str) -> list[np.ndarray]:
     """Fields of every host event, gathered window by window (the whole 152-byte records are never all copied)."""
     fields = [np.empty(len(positions), _HOST_EVENT.fields[name][0]) for name in names]
     for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
         window = positions[begin : begin + HOST_EVENTS_WINDOW]
-        events = _records_at(data, window, _HOST_EVENT)
+        events = records_at(data, window, _HOST_EVENT)
         for field, name in zip(fields, names):
             field[begin : begin + len(window)] = events[name]
-        _release(mapped, int(window[0]), int(window[-1]) + _HOST_EVENT.itemsize)
+        release_pages(mapped, int(window[0]), int(window[-1]) + _HOST_EVENT.itemsize)
     return fields
 
 
@@ -555,7 +546,7 @@ def _split_with_numpy(data: np.ndarray, window: np.ndarray, known_codes: np.ndar
                       outputs: list[np.ndarray]) -> tuple[list[int], tuple[int, int, int, int]]:
     """The numpy twin of the C pass over one window: its events into the starts of ``outputs`` (dispatch,
     submission, queue-op tables); (rows added to each, first bad length, bad type, failed, unknown function)."""
-    events = _records_at(data, window, _HOST_EVENT)
+    events = records_at(data, window, _HOST_EVENT)
     bad_length, bad_type, failed = (
         first_true(wrong)
         for wrong in (events["record_length"] != _HOST_EVENT.itemsize, ~np.isin(events["type"], list(EVENT_NAMES)),

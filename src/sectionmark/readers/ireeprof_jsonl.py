@@ -1,4 +1,4 @@
-"""The JSONL reader: ``iree-profile export --format=ireeperf-jsonl`` streamed from a file or the export subprocess.
+"""The JSONL reader: ``iree-profile export --format=ireeperf-jsonl`` streamed, from a file or from the export subprocess.
 
 Schema-versioned and slower than the bundle reader; it reads exported
 ``.jsonl`` files and the bundles whose layout the bundle reader does not know.
@@ -17,8 +17,10 @@ import numpy as np
 
 from sectionmark.artifacts.tools import find_tool, last_useful_line
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.checks import (check_unique, checked_profile, corrupt, define_function, device_timed,
+from sectionmark.readers.checks import (check_unique, checked_profile, corrupt, define_function,
                                         exports_by_executable, record_command, run_failed, timed_dispatch)
+from sectionmark.readers.device_events import (CLOCK_SAMPLE_DTYPE, DEVICE_DISPATCH_DTYPE, EXECUTE_DTYPE, device_clocks,
+                                              device_dispatches, device_executions)
 from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_NAMES, EXPORT_TIMEOUT_S, MAX_JSONL_LINE_BYTES,
                                              MEMORY_DTYPE, MEMORY_EVENT_NAMES, OPERATION_NAMES, QUEUE_OP_DTYPE,
                                              SUBMISSION_DTYPE, CommandRecord, Profile, Provenance)
@@ -29,7 +31,7 @@ _JSONL_SCHEMA_VERSIONS = {15}
 # type neither here nor read below is an error.
 IGNORED_JSONL_RECORDS = frozenset(
     {
-        "device", "queue", "executable", "clock_correlation", "queue_event", "queue_device_event",
+        "device", "queue", "executable", "queue_device_event",
         "event_relationship", "counter_set", "counter", "counter_sample",
         "device_metric_source", "device_metric_descriptor", "device_metric_sample", "command_region_event",
         "executable_trace",
@@ -67,7 +69,8 @@ class _JsonlProfile:
         "schema": "_schema", "session": "_session", "diagnostic": "_diagnostic",
         "executable_function": "_executable_function", "command_buffer": "_command_buffer",
         "command_operation": "_command_operation", "host_execution_event": "_host_execution_event",
-        "memory_event": "_memory_event",
+        "memory_event": "_memory_event", "dispatch_event": "_dispatch_event",
+        "clock_correlation": "_clock_correlation", "queue_event": "_queue_event",
     }
 
     def __init__(self, path: Path):
@@ -78,6 +81,9 @@ class _JsonlProfile:
         self.submission_rows: list[tuple] = []
         self.queue_op_rows: list[tuple] = []
         self.memory_rows: list[tuple] = []
+        self.device_dispatch_rows: list[tuple] = []  # device_events.DEVICE_DISPATCH_DTYPE
+        self.clock_rows: list[tuple] = []  # device_events.CLOCK_SAMPLE_DTYPE
+        self.execute_rows: list[tuple] = []  # device_events.EXECUTE_DTYPE: queue executions
         self.memory_ids: list[tuple[int, int]] = []  # (device, event id)
         self.event_ids: list[tuple[int, int]] = []
         self.declared: set[int] = set()
@@ -92,8 +98,6 @@ class _JsonlProfile:
         kind = _text(row, "record_type")
         if kind in self._READERS:
             getattr(self, self._READERS[kind])(row)
-        elif kind == "dispatch_event":
-            raise device_timed(self.path)
         elif kind not in IGNORED_JSONL_RECORDS:
             raise _BadRow(f"unknown record type {kind[:80]!r}")
 
@@ -159,15 +163,37 @@ class _JsonlProfile:
         if op == "execute":
             self.submission_rows.append((submission, buffer, start, end))
             return
-        key = _text(row, "key")
-        key_id = self.key_ids.setdefault(key, len(self.keys))
-        if key_id == len(self.keys):
-            self.keys.append(key)
         self.dispatch_rows.append(
-            (submission, buffer, _int(row, "command_index", _U32), key_id, _int(row, "physical_device_ordinal", _U32),
+            (submission, buffer, _int(row, "command_index", _U32), self._key_id(_text(row, "key")), _int(row, "physical_device_ordinal", _U32),
              _int(row, "queue_ordinal", _U32), start, end, _int(row, "tile_duration_sum_ns", (0, _I64[1])),
              _int(row, "tile_count", _U64))
         )
+
+    def _key_id(self, key: str) -> int:
+        key_id = self.key_ids.setdefault(key, len(self.keys))
+        if key_id == len(self.keys):
+            self.keys.append(key)
+        return key_id
+
+    def _dispatch_event(self, row: dict) -> None:
+        self.device_dispatch_rows.append(
+            (_int(row, "event_id", _U64), _int(row, "submission_id", _U64), _int(row, "command_buffer_id", _U64),
+             _int(row, "start_tick", _U64), _int(row, "end_tick", _U64), _int(row, "physical_device_ordinal", _U32),
+             _int(row, "queue_ordinal", _U32), _int(row, "flags", _U32), _int(row, "command_index", _U32),
+             self._key_id(_text(row, "key")))
+        )
+
+    def _clock_correlation(self, row: dict) -> None:
+        self.clock_rows.append(
+            (_int(row, "physical_device_ordinal", _U32), _int(row, "flags", _U32), _int(row, "device_tick", _U64),
+             _int(row, "host_cpu_timestamp_ns", _U64), _int(row, "host_time_begin_ns", _I64),
+             _int(row, "host_time_end_ns", _I64))
+        )
+
+    def _queue_event(self, row: dict) -> None:
+        if _text(row, "op") == "execute":
+            self.execute_rows.append((_int(row, "submission_id", _U64), _int(row, "command_buffer_id", _U64),
+                                      _int(row, "host_time_ns", _I64)))
 
     def _memory_event(self, row: dict) -> None:
         kind, type_value = _text(row, "event_type"), _int(row, "event_type_value", _U32)
@@ -193,10 +219,21 @@ class _JsonlProfile:
         check_unique(self.path, "a memory event", devices, ids)
         dispatches = np.array(self.dispatch_rows, dtype=DISPATCH_DTYPE)
         submissions = np.array(self.submission_rows, dtype=SUBMISSION_DTYPE)
+        queue_ops, memory = np.array(self.queue_op_rows, dtype=QUEUE_OP_DTYPE), np.array(self.memory_rows, dtype=MEMORY_DTYPE)
+        if self.device_dispatch_rows:
+            if len(dispatches):
+                raise SectionmarkError(f"{self.path}: it has both host-timed and device-timed dispatches; sectionmark "
+                                       "reads one device's profile at a time")
+            clocks = device_clocks(self.path, np.array(self.clock_rows, dtype=CLOCK_SAMPLE_DTYPE))
+            dispatches = device_dispatches(self.path, np.array(self.device_dispatch_rows, dtype=DEVICE_DISPATCH_DTYPE),
+                                           clocks)
+            submissions = device_executions(np.array(self.execute_rows, dtype=EXECUTE_DTYPE), dispatches)
+            return checked_profile(self.path, dispatches, submissions, self.keys, self.declared, self.commands,
+                                   exports_by_executable(self.functions), Provenance("jsonl", device_timed=True),
+                                   queue_ops, memory)
         return checked_profile(self.path, dispatches, submissions, self.keys, self.declared, self.commands,
-                               exports_by_executable(self.functions), Provenance("jsonl"),
-                               np.array(self.queue_op_rows, dtype=QUEUE_OP_DTYPE),
-                               np.array(self.memory_rows, dtype=MEMORY_DTYPE))
+                       exports_by_executable(self.functions), Provenance("jsonl"), np.array(self.queue_op_rows, dtype=QUEUE_OP_DTYPE),
+                       np.array(self.memory_rows, dtype=MEMORY_DTYPE))
 
 
 def read_jsonl_lines(path: Path, lines: Iterable[tuple[int, str]]) -> Profile:

@@ -1,7 +1,7 @@
 """The zone tree walks of a Tracy capture in Python: the twins of the C extension's (``_tracyread.c``).
 
 `readers.tracy_capture` runs the C walks when the extension is built and
-these otherwise; both write the same rows (tests/test_tracy_fast.py).
+these otherwise; both write the same rows (tests/readers/test_tracy_fast.py).
 """
 
 from __future__ import annotations

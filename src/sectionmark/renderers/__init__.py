@@ -1,4 +1,4 @@
-"""Renderers: every output of a ProfileSession, by name, behind one small contract.
+"""Renderers: every output of a ProfileSession (and of a replay's profiles), by name, behind one small contract.
 
 A renderer is a module with ``render(session, **options) -> str | bytes`` (text
 or the bytes of a binary file) and one line in ``RENDERERS`` below: its name
@@ -9,6 +9,17 @@ binary, and a one-line summary (the CLI's help text). Adding an output is one
 new module and one line here. A renderer whose file depends on its suffix (the
 graph: DOT text, SVG through Graphviz, or HTML) is marked ``by_suffix`` and also
 defines ``save(session, path, inputs)``, which `save` hands the checked path to.
+
+A result of several profiles (a replay's per-function profiles,
+`sectionmark.workflows.replay.ReplayProfile`) renders through the same
+registry, as the renderer's ``replays`` says: ``"sections"`` (text tables:
+each function's output under a heading), ``"csv"`` (one CSV, each function's
+rows with a leading ``function`` column; the module defines ``COLUMNS`` and
+``csv_rows(session, **options)``), ``"document"`` (the module defines
+``render_replay(replay, **options)``: one JSON document, one trace or
+capture), ``"stacked"`` (PNG pictures: each function's, one under the other,
+in one PNG), or None (the graph: one function at a time,
+``replay.function(name)``).
 
 Renderers depend on the session, never the reverse: the session looks this
 registry up when it is asked to render, and the modules are imported only
@@ -23,13 +34,17 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike, check_output_path, write_atomic
+from sectionmark.renderers.csv_format import csv_text
 
 if TYPE_CHECKING:
     from sectionmark.profiling.session import ProfileSession
+    from sectionmark.workflows.replay import ReplayProfile
+
+REPLAY_FORMS = ("sections", "csv", "document", "stacked")  # how a renderer writes a replay's per-function profiles
 
 
 @dataclass(frozen=True)
@@ -42,48 +57,93 @@ class Renderer:
     summary: str  # one line, for --help and the docs
     module: str  # the module defining render(session, **options)
     by_suffix: bool = False  # the file's form follows its suffix (save(session, path, inputs)): one of extensions
+    replays: Optional[str] = None  # how a replay's per-function profiles render: one of REPLAY_FORMS, None: per function
 
     def render(self, session: "ProfileSession", **options: Any) -> Union[str, bytes]:
-        output = importlib.import_module(self.module).render(session, **options)
+        return self._checked(importlib.import_module(self.module).render(session, **options))
+
+    def render_replay(self, replay: "ReplayProfile", **options: Any) -> Union[str, bytes]:
+        """A replay's per-function profiles in this format, as ``replays`` says (module docstring)."""
+        self.check_replays(replay.function_names)
+        module = importlib.import_module(self.module)
+        if self.replays == "document":
+            return self._checked(module.render_replay(replay, **options))
+        if self.replays == "stacked":
+            from sectionmark.renderers.chart import stacked_png
+
+            return stacked_png([self.render(entry.profile, **options) for entry in replay.functions
+                                if entry.profile is not None])
+        if self.replays == "csv":
+            return csv_text(["function", *module.COLUMNS], ([entry.function, *row] for entry in replay.functions
+                                                            if entry.profile is not None
+                                                            for row in module.csv_rows(entry.profile, **options)))
+        return per_function_text(replay, lambda session: self.render(session, **options))
+
+    def check_replays(self, functions: Iterable[str]) -> None:
+        """Refuse, before any work, a format that shows one function at a time (``replays`` None)."""
+        if self.replays is None:
+            raise per_function_error(f"--{self.name}", functions)
+
+    def _checked(self, output: Any) -> Union[str, bytes]:
         if not isinstance(output, bytes if self.binary else str):
             raise TypeError(f"renderer {self.name!r} returned {type(output).__name__}")
         return output
 
 
+def per_function_text(replay: "ReplayProfile", text_of: Callable[["ProfileSession"], str]) -> str:
+    """Each function's text (``text_of`` its profile) under its heading; "no dispatches" for one that ran none."""
+    return "\n".join(f"── {replay.heading(entry)} ──\n"
+                     + (text_of(entry.profile) if entry.profile is not None else "no dispatches\n")
+                     for entry in replay.functions)
+
+
+def per_function_error(option: str, functions: Iterable[str]) -> SectionmarkError:
+    """The error for an output of a replay that shows one function at a time, asked for without naming it."""
+    return SectionmarkError(f"{option} of a recording is per function: add --function NAME "
+                            f"(it called: {', '.join(functions)})")
+
+
 RENDERERS: dict[str, Renderer] = {
     renderer.name: renderer
     for renderer in (
-        Renderer("table", (".txt",), False, "the per-section table as text", "sectionmark.renderers.table"),
-        Renderer("json", (".json",), False, "per-section statistics as versioned JSON", "sectionmark.renderers.json_out"),
-        Renderer("csv", (".csv",), False, "per-section statistics as CSV", "sectionmark.renderers.csv_out"),
+        Renderer("table", (".txt",), False, "the per-section table as text", "sectionmark.renderers.table",
+                 replays="sections"),
+        Renderer("json", (".json",), False, "per-section statistics as versioned JSON", "sectionmark.renderers.json_out",
+                 replays="document"),
+        Renderer("csv", (".csv",), False, "per-section statistics as CSV", "sectionmark.renderers.csv_out",
+                 replays="csv"),
         Renderer("perfetto", (".perfetto.json",), False,
-                 "Chrome/Perfetto JSON trace (open in ui.perfetto.dev)", "sectionmark.renderers.perfetto"),
+                 "Chrome/Perfetto JSON trace (open in ui.perfetto.dev)", "sectionmark.renderers.perfetto",
+                 replays="document"),
         Renderer("tracy", (".tracy",), True, "Tracy capture (.tracy) of the profiled timeline",
-                 "sectionmark.renderers.tracy_out"),
-        Renderer("chart", (".png",), True, "PNG chart of the section breakdown", "sectionmark.renderers.chart"),
+                 "sectionmark.renderers.tracy_out", replays="document"),
+        Renderer("chart", (".png",), True, "PNG chart of the section breakdown", "sectionmark.renderers.chart",
+                 replays="stacked"),
         Renderer("timeline", (".timeline.png",), True,
                  "PNG timeline of a call: where each section runs (median start to end, min..max whiskers)",
-                 "sectionmark.renderers.timeline"),
+                 "sectionmark.renderers.timeline", replays="stacked"),
         Renderer("components", (".components.txt",), False,
-                 "sections of one name summed across blocks, as a text table", "sectionmark.renderers.components"),
+                 "sections of one name summed across blocks, as a text table", "sectionmark.renderers.components",
+                 replays="sections"),
         Renderer("components-csv", (".components.csv",), False, "the component view as CSV",
-                 "sectionmark.renderers.components_csv"),
+                 "sectionmark.renderers.components_csv", replays="csv"),
         Renderer("components-chart", (".components.png",), True, "PNG chart of the component view",
-                 "sectionmark.renderers.components_chart"),
+                 "sectionmark.renderers.components_chart", replays="stacked"),
         # Before the graph, which also writes .html when asked by name: a bare .html path is the report.
         Renderer("html", (".html",), False,
                  "one self-contained HTML report: section tree, call timeline, components, kernels, graph",
-                 "sectionmark.renderers.html"),
+                 "sectionmark.renderers.html", replays="document"),
         Renderer("graph", (".dot", ".svg", ".html"), False,
                  "read/write graph of the dispatches: .dot, .svg (needs Graphviz 'dot') or self-contained .html",
                  "sectionmark.renderers.graph", by_suffix=True),
         Renderer("kernels", (".kernels.txt",), False,
                  "per dispatch site: argument shapes, exact bytes, FLOPs, time, GB/s, GFLOP/s (text table)",
-                 "sectionmark.renderers.kernels"),
-        Renderer("kernels-csv", (".kernels.csv",), False, "the kernel table as CSV", "sectionmark.renderers.kernels_csv"),
+                 "sectionmark.renderers.kernels", replays="sections"),
+        Renderer("kernels-csv", (".kernels.csv",), False, "the kernel table as CSV", "sectionmark.renderers.kernels_csv",
+                 replays="csv"),
         Renderer("roofline", (".roofline.png",), True,
                  "PNG roofline: each section's GFLOP/s vs FLOPs/byte under the measured peaks (also printed as a table)",
-                 "sectionmark.renderers.roofline"),
+                 "sectionmark.renderers.roofline", replays="stacked"),
     )
 }
 
@@ -119,14 +179,15 @@ def check_path(renderer: Renderer, path: PathLike, inputs: Iterable[PathLike] = 
 
 
 def save(
-    session: "ProfileSession",
+    result: Union["ProfileSession", "ReplayProfile"],
     path: PathLike,
     format: Optional[str] = None,
     *,
     inputs: Iterable[PathLike] = (),
     **options: Any,
 ) -> Path:
-    """Render ``session`` with the renderer ``format`` (default: from ``path``'s suffix) into ``path``.
+    """Render ``result`` (a profile, or a replay's per-function profiles) with the renderer ``format``
+    (default: from ``path``'s suffix) into ``path``.
 
     The file is written exactly as rendered (text as UTF-8, line ends
     unchanged), all at once, never onto one of ``inputs``.
@@ -134,7 +195,10 @@ def save(
     renderer = get(format) if format is not None else for_path(path)
     inputs = list(inputs)
     check_path(renderer, path, inputs)
+    functions = getattr(result, "function_names", None)  # a result of several profiles names them
+    if functions is not None:
+        renderer.check_replays(functions)
     if renderer.by_suffix:  # a file whose form depends on its suffix (the graph: .dot, .svg or .html)
-        return importlib.import_module(renderer.module).save(session, path, inputs=inputs, **options)
-    output = renderer.render(session, **options)
+        return importlib.import_module(renderer.module).save(result, path, inputs=inputs, **options)
+    output = result.render(renderer.name, **options)
     return write_atomic(path, output.encode("utf-8") if isinstance(output, str) else output, inputs=inputs)

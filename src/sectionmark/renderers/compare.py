@@ -22,11 +22,11 @@ from rich.text import Text
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.compare import (CONFIDENCE, FASTER, MIN_CHANGE, RESAMPLES, SEED, SLOWER, Change,
                                            Comparison, compare_sessions)
-from sectionmark.profiling.replay import ReplayProfile
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import json_out
-from sectionmark.renderers.csv_out import csv_text
+from sectionmark.renderers.csv_format import csv_text
 from sectionmark.renderers.table import format_ns
+from sectionmark.workflows.replay import ReplayProfile
 
 CSV_COLUMNS = ["section", "path", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "change_percent", "a_calls",
                "b_calls", "kind", "basis"]

@@ -9,10 +9,11 @@ session read back from JSON (no per-event data).
 from __future__ import annotations
 
 import json
+from typing import Iterable
 
 from sectionmark.profiling.components import BY_NAME, components
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.renderers.csv_out import csv_text
+from sectionmark.renderers.csv_format import csv_text
 
 COLUMNS = ["component", "sections", "calls", "dispatches", "busy_ns", "share", "exclusive_ns", "exclusive_share",
            "wall_ns", "p50_ns", "p95_ns"]
@@ -20,7 +21,12 @@ COLUMNS = ["component", "sections", "calls", "dispatches", "busy_ns", "share", "
 
 def render(session: ProfileSession, by: str = BY_NAME) -> str:
     """The CSV text, RFC 4180 line ends."""
-    return csv_text(COLUMNS, (
+    return csv_text(COLUMNS, csv_rows(session, by))
+
+
+def csv_rows(session: ProfileSession, by: str = BY_NAME) -> Iterable[list]:
+    """One list of cells per component, in ``COLUMNS`` order."""
+    return (
         [
             component.name, ";".join(json.dumps(list(path), ensure_ascii=False) for path in component.sections),
             session.calls, component.dispatches, round(component.busy_ns), f"{component.share:.6f}",
@@ -29,4 +35,4 @@ def render(session: ProfileSession, by: str = BY_NAME) -> str:
             round(component.per_call.p95_ns) if component.per_call else "",
         ]
         for component in components(session, by)
-    ))
+    )

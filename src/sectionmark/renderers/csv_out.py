@@ -16,20 +16,20 @@ empty where none of the section's dispatches has static sizes. The run columns
 call over ``--runs K`` runs, the median and its interval, ``runs`` in the
 profile JSON) are empty for a profile of one run. A
 text cell that a spreadsheet would evaluate (starting with ``= + - @``) is
-written with a ``'`` before it (`inert`).
+written with a ``'`` before it (`sectionmark.renderers.csv_format.inert`).
 Columns mean what the profile JSON's fields of the same name mean
 (docs/profile-json.md).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 from sectionmark.profiling.runs import RunSpread
-from sectionmark.profiling.session import Offsets, ProfileSession, Traffic
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import Offsets, Traffic
+from sectionmark.renderers.csv_format import csv_text
 
 COLUMNS = [
     "section", "path", "depth", "calls", "dispatches", "busy_ns", "exclusive_ns", "shared_ns", "wall_ns",
@@ -39,35 +39,6 @@ COLUMNS = [
     "read_bytes", "written_bytes", "flops", "traffic_ns", "gb_per_s", "gflop_per_s", "intensity", "working_set_bytes",
     "run_median_ns", "run_low_ns", "run_high_ns",
 ]
-
-
-def csv_text(columns: list[str], rows: Iterable[list]) -> str:
-    """A header and rows as CSV text with RFC 4180 line ends (the csv module then quotes any field holding
-    "\r" or "\n"); every CSV output of sectionmark is written so, its text cells made `inert`."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\r\n")
-    writer.writerow(columns)
-    writer.writerows([inert(cell) for cell in row] for row in rows)
-    return buffer.getvalue()
-
-
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def inert(cell: Any) -> Any:
-    """A text cell a spreadsheet would run as a formula (``=HYPERLINK(...)`` as a section name), with ``'`` before it.
-
-    Spreadsheets evaluate a cell starting with ``= + - @`` (or a tab or
-    carriage return before one); the quote makes it text. Numbers (``-1.5``)
-    are left as they are.
-    """
-    if not isinstance(cell, str) or not cell.startswith(_FORMULA_STARTS):
-        return cell
-    try:
-        float(cell)
-        return cell
-    except ValueError:
-        return "'" + cell
 
 
 def _offsets(offsets: Optional[Offsets]) -> list:
@@ -91,7 +62,12 @@ def _run_cells(spread: Optional[RunSpread]) -> list:
 
 def render(session: ProfileSession) -> str:
     """The CSV text, RFC 4180 line ends (written unchanged)."""
-    return csv_text(COLUMNS, (
+    return csv_text(COLUMNS, csv_rows(session))
+
+
+def csv_rows(session: ProfileSession) -> Iterable[list]:
+    """One list of cells per section row, in ``COLUMNS`` order."""
+    return (
         [
             row.name, json.dumps(list(row.path), ensure_ascii=False), len(row.path), row.calls, row.dispatches,
             round(row.busy_ns), round(row.exclusive_ns), round(row.shared_ns), round(row.wall_ns),
@@ -106,4 +82,4 @@ def render(session: ProfileSession) -> str:
             *_run_cells(row.runs),
         ]
         for row in session.sections
-    ))
+    )

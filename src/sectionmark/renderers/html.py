@@ -37,16 +37,15 @@ import html
 import json
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 from rich.table import Table
 
-from sectionmark.outputs import PathLike, write_atomic
 from sectionmark.section_path import format_path
 from sectionmark.profiling.queue_time import measured_call_starts
-from sectionmark.profiling.session import ProfileSession, first_dispatch_starts
+from sectionmark.profiling.section_time import first_dispatch_starts
+from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import Span, build_timelines
 from sectionmark.renderers.components import build_components_table
 from sectionmark.renderers.graph import layered_svg, section_colors
@@ -54,7 +53,7 @@ from sectionmark.renderers.kernels import build_kernels_table
 from sectionmark.renderers.table import SHARED_MARK, format_ns, notes
 
 if TYPE_CHECKING:
-    from sectionmark.profiling.replay import ReplayProfile
+    from sectionmark.workflows.replay import ReplayProfile
 
 MAX_LISTED_CALLS = 30  # a run of at most this many calls offers each of them in the timeline's chooser
 MAX_BARS = 20_000  # dispatch bars of one call; beyond, consecutive dispatches of a section on a row merge
@@ -77,17 +76,9 @@ def render(session: ProfileSession, title: Optional[str] = None) -> str:
 
 
 def render_replay(replay: "ReplayProfile", title: Optional[str] = None) -> str:
-    """The report of a replayed recording (`sectionmark.profiling.replay.ReplayProfile`): one tab per function."""
-    tabs = [Tab(entry.function, entry.profile,
-                f"{entry.calls_per_replay} call{'s' * (entry.calls_per_replay != 1)} per replay, "
-                f"{replay.replays} measured replay{'s' * (replay.replays != 1)}")
-            for entry in replay.functions]
+    """The report of a replayed recording (`sectionmark.workflows.replay.ReplayProfile`): one tab per function."""
+    tabs = [Tab(entry.function, entry.profile, replay.calls_summary(entry)) for entry in replay.functions]
     return page(tabs, title or "sectionmark profile of a recording: " + ", ".join(tab.name for tab in tabs))
-
-
-def save_replay(replay: "ReplayProfile", path: PathLike, inputs: Iterable[PathLike] = ()) -> Path:
-    """Write `render_replay` to ``path`` all at once, never onto one of ``inputs``."""
-    return write_atomic(path, render_replay(replay), inputs)
 
 
 def page(tabs: list[Tab], title: str) -> str:

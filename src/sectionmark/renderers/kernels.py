@@ -16,6 +16,7 @@ from rich.text import Text
 
 from sectionmark.section_path import format_path
 from sectionmark.profiling.kernels import KernelRow, kernels
+from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers.table import format_ns
 from sectionmark.section_map import Binding
 
@@ -48,7 +49,7 @@ def format_sections(row: KernelRow) -> str:
                      for path, weight in row.sections)
 
 
-def build_kernels_table(session) -> Table:
+def build_kernels_table(session: ProfileSession) -> Table:
     """The kernel table as a rich Table (printed by `render`, converted by the HTML report)."""
     calls = max(session.calls, 1)
     table = Table(title="kernels: one row per dispatch site, execution order (busy time; bytes = exact slices)",
@@ -76,7 +77,7 @@ def build_kernels_table(session) -> Table:
     return table
 
 
-def render(session, width: int = 200) -> str:
+def render(session: ProfileSession, width: int = 200) -> str:
     buffer = io.StringIO()
     Console(file=buffer, width=width, color_system=None, force_terminal=False).print(build_kernels_table(session))
     return buffer.getvalue()

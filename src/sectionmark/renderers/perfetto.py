@@ -1,6 +1,6 @@
 """Perfetto / Chrome trace (JSON trace-event format), opens in ui.perfetto.dev.
 
-One process per profiled function; per queue a thread whose slices are the
+One process per profiled function (a replay's functions in one trace); per queue a thread whose slices are the
 section spans enclosing their dispatches, plus one thread per overflow lane for
 dispatches that ran concurrently (see `sectionmark.profiling.timeline`).
 """
@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import QueueTimeline, Span, session_timelines
+from sectionmark.workflows.replay import ReplayProfile
 
 
 def _thread_name(pid: int, tid: int, name: str) -> dict[str, Any]:
@@ -29,18 +31,30 @@ def _slices(spans: list[Span], pid: int, tid: int, origin: int) -> list[dict[str
     return out
 
 
-def trace_events(timelines: list[QueueTimeline], process_name: str) -> list[dict[str, Any]]:
-    pid = 1
-    tracks = [track for timeline in timelines for track in timeline.tracks()]
-    origin = min((spans[0].start_ns for _name, spans in tracks if spans), default=0)
-    events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": process_name}}]
-    for tid, (name, spans) in enumerate(tracks, 1):
-        events.append(_thread_name(pid, tid, name))
-        events += _slices(spans, pid, tid, origin)
+def trace_events(processes: list[tuple[str, list[QueueTimeline]]]) -> list[dict[str, Any]]:
+    """One process per (name, timelines), its queues' tracks as threads, times from the earliest span of all."""
+    tracks_of = [(name, [track for timeline in timelines for track in timeline.tracks()]) for name, timelines in processes]
+    origin = min((spans[0].start_ns for _process, tracks in tracks_of for _name, spans in tracks if spans), default=0)
+    events: list[dict[str, Any]] = []
+    for pid, (process_name, tracks) in enumerate(tracks_of, 1):
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": process_name}})
+        for tid, (name, spans) in enumerate(tracks, 1):
+            events.append(_thread_name(pid, tid, name))
+            events += _slices(spans, pid, tid, origin)
     return events
 
 
-def render(session) -> str:
+def render(session: ProfileSession) -> str:
     """``session`` (a ProfileSession with its events) as a Chrome JSON trace."""
-    name = f"sectionmark: {session.function or 'profile'}"
-    return json.dumps({"traceEvents": trace_events(session_timelines(session), name), "displayTimeUnit": "ns"})
+    return _trace([(f"sectionmark: {session.function or 'profile'}", session_timelines(session))])
+
+
+def render_replay(replay: ReplayProfile) -> str:
+    """A replay's functions as one trace, a process per function: their events share the replay's one clock,
+    so the calls appear in the order the program made them."""
+    return _trace([(f"sectionmark: {entry.function}", session_timelines(entry.profile))
+                   for entry in replay.functions if entry.profile is not None])
+
+
+def _trace(processes: list[tuple[str, list[QueueTimeline]]]) -> str:
+    return json.dumps({"traceEvents": trace_events(processes), "displayTimeUnit": "ns"})

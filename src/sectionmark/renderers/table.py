@@ -35,9 +35,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sectionmark.section_path import UNMARKED, format_path
 from sectionmark.profiling.runs import RunSpread
-from sectionmark.profiling.session import ProfileSession, SectionStats, Traffic
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import SectionStats, Traffic
+from sectionmark.section_path import UNMARKED, format_path
 
 SHARED_MARK = "*"
 NOT_RECORDED = "not recorded"

@@ -14,29 +14,42 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import Span, session_timelines
+from sectionmark.workflows.replay import ReplayProfile
 
 
 def _span_json(span: Span) -> list:
     return [span.name, span.start_ns, span.end_ns, [_span_json(child) for child in span.children]]
 
 
-def replay_document(session) -> dict:
-    """The tracks to replay: ``[[track name, [span tree...]], ...]`` plus the time origin."""
-    tracks = [[name, [_span_json(span) for span in spans]]
+def tracks_document(sessions: list[tuple[str, ProfileSession]]) -> dict:
+    """The tracks to replay: ``[[track name, [span tree...]], ...]`` plus the time origin; each track's name
+    starts with its session's prefix (a replay's function, or nothing for one profile)."""
+    tracks = [[prefix + name, [_span_json(span) for span in spans]]
+              for prefix, session in sessions
               for timeline in session_timelines(session) for name, spans in timeline.tracks()]
     origin = min((spans[0][1] for _name, spans in tracks if spans), default=0)
     return {"origin_ns": origin, "tracks": tracks}
 
 
-def render(session, timeout: float = 300.0) -> bytes:
+def render(session: ProfileSession, timeout: float = 300.0) -> bytes:
     """The bytes of a .tracy capture of ``session``'s timeline (needs IREE's tracing runtime).
 
     ``timeout`` bounds the replay process (seconds).
     """
+    return _capture(tracks_document([("", session)]), timeout)
+
+
+def render_replay(replay: ReplayProfile, timeout: float = 300.0) -> bytes:
+    """One capture of a replay: each function's tracks, named ``function: track``, on the replay's one clock."""
+    return _capture(tracks_document([(f"{entry.function}: ", entry.profile) for entry in replay.functions
+                                     if entry.profile is not None]), timeout)
+
+
+def _capture(document: dict, timeout: float) -> bytes:
     from sectionmark.tracy.capture import capture_command
 
-    document = replay_document(session)
     with tempfile.TemporaryDirectory(prefix="sectionmark-tracy-") as scratch:
         spans_file = Path(scratch) / "timeline.json"
         spans_file.write_text(json.dumps(document), encoding="utf-8")

@@ -1,0 +1,247 @@
+"""What each command of ``sectionmark`` does, once `sectionmark.cli` has parsed and checked its arguments.
+
+Each ``NAME_command(args, inputs)`` gets the parsed arguments and the
+command's input files (no output may replace them), does the work and prints
+its results; a failure is a `SectionmarkError` (one line, `sectionmark.cli`).
+Everything heavy is imported inside the command that needs it, so ``--help``
+and a usage error stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence, Union
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import write_atomic
+
+if TYPE_CHECKING:
+    from sectionmark.profiling.session import ProfileSession
+    from sectionmark.workflows.replay import ReplayProfile
+
+
+def rendered_outputs(args: argparse.Namespace) -> dict[str, str]:
+    """The renderer outputs asked for (``--NAME FILE``): renderer name -> path."""
+    from sectionmark.renderers import RENDERERS
+
+    return {name: getattr(args, name) for name in RENDERERS if getattr(args, name) is not None}
+
+
+def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argparse.Namespace,
+                   inputs: Sequence[str]) -> None:
+    """Every renderer output asked for, then on stdout the table (and the sites table, components) and the files.
+
+    ``result`` is one profile, or a replay's per-function profiles (each renderer writes them as its
+    ``replays`` says). Files first: a reader that stops reading early (``| head -1``) must not cost them.
+    """
+    written = []
+    peak = None
+    for name, path in rendered_outputs(args).items():
+        options = {"by": args.by} if args.by and name.startswith("components") else {}
+        options.update(_table_columns(args) if name == "table" else {})
+        if name == "roofline":  # the chart and the table printed below use the same peaks
+            from sectionmark.profiling.roofline import peak_for_chart
+
+            peak = options["peak"] = peak_for_chart(getattr(args, "device", "local-task"))
+        written.append(result.save(path, name, inputs=inputs, **options))
+    print(result.render("table", **_table_columns(args)))
+    if peak is not None:
+        from sectionmark.profiling.roofline import roofline_text
+
+        print(_each_profile(result, lambda session: roofline_text(
+            peak.roofline(session), peak, peak.component_roofline(session, args.by or "name"))))
+    if args.sites:
+        from sectionmark.renderers.table import render_sites_text
+
+        print(_each_profile(result, render_sites_text))
+    if args.by:
+        print(result.render("components", by=args.by))
+    for path in written:
+        print(f"wrote {path}")
+
+
+def _table_columns(args: argparse.Namespace) -> dict[str, bool]:
+    """The optional column groups of the section table asked for (--cpu, --memory, --span)."""
+    return {"cpu": args.cpu, "memory": args.memory, "span": args.span}
+
+
+def _each_profile(result: Union["ProfileSession", "ReplayProfile"],
+                  text_of: Callable[["ProfileSession"], str]) -> str:
+    """``text_of`` one profile; of a replay, each function's under its heading."""
+    from sectionmark.renderers import per_function_text
+    from sectionmark.workflows.replay import ReplayProfile
+
+    return per_function_text(result, text_of) if isinstance(result, ReplayProfile) else text_of(result)
+
+
+def _load_inputs(paths: Sequence[str]) -> list:
+    from sectionmark.profiling.inputs import load_input_array
+
+    return [load_input_array(path) for path in paths]
+
+
+def compile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.compiler import compile
+
+    source = Path(args.mlir)
+    if not source.is_file():
+        raise SectionmarkError(f"no such MLIR file: {source}")
+    compiled = compile(
+        source, target=args.target, extra_args=args.iree_arg, markers=not args.no_markers,
+        debug_groups=False if args.no_debug_groups else None,
+        input_type=None if args.input_type == "auto" else args.input_type,
+    )
+    print(f"wrote {compiled.save(args.output, inputs=inputs)}")
+    if compiled.section_map is not None:
+        dispatches = sum(c.op == "dispatch" for b in compiled.section_map.command_buffers for c in b.commands)
+        print(f"section map: {compiled.sections_summary}; {dispatches} recorded dispatches")
+
+
+def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    """Profile a module, or replay a saved recording (per-function profiles): one output path for both."""
+    from sectionmark.profiling import profile
+    from sectionmark.workflows.record import is_recording
+
+    if is_recording(args.vmfb):
+        result = _replayed(args)
+    else:
+        result = profile(
+            args.vmfb, _load_inputs(args.input), function=args.function or "main", device=args.device,
+            iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
+            keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters, runs=args.runs,
+            workers=args.workers,
+        )
+    _write_outputs(result, args, inputs)
+
+
+def _replayed(args: argparse.Namespace) -> Union["ProfileSession", "ReplayProfile"]:
+    """Replay a saved recording: every function's profile, or with --function that function's.
+
+    The outputs that show one function at a time (the graph) are refused without --function before the
+    replay runs.
+    """
+    from sectionmark.renderers import get
+    from sectionmark.workflows.record import Recording
+
+    if args.input:
+        raise SectionmarkError("a recording replays its own inputs: drop --input")
+    recording = Recording.load(args.vmfb, device=args.device, parameters=args.parameters or None)
+    if args.function is not None and args.function not in recording.sequence:
+        raise SectionmarkError(f"the recording never called {args.function!r} (it called: "
+                               f"{', '.join(recording.functions)})")
+    if args.function is None:
+        for name in rendered_outputs(args):
+            get(name).check_replays(recording.functions)
+    replay = recording.profile(iterations=args.iterations, warmup=args.warmup, timeout=args.timeout,
+                               keep_profile=args.keep_profile, runs=args.runs, workers=args.workers)
+    return replay if args.function is None else replay.function(args.function)
+
+
+def _recorded_session(args: argparse.Namespace) -> "ProfileSession":
+    """The profile of ``report`` and ``tracy``: a recorded profile joined with its map."""
+    from sectionmark.profiling import report
+
+    return report(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function,
+                  workers=args.workers)
+
+
+def report_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.readers.tracy_live import APPROXIMATION_NOTE, is_live_capture_file
+
+    _write_outputs(_recorded_session(args), args, inputs)
+    if is_live_capture_file(args.profile):
+        print(APPROXIMATION_NOTE)
+
+
+def tracy_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    print(f"wrote {_recorded_session(args).save(args.output, 'tracy', inputs=inputs)}")
+
+
+def tracy_stats_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    import dataclasses
+    import json
+
+    from sectionmark.renderers.table import zone_stats_text
+    from sectionmark.tracy.stats import zone_stats
+
+    rows = zone_stats(args.capture, depth=args.depth, gpu_only=args.gpu)
+    rows = [row for row in rows if not args.cpu or row.kind != "gpu"][: args.top]
+    written = None
+    if args.json is not None:  # before stdout, as in _write_outputs
+        document = {"version": 1, "zones": [dataclasses.asdict(row) for row in rows]}
+        written = write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False), inputs=inputs)
+    print(zone_stats_text(rows))
+    if written is not None:
+        print(f"wrote {written}")
+
+
+def peak_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    import dataclasses
+    import json
+
+    from sectionmark.profiling.roofline import cache_path, peak
+
+    measured = peak(args.device, refresh=args.refresh)
+    written = None
+    if args.json is not None:  # before stdout, as in _write_outputs
+        written = write_atomic(args.json, json.dumps(dataclasses.asdict(measured), indent=1), inputs=inputs)
+    print(measured.text())
+    print(f"cached in {cache_path(args.device)} (--refresh measures again)")
+    if written is not None:
+        print(f"wrote {written}")
+
+
+def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.profiling import report
+    from sectionmark.profiling.compare import SectionChange
+    from sectionmark.renderers.compare import compare, render_csv, render_json, render_table
+
+    recorded = [path for path in (args.a, args.b) if not path.lower().endswith(".json")]
+    if args.map and len(args.map) not in (1, len(recorded)):
+        raise SectionmarkError(f"give --map once, or once per recorded profile ({len(recorded)}), not {len(args.map)} "
+                               "times")
+    if recorded and not args.map:
+        raise SectionmarkError(f"{recorded[0]} is not a profile JSON (.json): give its section map with --map")
+    maps = iter(args.map * len(recorded) if len(args.map) == 1 else args.map)
+    sources = [path if path.lower().endswith(".json")
+               else report(path, next(maps), warmup=args.warmup, function=args.function)
+               for path in (args.a, args.b)]  # a recorded profile (.ireeprof, .jsonl, .tracy): calls inferred
+    comparison = compare(*sources, function=args.function, min_change=args.min_change)
+    comparison.a, comparison.b = args.a, args.b
+    written = []
+    for path, text in ((args.json, render_json), (args.csv, render_csv)):
+        if path is not None:
+            written.append(write_atomic(path, text(comparison).encode("utf-8"), inputs=inputs))
+    print(render_table(comparison), end="")
+    for path in written:
+        print(f"wrote {path}")
+    if args.fail_if_slower is not None:
+        slower = comparison.slower_than(args.fail_if_slower)
+        if slower:
+            sections = [row for row in slower if isinstance(row, SectionChange)]
+            components = [row for row in slower if not isinstance(row, SectionChange)]
+            counts = " and ".join(f"{len(rows)} {kind}{'s' * (len(rows) != 1)}"
+                                  for rows, kind in ((sections, "section"), (components, "component")) if rows)
+            listed = "; ".join(prefix + ", ".join(f"{row.name} ({row.change_percent:+.1f}%)" for row in rows)
+                               for rows, prefix in ((sections, ""), (components, "components: ")) if rows)
+            raise SectionmarkError(f"{counts} slower by more than {args.fail_if_slower:g}%: {listed}")
+
+
+def slice_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.compiler.slicing import slice_section
+
+    if not Path(args.mlir).is_file():
+        raise SectionmarkError(f"no such MLIR file: {args.mlir}")
+    section_slice = slice_section(Path(args.mlir), args.section)
+    written = write_atomic(args.output, section_slice.mlir, inputs=inputs)
+    print(f"wrote {written}: {len(section_slice.inputs)} value(s) in, {len(section_slice.outputs)} out")
+    if args.bench:
+        from sectionmark.compiler.targets import target_for_device
+        from sectionmark.workflows.slice_bench import bench_section
+
+        target = args.target or target_for_device(args.device)
+        print(bench_section(Path(args.mlir), args.section, _load_inputs(args.input), target=target,
+                            device=args.device, iterations=args.iterations, parameters=args.parameters).table())
+
+

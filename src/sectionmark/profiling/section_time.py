@@ -1,0 +1,433 @@
+"""Per-event sums and their split into section columns: the pure functions `ProfileSession.build` runs.
+
+Each works on numpy arrays (one row per event, composition or section column),
+because profiles can hold millions of events, and is unit-tested on hand-built
+data in tests/profiling/test_session.py. How the times are defined (busy, wall, CPU,
+start and end) is in `sectionmark.profiling.session`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Iterable, Optional
+
+import numpy as np
+
+from sectionmark.profiling.attribute import Attribution, Composition
+from sectionmark.profiling.queue_time import union_blocks
+from sectionmark.profiling.stats import CallStats, Offsets, SectionStats, SiteStats, Traffic
+from sectionmark.readers.event_model import native
+from sectionmark.section_map import Binding
+from sectionmark.section_path import SectionPath
+
+MAX_SAMPLES = 1000  # per-call samples kept per section (profile JSON ``samples``)
+
+
+@dataclass(frozen=True)
+class Weights:
+    """How each composition's time is split into section columns.
+
+    Rows are compositions, columns the section paths in report order plus a
+    last column for "(unmarked)".
+    """
+
+    exclusive: np.ndarray  # [c, s]: fraction of composition c's time that is exclusive time of s
+    inclusive: np.ndarray  # [c, s]: ... inclusive time of s (its own share and its descendants')
+    member: np.ndarray  # [c, s]: s or a section nested in it has a share in c (even of weight 0)
+
+
+@dataclass(frozen=True)
+class CompositionSums:
+    """Event data summed per composition (a composition is one distinct split of a dispatch)."""
+
+    busy_by_call: np.ndarray  # [call, c]: summed durations
+    wall: np.ndarray  # [c]: summed wall parts
+    count: np.ndarray  # [c]: events
+    tiles: Optional["TileSums"] = None  # CPU tile data; None when the profile records no tiles
+
+    @property
+    def busy(self) -> np.ndarray:
+        return self.busy_by_call.sum(axis=0)
+
+
+
+def section_paths(declared: Iterable[SectionPath], compositions: Iterable[Composition]) -> list[SectionPath]:
+    """Report order of the section columns: declared paths, then any that only appear in
+    compositions, each with its parents, depth first (a parent right before its children)."""
+    ordered: dict[SectionPath, None] = {}
+    for path in [*declared, *(p for parts in compositions for p, _w in parts if p)]:
+        for depth in range(1, len(path) + 1):
+            ordered.setdefault(tuple(path[:depth]), None)
+    return _depth_first(list(ordered))
+
+
+def weight_matrices(compositions: list[Composition], paths: list[SectionPath]) -> Weights:
+    """Per composition, the fraction of its time that goes to each section column.
+
+    A share of ``(P, C)`` with weight w adds w to the exclusive column of
+    ``(P, C)`` and to the inclusive columns of ``(P,)`` and ``(P, C)``; a share
+    of ``()`` goes to the last, unmarked column. Every row of ``exclusive``
+    sums to 1, so any time split with it is neither lost nor doubled.
+    """
+    column = {path: index for index, path in enumerate(paths)}
+    unmarked = len(paths)
+    exclusive = np.zeros((len(compositions), len(paths) + 1))
+    inclusive = np.zeros_like(exclusive)
+    member = np.zeros(exclusive.shape, bool)
+    for c, parts in enumerate(compositions):
+        for path, weight in parts:
+            columns = [column[path[:depth]] for depth in range(1, len(path) + 1)] if path else [unmarked]
+            exclusive[c, columns[-1]] += weight
+            inclusive[c, columns] += weight
+            member[c, columns] = True
+    return Weights(exclusive, inclusive, member)
+
+
+def wall_parts(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each interval's part of the length of the union of all intervals ``[start, end)``.
+
+    The boundaries cut time into elementary segments; a segment in which k
+    intervals are active gives 1/k of its length to each of them, so the parts
+    add up to the union's length and no part exceeds its interval's length.
+    Vectorised (sort, cumulative sums) for millions of events: a prefix sum of
+    length/k over the segments gives each interval's part as
+    ``prefix[end] - prefix[start]``.
+    """
+    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    if not len(starts):
+        return np.zeros(0)
+    durations = (ends - starts).astype(np.float64)
+    if (starts[1:] >= ends[:-1]).all() and (ends >= starts).all() and ends[-1] - starts[0] < 1 << 53:
+        # In order, none overlapping: every part is its whole interval; the sums below are of whole
+        # numbers under 2**53, so exact, and would give the same.
+        return durations
+    values = np.concatenate([starts, ends])
+    order = np.argsort(values, kind="stable")  # near-linear: starts and ends are each (nearly) sorted already
+    ordered = values[order]
+    new = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    boundaries, index = ordered[new], np.empty(len(values), np.int64)
+    index[order] = np.cumsum(new) - 1  # each value's position among the boundaries
+    first, last = index[: len(starts)], index[len(starts):]
+    change = np.bincount(first, minlength=len(boundaries)) - np.bincount(last, minlength=len(boundaries))
+    active = np.cumsum(change)[:-1]  # intervals covering segment [boundaries[i], boundaries[i + 1])
+    lengths = np.diff(boundaries).astype(np.float64)
+    per_interval = np.divide(lengths, active, out=np.zeros_like(lengths), where=active > 0)
+    prefix = np.concatenate([[0.0], np.cumsum(per_interval)])
+    # Clipped to [0, duration] against rounding in the prefix sums: keeps wall <= busy exact per event.
+    return np.clip(prefix[last] - prefix[first], 0.0, durations)
+
+
+@dataclass
+class EventSums:
+    """Every event's duration summed per (call, composition), per composition and per slot, in event order
+    (as ``np.bincount`` sums), and counted; one pass over the events."""
+
+    busy_by_call: np.ndarray  # [calls, compositions]: summed durations (float64)
+    busy: np.ndarray  # [compositions]: summed durations
+    count: np.ndarray  # [compositions]: events
+    slot_busy: np.ndarray  # [slots]: summed durations
+    slot_count: np.ndarray  # [slots]: events
+    total_ns: int  # all durations
+    disjoint: bool  # in start order and none overlapping: every event's wall part is its duration (wall_parts)
+    tiles: Optional["TileSums"]  # CPU tile data per composition; None when no event has tiles (tile_sums)
+    # [calls, compositions]: the first start and the last end of the events of each (call, composition); int64's
+    # maximum and minimum where none ran (composition_extents)
+    first_start: np.ndarray
+    last_end: np.ndarray
+
+
+def event_sums(attribution: Attribution) -> EventSums:
+    """The sums of ``attribution``'s events (in C when the extension is built, else numpy: the same numbers).
+
+    The C pass makes no temporary the size of the events: what the session
+    keeps of them is one value per composition, slot, or (call, composition).
+    """
+    events, slots = attribution.events, len(attribution.slots)
+    slot_composition = slot_compositions(attribution)
+    calls, compositions = max(attribution.calls, 1), len(attribution.compositions)
+    native_passes = native()
+    if native_passes is not None:
+        sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
+                         np.zeros(slots), np.zeros(slots, np.int64), 0, False,
+                         TileSums(np.zeros(compositions), np.zeros(compositions), 0, 0),
+                         np.full((calls, compositions), np.iinfo(np.int64).max, np.int64),
+                         np.full((calls, compositions), np.iinfo(np.int64).min, np.int64))
+        sums.total_ns, sums.disjoint, tile_ns, tiles, any_tiles = native_passes.event_sums(
+            np.ascontiguousarray(events), np.ascontiguousarray(attribution.event_slots, np.int32),
+            np.ascontiguousarray(attribution.event_calls, np.int32), slot_composition, calls, sums.busy_by_call,
+            sums.busy, sums.count, sums.slot_busy, sums.slot_count, sums.tiles.cpu, sums.tiles.tiles,
+            sums.first_start, sums.last_end)
+        sums.tiles = replace(sums.tiles, total_ns=tile_ns, total_tiles=tiles) if any_tiles else None
+        return sums
+    starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), attribution.event_slots
+    duration = (ends - starts).astype(np.float64)
+    composition = slot_composition[slot]
+    call = np.minimum(attribution.event_calls, calls - 1).astype(np.int64)
+    disjoint = bool(len(starts) == 0 or ((starts[1:] >= ends[:-1]).all() and (ends >= starts).all()
+                                          and ends[-1] - starts[0] < 1 << 53))
+    return EventSums(
+        busy_by_call=busy_by_call(composition, call, duration, calls, compositions),
+        busy=np.bincount(composition, weights=duration, minlength=compositions),
+        count=np.bincount(composition, minlength=compositions),
+        slot_busy=np.bincount(slot, weights=duration, minlength=slots),
+        slot_count=np.bincount(slot, minlength=slots),
+        total_ns=int((ends - starts).sum()),
+        disjoint=disjoint,
+        tiles=tile_sums(events, composition, compositions),
+        **dict(zip(("first_start", "last_end"), composition_extents(starts, ends, composition, call, calls,
+                                                                    compositions))),
+    )
+
+
+def busy_by_call(composition: np.ndarray, call: np.ndarray, duration: np.ndarray, calls: int, compositions: int) -> np.ndarray:
+    """[calls, compositions]: summed event durations."""
+    flat = np.bincount(call * compositions + composition, weights=duration, minlength=calls * compositions)
+    return flat.reshape(calls, compositions)
+
+
+@dataclass(frozen=True)
+class TileSums:
+    """CPU tile data of the measured events per composition (local-task records it per dispatch)."""
+
+    cpu: np.ndarray  # [c]: summed tile time across workers (ns)
+    tiles: np.ndarray  # [c]: summed tile counts
+    total_ns: int  # all events' tile time, exactly
+    total_tiles: int
+
+
+def tile_sums(events: np.ndarray, composition: np.ndarray, compositions: int) -> Optional[TileSums]:
+    """Tile time and tiles summed per composition (``composition``: each event's); None when no event has tiles.
+
+    Every dispatch that runs workgroups on local-task has at least one tile, so
+    a profile whose events all have none did not record tiles (Vulkan, a Tracy
+    capture): its CPU columns are "not recorded", not 0.
+    """
+    counts = events["tile_count"]
+    if not len(events) or not counts.any():
+        return None
+    tile_ns = events["tile_ns"]
+    return TileSums(
+        cpu=np.bincount(composition, weights=tile_ns.astype(np.float64), minlength=compositions),
+        tiles=np.bincount(composition, weights=counts.astype(np.float64), minlength=compositions),
+        total_ns=int(tile_ns.sum(dtype=np.uint64)),
+        total_tiles=int(counts.sum(dtype=np.uint64)),
+    )
+
+
+def shared_time(
+    compositions: list[Composition], busy: np.ndarray, paths: list[SectionPath]
+) -> tuple[np.ndarray, list[dict[SectionPath, float]]]:
+    """Per column: exclusive busy time from compositions of several sections, and who got the rest.
+
+    ``busy`` is the summed busy time per composition. Returns the shared time
+    of each column (last: unmarked) and, per column, the other paths of those
+    compositions with the time each of them received.
+    """
+    column = {path: index for index, path in enumerate(paths)}
+    shared = np.zeros(len(paths) + 1)
+    shared_with: list[dict[SectionPath, float]] = [{} for _ in range(len(paths) + 1)]
+    for c, parts in enumerate(compositions):
+        if len(parts) < 2:
+            continue
+        for path, weight in parts:
+            index = column[path] if path else len(paths)
+            shared[index] += busy[c] * weight
+            for other, other_weight in parts:
+                if other != path:
+                    shared_with[index][other] = shared_with[index].get(other, 0.0) + busy[c] * other_weight
+    return shared, shared_with
+
+
+def section_rows(
+    paths: list[SectionPath], compositions: list[Composition], weights: Weights, sums: CompositionSums,
+    workers: Optional[int] = None,
+) -> list[SectionStats]:
+    """One row per section column, then the "(unmarked)" row: busy, wall and CPU time split by the same weights.
+
+    Parallelism divides CPU time by busy time, not by the apportioned wall
+    time: a dispatch's tiles run inside its own interval on at most
+    ``workers`` threads, so CPU / busy never exceeds the workers, while a
+    dispatch overlapping another gets only part of its interval as wall time.
+    """
+    busy = sums.busy
+    per_call_inclusive = sums.busy_by_call @ weights.inclusive  # calls x columns
+    inclusive, exclusive = busy @ weights.inclusive, busy @ weights.exclusive
+    inclusive_wall, exclusive_wall = sums.wall @ weights.inclusive, sums.wall @ weights.exclusive
+    dispatches = sums.count @ weights.member
+    shared, shared_with = shared_time(compositions, busy, paths)
+    total = float(busy.sum())
+    cpu = sums.tiles.cpu @ weights.inclusive if sums.tiles else None
+    tiles = sums.tiles.tiles @ weights.member if sums.tiles else None
+    rows = [
+        SectionStats(
+            path=path,
+            busy_ns=float(inclusive[s]),
+            exclusive_ns=float(exclusive[s]),
+            shared_ns=float(shared[s]),
+            wall_ns=float(inclusive_wall[s]),
+            exclusive_wall_ns=float(exclusive_wall[s]),
+            calls=int((per_call_inclusive[:, s] > 0).sum()),
+            dispatches=int(dispatches[s]),
+            share=float(inclusive[s] / total) if total else 0.0,
+            per_call=CallStats.of(per_call_inclusive[:, s]),
+            shared_with=shared_with[s],
+            samples=call_samples(per_call_inclusive[:, s]),
+        )
+        for s, path in enumerate([*paths, ()])
+    ]
+    if cpu is not None and tiles is not None:
+        for s, row in enumerate(rows):
+            row.cpu_ns, row.tiles = float(cpu[s]), int(round(tiles[s]))
+            row.parallelism = row.cpu_ns / row.busy_ns if row.busy_ns > 0 else None
+            row.utilization = row.parallelism / workers if row.parallelism is not None and workers else None
+    return rows
+
+
+def call_samples(per_call: np.ndarray, limit: int = MAX_SAMPLES) -> list[float]:
+    """The per-call values a comparison resamples: all of them, or ``limit`` evenly spaced calls (first and
+    last included) when there are more. Evenly spaced rather than random: the same profile always keeps the
+    same calls, and a drift over the run stays represented."""
+    if len(per_call) > limit:
+        per_call = per_call[np.linspace(0, len(per_call) - 1, limit).round().astype(np.int64)]
+    return per_call.tolist()
+
+
+def per_call_inclusive(attribution: Attribution, paths: list[SectionPath]) -> np.ndarray:
+    """[calls, sections + unmarked]: each measured call's inclusive busy time per section column.
+
+    The same split as the rows' ``per_call`` statistics, kept as a matrix for
+    views that sum sections (`sectionmark.profiling.components`).
+    """
+    return event_sums(attribution).busy_by_call @ weight_matrices(attribution.compositions, paths).inclusive
+
+
+def section_traffic(sites: list[SiteStats], paths: list[SectionPath]) -> tuple[list[Optional[Traffic]],
+                                                                              list[Optional[int]]]:
+    """Per section column (last: unmarked), its `Traffic` and its working set per call.
+
+    A site counts when every binding's bytes are known (static slices). Its
+    bytes, FLOPs and time go to the columns by the site's inclusive weights
+    (`weight_matrices`, as its time in the rows); its tensors to the working set
+    of every column with a share in it (even of weight 0), each distinct tensor
+    once, whole (``tensor_shape``), so a section touching a slice of a weight
+    counts the weight. A column without a counted site gets None for both; a
+    tensor of dynamic shape or unknown element size makes that working set None.
+    """
+    sized = [site for site in sites if site.bindings and all(
+        binding.read_bytes is not None and binding.written_bytes is not None for binding in site.bindings)]
+    columns = len(paths) + 1
+    if not sized:
+        return [None] * columns, [None] * columns
+    weights = weight_matrices([site.sections for site in sized], paths)
+    executions = np.array([site.dispatches for site in sized], np.float64)
+    per_site = np.array([
+        [site.busy_ns for site in sized],
+        [sum(b.read_bytes for b in site.bindings) for site in sized] * executions,
+        [sum(b.written_bytes for b in site.bindings) for site in sized] * executions,
+        [site.flops or 0.0 for site in sized] * executions,
+    ])
+    sums = per_site @ weights.inclusive  # [time, read, written, flops] x columns
+    traffic: list[Optional[Traffic]] = []
+    working_sets: list[Optional[int]] = []
+    for column in range(columns):
+        members = np.flatnonzero(weights.member[:, column])
+        if not len(members):
+            traffic.append(None)
+            working_sets.append(None)
+            continue
+        traffic.append(Traffic(*(float(value) for value in sums[:, column])))
+        sizes = {binding.tensor: tensor_bytes(binding) for index in members for binding in sized[index].bindings}
+        working_sets.append(None if None in sizes.values() else sum(sizes.values()))
+    return traffic, working_sets
+
+
+def tensor_bytes(binding: Binding) -> Optional[int]:
+    """The whole bound tensor's bytes (``tensor_shape`` x its element's), None when a dimension is dynamic or the
+    element type has no bit width (``f32``: 4, ``bf16``: 2, ``i1``: 1 byte, as IREE stores it)."""
+    bits = re.search(r"(\d+)$", binding.dtype)
+    if bits is None or any(size < 0 for size in binding.tensor_shape):
+        return None
+    return int(np.prod(binding.tensor_shape, dtype=np.int64)) * -(-int(bits.group(1)) // 8)
+
+
+def first_dispatch_starts(starts: np.ndarray, call: np.ndarray, calls: int,
+                          queue_starts: Optional[np.ndarray] = None) -> np.ndarray:
+    """Each call's start: its first dispatch's start, or its first queue operation's when that is earlier
+    (``queue_starts``: None when the profile has none). A section's offsets count from here, so a section
+    that runs first starts at 0 without queue operations and after the call's allocations and copies with
+    them. A call without dispatches gets int64's maximum (no section ran in it)."""
+    first = np.full(calls, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, call, starts.astype(np.int64))
+    return call_starts(first, queue_starts)
+
+
+def call_starts(first_dispatch: np.ndarray, queue_starts: Optional[np.ndarray]) -> np.ndarray:
+    """Each call's start (`first_dispatch_starts`) from its first dispatch's start (int64)."""
+    return first_dispatch if queue_starts is None else np.minimum(first_dispatch, queue_starts.astype(np.int64))
+
+
+def composition_extents(starts: np.ndarray, ends: np.ndarray, composition: np.ndarray, call: np.ndarray, calls: int,
+                        compositions: int) -> tuple[np.ndarray, np.ndarray]:
+    """[calls, compositions]: the first start and the last end of each (call, composition)'s events (int64's
+    maximum and minimum where none ran)."""
+    flat = call.astype(np.int64) * compositions + composition
+    first = np.full(calls * compositions, np.iinfo(np.int64).max, np.int64)
+    last = np.full(calls * compositions, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(first, flat, starts.astype(np.int64))
+    np.maximum.at(last, flat, ends.astype(np.int64))
+    return first.reshape(calls, compositions), last.reshape(calls, compositions)
+
+
+def section_spans(first: np.ndarray, last: np.ndarray, call_starts: np.ndarray,
+                  member: np.ndarray) -> tuple[list[Optional[Offsets]], list[Optional[Offsets]]]:
+    """Per section column (last: unmarked), the offsets of its first dispatch start and last dispatch end
+    from ``call_starts[call]``, over the calls it ran in; None for a column that never ran.
+
+    ``first`` and ``last``: [calls, compositions], each (call, composition)'s first start and last end
+    (`composition_extents`). ``member`` (`Weights.member`, [compositions, columns]) says which columns run
+    during a composition's dispatches: every section with a share in it (even of weight 0) and their parents,
+    so a fused dispatch counts for each of its sections and a parent's span covers its children's.
+    """
+    calls, (compositions, columns) = len(call_starts), member.shape
+    high, low = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    section_first = np.full((calls, columns), high, np.int64)
+    section_last = np.full((calls, columns), low, np.int64)
+    for c in range(compositions):
+        runs = member[c]
+        section_first[:, runs] = np.minimum(section_first[:, runs], first[:, c, None])
+        section_last[:, runs] = np.maximum(section_last[:, runs], last[:, c, None])
+    ran = section_first != high
+    return ([Offsets.of(section_first[ran[:, s], s] - call_starts[ran[:, s]]) for s in range(columns)],
+            [Offsets.of(section_last[ran[:, s], s] - call_starts[ran[:, s]]) for s in range(columns)])
+
+
+def slot_compositions(attribution: Attribution) -> np.ndarray:
+    """Each slot's composition index."""
+    return np.array([slot.composition for slot in attribution.slots], np.int64)
+
+
+
+def _depth_first(paths: list[SectionPath]) -> list[SectionPath]:
+    """Order paths so each parent comes right before its children (siblings keep their order)."""
+    children: dict[SectionPath, list[SectionPath]] = {}
+    for path in paths:
+        children.setdefault(path[:-1], []).append(path)
+    ordered: list[SectionPath] = []
+
+    def visit(parent: SectionPath) -> None:
+        for child in children.get(parent, []):
+            ordered.append(child)
+            visit(child)
+
+    visit(())
+    return ordered
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Total length covered by intervals ``[start, end)``."""
+    if not len(starts):
+        return 0
+    block_starts, block_ends = union_blocks(starts, ends)
+    return int((block_ends - block_starts).sum())
+

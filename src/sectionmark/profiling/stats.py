@@ -1,0 +1,203 @@
+"""The rows of a ProfileSession: per-section and per-dispatch-site statistics (profile JSON ``sections``, ``sites``),
+with the records they and the session hold (a section's traffic, the profiler's cost).
+
+Plain data, written and read by `sectionmark.serialization`; how the numbers
+are computed is in `sectionmark.profiling.section_time` and the session's
+``build``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterable, Optional
+
+import numpy as np
+
+from sectionmark.profiling.runs import RunSpread
+from sectionmark.section_path import UNMARKED, SectionPath, format_path
+from sectionmark.section_map import Binding
+from sectionmark.serialization import json_field
+
+
+@dataclass
+class CallStats:
+    """Distribution of a section's inclusive busy time over the measured calls."""
+
+    mean_ns: float
+    min_ns: float
+    max_ns: float
+    p50_ns: float
+    p95_ns: float
+
+    @classmethod
+    def of(cls, per_call: np.ndarray) -> "CallStats":
+        if not len(per_call):
+            return cls(0.0, 0.0, 0.0, 0.0, 0.0)
+        p50, p95 = np.percentile(per_call, [50, 95])
+        return cls(float(per_call.mean()), float(per_call.min()), float(per_call.max()), float(p50), float(p95))
+
+
+@dataclass
+class Offsets:
+    """Distribution over the measured calls of one time within the call (ns from the call's start)."""
+
+    min: float
+    p50: float
+    max: float
+
+    @classmethod
+    def of(cls, per_call: np.ndarray) -> Optional["Offsets"]:
+        """None when there is no call to describe (the section never ran): no made-up 0."""
+        if not len(per_call):
+            return None
+        return cls(float(per_call.min()), float(np.percentile(per_call, 50)), float(per_call.max()))
+
+
+@dataclass
+class Traffic:
+    """What dispatches moved and computed over the measured calls, from the kernel table's inputs.
+
+    Each dispatch site's bytes (its bindings' exact slices, read and written)
+    and FLOPs (the cost model's estimate) per execution, times its executions,
+    split between sections by the site's weights, like its time. Sites whose
+    slices have dynamic sizes are left out of every sum, their time included,
+    so the rates are over the time of the dispatches counted; a site the cost
+    model could not size (a copy's body) counts no FLOPs. The fields add up
+    (`total`): a component's traffic is its sections' summed.
+    """
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("bytes", "gb_per_s", "gflop_per_s", "intensity")
+
+    time_ns: float = json_field(rounded=True)  # busy time of the sites counted
+    read_bytes: float = json_field(rounded=True)
+    written_bytes: float = json_field(rounded=True)
+    flops: float = json_field(rounded=True)
+
+    @property
+    def bytes(self) -> float:
+        return self.read_bytes + self.written_bytes
+
+    @property
+    def gb_per_s(self) -> Optional[float]:
+        """Achieved bandwidth (bytes per ns = GB/s); None when no time was measured."""
+        return self.bytes / self.time_ns if self.time_ns > 0 else None
+
+    @property
+    def gflop_per_s(self) -> Optional[float]:
+        return self.flops / self.time_ns if self.time_ns > 0 else None
+
+    @property
+    def intensity(self) -> Optional[float]:
+        """Arithmetic intensity, FLOPs per byte moved; None when nothing was moved."""
+        return self.flops / self.bytes if self.bytes > 0 else None
+
+    @classmethod
+    def total(cls, parts: Iterable[Optional["Traffic"]]) -> Optional["Traffic"]:
+        """The sum of ``parts`` (None ones left out); None when all are None."""
+        known = [part for part in parts if part is not None]
+        if not known:
+            return None
+        return cls(*(sum(getattr(part, name) for part in known)
+                     for name in ("time_ns", "read_bytes", "written_bytes", "flops")))
+
+
+@dataclass
+class SectionStats:
+    """One row of the report. ``path == ()`` is the "(unmarked)" row."""
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("name", "unmarked", "dispatched")
+
+    path: SectionPath
+    busy_ns: float = json_field(rounded=True)  # inclusive: this section and its nested sections
+    exclusive_ns: float = json_field(rounded=True)  # this section alone
+    shared_ns: float = json_field(rounded=True)  # part of exclusive_ns from dispatches fused with other sections
+    wall_ns: float = json_field(rounded=True)  # inclusive part of the total wall time (apportioned like busy time)
+    exclusive_wall_ns: float = json_field(rounded=True)  # this section alone
+    calls: int  # measured calls in which the section ran
+    dispatches: int  # dispatch events touching the section (inclusive)
+    share: float  # busy_ns / total busy
+    per_call: CallStats = json_field(rounded=True)
+    # other section -> ns it took from the shared dispatches
+    shared_with: dict[SectionPath, float] = json_field(rounded=True, entries=("path", "ns"), default_factory=dict)
+    note: Optional[str] = None  # a declared section without dispatches: why it has none
+    # CPU (local-task) tile data; None when the profile records no tiles (Vulkan, Tracy) or, for
+    # utilization, the worker count is unknown. Files written before these fields read back as None.
+    cpu_ns: Optional[float] = json_field(rounded=True, default=None)  # inclusive tile time across workers
+    tiles: Optional[int] = None  # tiles of the dispatch events touching the section (inclusive, like dispatches)
+    parallelism: Optional[float] = None  # cpu_ns / busy_ns: workers busy on average; None when nothing ran
+    utilization: Optional[float] = None  # parallelism / the run's workers
+    # inclusive busy ns of each measured call (at most MAX_SAMPLES, evenly spaced: call_samples), for
+    # `sectionmark compare`; None in a file written before they were kept
+    samples: Optional[list[float]] = json_field(rounded=True, default=None)
+    # Where in the call the section runs: its first dispatch's start and its last dispatch's end, from the
+    # call's start, over the calls it ran in (section_spans); None where it never ran, or in a file written
+    # before they were kept.
+    start_ns: Optional[Offsets] = json_field(rounded=True, default=None)
+    end_ns: Optional[Offsets] = json_field(rounded=True, default=None)
+    # What the section's dispatches moved and computed (section_traffic); None where none of its dispatches has
+    # static sizes, or in a file written before it was kept.
+    traffic: Optional[Traffic] = None
+    # Bytes of the distinct tensors its dispatches touch per call (whole tensors); None when a size is dynamic.
+    working_set_bytes: Optional[int] = None
+    # Busy ns per call in each of the profile's runs, their median and its interval (sectionmark.profiling.runs);
+    # None for a profile of one run (run-to-run variation not measured) or a file written before runs existed.
+    runs: Optional[RunSpread] = None
+
+    @property
+    def name(self) -> str:
+        return format_path(self.path)
+
+    @property
+    def leaf(self) -> str:
+        """The innermost name (``MLP`` of ``Block 0 / MLP``); "(unmarked)" for the unmarked row."""
+        return self.path[-1] if self.path else UNMARKED
+
+    @property
+    def unmarked(self) -> bool:
+        return not self.path
+
+    @property
+    def depth(self) -> int:
+        return max(len(self.path) - 1, 0)
+
+    @property
+    def dispatched(self) -> bool:
+        """Whether any measured dispatch carried (part of) this section."""
+        return self.dispatches > 0
+
+
+@dataclass
+class ProfilerCost:
+    """What the profiler itself costs: the median measured call (warmup excluded) as iree-benchmark-module
+    timed each call, with the profiler on, and in an unprofiled run of the same function, inputs and calls
+    made by the same ``profile``. A profiled call records an event per dispatch: with dispatches of a few
+    hundred nanoseconds that is a visible part of the call, which the section times include."""
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("ratio",)
+
+    profiled_ns: float = json_field(rounded=True)  # per call
+    unprofiled_ns: float = json_field(rounded=True)  # per call
+
+    @property
+    def ratio(self) -> float:
+        """Profiled / unprofiled time per call (1.3: a profiled call takes 30% longer)."""
+        return self.profiled_ns / self.unprofiled_ns if self.unprofiled_ns else float("inf")
+
+
+@dataclass
+class SiteStats:
+    """One dispatch site: where a dispatch was recorded, what it ran, and what it cost."""
+
+    site: int
+    key: str
+    executable: Optional[str]
+    sections: list[tuple[SectionPath, float]] = json_field(entries=("path", "weight"))  # [((), 1.0)] when unmarked
+    workgroups: Optional[list[int]]
+    binding_bytes: Optional[int]
+    dispatches: int
+    busy_ns: float = json_field(rounded=True)
+    shared_executable: bool  # the same export function (key) also runs for another section
+    bindings: list[Binding] = json_field(default_factory=list)  # tensors read/written (from the section map)
+    flops: Optional[float] = None  # estimated FLOPs per execution (from the section map)
+    rule: Optional[str] = None  # how the map weighed its sections: "cost", "op-count" or "root"; None: not in the map
+

@@ -1,0 +1,364 @@
+"""The data flow in the imports: markers -> importers -> compiler -> runtime -> readers -> profiling -> workflows
+-> renderers.
+
+Each module of src/sectionmark belongs to one stage (docs/architecture.md);
+a module imports only its own stage, earlier stages and the shared foundation
+(errors, section_path, outputs, serialization, parameters, arguments, and the section
+map, the first data model). Both module-level imports and imports inside functions
+count: a lazy import is still a dependency; an import under ``if TYPE_CHECKING:``
+is not (it never runs). The few justified exceptions are listed below with
+their reason.
+
+Within a stage, files import one way too: no cycle of files among runtime
+imports, except the cycles listed with their reason; and no source file is
+over MAX_LINES lines (a file that long does several jobs).
+
+The runtime side must not need the compiler: `sm.load`, `sm.report` and the
+``report`` / ``tracy-stats`` commands run in subprocesses and must leave
+``iree.compiler`` out of ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGE = SRC / "sectionmark"
+
+STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "readers", "profiling", "workflows", "renderers",
+          "entry"]
+FOUNDATION = {"errors", "section_path", "outputs", "serialization", "parameters", "section_map", "lazy", "arguments"}
+PREFIX_STAGES = {
+    "markers": "markers", "importers": "importers", "locations": "importers", "compiler": "compiler",
+    "runtime": "runtime", "artifacts": "runtime", "readers": "readers", "profiling": "profiling", "tracy": "profiling",
+    "workflows": "workflows", "renderers": "renderers", "cli": "entry", "commands": "entry", "__main__": "entry",
+}
+# (importer, imported) pairs against the flow, and why they are right.
+EXCEPTIONS = {
+    # The one seam between markers and importers: a marker entered while a
+    # framework traces enters the scope that framework's importer registered;
+    # the registry imports that importer on the first section the framework
+    # traces, only once the framework itself is imported
+    # (sectionmark.markers.frameworks). The marker knows frameworks only
+    # through the registry.
+    ("sectionmark.markers.frameworks", "sectionmark.importers.torch"),
+    ("sectionmark.markers.frameworks", "sectionmark.importers.jax"),
+    # A torch export is also iree-turbine's ExportOutput, whose compile()
+    # compiles it: the drop-in keeps that method (sectionmark.importers.turbine).
+    ("sectionmark.importers.turbine", "sectionmark.compiler.pipeline"),
+    # prof.render(name) / prof.save(path) look the format up in the registry
+    # when called; no renderer module is imported by the session (checked
+    # below at run time as well).
+    ("sectionmark.profiling.session", "sectionmark.renderers"),
+    # A replay's per-function profiles render through the same registry, looked up when called.
+    ("sectionmark.workflows.replay", "sectionmark.renderers"),
+}
+# Cycles of files (runtime imports), each with why it is right. A cycle not listed fails the test.
+ALLOWED_CYCLES: dict[frozenset[str], str] = {
+    # The markers' one seam (the first exceptions above): the registry imports a framework's importer on the
+    # first section that framework traces, and the importer registers its scope in the registry when imported
+    # (importers.torch through its hooks module). The marker itself imports only the registry.
+    frozenset({"sectionmark.markers.frameworks", "sectionmark.importers.jax", "sectionmark.importers.torch",
+               "sectionmark.importers.torch.exporting", "sectionmark.importers.torch.hooks"}):
+        "framework registry <-> the importers registering in it: the registry imports one lazily, on first use",
+    # compile() takes any export form and a section slice (pipeline -> exported, slicing), a slice is cut from
+    # an export and compiled for --bench (slicing -> pipeline, exported), and a torch export is iree-turbine's
+    # ExportOutput whose compile() compiles it (turbine -> pipeline, exported -> turbine): the compiler's public
+    # entry and the export forms name each other.
+    frozenset({"sectionmark.compiler.pipeline", "sectionmark.compiler.slicing", "sectionmark.importers.exported",
+               "sectionmark.importers.turbine"}):
+        "compile() <-> the export forms it accepts, and a slice compiled for --bench",
+}
+MAX_LINES = 600
+# Source files over MAX_LINES, each with why it still is. Taken off once split (a test says so).
+OVERSIZED: dict[str, str] = {}
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    if parts == ["sectionmark"]:
+        return "entry"
+    head = parts[1]
+    if head in FOUNDATION:
+        return "foundation"
+    return PREFIX_STAGES[head]
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(SRC).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_module(name: str) -> bool:
+    """A Python file, a package, or a C extension (its source: the built file may be missing)."""
+    path = SRC / Path(*name.split("."))
+    return any(path.with_suffix(suffix).exists() for suffix in (".py", ".c")) or (path / "__init__.py").exists()
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): its body runs only under a type checker."""
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node of ``tree`` except what lies in the body of an ``if TYPE_CHECKING:`` block."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if _type_checking_only(node):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def sectionmark_imports(path: Path) -> set[str]:
+    """Every sectionmark module (file) ``path`` imports when it runs, at module level or inside functions."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("sectionmark"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("sectionmark"):
+                continue
+            # `from sectionmark.x import y` imports sectionmark.x.y when y is a module
+            found.update(f"{target}.{alias.name}" if _is_module(f"{target}.{alias.name}") else target
+                         for alias in node.names)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each sectionmark module -> the sectionmark modules it imports at run time."""
+    return {module_name(path): sectionmark_imports(path) for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The cycles of ``graph``: its strongly connected components of more than one node, or of one node that
+    imports itself (Tarjan's algorithm, iterative: an import chain may be deeper than Python's recursion)."""
+    index: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = lowest[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = lowest[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    lowest[node] = min(lowest[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                lowest[parent] = min(lowest[parent], lowest[node])
+            if lowest[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph.get(node, ()):
+                    found.append(frozenset(component))
+    return found
+
+
+def test_cycle_finder_on_a_hand_built_graph():
+    graph = {
+        "a": {"b"}, "b": {"c"}, "c": {"a", "d"},  # a -> b -> c -> a
+        "d": {"e"}, "e": set(),  # a chain below it
+        "f": {"f"},  # a module importing itself
+        "g": {"h"}, "h": {"g", "a"},  # a second cycle, reaching into the first
+        "i": {"missing"},  # an import of a module the graph does not list
+    }
+    assert sorted(map(sorted, cycles(graph))) == [["a", "b", "c"], ["f"], ["g", "h"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    chain = {str(n): {str(n + 1)} for n in range(5000)} | {"5000": {"0"}}  # deeper than the recursion limit
+    assert cycles(chain) == [frozenset(map(str, range(5001)))]
+
+
+def test_type_checking_imports_are_not_runtime_imports(tmp_path, monkeypatch):
+    package = tmp_path / "sectionmark"
+    package.mkdir()
+    for name in ("errors", "section_path", "outputs"):
+        (package / f"{name}.py").write_text("")
+    module = package / "outputs.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sectionmark import errors\n"
+                      "else:\n    from sectionmark import section_path\ndef f():\n    import sectionmark.errors as e\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    assert sectionmark_imports(module) == {"sectionmark.section_path", "sectionmark.errors"}
+    module.write_text("import typing\nif typing.TYPE_CHECKING:\n    from sectionmark import errors\n")
+    assert sectionmark_imports(module) == set()
+
+
+def test_no_cycle_of_files():
+    graph = import_graph()
+    unlisted = ["; ".join(f"{module} imports {', '.join(sorted(graph[module] & cycle))}" for module in sorted(cycle))
+                for cycle in cycles(graph) if cycle not in ALLOWED_CYCLES]
+    assert not unlisted, "import cycles (break them, or list them in ALLOWED_CYCLES with the reason):\n" + "\n".join(unlisted)
+
+
+def test_listed_cycles_still_exist():
+    """A cycle that was broken is taken off the list."""
+    assert set(ALLOWED_CYCLES) <= set(cycles(import_graph()))
+
+
+def test_no_source_file_over_the_line_limit():
+    lengths = {str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
+               for path in PACKAGE.rglob("*.py")}
+    too_long = [f"{name}: {lines} lines" for name, lines in sorted(lengths.items())
+                if lines > MAX_LINES and name not in OVERSIZED]
+    assert not too_long, f"over {MAX_LINES} lines (split by job):\n" + "\n".join(too_long)
+    assert all(lengths.get(name, 0) > MAX_LINES for name in OVERSIZED), "take split files off OVERSIZED"
+
+
+def test_every_module_belongs_to_exactly_one_stage():
+    """The stage lists name each top-level module and package of src/sectionmark once, and nothing else.
+
+    A new module must be placed in a stage on purpose (not by a default), a name
+    listed twice would have two stages, and a stale name hides nothing.
+    """
+    on_disk = {path.stem for path in PACKAGE.iterdir()
+               if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").is_file()}
+    listed = [*FOUNDATION, *PREFIX_STAGES]
+    assert sorted(name for name in set(listed) if listed.count(name) > 1) == []
+    assert sorted(on_disk - set(listed)) == [] and sorted(set(listed) - on_disk) == []
+    assert {"foundation", *PREFIX_STAGES.values()} == set(STAGES)  # every stage has a module, none is unknown
+    assert [path for path in SRC.rglob("*.py") if PACKAGE not in path.parents] == []  # nothing beside the package
+
+
+def test_imports_follow_the_data_flow():
+    against_the_flow = []
+    for importer, imported_modules in import_graph().items():
+        for imported in sorted(imported_modules):
+            if STAGES.index(stage(imported)) > STAGES.index(stage(importer)) and (importer, imported) not in EXCEPTIONS:
+                against_the_flow.append(f"{importer} ({stage(importer)}) imports {imported} ({stage(imported)})")
+    assert not against_the_flow, "\n".join(against_the_flow)
+
+
+def test_importers_reach_the_markers_only_through_the_framework_registry():
+    """The seam between markers and importers: no importer imports the marker or reads or writes its names."""
+    for path in sorted((PACKAGE / "importers").rglob("*.py")):
+        markers = {name for name in sectionmark_imports(path) if name.startswith("sectionmark.markers")}
+        assert markers <= {"sectionmark.markers.frameworks"}, f"{module_name(path)} imports {markers}"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        private = [node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                   and isinstance(node.value, ast.Name) and node.value.id == "frameworks" and node.attr.startswith("_")]
+        assert not private, f"{module_name(path)} uses the registry's private {private}"
+
+
+def test_listed_exceptions_are_still_needed():
+    """An exception nobody uses any more is taken off the list."""
+    used = {(importer, imported) for importer, imports in import_graph().items() for imported in imports}
+    assert EXCEPTIONS <= used, EXCEPTIONS - used
+
+
+def test_profiling_imports_no_renderer_module():
+    for path in (PACKAGE / "profiling").rglob("*.py"):
+        renderer_modules = {name for name in sectionmark_imports(path) if name.startswith("sectionmark.renderers.")}
+        assert not renderer_modules, f"{module_name(path)} imports {renderer_modules}"
+
+
+def _modules_loaded(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter; which sectionmark/IREE modules it loaded."""
+    script = textwrap.dedent(code) + textwrap.dedent(
+        """
+        import json, sys
+        print(json.dumps({
+            "iree.compiler": "iree.compiler" in sys.modules,
+            "renderers": sorted(m for m in sys.modules if m.startswith("sectionmark.renderers")),
+            "frameworks": sorted(m for m in ("torch", "jax") if m in sys.modules),
+        }))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_importing_sectionmark_and_the_session_loads_no_compiler_framework_or_renderer():
+    loaded = _modules_loaded("import sectionmark as sm, sectionmark.profiling; sm.section('x')")
+    assert loaded == {"iree.compiler": False, "renderers": [], "frameworks": []}
+
+
+@pytest.fixture(scope="module")
+def saved_module(tmp_path_factory):
+    """A tiny compiled module with its profile, saved as a runtime-only user receives them."""
+    from sectionmark.compiler import compile
+    from tiny_profiles import TWO_MATMULS
+
+    directory = tmp_path_factory.mktemp("runtime-only")
+    compiled = compile(TWO_MATMULS, target="llvm-cpu")
+    vmfb = directory / "model.vmfb"
+    compiled.save(vmfb)
+    profile = directory / "run.ireeprof"
+    import sectionmark as sm
+
+    sm.profile(compiled, args=_tiny_args(), iterations=2, warmup=1, keep_profile=profile, quiet=True)
+    return vmfb, profile
+
+
+def _tiny_args():
+    import numpy as np
+
+    return (np.ones((64, 64), np.float32), np.ones((64, 64), np.float32))
+
+
+def test_load_and_report_do_not_import_the_compiler(saved_module):
+    vmfb, profile = saved_module
+    loaded = _modules_loaded(
+        f"""
+        import numpy as np, sectionmark as sm
+        module = sm.load({str(vmfb)!r})
+        module.main(np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)).to_host()
+        print(sm.report({str(profile)!r}, {str(vmfb)!r}).table())
+        """
+    )
+    assert loaded["iree.compiler"] is False
+
+
+@pytest.mark.parametrize("command", ["report", "tracy-stats"])
+def test_runtime_commands_do_not_import_the_compiler(saved_module, tmp_path, command):
+    vmfb, profile = saved_module
+    if command == "report":
+        argv = ["report", str(profile), "--map", str(vmfb)]
+    else:
+        replay = tmp_path / "replay.tracy"
+        _modules_loaded(f"from sectionmark.cli import main; main(['tracy', {str(profile)!r}, '--map', "
+                        f"{str(vmfb)!r}, '-o', {str(replay)!r}])")
+        argv = ["tracy-stats", str(replay)]
+    loaded = _modules_loaded(f"from sectionmark.cli import main\nmain({argv!r})")
+    assert loaded["iree.compiler"] is False

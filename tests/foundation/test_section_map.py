@@ -1,0 +1,140 @@
+"""Reading section maps: every malformed map is one clear error, never a wrong table or a traceback."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, SectionMapError, Share
+
+
+def small_map() -> SectionMap:
+    shares = [Share(("A",), 0.75, flops=300.0, bytes=0.0), Share((), 0.25, flops=100.0, bytes=0.0)]
+    return SectionMap(
+        sections=[("A",), ("A", "B")],
+        command_buffers=[
+            CommandBuffer(0, "main", [
+                Command("dispatch", "main_dispatch_0", site=0, shares=shares, workgroups=[1, 1, 1], binding_bytes=[64, 64]),
+                Command("barrier", "barrier"),
+                Command("fill", "fill", shares=[Share(("A", "B"), 1.0)]),
+            ])
+        ],
+        sites=[DispatchSite(0, "main", shares, op_count=2, rule="cost", executable="e", key="main_dispatch_0")],
+        target="llvm-cpu",
+    )
+
+
+def test_round_trip_and_reached():
+    section_map = small_map()
+    assert SectionMap.loads(section_map.dumps()) == section_map
+    assert section_map.reached == [("A",), ("A", "B")]
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["sites"][0]["shares"][0].update(weight=float("nan")), "expected a finite number"),
+        (lambda d: d["sites"][0]["shares"][0].update(weight=-0.75), "weights must be >= 0 and sum to 1"),
+        (lambda d: d["sites"][0]["shares"][0].update(weight=0.5), "weights must be >= 0 and sum to 1"),
+        (lambda d: d["sites"][0].update(id="0"), "sites[0].id: expected an integer"),
+        (lambda d: d["sites"][0].pop("shares"), "sites[0]: missing field 'shares'"),
+        (lambda d: d["command_buffers"][0]["commands"][0].update(op="launch"), "unknown command 'launch'"),
+        (lambda d: d["command_buffers"][0]["commands"][0].update(site=7), "no dispatch site 7"),
+        (lambda d: d.update(sections=[["A"], "A"]), "sections[1]: expected a list"),
+        (lambda d: d.update(version=1), "version 1 is not supported"),
+        (lambda d: d["sites"][0]["bindings"].append(
+            {"tensor": "input0", "shape": [4], "tensor_shape": [4], "dtype": "f32", "access": "read<img src=x>",
+             "read_bytes": 16, "written_bytes": 0}), "bindings[0].access: 'read<img src=x>' is not one of"),
+        (lambda d: d["sites"][0].update(rule="<b>"), "sites[0].rule: unknown rule"),
+        (lambda d: d.update(framework="<b>"), "framework: unknown exporter"),
+        (lambda d: d["command_buffers"][0]["commands"][2]["shares"][0].update(path=["C"]),
+         "commands[2].shares[0].path: ['C'] is not one of the map's sections"),
+        (lambda d: d.update(sections=[["A"], ["A", ""]]), "sections[1]: a section path is a list of non-empty names"),
+        (lambda d: d["sites"][0].update(executable="\ud800"), "sites[0].executable: not valid Unicode"),
+        # Swapping two dispatches' shares in the commands but not in their sites: which would the table use?
+        (lambda d: d["command_buffers"][0]["commands"][0].update(shares=[{"path": ["A"], "weight": 1.0}]),
+         "commands[0].shares: not the shares of its dispatch site 0"),
+    ],
+)
+def test_malformed_maps_name_the_problem(mutate, message):
+    data = small_map().to_json()
+    mutate(data)
+    with pytest.raises(SectionMapError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        SectionMap.loads(json.dumps(data))
+
+
+def test_a_bad_map_is_the_one_error_type_of_bad_input():
+    """errors.py: SectionmarkError is what the CLI and a script catch for any bad input, a map's included."""
+    with pytest.raises(SectionmarkError, match="not a sectionmark section map"):
+        SectionMap.loads("{}")
+    with pytest.raises(SectionmarkError, match="section map version 99 is not supported"):
+        SectionMap.loads(json.dumps({**small_map().to_json(), "version": 99}))
+def test_a_map_error_is_a_sectionmark_error_and_one_cli_line(tmp_path, capsys):
+    """The one exception type the CLI prints as one line; still the ValueError callers caught before."""
+    from sectionmark.cli import main
+
+    path = tmp_path / "old.sections.json"
+    path.write_text('{"version": 1, "sections": []}')
+    for caught in (SectionMapError, SectionmarkError, ValueError):
+        with pytest.raises(caught, match="^section map version 1 is not supported"):
+            SectionMap.load(path)
+    profile = tmp_path / "run.ireeprof"
+    profile.write_bytes(b"not read: the map is refused first")
+    assert main(["report", str(profile), "--map", str(path)]) == 1
+    assert capsys.readouterr().err == (f"sectionmark: error: {path}: section map version 1 is not supported "
+                                       "(expected 2); recompile the model with this version of sectionmark\n")
+
+
+def test_non_json_non_utf8_and_deep_nesting(tmp_path):
+    path = tmp_path / "m.sections.json"
+    path.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(SectionMapError, match="not UTF-8"):
+        SectionMap.load(path)
+    with pytest.raises(SectionMapError, match="not valid JSON"):
+        SectionMap.loads("[" * 100_000)
+
+
+def _mutations(data):
+    """Every place in the document, paired with replacement values of other types."""
+    places = []
+
+    def visit(node, path):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                places.append(path + [key])
+                visit(value, path + [key])
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                places.append(path + [index])
+                visit(value, path + [index])
+
+    visit(data, [])
+    return places
+
+
+_VALUES = st.sampled_from([None, True, 0, -1, 1.5, float("inf"), "", "x", [], {}, [[]], {"path": []}])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_mutant_loads_exactly_or_fails_with_one_error(data):
+    original = small_map().to_json()
+    document = copy.deepcopy(original)
+    place = data.draw(st.sampled_from(_mutations(document)))
+    value = data.draw(_VALUES)
+    parent = document
+    for key in place[:-1]:
+        parent = parent[key]
+    parent[place[-1]] = value
+    try:
+        loaded = SectionMap.loads(json.dumps(document))
+    except SectionMapError as error:
+        assert "\n" not in str(error)
+        return
+    # Accepted: it must mean exactly what it says (the same document back).
+    assert loaded.to_json() == json.loads(json.dumps(document)) or loaded.to_json() == original

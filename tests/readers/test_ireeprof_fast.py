@@ -1,0 +1,378 @@
+"""The fast paths of reading and attributing a profile give exactly what the plain ways give.
+
+The C extension (``sectionmark.readers._ireeprof``) and its numpy fallback
+read a real profile into identical tables and refuse each corrupt file of
+tests/readers/test_readers.py with the same line; each numpy shortcut equals the
+straightforward numpy it replaces, on random data shaped like profiles.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections import Counter
+
+import numpy as np
+import pytest
+from test_readers import BUNDLE_CASES, DISPATCH, event_offsets, field_of
+from test_session import synthetic
+from tiny_profiles import hand_map
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling import queue_time
+from sectionmark.profiling.attribute import _attributed_events, attribute
+from sectionmark.profiling.section_time import event_sums, union_length, wall_parts
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.readers import arrays, bundle_records, checks, event_model, ireeprof_bundle
+from sectionmark.readers.event_model import DISPATCH_DTYPE
+from sectionmark.readers.ireeprof import read_profile
+
+SEEDS = range(8)
+
+
+def read_both(path, monkeypatch) -> tuple:
+    """What the reader gives with the C extension and without it (each: a Profile, or the error's line)."""
+
+    def read():
+        try:
+            return read_profile(path, reader="bundle")
+        except SectionmarkError as error:
+            return str(error)
+
+    with_c = read()
+    monkeypatch.setattr(event_model, "_native", None)
+    return with_c, read()
+
+
+def assert_same_profile(first: event_model.Profile, second: event_model.Profile) -> None:
+    for name in ("dispatches", "submissions", "queue_ops", "memory"):
+        a, b = getattr(first, name), getattr(second, name)
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+    for name in ("keys", "command_buffers", "exports", "provenance"):
+        assert getattr(first, name) == getattr(second, name), name
+
+
+def test_c_extension_is_built():
+    assert event_model._native is not None
+
+
+def test_c_and_numpy_read_a_profile_alike(plain_run, monkeypatch):
+    native = event_model._native
+    with_c, without = read_both(plain_run[1], monkeypatch)  # leaves the extension switched off
+    assert_same_profile(with_c, without)
+    assert len(with_c.dispatches) and len(with_c.submissions) and len(with_c.queue_ops) and len(with_c.memory)
+
+    def session(profile: event_model.Profile) -> dict:
+        return ProfileSession.build(attribute(profile, hand_map(), calls=11, warmup=3), hand_map()).to_json()
+
+    numpy_session = session(without)
+    monkeypatch.setattr(event_model, "_native", native)
+    assert session(with_c) == numpy_session
+
+
+@pytest.mark.parametrize("case", sorted(BUNDLE_CASES))
+def test_c_and_numpy_refuse_corrupt_bundles_alike(plain_run, tmp_path, monkeypatch, case):
+    edit, _message = BUNDLE_CASES[case]
+    path = tmp_path / "bad.ireeprof"
+    path.write_bytes(edit(plain_run[1].read_bytes()))
+    with_c, without = read_both(path, monkeypatch)
+    if isinstance(with_c, str):
+        assert with_c == without
+    else:
+        assert_same_profile(with_c, without)
+
+
+def test_dispatches_written_out_of_order_are_sorted_alike(plain_run, tmp_path, monkeypatch):
+    with_c, without = read_both(swapped_dispatches(plain_run, tmp_path), monkeypatch)
+    assert_same_profile(with_c, without)
+    submission, start = with_c.dispatches["submission"], with_c.dispatches["start_ns"]
+    assert ((submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))).all()
+
+
+def swapped_dispatches(plain_run, tmp_path) -> "Path":
+    """The profile with two dispatches of one submission written in the other order."""
+    blob = bytearray(plain_run[1].read_bytes())
+    offsets = event_offsets(bytes(blob), DISPATCH)
+    first, second = next((a, b) for a, b in zip(offsets, offsets[1:])
+                         if field_of(blob, a, "submission_id") == field_of(blob, b, "submission_id"))
+    size = ireeprof_bundle._HOST_EVENT.itemsize
+    blob[first:first + size], blob[second:second + size] = blob[second:second + size], blob[first:first + size]
+    path = tmp_path / "swapped.ireeprof"
+    path.write_bytes(bytes(blob))
+    return path
+
+
+def read_in_windows(path, monkeypatch, window: int) -> tuple:
+    """`read_both` with the host and memory events read ``window`` at a time and the record headers walked
+    ``window`` x 100 bytes at a time (the C extension switched on again after)."""
+    native = event_model._native
+    monkeypatch.setattr(ireeprof_bundle, "HOST_EVENTS_WINDOW", window)
+    monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", window * 100)
+    both = read_both(path, monkeypatch)
+    monkeypatch.setattr(event_model, "_native", native)
+    return both
+
+
+@pytest.mark.parametrize("window", [1, 2, 7, 64])
+@pytest.mark.parametrize("case", ["real", "swapped", *sorted(BUNDLE_CASES)])
+def test_reading_host_events_in_windows_gives_what_one_pass_gives(plain_run, tmp_path, monkeypatch, case, window):
+    """Every window size, C and numpy: the same tables and order flags, or the same error line, as one window."""
+    if case == "real":
+        path = plain_run[1]
+    elif case == "swapped":
+        path = swapped_dispatches(plain_run, tmp_path)
+    else:
+        path = tmp_path / "bad.ireeprof"
+        path.write_bytes(BUNDLE_CASES[case][0](plain_run[1].read_bytes()))
+    whole = read_in_windows(path, monkeypatch, 1 << 30)
+    for one_pass, windowed in zip(whole, read_in_windows(path, monkeypatch, window)):
+        if isinstance(one_pass, str):
+            assert windowed == one_pass
+        else:
+            assert_same_profile(windowed, one_pass)
+
+
+@pytest.mark.parametrize("window", [120, 500, 1 << 12])
+@pytest.mark.parametrize("cut", [0, 1, 50, 103, 104, 200])
+def test_walking_the_records_in_windows_gives_what_one_walk_gives(plain_run, monkeypatch, window, cut):
+    """Windows smaller than one record, about one record and a few pages, on whole and truncated files."""
+    blob = plain_run[1].read_bytes()
+    data = np.frombuffer(blob[: len(blob) - cut], np.uint8)
+    mapped = mmap.mmap(-1, max(len(data), 1))  # release_pages gives its pages back: harmless on an anonymous map
+    for native in (event_model._native, None):
+        monkeypatch.setattr(event_model, "_native", native)
+        whole = ireeprof_bundle._record_table(data, 24, len(data))
+        monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", window)
+        windowed = ireeprof_bundle._walk_records(mapped, data, 24, len(data))
+        monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", 1 << 30)
+        assert [part.tolist() for part in windowed] == [part.tolist() for part in whole]
+
+
+@pytest.mark.parametrize("cut", [1, 50, 103, 104, 200])
+def test_c_and_python_walk_truncated_records_alike(plain_run, monkeypatch, cut):
+    blob = plain_run[1].read_bytes()
+    data = np.frombuffer(blob[: len(blob) - cut], np.uint8)
+    with_c = ireeprof_bundle._record_table(data, 24, len(data))
+    monkeypatch.setattr(event_model, "_native", None)
+    without = ireeprof_bundle._record_table(data, 24, len(data))
+    assert [part.tolist() for part in with_c] == [part.tolist() for part in without]
+    assert (with_c[2] >= 0).sum() > 3  # the chunks' content types are recognised
+
+
+def grouped_times(rng: np.random.Generator, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """(group id, time) rows grouped by nondecreasing group id, times mostly increasing, some ties and swaps."""
+    sizes = rng.integers(1, 6, groups)
+    group = np.repeat(np.sort(rng.choice(10 * groups, groups, replace=False)), sizes).astype(np.uint64)
+    time = np.cumsum(rng.integers(0, 3, len(group))).astype(np.int64)
+    swaps = rng.choice(len(time) - 1, len(time) // 10, replace=False)
+    time[swaps], time[swaps + 1] = time[swaps + 1], time[swaps].copy()
+    return group, time
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_record_positions_of_any_window_are_those_of_every_record_in_file_order(seed):
+    rng = np.random.default_rng(seed)
+    itemsize = 152
+    counts = rng.integers(0, 4, 40)  # empty chunks too, first and last among them
+    counts[0] = counts[-1] = 0
+    starts = np.cumsum(rng.integers(200, 900, len(counts)) + counts * itemsize).astype(np.int64)
+    no_ordinals = np.zeros(len(counts), np.uint32)
+    chunks = bundle_records.Chunks(starts, counts.astype(np.int64) * itemsize, no_ordinals, no_ordinals)
+    every = [start + k * itemsize for start, count in zip(starts.tolist(), counts.tolist()) for k in range(count)]
+    positions = bundle_records.RecordPositions(chunks, itemsize)
+    assert len(positions) == len(every) and positions[:].tolist() == every
+    for begin, size in zip(rng.integers(0, len(every), 10).tolist(), rng.integers(1, 9, 10).tolist()):
+        assert positions[begin : begin + size].tolist() == every[begin : begin + size]
+    picked = sorted(rng.choice(len(every), 5, replace=False).tolist())
+    assert positions[picked].tolist() == [every[index] for index in picked]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_distinct_and_run_lookup_are_unique_and_searchsorted(seed):
+    rng = np.random.default_rng(seed)
+    group, time = grouped_times(rng, 200)
+    assert np.array_equal(arrays.distinct(time), np.unique(time))
+    ids = np.unique(group[rng.random(len(group)) < 0.7])
+    runs = np.repeat(group, 8)
+    for values in (runs, runs[::-1], rng.permutation(group)):  # long runs (sorted or not), and short ones
+        assert np.array_equal(arrays.searchsorted_runs(ids, values), np.searchsorted(ids, values))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_dispatch_order_is_lexsorts(seed):
+    rng = np.random.default_rng(seed)
+    group, time = grouped_times(rng, 300)
+    dispatches = np.zeros(len(group), DISPATCH_DTYPE)
+    dispatches["submission"], dispatches["start_ns"] = group, time
+    dispatches["command_index"] = np.arange(len(group))  # tells tied rows apart
+    shuffled = dispatches[rng.permutation(len(group))]
+    for table in (dispatches, shuffled):  # grouped by submission (sorted locally) and not (lexsort)
+        expected = table[np.lexsort((table["start_ns"], table["submission"]))]
+        assert checks._by_submission_and_start(table.copy()).tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_dispatch_of_one_command_twice_is_found_by_counting_and_by_sorting(seed):
+    rng = np.random.default_rng(seed)
+    ids = np.sort(rng.choice(1000, 50, replace=False)).astype(np.uint64)
+    rank = np.sort(rng.integers(0, len(ids), 400))
+    index = rng.integers(0, 40, len(rank))
+    for scale in (1, 10**6):  # a small (submission, index) table: counted; a huge one: sorted
+        pairs = Counter(zip(ids[rank].tolist(), (index * scale).tolist()))
+        assert checks._duplicate_command(ids, rank, index * scale) == min(p for p, n in pairs.items() if n > 1)
+        _, first = np.unique(rank * 40 + index, return_index=True)
+        assert checks._duplicate_command(ids, rank[first], index[first] * scale) is None
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_window_lookup_and_reductions_match_searchsorted_and_ufunc_at(seed):
+    rng = np.random.default_rng(seed)
+    edges = np.sort(rng.choice(10_000, 40, replace=False))
+    starts, ends = edges[0::2], edges[1::2]
+    times = np.sort(rng.integers(-100, 10_100, 500))  # sorted: the linear lookup
+    expected = np.searchsorted(starts, times, side="right") - 1
+    expected = np.where((expected >= 0) & (times < ends[np.maximum(expected, 0)]), expected, -1)
+    assert np.array_equal(queue_time._window_of(times, starts, ends), expected)
+    groups, values = rng.integers(0, 20, 300), rng.integers(-1000, 1000, 300)
+    for ufunc in (np.minimum, np.maximum):
+        mine = rng.integers(-500, 500, 25)
+        theirs = mine.copy()
+        queue_time._reduce_at(ufunc, mine, groups, values)
+        ufunc.at(theirs, groups, values)
+        assert np.array_equal(mine, theirs)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_intervals_in_order_give_what_the_general_sweeps_give(seed):
+    rng = np.random.default_rng(seed)
+    bounds = np.cumsum(rng.integers(0, 1000, 400)) + 10**12
+    starts, ends = bounds[0::2], bounds[1::2]  # in order, touching at most: the shortcuts
+    backwards = starts[::-1], ends[::-1]  # not in order: the general sweeps
+    assert wall_parts(starts, ends).tobytes() == wall_parts(*backwards)[::-1].tobytes()
+    assert union_length(starts, ends) == union_length(*backwards)
+    edges = np.sort(rng.choice(np.arange(bounds[0] - 500, bounds[-1] + 500), 20, replace=False))
+    windows = edges[0::2], edges[1::2]
+    apart = starts[1:] > ends[:-1]  # the window shortcut needs gaps: touching intervals form one block
+    apart_starts, apart_ends = starts[np.append(True, apart)], ends[np.append(True, apart)]
+    assert np.array_equal(queue_time.union_by_window(apart_starts, apart_ends, *windows),
+                          queue_time.union_by_window(apart_starts[::-1], apart_ends[::-1], *windows))
+
+
+def synthetic_run(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[int]]]:
+    """(dispatches, submissions, buffer ids, timed command indices per buffer) of a well-formed run: every
+    submission executes one of three buffers and has one event per timed command, in start order."""
+    buffer_ids = np.array([5, 9, 20], np.uint64)
+    timed = [[0, 1, 2], [1, 3, 5, 7], [0]]
+    ids = np.sort(rng.choice(10_000, 40, replace=False)).astype(np.uint64)
+    submissions = np.zeros(len(ids), event_model.SUBMISSION_DTYPE)
+    submissions["submission"], submissions["command_buffer"] = ids, buffer_ids[rng.integers(0, 3, len(ids))]
+    submissions["start_ns"] = np.arange(len(ids)) * 1000
+    submissions["end_ns"] = submissions["start_ns"] + 900
+    rows = []
+    for execution in submissions:
+        indices = timed[int(np.searchsorted(buffer_ids, execution["command_buffer"]))]
+        for order, index in enumerate(indices):
+            start = int(execution["start_ns"]) + 10 * order
+            rows.append((execution["submission"], execution["command_buffer"], index, index % 2, 0, 0, start,
+                         start + 5, 5, 1))
+    return np.array(rows, DISPATCH_DTYPE), submissions, buffer_ids, timed
+
+
+CORRUPTIONS = {
+    "none": lambda d, rng: None,
+    "missing event": lambda d, rng: d.__setitem__("command_index", np.where(np.arange(len(d)) == 7, 99, d["command_index"])),
+    "duplicate index": lambda d, rng: d["command_index"].__setitem__(slice(8, 10), d["command_index"][8]),
+    "orphan": lambda d, rng: d["submission"].__setitem__(slice(len(d) - 1, None), 10**6),
+    "other buffer": lambda d, rng: d["command_buffer"].__setitem__(3, 9 if d["command_buffer"][3] != 9 else 5),
+    "outside": lambda d, rng: d["end_ns"].__setitem__(11, d["end_ns"][11] + 10**4),
+    "huge command index": lambda d, rng: d["command_index"].__setitem__(slice(4, 6), 1 << 30),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_c_and_numpy_link_checks_agree(seed, corruption, monkeypatch):
+    rng = np.random.default_rng(seed)
+    dispatches, submissions, buffer_ids, timed = synthetic_run(rng)
+    CORRUPTIONS[corruption](dispatches, rng)
+    results = []
+    for switched_off in (False, True):
+        if switched_off:
+            monkeypatch.setattr(event_model, "_native", None)
+        failures = checks._link_failures(dispatches, submissions, buffer_ids, timed)
+        results.append({**vars(failures), "found": failures.found.tolist()})
+    assert results[0] == results[1]
+    if corruption == "none":
+        assert results[0]["short"] == results[0]["orphan"] == results[0]["outside"] == -1
+    else:
+        assert any(value not in (-1, None) for name, value in results[0].items() if name != "found")
+
+
+@pytest.mark.parametrize("corruption", ["none", "orphan", "missing event", "other buffer"])
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_c_and_numpy_attribute_events_alike(corruption, warmup, monkeypatch):
+    rng = np.random.default_rng(1)
+    dispatches, submissions, buffer_ids, timed = synthetic_run(rng)
+    CORRUPTIONS[corruption](dispatches, rng)
+    # slots: command i of buffer b is slot 10 * b + i (-1 for the untimed ones), keyed i % 2
+    bases = np.array([0, 3, 11, 12], np.int64)
+    flat = np.full(12, -1, np.int32)
+    for position, indices in enumerate(timed):
+        flat[bases[position] + np.array(indices)] = 10 * position + np.array(indices)
+    slot_keys = np.arange(30, dtype=np.int64) % 2
+    calls = np.arange(len(submissions)) // 4
+    results = []
+    for switched_off in (False, True):
+        if switched_off:
+            monkeypatch.setattr(event_model, "_native", None)
+        (slot, call), failures = _attributed_events(dispatches, buffer_ids, bases, flat, slot_keys,
+                                                    submissions["submission"], calls, warmup)
+        results.append((slot.dtype, call.dtype, slot.tobytes(), call.tobytes(), vars(failures)))
+    assert results[0] == results[1]
+    failures = results[0][-1]
+    assert (failures["unplaced"] >= 0) == (corruption == "missing event")
+    assert (failures["orphan"] >= 0) == (corruption == "orphan")
+    measured = np.searchsorted(submissions["submission"], dispatches["submission"]) >= 4 * warmup
+    assert corruption == "orphan" or (failures["measured"], failures["first_measured"]) == (
+        measured.sum(), np.argmax(measured))
+    assert np.array_equal(call >= 0, measured) or corruption == "orphan"
+    placed = slot >= 0
+    assert np.array_equal(slot[placed], (10 * np.searchsorted(buffer_ids, dispatches["command_buffer"])
+                                         + dispatches["command_index"])[placed])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("with_tiles", [True, False])
+def test_c_and_numpy_event_sums_alike(seed, with_tiles, monkeypatch):
+    """Sums, tiles and each (call, composition)'s first start and last end, over overlapping events of calls that
+    skip compositions and calls past the count (summed into the last)."""
+    rng = np.random.default_rng(seed)
+    count = 300
+    starts = np.sort(rng.integers(0, 10**6, count))
+    parts = [((("A",), 1.0),), ((("A",), 0.5), (("B",), 0.5)), ((("B",), 1.0),), (((), 1.0),)]
+    events = [(int(start), int(start + rng.integers(0, 5000)), parts[rng.integers(0, 3)]) for start in starts]
+    tiles = [(int(ns), int(n)) for ns, n in zip(rng.integers(0, 10**4, count), rng.integers(0, 9, count))]
+    attribution, _map = synthetic(events, calls=6, call_of=np.sort(rng.integers(0, 8, count)).tolist(),
+                                  tiles=tiles if with_tiles else None)
+    results = []
+    for switched_off in (False, True):
+        if switched_off:
+            monkeypatch.setattr(event_model, "_native", None)
+        sums = vars(event_sums(attribution))
+        tile_sums = sums.pop("tiles")
+        results.append(({name: value.tobytes() if isinstance(value, np.ndarray) else value
+                         for name, value in sums.items()},
+                        tile_sums and (tile_sums.cpu.tobytes(), tile_sums.tiles.tobytes(), tile_sums.total_ns,
+                                       tile_sums.total_tiles)))
+    assert results[0] == results[1]
+    assert (results[0][1] is None) == (not with_tiles)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_c_and_numpy_union_by_window_alike(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 10_000, 300))
+    ends = starts + rng.integers(0, 200, len(starts))  # overlapping, touching and apart
+    edges = np.sort(rng.choice(np.arange(-500, 10_500), 20, replace=False))
+    with_c = queue_time.union_by_window(starts, ends, edges[0::2], edges[1::2])
+    monkeypatch.setattr(event_model, "_native", None)
+    assert with_c.tolist() == queue_time.union_by_window(starts, ends, edges[0::2], edges[1::2]).tolist()
