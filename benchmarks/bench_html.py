@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Slot
+from sectionmark.profiling.attribute import Attribution, Slot
+from sectionmark.readers.event_model import DISPATCH_DTYPE
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import html
 from sectionmark.section_map import Binding, Command, CommandBuffer, DispatchSite, SectionMap, Share
@@ -67,12 +68,11 @@ def big_profile(sites: int, calls: int) -> tuple[Attribution, SectionMap]:
     durations = rng.integers(200, 600, size=(calls, sites))
     gaps = rng.integers(20, 60, size=(calls, sites))
     ends = np.cumsum(durations + gaps, axis=None).reshape(calls, sites)
-    events = np.zeros(calls * sites, ATTRIBUTED_DTYPE)
+    events = np.zeros(calls * sites, DISPATCH_DTYPE)
     events["end_ns"] = ends.ravel()
     events["start_ns"] = (ends - durations).ravel()
-    events["slot"] = np.tile(np.arange(sites), calls)
-    events["call"] = np.repeat(np.arange(calls), sites)
-    attribution = Attribution(events=events, slots=slots, compositions=compositions, calls=calls, warmup=0,
+    attribution = Attribution(events=events, event_slots=np.tile(np.arange(sites, dtype=np.int32), calls),
+                              event_calls=np.repeat(np.arange(calls, dtype=np.int32), sites), slots=slots, compositions=compositions, calls=calls, warmup=0,
                               calls_known=True, keys=[command.key for command in commands], buffer_matches={0: 0})
     return attribution, section_map
 

@@ -23,7 +23,7 @@ from invariants import assert_profile_invariants
 from sectionmark import renderers
 from sectionmark.errors import SectionmarkError
 from sectionmark.section_path import SectionPath
-from sectionmark.profiling.attribute import ATTRIBUTED_DTYPE, Attribution, Composition, Slot
+from sectionmark.profiling.attribute import Attribution, Composition, Slot
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.profiling.section_time import (
     CompositionSums,
@@ -38,7 +38,7 @@ from sectionmark.profiling.section_time import (
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import Offsets
 from sectionmark.readers import event_model
-from sectionmark.readers.event_model import EVENT_EXECUTE
+from sectionmark.readers.event_model import DISPATCH_DTYPE, EVENT_EXECUTE
 from sectionmark.renderers import RENDERERS
 from sectionmark.renderers.table import build_sites_table
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
@@ -79,15 +79,16 @@ def synthetic(
     section_map = SectionMap(sections=list(declared), sites=sites,
                              command_buffers=[CommandBuffer(index=0, function="main", commands=commands)])
     slots = [Slot(buffer=0, position=index, command=command, composition=index) for index, command in enumerate(commands)]
-    array = np.zeros(len(events), ATTRIBUTED_DTYPE)
+    array = np.zeros(len(events), DISPATCH_DTYPE)
     array["start_ns"] = [start for start, _e, _p in events]
     array["end_ns"] = [end for _s, end, _p in events]
-    array["slot"] = [compositions.index(parts) for _s, _e, parts in events]
-    array["call"] = call_of if call_of is not None else [0] * len(events)
     if tiles is not None:
         array["tile_ns"], array["tile_count"] = [ns for ns, _n in tiles], [count for _ns, count in tiles]
-    attribution = Attribution(events=array, slots=slots, compositions=compositions, calls=calls, warmup=0,
-                              calls_known=True, keys=[c.key for c in commands],
+    event_slots = np.array([compositions.index(parts) for _s, _e, parts in events], np.int32)
+    event_calls = np.array(call_of if call_of is not None else [0] * len(events), np.int32)
+    attribution = Attribution(events=array, event_slots=event_slots, event_calls=event_calls, slots=slots,
+                              compositions=compositions, calls=calls, warmup=0, calls_known=True,
+                              keys=[c.key for c in commands],
                               buffer_matches={7: 0})  # some runtime buffer id ran static buffer 0 (function main)
     return attribution, section_map
 

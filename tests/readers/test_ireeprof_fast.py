@@ -8,19 +8,21 @@ straightforward numpy it replaces, on random data shaped like profiles.
 
 from __future__ import annotations
 
+import mmap
 from collections import Counter
 
 import numpy as np
 import pytest
 from test_readers import BUNDLE_CASES, DISPATCH, event_offsets, field_of
+from test_session import synthetic
 from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import queue_time
 from sectionmark.profiling.attribute import _attributed_events, attribute
-from sectionmark.profiling.section_time import union_length, wall_parts
+from sectionmark.profiling.section_time import event_sums, union_length, wall_parts
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.readers import arrays, checks, event_model, ireeprof_bundle
+from sectionmark.readers import arrays, bundle_records, checks, event_model, ireeprof_bundle
 from sectionmark.readers.event_model import DISPATCH_DTYPE
 from sectionmark.readers.ireeprof import read_profile
 
@@ -80,6 +82,14 @@ def test_c_and_numpy_refuse_corrupt_bundles_alike(plain_run, tmp_path, monkeypat
 
 
 def test_dispatches_written_out_of_order_are_sorted_alike(plain_run, tmp_path, monkeypatch):
+    with_c, without = read_both(swapped_dispatches(plain_run, tmp_path), monkeypatch)
+    assert_same_profile(with_c, without)
+    submission, start = with_c.dispatches["submission"], with_c.dispatches["start_ns"]
+    assert ((submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))).all()
+
+
+def swapped_dispatches(plain_run, tmp_path) -> "Path":
+    """The profile with two dispatches of one submission written in the other order."""
     blob = bytearray(plain_run[1].read_bytes())
     offsets = event_offsets(bytes(blob), DISPATCH)
     first, second = next((a, b) for a, b in zip(offsets, offsets[1:])
@@ -88,10 +98,53 @@ def test_dispatches_written_out_of_order_are_sorted_alike(plain_run, tmp_path, m
     blob[first:first + size], blob[second:second + size] = blob[second:second + size], blob[first:first + size]
     path = tmp_path / "swapped.ireeprof"
     path.write_bytes(bytes(blob))
-    with_c, without = read_both(path, monkeypatch)
-    assert_same_profile(with_c, without)
-    submission, start = with_c.dispatches["submission"], with_c.dispatches["start_ns"]
-    assert ((submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))).all()
+    return path
+
+
+def read_in_windows(path, monkeypatch, window: int) -> tuple:
+    """`read_both` with the host and memory events read ``window`` at a time and the record headers walked
+    ``window`` x 100 bytes at a time (the C extension switched on again after)."""
+    native = event_model._native
+    monkeypatch.setattr(ireeprof_bundle, "HOST_EVENTS_WINDOW", window)
+    monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", window * 100)
+    both = read_both(path, monkeypatch)
+    monkeypatch.setattr(event_model, "_native", native)
+    return both
+
+
+@pytest.mark.parametrize("window", [1, 2, 7, 64])
+@pytest.mark.parametrize("case", ["real", "swapped", *sorted(BUNDLE_CASES)])
+def test_reading_host_events_in_windows_gives_what_one_pass_gives(plain_run, tmp_path, monkeypatch, case, window):
+    """Every window size, C and numpy: the same tables and order flags, or the same error line, as one window."""
+    if case == "real":
+        path = plain_run[1]
+    elif case == "swapped":
+        path = swapped_dispatches(plain_run, tmp_path)
+    else:
+        path = tmp_path / "bad.ireeprof"
+        path.write_bytes(BUNDLE_CASES[case][0](plain_run[1].read_bytes()))
+    whole = read_in_windows(path, monkeypatch, 1 << 30)
+    for one_pass, windowed in zip(whole, read_in_windows(path, monkeypatch, window)):
+        if isinstance(one_pass, str):
+            assert windowed == one_pass
+        else:
+            assert_same_profile(windowed, one_pass)
+
+
+@pytest.mark.parametrize("window", [120, 500, 1 << 12])
+@pytest.mark.parametrize("cut", [0, 1, 50, 103, 104, 200])
+def test_walking_the_records_in_windows_gives_what_one_walk_gives(plain_run, monkeypatch, window, cut):
+    """Windows smaller than one record, about one record and a few pages, on whole and truncated files."""
+    blob = plain_run[1].read_bytes()
+    data = np.frombuffer(blob[: len(blob) - cut], np.uint8)
+    mapped = mmap.mmap(-1, max(len(data), 1))  # release_pages gives its pages back: harmless on an anonymous map
+    for native in (event_model._native, None):
+        monkeypatch.setattr(event_model, "_native", native)
+        whole = ireeprof_bundle._record_table(data, 24, len(data))
+        monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", window)
+        windowed = ireeprof_bundle._walk_records(mapped, data, 24, len(data))
+        monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", 1 << 30)
+        assert [part.tolist() for part in windowed] == [part.tolist() for part in whole]
 
 
 @pytest.mark.parametrize("cut", [1, 50, 103, 104, 200])
@@ -113,6 +166,24 @@ def grouped_times(rng: np.random.Generator, groups: int) -> tuple[np.ndarray, np
     swaps = rng.choice(len(time) - 1, len(time) // 10, replace=False)
     time[swaps], time[swaps + 1] = time[swaps + 1], time[swaps].copy()
     return group, time
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_record_positions_of_any_window_are_those_of_every_record_in_file_order(seed):
+    rng = np.random.default_rng(seed)
+    itemsize = 152
+    counts = rng.integers(0, 4, 40)  # empty chunks too, first and last among them
+    counts[0] = counts[-1] = 0
+    starts = np.cumsum(rng.integers(200, 900, len(counts)) + counts * itemsize).astype(np.int64)
+    no_ordinals = np.zeros(len(counts), np.uint32)
+    chunks = bundle_records.Chunks(starts, counts.astype(np.int64) * itemsize, no_ordinals, no_ordinals)
+    every = [start + k * itemsize for start, count in zip(starts.tolist(), counts.tolist()) for k in range(count)]
+    positions = bundle_records.RecordPositions(chunks, itemsize)
+    assert len(positions) == len(every) and positions[:].tolist() == every
+    for begin, size in zip(rng.integers(0, len(every), 10).tolist(), rng.integers(1, 9, 10).tolist()):
+        assert positions[begin : begin + size].tolist() == every[begin : begin + size]
+    picked = sorted(rng.choice(len(every), 5, replace=False).tolist())
+    assert positions[picked].tolist() == [every[index] for index in picked]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -253,14 +324,47 @@ def test_c_and_numpy_attribute_events_alike(corruption, warmup, monkeypatch):
     for switched_off in (False, True):
         if switched_off:
             monkeypatch.setattr(event_model, "_native", None)
-        events, failures = _attributed_events(dispatches, buffer_ids, bases, flat, slot_keys,
-                                              submissions["submission"], calls, warmup)
-        results.append((events.tobytes(), vars(failures)))
+        (slot, call), failures = _attributed_events(dispatches, buffer_ids, bases, flat, slot_keys,
+                                                    submissions["submission"], calls, warmup)
+        results.append((slot.dtype, call.dtype, slot.tobytes(), call.tobytes(), vars(failures)))
     assert results[0] == results[1]
-    assert (results[0][1]["unplaced"] >= 0) == (corruption == "missing event")
-    assert (results[0][1]["orphan"] >= 0) == (corruption == "orphan")
+    failures = results[0][-1]
+    assert (failures["unplaced"] >= 0) == (corruption == "missing event")
+    assert (failures["orphan"] >= 0) == (corruption == "orphan")
     measured = np.searchsorted(submissions["submission"], dispatches["submission"]) >= 4 * warmup
-    assert corruption == "orphan" or len(events) == measured.sum()
+    assert corruption == "orphan" or (failures["measured"], failures["first_measured"]) == (
+        measured.sum(), np.argmax(measured))
+    assert np.array_equal(call >= 0, measured) or corruption == "orphan"
+    placed = slot >= 0
+    assert np.array_equal(slot[placed], (10 * np.searchsorted(buffer_ids, dispatches["command_buffer"])
+                                         + dispatches["command_index"])[placed])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("with_tiles", [True, False])
+def test_c_and_numpy_event_sums_alike(seed, with_tiles, monkeypatch):
+    """Sums, tiles and each (call, composition)'s first start and last end, over overlapping events of calls that
+    skip compositions and calls past the count (summed into the last)."""
+    rng = np.random.default_rng(seed)
+    count = 300
+    starts = np.sort(rng.integers(0, 10**6, count))
+    parts = [((("A",), 1.0),), ((("A",), 0.5), (("B",), 0.5)), ((("B",), 1.0),), (((), 1.0),)]
+    events = [(int(start), int(start + rng.integers(0, 5000)), parts[rng.integers(0, 3)]) for start in starts]
+    tiles = [(int(ns), int(n)) for ns, n in zip(rng.integers(0, 10**4, count), rng.integers(0, 9, count))]
+    attribution, _map = synthetic(events, calls=6, call_of=np.sort(rng.integers(0, 8, count)).tolist(),
+                                  tiles=tiles if with_tiles else None)
+    results = []
+    for switched_off in (False, True):
+        if switched_off:
+            monkeypatch.setattr(event_model, "_native", None)
+        sums = vars(event_sums(attribution))
+        tile_sums = sums.pop("tiles")
+        results.append(({name: value.tobytes() if isinstance(value, np.ndarray) else value
+                         for name, value in sums.items()},
+                        tile_sums and (tile_sums.cpu.tobytes(), tile_sums.tiles.tobytes(), tile_sums.total_ns,
+                                       tile_sums.total_tiles)))
+    assert results[0] == results[1]
+    assert (results[0][1] is None) == (not with_tiles)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -247,7 +247,23 @@ def with_odd_submission(profile: Profile, position: int) -> Profile:
 def test_calls_are_the_repeating_submissions(real_profile):
     attribution = attribute(real_profile, hand_map(), warmup=3)
     assert (attribution.calls, attribution.warmup, attribution.calls_known) == (8, 3, True)
-    assert sorted(set(attribution.events["call"].tolist())) == list(range(8))
+    assert sorted(set(attribution.event_calls.tolist())) == list(range(8))
+
+
+def test_attribution_keeps_the_profiles_dispatch_rows_of_the_measured_calls_without_copying_them(real_profile):
+    """The measured calls' events are the profile's rows after the warmup's (a view: no second table of rows),
+    each with its slot and call; `select` keeps the three together."""
+    attribution = attribute(real_profile, hand_map(), warmup=3)
+    dispatches = real_profile.dispatches
+    warmup_rows = len(dispatches) - len(attribution.events)
+    assert warmup_rows == 3 * len(dispatches) // 11 and np.shares_memory(attribution.events, dispatches)
+    assert attribution.events.tobytes() == dispatches[warmup_rows:].tobytes()
+    assert len(attribution.event_slots) == len(attribution.event_calls) == len(attribution.events)
+    keys = [attribution.slots[slot].command.key for slot in attribution.event_slots.tolist()]
+    assert keys == [real_profile.keys[key] for key in attribution.events["key"].tolist()]
+    last = attribution.select(attribution.event_calls == 7)
+    assert set(last.event_calls.tolist()) == {7} and len(last.events) == len(attribution.events) // 8
+    assert last.events.tobytes() == attribution.events[attribution.event_calls == 7].tobytes()
 
 
 def test_submissions_that_do_not_repeat_cannot_be_split_into_calls(real_profile):

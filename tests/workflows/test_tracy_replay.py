@@ -98,12 +98,12 @@ def expected_tracks(session) -> dict[str, list[Item]]:
     events = attribution.events
     tracks: dict[str, list[Item]] = {}
     for queue in sorted({int(q) for q in events["queue"]}):
-        mine = events[events["queue"] == queue]
-        mine = mine[np.argsort(mine["start_ns"], kind="stable")]
+        order = np.flatnonzero(events["queue"] == queue)
+        order = order[np.argsort(events["start_ns"][order], kind="stable")]
         main: list[tuple[SectionPath, str, int, int]] = []
         lanes: list[list[Item]] = []
         main_end = None
-        for event in mine:
+        for event, slot in zip(events[order], attribution.event_slots[order].tolist()):
             key = attribution.keys[event["key"]]
             start, end = int(event["start_ns"]), int(event["end_ns"])
             if main_end is not None and start < main_end:  # ran concurrently with the main track
@@ -112,7 +112,7 @@ def expected_tracks(session) -> dict[str, list[Item]]:
                     lanes.append(lane := [])
                 lane.append(Item("dispatch", key, (), start, end))
                 continue
-            parts = attribution.compositions[attribution.slots[event["slot"]].composition]
+            parts = attribution.compositions[attribution.slots[slot].composition]
             path, _label = dispatch_label(parts)
             main.append((path, key, start, end))
             main_end = end
@@ -209,7 +209,7 @@ def test_model_exercises_nesting_and_fusion(session):
     assert any(len(path) == 2 for path in paths), paths
     compositions = session.attribution.compositions
     slots = session.attribution.slots
-    assert any(len(compositions[slots[slot].composition]) > 1 for slot in session.attribution.events["slot"]), (
+    assert any(len(compositions[slots[slot].composition]) > 1 for slot in session.attribution.event_slots), (
         "no fused dispatch shared by two sections: the model no longer exercises shared dispatches"
     )
 

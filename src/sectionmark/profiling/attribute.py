@@ -23,8 +23,8 @@ cannot be honoured is an error, never silently ignored.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -37,8 +37,6 @@ from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMO
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap
 
 CONTROL_FLOW_OPS = ("branch", "cond_branch")  # recorded ops that make commands run other than once, in order
-
-ATTRIBUTED_DTYPE = np.dtype(DISPATCH_DTYPE.descr + [("slot", "<i4"), ("call", "<i4")])
 
 Composition = tuple[tuple[SectionPath, float], ...]  # ((path, weight), ...); () -> unmarked
 UNMARKED_COMPOSITION: Composition = (((), 1.0),)
@@ -56,9 +54,18 @@ class Slot:
 
 @dataclass
 class Attribution:
-    """Measured dispatch events, each tied to a static dispatch command (slot)."""
+    """Measured dispatch events, each tied to a static dispatch command (slot).
 
-    events: np.ndarray  # ATTRIBUTED_DTYPE, measured calls only, sorted by (submission, start)
+    The events are the profile's own dispatch rows (a view of them, not a
+    copy, when the measured calls' events are one run of rows, as they are
+    with calls in submission order); each one's slot and call are columns
+    beside them, so attributing a long profile adds 8 bytes per event, not a
+    second table of rows.
+    """
+
+    events: np.ndarray  # DISPATCH_DTYPE, measured calls only, sorted by (submission, start)
+    event_slots: np.ndarray  # int32 per event: its slot (index into ``slots``)
+    event_calls: np.ndarray  # int32 per event: its measured call (0 = the first after the warmup)
     slots: list[Slot]
     compositions: list[Composition]
     calls: int  # measured calls (after warmup); 1 when calls could not be told apart
@@ -70,6 +77,11 @@ class Attribution:
     # empty for a profile without queue operations (a Tracy capture).
     queue_spans: np.ndarray = field(default_factory=lambda: np.zeros(0, QUEUE_SPAN_DTYPE))
     memory: np.ndarray = field(default_factory=lambda: np.zeros(0, MEMORY_DTYPE))  # memory events, by time
+
+    def select(self, rows: np.ndarray) -> "Attribution":
+        """The same attribution with only the events ``rows`` (a mask or indices) picks: one call's, one queue's."""
+        return replace(self, events=self.events[rows], event_slots=self.event_slots[rows],
+                       event_calls=self.event_calls[rows])
 
 
 def _composition(command: Command) -> Composition:
@@ -282,8 +294,9 @@ def attribute(
         raise SectionmarkError(
             f"warmup {warmup} leaves no call to measure: the profile has {total_calls} call{'s' * (total_calls != 1)}"
         )
-    events, failures = _attributed_events(dispatches, runtime_ids, bases, flat, slot_keys,
-                                          profile.submissions["submission"], call_of_submission, warmup)
+    (event_slots, event_calls), failures = _attributed_events(dispatches, runtime_ids, bases, flat, slot_keys,
+                                                              profile.submissions["submission"], call_of_submission,
+                                                              warmup)
     if failures.unplaced >= 0:
         bad = dispatches[failures.unplaced]
         raise SectionmarkError(
@@ -303,8 +316,11 @@ def attribute(
     # Submissions a reader rebuilt from dispatch zones are no queue operations: no call time from them.
     queue_spans = (_queue_spans(profile, call_of_submission - warmup) if profile.provenance.timed_submissions
                    else np.zeros(0, QUEUE_SPAN_DTYPE))
+    measured = _measured_rows(event_calls, failures)
     return Attribution(
-        events=events,
+        events=dispatches[measured],
+        event_slots=event_slots[measured],
+        event_calls=event_calls[measured],
         slots=slots,
         compositions=list(compositions),
         calls=total_calls - warmup,
@@ -324,26 +340,29 @@ class _EventFailures:
     unplaced: int  # its command is no dispatch of the matched static buffer
     wrong_key: int  # its key differs from its command's
     orphan: int  # its submission is not in the profile
+    first_measured: int = 0  # the first dispatch of a measured call (past the warmup); the count of all when none
+    measured: int = 0  # dispatches of measured calls
 
 
 def _attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: np.ndarray, flat: np.ndarray,
                        slot_keys: np.ndarray, submission_ids: np.ndarray, call_of_submission: np.ndarray,
-                       warmup: int) -> tuple[np.ndarray, _EventFailures]:
-    """The events of the measured calls (ATTRIBUTED_DTYPE) and the checks of every dispatch, in C when built.
+                       warmup: int) -> tuple[tuple[np.ndarray, np.ndarray], _EventFailures]:
+    """Each dispatch's slot and call (int32, call < 0 in a warmup call) and the checks of every dispatch, in C
+    when built.
 
     The slot of dispatch i is ``flat[bases[b] + command_index]`` for its runtime buffer's position ``b`` among
     ``runtime_ids`` (sorted; -1 or past its table: unplaced); its call comes from its submission's rank among
-    ``submission_ids`` (sorted). Events of warmup calls are left out.
+    ``submission_ids`` (sorted), less ``warmup``.
     """
     if not len(submission_ids):
-        return np.zeros(0, ATTRIBUTED_DTYPE), _EventFailures(-1, -1, 0)
+        return (np.zeros(0, np.int32), np.zeros(0, np.int32)), _EventFailures(-1, -1, 0)
     native_passes = native()
     if native_passes is not None:
-        events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
-        written, *failures = native_passes.attribute_events(
+        slot, call = np.empty(len(dispatches), np.int32), np.empty(len(dispatches), np.int32)
+        first_measured, measured, *failures = native_passes.attribute_events(
             np.ascontiguousarray(dispatches, DISPATCH_DTYPE), runtime_ids, bases, flat, slot_keys,
-            np.ascontiguousarray(submission_ids), call_of_submission.astype(np.int64), warmup, events)
-        return events[:written], _EventFailures(*failures)
+            np.ascontiguousarray(submission_ids), call_of_submission.astype(np.int64), warmup, slot, call)
+        return (slot, call), _EventFailures(*failures, first_measured=first_measured, measured=measured)
 
     dense = searchsorted_runs(runtime_ids, dispatches["command_buffer"])
     index = dispatches["command_index"].astype(np.int64)
@@ -355,23 +374,25 @@ def _attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: n
         slot[in_range] = flat[bases[dense[in_range]] + index[in_range]]
     placed = slot >= 0
     rank = np.minimum(searchsorted_runs(submission_ids, dispatches["submission"]), len(submission_ids) - 1)
+    call = (call_of_submission[rank] - warmup).astype(np.int32)
+    measured = call >= 0
+    first_measured = first_true(measured)
     failures = _EventFailures(
         unplaced=first_true(~placed),
         wrong_key=first_true(placed & (slot_keys[slot] != dispatches["key"])),
         orphan=first_true(submission_ids[rank] != dispatches["submission"]),
+        first_measured=len(call) if first_measured < 0 else first_measured,
+        measured=int(np.count_nonzero(measured)),
     )
-    events = np.empty(len(dispatches), ATTRIBUTED_DTYPE)
-    # ATTRIBUTED_DTYPE begins with DISPATCH_DTYPE's packed fields: one copy of the rows' words, not one per field
-    _row_words(events)[:, : DISPATCH_DTYPE.itemsize // 8] = _row_words(np.ascontiguousarray(dispatches, DISPATCH_DTYPE))
-    events["slot"] = slot
-    events["call"] = call_of_submission[rank] - warmup
-    return events[events["call"] >= 0] if warmup else events, failures
+    return (slot.astype(np.int32, copy=False), call), failures
 
 
-def _row_words(table: np.ndarray) -> np.ndarray:
-    """A contiguous structured array (itemsize a multiple of 8) as a ``[rows, itemsize / 8]`` uint64 view: copying
-    8-byte words is many times faster than copying bytes."""
-    return table.view(np.uint64).reshape(len(table), table.dtype.itemsize // 8)
+def _measured_rows(event_calls: np.ndarray, failures: _EventFailures) -> Union[slice, np.ndarray]:
+    """The events of measured calls: a slice (views, no copy) when they are all the rows from the first of them
+    on, as they are when calls follow the submission order; else a mask."""
+    if failures.first_measured + failures.measured == len(event_calls):
+        return slice(failures.first_measured, None)
+    return event_calls >= 0
 
 
 def _queue_spans(profile: Profile, call_of_submission: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@ start and end) is in `sectionmark.profiling.session`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
 import numpy as np
@@ -130,25 +130,40 @@ class EventSums:
     slot_count: np.ndarray  # [slots]: events
     total_ns: int  # all durations
     disjoint: bool  # in start order and none overlapping: every event's wall part is its duration (wall_parts)
+    tiles: Optional["TileSums"]  # CPU tile data per composition; None when no event has tiles (tile_sums)
+    # [calls, compositions]: the first start and the last end of the events of each (call, composition); int64's
+    # maximum and minimum where none ran (composition_extents)
+    first_start: np.ndarray
+    last_end: np.ndarray
 
 
 def event_sums(attribution: Attribution) -> EventSums:
-    """The sums of ``attribution``'s events (in C when the extension is built, else numpy: the same numbers)."""
+    """The sums of ``attribution``'s events (in C when the extension is built, else numpy: the same numbers).
+
+    The C pass makes no temporary the size of the events: what the session
+    keeps of them is one value per composition, slot, or (call, composition).
+    """
     events, slots = attribution.events, len(attribution.slots)
     slot_composition = slot_compositions(attribution)
     calls, compositions = max(attribution.calls, 1), len(attribution.compositions)
     native_passes = native()
     if native_passes is not None:
         sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
-                         np.zeros(slots), np.zeros(slots, np.int64), 0, False)
-        sums.total_ns, sums.disjoint = native_passes.event_sums(
-            np.ascontiguousarray(events), slot_composition, calls, sums.busy_by_call, sums.busy, sums.count,
-            sums.slot_busy, sums.slot_count)
+                         np.zeros(slots), np.zeros(slots, np.int64), 0, False,
+                         TileSums(np.zeros(compositions), np.zeros(compositions), 0, 0),
+                         np.full((calls, compositions), np.iinfo(np.int64).max, np.int64),
+                         np.full((calls, compositions), np.iinfo(np.int64).min, np.int64))
+        sums.total_ns, sums.disjoint, tile_ns, tiles, any_tiles = native_passes.event_sums(
+            np.ascontiguousarray(events), np.ascontiguousarray(attribution.event_slots, np.int32),
+            np.ascontiguousarray(attribution.event_calls, np.int32), slot_composition, calls, sums.busy_by_call,
+            sums.busy, sums.count, sums.slot_busy, sums.slot_count, sums.tiles.cpu, sums.tiles.tiles,
+            sums.first_start, sums.last_end)
+        sums.tiles = replace(sums.tiles, total_ns=tile_ns, total_tiles=tiles) if any_tiles else None
         return sums
-    starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), events["slot"]
+    starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), attribution.event_slots
     duration = (ends - starts).astype(np.float64)
     composition = slot_composition[slot]
-    call = np.minimum(events["call"], calls - 1).astype(np.int64)
+    call = np.minimum(attribution.event_calls, calls - 1).astype(np.int64)
     disjoint = bool(len(starts) == 0 or ((starts[1:] >= ends[:-1]).all() and (ends >= starts).all()
                                           and ends[-1] - starts[0] < 1 << 53))
     return EventSums(
@@ -159,6 +174,9 @@ def event_sums(attribution: Attribution) -> EventSums:
         slot_count=np.bincount(slot, minlength=slots),
         total_ns=int((ends - starts).sum()),
         disjoint=disjoint,
+        tiles=tile_sums(events, composition, compositions),
+        **dict(zip(("first_start", "last_end"), composition_extents(starts, ends, composition, call, calls,
+                                                                    compositions))),
     )
 
 
@@ -341,27 +359,38 @@ def first_dispatch_starts(starts: np.ndarray, call: np.ndarray, calls: int,
     them. A call without dispatches gets int64's maximum (no section ran in it)."""
     first = np.full(calls, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first, call, starts.astype(np.int64))
-    return first if queue_starts is None else np.minimum(first, queue_starts.astype(np.int64))
+    return call_starts(first, queue_starts)
 
 
-def section_spans(starts: np.ndarray, ends: np.ndarray, composition: np.ndarray, call: np.ndarray,
-                  call_starts: np.ndarray, member: np.ndarray) -> tuple[list[Optional[Offsets]], list[Optional[Offsets]]]:
+def call_starts(first_dispatch: np.ndarray, queue_starts: Optional[np.ndarray]) -> np.ndarray:
+    """Each call's start (`first_dispatch_starts`) from its first dispatch's start (int64)."""
+    return first_dispatch if queue_starts is None else np.minimum(first_dispatch, queue_starts.astype(np.int64))
+
+
+def composition_extents(starts: np.ndarray, ends: np.ndarray, composition: np.ndarray, call: np.ndarray, calls: int,
+                        compositions: int) -> tuple[np.ndarray, np.ndarray]:
+    """[calls, compositions]: the first start and the last end of each (call, composition)'s events (int64's
+    maximum and minimum where none ran)."""
+    flat = call.astype(np.int64) * compositions + composition
+    first = np.full(calls * compositions, np.iinfo(np.int64).max, np.int64)
+    last = np.full(calls * compositions, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(first, flat, starts.astype(np.int64))
+    np.maximum.at(last, flat, ends.astype(np.int64))
+    return first.reshape(calls, compositions), last.reshape(calls, compositions)
+
+
+def section_spans(first: np.ndarray, last: np.ndarray, call_starts: np.ndarray,
+                  member: np.ndarray) -> tuple[list[Optional[Offsets]], list[Optional[Offsets]]]:
     """Per section column (last: unmarked), the offsets of its first dispatch start and last dispatch end
     from ``call_starts[call]``, over the calls it ran in; None for a column that never ran.
 
-    ``member`` (`Weights.member`, [compositions, columns]) says which columns run during a composition's
-    dispatches: every section with a share in it (even of weight 0) and their parents, so a fused dispatch
-    counts for each of its sections and a parent's span covers its children's. The first and last times are
-    taken per (call, composition) in one pass over the events, then per column over its compositions.
+    ``first`` and ``last``: [calls, compositions], each (call, composition)'s first start and last end
+    (`composition_extents`). ``member`` (`Weights.member`, [compositions, columns]) says which columns run
+    during a composition's dispatches: every section with a share in it (even of weight 0) and their parents,
+    so a fused dispatch counts for each of its sections and a parent's span covers its children's.
     """
     calls, (compositions, columns) = len(call_starts), member.shape
     high, low = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    flat = call.astype(np.int64) * compositions + composition
-    first = np.full(calls * compositions, high, np.int64)
-    last = np.full(calls * compositions, low, np.int64)
-    np.minimum.at(first, flat, starts.astype(np.int64))
-    np.maximum.at(last, flat, ends.astype(np.int64))
-    first, last = first.reshape(calls, compositions), last.reshape(calls, compositions)
     section_first = np.full((calls, columns), high, np.int64)
     section_last = np.full((calls, columns), low, np.int64)
     for c in range(compositions):
@@ -371,11 +400,6 @@ def section_spans(starts: np.ndarray, ends: np.ndarray, composition: np.ndarray,
     ran = section_first != high
     return ([Offsets.of(section_first[ran[:, s], s] - call_starts[ran[:, s]]) for s in range(columns)],
             [Offsets.of(section_last[ran[:, s], s] - call_starts[ran[:, s]]) for s in range(columns)])
-
-
-def event_calls(attribution: Attribution) -> np.ndarray:
-    """Each event's measured call, as the per-call sums count it (a call past ``calls`` is the last)."""
-    return np.minimum(attribution.events["call"], max(attribution.calls, 1) - 1).astype(np.int64)
 
 
 def slot_compositions(attribution: Attribution) -> np.ndarray:

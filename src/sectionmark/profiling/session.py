@@ -58,15 +58,13 @@ from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.section_time import (
     CompositionSums,
     EventSums,
-    event_calls,
+    call_starts,
     event_sums,
-    first_dispatch_starts,
     section_paths,
     section_rows,
     section_spans,
     section_traffic,
     slot_compositions,
-    tile_sums,
     union_length,
     wall_parts,
     weight_matrices,
@@ -137,25 +135,25 @@ class ProfileSession:
                 "and was host-execution profiling on?)"
             )
         compositions = attribution.compositions
-        composition = slot_compositions(attribution)[events["slot"]]
         sums = event_sums(attribution)
         if sums.disjoint:  # each event's wall part is its whole duration: no sweep needed
             wall, total_wall = sums.busy, sums.total_ns
         else:
             starts, ends = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64)
+            composition = slot_compositions(attribution)[attribution.event_slots]
             wall = np.bincount(composition, weights=wall_parts(starts, ends), minlength=len(compositions))
             total_wall = union_length(starts, ends)
 
         paths = section_paths(section_map.sections, compositions)
         weights = weight_matrices(compositions, paths)
-        tiles = tile_sums(events, composition, len(compositions))
+        tiles = sums.tiles
         rows = section_rows(paths, compositions, weights, CompositionSums(sums.busy_by_call, wall, sums.count, tiles),
                             workers)
-        call = event_calls(attribution)
-        call_starts = first_dispatch_starts(events["start_ns"], call, max(attribution.calls, 1),
-                                            measured_call_starts(attribution.queue_spans, attribution.calls))
-        for row, start, end in zip(rows, *section_spans(events["start_ns"], events["end_ns"], composition, call,
-                                                        call_starts, weights.member)):
+        # A call's first dispatch is the first of its compositions' first dispatches.
+        starts_of_calls = call_starts(sums.first_start.min(axis=1, initial=np.iinfo(np.int64).max),
+                                      measured_call_starts(attribution.queue_spans, attribution.calls))
+        for row, start, end in zip(rows, *section_spans(sums.first_start, sums.last_end, starts_of_calls,
+                                                        weights.member)):
             row.start_ns, row.end_ns = start, end
         profiled = _profiled_functions(attribution, section_map, function)
         for row in rows[:-1]:

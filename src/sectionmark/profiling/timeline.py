@@ -63,9 +63,8 @@ def build_timelines(attribution: Attribution) -> list[QueueTimeline]:
     events = attribution.events
     timelines = []
     for queue in np.unique(events["queue"]) if len(events) else []:
-        mine = events[events["queue"] == queue]
-        mine = mine[np.argsort(mine["start_ns"], kind="stable")]
-        timelines.append(_queue_timeline(int(queue), mine, attribution))
+        mine = attribution.select(events["queue"] == queue)
+        timelines.append(_queue_timeline(int(queue), mine.select(np.argsort(mine.events["start_ns"], kind="stable"))))
     return timelines
 
 
@@ -76,13 +75,14 @@ def session_timelines(session) -> list[QueueTimeline]:
     return build_timelines(session.attribution)
 
 
-def _queue_timeline(queue: int, events: np.ndarray, attribution: Attribution) -> QueueTimeline:
+def _queue_timeline(queue: int, attribution: Attribution) -> QueueTimeline:
+    """The spans of one queue's events (``attribution``'s, in start order)."""
     root = Span("", 0, 0, "section", ())
     stack: list[Span] = [root]  # open spans; stack[i] has path of length i
     lanes: list[list[Span]] = []
     main_end = np.iinfo(np.int64).min  # end of the last dispatch on the main track
-    for event in events:
-        parts = attribution.compositions[attribution.slots[event["slot"]].composition]
+    for event, slot in zip(attribution.events, attribution.event_slots.tolist()):
+        parts = attribution.compositions[attribution.slots[slot].composition]
         path, sections = dispatch_label(parts)
         start, end = int(event["start_ns"]), int(event["end_ns"])
         dispatch = Span(

@@ -33,7 +33,6 @@
 #define DEVICE_DISPATCH_SIZE 60 /* device_events.DEVICE_DISPATCH_DTYPE */
 #define MEMORY_SIZE 56     /* ireeprof.MEMORY_DTYPE */
 #define MEMORY_EVENT_TYPES 12
-#define ATTRIBUTED_SIZE 72 /* attribute.ATTRIBUTED_DTYPE: a dispatch row, slot, call */
 #define MAX_TIMESTAMP_NS ((int64_t)1 << 62) /* ireeprof.MAX_TIMESTAMP_NS */
 #define MAX_EVENT_NS ((int64_t)3600 * 1000000000) /* ireeprof.MAX_EVENT_NS */
 
@@ -377,23 +376,24 @@ done:
 }
 
 /* attribute_events(dispatches, runtime_ids, bases, slots, slot_keys, submission_ids, call_of_submission, warmup,
- *                  events) -> (events written, first unplaced dispatch, first wrong key, first orphan)
+ *                  event_slots, event_calls) -> (first measured, measured, unplaced, wrong key, orphan)
  *
  * attribute.attribute's per-event pass. For dispatch ``i`` (DISPATCH_DTYPE, sorted by submission): its command
  * buffer's position ``b`` among the sorted ``runtime_ids``; its slot ``slots[bases[b] + command_index]`` (-1 when
  * the index is past ``bases[b + 1] - bases[b]`` or the entry is -1: unplaced); the slot's key ``slot_keys[slot]``
  * must equal the event's; its submission's rank among the sorted ``submission_ids`` (as np.searchsorted, the
- * last past the end: orphan when the id differs) gives its call ``call_of_submission[rank] - warmup``. Rows of
- * calls >= 0 are written to ``events`` (ATTRIBUTED_DTYPE: the dispatch row, slot, call) in order. Returned
- * indices are of dispatches, -1 for none.
+ * last past the end: orphan when the id differs) gives its call ``call_of_submission[rank] - warmup`` (< 0: a
+ * warmup call). Slot and call go to ``event_slots[i]`` and ``event_calls[i]`` (int32): columns beside the
+ * dispatch rows, not a copy of them. Returned: the index of the first dispatch of a measured call and how many
+ * there are (all after it when that count reaches the end), then indices of dispatches, -1 for none.
  */
 static PyObject *attribute_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer in[7], out[1];
-    if (check_arguments(nargs, 9, "attribute_events") < 0) return NULL;
+    Py_buffer in[7], out[2];
+    if (check_arguments(nargs, 10, "attribute_events") < 0) return NULL;
     long long warmup = PyLong_AsLongLong(args[7]);
     if (warmup == -1 && PyErr_Occurred()) return NULL;
     if (acquire(args, in, 7, 0) < 0) return NULL;
-    if (acquire(args + 8, out, 1, 1) < 0) { release(in, 7); return NULL; }
+    if (acquire(args + 8, out, 2, 1) < 0) { release(in, 7); return NULL; }
     PyObject *result = NULL;
     const char *dispatches = in[0].buf;
     const uint64_t *runtime_ids = in[1].buf, *submission_ids = in[5].buf;
@@ -401,14 +401,15 @@ static PyObject *attribute_events(PyObject *module, PyObject *const *args, Py_ss
     const int32_t *slots = in[3].buf;
     Py_ssize_t count = in[0].len / DISPATCH_SIZE, buffers = in[1].len / 8, slot_count = in[4].len / 8;
     Py_ssize_t executions = in[5].len / 8;
-    if (in[2].len < (buffers + 1) * 8 || in[6].len < executions * 8 || out[0].len < count * ATTRIBUTED_SIZE ||
-        !executions || (buffers && in[3].len < bases[buffers] * 4)) {
+    if (in[2].len < (buffers + 1) * 8 || in[6].len < executions * 8 || out[0].len < count * 4 ||
+        out[1].len < count * 4 || !executions || (buffers && in[3].len < bases[buffers] * 4)) {
         PyErr_SetString(PyExc_ValueError, "attribute_events: inconsistent table sizes");
         goto done;
     }
     {
-        char *events = out[0].buf;
-        Py_ssize_t written = 0, unplaced = -1, wrong_key = -1, orphan = -1, next = 0, buffer = buffers;
+        int32_t *event_slots = out[0].buf, *event_calls = out[1].buf;
+        Py_ssize_t first_measured = -1, measured = 0, unplaced = -1, wrong_key = -1, orphan = -1, next = 0;
+        Py_ssize_t buffer = buffers;
         uint64_t last_buffer = 0;
         for (Py_ssize_t i = 0; i < count; i++) {
             const char *dispatch = dispatches + i * DISPATCH_SIZE;
@@ -430,83 +431,101 @@ static PyObject *attribute_events(PyObject *module, PyObject *const *args, Py_ss
             Py_ssize_t rank = next < executions ? next : executions - 1;
             if (orphan < 0 && submission_ids[rank] != submission) orphan = i;
             int64_t call = call_of_submission[rank] - warmup;
+            event_slots[i] = slot;
+            event_calls[i] = (int32_t)call;
             if (call < 0) continue;
-            char *row = events + written * ATTRIBUTED_SIZE;
-            int32_t call32 = (int32_t)call;
-            memcpy(row, dispatch, DISPATCH_SIZE);
-            memcpy(row + DISPATCH_SIZE, &slot, 4);
-            memcpy(row + DISPATCH_SIZE + 4, &call32, 4);
-            written++;
+            if (first_measured < 0) first_measured = i;
+            measured++;
         }
-        result = Py_BuildValue("nnnn", written, unplaced, wrong_key, orphan);
+        result = Py_BuildValue("nnnnn", first_measured < 0 ? count : first_measured, measured, unplaced, wrong_key,
+                               orphan);
     }
 done:
     release(in, 7);
-    release(out, 1);
+    release(out, 2);
     return result;
 }
 
-/* event_sums(events, slot_composition, calls, busy_by_call, busy, count, slot_busy, slot_count)
- *   -> (total ns, disjoint)
+/* event_sums(events, event_slots, event_calls, slot_composition, calls, busy_by_call, busy, count, slot_busy,
+ *            slot_count, tile_cpu, tile_counts, first_start, last_end)
+ *   -> (total ns, disjoint, total tile ns, total tiles, any tiles)
  *
- * session.event_sums in one pass over the attributed events (ATTRIBUTED_DTYPE): each event's duration (end -
- * start) is added, in event order as np.bincount adds, to ``busy_by_call[min(call, calls - 1) * compositions +
- * composition]``, ``busy[composition]`` and ``slot_busy[slot]`` (float64), and counted in ``count`` and
- * ``slot_count`` (int64), where composition = ``slot_composition[slot]`` and compositions = len(busy). Returned:
- * the summed durations, and whether the events are disjoint in order (each starts at or after the previous
- * one's end, none ends before it starts, the whole span under 2**53 ns: session.wall_parts's shortcut).
+ * session.event_sums in one pass over the attributed events (DISPATCH_DTYPE rows, their slot and call columns,
+ * int32), so that no per-event temporary is made: each event's duration (end - start) is added, in event order as
+ * np.bincount adds, to ``busy_by_call[row * compositions + composition]``, ``busy[composition]`` and
+ * ``slot_busy[slot]`` (float64), and counted in ``count`` and ``slot_count`` (int64), where composition =
+ * ``slot_composition[slot]``, compositions = len(busy) and row = min(call, calls - 1); its tile time and tiles
+ * are added (as float64, in event order) to ``tile_cpu[composition]`` and ``tile_counts[composition]``; its start
+ * lowers ``first_start[row * compositions + composition]`` and its end raises ``last_end[...]`` (int64, filled
+ * by the caller with int64's maximum and minimum). Returned: the summed durations, whether the events are
+ * disjoint in order (each starts at or after the previous one's end, none ends before it starts, the whole span
+ * under 2**53 ns: session.wall_parts's shortcut), the summed tile time and tiles (uint64, wrapping as numpy's
+ * sum does) and whether any event has a tile.
  */
 static PyObject *event_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer in[2], out[5];
-    if (check_arguments(nargs, 8, "event_sums") < 0) return NULL;
-    Py_ssize_t calls = PyLong_AsSsize_t(args[2]);
+    Py_buffer in[4], out[9];
+    if (check_arguments(nargs, 14, "event_sums") < 0) return NULL;
+    Py_ssize_t calls = PyLong_AsSsize_t(args[4]);
     if (calls == -1 && PyErr_Occurred()) return NULL;
-    if (acquire(args, in, 2, 0) < 0) return NULL;
-    if (acquire(args + 3, out, 5, 5) < 0) { release(in, 2); return NULL; }
+    if (acquire(args, in, 4, 0) < 0) return NULL;
+    if (acquire(args + 5, out, 9, 1) < 0) { release(in, 4); return NULL; }
     PyObject *result = NULL;
     const char *events = in[0].buf;
-    const int64_t *slot_composition = in[1].buf;
+    const int32_t *event_slots = in[1].buf, *event_calls = in[2].buf;
+    const int64_t *slot_composition = in[3].buf;
     double *busy_by_call = out[0].buf, *busy = out[1].buf, *slot_busy = out[3].buf;
-    int64_t *count = out[2].buf, *slot_count = out[4].buf;
-    Py_ssize_t total = in[0].len / ATTRIBUTED_SIZE, slots = in[1].len / 8, compositions = out[1].len / 8;
-    if (calls < 1 || out[0].len < calls * compositions * 8 || out[2].len < compositions * 8 ||
-        out[3].len < slots * 8 || out[4].len < slots * 8) {
+    double *tile_cpu = out[5].buf, *tile_counts = out[6].buf;
+    int64_t *count = out[2].buf, *slot_count = out[4].buf, *first_start = out[7].buf, *last_end = out[8].buf;
+    Py_ssize_t total = in[0].len / DISPATCH_SIZE, slots = in[3].len / 8, compositions = out[1].len / 8;
+    if (calls < 1 || in[1].len < total * 4 || in[2].len < total * 4 || out[0].len < calls * compositions * 8 ||
+        out[2].len < compositions * 8 || out[3].len < slots * 8 || out[4].len < slots * 8 ||
+        out[5].len < compositions * 8 || out[6].len < compositions * 8 || out[7].len < calls * compositions * 8 ||
+        out[8].len < calls * compositions * 8) {
         PyErr_SetString(PyExc_ValueError, "event_sums: inconsistent table sizes");
         goto done;
     }
     {
-        int64_t sum = 0, first_start = 0, previous_end = 0;
-        int disjoint = 1;
+        int64_t sum = 0, first = 0, previous_end = 0;
+        uint64_t tile_ns_sum = 0, tiles_sum = 0;
+        int disjoint = 1, any_tiles = 0;
         for (Py_ssize_t i = 0; i < total; i++) {
-            const char *event = events + i * ATTRIBUTED_SIZE;
+            const char *event = events + i * DISPATCH_SIZE;
             int64_t start = (int64_t)u64(event + 32), end = (int64_t)u64(event + 40);
-            int32_t slot, call;
-            memcpy(&slot, event + DISPATCH_SIZE, 4);
-            memcpy(&call, event + DISPATCH_SIZE + 4, 4);
+            uint64_t tile_ns = u64(event + 48), tiles = u64(event + 56);
+            int32_t slot = event_slots[i], call = event_calls[i];
             if (slot < 0 || slot >= slots || call < 0 || slot_composition[slot] < 0 ||
                 slot_composition[slot] >= compositions) {
                 PyErr_SetString(PyExc_ValueError, "event_sums: an event's slot, call or composition is out of range");
                 goto done;
             }
             Py_ssize_t composition = (Py_ssize_t)slot_composition[slot];
-            Py_ssize_t row = call < calls ? call : calls - 1;
+            Py_ssize_t cell = (call < calls ? call : calls - 1) * compositions + composition;
             double duration = (double)(end - start);
-            busy_by_call[row * compositions + composition] += duration;
+            busy_by_call[cell] += duration;
             busy[composition] += duration;
             count[composition]++;
             slot_busy[slot] += duration;
             slot_count[slot]++;
+            tile_cpu[composition] += (double)tile_ns;
+            tile_counts[composition] += (double)tiles;
+            tile_ns_sum += tile_ns;
+            tiles_sum += tiles;
+            any_tiles |= tiles != 0;
+            if (start < first_start[cell]) first_start[cell] = start;
+            if (end > last_end[cell]) last_end[cell] = end;
             sum += end - start;
             if (end < start || (i && start < previous_end)) disjoint = 0;
-            if (!i) first_start = start;
+            if (!i) first = start;
             previous_end = end;
         }
-        if (total && previous_end - first_start >= (int64_t)1 << 53) disjoint = 0;
-        result = Py_BuildValue("LO", (long long)sum, disjoint ? Py_True : Py_False);
+        if (total && previous_end - first >= (int64_t)1 << 53) disjoint = 0;
+        result = Py_BuildValue("LOKKO", (long long)sum, disjoint ? Py_True : Py_False,
+                               (unsigned long long)tile_ns_sum, (unsigned long long)tiles_sum,
+                               any_tiles ? Py_True : Py_False);
     }
 done:
-    release(in, 2);
-    release(out, 5);
+    release(in, 4);
+    release(out, 9);
     return result;
 }
 
@@ -688,10 +707,10 @@ static PyMethodDef methods[] = {
      "wrong_buffer, outside, duplicate_rank, duplicate_index, short_submission)"},
     {"attribute_events", (PyCFunction)(void (*)(void))attribute_events, METH_FASTCALL,
      "attribute_events(dispatches, runtime_ids, bases, slots, slot_keys, submission_ids, call_of_submission, "
-     "warmup, events) -> (written, unplaced, wrong_key, orphan)"},
+     "warmup, event_slots, event_calls) -> (first_measured, measured, unplaced, wrong_key, orphan)"},
     {"event_sums", (PyCFunction)(void (*)(void))event_sums, METH_FASTCALL,
-     "event_sums(events, slot_composition, calls, busy_by_call, busy, count, slot_busy, slot_count) -> "
-     "(total_ns, disjoint)"},
+     "event_sums(events, event_slots, event_calls, slot_composition, calls, busy_by_call, busy, count, slot_busy, "
+     "slot_count, tile_cpu, tile_counts, first_start, last_end) -> (total_ns, disjoint, tile_ns, tiles, any_tiles)"},
     {"union_by_window", (PyCFunction)(void (*)(void))union_by_window, METH_FASTCALL,
      "union_by_window(starts, ends, window_starts, window_ends, out) -> sorted"},
     {"device_dispatch_events", (PyCFunction)(void (*)(void))device_dispatch_events, METH_FASTCALL,
@@ -708,11 +727,13 @@ static struct PyModuleDef module_definition = {
     "The record walk and host-event split of the .ireeprof reader, in C.", -1, methods,
 };
 
-/* The row sizes this build writes: readers/event_model.py refuses a stale build whose rows differ from its dtypes. */
+/* The row size this build writes and the version of its functions' arguments: readers/event_model.py refuses a
+ * stale build whose rows or arguments differ. Version 2: attribution's slot and call are columns, not rows;
+ * 3: event_sums also sums tiles and finds each (call, composition)'s first start and last end. */
 PyMODINIT_FUNC PyInit__ireeprof(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
-                   PyModule_AddIntConstant(module, "ATTRIBUTED_SIZE", ATTRIBUTED_SIZE) < 0 ||
+                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 3) < 0 ||
                    PyModule_AddIntConstant(module, "DEVICE_DISPATCH_SIZE", DEVICE_DISPATCH_SIZE) < 0)) {
         Py_DECREF(module);
         return NULL;

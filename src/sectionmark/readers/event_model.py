@@ -24,7 +24,9 @@ def native() -> Any:
     """The C extension's module, or None when it is not built (or switched off, as tests do to compare).
 
     A build older than ``DISPATCH_DTYPE`` (other row sizes) would write rows
-    of the wrong width, so it is not used (set after ``DISPATCH_DTYPE`` below).
+    of the wrong width, and one older than ``NATIVE_INTERFACE_VERSION`` would
+    expect other arguments, so neither is used (set after ``DISPATCH_DTYPE``
+    below).
     """
     return _native
 
@@ -43,9 +45,12 @@ DISPATCH_DTYPE = np.dtype(
         ("tile_count", "<u8"),
     ]
 )
-# DISPATCH_DTYPE plus slot and call: attribute.ATTRIBUTED_DTYPE (the C code writes both row sizes).
-if _native is not None and (getattr(_native, "DISPATCH_SIZE", None), getattr(_native, "ATTRIBUTED_SIZE", None)) != (
-        DISPATCH_DTYPE.itemsize, DISPATCH_DTYPE.itemsize + 8):
+# The C code writes DISPATCH_DTYPE rows; the version of its functions' arguments: 2 takes attribution's slot and
+# call as int32 columns beside them (attribute.Attribution), not as wider rows; 3 has event_sums sum the tiles and
+# find the section spans' first starts and last ends too.
+NATIVE_INTERFACE_VERSION = 3
+if _native is not None and (getattr(_native, "DISPATCH_SIZE", None), getattr(_native, "INTERFACE_VERSION", None)) != (
+        DISPATCH_DTYPE.itemsize, NATIVE_INTERFACE_VERSION):
     _native = None  # a stale build of _ireeprof.c: the numpy passes give the same results
 SUBMISSION_DTYPE = np.dtype(
     [("submission", "<u8"), ("command_buffer", "<u8"), ("start_ns", "<i8"), ("end_ns", "<i8")]

@@ -2,7 +2,10 @@
 
 Events are fixed-size records gathered in one pass (in C when the extension
 is built); a layout it was not checked against raises `UnsupportedLayout`, and
-`read_profile` then falls back to the JSONL reader.
+`read_profile` then falls back to the JSONL reader. The file is mapped, and
+read in windows (record headers, host and memory events), each window's pages
+given back after it: the mapped file adds a bounded amount to the process's
+RSS, not its size (the tables read from it still grow with the events).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.arrays import first_true
+from sectionmark.readers.bundle_records import (Chunks, RecordPositions, UnsupportedLayout, fixed_records, records_at,
+                                                release_pages)
 from sectionmark.readers.checks import (KnownOrder, check_unique, checked_profile, corrupt, define_function,
                                         exports_by_executable, record_command, run_failed, timed_dispatch)
 from sectionmark.readers.device_events import (CLOCK_SAMPLE_DTYPE, DEVICE_DISPATCH_DTYPE, EXECUTE_DTYPE, device_clocks,
@@ -24,10 +29,6 @@ from sectionmark.readers.device_events import (CLOCK_SAMPLE_DTYPE, DEVICE_DISPAT
 from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_DISPATCH, EVENT_EXECUTE, EVENT_NAMES, MEMORY_DTYPE,
                                              MEMORY_EVENT_NAMES, OPERATION_NAMES, QUEUE_OP_DTYPE, SUBMISSION_DTYPE,
                                              CommandRecord, Profile, Provenance, native)
-
-
-class UnsupportedLayout(Exception):
-    """The bundle uses a record layout this reader was not checked against."""
 
 
 BUNDLE_MAGIC = b"IRPF"
@@ -130,52 +131,6 @@ _RECORD_HEADER_DTYPE = np.dtype(
 _RECORD_LENGTH = struct.Struct("<Q")
 
 
-@dataclass
-class _Chunks:
-    """The payloads of one chunk type: byte offsets into the file and lengths, in file order."""
-
-    starts: np.ndarray  # int64
-    lengths: np.ndarray  # int64
-    devices: np.ndarray  # uint32: the physical device ordinal of each chunk's header
-    queues: np.ndarray  # uint32: its queue ordinal
-
-    def views(self, data: mmap.mmap) -> list[memoryview]:
-        view = memoryview(data)
-        return [view[start : start + length] for start, length in zip(self.starts.tolist(), self.lengths.tolist())]
-
-
-def _records_at(data: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """The ``dtype`` records starting at byte ``offsets`` of ``data`` (uint8), gathered into one packed copy.
-
-    Records of a bundle sit at any byte alignment, so ``data`` is viewed as one
-    record starting at every byte (stride 1) and indexed once: no per-chunk
-    Python work and no intermediate copy of the chunks.
-    """
-    if not len(offsets):
-        return np.zeros(0, dtype)
-    every_byte = np.ndarray((len(data) - dtype.itemsize + 1,), dtype, buffer=data, strides=(1,))
-    return every_byte[offsets]
-
-
-def _record_positions(chunks: _Chunks, itemsize: int) -> np.ndarray:
-    """Byte offset of every fixed-size record of ``chunks``."""
-    if (chunks.lengths % itemsize).any():
-        bad = chunks.lengths[np.argmax(chunks.lengths % itemsize != 0)]
-        raise UnsupportedLayout(f"{bad}-byte chunk is not a whole number of records")
-    counts = chunks.lengths // itemsize
-    # record k of the whole list, in chunk c: starts[c] + (k - index of c's first record) * itemsize
-    base = np.repeat(chunks.starts - (np.cumsum(counts) - counts) * itemsize, counts)
-    return base + np.arange(int(counts.sum()), dtype=np.int64) * itemsize
-
-
-def _fixed_records(data: np.ndarray, chunks: _Chunks, dtype: np.dtype) -> np.ndarray:
-    """All records of chunks of fixed-size records, checking each record's own length."""
-    records = _records_at(data, _record_positions(chunks, dtype.itemsize), dtype)
-    if len(records) and (records["record_length"] != dtype.itemsize).any():
-        raise UnsupportedLayout("record length differs from the known layout")
-    return records
-
-
 def _record_table(data: np.ndarray, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Walk the records of ``data[start:end]``: (offsets, headers, kinds).
 
@@ -199,7 +154,7 @@ def _record_table(data: np.ndarray, start: int, end: int) -> tuple[np.ndarray, n
             break
         offset += length
     whole = np.array(offsets[: len(offsets) - (end - offsets[-1] < _RECORD_HEADER_SIZE)] if offsets else [], np.int64)
-    headers = _records_at(data, whole, _RECORD_HEADER_DTYPE)
+    headers = records_at(data, whole, _RECORD_HEADER_DTYPE)
     return np.array(offsets, np.int64), headers, _content_kinds(data, whole, headers, end)
 
 
@@ -214,7 +169,7 @@ def _content_kinds(data: np.ndarray, offsets: np.ndarray, headers: np.ndarray, e
     rows = np.flatnonzero(fits)
     for size in set(type_length[rows].tolist()) & {len(name) for name in codes}:
         chosen = rows[type_length[rows] == size]
-        raw = _records_at(data, offsets[chosen] + header_size[chosen].astype(np.int64), np.dtype(f"V{size}"))
+        raw = records_at(data, offsets[chosen] + header_size[chosen].astype(np.int64), np.dtype(f"V{size}"))
         kinds[chosen] = [codes.get(value, -1) for value in raw.tolist()]
     return kinds
 
@@ -226,7 +181,37 @@ def _content_type(data: np.ndarray, offset: int, header: np.void) -> str:
         _CONTENT_PREFIX)
 
 
-def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length: int) -> dict[str, _Chunks]:
+def _walk_records(mapped: mmap.mmap, data: np.ndarray, start: int, end: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                    np.ndarray]:
+    """`_record_table` of ``data[start:end]``, walked ``RECORD_WALK_WINDOW`` bytes at a time, each window's pages
+    given back after it (records are about a page long, so the walk maps in every page of the file).
+
+    A window's walk lists the records wholly inside it, then stops at the first that is not: one crossing the
+    window's end is walked again at the start of the next window (which reaches at least to its end), so only
+    the last window can stop at a bad record, where the walk of the whole range stops too.
+    """
+    parts, position, reach = [], start, start
+    while True:
+        stop = min(end, max(position + RECORD_WALK_WINDOW, reach))
+        offsets, headers, kinds = _record_table(data, position, stop)
+        release_pages(mapped, position, stop)
+        lengths = headers["record_length"].astype(np.int64)
+        inside = (lengths >= _RECORD_HEADER_SIZE) & (lengths <= stop - offsets[: len(headers)])
+        whole = int(np.argmin(inside)) if not inside.all() else len(headers)
+        if stop == end or (whole < len(headers) and lengths[whole] < _RECORD_HEADER_SIZE):
+            parts.append((offsets, headers, kinds))  # the end, or a bad length: the whole walk stops there too
+            break
+        parts.append((offsets[:whole], headers[:whole], kinds[:whole]))
+        if whole == len(offsets):  # every record inside: the next one starts where the last one ends
+            position = reach = int(offsets[-1] + lengths[-1])
+        else:  # the first record not inside (its header cut, or its end past the window's) starts the next window
+            position = int(offsets[whole])
+            reach = position + (int(lengths[whole]) if whole < len(headers) else _RECORD_HEADER_SIZE)
+    return tuple(np.concatenate([part[index] for part in parts]) for index in range(3))
+
+
+def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_length: int,
+                   file_length: int) -> dict[str, Chunks]:
     """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
     chunks we use.
 
@@ -234,7 +219,7 @@ def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length
     record (in file order) that fails a check, and its first failed check.
     """
     data = data[:file_length]
-    offsets, headers, kinds = _record_table(data, header_length, file_length)
+    offsets, headers, kinds = _walk_records(mapped, data, header_length, file_length)
     complete = offsets[: len(headers)]
     record_length, header_size, record_type = (
         headers["record_length"], headers["header_size"].astype(np.uint64), headers["record_type"])
@@ -272,7 +257,7 @@ def _bundle_chunks(path: Path, data: np.ndarray, header_length: int, file_length
         )
     payload_start = complete + (header_size + headers["type_length"] + headers["name_length"]).astype(np.int64)
     payload_length = headers["payload_length"].astype(np.int64)
-    return {name: _Chunks(payload_start[rows], payload_length[rows], headers["device"][rows], headers["queue"][rows])
+    return {name: Chunks(payload_start[rows], payload_length[rows], headers["device"][rows], headers["queue"][rows])
             for index, name in enumerate(USED_CHUNKS) for rows in [chunk & (kinds == index)]}
 
 
@@ -334,7 +319,7 @@ def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     if len(mapped) < file_length:
         raise corrupt(path, f"truncated: {len(mapped)} of {file_length} bytes")
     data = np.frombuffer(mapped, np.uint8, count=file_length)
-    chunks = _bundle_chunks(path, data, header_length, file_length)
+    chunks = _bundle_chunks(path, mapped, data, header_length, file_length)
 
     functions = _executable_functions(path, chunks["executable-functions"].views(mapped))
 
@@ -344,9 +329,9 @@ def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
             raise corrupt(path, f"dispatch of unknown executable function {executable_id}:{ordinal}")
         return name
 
-    declared = {record[1] for record in _fixed_records(data, chunks["command-buffers"], _COMMAND_BUFFER).tolist()}
+    declared = {record[1] for record in fixed_records(data, chunks["command-buffers"], _COMMAND_BUFFER).tolist()}
     commands: dict[int, dict[int, CommandRecord]] = {}
-    for record in _fixed_records(data, chunks["command-operations"], _COMMAND_OPERATION).tolist():
+    for record in fixed_records(data, chunks["command-operations"], _COMMAND_OPERATION).tolist():
         _length, op_type, flags, index, buffer_id, executable_id, ordinal, workgroups = record
         op = OPERATION_NAMES.get(op_type)
         if op is None:
@@ -362,8 +347,8 @@ def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     keys = list(dict.fromkeys(functions[pair] for pair in known))
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
-    host = _host_events(path, data, chunks["host-execution-events"], known_codes, known_keys)
-    memory = _memory_events(path, data, chunks["memory-events"])
+    host = _host_events(path, mapped, data, chunks["host-execution-events"], known_codes, known_keys)
+    memory = _memory_events(path, mapped, data, chunks["memory-events"])
     if len(chunks["dispatch-events"].starts):
         if len(host.dispatches):
             raise SectionmarkError(f"{path}: it has both host-timed and device-timed dispatches; sectionmark reads "
@@ -372,11 +357,11 @@ def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
         return checked_profile(path, dispatches, submissions, keys, declared, commands,
                                exports_by_executable(functions), Provenance("bundle", device_timed=True),
                                host.queue_ops, memory)
-    return checked_profile(path, host.dispatches, host.submissions, keys, declared, commands, exports_by_executable(functions), Provenance("bundle"),
-                   host.queue_ops, memory, host.order)
+    return checked_profile(path, host.dispatches, host.submissions, keys, declared, commands,
+                           exports_by_executable(functions), Provenance("bundle"), host.queue_ops, memory, host.order)
 
 
-def _device_events(path: Path, data: np.ndarray, chunks: dict[str, _Chunks], known_codes: np.ndarray,
+def _device_events(path: Path, data: np.ndarray, chunks: dict[str, Chunks], known_codes: np.ndarray,
                    known_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A device-timed profile's dispatches and command-buffer executions (`sectionmark.readers.device_events`).
 
@@ -384,13 +369,13 @@ def _device_events(path: Path, data: np.ndarray, chunks: dict[str, _Chunks], kno
     record layout and each event's function checked on the way), else with numpy.
     """
     dispatch_chunks = chunks["dispatch-events"]
-    positions = _record_positions(dispatch_chunks, _DEVICE_DISPATCH_EVENT.itemsize)
+    positions = RecordPositions(dispatch_chunks, _DEVICE_DISPATCH_EVENT.itemsize)[:]
     per_chunk = dispatch_chunks.lengths // _DEVICE_DISPATCH_EVENT.itemsize
     events = np.empty(len(positions), DEVICE_DISPATCH_DTYPE)
     if native() is not None and getattr(native(), "DEVICE_DISPATCH_SIZE", None) == DEVICE_DISPATCH_DTYPE.itemsize:
         bad_length, unknown = native().device_dispatch_events(data, positions, known_codes, known_keys, events)
     else:
-        records = _records_at(data, positions, _DEVICE_DISPATCH_EVENT)
+        records = records_at(data, positions, _DEVICE_DISPATCH_EVENT)
         bad_length = first_true(records["record_length"] != _DEVICE_DISPATCH_EVENT.itemsize)
         for name in ("flags", "event_id", "submission", "command_buffer", "command_index", "start_tick", "end_tick"):
             events[name] = records[name]
@@ -399,16 +384,16 @@ def _device_events(path: Path, data: np.ndarray, chunks: dict[str, _Chunks], kno
     if bad_length >= 0:
         raise UnsupportedLayout("record length differs from the known layout")
     if unknown >= 0:
-        bad = _records_at(data, positions[[unknown]], _DEVICE_DISPATCH_EVENT)[0]
+        bad = records_at(data, positions[[unknown]], _DEVICE_DISPATCH_EVENT)[0]
         raise corrupt(path, f"dispatch of unknown executable function {bad['executable_id']}:{bad['function_ordinal']}")
     events["device"] = np.repeat(dispatch_chunks.devices, per_chunk)
     events["queue"] = np.repeat(dispatch_chunks.queues, per_chunk)
-    samples = _fixed_records(data, chunks["clock-correlations"], _CLOCK_SAMPLE)
+    samples = fixed_records(data, chunks["clock-correlations"], _CLOCK_SAMPLE)
     clock_samples = np.zeros(len(samples), CLOCK_SAMPLE_DTYPE)
     for name in CLOCK_SAMPLE_DTYPE.names:
         clock_samples[name] = samples[name]
     dispatches = device_dispatches(path, events, device_clocks(path, clock_samples))
-    queue_events = _fixed_records(data, chunks["queue-events"], _QUEUE_EVENT)
+    queue_events = fixed_records(data, chunks["queue-events"], _QUEUE_EVENT)
     executes = queue_events[queue_events["type"] == EVENT_EXECUTE]
     execute_rows = np.zeros(len(executes), EXECUTE_DTYPE)
     for name in EXECUTE_DTYPE.names:
@@ -416,24 +401,34 @@ def _device_events(path: Path, data: np.ndarray, chunks: dict[str, _Chunks], kno
     return dispatches, device_executions(execute_rows, dispatches)
 
 
-def _memory_events(path: Path, data: np.ndarray, chunks: _Chunks) -> np.ndarray:
-    """The memory events (MEMORY_DTYPE), each checked for layout, type and identity (in C when built)."""
-    positions = _record_positions(chunks, _MEMORY_EVENT.itemsize)
-    if native() is not None:
-        memory = np.empty(len(positions), MEMORY_DTYPE)
-        devices, event_ids = np.empty(len(positions), np.uint64), np.empty(len(positions), np.uint64)
-        bad_length, unknown, increasing = native().memory_events(data, positions, memory, devices, event_ids)
-        types = memory["type"]
-    else:
-        events = _records_at(data, positions, _MEMORY_EVENT)
-        bad_length = first_true(events["record_length"] != _MEMORY_EVENT.itemsize)
-        types, devices, event_ids = events["type"], events["device"], events["event_id"]
-        unknown = first_true(~np.isin(types, list(MEMORY_EVENT_NAMES)))
-        memory, increasing = _columns(events, MEMORY_DTYPE, np.arange(len(events))), False
-    if bad_length >= 0:
+def _memory_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: Chunks) -> np.ndarray:
+    """The memory events (MEMORY_DTYPE), each checked for layout, type and identity (in C when built), read
+    ``HOST_EVENTS_WINDOW`` at a time like the host events."""
+    positions = RecordPositions(chunks, _MEMORY_EVENT.itemsize)
+    memory = np.empty(len(positions), MEMORY_DTYPE)
+    devices, event_ids = np.empty(len(positions), np.uint64), np.empty(len(positions), np.uint64)
+    firsts, increasing = _Firsts(), native() is not None  # the numpy pass leaves identity to check_unique
+    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
+        window = positions[begin : begin + HOST_EVENTS_WINDOW]
+        rows = slice(begin, begin + len(window))
+        if native() is not None:
+            bad_length, unknown, window_increasing = native().memory_events(data, window, memory[rows], devices[rows],
+                                                                            event_ids[rows])
+            increasing = increasing and window_increasing and (
+                not begin or (int(devices[begin]), int(event_ids[begin])) > (int(devices[begin - 1]),
+                                                                             int(event_ids[begin - 1])))
+        else:
+            events = records_at(data, window, _MEMORY_EVENT)
+            bad_length = first_true(events["record_length"] != _MEMORY_EVENT.itemsize)
+            unknown = first_true(~np.isin(events["type"], list(MEMORY_EVENT_NAMES)))
+            devices[rows], event_ids[rows] = events["device"], events["event_id"]
+            _fill_columns(memory[rows], events, np.arange(len(events)))
+        firsts.add(begin, bad_length, -1, -1, unknown)
+        release_pages(mapped, int(window[0]), int(window[-1]) + _MEMORY_EVENT.itemsize)
+    if firsts.bad_length >= 0:
         raise UnsupportedLayout("record length differs from the known layout")
-    if unknown >= 0:
-        raise corrupt(path, f"unknown memory event type {types[unknown]}")
+    if firsts.unknown >= 0:
+        raise corrupt(path, f"unknown memory event type {memory['type'][firsts.unknown]}")
     if not increasing:  # strictly increasing pairs are unique
         check_unique(path, "a memory event", devices, event_ids)
     return memory
@@ -447,54 +442,128 @@ class _HostEvents:
     order: KnownOrder
 
 
-def _host_events(path: Path, data: np.ndarray, chunks: _Chunks, known_codes: np.ndarray,
+# Host execution events read per pass: the file pages of one window are mapped in at a time and given back
+# after it (`release_pages`), so the mapped profile adds at most about this many 152-byte records to the RSS
+# (10 MB), not the whole file; the tables the events go to are the reader's output.
+HOST_EVENTS_WINDOW = 1 << 16
+RECORD_WALK_WINDOW = 64 << 20  # bytes of the file walked for record headers per pass (`_walk_records`)
+
+
+@dataclass
+class _Firsts:
+    """The first host event (index among all) failing each check, over the windows read so far; -1: none."""
+
+    bad_length: int = -1
+    bad_type: int = -1
+    failed: int = -1
+    unknown: int = -1
+
+    def add(self, begin: int, *window_firsts: int) -> None:
+        for name, first in zip(("bad_length", "bad_type", "failed", "unknown"), window_firsts):
+            if first >= 0 and getattr(self, name) < 0:
+                setattr(self, name, begin + first)
+
+
+def _host_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: Chunks, known_codes: np.ndarray,
                  known_keys: np.ndarray) -> _HostEvents:
     """Split the host execution events into dispatches, submissions and queue operations, each dispatch keyed by
     the ``known_keys`` entry of its function's code (executable id << 32 | ordinal) among the sorted
     ``known_codes``; checks every event's layout, type, status, identity and function. In C when the extension
-    is built (one pass over the events, which also checks times and orders), else with numpy."""
-    positions = _record_positions(chunks, _HOST_EVENT.itemsize)
-    order = KnownOrder()
-    if native() is not None:
-        tables = [np.empty(len(positions), dtype) for dtype in (DISPATCH_DTYPE, SUBMISSION_DTYPE, QUEUE_OP_DTYPE)]
-        (*sizes, bad_length, bad_type, failed, unknown, order.times_plausible, order.dispatches_sorted,
-         increasing) = native().host_events(data, positions, known_codes, known_keys, *tables)
-        dispatches, submissions, queue_ops = (table[:size] for table, size in zip(tables, sizes))
-        events = None
-    else:
-        events = _records_at(data, positions, _HOST_EVENT)
-        bad_length, bad_type, failed = (
-            first_true(wrong)
-            for wrong in (events["record_length"] != _HOST_EVENT.itemsize, ~np.isin(events["type"], list(EVENT_NAMES)),
-                          events["status_code"] != 0)
-        )
-        types = events["type"]
-        raw = np.flatnonzero(types == EVENT_DISPATCH)  # positions: indexing whole 152-byte records would copy them all
-        dispatches = _columns(events, DISPATCH_DTYPE, raw, skip=("key",))
-        dispatches["key"], unknown = _lookup_keys(events["executable_id"][raw], events["function_ordinal"][raw],
-                                                  known_codes, known_keys)
-        unknown = int(raw[unknown]) if unknown >= 0 else -1
-        submissions = _columns(events, SUBMISSION_DTYPE, np.flatnonzero(types == EVENT_EXECUTE))
-        queue_ops = _columns(events, QUEUE_OP_DTYPE, np.flatnonzero((types != EVENT_DISPATCH) & (types != EVENT_EXECUTE)))
-        increasing = False
+    is built (one pass over the events, which also checks times and orders), else with numpy; either way in
+    windows of ``HOST_EVENTS_WINDOW`` events, each window's file pages given back after it."""
+    positions = RecordPositions(chunks, _HOST_EVENT.itemsize)
+    total = len(positions)
+    tables = [np.empty(total, dtype) for dtype in (DISPATCH_DTYPE, SUBMISSION_DTYPE, QUEUE_OP_DTYPE)]
+    sizes, firsts = [0, 0, 0], _Firsts()
+    # The C pass checks times, order and identity as it goes (true until a window says otherwise); the numpy
+    # pass leaves them to checked_profile and check_unique.
+    order = KnownOrder(True, True) if native() is not None else KnownOrder()
+    increasing = native() is not None
+    for begin in range(0, total, HOST_EVENTS_WINDOW):
+        window = positions[begin : begin + HOST_EVENTS_WINDOW]
+        outputs = [table[size:] for table, size in zip(tables, sizes)]
+        if native() is not None:
+            (*added, bad_length, bad_type, failed, unknown, plausible, dispatches_sorted,
+             window_increasing) = native().host_events(data, window, known_codes, known_keys, *outputs)
+            order.times_plausible &= plausible
+            order.dispatches_sorted &= dispatches_sorted and _in_order_after(tables[0], sizes[0], added[0])
+            increasing = increasing and window_increasing and (not begin or _increasing_across(data, positions, begin))
+        else:
+            added, (bad_length, bad_type, failed, unknown) = _split_with_numpy(data, window, known_codes, known_keys,
+                                                                                outputs)
+        firsts.add(begin, bad_length, bad_type, failed, unknown)
+        sizes = [size + count for size, count in zip(sizes, added)]
+        release_pages(mapped, int(window[0]), int(window[-1]) + _HOST_EVENT.itemsize)
+    dispatches, submissions, queue_ops = (table[:size] for table, size in zip(tables, sizes))
 
     def record(index: int) -> np.void:
-        return _records_at(data, positions[[index]], _HOST_EVENT)[0]
+        return records_at(data, positions[[index]], _HOST_EVENT)[0]
 
-    if bad_length >= 0:
+    if firsts.bad_length >= 0:
         raise UnsupportedLayout("record length differs from the known layout")
-    if bad_type >= 0:
-        raise corrupt(path, f"unknown host execution event type {record(bad_type)['type']}")
-    if failed >= 0:
-        bad = record(failed)
+    if firsts.bad_type >= 0:
+        raise corrupt(path, f"unknown host execution event type {record(firsts.bad_type)['type']}")
+    if firsts.failed >= 0:
+        bad = record(firsts.failed)
         raise run_failed(path, EVENT_NAMES[int(bad["type"])], int(bad["event_id"]), int(bad["status_code"]))
     if not increasing:  # strictly increasing pairs are unique
-        events = _records_at(data, positions, _HOST_EVENT) if events is None else events
-        check_unique(path, "a host execution event", events["stream"], events["event_id"])
-    if unknown >= 0:
-        bad = record(unknown)
+        check_unique(path, "a host execution event", *_host_event_fields(mapped, data, positions, "stream", "event_id"))
+    if firsts.unknown >= 0:
+        bad = record(firsts.unknown)
         raise corrupt(path, f"dispatch of unknown executable function {bad['executable_id']}:{bad['function_ordinal']}")
     return _HostEvents(dispatches, submissions, queue_ops, order)
+
+
+def _in_order_after(dispatches: np.ndarray, before: int, added: int) -> bool:
+    """Whether the first of ``added`` new dispatch rows (after ``before`` rows) keeps (submission, start) order."""
+    if not before or not added:
+        return True
+    last, first = dispatches[before - 1], dispatches[before]
+    return (int(first["submission"]), int(first["start_ns"])) >= (int(last["submission"]), int(last["start_ns"]))
+
+
+def _increasing_across(data: np.ndarray, positions: RecordPositions, begin: int) -> bool:
+    """Whether host event ``begin``'s (stream, event id) exceeds event ``begin - 1``'s (the C pass checks within
+    a window)."""
+    last, first = records_at(data, positions[[begin - 1, begin]], _HOST_EVENT)
+    return (int(first["stream"]), int(first["event_id"])) > (int(last["stream"]), int(last["event_id"]))
+
+
+def _host_event_fields(mapped: mmap.mmap, data: np.ndarray, positions: RecordPositions,
+                       *names: str) -> list[np.ndarray]:
+    """Fields of every host event, gathered window by window (the whole 152-byte records are never all copied)."""
+    fields = [np.empty(len(positions), _HOST_EVENT.fields[name][0]) for name in names]
+    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
+        window = positions[begin : begin + HOST_EVENTS_WINDOW]
+        events = records_at(data, window, _HOST_EVENT)
+        for field, name in zip(fields, names):
+            field[begin : begin + len(window)] = events[name]
+        release_pages(mapped, int(window[0]), int(window[-1]) + _HOST_EVENT.itemsize)
+    return fields
+
+
+def _split_with_numpy(data: np.ndarray, window: np.ndarray, known_codes: np.ndarray, known_keys: np.ndarray,
+                      outputs: list[np.ndarray]) -> tuple[list[int], tuple[int, int, int, int]]:
+    """The numpy twin of the C pass over one window: its events into the starts of ``outputs`` (dispatch,
+    submission, queue-op tables); (rows added to each, first bad length, bad type, failed, unknown function)."""
+    events = records_at(data, window, _HOST_EVENT)
+    bad_length, bad_type, failed = (
+        first_true(wrong)
+        for wrong in (events["record_length"] != _HOST_EVENT.itemsize, ~np.isin(events["type"], list(EVENT_NAMES)),
+                      events["status_code"] != 0)
+    )
+    types = events["type"]
+    raw = np.flatnonzero(types == EVENT_DISPATCH)  # positions: indexing whole 152-byte records would copy them all
+    keys, unknown = _lookup_keys(events["executable_id"][raw], events["function_ordinal"][raw], known_codes,
+                                 known_keys)
+    _fill_columns(outputs[0], events, raw, skip=("key",))
+    outputs[0]["key"][: len(raw)] = keys
+    unknown = int(raw[unknown]) if unknown >= 0 else -1
+    executions = np.flatnonzero(types == EVENT_EXECUTE)
+    _fill_columns(outputs[1], events, executions)
+    operations = np.flatnonzero((types != EVENT_DISPATCH) & (types != EVENT_EXECUTE))
+    _fill_columns(outputs[2], events, operations)
+    return [len(raw), len(executions), len(operations)], (bad_length, bad_type, failed, unknown)
 
 
 def _lookup_keys(executable: np.ndarray, ordinal: np.ndarray, known_codes: np.ndarray,
@@ -508,10 +577,8 @@ def _lookup_keys(executable: np.ndarray, ordinal: np.ndarray, known_codes: np.nd
     return keys, first_true(missing)
 
 
-def _columns(records: np.ndarray, dtype: np.dtype, rows: np.ndarray, skip: tuple[str, ...] = ()) -> np.ndarray:
-    """The fields of ``dtype`` (but ``skip``) of raw records ``rows``, as a packed array (one gather per field)."""
-    table = np.empty(len(rows), dtype)
-    for name in dtype.names:
+def _fill_columns(table: np.ndarray, records: np.ndarray, rows: np.ndarray, skip: tuple[str, ...] = ()) -> None:
+    """Write the fields of ``table``'s dtype (but ``skip``) of raw records ``rows`` into its first rows."""
+    for name in table.dtype.names:
         if name not in skip:
-            table[name] = records[name][rows]
-    return table
+            table[name][: len(rows)] = records[name][rows]

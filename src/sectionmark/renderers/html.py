@@ -35,7 +35,7 @@ import base64
 import hashlib
 import html
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -236,7 +236,7 @@ def call_lengths(session: ProfileSession) -> tuple[np.ndarray, np.ndarray]:
     """Each measured call's start (as the section offsets count it) and its length to its last dispatch's end."""
     attribution = session.attribution
     events, calls = attribution.events, max(attribution.calls, 1)
-    call = np.minimum(events["call"], calls - 1).astype(np.int64)
+    call = np.minimum(attribution.event_calls, calls - 1).astype(np.int64)
     starts = first_dispatch_starts(events["start_ns"], call, calls,
                                    measured_call_starts(attribution.queue_spans, attribution.calls))
     ends = np.full(calls, np.iinfo(np.int64).min, np.int64)
@@ -267,8 +267,7 @@ def timeline_data(session: ProfileSession) -> dict[str, Any]:
     starts, lengths = call_lengths(session)
     listed, shown = shown_calls(lengths)
     strings: dict[str, int] = {}
-    events = attribution.events
-    call_of = np.minimum(events["call"], max(attribution.calls, 1) - 1)
+    call_of = np.minimum(attribution.event_calls, max(attribution.calls, 1) - 1)
 
     def string(text: str) -> int:
         return strings.setdefault(text, len(strings))
@@ -278,7 +277,7 @@ def timeline_data(session: ProfileSession) -> dict[str, Any]:
         origin = int(starts[call])
         rows: list[str] = []
         spans, bars = [], []
-        for queue in build_timelines(replace(attribution, events=events[call_of == call])):
+        for queue in build_timelines(attribution.select(call_of == call)):
             depth = max((d + 1 for span in queue.main for d, s in span.walk() if s.kind == "section"), default=0)
             first = len(rows)
             rows += [f"queue {queue.queue}: sections" if d == 0 else "" for d in range(depth)]
