@@ -351,6 +351,8 @@ class _ZoneTable:
         parts = [np.frombuffer(table, ZONE_FIELDS) for table in tables]
         if len(parts) == 1:
             self.rows = parts[0]
+        elif not parts:  # a GPU context that stored no zones (from no thread)
+            self.rows = np.zeros(0, ZONE_FIELDS)
         else:  # a GPU context's zones sent from several threads: each thread's parent indices start at 0
             self.rows = np.concatenate(parts)
             offsets = np.repeat(np.cumsum([0] + [len(part) for part in parts[:-1]]), [len(part) for part in parts])
