@@ -35,7 +35,7 @@ fi
 checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="$(mkdir -p "$1" && cd "$1" && pwd)"
 tree_arg="$2"
-python_bin="${PYTHON:-/work/main/.venv/bin/python}"
+python_bin="${PYTHON:-$checkout/.venv/bin/python}"
 [ -x "$python_bin" ] || python_bin="$(command -v python3)"
 
 if [ -d "$tree_arg" ]; then
