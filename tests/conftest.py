@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -44,6 +45,27 @@ def compiled_two_matmuls(tmp_path_factory):
 VULKAN_SETUP = "apt-get install mesa-vulkan-drivers libvulkan1 gives lavapipe, docs/gpu.md"
 
 
+def find_vulkan_device() -> tuple[Optional[str], str]:
+    """The name of IREE's first Vulkan device, or None and why there is none (one line)."""
+    import iree.runtime
+
+    if "vulkan" not in iree.runtime.query_available_drivers():
+        return None, "no Vulkan device: this iree-base-runtime has no vulkan driver"
+    try:
+        devices = iree.runtime.get_driver("vulkan").query_available_devices()
+    except (RuntimeError, ValueError) as error:  # no loader, no driver (ICD) or no device
+        return None, f"no Vulkan device ({str(error).splitlines()[0].rpartition('; ')[2]}); {VULKAN_SETUP}"
+    if not devices:
+        return None, f"no Vulkan device; {VULKAN_SETUP}"
+    return devices[0]["name"], ""
+
+
+def pytest_report_header(config) -> str:
+    """The Vulkan device the Vulkan tests run on, or why they are skipped: the first lines of a CI log say it."""
+    name, why = find_vulkan_device()
+    return f"vulkan: {name}" if name is not None else f"vulkan: {why} (the Vulkan tests are skipped)"
+
+
 @pytest.fixture(scope="session")
 def vulkan_device(tmp_path_factory) -> str:
     """The name of IREE's first Vulkan device; a test using it is skipped (one line) where there is none.
@@ -52,15 +74,8 @@ def vulkan_device(tmp_path_factory) -> str:
     ``XDG_RUNTIME_DIR`` is set (a private folder) when unset, as the Vulkan
     loader and Mesa's layers expect it; the tools run by the tests inherit it.
     """
-    import iree.runtime
-
     os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("xdg-runtime")))
-    if "vulkan" not in iree.runtime.query_available_drivers():
-        pytest.skip("no Vulkan device: this iree-base-runtime has no vulkan driver")
-    try:
-        devices = iree.runtime.get_driver("vulkan").query_available_devices()
-    except (RuntimeError, ValueError) as error:  # no loader, no driver (ICD) or no device
-        pytest.skip(f"no Vulkan device ({str(error).splitlines()[0].rpartition('; ')[2]}); {VULKAN_SETUP}")
-    if not devices:
-        pytest.skip(f"no Vulkan device; {VULKAN_SETUP}")
-    return devices[0]["name"]
+    name, why = find_vulkan_device()
+    if name is None:
+        pytest.skip(why)
+    return name
