@@ -92,7 +92,7 @@ c = np.ones(1024 * 1024, np.float32); d = np.empty_like(c)
 m = [np.ones((512, 512), np.float32) for _ in range(4)]  # 2-D products: BLAS in every numpy build
 def best(run):
     times = []
-    for _ in range(30):  # the best of many, as sectionmark's: on a shared machine only some runs are not hit
+    for _ in range(100):  # the best of many, as sectionmark's: on a shared machine only some runs are not hit
         start = time.perf_counter(); run(); times.append(time.perf_counter() - start)
     return min(times)
 print(json.dumps([2 * a.nbytes / best(lambda: np.copyto(b, a)) / 1e9, 2 * c.nbytes / best(lambda: np.copyto(d, c)) / 1e9,
