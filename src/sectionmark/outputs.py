@@ -100,6 +100,12 @@ def atomic_path(path: PathLike, inputs: Iterable[PathLike] = ()) -> Iterator[Pat
             temporary_path.unlink()
 
 
+def copy_output(source: PathLike, path: PathLike, inputs: Iterable[PathLike] = ()) -> None:
+    """Copy ``source`` to ``path`` atomically (`atomic_path`), never onto one of ``inputs``: a kept raw profile."""
+    with atomic_path(path, inputs) as temporary:
+        shutil.copyfile(source, temporary)
+
+
 _PARTIAL = ".partial"
 
 

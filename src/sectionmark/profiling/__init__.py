@@ -9,14 +9,13 @@ either kind; both give the same `ProfileSession`.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from sectionmark.artifacts import module_file, module_file_and_map, read_section_map
 from sectionmark.errors import SectionmarkError
-from sectionmark.outputs import atomic_path, check_output_path
+from sectionmark.outputs import check_output_path, copy_output
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
 from sectionmark.profiling.runs import combine_runs, representative_run
@@ -93,7 +92,7 @@ def profile(
                 workers=workers, progress=f"run {index + 1} of {runs}" if runs > 1 else "", measure_cost=index == 0,
             )
             if keep_profile is not None and index == 0:  # kept before it is read: a profile that fails to read too
-                _keep(run.profile_path, keep_profile, protected)
+                copy_output(run.profile_path, keep_profile, protected)
             events = _read_events(run.profile_path, section_map, function)
             session = _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function,
                                workers=run_workers, device=device)
@@ -114,14 +113,8 @@ def profile(
             # Whole ns, as the JSON stores them: the ratio read back is the ratio shown. Measured in the first run.
             session.profiler_cost = ProfilerCost(round(first.profiled_ns_per_call), round(first.unprofiled_ns_per_call))
         if keep_profile is not None and (session.shown_run or 1) > 1:  # the figures shown are of that run
-            _keep(finished[session.shown_run - 1].profile_path, keep_profile, protected)
+            copy_output(finished[session.shown_run - 1].profile_path, keep_profile, protected)
         return session
-
-
-def _keep(profile_path: Path, keep_profile: Union[str, Path], protected: Sequence[Union[str, Path]]) -> None:
-    """Copy a run's raw profile to ``keep_profile`` atomically, never onto one of ``protected``."""
-    with atomic_path(keep_profile, protected) as temporary:
-        shutil.copyfile(profile_path, temporary)
 
 
 def report(

@@ -34,7 +34,7 @@ from sectionmark.arguments import host_array
 from sectionmark.artifacts.files import read_regular
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
-from sectionmark.outputs import atomic_path, check_output_path, remove_stale_temporaries, temporary_name
+from sectionmark.outputs import check_output_path, copy_output, remove_stale_temporaries, temporary_name
 from sectionmark.parameters import Parameters, parameter_specs, spec_text
 from sectionmark.profiling.inputs import load_input_array
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, TRACED_DRIVERS, device_driver, run_profile
@@ -263,8 +263,7 @@ class Recording:
                                   timeout=timeout, parameters=self.parameters, imported=[model], workers=workers,
                                   progress=f"run {index + 1} of {runs}" if runs > 1 else "")
                 if keep_profile is not None and index == 0:
-                    with atomic_path(keep_profile, protected) as temporary:
-                        shutil.copyfile(run.profile_path, temporary)
+                    copy_output(run.profile_path, keep_profile, protected)
                 profiles.append(ReplayProfile.build(read_profile(run.profile_path), self.section_map, self.sequence,
                                                     replays=iterations, warmup=warmup, device=device))
             return ReplayProfile.combine(profiles)
