@@ -24,6 +24,7 @@ from sectionmark.profiling.section_time import event_sums, union_length, wall_pa
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers import arrays, bundle_records, checks, event_model, ireeprof_bundle
 from sectionmark.readers.event_model import DISPATCH_DTYPE
+from sectionmark.readers.ireeprof_bundle import _KNOWN_CONTENT_TYPES as KNOWN_TYPES
 from sectionmark.readers.ireeprof import read_profile
 
 SEEDS = range(8)
@@ -106,7 +107,7 @@ def read_in_windows(path, monkeypatch, window: int) -> tuple:
     ``window`` x 100 bytes at a time (the C extension switched on again after)."""
     native = event_model._native
     monkeypatch.setattr(ireeprof_bundle, "HOST_EVENTS_WINDOW", window)
-    monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", window * 100)
+    monkeypatch.setattr(bundle_records, "RECORD_WALK_WINDOW", window * 100)
     both = read_both(path, monkeypatch)
     monkeypatch.setattr(event_model, "_native", native)
     return both
@@ -140,10 +141,10 @@ def test_walking_the_records_in_windows_gives_what_one_walk_gives(plain_run, mon
     mapped = mmap.mmap(-1, max(len(data), 1))  # release_pages gives its pages back: harmless on an anonymous map
     for native in (event_model._native, None):
         monkeypatch.setattr(event_model, "_native", native)
-        whole = ireeprof_bundle._record_table(data, 24, len(data))
-        monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", window)
-        windowed = ireeprof_bundle._walk_records(mapped, data, 24, len(data))
-        monkeypatch.setattr(ireeprof_bundle, "RECORD_WALK_WINDOW", 1 << 30)
+        whole = bundle_records._record_table(data, 24, len(data), KNOWN_TYPES)
+        monkeypatch.setattr(bundle_records, "RECORD_WALK_WINDOW", window)
+        windowed = bundle_records.walk_records(mapped, data, 24, len(data), KNOWN_TYPES)
+        monkeypatch.setattr(bundle_records, "RECORD_WALK_WINDOW", 1 << 30)
         assert [part.tolist() for part in windowed] == [part.tolist() for part in whole]
 
 
@@ -151,9 +152,9 @@ def test_walking_the_records_in_windows_gives_what_one_walk_gives(plain_run, mon
 def test_c_and_python_walk_truncated_records_alike(plain_run, monkeypatch, cut):
     blob = plain_run[1].read_bytes()
     data = np.frombuffer(blob[: len(blob) - cut], np.uint8)
-    with_c = ireeprof_bundle._record_table(data, 24, len(data))
+    with_c = bundle_records._record_table(data, 24, len(data), KNOWN_TYPES)
     monkeypatch.setattr(event_model, "_native", None)
-    without = ireeprof_bundle._record_table(data, 24, len(data))
+    without = bundle_records._record_table(data, 24, len(data), KNOWN_TYPES)
     assert [part.tolist() for part in with_c] == [part.tolist() for part in without]
     assert (with_c[2] >= 0).sum() > 3  # the chunks' content types are recognised
 
@@ -207,7 +208,7 @@ def test_dispatch_order_is_lexsorts(seed):
     shuffled = dispatches[rng.permutation(len(group))]
     for table in (dispatches, shuffled):  # grouped by submission (sorted locally) and not (lexsort)
         expected = table[np.lexsort((table["start_ns"], table["submission"]))]
-        assert checks._by_submission_and_start(table.copy()).tobytes() == expected.tobytes()
+        assert checks.by_submission_and_start(table.copy()).tobytes() == expected.tobytes()
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -35,8 +35,8 @@ def run_failed(path: Path, event: str, event_id: int, status: int) -> Sectionmar
 class KnownOrder:
     """What a reader already established about its tables, so that ``checked_profile`` need not check it again."""
 
-    times_plausible: bool = False  # every host event's times pass _check_times
-    dispatches_sorted: bool = False  # dispatches in (submission, start) order (_by_submission_and_start's)
+    times_plausible: bool = False  # every host event's times pass check_times
+    dispatches_sorted: bool = False  # dispatches in (submission, start) order (by_submission_and_start's)
 
 
 def timed_dispatch(op: str, flags: int, workgroups: list[int]) -> bool:
@@ -86,7 +86,7 @@ def check_unique(path: Path, what: str, first: np.ndarray, second: np.ndarray) -
         raise corrupt(path, f"{what} ({first[index]}, {second[index]}) is recorded twice")
 
 
-def _check_times(path: Path, dispatches: np.ndarray, submissions: np.ndarray, queue_ops: np.ndarray,
+def check_times(path: Path, dispatches: np.ndarray, submissions: np.ndarray, queue_ops: np.ndarray,
                  memory: np.ndarray, host_events_plausible: bool = False) -> None:
     """Every timestamp plausible, so that durations and their sums fit in int64.
 
@@ -144,7 +144,7 @@ def _duplicate_command(ids: np.ndarray, rank: np.ndarray, command_index: np.ndar
 
 @dataclass
 class _LinkFailures:
-    """The first dispatch (index) failing each link check, -1 for none; see ``_check_links``."""
+    """The first dispatch (index) failing each link check, -1 for none; see ``check_links``."""
 
     orphan: int  # its submission executes no command buffer
     wrong_buffer: int  # names another command buffer than its submission executes
@@ -201,7 +201,7 @@ def _link_failures(dispatches: np.ndarray, submissions: np.ndarray, buffer_ids: 
     )
 
 
-def _check_links(
+def check_links(
     path: Path, dispatches: np.ndarray, submissions: np.ndarray, command_buffers: dict[int, list[RecordedCommand]],
     timed: dict[int, set[int]],
 ) -> None:
@@ -244,7 +244,7 @@ def _check_links(
         )
 
 
-def _by_submission_and_start(dispatches: np.ndarray, known_sorted: bool = False) -> np.ndarray:
+def by_submission_and_start(dispatches: np.ndarray, known_sorted: bool = False) -> np.ndarray:
     """Dispatches in (submission, start) order, ties in their order: ``np.lexsort``'s result.
 
     IREE writes them grouped by submission and all but a few in start order:
@@ -267,6 +267,23 @@ def _by_submission_and_start(dispatches: np.ndarray, known_sorted: bool = False)
     return dispatches
 
 
+def recorded_commands(path: Path, declared: set[int], commands: dict[int, dict[int, CommandRecord]]
+                      ) -> tuple[dict[int, list[RecordedCommand]], dict[int, set[int]]]:
+    """The recorded commands of each command buffer the profile defines, in index order, and the indices of the
+    timed ones (one event per execution expected); commands of an undefined buffer are refused."""
+    undeclared = sorted(set(commands) - declared)
+    if undeclared:
+        raise corrupt(path, f"commands are recorded for command buffer {undeclared[0]}, which the profile does not define")
+    recorded = {buffer: commands.get(buffer, {}) for buffer in declared}
+    command_buffers = {
+        buffer: [(index, op, key) for index, (op, key, _timed) in sorted(by_index.items())]
+        for buffer, by_index in recorded.items()
+    }
+    timed = {buffer: {index for index, (_op, _key, is_timed) in by_index.items() if is_timed}
+             for buffer, by_index in recorded.items()}
+    return command_buffers, timed
+
+
 def checked_profile(
     path: Path,
     dispatches: np.ndarray,
@@ -287,25 +304,16 @@ def checked_profile(
     what the reader established already.
     """
     known = known or KnownOrder()
-    undeclared = sorted(set(commands) - declared)
-    if undeclared:
-        raise corrupt(path, f"commands are recorded for command buffer {undeclared[0]}, which the profile does not define")
-    recorded = {buffer: commands.get(buffer, {}) for buffer in declared}
-    command_buffers = {
-        buffer: [(index, op, key) for index, (op, key, _timed) in sorted(by_index.items())]
-        for buffer, by_index in recorded.items()
-    }
-    timed = {buffer: {index for index, (_op, _key, is_timed) in by_index.items() if is_timed}
-             for buffer, by_index in recorded.items()}
-    _check_times(path, dispatches, submissions, queue_ops, memory, known.times_plausible)
-    dispatches = _by_submission_and_start(dispatches, known.dispatches_sorted)
-    submissions = _sorted_by(submissions, "submission")
-    _check_links(path, dispatches, submissions, command_buffers, timed)
+    command_buffers, timed = recorded_commands(path, declared, commands)
+    check_times(path, dispatches, submissions, queue_ops, memory, known.times_plausible)
+    dispatches = by_submission_and_start(dispatches, known.dispatches_sorted)
+    submissions = sorted_by(submissions, "submission")
+    check_links(path, dispatches, submissions, command_buffers, timed)
     return Profile(dispatches, submissions, keys, command_buffers, exports,
-                   _sorted_by(queue_ops, "start_ns", "submission"), _sorted_by(memory, "time_ns"), provenance=provenance)
+                   sorted_by(queue_ops, "start_ns", "submission"), sorted_by(memory, "time_ns"), provenance=provenance)
 
 
-def _sorted_by(table: np.ndarray, first: str, second: Optional[str] = None) -> np.ndarray:
+def sorted_by(table: np.ndarray, first: str, second: Optional[str] = None) -> np.ndarray:
     """``table`` stably sorted by its ``first`` field, then ``second``; itself when it is in that order already
     (profiles nearly always are: no copy)."""
     a = table[first]

@@ -20,8 +20,8 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.arrays import first_true
-from sectionmark.readers.bundle_records import (Chunks, RecordPositions, UnsupportedLayout, fixed_records, records_at,
-                                                release_pages)
+from sectionmark.readers.bundle_records import (RECORD_HEADER_SIZE, Chunks, RecordPositions, UnsupportedLayout, content_type,
+                                                fixed_records, records_at, release_pages, walk_records)
 from sectionmark.readers.checks import (KnownOrder, check_unique, checked_profile, corrupt, define_function,
                                         exports_by_executable, record_command, run_failed, timed_dispatch)
 from sectionmark.readers.device_events import (CLOCK_SAMPLE_DTYPE, DEVICE_DISPATCH_DTYPE, EXECUTE_DTYPE, device_clocks,
@@ -33,7 +33,6 @@ from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_DISPATCH, EVE
 
 BUNDLE_MAGIC = b"IRPF"
 _FILE_HEADER = struct.Struct("<4sHHIIQ")  # magic, major, minor, header_length, flags, file_length
-_RECORD_HEADER_SIZE = 104
 _RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END = 1, 2, 3
 _CHUNK_TRUNCATED = 1
 _CONTENT_PREFIX = "application/vnd.iree.hal.profile."
@@ -119,97 +118,6 @@ _FUNCTION_NAME_LENGTH_OFFSET = 44
 _FUNCTION_HEADER_SIZE = 64
 
 
-_RECORD_HEADER_DTYPE = np.dtype(
-    {
-        "names": ["record_length", "payload_length", "header_size", "type_length", "name_length", "device", "queue",
-                  "chunk_flags", "dropped", "status", "record_type"],
-        "formats": ["<u8", "<u8", "<u4", "<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u4", "<u2"],
-        "offsets": [0, 8, 56, 60, 64, 68, 72, 80, 88, 96, 100],
-        "itemsize": _RECORD_HEADER_SIZE,
-    }
-)
-_RECORD_LENGTH = struct.Struct("<Q")
-
-
-def _record_table(data: np.ndarray, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Walk the records of ``data[start:end]``: (offsets, headers, kinds).
-
-    ``offsets``: of every record; the walk stops after a record whose header is cut short or whose length is
-    below a header's or past ``end`` (``_bundle_chunks`` reports it). ``headers`` (``_RECORD_HEADER_DTYPE``):
-    of the records with a whole header (all but maybe the last); ``kinds``: the index in ``KNOWN_CHUNKS`` of
-    each one's content type, -1 when it is none of them or its type string does not lie inside the record.
-    In C when the extension is built.
-    """
-    if native() is not None:
-        offsets, headers, kinds = native().record_table(data, start, end, _KNOWN_CONTENT_TYPES)
-        return (np.frombuffer(offsets, np.int64), np.frombuffer(headers, _RECORD_HEADER_DTYPE),
-                np.frombuffer(kinds, np.int64))
-    offsets, offset, unpack = [], start, _RECORD_LENGTH.unpack_from
-    while offset < end:
-        offsets.append(offset)
-        if end - offset < _RECORD_HEADER_SIZE:
-            break
-        (length,) = unpack(data, offset)
-        if length < _RECORD_HEADER_SIZE or length > end - offset:
-            break
-        offset += length
-    whole = np.array(offsets[: len(offsets) - (end - offsets[-1] < _RECORD_HEADER_SIZE)] if offsets else [], np.int64)
-    headers = records_at(data, whole, _RECORD_HEADER_DTYPE)
-    return np.array(offsets, np.int64), headers, _content_kinds(data, whole, headers, end)
-
-
-def _content_kinds(data: np.ndarray, offsets: np.ndarray, headers: np.ndarray, end: int) -> np.ndarray:
-    """``_record_table``'s kinds, with numpy: the type strings of each length are gathered and looked up once."""
-    length, header_size = headers["record_length"], headers["header_size"].astype(np.uint64)
-    type_length = headers["type_length"].astype(np.uint64)
-    fits = ((length <= (end - offsets).astype(np.uint64)) & (header_size >= _RECORD_HEADER_SIZE)
-            & (header_size <= length) & (type_length <= length - header_size))
-    kinds = np.full(len(offsets), -1, np.int64)
-    codes = {name: index for index, name in enumerate(_KNOWN_CONTENT_TYPES)}
-    rows = np.flatnonzero(fits)
-    for size in set(type_length[rows].tolist()) & {len(name) for name in codes}:
-        chosen = rows[type_length[rows] == size]
-        raw = records_at(data, offsets[chosen] + header_size[chosen].astype(np.int64), np.dtype(f"V{size}"))
-        kinds[chosen] = [codes.get(value, -1) for value in raw.tolist()]
-    return kinds
-
-
-def _content_type(data: np.ndarray, offset: int, header: np.void) -> str:
-    """The content type of the record at ``offset`` (its lengths checked), ``_CONTENT_PREFIX`` removed."""
-    start = offset + int(header["header_size"])
-    return bytes(data[start : start + int(header["type_length"])]).decode("utf-8", "replace").removeprefix(
-        _CONTENT_PREFIX)
-
-
-def _walk_records(mapped: mmap.mmap, data: np.ndarray, start: int, end: int) -> tuple[np.ndarray, np.ndarray,
-                                                                                    np.ndarray]:
-    """`_record_table` of ``data[start:end]``, walked ``RECORD_WALK_WINDOW`` bytes at a time, each window's pages
-    given back after it (records are about a page long, so the walk maps in every page of the file).
-
-    A window's walk lists the records wholly inside it, then stops at the first that is not: one crossing the
-    window's end is walked again at the start of the next window (which reaches at least to its end), so only
-    the last window can stop at a bad record, where the walk of the whole range stops too.
-    """
-    parts, position, reach = [], start, start
-    while True:
-        stop = min(end, max(position + RECORD_WALK_WINDOW, reach))
-        offsets, headers, kinds = _record_table(data, position, stop)
-        release_pages(mapped, position, stop)
-        lengths = headers["record_length"].astype(np.int64)
-        inside = (lengths >= _RECORD_HEADER_SIZE) & (lengths <= stop - offsets[: len(headers)])
-        whole = int(np.argmin(inside)) if not inside.all() else len(headers)
-        if stop == end or (whole < len(headers) and lengths[whole] < _RECORD_HEADER_SIZE):
-            parts.append((offsets, headers, kinds))  # the end, or a bad length: the whole walk stops there too
-            break
-        parts.append((offsets[:whole], headers[:whole], kinds[:whole]))
-        if whole == len(offsets):  # every record inside: the next one starts where the last one ends
-            position = reach = int(offsets[-1] + lengths[-1])
-        else:  # the first record not inside (its header cut, or its end past the window's) starts the next window
-            position = int(offsets[whole])
-            reach = position + (int(lengths[whole]) if whole < len(headers) else _RECORD_HEADER_SIZE)
-    return tuple(np.concatenate([part[index] for part in parts]) for index in range(3))
-
-
 def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_length: int,
                    file_length: int) -> dict[str, Chunks]:
     """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
@@ -219,12 +127,12 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
     record (in file order) that fails a check, and its first failed check.
     """
     data = data[:file_length]
-    offsets, headers, kinds = _walk_records(mapped, data, header_length, file_length)
+    offsets, headers, kinds = walk_records(mapped, data, header_length, file_length, _KNOWN_CONTENT_TYPES)
     complete = offsets[: len(headers)]
     record_length, header_size, record_type = (
         headers["record_length"], headers["header_size"].astype(np.uint64), headers["record_type"])
     lengths_ok = (  # each part within the record, so that the uint64 sum cannot wrap
-        (header_size >= _RECORD_HEADER_SIZE)
+        (header_size >= RECORD_HEADER_SIZE)
         & (headers["payload_length"] <= record_length)
         & (record_length <= (file_length - complete).astype(np.uint64))
         & (header_size + headers["type_length"] + headers["name_length"] + headers["payload_length"] == record_length)
@@ -241,9 +149,9 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
     if failing.any():
         index = int(np.argmax(failing))
         offset = int(complete[index])
-        content_type = _content_type(data, offset, headers[index]) if bad_chunk[index] else ""
+        kind = content_type(data, offset, headers[index], _CONTENT_PREFIX) if bad_chunk[index] else ""
         _raise_record_error(path, offset, headers[index], after_end[index], lengths_ok[index], known_type[index],
-                            begin_ok[index], content_type)
+                            begin_ok[index], kind)
     if len(complete) < len(offsets):
         where = "record after the session end" if ended.any() else "truncated record"
         raise corrupt(path, f"{where} at byte {offsets[-1]}")
@@ -298,7 +206,33 @@ def _executable_functions(path: Path, payloads: list[memoryview]) -> dict[tuple[
     return functions
 
 
-def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
+@dataclass
+class OpenBundle:
+    """A bundle mapped and walked, with everything but its events decoded: what a reader of its events needs."""
+
+    path: Path
+    mapped: mmap.mmap
+    data: np.ndarray  # the mapped file, as bytes
+    chunks: dict[str, Chunks]  # the payloads of each chunk type used
+    functions: dict[tuple[int, int], str]  # (executable id, ordinal) -> name
+    keys: list[str]  # dispatch keys (function names), each once
+    # Each known function's (executable id << 32 | ordinal), sorted, and its key's index in ``keys``.
+    known_codes: np.ndarray
+    known_keys: np.ndarray
+    declared: set[int]  # the command buffers the profile defines
+    commands: dict[int, dict[int, CommandRecord]]  # their recorded commands, by index
+
+    def host_event_positions(self) -> RecordPositions:
+        return RecordPositions(self.chunks["host-execution-events"], _HOST_EVENT.itemsize)
+
+    @property
+    def device_timed(self) -> bool:
+        """Whether its dispatches were timed by a device (a GPU's dispatch events), not by the host."""
+        return bool(len(self.chunks["dispatch-events"].starts))
+
+
+def open_bundle(path: Path, file: BinaryIO, size: int) -> OpenBundle:
+    """Map the bundle, check its header and records, decode its functions and command buffers."""
     file.seek(0)
     header = file.read(_FILE_HEADER.size)
     if len(header) < _FILE_HEADER.size:
@@ -347,18 +281,25 @@ def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     keys = list(dict.fromkeys(functions[pair] for pair in known))
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
-    host = _host_events(path, mapped, data, chunks["host-execution-events"], known_codes, known_keys)
-    memory = _memory_events(path, mapped, data, chunks["memory-events"])
-    if len(chunks["dispatch-events"].starts):
+    return OpenBundle(path, mapped, data, chunks, functions, keys, known_codes, known_keys, declared, commands)
+
+
+def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
+    bundle = open_bundle(path, file, size)
+    data, chunks = bundle.data, bundle.chunks
+    host = _host_events(path, bundle.mapped, data, chunks["host-execution-events"], bundle.known_codes,
+                        bundle.known_keys)
+    memory = memory_events(bundle)
+    exports = exports_by_executable(bundle.functions)
+    if bundle.device_timed:
         if len(host.dispatches):
             raise SectionmarkError(f"{path}: it has both host-timed and device-timed dispatches; sectionmark reads "
                                    "one device's profile at a time")
-        dispatches, submissions = _device_events(path, data, chunks, known_codes, known_keys)
-        return checked_profile(path, dispatches, submissions, keys, declared, commands,
-                               exports_by_executable(functions), Provenance("bundle", device_timed=True),
-                               host.queue_ops, memory)
-    return checked_profile(path, host.dispatches, host.submissions, keys, declared, commands,
-                           exports_by_executable(functions), Provenance("bundle"), host.queue_ops, memory, host.order)
+        dispatches, submissions = _device_events(path, data, chunks, bundle.known_codes, bundle.known_keys)
+        return checked_profile(path, dispatches, submissions, bundle.keys, bundle.declared, bundle.commands, exports,
+                               Provenance("bundle", device_timed=True), host.queue_ops, memory)
+    return checked_profile(path, host.dispatches, host.submissions, bundle.keys, bundle.declared, bundle.commands,
+                           exports, Provenance("bundle"), host.queue_ops, memory, host.order)
 
 
 def _device_events(path: Path, data: np.ndarray, chunks: dict[str, Chunks], known_codes: np.ndarray,
@@ -401,9 +342,10 @@ def _device_events(path: Path, data: np.ndarray, chunks: dict[str, Chunks], know
     return dispatches, device_executions(execute_rows, dispatches)
 
 
-def _memory_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: Chunks) -> np.ndarray:
+def memory_events(bundle: OpenBundle) -> np.ndarray:
     """The memory events (MEMORY_DTYPE), each checked for layout, type and identity (in C when built), read
     ``HOST_EVENTS_WINDOW`` at a time like the host events."""
+    path, mapped, data, chunks = bundle.path, bundle.mapped, bundle.data, bundle.chunks["memory-events"]
     positions = RecordPositions(chunks, _MEMORY_EVENT.itemsize)
     memory = np.empty(len(positions), MEMORY_DTYPE)
     devices, event_ids = np.empty(len(positions), np.uint64), np.empty(len(positions), np.uint64)
@@ -446,7 +388,6 @@ class _HostEvents:
 # after it (`release_pages`), so the mapped profile adds at most about this many 152-byte records to the RSS
 # (10 MB), not the whole file; the tables the events go to are the reader's output.
 HOST_EVENTS_WINDOW = 1 << 16
-RECORD_WALK_WINDOW = 64 << 20  # bytes of the file walked for record headers per pass (`_walk_records`)
 
 
 @dataclass
