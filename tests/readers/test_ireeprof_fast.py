@@ -19,7 +19,7 @@ from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import queue_time
-from sectionmark.profiling.attribute import _attributed_events, attribute
+from sectionmark.profiling.attribute import attributed_events, attribute
 from sectionmark.profiling.section_time import event_sums, union_length, wall_parts
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers import arrays, bundle_records, checks, event_model, ireeprof_bundle
@@ -325,7 +325,7 @@ def test_c_and_numpy_attribute_events_alike(corruption, warmup, monkeypatch):
     for switched_off in (False, True):
         if switched_off:
             monkeypatch.setattr(event_model, "_native", None)
-        (slot, call), failures = _attributed_events(dispatches, buffer_ids, bases, flat, slot_keys,
+        (slot, call), failures = attributed_events(dispatches, buffer_ids, bases, flat, slot_keys,
                                                     submissions["submission"], calls, warmup)
         results.append((slot.dtype, call.dtype, slot.tobytes(), call.tobytes(), vars(failures)))
     assert results[0] == results[1]

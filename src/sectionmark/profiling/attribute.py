@@ -196,6 +196,88 @@ def check_fingerprint(profile: Profile, section_map: SectionMap) -> None:
         )
 
 
+class SlotMatcher:
+    """The slots (static dispatch commands) of a section map, and the match of runtime command buffers to them.
+
+    ``lookup`` gives the flat table that places each dispatch event: the slot
+    of (runtime buffer at position b, command index i) is
+    ``flat[bases[b] + i]`` (-1: no dispatch there). Buffers are matched as
+    they are asked for, so a profile read in windows asks for each window's.
+    """
+
+    def __init__(self, section_map: SectionMap, function: Optional[str], keys: list[str]):
+        self.slots: list[Slot] = []
+        compositions: dict[Composition, int] = {}
+        self._by_signature: dict[tuple, list[tuple[int, list[int]]]] = {}
+        for buffer in section_map.command_buffers:
+            slot_ids = []
+            for position, command in enumerate(buffer.commands):
+                if command.op == "dispatch":
+                    composition = compositions.setdefault(_composition(command), len(compositions))
+                    slot_ids.append(len(self.slots))
+                    self.slots.append(Slot(buffer.index, position, command, composition))
+                else:
+                    slot_ids.append(-1)
+            self._by_signature.setdefault(_static_signature(buffer.commands), []).append((buffer.index, slot_ids))
+        self.compositions = list(compositions)
+        self._function = function
+        self._buffer_function = {buffer.index: buffer.function for buffer in section_map.command_buffers}
+        key_ids = {key: index for index, key in enumerate(keys)}
+        self.slot_keys = np.array([key_ids.get(s.command.key, -1) for s in self.slots], np.int64)
+        self.buffer_matches: dict[int, int] = {}  # runtime command buffer id -> static CommandBuffer.index
+        self._tables: dict[int, np.ndarray] = {}
+
+    def _choose(self, candidates: list[tuple[int, list[int]]]) -> tuple[int, list[int]]:
+        if self._function is not None and len(candidates) > 1:
+            candidates = [c for c in candidates if self._buffer_function[c[0]] == self._function] or candidates
+        distinct = {tuple(self.slots[s].composition if s >= 0 else -1 for s in c[1]) for c in candidates}
+        if len(distinct) > 1:
+            raise SectionmarkError(
+                "section map is ambiguous: static command buffers "
+                f"{sorted(c[0] for c in candidates)} record the same commands with different sections"
+            )
+        return candidates[0]
+
+    def _table(self, runtime_id: int, recorded: Optional[list[RecordedCommand]]) -> np.ndarray:
+        """Slot of each command index of a runtime buffer (-1: none), matching it on first use."""
+        table = self._tables.get(runtime_id)
+        if table is not None:
+            return table
+        if recorded is None:
+            raise SectionmarkError(
+                f"profile has dispatches from command buffer {runtime_id} but no record of its commands "
+                "(was executable-metadata profiling on?)"
+            )
+        control_flow = next((op for _i, op, _k in recorded if op in CONTROL_FLOW_OPS), None)
+        if control_flow is not None:
+            raise SectionmarkError(
+                f"command buffer {runtime_id} of the profile uses control flow ({control_flow}), so its commands "
+                "do not run once each in order; sectionmark cannot attribute it"
+            )
+        candidates = self._by_signature.get(_signature(recorded))
+        if candidates is None:
+            first = next((key for _i, op, key in recorded if op == "dispatch"), None)
+            raise SectionmarkError(
+                f"the section map does not match this profile: no static command buffer records the "
+                f"{sum(op == 'dispatch' for _i, op, _k in recorded)} dispatches starting with '{first}' "
+                "(is the map from another model or compile?)"
+            )
+        static_index, slot_ids = self._choose(candidates)
+        self.buffer_matches[runtime_id] = static_index
+        counted = [index for index, op, _key in recorded if op in COMMAND_OPS]
+        table = np.full(max(counted) + 1, -1, np.int32)
+        table[counted] = slot_ids
+        self._tables[runtime_id] = table
+        return table
+
+    def lookup(self, runtime_ids: np.ndarray, recorded: dict[int, list[RecordedCommand]]) -> tuple[np.ndarray,
+                                                                                                 np.ndarray]:
+        """(bases, flat) for the runtime buffers ``runtime_ids`` (sorted), each matched to a static buffer."""
+        tables = [self._table(runtime_id, recorded.get(runtime_id)) for runtime_id in runtime_ids.tolist()]
+        bases = np.concatenate([[0], np.cumsum([len(table) for table in tables], dtype=np.int64)]).astype(np.int64)
+        return bases, np.concatenate(tables) if tables else np.zeros(0, np.int32)
+
+
 def attribute(
     profile: Profile,
     section_map: SectionMap,
@@ -219,84 +301,15 @@ def attribute(
             "and was host-execution profiling on?)"
         )
     check_fingerprint(profile, section_map)
-    slots: list[Slot] = []
-    compositions: dict[Composition, int] = {}
-    by_signature: dict[tuple, list[tuple[int, list[int]]]] = {}
-    for buffer in section_map.command_buffers:
-        slot_ids = []
-        for position, command in enumerate(buffer.commands):
-            if command.op == "dispatch":
-                composition = compositions.setdefault(_composition(command), len(compositions))
-                slot_ids.append(len(slots))
-                slots.append(Slot(buffer.index, position, command, composition))
-            else:
-                slot_ids.append(-1)
-        by_signature.setdefault(_static_signature(buffer.commands), []).append((buffer.index, slot_ids))
-    buffer_function = {buffer.index: buffer.function for buffer in section_map.command_buffers}
-
-    def choose(candidates: list[tuple[int, list[int]]]) -> tuple[int, list[int]]:
-        if function is not None and len(candidates) > 1:
-            candidates = [c for c in candidates if buffer_function[c[0]] == function] or candidates
-        distinct = {tuple(slots[s].composition if s >= 0 else -1 for s in c[1]) for c in candidates}
-        if len(distinct) > 1:
-            raise SectionmarkError(
-                "section map is ambiguous: static command buffers "
-                f"{sorted(c[0] for c in candidates)} record the same commands with different sections"
-            )
-        return candidates[0]
-
+    matcher = SlotMatcher(section_map, function, profile.keys)
     dispatches = profile.dispatches
     buffers = dispatches["command_buffer"]  # in runs (dispatches are grouped by submission): one value per run
     runtime_ids = distinct(buffers[np.concatenate([[True], buffers[1:] != buffers[:-1]])])
-    # Flat lookup: slot of (runtime buffer, command_index) at base[buffer] + command_index.
-    bases = np.zeros(len(runtime_ids) + 1, np.int64)
-    tables: list[np.ndarray] = []
-    buffer_matches: dict[int, int] = {}
-    for position, runtime_id in enumerate(runtime_ids.tolist()):
-        recorded = profile.command_buffers.get(runtime_id)
-        if recorded is None:
-            raise SectionmarkError(
-                f"profile has dispatches from command buffer {runtime_id} but no record of its commands "
-                "(was executable-metadata profiling on?)"
-            )
-        control_flow = next((op for _i, op, _k in recorded if op in CONTROL_FLOW_OPS), None)
-        if control_flow is not None:
-            raise SectionmarkError(
-                f"command buffer {runtime_id} of the profile uses control flow ({control_flow}), so its commands "
-                "do not run once each in order; sectionmark cannot attribute it"
-            )
-        candidates = by_signature.get(_signature(recorded))
-        if candidates is None:
-            first = next((key for _i, op, key in recorded if op == "dispatch"), None)
-            raise SectionmarkError(
-                f"the section map does not match this profile: no static command buffer records the "
-                f"{sum(op == 'dispatch' for _i, op, _k in recorded)} dispatches starting with '{first}' "
-                "(is the map from another model or compile?)"
-            )
-        static_index, slot_ids = choose(candidates)
-        buffer_matches[runtime_id] = static_index
-        counted = [index for index, op, _key in recorded if op in COMMAND_OPS]
-        table = np.full(max(counted) + 1, -1, np.int32)
-        table[counted] = slot_ids
-        tables.append(table)
-        bases[position + 1] = bases[position] + len(table)
-    flat = np.concatenate(tables) if tables else np.zeros(0, np.int32)
-    key_ids = {key: index for index, key in enumerate(profile.keys)}
-    slot_keys = np.array([key_ids.get(s.command.key, -1) for s in slots], np.int64)
-
-    call_of_submission, total_calls, exact = _calls_per_submission(profile, calls)
-    if warmup and not exact:
-        raise SectionmarkError(
-            f"cannot drop {warmup} warmup calls: the calls cannot be told apart in this profile (its command-buffer "
-            "submissions do not repeat); give the number of calls"
-        )
-    if warmup >= total_calls:
-        raise SectionmarkError(
-            f"warmup {warmup} leaves no call to measure: the profile has {total_calls} call{'s' * (total_calls != 1)}"
-        )
-    (event_slots, event_calls), failures = _attributed_events(dispatches, runtime_ids, bases, flat, slot_keys,
-                                                              profile.submissions["submission"], call_of_submission,
-                                                              warmup)
+    bases, flat = matcher.lookup(runtime_ids, profile.command_buffers)
+    slots, slot_keys = matcher.slots, matcher.slot_keys
+    call_of_submission, measured_calls, exact = call_numbers(profile, calls, warmup)
+    (event_slots, event_calls), failures = attributed_events(dispatches, runtime_ids, bases, flat, slot_keys,
+                                                             profile.submissions["submission"], call_of_submission, 0)
     if failures.unplaced >= 0:
         bad = dispatches[failures.unplaced]
         raise SectionmarkError(
@@ -313,21 +326,44 @@ def attribute(
         )
     if failures.orphan >= 0:
         raise SectionmarkError("profile has dispatches outside any queue submission (incomplete profile?)")
-    # Submissions a reader rebuilt from dispatch zones are no queue operations: no call time from them.
-    queue_spans = (_queue_spans(profile, call_of_submission - warmup) if profile.provenance.timed_submissions
-                   else np.zeros(0, QUEUE_SPAN_DTYPE))
     measured = _measured_rows(event_calls, failures)
+    return replace(attribution_without_events(profile, matcher, call_of_submission, measured_calls, exact, warmup),
+                   events=dispatches[measured], event_slots=event_slots[measured], event_calls=event_calls[measured])
+
+
+def call_numbers(profile: Profile, calls: Optional[int], warmup: int) -> tuple[np.ndarray, int, bool]:
+    """Each submission's call, counted from the first measured one (warmup calls negative), the measured calls,
+    and whether calls could be told apart; a count or warmup that cannot be honoured is refused."""
+    call_of_submission, total_calls, exact = _calls_per_submission(profile, calls)
+    if warmup and not exact:
+        raise SectionmarkError(
+            f"cannot drop {warmup} warmup calls: the calls cannot be told apart in this profile (its command-buffer "
+            "submissions do not repeat); give the number of calls"
+        )
+    if warmup >= total_calls:
+        raise SectionmarkError(
+            f"warmup {warmup} leaves no call to measure: the profile has {total_calls} call{'s' * (total_calls != 1)}"
+        )
+    return call_of_submission - warmup, total_calls - warmup, exact
+
+
+def attribution_without_events(profile: Profile, matcher: SlotMatcher, call_of_submission: np.ndarray, calls: int,
+                               calls_known: bool, warmup: int) -> Attribution:
+    """Everything an attribution holds but its events (their columns empty): its slots, calls, queue spans."""
+    # Submissions a reader rebuilt from dispatch zones are no queue operations: no call time from them.
+    queue_spans = (_queue_spans(profile, call_of_submission) if profile.provenance.timed_submissions
+                   else np.zeros(0, QUEUE_SPAN_DTYPE))
     return Attribution(
-        events=dispatches[measured],
-        event_slots=event_slots[measured],
-        event_calls=event_calls[measured],
-        slots=slots,
-        compositions=list(compositions),
-        calls=total_calls - warmup,
+        events=profile.dispatches[:0],
+        event_slots=np.zeros(0, np.int32),
+        event_calls=np.zeros(0, np.int32),
+        slots=matcher.slots,
+        compositions=matcher.compositions,
+        calls=calls,
         warmup=warmup,
-        calls_known=exact,
+        calls_known=calls_known,
         keys=profile.keys,
-        buffer_matches=buffer_matches,
+        buffer_matches=matcher.buffer_matches,
         queue_spans=queue_spans,
         memory=profile.memory,
     )
@@ -335,7 +371,7 @@ def attribute(
 
 @dataclass
 class _EventFailures:
-    """The first dispatch (index) failing each check of ``_attributed_events``; -1 for none."""
+    """The first dispatch (index) failing each check of ``attributed_events``; -1 for none."""
 
     unplaced: int  # its command is no dispatch of the matched static buffer
     wrong_key: int  # its key differs from its command's
@@ -344,7 +380,7 @@ class _EventFailures:
     measured: int = 0  # dispatches of measured calls
 
 
-def _attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: np.ndarray, flat: np.ndarray,
+def attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: np.ndarray, flat: np.ndarray,
                        slot_keys: np.ndarray, submission_ids: np.ndarray, call_of_submission: np.ndarray,
                        warmup: int) -> tuple[tuple[np.ndarray, np.ndarray], _EventFailures]:
     """Each dispatch's slot and call (int32, call < 0 in a warmup call) and the checks of every dispatch, in C

@@ -1,0 +1,141 @@
+"""A host-timed .ireeprof bundle's dispatches read a window of whole submissions at a time, in bounded memory.
+
+`read_profile` returns every dispatch at once: 64 bytes per event, so a long
+profile's table outgrows the machine (10M events: 640 MB). A reader that only
+sums the events (`sectionmark.profiling.streamed`) reads them here instead:
+the host events are decoded ``HOST_EVENTS_WINDOW`` at a time (in C), and each
+window yields the dispatches of the submissions whose execution event it
+read, sorted and checked as `checked_profile` checks them. IREE writes a
+submission's dispatch events, then its execution event, so a window holds
+whole submissions; dispatches whose execution comes in a later window wait
+for it.
+
+This is a fast path, not a second reader: wherever the file is not in the
+order it relies on, or fails any check, the stream raises `NotStreamable` and
+the caller reads the profile whole with `read_profile`, which gives the same
+events or the precise error line. It needs the C extension (which checks the
+times, orders and identities of each window as it goes).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+
+from sectionmark.artifacts.files import open_regular
+from sectionmark.errors import SectionmarkError
+from sectionmark.readers.bundle_records import UnsupportedLayout, records_at, release_pages
+from sectionmark.readers.checks import by_submission_and_start, check_links, check_times, recorded_commands, sorted_by
+from sectionmark.readers.event_model import (DISPATCH_DTYPE, QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance,
+                                             native)
+from sectionmark.readers.ireeprof_bundle import (_HOST_EVENT, BUNDLE_MAGIC, HOST_EVENTS_WINDOW, OpenBundle,
+                                                 exports_by_executable, memory_events, open_bundle)
+
+
+class NotStreamable(Exception):
+    """The profile cannot be read in windows here: read it whole (`read_profile`), which says why or reads it."""
+
+
+class DispatchStream:
+    """The dispatches of a host-timed bundle, a window at a time (`windows`), and everything else about it.
+
+    ``profile`` (before the windows: its metadata; after: with every
+    submission and queue operation) is the `Profile` `read_profile` would
+    give, less its dispatches.
+    """
+
+    def __init__(self, bundle: OpenBundle):
+        self._bundle = bundle
+        self.command_buffers, self._timed = recorded_commands(bundle.path, bundle.declared, bundle.commands)
+        self._memory = sorted_by(memory_events(bundle), "time_ns")
+        self._submissions = np.zeros(0, SUBMISSION_DTYPE)
+        self._queue_ops = np.zeros(0, QUEUE_OP_DTYPE)
+
+    @property
+    def path(self) -> Path:
+        return self._bundle.path
+
+    def profile(self) -> Profile:
+        """The profile without its dispatches; its submissions and queue operations are all there once `windows`
+        has ended."""
+        queue_ops = sorted_by(self._queue_ops, "start_ns", "submission")
+        return Profile(np.zeros(0, DISPATCH_DTYPE), self._submissions, self._bundle.keys, self.command_buffers,
+                       exports_by_executable(self._bundle.functions), queue_ops, self._memory,
+                       provenance=Provenance("bundle"))
+
+    def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(dispatches, submissions) of successive whole submissions, in submission order: the dispatches sorted by
+        (submission, start) and checked against their submissions (SUBMISSION_DTYPE, sorted)."""
+        bundle, passes = self._bundle, native()
+        positions = bundle.host_event_positions()
+        total = len(positions)
+        # Untouched rows of np.empty cost no memory: these grow only by the executions and queue operations read.
+        submissions, queue_ops = np.empty(total, SUBMISSION_DTYPE), np.empty(total, QUEUE_OP_DTYPE)
+        done_submissions = done_queue_ops = 0
+        pending = np.zeros(0, DISPATCH_DTYPE)
+        last_executed: Optional[int] = None  # the id of the last execution read
+        previous_event: Optional[tuple[int, int]] = None  # (stream, event id) of the last host event read
+        for begin in range(0, total, HOST_EVENTS_WINDOW):
+            window = positions[begin : begin + HOST_EVENTS_WINDOW]
+            rows = np.empty(len(pending) + len(window), DISPATCH_DTYPE)
+            rows[: len(pending)] = pending
+            (added, new_submissions, new_queue_ops, *failures, plausible, _sorted, increasing) = passes.host_events(
+                bundle.data, window, bundle.known_codes, bundle.known_keys, rows[len(pending):],
+                submissions[done_submissions:], queue_ops[done_queue_ops:])
+            first, last = records_at(bundle.data, window[[0, -1]], _HOST_EVENT)
+            if max(failures) >= 0 or not plausible or not increasing or (
+                    previous_event is not None and (int(first["stream"]), int(first["event_id"])) <= previous_event):
+                raise NotStreamable("an event fails a check or repeats")
+            previous_event = (int(last["stream"]), int(last["event_id"]))
+            release_pages(bundle.mapped, int(window[0]), int(window[-1]) + _HOST_EVENT.itemsize)
+            executed = submissions[done_submissions : done_submissions + new_submissions]
+            done_submissions += new_submissions
+            done_queue_ops += new_queue_ops
+            ids = executed["submission"]
+            if len(ids) and ((ids[1:] <= ids[:-1]).any() or (last_executed is not None and ids[0] <= last_executed)):
+                raise NotStreamable("executions out of submission order")
+            dispatches = rows[: len(pending) + added]
+            if not len(ids):
+                pending = dispatches
+                continue
+            if last_executed is not None and (dispatches["submission"] <= last_executed).any():
+                raise NotStreamable("a dispatch event after its submission's execution event")
+            last_executed = int(ids[-1])
+            complete = dispatches["submission"] <= last_executed
+            pending = dispatches[~complete].copy()
+            yield self._checked(dispatches[complete], executed), executed
+        if len(pending):
+            raise NotStreamable("dispatches of a submission that never executes")
+        self._submissions, self._queue_ops = submissions[:done_submissions], queue_ops[:done_queue_ops]
+        try:
+            check_times(self.path, pending, self._submissions, self._queue_ops, self._memory, host_events_plausible=True)
+        except SectionmarkError as problem:
+            raise NotStreamable(str(problem)) from None
+
+    def _checked(self, dispatches: np.ndarray, executed: np.ndarray) -> np.ndarray:
+        """The dispatches of the submissions ``executed``, sorted and checked against them (`checked_profile`'s
+        link checks; any failure: read the profile whole, which names it)."""
+        dispatches = by_submission_and_start(dispatches)
+        try:
+            check_links(self.path, dispatches, executed, self.command_buffers, self._timed)
+        except SectionmarkError as problem:
+            raise NotStreamable(str(problem)) from None
+        return dispatches
+
+
+def open_stream(path: Path) -> Optional[DispatchStream]:
+    """The dispatch stream of a host-timed .ireeprof bundle; None for anything else (a device-timed profile, JSONL,
+    a layout the bundle reader does not know) or without the C extension: `read_profile` reads those whole."""
+    if native() is None:
+        return None
+    with open_regular(path, "profile") as file:
+        if file.read(4) != BUNDLE_MAGIC:
+            return None
+        try:  # a bad file: read_profile says what is wrong with it, in the order of its checks
+            bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size)
+            return None if bundle.device_timed else DispatchStream(bundle)
+        except (SectionmarkError, UnsupportedLayout):
+            return None
