@@ -34,8 +34,7 @@ from pathlib import Path
 import numpy as np
 from iree.compiler import compile_str
 
-from sectionmark.profiling import profile
-from sectionmark.profiling.attribute import attribute
+from sectionmark.profiling import profile, report
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.profiling.runner import benchmark_command, median_call_ns, write_inputs
 from sectionmark.profiling.session import ProfileSession
@@ -104,12 +103,12 @@ def measure(profile_path: Path, map_path: Path, calls: int, repeat: int) -> None
     section_map = pickle.loads(map_path.read_bytes())
     before_kb = memory_kb("VmHWM")
 
-    def end_to_end() -> ProfileSession:
-        return ProfileSession.build(attribute(read_profile(profile_path), section_map, calls=calls), section_map)
+    def end_to_end() -> ProfileSession:  # as `sectionmark report` reads it
+        return report(profile_path, section_map, calls=calls)
 
     first, session = timed(end_to_end)
     peak_kb = memory_kb("VmHWM")
-    events = len(session.attribution.events)
+    events = sum(site.dispatches for site in session.sites)
     timing = session.call_time
     del session
     best = min([timed(end_to_end)[0] for _ in range(repeat)], default=first)

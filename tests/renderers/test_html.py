@@ -142,7 +142,7 @@ def test_the_report_in_chromium_shows_everything_with_no_error_and_no_request(de
     timeline = next(element for element in found if element.tag == "svg" and "data-call" in element.attributes)
     call = int(timeline.attributes["data-call"])
     bars = [element for element in found if element.tag == "rect" and element.attributes.get("class") == "dispatch"]
-    assert len(bars) == int((session.attribution.event_calls == call).sum()) > 10
+    assert len(bars) == int((session.events().event_calls == call).sum()) > 10
 
 
 def test_folding_a_section_hides_its_children_and_only_them(demo_report):

@@ -105,7 +105,7 @@ def cpu_run(tmp_path_factory, exported, model_input):
 
 def test_model_runs_one_export_in_several_sections(cpu_run):
     vmfb, ireeprof, _tracy = cpu_run
-    attribution = report(ireeprof, vmfb, calls=WARMUP + ITERATIONS, warmup=WARMUP).attribution
+    attribution = report(ireeprof, vmfb, calls=WARMUP + ITERATIONS, warmup=WARMUP).events()
     sections_of_key: dict[str, set] = {}
     for slot in attribution.slots:
         sections_of_key.setdefault(slot.command.key, set()).add(attribution.compositions[slot.composition])
@@ -119,7 +119,7 @@ def test_lane_dispatches_are_reported_with_their_durations(cpu_run):
     lanes = [t for t in read_capture(tracy).gpu_contexts if "concurrent dispatches" in t.name]
     if not lanes:
         pytest.skip("no dispatches ran concurrently in this profile (busy machine)")
-    native = report(ireeprof, vmfb, calls=WARMUP + ITERATIONS, warmup=WARMUP).attribution.events
+    native = report(ireeprof, vmfb, calls=WARMUP + ITERATIONS, warmup=WARMUP).events().events
     captured = report(tracy, vmfb).attribution.events
     durations = lambda events: sorted((events["end_ns"] - events["start_ns"]).tolist())  # noqa: E731
     assert durations(captured) == durations(native)

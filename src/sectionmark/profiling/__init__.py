@@ -23,6 +23,7 @@ from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, device_driver, local
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import ProfilerCost
 from sectionmark.readers.event_model import Profile
+from sectionmark.profiling.streamed import streamed_session
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 
@@ -93,19 +94,18 @@ def profile(
             )
             if keep_profile is not None and index == 0:  # kept before it is read: a profile that fails to read too
                 copy_output(run.profile_path, keep_profile, protected)
-            events = _read_events(run.profile_path, section_map, function)
-            session = _session(events, section_map, calls=run.calls, warmup=run.warmup, function=function,
-                               workers=run_workers, device=device)
-            if runs > 1:  # per-event data of one run at a time: the shown run's is read again below
-                session.attribution = None
+            # With several runs, per-event data of none (bounded memory): the shown run's is read again below.
+            session = _session(run.profile_path, section_map, calls=run.calls, warmup=run.warmup, function=function,
+                               workers=run_workers, device=device, keep_events=runs == 1)
+            if runs > 1:  # (a scratch file: not read again once deleted)
+                session.attribution = session.reread = None
             sessions.append(session)
             finished.append(run)
         if runs > 1:
             index = representative_run(sessions)
             shown = finished[index]
-            sessions[index] = _session(_read_events(shown.profile_path, section_map, function), section_map,
-                                       calls=shown.calls, warmup=shown.warmup, function=function, workers=run_workers,
-                                       device=device)
+            sessions[index] = _session(shown.profile_path, section_map, calls=shown.calls, warmup=shown.warmup,
+                                       function=function, workers=run_workers, device=device)
         session = combine_runs(sessions)
         session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
         first = finished[0]
@@ -142,8 +142,8 @@ def report(
         section_map = read_section_map(section_map)
     if function is not None:
         _check_function(function, section_map)
-    events = _read_events(Path(profile_path), section_map, function)
-    return _session(events, section_map, calls=calls, warmup=warmup, function=function, workers=workers)
+    return _session(Path(profile_path), section_map, calls=calls, warmup=warmup, function=function, workers=workers,
+                    device=device, keep_events=False)
 
 
 def _check_function(function: str, section_map: SectionMap) -> None:
@@ -171,8 +171,16 @@ def _read_events(path: Path, section_map: SectionMap, function: Optional[str]) -
 
 
 def _session(
-    events: Profile, section_map: SectionMap, *, calls: Optional[int], warmup: int, function: Optional[str],
-    workers: Optional[int] = None, device: Optional[str] = None,
+    path: Path, section_map: SectionMap, *, calls: Optional[int], warmup: int, function: Optional[str],
+    workers: Optional[int] = None, device: Optional[str] = None, keep_events: bool = True,
 ) -> ProfileSession:
-    attribution = attribute(events, section_map, calls=calls, warmup=warmup, function=function)
+    """The session of a profile file. ``keep_events`` False: a long .ireeprof is read in windows, in bounded
+    memory (`sectionmark.profiling.streamed`), its events read again from the file when a view asks for them."""
+    if not keep_events:
+        session = streamed_session(path, section_map, calls=calls, warmup=warmup, function=function,
+                                   workers=workers, device=device)
+        if session is not None:
+            return session
+    attribution = attribute(_read_events(path, section_map, function), section_map, calls=calls, warmup=warmup,
+                            function=function)
     return ProfileSession.build(attribution, section_map, function=function, workers=workers, device=device)

@@ -35,7 +35,6 @@ from typing import Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.section_time import per_call_inclusive
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import CallStats, SectionStats, Traffic
 from sectionmark.section_path import UNMARKED, SectionPath
@@ -76,7 +75,7 @@ def components(session: ProfileSession, by: str = BY_NAME) -> list[ComponentStat
     section is an error naming the known sections.
     """
     rows = session.section_rows
-    per_call = _per_call_matrix(session)
+    per_call = session.per_call_busy  # None after from_json: no per-call data
     if by == BY_NAME:
         groups: dict[str, list[int]] = {}
         for index, row in enumerate(rows):
@@ -125,10 +124,3 @@ def _summed_samples(samples: list[Optional[list[float]]]) -> Optional[list[float
 
 def _nested_in_any(path: SectionPath, others: list[SectionPath]) -> bool:
     return any(len(other) < len(path) and path[: len(other)] == other for other in others)
-
-
-def _per_call_matrix(session: ProfileSession) -> Optional[np.ndarray]:
-    """[calls, rows + unmarked] inclusive busy time per call (None after from_json: no per-event data)."""
-    if session.attribution is None:
-        return None
-    return per_call_inclusive(session.attribution, [row.path for row in session.section_rows])

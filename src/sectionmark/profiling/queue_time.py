@@ -33,7 +33,7 @@ its time-weighted average over the call window.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -280,11 +280,20 @@ def measured_call_starts(spans: np.ndarray, calls: int) -> Optional[np.ndarray]:
     return None if windows is None else windows.starts
 
 
-def call_time_and_memory(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.ndarray,
-                         memory: np.ndarray, calls: int) -> tuple[Optional[CallTime], Optional[DeviceMemory]]:
-    """``call_time`` and ``device_memory`` of the same calls, finding their windows once."""
+DispatchUnion = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (window starts, ends) -> dispatch union in each
+
+
+def call_time_and_memory(dispatch_union: DispatchUnion, spans: np.ndarray, memory: np.ndarray,
+                         calls: int) -> tuple[Optional[CallTime], Optional[DeviceMemory]]:
+    """``call_time`` and ``device_memory`` of the same calls, finding their windows once. ``dispatch_union``:
+    the union of the dispatch intervals inside each of the calls' windows (`dispatch_union_of` the events)."""
     windows = _measured_windows(spans, calls)
-    return _call_time(dispatch_starts, dispatch_ends, spans, windows), _device_memory(memory, windows)
+    return _call_time(dispatch_union, spans, windows), _device_memory(memory, windows)
+
+
+def dispatch_union_of(starts: np.ndarray, ends: np.ndarray) -> DispatchUnion:
+    """The ``dispatch_union`` of dispatch intervals held in memory (`union_by_window`)."""
+    return lambda window_starts, window_ends: union_by_window(starts, ends, window_starts, window_ends)
 
 
 def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.ndarray, calls: int) -> Optional[CallTime]:
@@ -293,7 +302,7 @@ def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.
     ``spans``: QUEUE_SPAN_DTYPE, command-buffer executions and other queue
     operations of all calls (warmup calls have negative call numbers).
     """
-    return _call_time(dispatch_starts, dispatch_ends, spans, _measured_windows(spans, calls))
+    return _call_time(dispatch_union_of(dispatch_starts, dispatch_ends), spans, _measured_windows(spans, calls))
 
 
 def device_memory(memory: np.ndarray, spans: np.ndarray, calls: int) -> Optional[DeviceMemory]:
@@ -301,14 +310,13 @@ def device_memory(memory: np.ndarray, spans: np.ndarray, calls: int) -> Optional
     return _device_memory(memory, _measured_windows(spans, calls))
 
 
-def _call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.ndarray,
-               windows: Optional[_Windows]) -> Optional[CallTime]:
+def _call_time(dispatch_union: DispatchUnion, spans: np.ndarray, windows: Optional[_Windows]) -> Optional[CallTime]:
     if windows is None:
         return None
     window_starts, window_ends, measured = windows.starts, windows.ends, windows.spans
     rows = ROW_OF_EVENT_TYPE[spans["type"]]
     parts = partition_time(spans["start_ns"], spans["end_ns"], rows, len(QUEUE_ROWS), window_starts, window_ends)
-    dispatch = union_by_window(dispatch_starts, dispatch_ends, window_starts, window_ends)
+    dispatch = dispatch_union(window_starts, window_ends)
     per_call = window_ends - window_starts
     p50, p95 = np.percentile(per_call, [50, 95])
     types = measured["type"]

@@ -293,15 +293,6 @@ def call_samples(per_call: np.ndarray, limit: int = MAX_SAMPLES) -> list[float]:
     return per_call.tolist()
 
 
-def per_call_inclusive(attribution: Attribution, paths: list[SectionPath]) -> np.ndarray:
-    """[calls, sections + unmarked]: each measured call's inclusive busy time per section column.
-
-    The same split as the rows' ``per_call`` statistics, kept as a matrix for
-    views that sum sections (`sectionmark.profiling.components`).
-    """
-    return event_sums(attribution).busy_by_call @ weight_matrices(attribution.compositions, paths).inclusive
-
-
 def section_traffic(sites: list[SiteStats], paths: list[SectionPath]) -> tuple[list[Optional[Traffic]],
                                                                               list[Optional[int]]]:
     """Per section column (last: unmarked), its `Traffic` and its working set per call.

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 import numpy as np
 
@@ -53,7 +53,8 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.section_path import SectionPath
 from sectionmark.profiling.attribute import Attribution
-from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time_and_memory, measured_call_starts
+from sectionmark.profiling.queue_time import (CallTime, DeviceMemory, DispatchUnion, call_time_and_memory,
+                                              dispatch_union_of, measured_call_starts)
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.section_time import (
     CompositionSums,
@@ -102,8 +103,13 @@ class ProfileSession:
     function: Optional[str] = None
     weight_rule: str = "op-count"  # how fused dispatches were split: "cost", "op-count", or "mixed" (see split_rules)
     split_rules: dict[str, int] = json_field(default_factory=dict)  # sites split between sections, by rule
-    # per-event data for timelines; None after from_json
+    # per-event data for timelines; None after from_json, or when a windowed read kept none (then ``reread``
+    # gives it: `events`)
     attribution: Optional[Attribution] = json_field(stored=False, default=None)
+    reread: Optional[Callable[[], Attribution]] = json_field(stored=False, default=None)
+    # [calls, sections + unmarked]: each measured call's inclusive busy time per section column (the split of the
+    # rows' per-call statistics, for views that sum sections); None after from_json
+    per_call_busy: Optional[np.ndarray] = json_field(stored=False, default=None)
     call_time: Optional[CallTime] = None  # where the calls' time went beside dispatches (queue_time.py)
     memory: Optional[DeviceMemory] = None  # device memory during the calls (memory-events)
     cpu_ns: Optional[int] = None  # summed tile time of all measured dispatches; None: no tiles recorded
@@ -128,22 +134,21 @@ class ProfileSession:
               workers: Optional[int] = None, device: Optional[str] = None) -> "ProfileSession":
         """``workers``: local-task's worker count during the run, for utilization (None: unknown); ``device``: the
         IREE device the run measured, named in the outputs (None: unknown)."""
-        events = attribution.events
-        if not len(events):
+        return cls.from_totals(attribution, event_totals(attribution), section_map, function, workers, device)
+
+    @classmethod
+    def from_totals(cls, attribution: Attribution, totals: "EventTotals", section_map: SectionMap,
+                    function: Optional[str] = None, workers: Optional[int] = None,
+                    device: Optional[str] = None) -> "ProfileSession":
+        """The session of ``attribution``'s events summed into ``totals`` (`build`, or a windowed reader's sums,
+        `sectionmark.profiling.streamed`, whose attribution keeps no events)."""
+        sums, wall, total_wall = totals.sums, totals.wall, totals.total_wall
+        if not sums.count.sum():
             raise SectionmarkError(
                 "the profile contains no dispatch events (did the function run any dispatches, "
                 "and was host-execution profiling on?)"
             )
         compositions = attribution.compositions
-        sums = event_sums(attribution)
-        if sums.disjoint:  # each event's wall part is its whole duration: no sweep needed
-            wall, total_wall = sums.busy, sums.total_ns
-        else:
-            starts, ends = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64)
-            composition = slot_compositions(attribution)[attribution.event_slots]
-            wall = np.bincount(composition, weights=wall_parts(starts, ends), minlength=len(compositions))
-            total_wall = union_length(starts, ends)
-
         paths = section_paths(section_map.sections, compositions)
         weights = weight_matrices(compositions, paths)
         tiles = sums.tiles
@@ -169,8 +174,8 @@ class ProfileSession:
                 f"internal error: sections cover {covered_busy:.0f} ns of {total_busy:.0f} ns busy "
                 f"and {covered_wall:.0f} ns of {total_wall} ns wall dispatch time"
             )
-        timing, memory = call_time_and_memory(events["start_ns"], events["end_ns"], attribution.queue_spans,
-                                              attribution.memory, attribution.calls)
+        timing, memory = call_time_and_memory(totals.dispatch_union, attribution.queue_spans, attribution.memory,
+                                              attribution.calls)
         sites = _sites(attribution, section_map, sums)
         for row, traffic, working_set in zip(rows, *section_traffic(sites, paths)):
             row.traffic, row.working_set_bytes = traffic, working_set
@@ -188,7 +193,8 @@ class ProfileSession:
             function=function,
             weight_rule=_weight_rule(split_rules, section_map.weight_rule),
             split_rules=dict(sorted(split_rules.items())),
-            attribution=attribution,
+            attribution=attribution if totals.events_kept else None,
+            per_call_busy=sums.busy_by_call @ weights.inclusive,
             call_time=timing,
             memory=memory,
             cpu_ns=tiles.total_ns if tiles else None,
@@ -198,6 +204,14 @@ class ProfileSession:
         )
 
     # ------------------------------------------------------------------ views
+
+    def events(self) -> Optional[Attribution]:
+        """The attributed events (for timelines): kept from the build, or read again from the profile file when a
+        windowed read kept none (bounded memory: a long profile's events are read only when a view asks);
+        None for a session loaded from JSON."""
+        if self.attribution is None and self.reread is not None:
+            self.attribution = self.reread()
+        return self.attribution
 
     @property
     def section_rows(self) -> list[SectionStats]:
@@ -317,6 +331,33 @@ def no_dispatch_note(path: SectionPath, section_map: SectionMap, profiled_functi
         return "no dispatches: ran only in initializers"
     elsewhere = sorted(functions - {INITIALIZER_FUNCTION}) + (["initializers"] if INITIALIZER_FUNCTION in functions else [])
     return f"no dispatches in this function: its dispatches are in {', '.join(elsewhere)}"
+
+
+@dataclass
+class EventTotals:
+    """What the session needs of the measured events, summed: per composition, slot and (call, composition)."""
+
+    sums: EventSums
+    wall: np.ndarray  # [compositions]: wall time (each event's part of the union, `wall_parts`)
+    total_wall: int  # the union of all measured events' intervals
+    # Per call window (starts, ends: int64 arrays): the union of the dispatch intervals inside it (call time).
+    dispatch_union: DispatchUnion
+    events_kept: bool = True  # the attribution holds its events (False: a windowed reader's, read again on demand)
+
+
+def event_totals(attribution: Attribution) -> EventTotals:
+    """`EventTotals` of the events an attribution holds."""
+    events = attribution.events
+    sums = event_sums(attribution)
+    starts, ends = events["start_ns"], events["end_ns"]
+    if sums.disjoint:  # each event's wall part is its whole duration: no sweep needed
+        wall, total_wall = sums.busy, sums.total_ns
+    else:
+        starts, ends = starts.astype(np.int64), ends.astype(np.int64)
+        composition = slot_compositions(attribution)[attribution.event_slots]
+        wall = np.bincount(composition, weights=wall_parts(starts, ends), minlength=len(attribution.compositions))
+        total_wall = union_length(starts, ends)
+    return EventTotals(sums, wall, total_wall, dispatch_union_of(starts, ends))
 
 
 def _profiled_functions(attribution: Attribution, section_map: SectionMap, function: Optional[str]) -> set[str]:

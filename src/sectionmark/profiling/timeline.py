@@ -12,7 +12,7 @@ one, which keeps the main track strictly nested and no time hidden.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Iterator
 
 import numpy as np
 
@@ -70,9 +70,10 @@ def build_timelines(attribution: Attribution) -> list[QueueTimeline]:
 
 def session_timelines(session) -> list[QueueTimeline]:
     """Timelines of a ProfileSession; only a session built from a profile has its events."""
-    if session.attribution is None:
+    attribution = session.events()
+    if attribution is None:
         raise SectionmarkError("this profile has no per-dispatch events (it was loaded from JSON); re-run the report from the .ireeprof")
-    return build_timelines(session.attribution)
+    return build_timelines(attribution)
 
 
 def _queue_timeline(queue: int, attribution: Attribution) -> QueueTimeline:

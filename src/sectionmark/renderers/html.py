@@ -134,7 +134,7 @@ def _tab(index: int, tab: Tab, headed: bool) -> str:
                 "<span class=\"hint\">wheel: zoom, drag: pan, hover: details</span>"
                 f"<div class=\"scroll\"><svg class=\"calls\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{TIMELINE_WIDTH}\" "
                 "height=\"40\" font-family=\"sans-serif\"></svg></div></div>"
-                if session.attribution is not None else
+                if session.events() is not None else
                 "<p>This profile was read back from JSON: it has no per-dispatch events to draw.</p>")
     return (f"<section class=\"tab\" id=\"tab{index}\">{heading}{_header(session)}"
             f"<h3>Sections</h3>{_tree(index, session)}"
@@ -229,12 +229,12 @@ def _tab_data(session: Optional[ProfileSession]) -> Optional[dict[str, Any]]:
         return None
     colors = _colors(session)
     return {"sections": [[row.name, colors[row.name]] for row in session.sections],
-            "timeline": timeline_data(session) if session.attribution is not None else None}
+            "timeline": timeline_data(session) if session.events() is not None else None}
 
 
 def call_lengths(session: ProfileSession) -> tuple[np.ndarray, np.ndarray]:
     """Each measured call's start (as the section offsets count it) and its length to its last dispatch's end."""
-    attribution = session.attribution
+    attribution = session.events()
     events, calls = attribution.events, max(attribution.calls, 1)
     call = np.minimum(attribution.event_calls, calls - 1).astype(np.int64)
     starts = first_dispatch_starts(events["start_ns"], call, calls,
@@ -262,7 +262,7 @@ def shown_calls(lengths: np.ndarray) -> tuple[list[tuple[int, str]], int]:
 def timeline_data(session: ProfileSession) -> dict[str, Any]:
     """Per shown call: its rows (section depths, dispatches and lanes per queue), section spans and dispatch bars,
     times in ns from the call's start; strings (export keys, section descriptions) once in ``strings``."""
-    attribution = session.attribution
+    attribution = session.events()
     column = {row.path: index for index, row in enumerate(session.sections)}
     starts, lengths = call_lengths(session)
     listed, shown = shown_calls(lengths)

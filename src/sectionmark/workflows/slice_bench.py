@@ -160,7 +160,7 @@ def bench_section(
         in_context_ns=row.per_call.mean_ns,
         isolated_ns=alone.total_ns / alone.calls,
         in_context_dispatches=row.dispatches / whole.calls,
-        isolated_dispatches=len(alone.attribution.events) / alone.calls,
+        isolated_dispatches=sum(site.dispatches for site in alone.sites) / alone.calls,
         fused_across_boundary=fused_across_boundary(compiled_whole.section_map, section_slice.path),
         max_abs_error=errors,
         in_context_bytes=bytes_per_call(whole, section_slice.path),

@@ -1,0 +1,232 @@
+"""The per-section times of a long .ireeprof in bounded memory: its dispatches read, attributed and summed a
+window at a time.
+
+`attribute` + `ProfileSession.build` hold every dispatch event (64 bytes, plus
+8 for its slot and call): a 10M-event profile needs gigabytes. Here the
+events go through `readers.ireeprof_stream` a window of whole submissions at
+a time; each window is attributed (`SlotMatcher`, the same C pass) and summed
+(`event_sums`, per submission rather than per call: which call a submission
+belongs to is known only once all of them are read), and only the sums stay.
+What is kept grows with the submissions (a row of per-composition sums each),
+not with the events. The session then comes from `ProfileSession.from_totals`
+like any other; its timelines read the events again when a view asks
+(`ProfileSession.events`).
+
+The sums are those of the whole-table path, exactly for every integer figure
+(busy time, counts, tiles, first starts and last ends, the dispatch union of
+each call); wall time is the same sweep (`wall_parts`) over each window.
+Three things make the windows independent, and are checked: submissions'
+dispatches do not overlap in time (one submission's all end before the next
+one's first starts), the warmup calls' events are among the first
+``WARMUP_ROWS`` (their sums are taken back out of the totals), and the stream
+itself (`NotStreamable`). When any of them fails, or anything raises an error,
+the caller reads the profile whole, which gives the same session or the
+precise error line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.attribute import (Attribution, SlotMatcher, attribute, attributed_events,
+                                             attribution_without_events, call_numbers, check_fingerprint)
+from sectionmark.profiling.section_time import EventSums, TileSums, event_sums, wall_parts
+from sectionmark.profiling.session import EventTotals, ProfileSession
+from sectionmark.readers.arrays import distinct
+from sectionmark.readers.ireeprof import read_profile
+from sectionmark.readers.ireeprof_stream import DispatchStream, NotStreamable, open_stream
+from sectionmark.section_map import SectionMap
+
+# Dispatch rows kept from the start of a profile, from which the warmup calls' sums are taken back out of the
+# totals (16 MB: a warmup of a few calls of a large model; a longer warmup reads the profile whole).
+WARMUP_ROWS = 1 << 18
+
+
+def streamed_session(path: Path, section_map: SectionMap, *, calls: Optional[int], warmup: int,
+                     function: Optional[str], workers: Optional[int] = None,
+                     device: Optional[str] = None) -> Optional[ProfileSession]:
+    """The session of a host-timed .ireeprof read in windows; None where it must be read whole (`read_profile`:
+    another format, an order or check the windows rely on fails, or any error, which the whole read names)."""
+    stream = open_stream(path)
+    if stream is None:
+        return None
+    identity = _identity(path)
+    try:
+        attribution, totals = _streamed_totals(stream, section_map, calls, warmup, function)
+        session = ProfileSession.from_totals(attribution, totals, section_map, function, workers, device)
+    except (NotStreamable, SectionmarkError):
+        return None
+    session.reread = _rereader(path, identity, section_map, calls, warmup, function)
+    return session
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    status = os.stat(path)
+    return status.st_ino, status.st_size, status.st_mtime_ns
+
+
+def _rereader(path: Path, identity: tuple[int, int, int], section_map: SectionMap, calls: Optional[int],
+              warmup: int, function: Optional[str]) -> Callable[[], Attribution]:
+    """The events of the profile read whole, when a view needs them (the file must not have changed)."""
+    def reread() -> Attribution:
+        try:
+            unchanged = _identity(path) == identity
+        except OSError:
+            unchanged = False
+        if not unchanged:
+            raise SectionmarkError(f"{path}: the profile changed or went away since it was read; read it again "
+                                   "to draw its timeline")
+        return attribute(read_profile(path), section_map, calls=calls, warmup=warmup, function=function)
+    return reread
+
+
+@dataclass
+class _Sums:
+    """Running sums over the windows read so far: totals per composition and slot, rows per submission."""
+
+    compositions: int
+    slots: int
+    busy: np.ndarray = field(init=False)
+    count: np.ndarray = field(init=False)
+    slot_busy: np.ndarray = field(init=False)
+    slot_count: np.ndarray = field(init=False)
+    cpu: np.ndarray = field(init=False)
+    tiles: np.ndarray = field(init=False)
+    wall: np.ndarray = field(init=False)
+    total_ns: int = 0
+    total_tile_ns: int = 0
+    total_tiles: int = 0
+    disjoint: bool = True  # every window's events disjoint (then wall parts are durations)
+    by_submission: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # (busy, first, last, union) rows
+
+    def __post_init__(self) -> None:
+        self.busy, self.count = np.zeros(self.compositions), np.zeros(self.compositions, np.int64)
+        self.slot_busy, self.slot_count = np.zeros(self.slots), np.zeros(self.slots, np.int64)
+        self.cpu, self.tiles, self.wall = (np.zeros(self.compositions) for _ in range(3))
+
+    def add(self, sums: EventSums, wall: np.ndarray, sign: int = 1) -> None:
+        """Add (``sign`` 1) or take back out (-1) the totals of one set of events."""
+        self.busy += sign * sums.busy
+        self.count += sign * sums.count
+        self.slot_busy += sign * sums.slot_busy
+        self.slot_count += sign * sums.slot_count
+        self.wall += sign * wall
+        self.total_ns += sign * sums.total_ns
+        if sums.tiles is not None:
+            self.cpu += sign * sums.tiles.cpu
+            self.tiles += sign * sums.tiles.tiles
+            self.total_tile_ns += sign * sums.tiles.total_ns
+            self.total_tiles += sign * sums.tiles.total_tiles
+
+
+def _window_sums(matcher: SlotMatcher, dispatches: np.ndarray, slots: np.ndarray, rows: np.ndarray,
+                 count: int) -> tuple[EventSums, np.ndarray, np.ndarray]:
+    """(event sums per row of ``count``, wall per composition, dispatch union per row) of events with their
+    ``slots`` and ``rows`` (a submission's rank in the window)."""
+    window = Attribution(events=dispatches, event_slots=slots, event_calls=rows, slots=matcher.slots,
+                         compositions=matcher.compositions, calls=count, warmup=0, calls_known=True, keys=[],
+                         buffer_matches={})
+    sums = event_sums(window)
+    if sums.disjoint:
+        return sums, sums.busy, np.rint(sums.busy_by_call.sum(axis=1)).astype(np.int64)
+    starts, ends = dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64)
+    composition = np.array([slot.composition for slot in matcher.slots], np.int64)[slots]
+    wall = np.bincount(composition, weights=wall_parts(starts, ends), minlength=len(matcher.compositions))
+    return sums, wall, _union_by_row(starts, ends, rows, count)
+
+
+def _union_by_row(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
+    """The length of the union of each row's intervals, for intervals in (row, start) order whose rows do not
+    overlap in time (checked by the caller): each interval adds what it reaches past all before it."""
+    reached = np.maximum.accumulate(ends)
+    before = np.concatenate([[np.iinfo(np.int64).min], reached[:-1]])
+    added = np.maximum(ends - np.maximum(starts, before), 0)
+    return np.bincount(rows, weights=added, minlength=count).astype(np.int64)
+
+
+def _streamed_totals(stream: DispatchStream, section_map: SectionMap, calls: Optional[int], warmup: int,
+                     function: Optional[str]) -> tuple[Attribution, EventTotals]:
+    check_fingerprint(stream.profile(), section_map)
+    matcher = SlotMatcher(section_map, function, stream.profile().keys)
+    compositions = len(matcher.compositions)
+    sums = _Sums(compositions, len(matcher.slots))
+    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the first windows' (dispatches, slots, ranks)
+    kept_rows = kept_until = read = 0  # kept_until: the submissions the kept windows cover
+    keeping = True
+    for dispatches, executed in stream.windows():
+        count = len(executed)
+        if len(dispatches):
+            buffers = dispatches["command_buffer"]
+            runtime_ids = distinct(buffers[np.concatenate([[True], buffers[1:] != buffers[:-1]])])
+            bases, flat = matcher.lookup(runtime_ids, stream.command_buffers)
+            (slots, rows), failures = attributed_events(dispatches, runtime_ids, bases, flat, matcher.slot_keys,
+                                                        executed["submission"], np.arange(count), 0)
+            if max(failures.unplaced, failures.wrong_key, failures.orphan) >= 0:
+                raise NotStreamable("a dispatch the section map does not place")
+            window, wall, union = _window_sums(matcher, dispatches, slots, rows, count)
+            sums.add(window, wall)
+            sums.disjoint &= window.disjoint
+            sums.by_submission.append((window.busy_by_call, window.first_start, window.last_end, union))
+            keeping = keeping and kept_rows + len(dispatches) <= WARMUP_ROWS
+            if keeping:
+                kept.append((dispatches, slots, rows + read))
+                kept_rows += len(dispatches)
+        else:
+            high, low = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+            sums.by_submission.append((np.zeros((count, compositions)), np.full((count, compositions), high),
+                                       np.full((count, compositions), low), np.zeros(count, np.int64)))
+        read += count
+        kept_until = read if keeping else kept_until
+    profile = stream.profile()
+    call_of_submission, measured_calls, exact = call_numbers(profile, calls, warmup)
+    busy, first, last, union = (np.concatenate([part[index] for part in sums.by_submission])
+                                for index in range(4))
+    _check_submissions_apart(first, last)
+    warmup_submissions = int(np.count_nonzero(call_of_submission < 0))
+    if warmup_submissions:
+        if kept_until < warmup_submissions:
+            raise NotStreamable("the warmup calls reach past the rows kept")
+        _take_out_warmup(sums, matcher, kept, warmup_submissions)
+    measured = slice(warmup_submissions, None)  # calls follow the submissions: the warmup ones come first
+    groups = np.flatnonzero(np.concatenate([[True], np.diff(call_of_submission[measured]) != 0]))
+    tiles = (TileSums(sums.cpu, sums.tiles, sums.total_tile_ns, sums.total_tiles) if sums.total_tiles else None)
+    totals = EventSums(
+        busy_by_call=np.add.reduceat(busy[measured], groups), busy=sums.busy, count=sums.count,
+        slot_busy=sums.slot_busy, slot_count=sums.slot_count, total_ns=sums.total_ns, disjoint=sums.disjoint,
+        tiles=tiles, first_start=np.minimum.reduceat(first[measured], groups),
+        last_end=np.maximum.reduceat(last[measured], groups))
+    union_by_call = np.add.reduceat(union[measured], groups)
+
+    def dispatch_union(window_starts: np.ndarray, window_ends: np.ndarray) -> np.ndarray:
+        return union_by_call  # dispatches lie in their execution, inside their call's window
+
+    wall = sums.busy.copy() if sums.disjoint else sums.wall
+    attribution = attribution_without_events(profile, matcher, call_of_submission, measured_calls, exact, warmup)
+    return attribution, EventTotals(totals, wall, int(union_by_call.sum()), dispatch_union, events_kept=False)
+
+
+def _check_submissions_apart(first: np.ndarray, last: np.ndarray) -> None:
+    """Each submission's dispatches end before the next submission's begin (then per-submission sums add up)."""
+    starts, ends = first.min(axis=1), last.max(axis=1)
+    ran = starts <= ends
+    starts, ends = starts[ran], ends[ran]
+    if len(starts) > 1 and (starts[1:] < ends[:-1]).any():
+        raise NotStreamable("submissions' dispatches overlap in time")
+
+
+def _take_out_warmup(sums: _Sums, matcher: SlotMatcher, kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                     warmup_submissions: int) -> None:
+    """Subtract the sums of the warmup submissions' events (exact: sums of whole numbers) from the totals."""
+    if not kept:  # the warmup calls ran no dispatch
+        return
+    dispatches, slots, ranks = (np.concatenate([part[index] for part in kept]) for index in range(3))
+    early = ranks < warmup_submissions
+    window, wall, _union = _window_sums(matcher, dispatches[early], slots[early], np.zeros(int(early.sum()), np.int32),
+                                        1)
+    sums.add(window, wall, sign=-1)

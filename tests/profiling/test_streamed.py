@@ -1,0 +1,121 @@
+"""A profile read in windows (bounded memory) gives the session of the whole read, or hands over to it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from test_ireeprof_fast import swapped_dispatches
+from test_readers import BUNDLE_CASES
+from tiny_profiles import hand_map
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling import report, streamed
+from sectionmark.profiling.attribute import attribute
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.timeline import session_timelines
+from sectionmark.readers import ireeprof_bundle, ireeprof_stream
+from sectionmark.readers.event_model import native
+from sectionmark.readers.ireeprof import read_profile
+from sectionmark.serialization import to_json
+
+pytestmark = pytest.mark.skipif(native() is None, reason="the windowed reader needs the C extension (setup.py)")
+
+
+def whole(path, calls, warmup) -> ProfileSession:
+    """The session of the profile read whole, as before windows existed."""
+    return ProfileSession.build(attribute(read_profile(path), hand_map(), calls=calls, warmup=warmup), hand_map())
+
+
+def as_json(session: ProfileSession) -> str:
+    return json.dumps(to_json(session), sort_keys=True)
+
+
+@pytest.mark.parametrize("window", [1, 3, 7, 1 << 16])
+@pytest.mark.parametrize("calls, warmup", [(None, 0), (None, 3), (11, 3), (11, 10)])
+def test_windows_of_any_size_give_the_whole_reads_session_and_events(plain_run, monkeypatch, window, calls, warmup):
+    """plain_run: 3 warmup + 8 calls of two dispatches; windows cut submissions and calls anywhere."""
+    monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+    path = plain_run[1]
+    session = streamed.streamed_session(path, hand_map(), calls=calls, warmup=warmup, function=None)
+    assert session is not None and session.attribution is None  # no events kept
+    expected = whole(path, calls, warmup)
+    assert as_json(session) == as_json(expected)
+    assert np.array_equal(session.per_call_busy, expected.per_call_busy)
+    events, kept = session.events(), expected.attribution  # read again on demand: the same rows
+    assert events.events.tobytes() == kept.events.tobytes()
+    assert events.event_slots.tolist() == kept.event_slots.tolist()
+    assert events.event_calls.tolist() == kept.event_calls.tolist()
+
+
+def test_report_reads_in_windows_and_draws_timelines_from_the_file(plain_run, tmp_path):
+    session = report(plain_run[1], hand_map(), calls=11, warmup=3)
+    assert session.attribution is None and session.reread is not None
+    assert session_timelines(session) and session.attribution is not None
+    shutil.copy(plain_run[1], tmp_path / "run.ireeprof")
+    later = report(tmp_path / "run.ireeprof", hand_map(), calls=11, warmup=3)
+    with open(tmp_path / "run.ireeprof", "ab") as file:
+        file.write(b"\0")
+    with pytest.raises(SectionmarkError, match="changed or went away since it was read"):
+        later.events()
+
+
+def test_dispatches_written_out_of_order_give_the_same_session(plain_run, tmp_path):
+    """Two records swapped: their event ids no longer increase, so the windows hand over to the whole read."""
+    path = swapped_dispatches(plain_run, tmp_path)
+    assert streamed.streamed_session(path, hand_map(), calls=11, warmup=3, function=None) is None
+    assert as_json(report(path, hand_map(), calls=11, warmup=3)) == as_json(whole(path, 11, 3))
+
+
+@pytest.mark.parametrize("case", sorted(BUNDLE_CASES))
+def test_a_profile_the_windows_cannot_read_is_read_whole_with_its_error(plain_run, tmp_path, case):
+    """Any corrupt profile: no windowed session; `report` names the problem exactly as the whole read does."""
+    path = tmp_path / "bad.ireeprof"
+    path.write_bytes(BUNDLE_CASES[case][0](plain_run[1].read_bytes()))
+    assert streamed.streamed_session(path, hand_map(), calls=11, warmup=3, function=None) is None
+    with pytest.raises(SectionmarkError) as expected:
+        whole(path, 11, 3)
+    with pytest.raises(SectionmarkError) as got:
+        report(path, hand_map(), calls=11, warmup=3)
+    assert str(got.value) == str(expected.value)
+
+
+def test_a_warmup_past_the_kept_rows_reads_whole(plain_run, monkeypatch):
+    monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", 4)
+    monkeypatch.setattr(streamed, "WARMUP_ROWS", 2)  # one submission's two dispatches: the warmup has three
+    assert streamed.streamed_session(plain_run[1], hand_map(), calls=11, warmup=3, function=None) is None
+    assert as_json(report(plain_run[1], hand_map(), calls=11, warmup=3)) == as_json(whole(plain_run[1], 11, 3))
+
+
+def test_other_formats_and_device_timed_profiles_are_read_whole(plain_run, tmp_path, monkeypatch):
+    jsonl = tmp_path / "run.jsonl"
+    jsonl.write_text('{"record_type": "session"}\n')
+    assert ireeprof_stream.open_stream(jsonl) is None
+    monkeypatch.setattr(ireeprof_bundle.OpenBundle, "device_timed", property(lambda self: True))
+    assert ireeprof_stream.open_stream(plain_run[1]) is None
+
+
+def test_union_by_row_is_each_rows_union():
+    """Rows apart in time, intervals overlapping inside a row: each row's union, as union_length gives it."""
+    from sectionmark.profiling.section_time import union_length
+
+    rng = np.random.default_rng(1)
+    starts, ends, rows = [], [], []
+    for row, base in enumerate([0, 1000, 5000]):
+        row_starts = np.sort(rng.integers(base, base + 300, 6))
+        starts += row_starts.tolist()
+        ends += (row_starts + rng.integers(0, 400, 6)).tolist()
+        rows += [row] * 6
+    starts, ends, rows = np.array(starts), np.array(ends), np.array(rows)
+    got = streamed._union_by_row(starts, ends, rows, 4)
+    assert got.tolist() == [union_length(starts[rows == r], ends[rows == r]) for r in range(3)] + [0]
+
+
+def test_submissions_overlapping_in_time_are_refused():
+    high, low = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    first = np.array([[0, high], [high, high], [100, 105]])  # the middle submission ran nothing
+    streamed._check_submissions_apart(first, np.array([[100, low], [low, low], [120, 130]]))
+    with pytest.raises(ireeprof_stream.NotStreamable):
+        streamed._check_submissions_apart(np.array([[0], [90]]), np.array([[100], [130]]))
