@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sectionmark.profiling import queue_time
 from sectionmark.profiling.queue_time import (
     QUEUE_ALLOCA, QUEUE_SPAN_DTYPE, assign_calls, call_time, call_windows, device_memory, memory_by_window,
     partition_time, union_by_window,
@@ -52,6 +53,22 @@ def test_time_outside_every_window_is_not_counted():
     parts = partition_time(np.array([0, 150]), np.array([120, 160]), np.array([0, 0]), 1,
                            np.array([10, 100]), np.array([60, 130]))
     assert parts.tolist() == [[50, 0], [20, 10]]
+
+
+@pytest.mark.parametrize("per_pass", [1, 2, 5])
+def test_windows_partitioned_a_few_at_a_time_give_one_pass_result(monkeypatch, per_pass):
+    """Operations of four rows reaching across windows (clipped windows, a gap, one long span over three)."""
+    rng = np.random.default_rng(3)
+    window_starts = np.array([0, 100, 180, 300, 310, 500, 640])
+    window_ends = np.array([100, 180, 250, 310, 450, 640, 700])
+    starts = rng.integers(-20, 700, 60)
+    ends = starts + rng.integers(0, 120, 60)
+    starts[0], ends[0] = 90, 520  # one operation over several windows
+    rows = rng.integers(0, 4, 60)
+    whole = queue_time.partition_time(starts, ends, rows, 4, window_starts, window_ends)
+    monkeypatch.setattr(queue_time, "PARTITION_WINDOWS", per_pass)
+    assert queue_time.partition_time(starts, ends, rows, 4, window_starts, window_ends).tolist() == whole.tolist()
+    assert whole.sum(axis=1).tolist() == (window_ends - window_starts).tolist()
 
 
 @pytest.mark.parametrize("order", [[0, 1, 2, 3], [1, 0, 2, 3]])  # sorted by start (one pass) and not (sorting)
