@@ -119,3 +119,30 @@ def test_submissions_overlapping_in_time_are_refused():
     streamed._check_submissions_apart(first, np.array([[100, low], [low, low], [120, 130]]))
     with pytest.raises(ireeprof_stream.NotStreamable):
         streamed._check_submissions_apart(np.array([[0], [90]]), np.array([[100], [130]]))
+
+
+@pytest.mark.parametrize("window", [1, 4, 100])
+def test_memory_events_that_change_no_level_leave_peaks_and_averages_alone(window):
+    """Two pools interleaved, most events repeating their pool's level: the kept ones give the same device memory."""
+    from sectionmark.profiling.queue_time import memory_by_window
+    from sectionmark.readers.event_model import MEMORY_DTYPE, MEMORY_POOL_STATS, QUEUE_ALLOCA
+
+    rng = np.random.default_rng(7)
+    events = np.zeros(200, MEMORY_DTYPE)
+    events["time_ns"] = np.cumsum(rng.integers(0, 30, 200))
+    events["pool"] = rng.integers(1, 3, 200)
+    events["flags"] = np.where(rng.random(200) < 0.9, MEMORY_POOL_STATS, 0)
+    events["type"] = rng.choice([3, 4, QUEUE_ALLOCA, 8], 200)
+    events["pool_reserved"] = rng.choice([0, 4096, 8192], 200) * (rng.random(200) < 0.3)
+    levels: dict[int, int] = {}
+    kept = np.concatenate([events[begin : begin + window][ireeprof_stream._level_changes(events[begin : begin + window],
+                                                                                         levels)]
+                           for begin in range(0, 200, window)])
+    assert len(kept) < 150 and (kept["type"] == QUEUE_ALLOCA).sum() == (events["type"] == QUEUE_ALLOCA).sum()
+    starts, ends = np.array([0, 700, 2000]), np.array([650, 1900, 2900])
+
+    def device_memory(table):
+        stats = table[(table["flags"] & MEMORY_POOL_STATS) != 0]
+        return [part.tolist() for part in memory_by_window(stats["time_ns"], stats["pool"], stats["pool_reserved"],
+                                                            starts, ends)]
+    assert device_memory(kept) == device_memory(events)

@@ -38,7 +38,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from sectionmark.readers.arrays import distinct
-from sectionmark.readers.event_model import EVENT_EXECUTE, EVENT_NAMES, MEMORY_EVENT_NAMES, MEMORY_POOL_STATS, native
+from sectionmark.readers.event_model import EVENT_EXECUTE, EVENT_NAMES, MEMORY_POOL_STATS, QUEUE_ALLOCA, native
 
 QUEUE_SPAN_DTYPE = np.dtype(
     [("type", "<u4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("payload_bytes", "<u8"), ("call", "<i4")]
@@ -54,7 +54,6 @@ _ROW_OF_NAME = {name: QUEUE_ROWS.index(row) for row, names in _OPERATIONS_OF_ROW
 ROW_OF_EVENT_TYPE = np.array(
     [_ROW_OF_NAME.get(EVENT_NAMES.get(type_, ""), OTHER_QUEUE) for type_ in range(max(EVENT_NAMES) + 1)]
 )
-QUEUE_ALLOCA = next(type_ for type_, name in MEMORY_EVENT_NAMES.items() if name == "queue_alloca")
 # Queue operations that finish a call's work (they belong to the call before them); the others prepare one.
 _CLOSING_EVENTS = frozenset(type_ for type_, name in EVENT_NAMES.items() if name in ("dealloca", "read"))
 

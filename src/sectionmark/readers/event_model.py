@@ -113,6 +113,7 @@ MEMORY_EVENT_NAMES = {
     12: "buffer_unimport",
 }
 MEMORY_POOL_STATS = 1 << 4  # memory event flag: pool_bytes_reserved and the other pool figures are valid
+QUEUE_ALLOCA = next(type_ for type_, name in MEMORY_EVENT_NAMES.items() if name == "queue_alloca")
 INDIRECT_PARAMETERS = 1 << 1  # command operation flag: the workgroup count is read at run time
 
 NO_INDEX = 0xFFFFFFFF

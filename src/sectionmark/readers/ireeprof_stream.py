@@ -27,12 +27,12 @@ import numpy as np
 
 from sectionmark.artifacts.files import open_regular
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.bundle_records import UnsupportedLayout, records_at, release_pages
+from sectionmark.readers.bundle_records import RecordPositions, UnsupportedLayout, records_at, release_pages
 from sectionmark.readers.checks import by_submission_and_start, check_links, check_times, recorded_commands, sorted_by
-from sectionmark.readers.event_model import (DISPATCH_DTYPE, QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance,
-                                             native)
-from sectionmark.readers.ireeprof_bundle import (_HOST_EVENT, BUNDLE_MAGIC, HOST_EVENTS_WINDOW, OpenBundle,
-                                                 exports_by_executable, memory_events, open_bundle)
+from sectionmark.readers.event_model import (DISPATCH_DTYPE, MAX_TIMESTAMP_NS, MEMORY_DTYPE, MEMORY_POOL_STATS,
+                                             QUEUE_ALLOCA, QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, native)
+from sectionmark.readers.ireeprof_bundle import (_HOST_EVENT, _MEMORY_EVENT, BUNDLE_MAGIC, HOST_EVENTS_WINDOW,
+                                                 OpenBundle, exports_by_executable, open_bundle)
 
 
 class NotStreamable(Exception):
@@ -50,7 +50,7 @@ class DispatchStream:
     def __init__(self, bundle: OpenBundle):
         self._bundle = bundle
         self.command_buffers, self._timed = recorded_commands(bundle.path, bundle.declared, bundle.commands)
-        self._memory = sorted_by(memory_events(bundle), "time_ns")
+        self._memory = _memory_levels(bundle)
         self._submissions = np.zeros(0, SUBMISSION_DTYPE)
         self._queue_ops = np.zeros(0, QUEUE_OP_DTYPE)
 
@@ -126,6 +126,53 @@ class DispatchStream:
         return dispatches
 
 
+def _memory_levels(bundle: OpenBundle) -> np.ndarray:
+    """The memory events device memory is computed from (`queue_time.device_memory`), read and checked a window at
+    a time like `memory_events`, keeping only those that change a pool's reserved bytes (the first of each pool
+    too) and the queue allocations: the others add nothing to a level's peak or time average (a long profile has
+    eight memory events per call, two of which change the level)."""
+    positions = RecordPositions(bundle.chunks["memory-events"], _MEMORY_EVENT.itemsize)
+    kept = np.empty(len(positions), MEMORY_DTYPE)  # untouched rows cost no memory
+    size = min(len(positions), HOST_EVENTS_WINDOW)
+    rows, devices, event_ids = np.empty(size, MEMORY_DTYPE), np.empty(size, np.uint64), np.empty(size, np.uint64)
+    levels: dict[int, int] = {}  # pool -> its reserved bytes after the last event read
+    count, last_event, last_time = 0, (-1, -1), 0
+    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
+        window = positions[begin : begin + HOST_EVENTS_WINDOW]
+        read = rows[: len(window)]
+        bad_length, unknown, increasing = native().memory_events(bundle.data, window, read, devices, event_ids)
+        release_pages(bundle.mapped, int(window[0]), int(window[-1]) + _MEMORY_EVENT.itemsize)
+        times = read["time_ns"]
+        first_event = (int(devices[0]), int(event_ids[0]))
+        if (bad_length >= 0 or unknown >= 0 or not increasing or first_event <= last_event or times[0] < last_time
+                or (times[1:] < times[:-1]).any() or times[-1] >= MAX_TIMESTAMP_NS):
+            raise NotStreamable("memory events out of order or failing a check")
+        last_event, last_time = (int(devices[len(window) - 1]), int(event_ids[len(window) - 1])), int(times[-1])
+        chosen = read[_level_changes(read, levels)]
+        kept[count : count + len(chosen)] = chosen
+        count += len(chosen)
+    return kept[:count]
+
+
+def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:
+    """Which of ``events`` (in time order) change their pool's reserved bytes from the pool's previous event (in
+    ``levels``, updated: the pools' bytes after these events), are a pool's first, or are queue allocations."""
+    with_stats = (events["flags"] & MEMORY_POOL_STATS) != 0
+    pools, reserved = events["pool"], events["pool_reserved"]
+    keep = events["type"] == QUEUE_ALLOCA
+    rows = np.flatnonzero(with_stats)
+    by_pool = rows[np.lexsort((rows, pools[rows]))]  # each pool's events in time order
+    pool, level = pools[by_pool], reserved[by_pool].astype(np.int64)
+    first_of_pool = np.concatenate([[True], pool[1:] != pool[:-1]]) if len(by_pool) else np.zeros(0, bool)
+    previous = np.concatenate([[0], level[:-1]]) if len(by_pool) else level
+    known = np.array([levels.get(int(p), -1) for p in pool[first_of_pool].tolist()], np.int64)
+    previous[first_of_pool] = known  # -1 for a pool not seen before: its first event is kept
+    keep[by_pool[level != previous]] = True
+    last_of_pool = np.concatenate([pool[1:] != pool[:-1], [True]]) if len(by_pool) else first_of_pool
+    levels.update(zip(pool[last_of_pool].tolist(), level[last_of_pool].tolist()))
+    return keep
+
+
 def open_stream(path: Path) -> Optional[DispatchStream]:
     """The dispatch stream of a host-timed .ireeprof bundle; None for anything else (a device-timed profile, JSONL,
     a layout the bundle reader does not know) or without the C extension: `read_profile` reads those whole."""
@@ -137,5 +184,5 @@ def open_stream(path: Path) -> Optional[DispatchStream]:
         try:  # a bad file: read_profile says what is wrong with it, in the order of its checks
             bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size)
             return None if bundle.device_timed else DispatchStream(bundle)
-        except (SectionmarkError, UnsupportedLayout):
+        except (SectionmarkError, UnsupportedLayout, NotStreamable):
             return None
