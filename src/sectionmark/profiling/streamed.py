@@ -59,6 +59,7 @@ def streamed_session(path: Path, section_map: SectionMap, *, calls: Optional[int
     identity = _identity(path)
     try:
         attribution, totals = _streamed_totals(stream, section_map, calls, warmup, function)
+        del stream  # its tables of submissions and queue operations: the attribution has what it needs of them
         session = ProfileSession.from_totals(attribution, totals, section_map, function, workers, device)
     except (NotStreamable, SectionmarkError):
         return None
@@ -103,7 +104,7 @@ class _Sums:
     total_tile_ns: int = 0
     total_tiles: int = 0
     disjoint: bool = True  # every window's events disjoint (then wall parts are durations)
-    by_submission: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # (busy, first, last, union) rows
+    by_submission: list[list[np.ndarray]] = field(default_factory=list)  # per window: [busy, first, last, union]
 
     def __post_init__(self) -> None:
         self.busy, self.count = np.zeros(self.compositions), np.zeros(self.compositions, np.int64)
@@ -154,11 +155,82 @@ def _streamed_totals(stream: DispatchStream, section_map: SectionMap, calls: Opt
                      function: Optional[str]) -> tuple[Attribution, EventTotals]:
     check_fingerprint(stream.profile(), section_map)
     matcher = SlotMatcher(section_map, function, stream.profile().keys)
+    sums, first_rows = _read_windows(stream, matcher)
+    profile = stream.profile()
+    call_of_submission, measured_calls, exact = call_numbers(profile, calls, warmup)
+    warmup_submissions = int(np.count_nonzero(call_of_submission < 0))
+    if warmup_submissions:
+        first_rows.take_out(sums, matcher, warmup_submissions)
+    del first_rows
+    # One table at a time from its parts, each part let go as it is copied: never all of them twice.
+    busy, first, last, union = (_joined(sums.by_submission, index) for index in range(4))
+    _check_submissions_apart(first, last)
+    measured = slice(warmup_submissions, None)  # calls follow the submissions: the warmup ones come first
+    groups = np.flatnonzero(np.concatenate([[True], np.diff(call_of_submission[measured]) != 0]))
+    tiles = (TileSums(sums.cpu, sums.tiles, sums.total_tile_ns, sums.total_tiles) if sums.total_tiles else None)
+    totals = EventSums(
+        busy_by_call=np.add.reduceat(busy[measured], groups), busy=sums.busy, count=sums.count,
+        slot_busy=sums.slot_busy, slot_count=sums.slot_count, total_ns=sums.total_ns, disjoint=sums.disjoint,
+        tiles=tiles, first_start=np.minimum.reduceat(first[measured], groups),
+        last_end=np.maximum.reduceat(last[measured], groups))
+    del busy, first, last
+    union_by_call = np.add.reduceat(union[measured], groups)
+
+    def dispatch_union(window_starts: np.ndarray, window_ends: np.ndarray) -> np.ndarray:
+        return union_by_call  # dispatches lie in their execution, inside their call's window
+
+    wall = sums.busy.copy() if sums.disjoint else sums.wall
+    attribution = attribution_without_events(profile, matcher, call_of_submission, measured_calls, exact, warmup)
+    return attribution, EventTotals(totals, wall, int(union_by_call.sum()), dispatch_union, events_kept=False)
+
+
+def _joined(parts: list[list[np.ndarray]], index: int) -> np.ndarray:
+    """Part ``index`` of every row of ``parts`` concatenated, each let go (set to None) once copied."""
+    joined = np.concatenate([part[index] for part in parts])
+    for part in parts:
+        part[index] = None
+    return joined
+
+
+class _FirstRows:
+    """The dispatch rows of the first windows (up to ``WARMUP_ROWS``), from which the warmup calls' sums are taken
+    back out of the totals once the calls are known."""
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (dispatches, slots, submission ranks)
+        self._rows = 0
+        self._keeping = True
+        self.submissions = 0  # the submissions the rows kept cover, from the first
+
+    def add(self, dispatches: np.ndarray, slots: np.ndarray, ranks: np.ndarray, submissions: int) -> None:
+        """One window: its dispatches with their slots and submission ranks, and its submissions (some may run
+        no dispatch)."""
+        self._keeping = self._keeping and self._rows + len(dispatches) <= WARMUP_ROWS
+        if self._keeping:
+            if len(dispatches):
+                self._parts.append((dispatches, slots, ranks))
+                self._rows += len(dispatches)
+            self.submissions += submissions
+
+    def take_out(self, sums: _Sums, matcher: SlotMatcher, warmup_submissions: int) -> None:
+        """Subtract the sums of the first ``warmup_submissions`` submissions' events (exact: sums of whole
+        numbers) from ``sums``."""
+        if self.submissions < warmup_submissions:
+            raise NotStreamable("the warmup calls reach past the rows kept")
+        if not self._parts:  # the warmup calls ran no dispatch
+            return
+        dispatches, slots, ranks = (np.concatenate([part[index] for part in self._parts]) for index in range(3))
+        early = ranks < warmup_submissions
+        window, wall, _union = _window_sums(matcher, dispatches[early], slots[early],
+                                            np.zeros(int(early.sum()), np.int32), 1)
+        sums.add(window, wall, sign=-1)
+
+
+def _read_windows(stream: DispatchStream, matcher: SlotMatcher) -> tuple[_Sums, _FirstRows]:
+    """Every window of ``stream`` attributed and summed: the totals, and the first rows (for the warmup)."""
     compositions = len(matcher.compositions)
-    sums = _Sums(compositions, len(matcher.slots))
-    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the first windows' (dispatches, slots, ranks)
-    kept_rows = kept_until = read = 0  # kept_until: the submissions the kept windows cover
-    keeping = True
+    sums, first_rows = _Sums(compositions, len(matcher.slots)), _FirstRows()
+    read = 0
     for dispatches, executed in stream.windows():
         count = len(executed)
         if len(dispatches):
@@ -172,43 +244,15 @@ def _streamed_totals(stream: DispatchStream, section_map: SectionMap, calls: Opt
             window, wall, union = _window_sums(matcher, dispatches, slots, rows, count)
             sums.add(window, wall)
             sums.disjoint &= window.disjoint
-            sums.by_submission.append((window.busy_by_call, window.first_start, window.last_end, union))
-            keeping = keeping and kept_rows + len(dispatches) <= WARMUP_ROWS
-            if keeping:
-                kept.append((dispatches, slots, rows + read))
-                kept_rows += len(dispatches)
+            sums.by_submission.append([window.busy_by_call, window.first_start, window.last_end, union])
+            first_rows.add(dispatches, slots, rows + read, count)
         else:
             high, low = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-            sums.by_submission.append((np.zeros((count, compositions)), np.full((count, compositions), high),
-                                       np.full((count, compositions), low), np.zeros(count, np.int64)))
+            sums.by_submission.append([np.zeros((count, compositions)), np.full((count, compositions), high),
+                                       np.full((count, compositions), low), np.zeros(count, np.int64)])
+            first_rows.add(dispatches, np.zeros(0, np.int32), np.zeros(0, np.int32), count)
         read += count
-        kept_until = read if keeping else kept_until
-    profile = stream.profile()
-    call_of_submission, measured_calls, exact = call_numbers(profile, calls, warmup)
-    busy, first, last, union = (np.concatenate([part[index] for part in sums.by_submission])
-                                for index in range(4))
-    _check_submissions_apart(first, last)
-    warmup_submissions = int(np.count_nonzero(call_of_submission < 0))
-    if warmup_submissions:
-        if kept_until < warmup_submissions:
-            raise NotStreamable("the warmup calls reach past the rows kept")
-        _take_out_warmup(sums, matcher, kept, warmup_submissions)
-    measured = slice(warmup_submissions, None)  # calls follow the submissions: the warmup ones come first
-    groups = np.flatnonzero(np.concatenate([[True], np.diff(call_of_submission[measured]) != 0]))
-    tiles = (TileSums(sums.cpu, sums.tiles, sums.total_tile_ns, sums.total_tiles) if sums.total_tiles else None)
-    totals = EventSums(
-        busy_by_call=np.add.reduceat(busy[measured], groups), busy=sums.busy, count=sums.count,
-        slot_busy=sums.slot_busy, slot_count=sums.slot_count, total_ns=sums.total_ns, disjoint=sums.disjoint,
-        tiles=tiles, first_start=np.minimum.reduceat(first[measured], groups),
-        last_end=np.maximum.reduceat(last[measured], groups))
-    union_by_call = np.add.reduceat(union[measured], groups)
-
-    def dispatch_union(window_starts: np.ndarray, window_ends: np.ndarray) -> np.ndarray:
-        return union_by_call  # dispatches lie in their execution, inside their call's window
-
-    wall = sums.busy.copy() if sums.disjoint else sums.wall
-    attribution = attribution_without_events(profile, matcher, call_of_submission, measured_calls, exact, warmup)
-    return attribution, EventTotals(totals, wall, int(union_by_call.sum()), dispatch_union, events_kept=False)
+    return sums, first_rows
 
 
 def _check_submissions_apart(first: np.ndarray, last: np.ndarray) -> None:
@@ -218,15 +262,3 @@ def _check_submissions_apart(first: np.ndarray, last: np.ndarray) -> None:
     starts, ends = starts[ran], ends[ran]
     if len(starts) > 1 and (starts[1:] < ends[:-1]).any():
         raise NotStreamable("submissions' dispatches overlap in time")
-
-
-def _take_out_warmup(sums: _Sums, matcher: SlotMatcher, kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
-                     warmup_submissions: int) -> None:
-    """Subtract the sums of the warmup submissions' events (exact: sums of whole numbers) from the totals."""
-    if not kept:  # the warmup calls ran no dispatch
-        return
-    dispatches, slots, ranks = (np.concatenate([part[index] for part in kept]) for index in range(3))
-    early = ranks < warmup_submissions
-    window, wall, _union = _window_sums(matcher, dispatches[early], slots[early], np.zeros(int(early.sum()), np.int32),
-                                        1)
-    sums.add(window, wall, sign=-1)

@@ -225,6 +225,14 @@ class OpenBundle:
     def host_event_positions(self) -> RecordPositions:
         return RecordPositions(self.chunks["host-execution-events"], _HOST_EVENT.itemsize)
 
+    def close(self) -> None:
+        """Let the mapped file and the chunk tables go: a reader that has read every event needs neither."""
+        self.chunks, self.data = {}, np.zeros(0, np.uint8)
+        try:
+            self.mapped.close()
+        except BufferError:  # a view of the map is still alive: the map goes with the last of them
+            pass
+
     @property
     def device_timed(self) -> bool:
         """Whether its dispatches were timed by a device (a GPU's dispatch events), not by the host."""

@@ -107,6 +107,7 @@ class DispatchStream:
             complete = dispatches["submission"] <= last_executed
             pending = dispatches[~complete].copy()
             yield self._checked(dispatches[complete], executed), executed
+        bundle.close()
         if len(pending):
             raise NotStreamable("dispatches of a submission that never executes")
         self._submissions, self._queue_ops = submissions[:done_submissions], queue_ops[:done_queue_ops]
@@ -130,7 +131,7 @@ def _memory_levels(bundle: OpenBundle) -> np.ndarray:
     """The memory events device memory is computed from (`queue_time.device_memory`), read and checked a window at
     a time like `memory_events`, keeping only those that change a pool's reserved bytes (the first of each pool
     too) and the queue allocations: the others add nothing to a level's peak or time average (a long profile has
-    eight memory events per call, two of which change the level)."""
+    eight memory events per call: two change the level, two are allocations)."""
     positions = RecordPositions(bundle.chunks["memory-events"], _MEMORY_EVENT.itemsize)
     kept = np.empty(len(positions), MEMORY_DTYPE)  # untouched rows cost no memory
     size = min(len(positions), HOST_EVENTS_WINDOW)
@@ -156,7 +157,8 @@ def _memory_levels(bundle: OpenBundle) -> np.ndarray:
 
 def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:
     """Which of ``events`` (in time order) change their pool's reserved bytes from the pool's previous event (in
-    ``levels``, updated: the pools' bytes after these events), are a pool's first, or are queue allocations."""
+    ``levels``, updated: the pools' bytes after these events), are a pool's first, or are queue allocations; an
+    allocation kept only as one loses its pool figures' flag (MEMORY_POOL_STATS: it repeats a level)."""
     with_stats = (events["flags"] & MEMORY_POOL_STATS) != 0
     pools, reserved = events["pool"], events["pool_reserved"]
     keep = events["type"] == QUEUE_ALLOCA
@@ -167,7 +169,10 @@ def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:
     previous = np.concatenate([[0], level[:-1]]) if len(by_pool) else level
     known = np.array([levels.get(int(p), -1) for p in pool[first_of_pool].tolist()], np.int64)
     previous[first_of_pool] = known  # -1 for a pool not seen before: its first event is kept
-    keep[by_pool[level != previous]] = True
+    changes = np.zeros(len(events), bool)
+    changes[by_pool[level != previous]] = True
+    events["flags"][keep & ~changes] &= ~np.uint32(MEMORY_POOL_STATS)  # kept as allocations only: no level
+    keep |= changes
     last_of_pool = np.concatenate([pool[1:] != pool[:-1], [True]]) if len(by_pool) else first_of_pool
     levels.update(zip(pool[last_of_pool].tolist(), level[last_of_pool].tolist()))
     return keep
