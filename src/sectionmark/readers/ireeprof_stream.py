@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import BinaryIO, Iterator, Optional
 
 import numpy as np
 
@@ -47,10 +47,10 @@ class DispatchStream:
     give, less its dispatches.
     """
 
-    def __init__(self, bundle: OpenBundle):
-        self._bundle = bundle
+    def __init__(self, bundle: OpenBundle, file: BinaryIO):
+        self._bundle, self._file, self._buffer = bundle, file, bytearray()
         self.command_buffers, self._timed = recorded_commands(bundle.path, bundle.declared, bundle.commands)
-        self._memory = _memory_levels(bundle)
+        self._memory = self._memory_levels()
         self._submissions = np.zeros(0, SUBMISSION_DTYPE)
         self._queue_ops = np.zeros(0, QUEUE_OP_DTYPE)
 
@@ -82,15 +82,15 @@ class DispatchStream:
             window = positions[begin : begin + HOST_EVENTS_WINDOW]
             rows = np.empty(len(pending) + len(window), DISPATCH_DTYPE)
             rows[: len(pending)] = pending
+            data, offsets = self._read(window, _HOST_EVENT.itemsize)
             (added, new_submissions, new_queue_ops, *failures, plausible, _sorted, increasing) = passes.host_events(
-                bundle.data, window, bundle.known_codes, bundle.known_keys, rows[len(pending):],
+                data, offsets, bundle.known_codes, bundle.known_keys, rows[len(pending):],
                 submissions[done_submissions:], queue_ops[done_queue_ops:])
-            first, last = records_at(bundle.data, window[[0, -1]], _HOST_EVENT)
+            first, last = records_at(data, offsets[[0, -1]], _HOST_EVENT)
             if max(failures) >= 0 or not plausible or not increasing or (
                     previous_event is not None and (int(first["stream"]), int(first["event_id"])) <= previous_event):
                 raise NotStreamable("an event fails a check or repeats")
             previous_event = (int(last["stream"]), int(last["event_id"]))
-            release_pages(bundle.mapped, int(window[0]), int(window[-1]) + _HOST_EVENT.itemsize)
             executed = submissions[done_submissions : done_submissions + new_submissions]
             done_submissions += new_submissions
             done_queue_ops += new_queue_ops
@@ -108,6 +108,8 @@ class DispatchStream:
             pending = dispatches[~complete].copy()
             yield self._checked(dispatches[complete], executed), executed
         bundle.close()
+        self._file.close()
+        self._buffer = bytearray()
         if len(pending):
             raise NotStreamable("dispatches of a submission that never executes")
         self._submissions, self._queue_ops = submissions[:done_submissions], queue_ops[:done_queue_ops]
@@ -115,6 +117,47 @@ class DispatchStream:
             check_times(self.path, pending, self._submissions, self._queue_ops, self._memory, host_events_plausible=True)
         except SectionmarkError as problem:
             raise NotStreamable(str(problem)) from None
+
+    def _memory_levels(self) -> np.ndarray:
+        """The memory events device memory is computed from (`queue_time.device_memory`), read and checked a
+        window at a time like `memory_events`, keeping only those that change a pool's reserved bytes (the first
+        of each pool too) and the queue allocations: the others add nothing to a level's peak or time average (a
+        long profile has eight memory events per call: two change the level, two are allocations)."""
+        positions = RecordPositions(self._bundle.chunks["memory-events"], _MEMORY_EVENT.itemsize)
+        kept = np.empty(len(positions), MEMORY_DTYPE)  # untouched rows cost no memory
+        size = min(len(positions), HOST_EVENTS_WINDOW)
+        rows, devices, event_ids = np.empty(size, MEMORY_DTYPE), np.empty(size, np.uint64), np.empty(size, np.uint64)
+        levels: dict[int, int] = {}  # pool -> its reserved bytes after the last event read
+        count, last_event, last_time = 0, (-1, -1), 0
+        for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
+            window = positions[begin : begin + HOST_EVENTS_WINDOW]
+            read = rows[: len(window)]
+            # Mapped, not read (`_read`): memory events lie a few in each stretch of host events.
+            bad_length, unknown, increasing = native().memory_events(self._bundle.data, window, read, devices,
+                                                                     event_ids)
+            release_pages(self._bundle.mapped, int(window[0]), int(window[-1]) + _MEMORY_EVENT.itemsize)
+            times = read["time_ns"]
+            first_event = (int(devices[0]), int(event_ids[0]))
+            if (bad_length >= 0 or unknown >= 0 or not increasing or first_event <= last_event or times[0] < last_time
+                    or (times[1:] < times[:-1]).any() or times[-1] >= MAX_TIMESTAMP_NS):
+                raise NotStreamable("memory events out of order or failing a check")
+            last_event, last_time = (int(devices[len(window) - 1]), int(event_ids[len(window) - 1])), int(times[-1])
+            chosen = read[_level_changes(read, levels)]
+            kept[count : count + len(chosen)] = chosen
+            count += len(chosen)
+        return kept[:count]
+
+    def _read(self, positions: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+        """The bytes holding the records at ``positions`` (in file order), read into one reused buffer, and their
+        positions in it: read, not mapped, so that no page of the file stays in this process, nor costs a page
+        fault to map in and a call to give back."""
+        start = int(positions[0])
+        length = int(positions[-1]) + itemsize - start
+        if len(self._buffer) < length:
+            self._buffer = bytearray(length)
+        if os.preadv(self._file.fileno(), [memoryview(self._buffer)[:length]], start) != length:
+            raise NotStreamable("the file is shorter than when it was opened")
+        return np.frombuffer(self._buffer, np.uint8, count=length), positions - start
 
     def _checked(self, dispatches: np.ndarray, executed: np.ndarray) -> np.ndarray:
         """The dispatches of the submissions ``executed``, sorted and checked against them (`checked_profile`'s
@@ -125,34 +168,6 @@ class DispatchStream:
         except SectionmarkError as problem:
             raise NotStreamable(str(problem)) from None
         return dispatches
-
-
-def _memory_levels(bundle: OpenBundle) -> np.ndarray:
-    """The memory events device memory is computed from (`queue_time.device_memory`), read and checked a window at
-    a time like `memory_events`, keeping only those that change a pool's reserved bytes (the first of each pool
-    too) and the queue allocations: the others add nothing to a level's peak or time average (a long profile has
-    eight memory events per call: two change the level, two are allocations)."""
-    positions = RecordPositions(bundle.chunks["memory-events"], _MEMORY_EVENT.itemsize)
-    kept = np.empty(len(positions), MEMORY_DTYPE)  # untouched rows cost no memory
-    size = min(len(positions), HOST_EVENTS_WINDOW)
-    rows, devices, event_ids = np.empty(size, MEMORY_DTYPE), np.empty(size, np.uint64), np.empty(size, np.uint64)
-    levels: dict[int, int] = {}  # pool -> its reserved bytes after the last event read
-    count, last_event, last_time = 0, (-1, -1), 0
-    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
-        window = positions[begin : begin + HOST_EVENTS_WINDOW]
-        read = rows[: len(window)]
-        bad_length, unknown, increasing = native().memory_events(bundle.data, window, read, devices, event_ids)
-        release_pages(bundle.mapped, int(window[0]), int(window[-1]) + _MEMORY_EVENT.itemsize)
-        times = read["time_ns"]
-        first_event = (int(devices[0]), int(event_ids[0]))
-        if (bad_length >= 0 or unknown >= 0 or not increasing or first_event <= last_event or times[0] < last_time
-                or (times[1:] < times[:-1]).any() or times[-1] >= MAX_TIMESTAMP_NS):
-            raise NotStreamable("memory events out of order or failing a check")
-        last_event, last_time = (int(devices[len(window) - 1]), int(event_ids[len(window) - 1])), int(times[-1])
-        chosen = read[_level_changes(read, levels)]
-        kept[count : count + len(chosen)] = chosen
-        count += len(chosen)
-    return kept[:count]
 
 
 def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:
@@ -183,11 +198,13 @@ def open_stream(path: Path) -> Optional[DispatchStream]:
     a layout the bundle reader does not know) or without the C extension: `read_profile` reads those whole."""
     if native() is None:
         return None
-    with open_regular(path, "profile") as file:
-        if file.read(4) != BUNDLE_MAGIC:
-            return None
-        try:  # a bad file: read_profile says what is wrong with it, in the order of its checks
+    file = open_regular(path, "profile")
+    try:
+        if file.read(4) == BUNDLE_MAGIC:
             bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size)
-            return None if bundle.device_timed else DispatchStream(bundle)
-        except (SectionmarkError, UnsupportedLayout, NotStreamable):
-            return None
+            if not bundle.device_timed:
+                return DispatchStream(bundle, file)  # it reads the events from the file, and closes it
+    except (SectionmarkError, UnsupportedLayout, NotStreamable):
+        pass  # a bad file: read_profile says what is wrong with it, in the order of its checks
+    file.close()
+    return None
