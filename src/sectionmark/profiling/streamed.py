@@ -208,7 +208,7 @@ class _FirstRows:
         self._keeping = self._keeping and self._rows + len(dispatches) <= WARMUP_ROWS
         if self._keeping:
             if len(dispatches):
-                self._parts.append((dispatches, slots, ranks))
+                self._parts.append((dispatches.copy(), slots, ranks))  # the stream reuses its rows
                 self._rows += len(dispatches)
             self.submissions += submissions
 

@@ -68,7 +68,8 @@ class DispatchStream:
 
     def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(dispatches, submissions) of successive whole submissions, in submission order: the dispatches sorted by
-        (submission, start) and checked against their submissions (SUBMISSION_DTYPE, sorted)."""
+        (submission, start) and checked against their submissions (SUBMISSION_DTYPE, sorted). The dispatches
+        are rows of a buffer the next window is read into: copy what must outlive the step."""
         bundle, passes = self._bundle, native()
         positions = bundle.host_event_positions()
         total = len(positions)
@@ -78,9 +79,11 @@ class DispatchStream:
         pending = np.zeros(0, DISPATCH_DTYPE)
         last_executed: Optional[int] = None  # the id of the last execution read
         previous_event: Optional[tuple[int, int]] = None  # (stream, event id) of the last host event read
+        rows = np.empty(0, DISPATCH_DTYPE)  # reused: fresh memory costs a page fault per page touched
         for begin in range(0, total, HOST_EVENTS_WINDOW):
             window = positions[begin : begin + HOST_EVENTS_WINDOW]
-            rows = np.empty(len(pending) + len(window), DISPATCH_DTYPE)
+            if len(rows) < len(pending) + len(window):
+                rows = np.empty(len(pending) + len(window), DISPATCH_DTYPE)
             rows[: len(pending)] = pending
             data, offsets = self._read(window, _HOST_EVENT.itemsize)
             (added, new_submissions, new_queue_ops, *failures, plausible, _sorted, increasing) = passes.host_events(
@@ -99,14 +102,20 @@ class DispatchStream:
                 raise NotStreamable("executions out of submission order")
             dispatches = rows[: len(pending) + added]
             if not len(ids):
-                pending = dispatches
+                pending = dispatches.copy()
                 continue
-            if last_executed is not None and (dispatches["submission"] <= last_executed).any():
+            submission = dispatches["submission"]
+            if last_executed is not None and len(submission) and submission.min() <= last_executed:
                 raise NotStreamable("a dispatch event after its submission's execution event")
             last_executed = int(ids[-1])
-            complete = dispatches["submission"] <= last_executed
-            pending = dispatches[~complete].copy()
-            yield self._checked(dispatches[complete], executed), executed
+            if (submission[1:] >= submission[:-1]).all():  # as IREE writes them: the complete ones first
+                cut = int(np.searchsorted(submission, last_executed, side="right"))
+                complete, pending = dispatches[:cut], dispatches[cut:].copy()
+            else:
+                done = submission <= last_executed
+                complete, pending = dispatches[done], dispatches[~done]
+            # The rows are a view of the reused buffer: valid until the next window is read.
+            yield self._checked(complete, executed), executed
         bundle.close()
         self._file.close()
         self._buffer = bytearray()
