@@ -48,7 +48,7 @@ class DispatchStream:
     """
 
     def __init__(self, bundle: OpenBundle, file: BinaryIO):
-        self._bundle, self._file, self._buffer = bundle, file, bytearray()
+        self._bundle, self._file, self._buffer = bundle, file, np.empty(0, np.uint8)
         self.command_buffers, self._timed = recorded_commands(bundle.path, bundle.declared, bundle.commands)
         self._memory = self._memory_levels()
         self._submissions = np.zeros(0, SUBMISSION_DTYPE)
@@ -118,7 +118,7 @@ class DispatchStream:
             yield self._checked(complete, executed), executed
         bundle.close()
         self._file.close()
-        self._buffer = bytearray()
+        self._buffer = np.empty(0, np.uint8)
         if len(pending):
             raise NotStreamable("dispatches of a submission that never executes")
         self._submissions, self._queue_ops = submissions[:done_submissions], queue_ops[:done_queue_ops]
@@ -163,10 +163,11 @@ class DispatchStream:
         start = int(positions[0])
         length = int(positions[-1]) + itemsize - start
         if len(self._buffer) < length:
-            self._buffer = bytearray(length)
-        if os.preadv(self._file.fileno(), [memoryview(self._buffer)[:length]], start) != length:
+            self._buffer = np.empty(length, np.uint8)  # not zeroed: the read fills what is used
+        data = self._buffer[:length]
+        if os.preadv(self._file.fileno(), [data], start) != length:
             raise NotStreamable("the file is shorter than when it was opened")
-        return np.frombuffer(self._buffer, np.uint8, count=length), positions - start
+        return data, positions - start
 
     def _checked(self, dispatches: np.ndarray, executed: np.ndarray) -> np.ndarray:
         """The dispatches of the submissions ``executed``, sorted and checked against them (`checked_profile`'s
