@@ -3,7 +3,8 @@
 1. Attribution, as a user waits for it: a real profile of N dispatch events
    (a chain of small matmuls, many calls; 1M and 10M by default) read from
    the .ireeprof file, attributed and aggregated into a ProfileSession
-   (call-time breakdown and device memory included), end to end. Each size
+   (call-time breakdown and device memory included), end to end, as
+   ``sectionmark report`` does it (``sm.report``: in windows, keeping no event). Each size
    is measured in fresh processes: first one **cold** run (a new process's
    first call, as one `sectionmark report`) with its **peak RSS**, then the
    **best of N** runs of another process; compared with ``iree-profile
