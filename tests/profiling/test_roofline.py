@@ -80,6 +80,12 @@ def test_the_chart_draws_with_sections_that_compute_nothing(tmp_path):
     assert path.read_bytes()[:8] == PNG
 
 
+# IREE's batch matmul (its own AVX-512 kernels) outruns the BLAS libraries' sgemm on this 2-core EPYC: 297-320
+# against numpy's and torch's 113-187 GFLOP/s, 1.6-2.8x. The bound still catches a FLOP count or a time unit gone
+# wrong (a factor of 2, 1000), and a reference that broke (a generic OpenBLAS kernel read 11.7).
+MATMUL_RATIO = 4
+
+
 def numpy_reference(threads: int) -> tuple[float, float, float]:
     """An independent measure: numpy copies of 64 MiB and 4 MiB (GB/s, read + written) and the same batch of four
     512x512 matmuls as sectionmark's (GFLOP/s; a 1024x1024 one spills the caches and reaches half of it) on
@@ -118,7 +124,7 @@ def test_peak_command_measures_within_2x_of_numpy_and_caches(tmp_path, monkeypat
     measured = Peak(**json.loads((tmp_path / "peak.json").read_text()))
     best = numpy_reference(measured.workers)
     for _attempt in range(2):  # a busy moment lowers the reference: the best of up to three measures
-        if 0.5 < measured.dram_gb_per_s / best[0] < 2 and 0.5 < measured.gflop_per_s / best[2] < 2:
+        if 0.5 < measured.dram_gb_per_s / best[0] < 2 and 0.5 < measured.gflop_per_s / best[2] < MATMUL_RATIO:
             break
         best = tuple(max(pair) for pair in zip(best, numpy_reference(measured.workers)))
     dram, cached, gflops = best
@@ -128,7 +134,7 @@ def test_peak_command_measures_within_2x_of_numpy_and_caches(tmp_path, monkeypat
     # copy (40-60 vs 60-125 GB/s on this 2-core EPYC), never above it by 2x.
     assert measured.dram_gb_per_s <= measured.bandwidth_gb_per_s < 2 * max(dram, cached), (
         measured.bandwidth_gb_per_s, dram, cached)
-    assert 0.5 < measured.gflop_per_s / gflops < 2, (measured.gflop_per_s, gflops)
+    assert 0.5 < measured.gflop_per_s / gflops < MATMUL_RATIO, (measured.gflop_per_s, gflops)
     assert peak() == measured  # from the cache: the same temporary module paths
     cache_path("local-task").write_text("{not json")
     remeasured = peak()
