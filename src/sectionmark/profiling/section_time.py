@@ -257,6 +257,7 @@ def section_rows(
     dispatches = sums.count @ weights.member
     shared, shared_with = shared_time(compositions, busy, paths)
     total = float(busy.sum())
+    per_call_stats = CallStats.of_columns(per_call_inclusive)
     cpu = sums.tiles.cpu @ weights.inclusive if sums.tiles else None
     tiles = sums.tiles.tiles @ weights.member if sums.tiles else None
     rows = [
@@ -270,7 +271,7 @@ def section_rows(
             calls=int((per_call_inclusive[:, s] > 0).sum()),
             dispatches=int(dispatches[s]),
             share=float(inclusive[s] / total) if total else 0.0,
-            per_call=CallStats.of(per_call_inclusive[:, s]),
+            per_call=per_call_stats[s],
             shared_with=shared_with[s],
             samples=call_samples(per_call_inclusive[:, s]),
         )

@@ -153,8 +153,9 @@ def _union_by_row(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, count:
 
 def _streamed_totals(stream: DispatchStream, section_map: SectionMap, calls: Optional[int], warmup: int,
                      function: Optional[str]) -> tuple[Attribution, EventTotals]:
-    check_fingerprint(stream.profile(), section_map)
-    matcher = SlotMatcher(section_map, function, stream.profile().keys)
+    metadata = stream.profile()  # before the windows: no submission yet
+    check_fingerprint(metadata, section_map)
+    matcher = SlotMatcher(section_map, function, metadata.keys)
     sums, first_rows = _read_windows(stream, matcher)
     profile = stream.profile()
     call_of_submission, measured_calls, exact = call_numbers(profile, calls, warmup)
