@@ -27,7 +27,7 @@ import numpy as np
 
 from sectionmark.artifacts.files import open_regular
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.bundle_records import RecordPositions, UnsupportedLayout, records_at, release_pages
+from sectionmark.readers.bundle_records import RecordPositions, UnsupportedLayout, records_at
 from sectionmark.readers.checks import by_submission_and_start, check_links, check_times, recorded_commands, sorted_by
 from sectionmark.readers.event_model import (DISPATCH_DTYPE, MAX_TIMESTAMP_NS, MEMORY_DTYPE, MEMORY_POOL_STATS,
                                              QUEUE_ALLOCA, QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, native)
@@ -50,7 +50,7 @@ class DispatchStream:
     def __init__(self, bundle: OpenBundle, file: BinaryIO):
         self._bundle, self._file, self._buffer = bundle, file, np.empty(0, np.uint8)
         self.command_buffers, self._timed = recorded_commands(bundle.path, bundle.declared, bundle.commands)
-        self._memory = self._memory_levels()
+        self._memory = np.zeros(0, MEMORY_DTYPE)  # read with the host events (`_MemoryLevels`)
         self._submissions = np.zeros(0, SUBMISSION_DTYPE)
         self._queue_ops = np.zeros(0, QUEUE_OP_DTYPE)
 
@@ -80,12 +80,18 @@ class DispatchStream:
         last_executed: Optional[int] = None  # the id of the last execution read
         previous_event: Optional[tuple[int, int]] = None  # (stream, event id) of the last host event read
         rows = np.empty(0, DISPATCH_DTYPE)  # reused: fresh memory costs a page fault per page touched
+        memory = _MemoryLevels(RecordPositions(bundle.chunks["memory-events"], _MEMORY_EVENT.itemsize))
+        covered = memory.first_position(int(positions[0]) if total else bundle.data.size)  # read up to here
         for begin in range(0, total, HOST_EVENTS_WINDOW):
             window = positions[begin : begin + HOST_EVENTS_WINDOW]
             if len(rows) < len(pending) + len(window):
                 rows = np.empty(len(pending) + len(window), DISPATCH_DTYPE)
             rows[: len(pending)] = pending
-            data, offsets = self._read(window, _HOST_EVENT.itemsize)
+            # From where the last window's bytes ended: the memory events between host events come with them.
+            end = int(window[-1]) + _HOST_EVENT.itemsize
+            data = self._read(covered, end)
+            memory.take(data, covered)
+            offsets, covered = window - covered, end
             (added, new_submissions, new_queue_ops, *failures, plausible, _sorted, increasing) = passes.host_events(
                 data, offsets, bundle.known_codes, bundle.known_keys, rows[len(pending):],
                 submissions[done_submissions:], queue_ops[done_queue_ops:])
@@ -116,6 +122,9 @@ class DispatchStream:
                 complete, pending = dispatches[done], dispatches[~done]
             # The rows are a view of the reused buffer: valid until the next window is read.
             yield self._checked(complete, executed), executed
+        if memory.remaining():  # memory events after the last host event
+            memory.take(self._read(covered, memory.last_end()), covered)
+        self._memory = memory.kept()
         bundle.close()
         self._file.close()
         self._buffer = np.empty(0, np.uint8)
@@ -127,47 +136,16 @@ class DispatchStream:
         except SectionmarkError as problem:
             raise NotStreamable(str(problem)) from None
 
-    def _memory_levels(self) -> np.ndarray:
-        """The memory events device memory is computed from (`queue_time.device_memory`), read and checked a
-        window at a time like `memory_events`, keeping only those that change a pool's reserved bytes (the first
-        of each pool too) and the queue allocations: the others add nothing to a level's peak or time average (a
-        long profile has eight memory events per call: two change the level, two are allocations)."""
-        positions = RecordPositions(self._bundle.chunks["memory-events"], _MEMORY_EVENT.itemsize)
-        kept = np.empty(len(positions), MEMORY_DTYPE)  # untouched rows cost no memory
-        size = min(len(positions), HOST_EVENTS_WINDOW)
-        rows, devices, event_ids = np.empty(size, MEMORY_DTYPE), np.empty(size, np.uint64), np.empty(size, np.uint64)
-        levels: dict[int, int] = {}  # pool -> its reserved bytes after the last event read
-        count, last_event, last_time = 0, (-1, -1), 0
-        for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
-            window = positions[begin : begin + HOST_EVENTS_WINDOW]
-            read = rows[: len(window)]
-            # Mapped, not read (`_read`): memory events lie a few in each stretch of host events.
-            bad_length, unknown, increasing = native().memory_events(self._bundle.data, window, read, devices,
-                                                                     event_ids)
-            release_pages(self._bundle.mapped, int(window[0]), int(window[-1]) + _MEMORY_EVENT.itemsize)
-            times = read["time_ns"]
-            first_event = (int(devices[0]), int(event_ids[0]))
-            if (bad_length >= 0 or unknown >= 0 or not increasing or first_event <= last_event or times[0] < last_time
-                    or (times[1:] < times[:-1]).any() or times[-1] >= MAX_TIMESTAMP_NS):
-                raise NotStreamable("memory events out of order or failing a check")
-            last_event, last_time = (int(devices[len(window) - 1]), int(event_ids[len(window) - 1])), int(times[-1])
-            chosen = read[_level_changes(read, levels)]
-            kept[count : count + len(chosen)] = chosen
-            count += len(chosen)
-        return kept[:count]
-
-    def _read(self, positions: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
-        """The bytes holding the records at ``positions`` (in file order), read into one reused buffer, and their
-        positions in it: read, not mapped, so that no page of the file stays in this process, nor costs a page
-        fault to map in and a call to give back."""
-        start = int(positions[0])
-        length = int(positions[-1]) + itemsize - start
+    def _read(self, start: int, end: int) -> np.ndarray:
+        """Bytes ``[start, end)`` of the file, read into one reused buffer: read, not mapped, so that no page of
+        the file stays in this process, nor costs a page fault to map in and a call to give back."""
+        length = end - start
         if len(self._buffer) < length:
             self._buffer = np.empty(length, np.uint8)  # not zeroed: the read fills what is used
         data = self._buffer[:length]
         if os.preadv(self._file.fileno(), [data], start) != length:
             raise NotStreamable("the file is shorter than when it was opened")
-        return data, positions - start
+        return data
 
     def _checked(self, dispatches: np.ndarray, executed: np.ndarray) -> np.ndarray:
         """The dispatches of the submissions ``executed``, sorted and checked against them (`checked_profile`'s
@@ -178,6 +156,60 @@ class DispatchStream:
         except SectionmarkError as problem:
             raise NotStreamable(str(problem)) from None
         return dispatches
+
+
+class _MemoryLevels:
+    """The memory events device memory is computed from (`queue_time.device_memory`), decoded and checked
+    (as `memory_events` does) from the bytes the host events are read with, keeping only those that change a
+    pool's reserved bytes (the first of each pool too) and the queue allocations: the others add nothing to a
+    level's peak or time average (a long profile has eight memory events per call: two change the level, two
+    are allocations)."""
+
+    def __init__(self, positions: RecordPositions):
+        self._positions, self._next = positions, 0
+        self._kept = np.empty(len(positions), MEMORY_DTYPE)  # untouched rows cost no memory
+        self._count = 0
+        self._levels: dict[int, int] = {}  # pool -> its reserved bytes after the last event read
+        self._last_event, self._last_time = (-1, -1), 0
+
+    def first_position(self, host_start: int) -> int:
+        """Where reading must start to cover the memory events too: before the first host event, or the first
+        memory event if it comes earlier."""
+        return min(host_start, int(self._positions[[0]][0])) if len(self._positions) else host_start
+
+    def remaining(self) -> bool:
+        return self._next < len(self._positions)
+
+    def last_end(self) -> int:
+        return int(self._positions[[len(self._positions) - 1]][0]) + _MEMORY_EVENT.itemsize
+
+    def take(self, data: np.ndarray, start: int) -> None:
+        """Decode the memory events lying wholly inside ``data``, the file's bytes from ``start`` on."""
+        while self.remaining():
+            window = self._positions[self._next : self._next + HOST_EVENTS_WINDOW]
+            inside = int(np.searchsorted(window, start + len(data) - _MEMORY_EVENT.itemsize, side="right"))
+            if not inside:
+                return
+            self._decode(data, window[:inside] - start)
+            self._next += inside
+
+    def _decode(self, data: np.ndarray, offsets: np.ndarray) -> None:
+        rows = np.empty(len(offsets), MEMORY_DTYPE)
+        devices, event_ids = np.empty(len(offsets), np.uint64), np.empty(len(offsets), np.uint64)
+        bad_length, unknown, increasing = native().memory_events(data, offsets, rows, devices, event_ids)
+        times = rows["time_ns"]
+        if (bad_length >= 0 or unknown >= 0 or not increasing or (int(devices[0]), int(event_ids[0])) <= self._last_event
+                or times[0] < self._last_time or (times[1:] < times[:-1]).any() or times[-1] >= MAX_TIMESTAMP_NS):
+            raise NotStreamable("memory events out of order or failing a check")
+        self._last_event, self._last_time = (int(devices[-1]), int(event_ids[-1])), int(times[-1])
+        chosen = rows[_level_changes(rows, self._levels)]
+        self._kept[self._count : self._count + len(chosen)] = chosen
+        self._count += len(chosen)
+
+    def kept(self) -> np.ndarray:
+        if self.remaining():
+            raise NotStreamable("memory events outside the file's records")
+        return self._kept[: self._count]
 
 
 def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:
