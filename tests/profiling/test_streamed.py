@@ -16,13 +16,10 @@ from sectionmark.profiling import report, streamed
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import session_timelines
-from sectionmark.readers import ireeprof_bundle, ireeprof_stream
+from sectionmark.readers import event_model, ireeprof_bundle, ireeprof_stream
 from sectionmark.readers.event_model import native
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.serialization import to_json
-
-pytestmark = pytest.mark.skipif(native() is None, reason="the windowed reader needs the C extension (setup.py)")
-
 
 def whole(path, calls, warmup) -> ProfileSession:
     """The session of the profile read whole, as before windows existed."""
@@ -33,10 +30,17 @@ def as_json(session: ProfileSession) -> str:
     return json.dumps(to_json(session), sort_keys=True)
 
 
+@pytest.mark.parametrize("passes", ["C", "numpy"])
 @pytest.mark.parametrize("window", [1, 3, 7, 1 << 16])
 @pytest.mark.parametrize("calls, warmup", [(None, 0), (None, 3), (11, 3), (11, 10)])
-def test_windows_of_any_size_give_the_whole_reads_session_and_events(plain_run, monkeypatch, window, calls, warmup):
-    """plain_run: 3 warmup + 8 calls of two dispatches; windows cut submissions and calls anywhere."""
+def test_windows_of_any_size_give_the_whole_reads_session_and_events(plain_run, monkeypatch, passes, window, calls,
+                                                                      warmup):
+    """plain_run: 3 warmup + 8 calls of two dispatches; windows cut submissions and calls anywhere; the C passes
+    and their numpy twins (the whole read then uses numpy too)."""
+    if passes == "numpy":
+        monkeypatch.setattr(event_model, "_native", None)
+    elif native() is None:
+        pytest.skip("the C extension is not built (setup.py)")
     monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
     path = plain_run[1]
     session = streamed.streamed_session(path, hand_map(), calls=calls, warmup=warmup, function=None)
@@ -69,9 +73,13 @@ def test_dispatches_written_out_of_order_give_the_same_session(plain_run, tmp_pa
     assert as_json(report(path, hand_map(), calls=11, warmup=3)) == as_json(whole(path, 11, 3))
 
 
+@pytest.mark.parametrize("passes", ["C", "numpy"])
 @pytest.mark.parametrize("case", sorted(BUNDLE_CASES))
-def test_a_profile_the_windows_cannot_read_is_read_whole_with_its_error(plain_run, tmp_path, case):
+def test_a_profile_the_windows_cannot_read_is_read_whole_with_its_error(plain_run, tmp_path, monkeypatch, case,
+                                                                         passes):
     """Any corrupt profile: no windowed session; `report` names the problem exactly as the whole read does."""
+    if passes == "numpy":
+        monkeypatch.setattr(event_model, "_native", None)
     path = tmp_path / "bad.ireeprof"
     path.write_bytes(BUNDLE_CASES[case][0](plain_run[1].read_bytes()))
     assert streamed.streamed_session(path, hand_map(), calls=11, warmup=3, function=None) is None

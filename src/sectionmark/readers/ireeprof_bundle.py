@@ -372,7 +372,7 @@ def memory_events(bundle: OpenBundle) -> np.ndarray:
             bad_length = first_true(events["record_length"] != _MEMORY_EVENT.itemsize)
             unknown = first_true(~np.isin(events["type"], list(MEMORY_EVENT_NAMES)))
             devices[rows], event_ids[rows] = events["device"], events["event_id"]
-            _fill_columns(memory[rows], events, np.arange(len(events)))
+            fill_columns(memory[rows], events, np.arange(len(events)))
         firsts.add(begin, bad_length, -1, -1, unknown)
         release_pages(mapped, int(window[0]), int(window[-1]) + _MEMORY_EVENT.itemsize)
     if firsts.bad_length >= 0:
@@ -438,7 +438,7 @@ def _host_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: Chunks
             order.dispatches_sorted &= dispatches_sorted and _in_order_after(tables[0], sizes[0], added[0])
             increasing = increasing and window_increasing and (not begin or _increasing_across(data, positions, begin))
         else:
-            added, (bad_length, bad_type, failed, unknown) = _split_with_numpy(data, window, known_codes, known_keys,
+            added, (bad_length, bad_type, failed, unknown) = split_with_numpy(data, window, known_codes, known_keys,
                                                                                 outputs)
         firsts.add(begin, bad_length, bad_type, failed, unknown)
         sizes = [size + count for size, count in zip(sizes, added)]
@@ -491,7 +491,7 @@ def _host_event_fields(mapped: mmap.mmap, data: np.ndarray, positions: RecordPos
     return fields
 
 
-def _split_with_numpy(data: np.ndarray, window: np.ndarray, known_codes: np.ndarray, known_keys: np.ndarray,
+def split_with_numpy(data: np.ndarray, window: np.ndarray, known_codes: np.ndarray, known_keys: np.ndarray,
                       outputs: list[np.ndarray]) -> tuple[list[int], tuple[int, int, int, int]]:
     """The numpy twin of the C pass over one window: its events into the starts of ``outputs`` (dispatch,
     submission, queue-op tables); (rows added to each, first bad length, bad type, failed, unknown function)."""
@@ -505,13 +505,13 @@ def _split_with_numpy(data: np.ndarray, window: np.ndarray, known_codes: np.ndar
     raw = np.flatnonzero(types == EVENT_DISPATCH)  # positions: indexing whole 152-byte records would copy them all
     keys, unknown = _lookup_keys(events["executable_id"][raw], events["function_ordinal"][raw], known_codes,
                                  known_keys)
-    _fill_columns(outputs[0], events, raw, skip=("key",))
+    fill_columns(outputs[0], events, raw, skip=("key",))
     outputs[0]["key"][: len(raw)] = keys
     unknown = int(raw[unknown]) if unknown >= 0 else -1
     executions = np.flatnonzero(types == EVENT_EXECUTE)
-    _fill_columns(outputs[1], events, executions)
+    fill_columns(outputs[1], events, executions)
     operations = np.flatnonzero((types != EVENT_DISPATCH) & (types != EVENT_EXECUTE))
-    _fill_columns(outputs[2], events, operations)
+    fill_columns(outputs[2], events, operations)
     return [len(raw), len(executions), len(operations)], (bad_length, bad_type, failed, unknown)
 
 
@@ -526,7 +526,7 @@ def _lookup_keys(executable: np.ndarray, ordinal: np.ndarray, known_codes: np.nd
     return keys, first_true(missing)
 
 
-def _fill_columns(table: np.ndarray, records: np.ndarray, rows: np.ndarray, skip: tuple[str, ...] = ()) -> None:
+def fill_columns(table: np.ndarray, records: np.ndarray, rows: np.ndarray, skip: tuple[str, ...] = ()) -> None:
     """Write the fields of ``table``'s dtype (but ``skip``) of raw records ``rows`` into its first rows."""
     for name in table.dtype.names:
         if name not in skip:

@@ -13,8 +13,8 @@ for it.
 This is a fast path, not a second reader: wherever the file is not in the
 order it relies on, or fails any check, the stream raises `NotStreamable` and
 the caller reads the profile whole with `read_profile`, which gives the same
-events or the precise error line. It needs the C extension (which checks the
-times, orders and identities of each window as it goes).
+events or the precise error line. Each window is decoded and checked in C when
+the extension is built, else with numpy (the same results, slower).
 """
 
 from __future__ import annotations
@@ -29,10 +29,13 @@ from sectionmark.artifacts.files import open_regular
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.bundle_records import RecordPositions, UnsupportedLayout, records_at
 from sectionmark.readers.checks import by_submission_and_start, check_links, check_times, recorded_commands, sorted_by
-from sectionmark.readers.event_model import (DISPATCH_DTYPE, MAX_TIMESTAMP_NS, MEMORY_DTYPE, MEMORY_POOL_STATS,
-                                             QUEUE_ALLOCA, QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, native)
+from sectionmark.readers.arrays import first_true
+from sectionmark.readers.event_model import (DISPATCH_DTYPE, MAX_EVENT_NS, MAX_TIMESTAMP_NS, MEMORY_DTYPE,
+                                             MEMORY_EVENT_NAMES, MEMORY_POOL_STATS, QUEUE_ALLOCA, QUEUE_OP_DTYPE,
+                                             SUBMISSION_DTYPE, Profile, Provenance, native)
 from sectionmark.readers.ireeprof_bundle import (_HOST_EVENT, _MEMORY_EVENT, BUNDLE_MAGIC, HOST_EVENTS_WINDOW,
-                                                 OpenBundle, exports_by_executable, open_bundle)
+                                                 OpenBundle, exports_by_executable, fill_columns, open_bundle,
+                                                 split_with_numpy)
 
 
 class NotStreamable(Exception):
@@ -70,7 +73,7 @@ class DispatchStream:
         """(dispatches, submissions) of successive whole submissions, in submission order: the dispatches sorted by
         (submission, start) and checked against their submissions (SUBMISSION_DTYPE, sorted). The dispatches
         are rows of a buffer the next window is read into: copy what must outlive the step."""
-        bundle, passes = self._bundle, native()
+        bundle = self._bundle
         positions = bundle.host_event_positions()
         total = len(positions)
         # Untouched rows of np.empty cost no memory: these grow only by the executions and queue operations read.
@@ -92,11 +95,10 @@ class DispatchStream:
             data = self._read(covered, end)
             memory.take(data, covered)
             offsets, covered = window - covered, end
-            (added, new_submissions, new_queue_ops, *failures, plausible, _sorted, increasing) = passes.host_events(
-                data, offsets, bundle.known_codes, bundle.known_keys, rows[len(pending):],
-                submissions[done_submissions:], queue_ops[done_queue_ops:])
+            (added, new_submissions, new_queue_ops), passed = _split(
+                bundle, data, offsets, [rows[len(pending):], submissions[done_submissions:], queue_ops[done_queue_ops:]])
             first, last = records_at(data, offsets[[0, -1]], _HOST_EVENT)
-            if max(failures) >= 0 or not plausible or not increasing or (
+            if not passed or (
                     previous_event is not None and (int(first["stream"]), int(first["event_id"])) <= previous_event):
                 raise NotStreamable("an event fails a check or repeats")
             previous_event = (int(last["stream"]), int(last["event_id"]))
@@ -158,6 +160,28 @@ class DispatchStream:
         return dispatches
 
 
+def _split(bundle: OpenBundle, data: np.ndarray, offsets: np.ndarray, outputs: list[np.ndarray]) -> tuple[list[int],
+                                                                                                        bool]:
+    """The host events at ``offsets`` of ``data`` into the starts of ``outputs`` (dispatch, submission and
+    queue-operation tables): the rows added to each, and whether every event passed its checks (layout, type,
+    status, function, plausible times) with (stream, event id) strictly increasing. In C when built."""
+    if native() is not None:
+        (*added, bad_length, bad_type, failed, unknown, plausible, _sorted, increasing) = native().host_events(
+            data, offsets, bundle.known_codes, bundle.known_keys, *outputs)
+        return added, max(bad_length, bad_type, failed, unknown) < 0 and plausible and increasing
+    added, failures = split_with_numpy(data, offsets, bundle.known_codes, bundle.known_keys, outputs)
+    events = records_at(data, offsets, _HOST_EVENT)
+    start, end = events["start_ns"], events["end_ns"]
+    plausible = bool((start >= 0).all() and (end >= start).all() and (end < MAX_TIMESTAMP_NS).all()
+                     and (end - start <= MAX_EVENT_NS).all() and (outputs[0]["tile_ns"][: added[0]] < np.uint64(1 << 63)).all())
+    return added, max(failures) < 0 and plausible and _strictly_increasing(events["stream"], events["event_id"])
+
+
+def _strictly_increasing(first: np.ndarray, second: np.ndarray) -> bool:
+    """Whether the pairs (first, second) strictly increase."""
+    return bool(((first[1:] > first[:-1]) | ((first[1:] == first[:-1]) & (second[1:] > second[:-1]))).all())
+
+
 class _MemoryLevels:
     """The memory events device memory is computed from (`queue_time.device_memory`), decoded and checked
     (as `memory_events` does) from the bytes the host events are read with, keeping only those that change a
@@ -196,7 +220,15 @@ class _MemoryLevels:
     def _decode(self, data: np.ndarray, offsets: np.ndarray) -> None:
         rows = np.empty(len(offsets), MEMORY_DTYPE)
         devices, event_ids = np.empty(len(offsets), np.uint64), np.empty(len(offsets), np.uint64)
-        bad_length, unknown, increasing = native().memory_events(data, offsets, rows, devices, event_ids)
+        if native() is not None:
+            bad_length, unknown, increasing = native().memory_events(data, offsets, rows, devices, event_ids)
+        else:
+            events = records_at(data, offsets, _MEMORY_EVENT)
+            bad_length = first_true(events["record_length"] != _MEMORY_EVENT.itemsize)
+            unknown = first_true(~np.isin(events["type"], list(MEMORY_EVENT_NAMES)))
+            devices[:], event_ids[:] = events["device"], events["event_id"]
+            increasing = _strictly_increasing(devices, event_ids)
+            fill_columns(rows, events, np.arange(len(events)))
         times = rows["time_ns"]
         if (bad_length >= 0 or unknown >= 0 or not increasing or (int(devices[0]), int(event_ids[0])) <= self._last_event
                 or times[0] < self._last_time or (times[1:] < times[:-1]).any() or times[-1] >= MAX_TIMESTAMP_NS):
@@ -237,9 +269,7 @@ def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:
 
 def open_stream(path: Path) -> Optional[DispatchStream]:
     """The dispatch stream of a host-timed .ireeprof bundle; None for anything else (a device-timed profile, JSONL,
-    a layout the bundle reader does not know) or without the C extension: `read_profile` reads those whole."""
-    if native() is None:
-        return None
+    a layout the bundle reader does not know): `read_profile` reads those whole."""
     file = open_regular(path, "profile")
     try:
         if file.read(4) == BUNDLE_MAGIC:
