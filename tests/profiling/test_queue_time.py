@@ -66,9 +66,25 @@ def test_windows_partitioned_a_few_at_a_time_give_one_pass_result(monkeypatch, p
     starts[0], ends[0] = 90, 520  # one operation over several windows
     rows = rng.integers(0, 4, 60)
     whole = queue_time.partition_time(starts, ends, rows, 4, window_starts, window_ends)
-    monkeypatch.setattr(queue_time, "PARTITION_WINDOWS", per_pass)
+    monkeypatch.setattr(queue_time, "WINDOWS_PER_PASS", per_pass)
     assert queue_time.partition_time(starts, ends, rows, 4, window_starts, window_ends).tolist() == whole.tolist()
     assert whole.sum(axis=1).tolist() == (window_ends - window_starts).tolist()
+
+
+@pytest.mark.parametrize("per_pass", [1, 2, 5])
+def test_memory_of_windows_a_few_at_a_time_is_one_pass_memory(monkeypatch, per_pass):
+    """Two pools' levels over seven windows (events before, between and after them): the same peaks and
+    averages, to the bit."""
+    rng = np.random.default_rng(5)
+    times = np.sort(rng.integers(-50, 760, 80))
+    pools, reserved = rng.integers(1, 3, 80), rng.integers(0, 5, 80) * 4096
+    window_starts = np.array([0, 100, 180, 300, 310, 500, 640])
+    window_ends = np.array([100, 180, 250, 310, 450, 640, 700])
+    whole = queue_time.memory_by_window(times, pools, reserved, window_starts, window_ends)
+    monkeypatch.setattr(queue_time, "WINDOWS_PER_PASS", per_pass)
+    passes = queue_time.memory_by_window(times, pools, reserved, window_starts, window_ends)
+    assert [part.tolist() for part in passes] == [part.tolist() for part in whole]
+    assert whole[0].max() > 0
 
 
 @pytest.mark.parametrize("order", [[0, 1, 2, 3], [1, 0, 2, 3]])  # sorted by start (one pass) and not (sorting)

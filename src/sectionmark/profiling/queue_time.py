@@ -33,7 +33,7 @@ its time-weighted average over the call window.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 
@@ -152,9 +152,9 @@ def _window_of(times: np.ndarray, window_starts: np.ndarray, window_ends: np.nda
     return np.where(inside, window, -1)
 
 
-# Call windows partitioned per pass (`partition_time`): the time boundaries of one pass are in memory at once, not
-# those of a whole long profile (10M dispatch events, 200k calls: 84 MB of temporaries in one pass).
-PARTITION_WINDOWS = 8192
+# Call windows taken per pass (`partition_time`, `memory_by_window`): the temporaries of one pass are in memory at
+# once, not those of a whole long profile (10M dispatch events, 200k calls: 84 MB in one partition pass).
+WINDOWS_PER_PASS = 8192
 
 
 def partition_time(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, row_count: int,
@@ -164,14 +164,14 @@ def partition_time(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, row_c
     Intervals ``[start, end)`` of row ``rows[i]`` (0 takes precedence over 1 ...)
     cut time into elementary segments; a segment goes to the lowest row active
     in it, or to the last column when none is. Each window's columns add up to
-    its length exactly. The windows (sorted, disjoint) are taken ``PARTITION_WINDOWS`` at a time, each
+    its length exactly. The windows (sorted, disjoint) are taken ``WINDOWS_PER_PASS`` at a time, each
     pass with the intervals reaching into them: a segment inside a window is cut and covered only by those.
     """
-    if len(window_starts) <= PARTITION_WINDOWS:
+    if len(window_starts) <= WINDOWS_PER_PASS:
         return _partition(starts, ends, rows, row_count, window_starts, window_ends)
     parts = []
-    for begin in range(0, len(window_starts), PARTITION_WINDOWS):
-        chunk = slice(begin, begin + PARTITION_WINDOWS)
+    for begin in range(0, len(window_starts), WINDOWS_PER_PASS):
+        chunk = slice(begin, begin + WINDOWS_PER_PASS)
         reaching = (ends > window_starts[chunk][0]) & (starts < window_ends[chunk].max())
         parts.append(_partition(starts[reaching], ends[reaching], rows[reaching], row_count, window_starts[chunk],
                                 window_ends[chunk]))
@@ -255,6 +255,17 @@ def memory_by_window(times: np.ndarray, pools: np.ndarray, reserved: np.ndarray,
         level = np.cumsum(reserved.astype(np.int64) - previous)  # all pools' total after each event
     # integral of the level from the first event to each event
     integral = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(times).astype(np.float64))])
+    if not windows:
+        return np.zeros(0, np.int64), np.zeros(0)
+    parts = [_levels_in(times, level, integral, window_starts[chunk], window_ends[chunk])
+             for chunk in (slice(begin, begin + WINDOWS_PER_PASS) for begin in range(0, windows, WINDOWS_PER_PASS))]
+    return np.concatenate([peak for peak, _average in parts]), np.concatenate([average for _peak, average in parts])
+
+
+def _levels_in(times: np.ndarray, level: np.ndarray, integral: np.ndarray, window_starts: np.ndarray,
+               window_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`memory_by_window` for some of the windows (sorted, disjoint), given the level after each event and its
+    integral up to each event; only the events inside them are gathered."""
 
     def at(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(level, integral) at times t."""
@@ -270,27 +281,33 @@ def memory_by_window(times: np.ndarray, pools: np.ndarray, reserved: np.ndarray,
     lengths = (window_ends - window_starts).astype(np.float64)
     average = np.divide(end_area - start_area, lengths, out=start_level.astype(np.float64), where=lengths > 0)
     peak = start_level.copy()
-    window = _window_of(times, window_starts, window_ends)
+    reach = slice(*np.searchsorted(times, [window_starts[0], window_ends.max()]))  # the events that can be inside
+    window = _window_of(times[reach], window_starts, window_ends)
     inside = window >= 0
-    _reduce_at(np.maximum, peak, window[inside], level[inside])
+    _reduce_at(np.maximum, peak, window[inside], level[reach][inside])
     return peak, average
 
 
 @dataclass
 class _Windows:
-    """The measured calls' windows (call_windows) and their queue spans."""
+    """The measured calls' windows (call_windows) and which queue spans are theirs."""
 
     starts: np.ndarray
     ends: np.ndarray
-    spans: np.ndarray
+    # The measured calls' spans: all (a slice: the columns are used as they are, no copy of a long profile's
+    # spans) or a mask.
+    measured: Union[slice, np.ndarray]
 
 
 def _measured_windows(spans: np.ndarray, calls: int) -> Optional[_Windows]:
     """The windows of the measured calls; None unless every call has a span."""
-    measured = spans[(spans["call"] >= 0) & (spans["call"] < calls)]
-    if not len(measured) or not np.bincount(measured["call"], minlength=calls).all():
+    call = spans["call"]
+    mask = (call >= 0) & (call < calls)
+    measured = slice(None) if mask.all() else mask
+    if not len(spans) or not mask.any() or not np.bincount(call[measured], minlength=calls).all():
         return None
-    return _Windows(*call_windows(measured["start_ns"], measured["end_ns"], measured["call"], calls), measured)
+    return _Windows(*call_windows(spans["start_ns"][measured], spans["end_ns"][measured], call[measured], calls),
+                    measured)
 
 
 def measured_call_starts(spans: np.ndarray, calls: int) -> Optional[np.ndarray]:
@@ -332,13 +349,13 @@ def device_memory(memory: np.ndarray, spans: np.ndarray, calls: int) -> Optional
 def _call_time(dispatch_union: DispatchUnion, spans: np.ndarray, windows: Optional[_Windows]) -> Optional[CallTime]:
     if windows is None:
         return None
-    window_starts, window_ends, measured = windows.starts, windows.ends, windows.spans
+    window_starts, window_ends, measured = windows.starts, windows.ends, windows.measured
     rows = ROW_OF_EVENT_TYPE[spans["type"]]
     parts = partition_time(spans["start_ns"], spans["end_ns"], rows, len(QUEUE_ROWS), window_starts, window_ends)
     dispatch = dispatch_union(window_starts, window_ends)
     per_call = window_ends - window_starts
     p50, p95 = np.percentile(per_call, [50, 95])
-    types = measured["type"]
+    types = spans["type"][measured]
     transfers = ROW_OF_EVENT_TYPE[types] == TRANSFER
     executes = types == EVENT_EXECUTE
     return CallTime(
@@ -349,10 +366,10 @@ def _call_time(dispatch_union: DispatchUnion, spans: np.ndarray, windows: Option
         allocation_ns=int(parts[:, ALLOCATION].sum()),
         other_queue_ns=int(parts[:, OTHER_QUEUE].sum()),
         idle_ns=int(parts[:, len(QUEUE_ROWS)].sum()),
-        execute_ns=int((measured["end_ns"][executes] - measured["start_ns"][executes]).sum()),
+        execute_ns=int((spans["end_ns"][measured][executes] - spans["start_ns"][measured][executes]).sum()),
         call_p50_ns=float(p50),
         call_p95_ns=float(p95),
-        transfer_bytes=int(measured["payload_bytes"][transfers].sum()),
+        transfer_bytes=int(spans["payload_bytes"][measured][transfers].sum()),
     )
 
 
