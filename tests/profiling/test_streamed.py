@@ -131,7 +131,7 @@ def test_submissions_overlapping_in_time_are_refused():
 
 @pytest.mark.parametrize("window", [1, 4, 100])
 def test_memory_events_that_change_no_level_leave_peaks_and_averages_alone(window):
-    """Two pools interleaved, most events repeating their pool's level: the kept ones give the same device memory."""
+    """Two pools interleaved, most events repeating their pool's level: the kept ones give the same levels."""
     from sectionmark.profiling.queue_time import memory_by_window
     from sectionmark.readers.event_model import MEMORY_DTYPE, MEMORY_POOL_STATS, QUEUE_ALLOCA
 
@@ -146,7 +146,7 @@ def test_memory_events_that_change_no_level_leave_peaks_and_averages_alone(windo
     kept = np.concatenate([events[begin : begin + window][ireeprof_stream._level_changes(events[begin : begin + window],
                                                                                          levels)]
                            for begin in range(0, 200, window)])
-    assert len(kept) < 150 and (kept["type"] == QUEUE_ALLOCA).sum() == (events["type"] == QUEUE_ALLOCA).sum()
+    assert len(kept) < 120
     starts, ends = np.array([0, 700, 2000]), np.array([650, 1900, 2900])
 
     def device_memory(table):

@@ -77,6 +77,7 @@ class Attribution:
     # empty for a profile without queue operations (a Tracy capture).
     queue_spans: np.ndarray = field(default_factory=lambda: np.zeros(0, QUEUE_SPAN_DTYPE))
     memory: np.ndarray = field(default_factory=lambda: np.zeros(0, MEMORY_DTYPE))  # memory events, by time
+    allocations: Optional[np.ndarray] = None  # queue allocations apart from ``memory`` (`Profile.allocations`)
 
     def select(self, rows: np.ndarray) -> "Attribution":
         """The same attribution with only the events ``rows`` (a mask or indices) picks: one call's, one queue's."""
@@ -366,6 +367,7 @@ def attribution_without_events(profile: Profile, matcher: SlotMatcher, call_of_s
         buffer_matches=matcher.buffer_matches,
         queue_spans=queue_spans,
         memory=profile.memory,
+        allocations=profile.allocations,
     )
 
 
@@ -439,8 +441,9 @@ def _queue_spans(profile: Profile, call_of_submission: np.ndarray) -> np.ndarray
     spans["call"][: len(executes)] = call_of_submission
     spans["call"][len(executes):] = assign_calls(others["submission"], others["type"], executes["submission"],
                                                  call_of_submission)
-    for name in ("start_ns", "end_ns"):
-        spans[name] = np.concatenate([executes[name], others[name]])
+    for name in ("start_ns", "end_ns"):  # column by column, in place: no temporary the size of the spans
+        spans[name][: len(executes)] = executes[name]
+        spans[name][len(executes):] = others[name]
     for name in ("type", "payload_bytes"):
         spans[name][len(executes):] = others[name]
     return spans

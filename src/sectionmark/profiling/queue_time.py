@@ -320,11 +320,13 @@ DispatchUnion = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (window starts
 
 
 def call_time_and_memory(dispatch_union: DispatchUnion, spans: np.ndarray, memory: np.ndarray,
-                         calls: int) -> tuple[Optional[CallTime], Optional[DeviceMemory]]:
+                         calls: int, allocations: Optional[np.ndarray] = None) -> tuple[Optional[CallTime],
+                                                                                     Optional[DeviceMemory]]:
     """``call_time`` and ``device_memory`` of the same calls, finding their windows once. ``dispatch_union``:
-    the union of the dispatch intervals inside each of the calls' windows (`dispatch_union_of` the events)."""
+    the union of the dispatch intervals inside each of the calls' windows (`dispatch_union_of` the events);
+    ``allocations``: the queue allocations where they are kept apart from ``memory`` (`Profile.allocations`)."""
     windows = _measured_windows(spans, calls)
-    return _call_time(dispatch_union, spans, windows), _device_memory(memory, windows)
+    return _call_time(dispatch_union, spans, windows), _device_memory(memory, windows, allocations)
 
 
 def dispatch_union_of(starts: np.ndarray, ends: np.ndarray) -> DispatchUnion:
@@ -373,7 +375,8 @@ def _call_time(dispatch_union: DispatchUnion, spans: np.ndarray, windows: Option
     )
 
 
-def _device_memory(memory: np.ndarray, windows: Optional[_Windows]) -> Optional[DeviceMemory]:
+def _device_memory(memory: np.ndarray, windows: Optional[_Windows],
+                   allocations: Optional[np.ndarray] = None) -> Optional[DeviceMemory]:
     with_stats = (memory["flags"] & MEMORY_POOL_STATS) != 0
     if not with_stats.any() or windows is None:
         return None
@@ -384,11 +387,13 @@ def _device_memory(memory: np.ndarray, windows: Optional[_Windows]) -> Optional[
     peak, average = memory_by_window(stats("time_ns"), stats("pool"), stats("pool_reserved"), windows.starts,
                                      windows.ends)
     lengths = (windows.ends - windows.starts).astype(np.float64)
-    allocations = (memory["type"] == QUEUE_ALLOCA) & (_window_of(memory["time_ns"], windows.starts, windows.ends) >= 0)
+    if allocations is None:
+        allocations = memory[["time_ns", "length"]][memory["type"] == QUEUE_ALLOCA]
+    made = _window_of(allocations["time_ns"], windows.starts, windows.ends) >= 0
     return DeviceMemory(
         peak_bytes=int(peak.max()),
         mean_peak_bytes=float(peak.mean()),
         average_bytes=float((average * lengths).sum() / lengths.sum()) if lengths.sum() else float(average.mean()),
-        allocated_bytes=int(memory["length"][allocations].sum()),
-        allocations=int(allocations.sum()),
+        allocated_bytes=int(allocations["length"][made].sum()),
+        allocations=int(made.sum()),
     )

@@ -175,7 +175,7 @@ class ProfileSession:
                 f"and {covered_wall:.0f} ns of {total_wall} ns wall dispatch time"
             )
         timing, memory = call_time_and_memory(totals.dispatch_union, attribution.queue_spans, attribution.memory,
-                                              attribution.calls)
+                                              attribution.calls, attribution.allocations)
         sites = _sites(attribution, section_map, sums)
         for row, traffic, working_set in zip(rows, *section_traffic(sites, paths)):
             row.traffic, row.working_set_bytes = traffic, working_set

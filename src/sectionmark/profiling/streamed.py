@@ -104,9 +104,10 @@ class _Sums:
     total_tile_ns: int = 0
     total_tiles: int = 0
     disjoint: bool = True  # every window's events disjoint (then wall parts are durations)
-    by_submission: list[list[np.ndarray]] = field(default_factory=list)  # per window: [busy, first, last, union]
+    by_submission: "_SubmissionRows" = field(init=False)
 
     def __post_init__(self) -> None:
+        self.by_submission = _SubmissionRows(self.compositions)
         self.busy, self.count = np.zeros(self.compositions), np.zeros(self.compositions, np.int64)
         self.slot_busy, self.slot_count = np.zeros(self.slots), np.zeros(self.slots, np.int64)
         self.cpu, self.tiles, self.wall = (np.zeros(self.compositions) for _ in range(3))
@@ -163,8 +164,8 @@ def _streamed_totals(stream: DispatchStream, section_map: SectionMap, calls: Opt
     if warmup_submissions:
         first_rows.take_out(sums, matcher, warmup_submissions)
     del first_rows
-    # One table at a time from its parts, each part let go as it is copied: never all of them twice.
-    busy, first, last, union = (_joined(sums.by_submission, index) for index in range(4))
+    busy, first, last, union = sums.by_submission.tables()
+    del sums.by_submission  # the tables go once folded into calls (`del busy, first, last` below)
     _check_submissions_apart(first, last)
     measured = slice(warmup_submissions, None)  # calls follow the submissions: the warmup ones come first
     groups = np.flatnonzero(np.concatenate([[True], np.diff(call_of_submission[measured]) != 0]))
@@ -185,12 +186,37 @@ def _streamed_totals(stream: DispatchStream, section_map: SectionMap, calls: Opt
     return attribution, EventTotals(totals, wall, int(union_by_call.sum()), dispatch_union, events_kept=False)
 
 
-def _joined(parts: list[list[np.ndarray]], index: int) -> np.ndarray:
-    """Part ``index`` of every row of ``parts`` concatenated, each let go (set to None) once copied."""
-    joined = np.concatenate([part[index] for part in parts])
-    for part in parts:
-        part[index] = None
-    return joined
+class _SubmissionRows:
+    """Per submission, in order: its busy time, first start and last end per composition, and its dispatches'
+    union. Kept in tables that double when full, not as a list of each window's small arrays: those, long-lived
+    among the windows' temporaries, leave the allocator's heap in holes it cannot give back (13 MB at 10M events);
+    large tables are mapped apart, and rows of np.empty never written cost nothing."""
+
+    def __init__(self, compositions: int):
+        self._tables = [np.empty((1024, compositions)), np.empty((1024, compositions), np.int64),
+                        np.empty((1024, compositions), np.int64), np.empty(1024, np.int64)]
+        self._count = 0
+
+    def reserve(self, capacity: int) -> None:
+        """Room for ``capacity`` rows (grown early, from an estimate, a copy of a long profile's rows is not made)."""
+        if capacity <= len(self._tables[0]):
+            return
+        for index, table in enumerate(self._tables):
+            grown = np.empty((capacity, *table.shape[1:]), table.dtype)
+            grown[: self._count] = table[: self._count]
+            self._tables[index] = grown
+
+    def append(self, busy: np.ndarray, first: np.ndarray, last: np.ndarray, union: np.ndarray) -> None:
+        count = len(union)
+        if self._count + count > len(self._tables[0]):
+            self.reserve(max(2 * len(self._tables[0]), self._count + count))
+        for table, part in zip(self._tables, (busy, first, last, union)):
+            table[self._count : self._count + count] = part
+        self._count += count
+
+    def tables(self) -> list[np.ndarray]:
+        """(busy, first, last, union) of every submission so far."""
+        return [table[: self._count] for table in self._tables]
 
 
 class _FirstRows:
@@ -245,14 +271,16 @@ def _read_windows(stream: DispatchStream, matcher: SlotMatcher) -> tuple[_Sums, 
             window, wall, union = _window_sums(matcher, dispatches, slots, rows, count)
             sums.add(window, wall)
             sums.disjoint &= window.disjoint
-            sums.by_submission.append([window.busy_by_call, window.first_start, window.last_end, union])
+            sums.by_submission.append(window.busy_by_call, window.first_start, window.last_end, union)
             first_rows.add(dispatches, slots, rows + read, count)
         else:
             high, low = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-            sums.by_submission.append([np.zeros((count, compositions)), np.full((count, compositions), high),
-                                       np.full((count, compositions), low), np.zeros(count, np.int64)])
+            sums.by_submission.append(np.zeros((count, compositions)), np.full((count, compositions), high),
+                                      np.full((count, compositions), low), np.zeros(count, np.int64))
             first_rows.add(dispatches, np.zeros(0, np.int32), np.zeros(0, np.int32), count)
         read += count
+        # The submissions to come, from the share of the host events read: one early growth, not a late copy.
+        sums.by_submission.reserve(int(read / max(stream.fraction_read, 1e-9) * 1.1) + 1024)
     return sums, first_rows
 
 

@@ -113,6 +113,7 @@ MEMORY_EVENT_NAMES = {
     12: "buffer_unimport",
 }
 MEMORY_POOL_STATS = 1 << 4  # memory event flag: pool_bytes_reserved and the other pool figures are valid
+ALLOCATION_DTYPE = np.dtype([("time_ns", "<i8"), ("length", "<u8")])  # a queue allocation: when, how many bytes
 QUEUE_ALLOCA = next(type_ for type_, name in MEMORY_EVENT_NAMES.items() if name == "queue_alloca")
 INDIRECT_PARAMETERS = 1 << 1  # command operation flag: the workgroup count is read at run time
 
@@ -154,4 +155,8 @@ class Profile:
     exports: dict[int, list[str]] = field(default_factory=dict)  # executable id -> its function names
     queue_ops: np.ndarray = field(default_factory=lambda: np.zeros(0, QUEUE_OP_DTYPE))  # sorted by (start, submission)
     memory: np.ndarray = field(default_factory=lambda: np.zeros(0, MEMORY_DTYPE))  # sorted by time
+    # The queue allocations (ALLOCATION_DTYPE, by time) where a reader keeps them apart from ``memory`` (the
+    # windowed .ireeprof read keeps only the memory events that change a level); None: ``memory``'s own
+    # queue_alloca rows.
+    allocations: Optional[np.ndarray] = None
     provenance: Provenance = field(kw_only=True)  # every reader says where its events came from

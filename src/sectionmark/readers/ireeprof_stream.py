@@ -30,7 +30,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.readers.bundle_records import RecordPositions, UnsupportedLayout, records_at
 from sectionmark.readers.checks import by_submission_and_start, check_links, check_times, recorded_commands, sorted_by
 from sectionmark.readers.arrays import first_true
-from sectionmark.readers.event_model import (DISPATCH_DTYPE, MAX_EVENT_NS, MAX_TIMESTAMP_NS, MEMORY_DTYPE,
+from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, MAX_EVENT_NS, MAX_TIMESTAMP_NS, MEMORY_DTYPE,
                                              MEMORY_EVENT_NAMES, MEMORY_POOL_STATS, QUEUE_ALLOCA, QUEUE_OP_DTYPE,
                                              SUBMISSION_DTYPE, Profile, Provenance, native)
 from sectionmark.readers.ireeprof_bundle import (_HOST_EVENT, _MEMORY_EVENT, BUNDLE_MAGIC, HOST_EVENTS_WINDOW,
@@ -54,8 +54,10 @@ class DispatchStream:
         self._bundle, self._file, self._buffer = bundle, file, np.empty(0, np.uint8)
         self.command_buffers, self._timed = recorded_commands(bundle.path, bundle.declared, bundle.commands)
         self._memory = np.zeros(0, MEMORY_DTYPE)  # read with the host events (`_MemoryLevels`)
+        self._allocations = np.zeros(0, ALLOCATION_DTYPE)
         self._submissions = np.zeros(0, SUBMISSION_DTYPE)
         self._queue_ops = np.zeros(0, QUEUE_OP_DTYPE)
+        self.fraction_read = 0.0  # of the host events, by the windows so far
 
     @property
     def path(self) -> Path:
@@ -67,7 +69,7 @@ class DispatchStream:
         queue_ops = sorted_by(self._queue_ops, "start_ns", "submission")
         return Profile(np.zeros(0, DISPATCH_DTYPE), self._submissions, self._bundle.keys, self.command_buffers,
                        exports_by_executable(self._bundle.functions), queue_ops, self._memory,
-                       provenance=Provenance("bundle"))
+                       allocations=self._allocations, provenance=Provenance("bundle"))
 
     def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(dispatches, submissions) of successive whole submissions, in submission order: the dispatches sorted by
@@ -102,6 +104,7 @@ class DispatchStream:
                     previous_event is not None and (int(first["stream"]), int(first["event_id"])) <= previous_event):
                 raise NotStreamable("an event fails a check or repeats")
             previous_event = (int(last["stream"]), int(last["event_id"]))
+            self.fraction_read = (begin + len(window)) / total
             executed = submissions[done_submissions : done_submissions + new_submissions]
             done_submissions += new_submissions
             done_queue_ops += new_queue_ops
@@ -126,7 +129,7 @@ class DispatchStream:
             yield self._checked(complete, executed), executed
         if memory.remaining():  # memory events after the last host event
             memory.take(self._read(covered, memory.last_end()), covered)
-        self._memory = memory.kept()
+        self._memory, self._allocations = memory.kept()
         bundle.close()
         self._file.close()
         self._buffer = np.empty(0, np.uint8)
@@ -185,14 +188,14 @@ def _strictly_increasing(first: np.ndarray, second: np.ndarray) -> bool:
 class _MemoryLevels:
     """The memory events device memory is computed from (`queue_time.device_memory`), decoded and checked
     (as `memory_events` does) from the bytes the host events are read with, keeping only those that change a
-    pool's reserved bytes (the first of each pool too) and the queue allocations: the others add nothing to a
-    level's peak or time average (a long profile has eight memory events per call: two change the level, two
-    are allocations)."""
+    pool's reserved bytes (the first of each pool too), and of the queue allocations their time and size: the
+    others add nothing to a level's peak or time average (a long profile has eight memory events per call: two
+    change the level, two are allocations)."""
 
     def __init__(self, positions: RecordPositions):
         self._positions, self._next = positions, 0
-        self._kept = np.empty(len(positions), MEMORY_DTYPE)  # untouched rows cost no memory
-        self._count = 0
+        self._levels_kept = _Rows(len(positions), MEMORY_DTYPE)
+        self._allocations = _Rows(len(positions), ALLOCATION_DTYPE)
         self._levels: dict[int, int] = {}  # pool -> its reserved bytes after the last event read
         self._last_event, self._last_time = (-1, -1), 0
 
@@ -234,23 +237,36 @@ class _MemoryLevels:
                 or times[0] < self._last_time or (times[1:] < times[:-1]).any() or times[-1] >= MAX_TIMESTAMP_NS):
             raise NotStreamable("memory events out of order or failing a check")
         self._last_event, self._last_time = (int(devices[-1]), int(event_ids[-1])), int(times[-1])
-        chosen = rows[_level_changes(rows, self._levels)]
-        self._kept[self._count : self._count + len(chosen)] = chosen
-        self._count += len(chosen)
+        for table, chosen in ((self._levels_kept, rows[_level_changes(rows, self._levels)]),
+                              (self._allocations, rows[["time_ns", "length"]][rows["type"] == QUEUE_ALLOCA])):
+            table.append(chosen)
 
-    def kept(self) -> np.ndarray:
+    def kept(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the memory events kept, the queue allocations)."""
         if self.remaining():
             raise NotStreamable("memory events outside the file's records")
-        return self._kept[: self._count]
+        return self._levels_kept.rows(), self._allocations.rows()
+
+
+class _Rows:
+    """A table filled in order, at most ``capacity`` rows: np.empty's rows never written cost no memory."""
+
+    def __init__(self, capacity: int, dtype: np.dtype):
+        self._table, self._count = np.empty(capacity, dtype), 0
+
+    def append(self, rows: np.ndarray) -> None:
+        self._table[self._count : self._count + len(rows)] = rows
+        self._count += len(rows)
+
+    def rows(self) -> np.ndarray:
+        return self._table[: self._count]
 
 
 def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:
     """Which of ``events`` (in time order) change their pool's reserved bytes from the pool's previous event (in
-    ``levels``, updated: the pools' bytes after these events), are a pool's first, or are queue allocations; an
-    allocation kept only as one loses its pool figures' flag (MEMORY_POOL_STATS: it repeats a level)."""
+    ``levels``, updated: the pools' bytes after these events) or are a pool's first."""
     with_stats = (events["flags"] & MEMORY_POOL_STATS) != 0
     pools, reserved = events["pool"], events["pool_reserved"]
-    keep = events["type"] == QUEUE_ALLOCA
     rows = np.flatnonzero(with_stats)
     by_pool = rows[np.lexsort((rows, pools[rows]))]  # each pool's events in time order
     pool, level = pools[by_pool], reserved[by_pool].astype(np.int64)
@@ -260,11 +276,9 @@ def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:
     previous[first_of_pool] = known  # -1 for a pool not seen before: its first event is kept
     changes = np.zeros(len(events), bool)
     changes[by_pool[level != previous]] = True
-    events["flags"][keep & ~changes] &= ~np.uint32(MEMORY_POOL_STATS)  # kept as allocations only: no level
-    keep |= changes
     last_of_pool = np.concatenate([pool[1:] != pool[:-1], [True]]) if len(by_pool) else first_of_pool
     levels.update(zip(pool[last_of_pool].tolist(), level[last_of_pool].tolist()))
-    return keep
+    return changes
 
 
 def open_stream(path: Path) -> Optional[DispatchStream]:
