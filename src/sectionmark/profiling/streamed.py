@@ -36,7 +36,7 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import (Attribution, SlotMatcher, attribute, attributed_events,
                                              attribution_without_events, call_numbers, check_fingerprint)
-from sectionmark.profiling.section_time import EventSums, TileSums, event_sums, wall_parts
+from sectionmark.profiling.section_time import EventSums, TileSums, event_sums, slot_compositions, wall_parts
 from sectionmark.profiling.session import EventTotals, ProfileSession
 from sectionmark.readers.arrays import distinct
 from sectionmark.readers.ireeprof import read_profile
@@ -138,7 +138,7 @@ def _window_sums(matcher: SlotMatcher, dispatches: np.ndarray, slots: np.ndarray
     if sums.disjoint:
         return sums, sums.busy, np.rint(sums.busy_by_call.sum(axis=1)).astype(np.int64)
     starts, ends = dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64)
-    composition = np.array([slot.composition for slot in matcher.slots], np.int64)[slots]
+    composition = slot_compositions(window)[slots]
     wall = np.bincount(composition, weights=wall_parts(starts, ends), minlength=len(matcher.compositions))
     return sums, wall, _union_by_row(starts, ends, rows, count)
 
