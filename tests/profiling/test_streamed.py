@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 from test_ireeprof_fast import swapped_dispatches
-from test_readers import BUNDLE_CASES
+from test_readers import BUNDLE_CASES, DISPATCH, event_offsets, field_of, set_event
 from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
@@ -64,6 +64,24 @@ def test_report_reads_in_windows_and_draws_timelines_from_the_file(plain_run, tm
         file.write(b"\0")
     with pytest.raises(SectionmarkError, match="changed or went away since it was read"):
         later.events()
+
+
+@pytest.mark.parametrize("window", [2, 5, 1 << 16])
+def test_overlapping_dispatches_give_the_same_walls_and_unions(plain_run, tmp_path, monkeypatch, window):
+    """Each submission's second dispatch moved to start inside its first (as concurrent dispatches run on
+    local-task): the wall sweep and the call's dispatch union per window, as the whole read gives them."""
+    blob = bytearray(plain_run[1].read_bytes())
+    offsets = event_offsets(bytes(blob), DISPATCH)
+    for first, second in zip(offsets, offsets[1:]):
+        if field_of(blob, first, "submission_id") == field_of(blob, second, "submission_id"):
+            start, end = field_of(blob, first, "start_host_time_ns"), field_of(blob, first, "end_host_time_ns")
+            set_event(blob, second, "start_host_time_ns", (start + end) // 2)
+    path = tmp_path / "overlapping.ireeprof"
+    path.write_bytes(bytes(blob))
+    monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+    session, expected = streamed.streamed_session(path, hand_map(), calls=11, warmup=3, function=None), whole(path, 11, 3)
+    assert session is not None and expected.wall_ns < expected.total_ns  # overlaps: wall below busy
+    assert as_json(session) == as_json(expected)
 
 
 def test_dispatches_written_out_of_order_give_the_same_session(plain_run, tmp_path):
