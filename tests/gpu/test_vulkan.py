@@ -117,7 +117,7 @@ def test_section_busy_time_is_iree_profiles_device_time_to_the_ns(vulkan_run):
 
 def test_dispatch_times_lie_on_the_host_clock_of_the_queue_events(vulkan_run):
     """Mapped through the clock samples, each call's dispatches start after its command buffer was submitted."""
-    rows, attribution = vulkan_run.rows, vulkan_run.session.attribution
+    rows, attribution = vulkan_run.rows, vulkan_run.session.events()
     submitted = {row["submission_id"]: row["host_time_ns"] for row in rows_of(rows, "queue_event")
                  if row["op"] == "execute"}
     uncertainty = max(s["host_time_end_ns"] - s["host_time_begin_ns"] for s in rows_of(rows, "clock_correlation"))

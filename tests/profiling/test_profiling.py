@@ -56,7 +56,7 @@ def test_bundle_reader_matches_iree_profile_export(plain_run):
 def test_every_dispatch_attributed_and_fused_shares_split(plain_run):
     _vmfb, profile_path, session = plain_run
     assert session.calls == 8 and session.warmup == 3 and session.calls_known
-    assert len(session.attribution.events) == 2 * 8
+    assert len(session.events().events) == 2 * 8
     oracle = jsonl_oracle(profile_path, hand_map(), warmup_calls=3)
     for path in [("Block", "Attn"), ("Block", "MLP")]:
         assert session.section(path).exclusive_ns == pytest.approx(oracle[path], rel=1e-9)
@@ -82,7 +82,7 @@ def test_where_in_the_call_each_section_runs(plain_run):
     """Offsets lie within the calls (their queue windows), parents span their children, and the fused dispatch
     (Attn 25% / MLP 75%, after Attn's own) makes both sections end together."""
     _vmfb, _path, session = plain_run
-    spans = session.attribution.queue_spans
+    spans = session.events().queue_spans
     measured = spans[(spans["call"] >= 0) & (spans["call"] < session.calls)]
     window_starts, window_ends = call_windows(measured["start_ns"], measured["end_ns"], measured["call"], session.calls)
     longest = int((window_ends - window_starts).max())
@@ -236,7 +236,7 @@ def test_real_compiler_section_map(tmp_path, inputs):
     assert_profile_invariants(session)
     paths = {row.path for row in session.section_rows}
     assert {("Block",), ("Block", "Attn"), ("Block", "MLP")} <= paths
-    assert sum(site.dispatches for site in session.sites) == len(session.attribution.events)
+    assert sum(site.dispatches for site in session.sites) == len(session.events().events)
     assert session.coverage_error <= 1e-3
     block = session.section(("Block",))
     children = [row for row in session.section_rows if row.path[:1] == ("Block",) and len(row.path) == 2]

@@ -156,8 +156,8 @@ def test_runs_keep_the_shown_runs_events_and_profile(module_and_inputs):
     session = sm.profile(vmfb, [np.load(path) for path in inputs], iterations=4, warmup=1, runs=3, quiet=True,
                          keep_profile=kept)
     assert_profile_invariants(session)
-    assert session.attribution is not None
-    assert len(session.attribution.events) == sum(site.dispatches for site in session.sites)
+    assert session.events() is not None
+    assert len(session.events().events) == sum(site.dispatches for site in session.sites)
     again = sm.report(kept, vmfb, calls=5, warmup=1)
     assert again.total_ns == session.total_ns
     assert again.total_ns / again.calls == session.total_runs.values_ns[session.shown_run - 1]

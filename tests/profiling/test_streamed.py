@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import shutil
 
 import numpy as np
@@ -172,3 +173,25 @@ def test_memory_events_that_change_no_level_leave_peaks_and_averages_alone(windo
         return [part.tolist() for part in memory_by_window(stats["time_ns"], stats["pool"], stats["pool_reserved"],
                                                             starts, ends)]
     assert device_memory(kept) == device_memory(events)
+
+
+def test_a_profiled_run_keeps_its_profile_for_its_timelines_and_no_longer(plain_run, inputs):
+    """sm.profile reads its scratch profile in windows too: the file moves to a folder of the session's own, its
+    timelines read it from there, and the folder goes with the session."""
+    import gc
+    import tempfile
+
+    import sectionmark as sm
+
+    def kept_folders() -> set[Path]:
+        return set(Path(tempfile.gettempdir()).glob("sectionmark-profile-*"))
+
+    before = kept_folders()
+    session = sm.profile(plain_run[0], inputs, iterations=4, warmup=1, section_map=hand_map(), quiet=True)
+    assert session.attribution is None and session.reread is not None
+    (folder,) = kept_folders() - before
+    assert [path.suffix for path in folder.iterdir()] == [".ireeprof"]
+    assert session_timelines(session) and len(session.events().events) == 2 * 4
+    del session
+    gc.collect()
+    assert not folder.exists()

@@ -82,7 +82,7 @@ def test_live_report_names_every_section_with_its_dispatches(live_run):
 
 def _median_call_total(session) -> float:
     """Median over the measured calls of their summed dispatch durations (robust to a preempted call)."""
-    events, calls = session.attribution.events, session.attribution.event_calls  # measured calls only
+    events, calls = session.events().events, session.events().event_calls  # measured calls only
     durations = (events["end_ns"] - events["start_ns"]).astype(float)
     return float(np.median(np.bincount(calls - calls.min(), weights=durations)))
 

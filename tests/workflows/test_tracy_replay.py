@@ -94,7 +94,7 @@ class Item:
 
 def expected_tracks(session) -> dict[str, list[Item]]:
     """Replay track name -> the zones it must hold, straight from the profile's events."""
-    attribution = session.attribution
+    attribution = session.events()
     events = attribution.events
     tracks: dict[str, list[Item]] = {}
     for queue in sorted({int(q) for q in events["queue"]}):
@@ -207,9 +207,9 @@ def found(replay, expected) -> dict[str, list[Item]]:
 def test_model_exercises_nesting_and_fusion(session):
     paths = {row.path for row in session.section_rows}
     assert any(len(path) == 2 for path in paths), paths
-    compositions = session.attribution.compositions
-    slots = session.attribution.slots
-    assert any(len(compositions[slots[slot].composition]) > 1 for slot in session.attribution.event_slots), (
+    compositions = session.events().compositions
+    slots = session.events().slots
+    assert any(len(compositions[slots[slot].composition]) > 1 for slot in session.events().event_slots), (
         "no fused dispatch shared by two sections: the model no longer exercises shared dispatches"
     )
 
@@ -250,7 +250,7 @@ def test_section_and_dispatch_zones_match_the_profile_within_1us(found, expected
 
 
 def test_every_dispatch_is_one_zone_inside_its_section(session, found):
-    events = session.attribution.events
+    events = session.events().events
     dispatches = [item for items in found.values() for item in items if item.kind == "dispatch"]
     assert len(dispatches) == len(events)
     profiled = sorted(int(d) for d in events["end_ns"] - events["start_ns"])

@@ -23,7 +23,7 @@ from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, device_driver, local
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import ProfilerCost
 from sectionmark.readers.event_model import Profile
-from sectionmark.profiling.streamed import streamed_session
+from sectionmark.profiling.streamed import keep_scratch_profile, streamed_session
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 
@@ -94,26 +94,33 @@ def profile(
             )
             if keep_profile is not None and index == 0:  # kept before it is read: a profile that fails to read too
                 copy_output(run.profile_path, keep_profile, protected)
-            # With several runs, per-event data of none (bounded memory): the shown run's is read again below.
+            # Read in windows (bounded memory); a profile read whole keeps its events only with one run.
             session = _session(run.profile_path, section_map, calls=run.calls, warmup=run.warmup, function=function,
-                               workers=run_workers, device=device, keep_events=runs == 1)
-            if runs > 1:  # (a scratch file: not read again once deleted)
-                session.attribution = session.reread = None
+                               workers=run_workers, device=device, keep_events=False)
+            if runs > 1:
+                session.attribution = None
             sessions.append(session)
             finished.append(run)
         if runs > 1:
             index = representative_run(sessions)
             shown = finished[index]
-            sessions[index] = _session(shown.profile_path, section_map, calls=shown.calls, warmup=shown.warmup,
-                                       function=function, workers=run_workers, device=device)
+            if sessions[index].reread is None:  # read whole, its events let go: read again (the rows it shows)
+                sessions[index] = _session(shown.profile_path, section_map, calls=shown.calls, warmup=shown.warmup,
+                                           function=function, workers=run_workers, device=device)
         session = combine_runs(sessions)
+        for other in sessions:  # their files go with the scratch folder
+            other.reread = None if other is not session else other.reread
         session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
         first = finished[0]
         if first.profiled_ns_per_call is not None and first.unprofiled_ns_per_call is not None:
             # Whole ns, as the JSON stores them: the ratio read back is the ratio shown. Measured in the first run.
             session.profiler_cost = ProfilerCost(round(first.profiled_ns_per_call), round(first.unprofiled_ns_per_call))
+        shown = finished[(session.shown_run or 1) - 1]
         if keep_profile is not None and (session.shown_run or 1) > 1:  # the figures shown are of that run
-            copy_output(finished[session.shown_run - 1].profile_path, keep_profile, protected)
+            copy_output(shown.profile_path, keep_profile, protected)
+        if session.reread is not None:  # read in windows: its events come from the file when a view asks
+            keep_scratch_profile(session, shown.profile_path, section_map, calls=shown.calls, warmup=shown.warmup,
+                                 function=function)
         return session
 
 

@@ -27,6 +27,9 @@ precise error line.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -65,6 +68,16 @@ def streamed_session(path: Path, section_map: SectionMap, *, calls: Optional[int
         return None
     session.reread = _rereader(path, identity, section_map, calls, warmup, function)
     return session
+
+
+def keep_scratch_profile(session: ProfileSession, path: Path, section_map: SectionMap, *, calls: Optional[int],
+                         warmup: int, function: Optional[str]) -> None:
+    """Move a windowed session's profile out of a scratch folder about to go (`sectionmark.profiling.profile`'s)
+    into a folder of its own, which goes with the session (or at exit), and read the events from there."""
+    folder = Path(tempfile.mkdtemp(prefix="sectionmark-profile-"))
+    weakref.finalize(session, shutil.rmtree, folder, ignore_errors=True)
+    kept = Path(shutil.move(str(path), folder / path.name))
+    session.reread = _rereader(kept, _identity(kept), section_map, calls, warmup, function)
 
 
 def _identity(path: Path) -> tuple[int, int, int]:
