@@ -109,6 +109,17 @@ def test_a_profile_the_windows_cannot_read_is_read_whole_with_its_error(plain_ru
     assert str(got.value) == str(expected.value)
 
 
+@pytest.mark.parametrize("calls, warmup", [(None, -1), (None, True), (None, 2.5), (None, 11), (11, 11), (0, 0),
+                                           (True, 0), (4, 0)])
+def test_counts_that_cannot_be_honoured_are_refused_as_the_whole_read_refuses_them(plain_run, calls, warmup):
+    """A warmup of -1 or True was once taken by the windowed read (12 calls, warmup -1): refused in one place."""
+    with pytest.raises(SectionmarkError) as expected:
+        whole(plain_run[1], calls, warmup)
+    with pytest.raises(SectionmarkError) as got:
+        report(plain_run[1], hand_map(), calls=calls, warmup=warmup)
+    assert str(got.value) == str(expected.value)
+
+
 def test_a_warmup_past_the_kept_rows_reads_whole(plain_run, monkeypatch):
     monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", 4)
     monkeypatch.setattr(streamed, "WARMUP_ROWS", 2)  # one submission's two dispatches: the warmup has three

@@ -295,7 +295,6 @@ def attribute(
     same command sequence. ``warmup``: leading calls to drop; it needs calls
     that can be told apart and must leave at least one call.
     """
-    warmup = _whole_number(warmup, "warmup", 0)
     if not len(profile.dispatches):
         raise SectionmarkError(
             "the profile contains no dispatch events (did the function run any dispatches, "
@@ -335,6 +334,7 @@ def attribute(
 def call_numbers(profile: Profile, calls: Optional[int], warmup: int) -> tuple[np.ndarray, int, bool]:
     """Each submission's call, counted from the first measured one (warmup calls negative), the measured calls,
     and whether calls could be told apart; a count or warmup that cannot be honoured is refused."""
+    warmup = _whole_number(warmup, "warmup", 0)
     call_of_submission, total_calls, exact = _calls_per_submission(profile, calls)
     if warmup and not exact:
         raise SectionmarkError(
