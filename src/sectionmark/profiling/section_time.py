@@ -180,6 +180,17 @@ def event_sums(attribution: Attribution) -> EventSums:
     )
 
 
+def composition_walls(attribution: Attribution, sums: EventSums) -> np.ndarray:
+    """[compositions]: the wall time of ``attribution``'s events (each one's part of their union, `wall_parts`),
+    summed per composition; their busy time when ``sums`` found them disjoint (no sweep needed)."""
+    if sums.disjoint:
+        return sums.busy
+    events = attribution.events
+    parts = wall_parts(events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64))
+    return np.bincount(slot_compositions(attribution)[attribution.event_slots], weights=parts,
+                       minlength=len(attribution.compositions))
+
+
 def busy_by_call(composition: np.ndarray, call: np.ndarray, duration: np.ndarray, calls: int, compositions: int) -> np.ndarray:
     """[calls, compositions]: summed event durations."""
     flat = np.bincount(call * compositions + composition, weights=duration, minlength=calls * compositions)

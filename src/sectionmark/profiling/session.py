@@ -60,14 +60,13 @@ from sectionmark.profiling.section_time import (
     CompositionSums,
     EventSums,
     call_starts,
+    composition_walls,
     event_sums,
     section_paths,
     section_rows,
     section_spans,
     section_traffic,
-    slot_compositions,
     union_length,
-    wall_parts,
     weight_matrices,
 )
 from sectionmark.profiling.stats import ProfilerCost, SectionStats, SiteStats
@@ -350,14 +349,8 @@ def event_totals(attribution: Attribution) -> EventTotals:
     events = attribution.events
     sums = event_sums(attribution)
     starts, ends = events["start_ns"], events["end_ns"]
-    if sums.disjoint:  # each event's wall part is its whole duration: no sweep needed
-        wall, total_wall = sums.busy, sums.total_ns
-    else:
-        starts, ends = starts.astype(np.int64), ends.astype(np.int64)
-        composition = slot_compositions(attribution)[attribution.event_slots]
-        wall = np.bincount(composition, weights=wall_parts(starts, ends), minlength=len(attribution.compositions))
-        total_wall = union_length(starts, ends)
-    return EventTotals(sums, wall, total_wall, dispatch_union_of(starts, ends))
+    total_wall = sums.total_ns if sums.disjoint else union_length(starts.astype(np.int64), ends.astype(np.int64))
+    return EventTotals(sums, composition_walls(attribution, sums), total_wall, dispatch_union_of(starts, ends))
 
 
 def _profiled_functions(attribution: Attribution, section_map: SectionMap, function: Optional[str]) -> set[str]:

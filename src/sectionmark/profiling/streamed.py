@@ -39,7 +39,7 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import (Attribution, SlotMatcher, attribute, attributed_events,
                                              attribution_without_events, call_numbers, check_fingerprint)
-from sectionmark.profiling.section_time import EventSums, TileSums, event_sums, slot_compositions, wall_parts
+from sectionmark.profiling.section_time import EventSums, TileSums, composition_walls, event_sums
 from sectionmark.profiling.session import EventTotals, ProfileSession
 from sectionmark.readers.arrays import distinct
 from sectionmark.readers.ireeprof import read_profile
@@ -148,12 +148,12 @@ def _window_sums(matcher: SlotMatcher, dispatches: np.ndarray, slots: np.ndarray
                          compositions=matcher.compositions, calls=count, warmup=0, calls_known=True, keys=[],
                          buffer_matches={})
     sums = event_sums(window)
-    if sums.disjoint:
-        return sums, sums.busy, np.rint(sums.busy_by_call.sum(axis=1)).astype(np.int64)
-    starts, ends = dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64)
-    composition = slot_compositions(window)[slots]
-    wall = np.bincount(composition, weights=wall_parts(starts, ends), minlength=len(matcher.compositions))
-    return sums, wall, _union_by_row(starts, ends, rows, count)
+    if sums.disjoint:  # each submission's union is its busy time
+        union = np.rint(sums.busy_by_call.sum(axis=1)).astype(np.int64)
+    else:
+        union = _union_by_row(dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64), rows,
+                              count)
+    return sums, composition_walls(window, sums), union
 
 
 def _union_by_row(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
