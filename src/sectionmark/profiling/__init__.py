@@ -108,8 +108,9 @@ def profile(
                 sessions[index] = _session(shown.profile_path, section_map, calls=shown.calls, warmup=shown.warmup,
                                            function=function, workers=run_workers, device=device)
         session = combine_runs(sessions)
-        for other in sessions:  # their files go with the scratch folder
-            other.reread = None if other is not session else other.reread
+        for other in sessions:
+            if other is not session:  # its file goes with the scratch folder
+                other.reread = None
         session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
         first = finished[0]
         if first.profiled_ns_per_call is not None and first.unprofiled_ns_per_call is not None:

@@ -271,12 +271,16 @@ class SlotMatcher:
         self._tables[runtime_id] = table
         return table
 
-    def lookup(self, runtime_ids: np.ndarray, recorded: dict[int, list[RecordedCommand]]) -> tuple[np.ndarray,
-                                                                                                 np.ndarray]:
-        """(bases, flat) for the runtime buffers ``runtime_ids`` (sorted), each matched to a static buffer."""
+    def lookup(self, dispatches: np.ndarray, recorded: dict[int, list[RecordedCommand]]) -> tuple[np.ndarray,
+                                                                                                np.ndarray,
+                                                                                                np.ndarray]:
+        """(runtime_ids, bases, flat) for the runtime buffers of ``dispatches`` (their ids sorted), each matched
+        to a static buffer (``recorded``: the profile's recorded commands of each)."""
+        buffers = dispatches["command_buffer"]  # in runs (dispatches are grouped by submission): one value per run
+        runtime_ids = distinct(buffers[np.concatenate([[True], buffers[1:] != buffers[:-1]])])
         tables = [self._table(runtime_id, recorded.get(runtime_id)) for runtime_id in runtime_ids.tolist()]
         bases = np.concatenate([[0], np.cumsum([len(table) for table in tables], dtype=np.int64)]).astype(np.int64)
-        return bases, np.concatenate(tables) if tables else np.zeros(0, np.int32)
+        return runtime_ids, bases, np.concatenate(tables) if tables else np.zeros(0, np.int32)
 
 
 def attribute(
@@ -303,9 +307,7 @@ def attribute(
     check_fingerprint(profile, section_map)
     matcher = SlotMatcher(section_map, function, profile.keys)
     dispatches = profile.dispatches
-    buffers = dispatches["command_buffer"]  # in runs (dispatches are grouped by submission): one value per run
-    runtime_ids = distinct(buffers[np.concatenate([[True], buffers[1:] != buffers[:-1]])])
-    bases, flat = matcher.lookup(runtime_ids, profile.command_buffers)
+    runtime_ids, bases, flat = matcher.lookup(dispatches, profile.command_buffers)
     slots, slot_keys = matcher.slots, matcher.slot_keys
     call_of_submission, measured_calls, exact = call_numbers(profile, calls, warmup)
     (event_slots, event_calls), failures = attributed_events(dispatches, runtime_ids, bases, flat, slot_keys,

@@ -41,7 +41,6 @@ from sectionmark.profiling.attribute import (Attribution, SlotMatcher, attribute
                                              attribution_without_events, call_numbers, check_fingerprint)
 from sectionmark.profiling.section_time import EventSums, TileSums, composition_walls, event_sums
 from sectionmark.profiling.session import EventTotals, ProfileSession
-from sectionmark.readers.arrays import distinct
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.readers.ireeprof_stream import DispatchStream, NotStreamable, open_stream
 from sectionmark.section_map import SectionMap
@@ -274,9 +273,7 @@ def _read_windows(stream: DispatchStream, matcher: SlotMatcher) -> tuple[_Sums, 
     for dispatches, executed in stream.windows():
         count = len(executed)
         if len(dispatches):
-            buffers = dispatches["command_buffer"]
-            runtime_ids = distinct(buffers[np.concatenate([[True], buffers[1:] != buffers[:-1]])])
-            bases, flat = matcher.lookup(runtime_ids, stream.command_buffers)
+            runtime_ids, bases, flat = matcher.lookup(dispatches, stream.command_buffers)
             (slots, rows), failures = attributed_events(dispatches, runtime_ids, bases, flat, matcher.slot_keys,
                                                         executed["submission"], np.arange(count), 0)
             if max(failures.unplaced, failures.wrong_key, failures.orphan) >= 0:
