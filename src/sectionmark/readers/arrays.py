@@ -27,3 +27,8 @@ def searchsorted_runs(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
     if len(run_starts) > len(values) // 4:
         return np.searchsorted(ids, values)
     return np.repeat(np.searchsorted(ids, values[run_starts]), np.diff(np.append(run_starts, len(values))))
+
+
+def strictly_increasing(first: np.ndarray, second: np.ndarray) -> bool:
+    """Whether the pairs (first, second) strictly increase (then no pair appears twice)."""
+    return bool(((first[1:] > first[:-1]) | ((first[1:] == first[:-1]) & (second[1:] > second[:-1]))).all())

@@ -19,7 +19,7 @@ from typing import BinaryIO
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.arrays import first_true
+from sectionmark.readers.arrays import first_true, strictly_increasing
 from sectionmark.readers.bundle_records import (RECORD_HEADER_SIZE, Chunks, RecordPositions, UnsupportedLayout, content_type,
                                                 fixed_records, records_at, release_pages, walk_records)
 from sectionmark.readers.checks import (KnownOrder, check_unique, checked_profile, corrupt, define_function,
@@ -357,22 +357,15 @@ def memory_events(bundle: OpenBundle) -> np.ndarray:
     positions = RecordPositions(chunks, _MEMORY_EVENT.itemsize)
     memory = np.empty(len(positions), MEMORY_DTYPE)
     devices, event_ids = np.empty(len(positions), np.uint64), np.empty(len(positions), np.uint64)
-    firsts, increasing = _Firsts(), native() is not None  # the numpy pass leaves identity to check_unique
+    firsts, increasing = _Firsts(), True
     for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
         window = positions[begin : begin + HOST_EVENTS_WINDOW]
         rows = slice(begin, begin + len(window))
-        if native() is not None:
-            bad_length, unknown, window_increasing = native().memory_events(data, window, memory[rows], devices[rows],
-                                                                            event_ids[rows])
-            increasing = increasing and window_increasing and (
-                not begin or (int(devices[begin]), int(event_ids[begin])) > (int(devices[begin - 1]),
-                                                                             int(event_ids[begin - 1])))
-        else:
-            events = records_at(data, window, _MEMORY_EVENT)
-            bad_length = first_true(events["record_length"] != _MEMORY_EVENT.itemsize)
-            unknown = first_true(~np.isin(events["type"], list(MEMORY_EVENT_NAMES)))
-            devices[rows], event_ids[rows] = events["device"], events["event_id"]
-            fill_columns(memory[rows], events, np.arange(len(events)))
+        bad_length, unknown, window_increasing = decode_memory_events(data, window, memory[rows], devices[rows],
+                                                                      event_ids[rows])
+        increasing = increasing and window_increasing and (
+            not begin or (int(devices[begin]), int(event_ids[begin])) > (int(devices[begin - 1]),
+                                                                         int(event_ids[begin - 1])))
         firsts.add(begin, bad_length, -1, -1, unknown)
         release_pages(mapped, int(window[0]), int(window[-1]) + _MEMORY_EVENT.itemsize)
     if firsts.bad_length >= 0:
@@ -382,6 +375,22 @@ def memory_events(bundle: OpenBundle) -> np.ndarray:
     if not increasing:  # strictly increasing pairs are unique
         check_unique(path, "a memory event", devices, event_ids)
     return memory
+
+
+def decode_memory_events(data: np.ndarray, positions: np.ndarray, memory: np.ndarray, devices: np.ndarray,
+                         event_ids: np.ndarray) -> tuple[int, int, bool]:
+    """The memory events at byte ``positions`` of ``data`` into the first rows of ``memory``, ``devices`` and
+    ``event_ids``: (the first whose record length is not the known one, the first of an unknown type, -1 for none;
+    whether the (device, event id) pairs strictly increase, so are unique). In C when the extension is built."""
+    if native() is not None:
+        return native().memory_events(data, positions, memory, devices, event_ids)
+    events = records_at(data, positions, _MEMORY_EVENT)
+    count = len(events)
+    devices[:count], event_ids[:count] = events["device"], events["event_id"]
+    fill_columns(memory, events, np.arange(count))
+    return (first_true(events["record_length"] != _MEMORY_EVENT.itemsize),
+            first_true(~np.isin(events["type"], list(MEMORY_EVENT_NAMES))),
+            strictly_increasing(devices[:count], event_ids[:count]))
 
 
 @dataclass

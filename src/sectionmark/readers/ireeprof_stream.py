@@ -29,12 +29,12 @@ from sectionmark.artifacts.files import open_regular
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.bundle_records import RecordPositions, UnsupportedLayout, records_at
 from sectionmark.readers.checks import by_submission_and_start, check_links, check_times, recorded_commands, sorted_by
-from sectionmark.readers.arrays import first_true
+from sectionmark.readers.arrays import strictly_increasing
 from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, MAX_TIMESTAMP_NS, MEMORY_DTYPE,
-                                             MEMORY_EVENT_NAMES, MEMORY_POOL_STATS, QUEUE_ALLOCA, QUEUE_OP_DTYPE,
-                                             SUBMISSION_DTYPE, Profile, Provenance, native)
+                                             MEMORY_POOL_STATS, QUEUE_ALLOCA, QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile,
+                                             Provenance, native)
 from sectionmark.readers.ireeprof_bundle import (_HOST_EVENT, _MEMORY_EVENT, BUNDLE_MAGIC, HOST_EVENTS_WINDOW,
-                                                 OpenBundle, exports_by_executable, fill_columns, open_bundle,
+                                                 OpenBundle, decode_memory_events, exports_by_executable, open_bundle,
                                                  split_with_numpy)
 
 
@@ -178,12 +178,7 @@ def _split(bundle: OpenBundle, data: np.ndarray, offsets: np.ndarray, outputs: l
     except SectionmarkError:
         return added, False
     events = records_at(data, offsets, _HOST_EVENT)
-    return added, max(failures) < 0 and _strictly_increasing(events["stream"], events["event_id"])
-
-
-def _strictly_increasing(first: np.ndarray, second: np.ndarray) -> bool:
-    """Whether the pairs (first, second) strictly increase."""
-    return bool(((first[1:] > first[:-1]) | ((first[1:] == first[:-1]) & (second[1:] > second[:-1]))).all())
+    return added, max(failures) < 0 and strictly_increasing(events["stream"], events["event_id"])
 
 
 class _MemoryLevels:
@@ -224,15 +219,7 @@ class _MemoryLevels:
     def _decode(self, data: np.ndarray, offsets: np.ndarray) -> None:
         rows = np.empty(len(offsets), MEMORY_DTYPE)
         devices, event_ids = np.empty(len(offsets), np.uint64), np.empty(len(offsets), np.uint64)
-        if native() is not None:
-            bad_length, unknown, increasing = native().memory_events(data, offsets, rows, devices, event_ids)
-        else:
-            events = records_at(data, offsets, _MEMORY_EVENT)
-            bad_length = first_true(events["record_length"] != _MEMORY_EVENT.itemsize)
-            unknown = first_true(~np.isin(events["type"], list(MEMORY_EVENT_NAMES)))
-            devices[:], event_ids[:] = events["device"], events["event_id"]
-            increasing = _strictly_increasing(devices, event_ids)
-            fill_columns(rows, events, np.arange(len(events)))
+        bad_length, unknown, increasing = decode_memory_events(data, offsets, rows, devices, event_ids)
         times = rows["time_ns"]
         if (bad_length >= 0 or unknown >= 0 or not increasing or (int(devices[0]), int(event_ids[0])) <= self._last_event
                 or times[0] < self._last_time or (times[1:] < times[:-1]).any() or times[-1] >= MAX_TIMESTAMP_NS):
