@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 from iree.compiler import compile_str
 
-from sectionmark.profiling import profile, report
+from sectionmark.workflows.measure import profile, report
 from sectionmark.readers.ireeprof import read_profile
-from sectionmark.profiling.runner import benchmark_command, median_call_ns, write_inputs
+from sectionmark.workflows.runner import benchmark_command, median_call_ns, write_inputs
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.artifacts.tools import find_tool
 from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share

@@ -40,7 +40,7 @@ from typing import Optional
 import numpy as np
 
 import sectionmark as sm
-from sectionmark.profiling.runner import local_task_workers
+from sectionmark.workflows.runner import local_task_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 ITERATIONS, WARMUP, LONG_WARMUP = 40, 5, 20

@@ -20,7 +20,7 @@ def inputs():
 @pytest.fixture(scope="session")
 def plain_run(tmp_path_factory, inputs):
     """A plain iree-compile module of TWO_MATMULS profiled for 3 warmup + 8 calls (hand-written map)."""
-    import sectionmark.profiling as profiling
+    import sectionmark.workflows.measure as profiling
 
     directory = tmp_path_factory.mktemp("plain")
     vmfb = compile_plain(TWO_MATMULS, directory / "m.vmfb")

@@ -24,7 +24,7 @@ import sectionmark as sm  # noqa: E402
 from sectionmark.cli import MAX_CALLS, whole_number_in  # noqa: E402
 from model_torch import CONFIGS, GPT, GPTConfig, example_input  # noqa: E402
 from sectionmark.compiler.targets import TARGET_FLAGS, device_driver, target_for_device  # noqa: E402
-from sectionmark.profiling.runner import TRACED_DRIVERS  # noqa: E402
+from sectionmark.workflows.runner import TRACED_DRIVERS  # noqa: E402
 from sectionmark.errors import SectionmarkError  # noqa: E402
 
 

@@ -4,7 +4,8 @@ The public API (see docs/): ``section`` marks code; ``sm.torch.export`` /
 ``sm.jax.export`` keep the names in MLIR (a `SectionedExport`; a torch one is
 also iree-turbine's ``ExportOutput``); ``compile`` carries them through
 IREE (a `CompiledProgram`); ``load`` runs a module; ``profile`` / ``report``
-measure per-section times (a `ProfileSession`); ``compare`` tells whether
+measure per-section times (a `ProfileRun`: its `ProfileSession` of figures, and the run's events for
+the views that draw them); ``compare`` tells whether
 each section and component got faster or slower between two profiles; ``record`` notes the calls
 a program makes through a loaded module and replays them under the profiler
 (a `Recording`, per-function profiles: docs/record.md); ``slice`` cuts one section out
@@ -22,7 +23,7 @@ from sectionmark.markers import section
 from sectionmark.section_path import SectionPath
 
 __all__ = [
-    "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledProgram", "ProfileSession",
+    "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledProgram", "ProfileSession", "ProfileRun",
     "Recording", "ReplayProfile", "torch", "jax", "compile", "load", "profile", "report", "compare", "record", "tracing",
     "slice", "peak",
 ]
@@ -32,12 +33,13 @@ _LAZY = {
     "SectionedExport": ("sectionmark.importers.exported", "SectionedExport"),
     "CompiledProgram": ("sectionmark.compiler.pipeline", "CompiledProgram"),
     "ProfileSession": ("sectionmark.profiling.session", "ProfileSession"),
+    "ProfileRun": ("sectionmark.profiling.profile_run", "ProfileRun"),
     "torch": ("sectionmark.importers.torch", None),
     "jax": ("sectionmark.importers.jax", None),
     "compile": ("sectionmark.compiler.pipeline", "compile"),
     "load": ("sectionmark.runtime", "load"),
-    "profile": ("sectionmark.profiling", "profile"),
-    "report": ("sectionmark.profiling", "report"),
+    "profile": ("sectionmark.workflows.measure", "profile"),
+    "report": ("sectionmark.workflows.measure", "report"),
     "compare": ("sectionmark.renderers.compare", "compare"),
     "record": ("sectionmark.workflows.record", "record"),
     "Recording": ("sectionmark.workflows.record", "Recording"),

@@ -76,7 +76,7 @@ def _each_profile(result: Union["ProfileSession", "ReplayProfile"],
 
 
 def _load_inputs(paths: Sequence[str]) -> list:
-    from sectionmark.profiling.inputs import load_input_array
+    from sectionmark.workflows.inputs import load_input_array
 
     return [load_input_array(path) for path in paths]
 
@@ -100,7 +100,7 @@ def compile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 
 def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     """Profile a module, or replay a saved recording (per-function profiles): one output path for both."""
-    from sectionmark.profiling import profile
+    from sectionmark.workflows.measure import profile
     from sectionmark.workflows.record import is_recording
 
     if is_recording(args.vmfb):
@@ -140,7 +140,7 @@ def _replayed(args: argparse.Namespace) -> Union["ProfileSession", "ReplayProfil
 
 def _recorded_session(args: argparse.Namespace) -> "ProfileSession":
     """The profile of ``report`` and ``tracy``: a recorded profile joined with its map."""
-    from sectionmark.profiling import report
+    from sectionmark.workflows.measure import report
 
     return report(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function,
                   workers=args.workers)
@@ -193,7 +193,7 @@ def peak_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 
 
 def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    from sectionmark.profiling import report
+    from sectionmark.workflows.measure import report
     from sectionmark.profiling.compare import SectionChange
     from sectionmark.renderers.compare import compare, render_csv, render_json, render_table
 

@@ -206,7 +206,7 @@ def test_a_closed_stdout_exits_quietly(tmp_path):
 
 def test_files_are_written_even_when_stdout_is_closed_early(tmp_path, compiled_two_matmuls, inputs):
     """`sectionmark report ... --json out.json | head -1`: the table is cut short, the file is still written."""
-    from sectionmark.profiling import profile
+    from sectionmark.workflows.measure import profile
 
     _compiled, vmfb = compiled_two_matmuls
     profile(vmfb, inputs, iterations=1, warmup=0, keep_profile=tmp_path / "run.ireeprof", quiet=True)

@@ -11,7 +11,7 @@ import pytest
 from invariants import assert_profile_invariants
 from test_graph import parse_dot
 
-from sectionmark.profiling import report
+from sectionmark.workflows.measure import report
 from sectionmark.profiling.components import components
 from sectionmark.readers.tracy_capture import read_capture
 from sectionmark.renderers import json_out

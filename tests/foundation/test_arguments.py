@@ -25,7 +25,7 @@ import torch
 import sectionmark as sm
 from invariants import assert_profile_invariants
 from sectionmark.arguments import element_type, flatten_arguments
-from sectionmark.profiling.runner import write_inputs
+from sectionmark.workflows.runner import write_inputs
 
 
 class Scaled(torch.nn.Module):

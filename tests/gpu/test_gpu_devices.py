@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import sectionmark.profiling.runner as runner
+import sectionmark.workflows.runner as runner
 from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling import profile
+from sectionmark.workflows.measure import profile
 
 MLIR = """
 func.func @main(%x: tensor<4096xf32>) -> tensor<4096xf32> {

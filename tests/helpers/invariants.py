@@ -25,7 +25,7 @@ def assert_profile_invariants(session: ProfileSession) -> None:
     assert rows and rows[-1].path == (), "the last row must be (unmarked)"
     assert all(row.path for row in rows[:-1]), "only the last row may be (unmarked)"
     # Read back from JSON, every time is a rounded integer: allow half a nanosecond per rounded term.
-    rounding = 0.5 if session.events() is None else 0.0
+    rounding = 0.5 if session.per_call_busy is None else 0.0
     slack = FLOAT_RELATIVE * max(session.total_ns, 1) + 2 * rounding
 
     for row in rows:
@@ -90,7 +90,7 @@ def _assert_runs(session: ProfileSession, rounding: float) -> None:
 def _assert_samples(session: ProfileSession, rounding: float) -> None:
     """Per-call samples: one per call up to MAX_SAMPLES, none negative; with all calls kept, their mean is the
     per-call mean. A file written before they were kept has none in any row."""
-    if all(row.samples is None for row in session.sections) and session.events() is None:
+    if all(row.samples is None for row in session.sections) and session.per_call_busy is None:
         return
     for row in session.sections:
         assert row.samples is not None and len(row.samples) == min(max(session.calls, 1), MAX_SAMPLES), row.name
@@ -137,7 +137,7 @@ def _assert_cpu_time(session: ProfileSession, top_level: list[SectionStats], rou
         assert row.cpu_ns is not None and row.cpu_ns >= 0 and row.tiles is not None and row.tiles >= 0, row.name
         if row.parallelism is not None:
             assert row.busy_ns > 0, row.name
-            if session.events() is not None:
+            if session.per_call_busy is not None:
                 assert row.parallelism == row.cpu_ns / row.busy_ns, row.name
             if session.workers:
                 assert row.parallelism <= session.workers * (1 + 1e-9), (row.name, row.parallelism, session.workers)

@@ -12,13 +12,13 @@ import pytest
 from invariants import assert_profile_invariants
 from tiny_profiles import DYNAMIC, KEY_0, KEY_1, TWO_MATMULS, compile_plain, export_rows, hand_map, section_oracle
 
-import sectionmark.profiling as profiling
+import sectionmark.workflows.measure as profiling
 from sectionmark.errors import SectionmarkError
 from sectionmark.artifacts import tools
 from sectionmark.profiling.kernels import kernels
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.profiling.queue_time import call_windows
-from sectionmark.profiling.runner import local_task_workers
+from sectionmark.workflows.runner import local_task_workers
 from sectionmark.renderers import json_out
 from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, Share
 

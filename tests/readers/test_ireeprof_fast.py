@@ -95,7 +95,7 @@ def swapped_dispatches(plain_run, tmp_path) -> "Path":
     offsets = event_offsets(bytes(blob), DISPATCH)
     first, second = next((a, b) for a, b in zip(offsets, offsets[1:])
                          if field_of(blob, a, "submission_id") == field_of(blob, b, "submission_id"))
-    size = ireeprof_bundle._HOST_EVENT.itemsize
+    size = ireeprof_bundle.HOST_EVENT.itemsize
     blob[first:first + size], blob[second:second + size] = blob[second:second + size], blob[first:first + size]
     path = tmp_path / "swapped.ireeprof"
     path.write_bytes(bytes(blob))

@@ -19,12 +19,12 @@ import pytest
 from invariants import assert_profile_invariants
 from tiny_profiles import KEY_0, KEY_1, TWO_MATMULS, export_rows, hand_map
 
-import sectionmark.profiling as profiling
+import sectionmark.workflows.measure as profiling
 from sectionmark.artifacts import read_section_map
 from sectionmark.compiler import compile, embed, pipeline
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import attribute
-from sectionmark.profiling.inputs import load_input_array
+from sectionmark.workflows.inputs import load_input_array
 from sectionmark.readers.event_model import MAX_EVENT_NS, Profile
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.section_map import ModuleFingerprint

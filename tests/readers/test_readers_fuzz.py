@@ -35,11 +35,11 @@ from hypothesis import strategies as st
 from invariants import assert_profile_invariants
 from tiny_profiles import Inconsistent, export_rows, section_oracle
 
-import sectionmark.profiling as profiling
+import sectionmark.workflows.measure as profiling
 from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers import ireeprof_bundle
-from sectionmark.profiling.inputs import load_input_array
+from sectionmark.workflows.inputs import load_input_array
 from sectionmark.profiling.session import ProfileSession
 
 pytest.importorskip("iree.compiler")

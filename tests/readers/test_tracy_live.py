@@ -23,7 +23,7 @@ from invariants import assert_profile_invariants
 from nanogpt_builders import torch_gpt
 from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling import report
+from sectionmark.workflows.measure import report
 from sectionmark.readers import tracy_live
 from sectionmark.readers.tracy_dispatch_zones import DispatchZone
 from sectionmark.tracy import capture_command

@@ -28,7 +28,7 @@ import pytest
 from gpu_zones import execution, expected_busy, timed_commands
 from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling import report
+from sectionmark.workflows.measure import report
 from sectionmark.artifacts.tools import find_tool
 import sectionmark.tracy.capture as capture_module
 from sectionmark.tracy import capture_command, read_capture

@@ -5,8 +5,8 @@ import pytest
 
 from sectionmark.compiler import compile
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling import profile
-from sectionmark.profiling.runner import tool_failure
+from sectionmark.workflows.measure import profile
+from sectionmark.workflows.runner import tool_failure
 from sectionmark.artifacts.tools import exit_description, last_useful_line
 
 ASLR = "***WARNING*** ASLR is enabled, the results may have unreproducible noise in them."
@@ -49,7 +49,7 @@ def test_a_crash_after_the_benchmark_banner_does_not_quote_the_banner():
 
 def test_a_tool_printing_bytes_that_are_not_utf8_is_one_line(compiled, tmp_path, monkeypatch):
     """A mutated module's names reach the tool's error message as they are: any bytes."""
-    import sectionmark.profiling.runner as runner
+    import sectionmark.workflows.runner as runner
 
     tool = tmp_path / "iree-benchmark-module"
     tool.write_bytes(b"#!/bin/sh\nprintf 'INVALID_ARGUMENT; function \\377\\376main not found\\n' >&2\nexit 1\n")

@@ -307,30 +307,40 @@ def attribute(
     check_fingerprint(profile, section_map)
     matcher = SlotMatcher(section_map, function, profile.keys)
     dispatches = profile.dispatches
-    runtime_ids, bases, flat = matcher.lookup(dispatches, profile.command_buffers)
-    slots, slot_keys = matcher.slots, matcher.slot_keys
     call_of_submission, measured_calls, exact = call_numbers(profile, calls, warmup)
-    (event_slots, event_calls), failures = attributed_events(dispatches, runtime_ids, bases, flat, slot_keys,
-                                                             profile.submissions["submission"], call_of_submission, 0)
+    event_slots, event_calls, failures = placed_events(dispatches, matcher, profile.command_buffers, profile.keys,
+                                                       profile.submissions["submission"], call_of_submission)
+    measured = _measured_rows(event_calls, failures)
+    return replace(attribution_without_events(profile, matcher, call_of_submission, measured_calls, exact, warmup),
+                   events=dispatches[measured], event_slots=event_slots[measured], event_calls=event_calls[measured])
+
+
+def placed_events(dispatches: np.ndarray, matcher: "SlotMatcher", recorded: dict[int, list[RecordedCommand]],
+                  keys: list[str], submission_ids: np.ndarray, call_of_submission: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, "_EventFailures"]:
+    """Each dispatch's slot and call (int32; call < 0 in a warmup call), ``call_of_submission`` giving the call of
+    each of ``submission_ids`` (sorted); the error line of the first dispatch that the map does not place."""
+    runtime_ids, bases, flat = matcher.lookup(dispatches, recorded)
+    slots = matcher.slots
+    (event_slots, event_calls), failures = attributed_events(dispatches, runtime_ids, bases, flat, matcher.slot_keys,
+                                                             submission_ids, call_of_submission, 0)
     if failures.unplaced >= 0:
         bad = dispatches[failures.unplaced]
         raise SectionmarkError(
-            f"profile dispatch '{profile.keys[bad['key']]}' at command {bad['command_index']} of command buffer "
+            f"profile dispatch '{keys[bad['key']]}' at command {bad['command_index']} of command buffer "
             f"{bad['command_buffer']} is not a dispatch in the section map"
         )
     if failures.wrong_key >= 0:
         bad = dispatches[failures.wrong_key]
         expected = slots[flat[bases[np.searchsorted(runtime_ids, bad["command_buffer"])] + bad["command_index"]]]
         raise SectionmarkError(
-            f"profile dispatch '{profile.keys[bad['key']]}' at command {bad['command_index']} of command buffer "
+            f"profile dispatch '{keys[bad['key']]}' at command {bad['command_index']} of command buffer "
             f"{bad['command_buffer']} is '{expected.command.key}' in the section map: the profile's event and its "
             "recorded command disagree (corrupt profile?)"
         )
     if failures.orphan >= 0:
         raise SectionmarkError("profile has dispatches outside any queue submission (incomplete profile?)")
-    measured = _measured_rows(event_calls, failures)
-    return replace(attribution_without_events(profile, matcher, call_of_submission, measured_calls, exact, warmup),
-                   events=dispatches[measured], event_slots=event_slots[measured], event_calls=event_calls[measured])
+    return event_slots, event_calls, failures
 
 
 def call_numbers(profile: Profile, calls: Optional[int], warmup: int) -> tuple[np.ndarray, int, bool]:

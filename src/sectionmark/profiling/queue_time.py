@@ -299,7 +299,7 @@ class _Windows:
     measured: Union[slice, np.ndarray]
 
 
-def _measured_windows(spans: np.ndarray, calls: int) -> Optional[_Windows]:
+def measured_windows(spans: np.ndarray, calls: int) -> Optional[_Windows]:
     """The windows of the measured calls; None unless every call has a span."""
     call = spans["call"]
     mask = (call >= 0) & (call < calls)
@@ -312,7 +312,7 @@ def _measured_windows(spans: np.ndarray, calls: int) -> Optional[_Windows]:
 
 def measured_call_starts(spans: np.ndarray, calls: int) -> Optional[np.ndarray]:
     """The start of each measured call's window (its first queue operation); None unless every call has one."""
-    windows = _measured_windows(spans, calls)
+    windows = measured_windows(spans, calls)
     return None if windows is None else windows.starts
 
 
@@ -325,7 +325,7 @@ def call_time_and_memory(dispatch_union: DispatchUnion, spans: np.ndarray, memor
     """``call_time`` and ``device_memory`` of the same calls, finding their windows once. ``dispatch_union``:
     the union of the dispatch intervals inside each of the calls' windows (`dispatch_union_of` the events);
     ``allocations``: the queue allocations where they are kept apart from ``memory`` (`Profile.allocations`)."""
-    windows = _measured_windows(spans, calls)
+    windows = measured_windows(spans, calls)
     return _call_time(dispatch_union, spans, windows), _device_memory(memory, windows, allocations)
 
 
@@ -340,12 +340,12 @@ def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.
     ``spans``: QUEUE_SPAN_DTYPE, command-buffer executions and other queue
     operations of all calls (warmup calls have negative call numbers).
     """
-    return _call_time(dispatch_union_of(dispatch_starts, dispatch_ends), spans, _measured_windows(spans, calls))
+    return _call_time(dispatch_union_of(dispatch_starts, dispatch_ends), spans, measured_windows(spans, calls))
 
 
 def device_memory(memory: np.ndarray, spans: np.ndarray, calls: int) -> Optional[DeviceMemory]:
     """Device memory of the measured calls from memory events (MEMORY_DTYPE); None without pool figures."""
-    return _device_memory(memory, _measured_windows(spans, calls))
+    return _device_memory(memory, measured_windows(spans, calls))
 
 
 def _call_time(dispatch_union: DispatchUnion, spans: np.ndarray, windows: Optional[_Windows]) -> Optional[CallTime]:

@@ -253,7 +253,7 @@ def cache_path(device: str) -> Path:
 def measure_peak(device: str = "local-task") -> Peak:
     """Measure both peaks now (no cache)."""
     from sectionmark.compiler import compile
-    from sectionmark.profiling.runner import local_task_workers
+    from sectionmark.workflows.runner import local_task_workers
 
     _check_device(device)
     with tempfile.TemporaryDirectory(prefix="sectionmark-peak-") as directory:
@@ -283,7 +283,7 @@ def measure_peak(device: str = "local-task") -> Peak:
 
 def _best_seconds(command: list[str], device: str) -> float:
     """The best per-call time over the repetitions of one iree-benchmark-module run."""
-    from sectionmark.profiling.runner import benchmark_times_ns
+    from sectionmark.workflows.runner import benchmark_times_ns
 
     try:
         result = subprocess.run(command, capture_output=True, encoding="utf-8", errors="replace", timeout=TIMEOUT_S)

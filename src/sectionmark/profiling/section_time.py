@@ -130,9 +130,9 @@ class EventSums:
     slot_count: np.ndarray  # [slots]: events
     total_ns: int  # all durations
     disjoint: bool  # in start order and none overlapping: every event's wall part is its duration (wall_parts)
-    tiles: Optional["TileSums"]  # CPU tile data per composition; None when no event has tiles (tile_sums)
+    tiles: Optional["TileSums"]  # CPU tile data per composition; None when no event has tiles (`add_event_sums`)
     # [calls, compositions]: the first start and the last end of the events of each (call, composition); int64's
-    # maximum and minimum where none ran (composition_extents)
+    # maximum and minimum where none ran
     first_start: np.ndarray
     last_end: np.ndarray
 
@@ -143,58 +143,65 @@ def event_sums(attribution: Attribution) -> EventSums:
     The C pass makes no temporary the size of the events: what the session
     keeps of them is one value per composition, slot, or (call, composition).
     """
-    events, slots = attribution.events, len(attribution.slots)
+    sums = empty_event_sums(max(attribution.calls, 1), len(attribution.compositions), len(attribution.slots))
+    if not add_event_sums(attribution, sums):
+        sums.tiles = None
+    return sums
+
+
+def empty_event_sums(calls: int, compositions: int, slots: int) -> EventSums:
+    """Sums of no event, to add events to (`add_event_sums`): tile sums present, first starts and last ends at
+    int64's maximum and minimum."""
+    return EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
+                     np.zeros(slots), np.zeros(slots, np.int64), 0, True,
+                     TileSums(np.zeros(compositions), np.zeros(compositions), 0, 0),
+                     np.full((calls, compositions), np.iinfo(np.int64).max, np.int64),
+                     np.full((calls, compositions), np.iinfo(np.int64).min, np.int64))
+
+
+def add_event_sums(attribution: Attribution, sums: EventSums) -> bool:
+    """Add ``attribution``'s events to ``sums`` (`empty_event_sums`, tiles present; each sum grows in event
+    order, as one pass over all the events would add them: exactly the same numbers whether the events come at
+    once or a window at a time). ``sums.disjoint`` is anded with these events' own (the caller judges the
+    order across windows); returns whether any event has tiles."""
+    events = attribution.events
     slot_composition = slot_compositions(attribution)
-    calls, compositions = max(attribution.calls, 1), len(attribution.compositions)
+    calls, compositions = sums.busy_by_call.shape
+    tiles = sums.tiles
     native_passes = native()
     if native_passes is not None:
-        sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
-                         np.zeros(slots), np.zeros(slots, np.int64), 0, False,
-                         TileSums(np.zeros(compositions), np.zeros(compositions), 0, 0),
-                         np.full((calls, compositions), np.iinfo(np.int64).max, np.int64),
-                         np.full((calls, compositions), np.iinfo(np.int64).min, np.int64))
-        sums.total_ns, sums.disjoint, tile_ns, tiles, any_tiles = native_passes.event_sums(
+        total_ns, disjoint, tile_ns, tile_count, any_tiles = native_passes.event_sums(
             np.ascontiguousarray(events), np.ascontiguousarray(attribution.event_slots, np.int32),
             np.ascontiguousarray(attribution.event_calls, np.int32), slot_composition, calls, sums.busy_by_call,
-            sums.busy, sums.count, sums.slot_busy, sums.slot_count, sums.tiles.cpu, sums.tiles.tiles,
+            sums.busy, sums.count, sums.slot_busy, sums.slot_count, tiles.cpu, tiles.tiles,
             sums.first_start, sums.last_end)
-        sums.tiles = replace(sums.tiles, total_ns=tile_ns, total_tiles=tiles) if any_tiles else None
-        return sums
+        sums.total_ns += total_ns
+        sums.disjoint &= disjoint
+        sums.tiles = replace(tiles, total_ns=(tiles.total_ns + tile_ns) % (1 << 64),
+                             total_tiles=(tiles.total_tiles + tile_count) % (1 << 64))
+        return any_tiles
     starts, ends, slot = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64), attribution.event_slots
     duration = (ends - starts).astype(np.float64)
     composition = slot_composition[slot]
     call = np.minimum(attribution.event_calls, calls - 1).astype(np.int64)
-    disjoint = bool(len(starts) == 0 or ((starts[1:] >= ends[:-1]).all() and (ends >= starts).all()
-                                          and ends[-1] - starts[0] < 1 << 53))
-    return EventSums(
-        busy_by_call=busy_by_call(composition, call, duration, calls, compositions),
-        busy=np.bincount(composition, weights=duration, minlength=compositions),
-        count=np.bincount(composition, minlength=compositions),
-        slot_busy=np.bincount(slot, weights=duration, minlength=slots),
-        slot_count=np.bincount(slot, minlength=slots),
-        total_ns=int((ends - starts).sum()),
-        disjoint=disjoint,
-        tiles=tile_sums(events, composition, compositions),
-        **dict(zip(("first_start", "last_end"), composition_extents(starts, ends, composition, call, calls,
-                                                                    compositions))),
-    )
-
-
-def composition_walls(attribution: Attribution, sums: EventSums) -> np.ndarray:
-    """[compositions]: the wall time of ``attribution``'s events (each one's part of their union, `wall_parts`),
-    summed per composition; their busy time when ``sums`` found them disjoint (no sweep needed)."""
-    if sums.disjoint:
-        return sums.busy
-    events = attribution.events
-    parts = wall_parts(events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64))
-    return np.bincount(slot_compositions(attribution)[attribution.event_slots], weights=parts,
-                       minlength=len(attribution.compositions))
-
-
-def busy_by_call(composition: np.ndarray, call: np.ndarray, duration: np.ndarray, calls: int, compositions: int) -> np.ndarray:
-    """[calls, compositions]: summed event durations."""
-    flat = np.bincount(call * compositions + composition, weights=duration, minlength=calls * compositions)
-    return flat.reshape(calls, compositions)
+    # np.add.at adds in event order, onto what is there: the C pass's order.
+    np.add.at(sums.busy_by_call, (call, composition), duration)
+    np.add.at(sums.busy, composition, duration)
+    np.add.at(sums.count, composition, 1)
+    np.add.at(sums.slot_busy, slot, duration)
+    np.add.at(sums.slot_count, slot, 1)
+    sums.total_ns += int((ends - starts).sum())
+    sums.disjoint &= bool(len(starts) == 0 or ((starts[1:] >= ends[:-1]).all() and (ends >= starts).all()
+                                               and ends[-1] - starts[0] < 1 << 53))
+    flat = call * compositions + composition
+    np.minimum.at(sums.first_start.reshape(-1), flat, starts)
+    np.maximum.at(sums.last_end.reshape(-1), flat, ends)
+    counts = events["tile_count"]
+    np.add.at(tiles.cpu, composition, events["tile_ns"].astype(np.float64))
+    np.add.at(tiles.tiles, composition, counts.astype(np.float64))
+    sums.tiles = replace(tiles, total_ns=(tiles.total_ns + int(events["tile_ns"].sum(dtype=np.uint64))) % (1 << 64),
+                         total_tiles=(tiles.total_tiles + int(counts.sum(dtype=np.uint64))) % (1 << 64))
+    return bool(len(events) and counts.any())
 
 
 @dataclass(frozen=True)
@@ -205,25 +212,6 @@ class TileSums:
     tiles: np.ndarray  # [c]: summed tile counts
     total_ns: int  # all events' tile time, exactly
     total_tiles: int
-
-
-def tile_sums(events: np.ndarray, composition: np.ndarray, compositions: int) -> Optional[TileSums]:
-    """Tile time and tiles summed per composition (``composition``: each event's); None when no event has tiles.
-
-    Every dispatch that runs workgroups on local-task has at least one tile, so
-    a profile whose events all have none did not record tiles (Vulkan, a Tracy
-    capture): its CPU columns are "not recorded", not 0.
-    """
-    counts = events["tile_count"]
-    if not len(events) or not counts.any():
-        return None
-    tile_ns = events["tile_ns"]
-    return TileSums(
-        cpu=np.bincount(composition, weights=tile_ns.astype(np.float64), minlength=compositions),
-        tiles=np.bincount(composition, weights=counts.astype(np.float64), minlength=compositions),
-        total_ns=int(tile_ns.sum(dtype=np.uint64)),
-        total_tiles=int(counts.sum(dtype=np.uint64)),
-    )
 
 
 def shared_time(
@@ -370,25 +358,13 @@ def call_starts(first_dispatch: np.ndarray, queue_starts: Optional[np.ndarray]) 
     return first_dispatch if queue_starts is None else np.minimum(first_dispatch, queue_starts.astype(np.int64))
 
 
-def composition_extents(starts: np.ndarray, ends: np.ndarray, composition: np.ndarray, call: np.ndarray, calls: int,
-                        compositions: int) -> tuple[np.ndarray, np.ndarray]:
-    """[calls, compositions]: the first start and the last end of each (call, composition)'s events (int64's
-    maximum and minimum where none ran)."""
-    flat = call.astype(np.int64) * compositions + composition
-    first = np.full(calls * compositions, np.iinfo(np.int64).max, np.int64)
-    last = np.full(calls * compositions, np.iinfo(np.int64).min, np.int64)
-    np.minimum.at(first, flat, starts.astype(np.int64))
-    np.maximum.at(last, flat, ends.astype(np.int64))
-    return first.reshape(calls, compositions), last.reshape(calls, compositions)
-
-
 def section_spans(first: np.ndarray, last: np.ndarray, call_starts: np.ndarray,
                   member: np.ndarray) -> tuple[list[Optional[Offsets]], list[Optional[Offsets]]]:
     """Per section column (last: unmarked), the offsets of its first dispatch start and last dispatch end
     from ``call_starts[call]``, over the calls it ran in; None for a column that never ran.
 
     ``first`` and ``last``: [calls, compositions], each (call, composition)'s first start and last end
-    (`composition_extents`). ``member`` (`Weights.member`, [compositions, columns]) says which columns run
+    (`EventSums`). ``member`` (`Weights.member`, [compositions, columns]) says which columns run
     during a composition's dispatches: every section with a share in it (even of weight 0) and their parents,
     so a fused dispatch counts for each of its sections and a parent's span covers its children's.
     """

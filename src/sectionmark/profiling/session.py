@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 
@@ -53,20 +53,18 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.section_path import SectionPath
 from sectionmark.profiling.attribute import Attribution
-from sectionmark.profiling.queue_time import (CallTime, DeviceMemory, DispatchUnion, call_time_and_memory,
-                                              dispatch_union_of, measured_call_starts)
+from sectionmark.profiling.event_fold import EventTotals, fold_events
+from sectionmark.profiling.queue_time import (CallTime, DeviceMemory, call_time_and_memory, measured_call_starts,
+                                              measured_windows)
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.section_time import (
     CompositionSums,
     EventSums,
     call_starts,
-    composition_walls,
-    event_sums,
     section_paths,
     section_rows,
     section_spans,
     section_traffic,
-    union_length,
     weight_matrices,
 )
 from sectionmark.profiling.stats import ProfilerCost, SectionStats, SiteStats
@@ -79,8 +77,54 @@ COVERAGE_TOLERANCE = 1e-3
 UNTIMED_TRANSFERS_NOTE = "no dispatches: only fills/copies, not timed on CPU (in the call time's command-buffer gaps)"
 
 
+class ProfileOutputs:
+    """The outputs of a profile by name (`render`, which the class defines) and their documented one-line
+    aliases (``print(prof.table())``, ``prof.save_tracy("run.tracy")``), shared by a session and a run."""
+
+    def render(self, format: str, **options: Any) -> Union[str, bytes]:
+        raise NotImplementedError
+
+    def save(self, path: PathLike, format: Optional[str] = None, *, inputs: Iterable[PathLike] = (), **options: Any) -> Path:
+        """Write this profile to ``path`` in ``format`` (default: from the suffix: .json, .csv,
+        .perfetto.json, .tracy, .png, .txt), all at once, never onto one of ``inputs``."""
+        from sectionmark import renderers
+
+        return renderers.save(self, path, format, inputs=inputs, **options)
+
+    def table(self) -> str:
+        """The console table as text."""
+        return self.render("table")
+
+    def save_json(self, path: PathLike) -> Path:
+        return self.save(path, "json")
+
+    def save_csv(self, path: PathLike) -> Path:
+        return self.save(path, "csv")
+
+    def save_perfetto(self, path: PathLike) -> Path:
+        """Chrome/Perfetto JSON trace: section tracks enclosing dispatch slices."""
+        return self.save(path, "perfetto")
+
+    def save_tracy(self, path: PathLike) -> Path:
+        """A real .tracy capture of the profiled timeline (needs IREE's tracing runtime)."""
+        return self.save(path, "tracy")
+
+    def save_chart(self, path: PathLike) -> Path:
+        """PNG bar chart of the section breakdown (to exactly ``path``, whatever its suffix)."""
+        return self.save(path, "chart")
+
+    def save_timeline(self, path: PathLike) -> Path:
+        """PNG timeline of where in the call each section runs (to exactly ``path``, whatever its suffix)."""
+        return self.save(path, "timeline")
+
+    def save_graph(self, path: PathLike) -> Path:
+        """The read/write graph of the dispatches: .dot, .svg (needs graphviz) or .html (sectionmark.renderers.graph)."""
+        return self.save(path, "graph")
+
+
+
 @dataclass
-class ProfileSession:
+class ProfileSession(ProfileOutputs):
     """The second core data model: a profiled run joined with its section map.
 
     Outputs are not made here: `render` and `save` look the format up in
@@ -102,10 +146,9 @@ class ProfileSession:
     function: Optional[str] = None
     weight_rule: str = "op-count"  # how fused dispatches were split: "cost", "op-count", or "mixed" (see split_rules)
     split_rules: dict[str, int] = json_field(default_factory=dict)  # sites split between sections, by rule
-    # per-event data for timelines; None after from_json, or when a windowed read kept none (then ``reread``
-    # gives it: `events`)
+    # Every measured event, when the session was made from events held in memory (a replay's functions); None
+    # for a profile read in windows (its `ProfileRun` reads them from the file) and after from_json.
     attribution: Optional[Attribution] = json_field(stored=False, default=None)
-    reread: Optional[Callable[[], Attribution]] = json_field(stored=False, default=None)
     # [calls, sections + unmarked]: each measured call's inclusive busy time per section column (the split of the
     # rows' per-call statistics, for views that sum sections); None after from_json
     per_call_busy: Optional[np.ndarray] = json_field(stored=False, default=None)
@@ -131,16 +174,20 @@ class ProfileSession:
     @classmethod
     def build(cls, attribution: Attribution, section_map: SectionMap, function: Optional[str] = None,
               workers: Optional[int] = None, device: Optional[str] = None) -> "ProfileSession":
-        """``workers``: local-task's worker count during the run, for utilization (None: unknown); ``device``: the
-        IREE device the run measured, named in the outputs (None: unknown)."""
-        return cls.from_totals(attribution, event_totals(attribution), section_map, function, workers, device)
+        """The session of the events ``attribution`` holds, which it keeps (a replay's function: its views draw
+        them). ``workers``: local-task's worker count during the run, for utilization (None: unknown);
+        ``device``: the IREE device the run measured, named in the outputs (None: unknown)."""
+        windows = measured_windows(attribution.queue_spans, attribution.calls)
+        totals = fold_events(attribution, None if windows is None else (windows.starts, windows.ends))
+        return cls.from_totals(attribution, totals, section_map, function, workers, device, events=attribution)
 
     @classmethod
-    def from_totals(cls, attribution: Attribution, totals: "EventTotals", section_map: SectionMap,
-                    function: Optional[str] = None, workers: Optional[int] = None,
-                    device: Optional[str] = None) -> "ProfileSession":
-        """The session of ``attribution``'s events summed into ``totals`` (`build`, or a windowed reader's sums,
-        `sectionmark.profiling.streamed`, whose attribution keeps no events)."""
+    def from_totals(cls, attribution: Attribution, totals: EventTotals, section_map: SectionMap,
+                    function: Optional[str] = None, workers: Optional[int] = None, device: Optional[str] = None,
+                    events: Optional[Attribution] = None) -> "ProfileSession":
+        """The session of the events summed into ``totals`` (`sectionmark.profiling.read`: a window at a time);
+        ``attribution``: their slots, calls and queue spans (its events unused); ``events``: the events to keep
+        (`attribution` field), if any."""
         sums, wall, total_wall = totals.sums, totals.wall, totals.total_wall
         if not sums.count.sum():
             raise SectionmarkError(
@@ -192,7 +239,7 @@ class ProfileSession:
             function=function,
             weight_rule=_weight_rule(split_rules, section_map.weight_rule),
             split_rules=dict(sorted(split_rules.items())),
-            attribution=attribution if totals.events_kept else None,
+            attribution=events,
             per_call_busy=sums.busy_by_call @ weights.inclusive,
             call_time=timing,
             memory=memory,
@@ -203,14 +250,6 @@ class ProfileSession:
         )
 
     # ------------------------------------------------------------------ views
-
-    def events(self) -> Optional[Attribution]:
-        """The attributed events (for timelines): kept from the build, or read again from the profile file when a
-        windowed read kept none (bounded memory: a long profile's events are read only when a view asks);
-        None for a session loaded from JSON."""
-        if self.attribution is None and self.reread is not None:
-            self.attribution = self.reread()
-        return self.attribution
 
     @property
     def section_rows(self) -> list[SectionStats]:
@@ -243,48 +282,15 @@ class ProfileSession:
     def render(self, format: str, **options: Any) -> Union[str, bytes]:
         """This profile in an output format by name (``sectionmark.renderers.RENDERERS``): text or bytes.
 
-        ``options`` go to the renderer (``width`` of the table, ``title`` of the chart).
+        ``options`` go to the renderer (``width`` of the table, ``title`` of the chart; ``events``: the run's
+        events for the views that draw them, this session's own when it holds them).
         """
         from sectionmark import renderers
 
-        return renderers.get(format).render(self, **options)
-
-    def save(self, path: PathLike, format: Optional[str] = None, *, inputs: Iterable[PathLike] = (), **options: Any) -> Path:
-        """Write this profile to ``path`` in ``format`` (default: from the suffix: .json, .csv,
-        .perfetto.json, .tracy, .png, .txt), all at once, never onto one of ``inputs``."""
-        from sectionmark import renderers
-
-        return renderers.save(self, path, format, inputs=inputs, **options)
-
-    def table(self) -> str:
-        """The console table as text."""
-        return self.render("table")
-
-    def save_json(self, path: PathLike) -> Path:
-        return self.save(path, "json")
-
-    def save_csv(self, path: PathLike) -> Path:
-        return self.save(path, "csv")
-
-    def save_perfetto(self, path: PathLike) -> Path:
-        """Chrome/Perfetto JSON trace: section tracks enclosing dispatch slices."""
-        return self.save(path, "perfetto")
-
-    def save_tracy(self, path: PathLike) -> Path:
-        """A real .tracy capture of the profiled timeline (needs IREE's tracing runtime)."""
-        return self.save(path, "tracy")
-
-    def save_chart(self, path: PathLike) -> Path:
-        """PNG bar chart of the section breakdown (to exactly ``path``, whatever its suffix)."""
-        return self.save(path, "chart")
-
-    def save_timeline(self, path: PathLike) -> Path:
-        """PNG timeline of where in the call each section runs (to exactly ``path``, whatever its suffix)."""
-        return self.save(path, "timeline")
-
-    def save_graph(self, path: PathLike) -> Path:
-        """The read/write graph of the dispatches: .dot, .svg (needs graphviz) or .html (sectionmark.renderers.graph)."""
-        return self.save(path, "graph")
+        renderer = renderers.get(format)
+        if renderer.events:
+            options.setdefault("events", self.attribution)
+        return renderer.render(self, **options)
 
     # ------------------------------------------------------------------ JSON
 
@@ -330,27 +336,6 @@ def no_dispatch_note(path: SectionPath, section_map: SectionMap, profiled_functi
         return "no dispatches: ran only in initializers"
     elsewhere = sorted(functions - {INITIALIZER_FUNCTION}) + (["initializers"] if INITIALIZER_FUNCTION in functions else [])
     return f"no dispatches in this function: its dispatches are in {', '.join(elsewhere)}"
-
-
-@dataclass
-class EventTotals:
-    """What the session needs of the measured events, summed: per composition, slot and (call, composition)."""
-
-    sums: EventSums
-    wall: np.ndarray  # [compositions]: wall time (each event's part of the union, `wall_parts`)
-    total_wall: int  # the union of all measured events' intervals
-    # Per call window (starts, ends: int64 arrays): the union of the dispatch intervals inside it (call time).
-    dispatch_union: DispatchUnion
-    events_kept: bool = True  # the attribution holds its events (False: a windowed reader's, read again on demand)
-
-
-def event_totals(attribution: Attribution) -> EventTotals:
-    """`EventTotals` of the events an attribution holds."""
-    events = attribution.events
-    sums = event_sums(attribution)
-    starts, ends = events["start_ns"], events["end_ns"]
-    total_wall = sums.total_ns if sums.disjoint else union_length(starts.astype(np.int64), ends.astype(np.int64))
-    return EventTotals(sums, composition_walls(attribution, sums), total_wall, dispatch_union_of(starts, ends))
 
 
 def _profiled_functions(attribution: Attribution, section_map: SectionMap, function: Optional[str]) -> set[str]:

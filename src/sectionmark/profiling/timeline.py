@@ -12,7 +12,7 @@ one, which keeps the main track strictly nested and no time hidden.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -68,9 +68,10 @@ def build_timelines(attribution: Attribution) -> list[QueueTimeline]:
     return timelines
 
 
-def session_timelines(session) -> list[QueueTimeline]:
-    """Timelines of a ProfileSession; only a session built from a profile has its events."""
-    attribution = session.events()
+def session_timelines(session, events: Optional[Attribution] = None) -> list[QueueTimeline]:
+    """Timelines of a run's ``events`` (`sectionmark.ProfileRun.events`), or of the events a ProfileSession holds
+    (a replay's function); one error line for a session without events (read back from JSON)."""
+    attribution = events if events is not None else session.attribution
     if attribution is None:
         raise SectionmarkError("this profile has no per-dispatch events (it was loaded from JSON); re-run the report from the .ireeprof")
     return build_timelines(attribution)

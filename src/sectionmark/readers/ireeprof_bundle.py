@@ -52,7 +52,7 @@ IGNORED_CHUNKS = frozenset(
 )
 KNOWN_CHUNKS = USED_CHUNKS + tuple(sorted(IGNORED_CHUNKS))
 _KNOWN_CONTENT_TYPES = tuple((_CONTENT_PREFIX + name).encode() for name in KNOWN_CHUNKS)
-_HOST_EVENT = np.dtype(
+HOST_EVENT = np.dtype(
     {
         "names": [
             "record_length", "type", "status_code", "event_id", "submission", "command_buffer",
@@ -65,7 +65,7 @@ _HOST_EVENT = np.dtype(
         "itemsize": 152,
     }
 )
-_MEMORY_EVENT = np.dtype(
+MEMORY_EVENT = np.dtype(
     {
         "names": ["record_length", "type", "flags", "event_id", "time_ns", "allocation", "pool", "submission",
                   "device", "length", "pool_reserved"],
@@ -223,7 +223,7 @@ class OpenBundle:
     commands: dict[int, dict[int, CommandRecord]]  # their recorded commands, by index
 
     def host_event_positions(self) -> RecordPositions:
-        return RecordPositions(self.chunks["host-execution-events"], _HOST_EVENT.itemsize)
+        return RecordPositions(self.chunks["host-execution-events"], HOST_EVENT.itemsize)
 
     def close(self) -> None:
         """Let the mapped file and the chunk tables go: a reader that has read every event needs neither."""
@@ -354,7 +354,7 @@ def memory_events(bundle: OpenBundle) -> np.ndarray:
     """The memory events (MEMORY_DTYPE), each checked for layout, type and identity (in C when built), read
     ``HOST_EVENTS_WINDOW`` at a time like the host events."""
     path, mapped, data, chunks = bundle.path, bundle.mapped, bundle.data, bundle.chunks["memory-events"]
-    positions = RecordPositions(chunks, _MEMORY_EVENT.itemsize)
+    positions = RecordPositions(chunks, MEMORY_EVENT.itemsize)
     memory = np.empty(len(positions), MEMORY_DTYPE)
     devices, event_ids = np.empty(len(positions), np.uint64), np.empty(len(positions), np.uint64)
     firsts, increasing = _Firsts(), True
@@ -367,7 +367,7 @@ def memory_events(bundle: OpenBundle) -> np.ndarray:
             not begin or (int(devices[begin]), int(event_ids[begin])) > (int(devices[begin - 1]),
                                                                          int(event_ids[begin - 1])))
         firsts.add(begin, bad_length, -1, -1, unknown)
-        release_pages(mapped, int(window[0]), int(window[-1]) + _MEMORY_EVENT.itemsize)
+        release_pages(mapped, int(window[0]), int(window[-1]) + MEMORY_EVENT.itemsize)
     if firsts.bad_length >= 0:
         raise UnsupportedLayout("record length differs from the known layout")
     if firsts.unknown >= 0:
@@ -384,11 +384,11 @@ def decode_memory_events(data: np.ndarray, positions: np.ndarray, memory: np.nda
     whether the (device, event id) pairs strictly increase, so are unique). In C when the extension is built."""
     if native() is not None:
         return native().memory_events(data, positions, memory, devices, event_ids)
-    events = records_at(data, positions, _MEMORY_EVENT)
+    events = records_at(data, positions, MEMORY_EVENT)
     count = len(events)
     devices[:count], event_ids[:count] = events["device"], events["event_id"]
     fill_columns(memory, events, np.arange(count))
-    return (first_true(events["record_length"] != _MEMORY_EVENT.itemsize),
+    return (first_true(events["record_length"] != MEMORY_EVENT.itemsize),
             first_true(~np.isin(events["type"], list(MEMORY_EVENT_NAMES))),
             strictly_increasing(devices[:count], event_ids[:count]))
 
@@ -429,7 +429,7 @@ def _host_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: Chunks
     ``known_codes``; checks every event's layout, type, status, identity and function. In C when the extension
     is built (one pass over the events, which also checks times and orders), else with numpy; either way in
     windows of ``HOST_EVENTS_WINDOW`` events, each window's file pages given back after it."""
-    positions = RecordPositions(chunks, _HOST_EVENT.itemsize)
+    positions = RecordPositions(chunks, HOST_EVENT.itemsize)
     total = len(positions)
     tables = [np.empty(total, dtype) for dtype in (DISPATCH_DTYPE, SUBMISSION_DTYPE, QUEUE_OP_DTYPE)]
     sizes, firsts = [0, 0, 0], _Firsts()
@@ -451,25 +451,36 @@ def _host_events(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: Chunks
                                                                                 outputs)
         firsts.add(begin, bad_length, bad_type, failed, unknown)
         sizes = [size + count for size, count in zip(sizes, added)]
-        release_pages(mapped, int(window[0]), int(window[-1]) + _HOST_EVENT.itemsize)
+        release_pages(mapped, int(window[0]), int(window[-1]) + HOST_EVENT.itemsize)
     dispatches, submissions, queue_ops = (table[:size] for table, size in zip(tables, sizes))
 
-    def record(index: int) -> np.void:
-        return records_at(data, positions[[index]], _HOST_EVENT)[0]
+    def check(checked: tuple[int, int, int, int]) -> None:
+        failing = [first for first in checked if first >= 0]
+        if failing:
+            raise_host_event_error(path, records_at(data, positions[failing], HOST_EVENT), checked)
 
-    if firsts.bad_length >= 0:
-        raise UnsupportedLayout("record length differs from the known layout")
-    if firsts.bad_type >= 0:
-        raise corrupt(path, f"unknown host execution event type {record(firsts.bad_type)['type']}")
-    if firsts.failed >= 0:
-        bad = record(firsts.failed)
-        raise run_failed(path, EVENT_NAMES[int(bad["type"])], int(bad["event_id"]), int(bad["status_code"]))
+    check((firsts.bad_length, firsts.bad_type, firsts.failed, -1))
     if not increasing:  # strictly increasing pairs are unique
         check_unique(path, "a host execution event", *_host_event_fields(mapped, data, positions, "stream", "event_id"))
-    if firsts.unknown >= 0:
-        bad = record(firsts.unknown)
-        raise corrupt(path, f"dispatch of unknown executable function {bad['executable_id']}:{bad['function_ordinal']}")
+    check((-1, -1, -1, firsts.unknown))
     return _HostEvents(dispatches, submissions, queue_ops, order)
+
+
+def raise_host_event_error(path: Path, failing: np.ndarray, firsts: tuple[int, int, int, int]) -> None:
+    """The error of the first host event failing a check, in the order the checks are made: ``firsts`` (bad
+    length, bad type, failed, unknown function: an index or -1) and ``failing``, the records of those that are
+    not -1, in that order."""
+    records = iter(failing)
+    bad_length, bad_type, failed, unknown = ((next(records) if first >= 0 else None) for first in firsts)
+    if bad_length is not None:
+        raise UnsupportedLayout("record length differs from the known layout")
+    if bad_type is not None:
+        raise corrupt(path, f"unknown host execution event type {bad_type['type']}")
+    if failed is not None:
+        raise run_failed(path, EVENT_NAMES[int(failed["type"])], int(failed["event_id"]), int(failed["status_code"]))
+    if unknown is not None:
+        raise corrupt(path, f"dispatch of unknown executable function {unknown['executable_id']}:"
+                      f"{unknown['function_ordinal']}")
 
 
 def _in_order_after(dispatches: np.ndarray, before: int, added: int) -> bool:
@@ -483,20 +494,20 @@ def _in_order_after(dispatches: np.ndarray, before: int, added: int) -> bool:
 def _increasing_across(data: np.ndarray, positions: RecordPositions, begin: int) -> bool:
     """Whether host event ``begin``'s (stream, event id) exceeds event ``begin - 1``'s (the C pass checks within
     a window)."""
-    last, first = records_at(data, positions[[begin - 1, begin]], _HOST_EVENT)
+    last, first = records_at(data, positions[[begin - 1, begin]], HOST_EVENT)
     return (int(first["stream"]), int(first["event_id"])) > (int(last["stream"]), int(last["event_id"]))
 
 
 def _host_event_fields(mapped: mmap.mmap, data: np.ndarray, positions: RecordPositions,
                        *names: str) -> list[np.ndarray]:
     """Fields of every host event, gathered window by window (the whole 152-byte records are never all copied)."""
-    fields = [np.empty(len(positions), _HOST_EVENT.fields[name][0]) for name in names]
+    fields = [np.empty(len(positions), HOST_EVENT.fields[name][0]) for name in names]
     for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
         window = positions[begin : begin + HOST_EVENTS_WINDOW]
-        events = records_at(data, window, _HOST_EVENT)
+        events = records_at(data, window, HOST_EVENT)
         for field, name in zip(fields, names):
             field[begin : begin + len(window)] = events[name]
-        release_pages(mapped, int(window[0]), int(window[-1]) + _HOST_EVENT.itemsize)
+        release_pages(mapped, int(window[0]), int(window[-1]) + HOST_EVENT.itemsize)
     return fields
 
 
@@ -504,10 +515,10 @@ def split_with_numpy(data: np.ndarray, window: np.ndarray, known_codes: np.ndarr
                       outputs: list[np.ndarray]) -> tuple[list[int], tuple[int, int, int, int]]:
     """The numpy twin of the C pass over one window: its events into the starts of ``outputs`` (dispatch,
     submission, queue-op tables); (rows added to each, first bad length, bad type, failed, unknown function)."""
-    events = records_at(data, window, _HOST_EVENT)
+    events = records_at(data, window, HOST_EVENT)
     bad_length, bad_type, failed = (
         first_true(wrong)
-        for wrong in (events["record_length"] != _HOST_EVENT.itemsize, ~np.isin(events["type"], list(EVENT_NAMES)),
+        for wrong in (events["record_length"] != HOST_EVENT.itemsize, ~np.isin(events["type"], list(EVENT_NAMES)),
                       events["status_code"] != 0)
     )
     types = events["type"]

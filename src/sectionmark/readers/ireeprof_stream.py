@@ -1,53 +1,49 @@
-"""A host-timed .ireeprof bundle's dispatches read a window of whole submissions at a time, in bounded memory.
+"""A host-timed .ireeprof bundle's events read in windows, in bounded memory: the one path from such a file to a
+session (`sectionmark.readers.sources`).
 
 `read_profile` returns every dispatch at once: 64 bytes per event, so a long
-profile's table outgrows the machine (10M events: 640 MB). A reader that only
-sums the events (`sectionmark.profiling.streamed`) reads them here instead:
-the host events are decoded ``HOST_EVENTS_WINDOW`` at a time (in C), and each
-window yields the dispatches of the submissions whose execution event it
-read, sorted and checked as `checked_profile` checks them. IREE writes a
-submission's dispatch events, then its execution event, so a window holds
-whole submissions; dispatches whose execution comes in a later window wait
-for it.
-
-This is a fast path, not a second reader: wherever the file is not in the
-order it relies on, or fails any check, the stream raises `NotStreamable` and
-the caller reads the profile whole with `read_profile`, which gives the same
-events or the precise error line. Each window is decoded and checked in C when
-the extension is built, else with numpy (the same results, slower).
+profile's table outgrows the machine (10M events: 640 MB). Here the events
+come in two passes. The first (`DispatchStream.layout`) gathers the host
+events' types from the mapped file and copies only the executions and queue
+operations: with them the calls are numbered and each window's times bounded
+before any dispatch is read. The second (`DispatchStream.windows`) decodes
+the host events ``HOST_EVENTS_WINDOW`` at a time (in C when built, else with
+numpy: the same results) and yields the dispatches of the submissions whose
+execution event it read, sorted and checked as `checked_profile` checks them,
+with its error lines. IREE writes a submission's dispatch events, then its
+execution event, so a window holds whole submissions; dispatches whose
+execution comes in a later window wait for it.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional
 
 import numpy as np
 
-from sectionmark.artifacts.files import open_regular
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.bundle_records import RecordPositions, UnsupportedLayout, records_at
-from sectionmark.readers.checks import by_submission_and_start, check_links, check_times, recorded_commands, sorted_by
 from sectionmark.readers.arrays import strictly_increasing
-from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, MAX_TIMESTAMP_NS, MEMORY_DTYPE,
-                                             MEMORY_POOL_STATS, QUEUE_ALLOCA, QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile,
-                                             Provenance, native)
-from sectionmark.readers.ireeprof_bundle import (_HOST_EVENT, _MEMORY_EVENT, BUNDLE_MAGIC, HOST_EVENTS_WINDOW,
-                                                 OpenBundle, decode_memory_events, exports_by_executable, open_bundle,
+from sectionmark.readers.bundle_records import RecordPositions, UnsupportedLayout, records_at, release_pages
+from sectionmark.readers.checks import (by_submission_and_start, check_links, check_times, check_unique, corrupt,
+                                        exports_by_executable, recorded_commands, sorted_by)
+from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, EVENT_DISPATCH, EVENT_EXECUTE,
+                                             MAX_TIMESTAMP_NS, MEMORY_DTYPE, MEMORY_POOL_STATS, QUEUE_ALLOCA,
+                                             QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, native)
+from sectionmark.readers.ireeprof_bundle import (HOST_EVENT, HOST_EVENTS_WINDOW, MEMORY_EVENT, OpenBundle,
+                                                 decode_memory_events, fill_columns, raise_host_event_error,
                                                  split_with_numpy)
 
 
-class NotStreamable(Exception):
-    """The profile cannot be read in windows here: read it whole (`read_profile`), which says why or reads it."""
-
-
 class DispatchStream:
-    """The dispatches of a host-timed bundle, a window at a time (`windows`), and everything else about it.
+    """The events of a host-timed bundle in two passes: first its submissions and queue operations (`layout`:
+    what numbers the calls and bounds each window's times), then its dispatches a window of whole submissions
+    at a time (`windows`), then the rest (`profile`: the memory events, read with the dispatches' bytes).
 
-    ``profile`` (before the windows: its metadata; after: with every
-    submission and queue operation) is the `Profile` `read_profile` would
-    give, less its dispatches.
+    ``profile`` is the `Profile` `read_profile` would give, less its dispatches; every check of the whole read
+    is made, and a file it refuses is refused here with the same error line.
     """
 
     def __init__(self, bundle: OpenBundle, file: BinaryIO):
@@ -55,27 +51,33 @@ class DispatchStream:
         self.command_buffers, self._timed = recorded_commands(bundle.path, bundle.declared, bundle.commands)
         self._memory = np.zeros(0, MEMORY_DTYPE)  # read with the host events (`_MemoryLevels`)
         self._allocations = np.zeros(0, ALLOCATION_DTYPE)
-        self._submissions = np.zeros(0, SUBMISSION_DTYPE)
-        self._queue_ops = np.zeros(0, QUEUE_OP_DTYPE)
-        self.fraction_read = 0.0  # of the host events, by the windows so far
+        self._layout: Optional[Profile] = None
 
     @property
     def path(self) -> Path:
         return self._bundle.path
 
+    def layout(self) -> Profile:
+        """The profile without its dispatches and memory events: every submission and queue operation, from a
+        first pass over the mapped host events that copies only the records that are not dispatches (a call
+        submits one or a few; each window's pages are given back after it)."""
+        if self._layout is None:
+            bundle = self._bundle
+            submissions, queue_ops = _executions_and_operations(bundle)
+            self._layout = Profile(np.zeros(0, DISPATCH_DTYPE), submissions, bundle.keys, self.command_buffers,
+                                   exports_by_executable(bundle.functions), queue_ops, np.zeros(0, MEMORY_DTYPE),
+                                   allocations=np.zeros(0, ALLOCATION_DTYPE), provenance=Provenance("bundle"))
+        return self._layout
+
     def profile(self) -> Profile:
-        """The profile without its dispatches; its submissions and queue operations are all there once `windows`
-        has ended."""
-        queue_ops = sorted_by(self._queue_ops, "start_ns", "submission")
-        return Profile(np.zeros(0, DISPATCH_DTYPE), self._submissions, self._bundle.keys, self.command_buffers,
-                       exports_by_executable(self._bundle.functions), queue_ops, self._memory,
-                       allocations=self._allocations, provenance=Provenance("bundle"))
+        """The profile without its dispatches; its memory events are there once `windows` has ended."""
+        return replace(self.layout(), memory=self._memory, allocations=self._allocations)
 
     def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(dispatches, submissions) of successive whole submissions, in submission order: the dispatches sorted by
         (submission, start) and checked against their submissions (SUBMISSION_DTYPE, sorted). The dispatches
         are rows of a buffer the next window is read into: copy what must outlive the step."""
-        bundle = self._bundle
+        bundle, layout = self._bundle, self.layout()
         positions = bundle.host_event_positions()
         total = len(positions)
         # Untouched rows of np.empty cost no memory: these grow only by the executions and queue operations read.
@@ -83,9 +85,9 @@ class DispatchStream:
         done_submissions = done_queue_ops = 0
         pending = np.zeros(0, DISPATCH_DTYPE)
         last_executed: Optional[int] = None  # the id of the last execution read
-        previous_event: Optional[tuple[int, int]] = None  # (stream, event id) of the last host event read
+        identities = _EventIdentities(self.path)
         rows = np.empty(0, DISPATCH_DTYPE)  # reused: fresh memory costs a page fault per page touched
-        memory = _MemoryLevels(RecordPositions(bundle.chunks["memory-events"], _MEMORY_EVENT.itemsize))
+        memory = _MemoryLevels(self.path, RecordPositions(bundle.chunks["memory-events"], MEMORY_EVENT.itemsize))
         covered = memory.first_position(int(positions[0]) if total else bundle.data.size)  # read up to here
         for begin in range(0, total, HOST_EVENTS_WINDOW):
             window = positions[begin : begin + HOST_EVENTS_WINDOW]
@@ -93,31 +95,30 @@ class DispatchStream:
                 rows = np.empty(len(pending) + len(window), DISPATCH_DTYPE)
             rows[: len(pending)] = pending
             # From where the last window's bytes ended: the memory events between host events come with them.
-            end = int(window[-1]) + _HOST_EVENT.itemsize
+            end = int(window[-1]) + HOST_EVENT.itemsize
             data = self._read(covered, end)
             memory.take(data, covered)
             offsets, covered = window - covered, end
-            (added, new_submissions, new_queue_ops), passed = _split(
+            (added, new_submissions, new_queue_ops), firsts, increasing = _split(
                 bundle, data, offsets, [rows[len(pending):], submissions[done_submissions:], queue_ops[done_queue_ops:]])
-            first, last = records_at(data, offsets[[0, -1]], _HOST_EVENT)
-            if not passed or (
-                    previous_event is not None and (int(first["stream"]), int(first["event_id"])) <= previous_event):
-                raise NotStreamable("an event fails a check or repeats")
-            previous_event = (int(last["stream"]), int(last["event_id"]))
-            self.fraction_read = (begin + len(window)) / total
+            if max(firsts) >= 0:
+                raise_host_event_error(self.path, records_at(data, offsets[[first for first in firsts
+                                                                            if first >= 0]], HOST_EVENT), firsts)
+            identities.take(_identities(data, offsets), increasing)
             executed = submissions[done_submissions : done_submissions + new_submissions]
             done_submissions += new_submissions
             done_queue_ops += new_queue_ops
             ids = executed["submission"]
             if len(ids) and ((ids[1:] <= ids[:-1]).any() or (last_executed is not None and ids[0] <= last_executed)):
-                raise NotStreamable("executions out of submission order")
+                raise corrupt(self.path, "command-buffer executions out of submission order")
             dispatches = rows[: len(pending) + added]
             if not len(ids):
                 pending = dispatches.copy()
                 continue
             submission = dispatches["submission"]
             if last_executed is not None and len(submission) and submission.min() <= last_executed:
-                raise NotStreamable("a dispatch event after its submission's execution event")
+                raise corrupt(self.path, f"a dispatch of submission {int(submission.min())} is recorded after its "
+                              "execution")
             last_executed = int(ids[-1])
             if (submission[1:] >= submission[:-1]).all():  # as IREE writes them: the complete ones first
                 cut = int(np.searchsorted(submission, last_executed, side="right"))
@@ -133,13 +134,13 @@ class DispatchStream:
         bundle.close()
         self._file.close()
         self._buffer = np.empty(0, np.uint8)
+        submissions, queue_ops = submissions[:done_submissions], queue_ops[:done_queue_ops]
+        check_times(self.path, pending, submissions, queue_ops, self._memory, host_events_plausible=True)
         if len(pending):
-            raise NotStreamable("dispatches of a submission that never executes")
-        self._submissions, self._queue_ops = submissions[:done_submissions], queue_ops[:done_queue_ops]
-        try:
-            check_times(self.path, pending, self._submissions, self._queue_ops, self._memory, host_events_plausible=True)
-        except SectionmarkError as problem:
-            raise NotStreamable(str(problem)) from None
+            raise corrupt(self.path, "profile has dispatches outside any queue submission (incomplete profile?)")
+        if not (np.array_equal(submissions, layout.submissions)
+                and np.array_equal(sorted_by(queue_ops, "start_ns", "submission"), layout.queue_ops)):
+            raise SectionmarkError(f"{self.path}: the profile changed while it was read")
 
     def _read(self, start: int, end: int) -> np.ndarray:
         """Bytes ``[start, end)`` of the file, read into one reused buffer: read, not mapped, so that no page of
@@ -149,36 +150,102 @@ class DispatchStream:
             self._buffer = np.empty(length, np.uint8)  # not zeroed: the read fills what is used
         data = self._buffer[:length]
         if os.preadv(self._file.fileno(), [data], start) != length:
-            raise NotStreamable("the file is shorter than when it was opened")
+            raise SectionmarkError(f"{self.path}: the profile changed while it was read (it is shorter)")
         return data
 
     def _checked(self, dispatches: np.ndarray, executed: np.ndarray) -> np.ndarray:
         """The dispatches of the submissions ``executed``, sorted and checked against them (`checked_profile`'s
-        link checks; any failure: read the profile whole, which names it)."""
+        link checks, with its error lines)."""
         dispatches = by_submission_and_start(dispatches)
-        try:
-            check_links(self.path, dispatches, executed, self.command_buffers, self._timed)
-        except SectionmarkError as problem:
-            raise NotStreamable(str(problem)) from None
+        check_links(self.path, dispatches, executed, self.command_buffers, self._timed)
         return dispatches
 
 
-def _split(bundle: OpenBundle, data: np.ndarray, offsets: np.ndarray, outputs: list[np.ndarray]) -> tuple[list[int],
-                                                                                                        bool]:
+_TYPE_FIELD = np.dtype("<u4")  # a host event's type, 4 bytes into its record
+
+
+def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarray]:
+    """The bundle's command-buffer executions (SUBMISSION_DTYPE, by submission) and other queue operations
+    (QUEUE_OP_DTYPE, by start): each window's host event types gathered from the mapped file, then the few
+    records that are not dispatches. A record failing a check is left to `windows`, which names it."""
+    positions = bundle.host_event_positions()
+    executions, operations = [], []
+    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
+        window = positions[begin : begin + HOST_EVENTS_WINDOW]
+        kinds = records_at(bundle.data, window + HOST_EVENT.fields["type"][1], _TYPE_FIELD)
+        others = records_at(bundle.data, window[kinds != EVENT_DISPATCH], HOST_EVENT)
+        release_pages(bundle.mapped, int(window[0]), int(window[-1]) + HOST_EVENT.itemsize)
+        for table, rows, dtype in ((executions, others[others["type"] == EVENT_EXECUTE], SUBMISSION_DTYPE),
+                                   (operations, others[others["type"] != EVENT_EXECUTE], QUEUE_OP_DTYPE)):
+            part = np.zeros(len(rows), dtype)
+            fill_columns(part, rows, np.arange(len(rows)))
+            table.append(part)
+    submissions = np.concatenate(executions) if executions else np.zeros(0, SUBMISSION_DTYPE)
+    queue_ops = np.concatenate(operations) if operations else np.zeros(0, QUEUE_OP_DTYPE)
+    return submissions, sorted_by(queue_ops, "start_ns", "submission")
+
+
+class _EventIdentities:
+    """Every host event's (stream, event id) is unique, checked a window at a time: IREE writes them increasing,
+    which the window pass confirms; a window that is not (events written out of order) is sorted and checked
+    against itself and the window before it; one reaching further back is refused."""
+
+    def __init__(self, path: Path):
+        self._path = path
+        self._before = np.zeros(0, _IDENTITY)  # the last window's identities, sorted
+        self._highest_earlier: Optional[tuple[int, int]] = None  # the largest identity of the windows before it
+
+    def take(self, keys: np.ndarray, increasing: bool) -> None:
+        """A window's identities (`_identities`); ``increasing``: the window pass found them increasing."""
+        if not len(keys):
+            return
+        if not increasing:
+            keys = np.sort(keys)
+            if (keys[1:] == keys[:-1]).any():
+                check_unique(self._path, "a host execution event", keys["stream"], keys["event_id"])
+        if len(self._before):
+            lowest = tuple(keys[0].tolist())
+            if self._highest_earlier is not None and lowest <= self._highest_earlier:
+                raise corrupt(self._path, "host execution events written out of order by more than a window")
+            if lowest <= tuple(self._before[-1].tolist()):
+                both = np.concatenate([self._before, keys])
+                check_unique(self._path, "a host execution event", both["stream"], both["event_id"])
+            self._highest_earlier = tuple(self._before[-1].tolist())
+        self._before = keys
+
+
+_IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])
+
+
+def _identities(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The (stream, event id) of the host events at ``offsets`` of ``data`` (two fields gathered, not whole
+    records)."""
+    identities = np.empty(len(offsets), _IDENTITY)
+    for name in _IDENTITY.names:
+        identities[name] = records_at(data, offsets + HOST_EVENT.fields[name][1], np.dtype("<u8"))
+    return identities
+
+
+def _split(bundle: OpenBundle, data: np.ndarray, offsets: np.ndarray, outputs: list[np.ndarray]) -> tuple[
+        list[int], tuple[int, int, int, int], bool]:
     """The host events at ``offsets`` of ``data`` into the starts of ``outputs`` (dispatch, submission and
-    queue-operation tables): the rows added to each, and whether every event passed its checks (layout, type,
-    status, function, plausible times) with (stream, event id) strictly increasing. In C when built."""
+    queue-operation tables): the rows added to each, the first event failing each check (layout, type, status,
+    function; -1: none) and whether their (stream, event id) strictly increase. In C when built. Times are
+    checked as the whole read checks them (its error line)."""
     if native() is not None:
         (*added, bad_length, bad_type, failed, unknown, plausible, _sorted, increasing) = native().host_events(
             data, offsets, bundle.known_codes, bundle.known_keys, *outputs)
-        return added, max(bad_length, bad_type, failed, unknown) < 0 and plausible and increasing
-    added, failures = split_with_numpy(data, offsets, bundle.known_codes, bundle.known_keys, outputs)
-    try:  # the times of the rows the window added, as the whole read checks them
-        check_times(bundle.path, *(table[:count] for table, count in zip(outputs, added)), np.zeros(0, MEMORY_DTYPE))
-    except SectionmarkError:
-        return added, False
-    events = records_at(data, offsets, _HOST_EVENT)
-    return added, max(failures) < 0 and strictly_increasing(events["stream"], events["event_id"])
+        firsts = (bad_length, bad_type, failed, unknown)
+        if plausible or max(firsts) >= 0:
+            return added, firsts, increasing
+    else:
+        added, firsts = split_with_numpy(data, offsets, bundle.known_codes, bundle.known_keys, outputs)
+        if max(firsts) >= 0:
+            return added, firsts, False
+        events = records_at(data, offsets, HOST_EVENT)
+        increasing = strictly_increasing(events["stream"], events["event_id"])
+    check_times(bundle.path, *(table[:count] for table, count in zip(outputs, added)), np.zeros(0, MEMORY_DTYPE))
+    return added, firsts, increasing
 
 
 class _MemoryLevels:
@@ -188,8 +255,8 @@ class _MemoryLevels:
     others add nothing to a level's peak or time average (a long profile has eight memory events per call: two
     change the level, two are allocations)."""
 
-    def __init__(self, positions: RecordPositions):
-        self._positions, self._next = positions, 0
+    def __init__(self, path: Path, positions: RecordPositions):
+        self._path, self._positions, self._next = path, positions, 0
         self._levels_kept = _Rows(len(positions), MEMORY_DTYPE)
         self._allocations = _Rows(len(positions), ALLOCATION_DTYPE)
         self._levels: dict[int, int] = {}  # pool -> its reserved bytes after the last event read
@@ -204,13 +271,13 @@ class _MemoryLevels:
         return self._next < len(self._positions)
 
     def last_end(self) -> int:
-        return int(self._positions[[len(self._positions) - 1]][0]) + _MEMORY_EVENT.itemsize
+        return int(self._positions[[len(self._positions) - 1]][0]) + MEMORY_EVENT.itemsize
 
     def take(self, data: np.ndarray, start: int) -> None:
         """Decode the memory events lying wholly inside ``data``, the file's bytes from ``start`` on."""
         while self.remaining():
             window = self._positions[self._next : self._next + HOST_EVENTS_WINDOW]
-            inside = int(np.searchsorted(window, start + len(data) - _MEMORY_EVENT.itemsize, side="right"))
+            inside = int(np.searchsorted(window, start + len(data) - MEMORY_EVENT.itemsize, side="right"))
             if not inside:
                 return
             self._decode(data, window[:inside] - start)
@@ -221,9 +288,17 @@ class _MemoryLevels:
         devices, event_ids = np.empty(len(offsets), np.uint64), np.empty(len(offsets), np.uint64)
         bad_length, unknown, increasing = decode_memory_events(data, offsets, rows, devices, event_ids)
         times = rows["time_ns"]
-        if (bad_length >= 0 or unknown >= 0 or not increasing or (int(devices[0]), int(event_ids[0])) <= self._last_event
-                or times[0] < self._last_time or (times[1:] < times[:-1]).any() or times[-1] >= MAX_TIMESTAMP_NS):
-            raise NotStreamable("memory events out of order or failing a check")
+        if bad_length >= 0:
+            raise UnsupportedLayout("memory event record length differs from the known layout")
+        if unknown >= 0:
+            raise corrupt(self._path, f"unknown memory event type {records_at(data, offsets[[unknown]], MEMORY_EVENT)[0]['type']}")
+        if not increasing or (int(devices[0]), int(event_ids[0])) <= self._last_event:
+            check_unique(self._path, "a memory event", devices, event_ids)
+            raise corrupt(self._path, "memory events out of order")
+        if times[0] < self._last_time or (times[1:] < times[:-1]).any():
+            raise corrupt(self._path, "memory events out of time order")
+        if times[-1] >= MAX_TIMESTAMP_NS or times.min() < 0:
+            raise corrupt(self._path, "a memory event's time is implausible")
         self._last_event, self._last_time = (int(devices[-1]), int(event_ids[-1])), int(times[-1])
         for table, chosen in ((self._levels_kept, rows[_level_changes(rows, self._levels)]),
                               (self._allocations, rows[["time_ns", "length"]][rows["type"] == QUEUE_ALLOCA])):
@@ -232,7 +307,7 @@ class _MemoryLevels:
     def kept(self) -> tuple[np.ndarray, np.ndarray]:
         """(the memory events kept, the queue allocations)."""
         if self.remaining():
-            raise NotStreamable("memory events outside the file's records")
+            raise corrupt(self._path, "memory events outside the file's records")
         return self._levels_kept.rows(), self._allocations.rows()
 
 
@@ -267,18 +342,3 @@ def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:
     last_of_pool = np.concatenate([pool[1:] != pool[:-1], [True]]) if len(by_pool) else first_of_pool
     levels.update(zip(pool[last_of_pool].tolist(), level[last_of_pool].tolist()))
     return changes
-
-
-def open_stream(path: Path) -> Optional[DispatchStream]:
-    """The dispatch stream of a host-timed .ireeprof bundle; None for anything else (a device-timed profile, JSONL,
-    a layout the bundle reader does not know): `read_profile` reads those whole."""
-    file = open_regular(path, "profile")
-    try:
-        if file.read(4) == BUNDLE_MAGIC:
-            bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size)
-            if not bundle.device_timed:
-                return DispatchStream(bundle, file)  # it reads the events from the file, and closes it
-    except (SectionmarkError, UnsupportedLayout, NotStreamable):
-        pass  # a bad file: read_profile says what is wrong with it, in the order of its checks
-    file.close()
-    return None

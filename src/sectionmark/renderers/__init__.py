@@ -58,6 +58,9 @@ class Renderer:
     module: str  # the module defining render(session, **options)
     by_suffix: bool = False  # the file's form follows its suffix (save(session, path, inputs)): one of extensions
     replays: Optional[str] = None  # how a replay's per-function profiles render: one of REPLAY_FORMS, None: per function
+    # It draws every event of the run: render takes ``events`` (`sectionmark.ProfileRun.render` reads and passes
+    # them; a session passes those it holds).
+    events: bool = False
 
     def render(self, session: "ProfileSession", **options: Any) -> Union[str, bytes]:
         return self._checked(importlib.import_module(self.module).render(session, **options))
@@ -114,9 +117,9 @@ RENDERERS: dict[str, Renderer] = {
                  replays="csv"),
         Renderer("perfetto", (".perfetto.json",), False,
                  "Chrome/Perfetto JSON trace (open in ui.perfetto.dev)", "sectionmark.renderers.perfetto",
-                 replays="document"),
+                 replays="document", events=True),
         Renderer("tracy", (".tracy",), True, "Tracy capture (.tracy) of the profiled timeline",
-                 "sectionmark.renderers.tracy_out", replays="document"),
+                 "sectionmark.renderers.tracy_out", replays="document", events=True),
         Renderer("chart", (".png",), True, "PNG chart of the section breakdown", "sectionmark.renderers.chart",
                  replays="stacked"),
         Renderer("timeline", (".timeline.png",), True,
@@ -132,7 +135,7 @@ RENDERERS: dict[str, Renderer] = {
         # Before the graph, which also writes .html when asked by name: a bare .html path is the report.
         Renderer("html", (".html",), False,
                  "one self-contained HTML report: section tree, call timeline, components, kernels, graph",
-                 "sectionmark.renderers.html", replays="document"),
+                 "sectionmark.renderers.html", replays="document", events=True),
         Renderer("graph", (".dot", ".svg", ".html"), False,
                  "read/write graph of the dispatches: .dot, .svg (needs Graphviz 'dot') or self-contained .html",
                  "sectionmark.renderers.graph", by_suffix=True),

@@ -44,6 +44,7 @@ from rich.table import Table
 
 from sectionmark.section_path import format_path
 from sectionmark.profiling.queue_time import measured_call_starts
+from sectionmark.profiling.attribute import Attribution
 from sectionmark.profiling.section_time import first_dispatch_starts
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import Span, build_timelines
@@ -67,23 +68,26 @@ class Tab:
     name: str
     session: Optional[ProfileSession]  # None: the function ran no dispatch (a recording's function)
     subtitle: str = ""
+    events: Optional[Attribution] = None  # the run's events, for the timeline of a call (None: not drawn)
 
 
-def render(session: ProfileSession, title: Optional[str] = None) -> str:
-    """The report of one profile as one HTML page; ``title`` replaces the default heading."""
+def render(session: ProfileSession, title: Optional[str] = None, events: Optional[Attribution] = None) -> str:
+    """The report of one profile as one HTML page; ``title`` replaces the default heading; ``events``: the run's,
+    for the timeline of a call (`sectionmark.ProfileRun` passes them)."""
     name = session.function or "profile"
-    return page([Tab(name, session)], title or f"sectionmark profile: {name}")
+    return page([Tab(name, session, events=events)], title or f"sectionmark profile: {name}")
 
 
 def render_replay(replay: "ReplayProfile", title: Optional[str] = None) -> str:
     """The report of a replayed recording (`sectionmark.workflows.replay.ReplayProfile`): one tab per function."""
-    tabs = [Tab(entry.function, entry.profile, replay.calls_summary(entry)) for entry in replay.functions]
+    tabs = [Tab(entry.function, entry.profile, replay.calls_summary(entry),
+                entry.profile.attribution if entry.profile is not None else None) for entry in replay.functions]
     return page(tabs, title or "sectionmark profile of a recording: " + ", ".join(tab.name for tab in tabs))
 
 
 def page(tabs: list[Tab], title: str) -> str:
     """The whole document: tab bar (when there are several), one section per tab, data, style and script."""
-    data = {"tabs": [_tab_data(tab.session) for tab in tabs]}
+    data = {"tabs": [_tab_data(tab.session, tab.events) for tab in tabs]}
     bar = ("<nav class=\"tabs\">" + "".join(f"<button type=\"button\">{_text(tab.name)}</button>" for tab in tabs)
            + "</nav>") if len(tabs) > 1 else ""
     body = "".join(_tab(index, tab, len(tabs) > 1) for index, tab in enumerate(tabs))
@@ -134,7 +138,7 @@ def _tab(index: int, tab: Tab, headed: bool) -> str:
                 "<span class=\"hint\">wheel: zoom, drag: pan, hover: details</span>"
                 f"<div class=\"scroll\"><svg class=\"calls\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{TIMELINE_WIDTH}\" "
                 "height=\"40\" font-family=\"sans-serif\"></svg></div></div>"
-                if session.events() is not None else
+                if tab.events is not None else
                 "<p>This profile was read back from JSON: it has no per-dispatch events to draw.</p>")
     return (f"<section class=\"tab\" id=\"tab{index}\">{heading}{_header(session)}"
             f"<h3>Sections</h3>{_tree(index, session)}"
@@ -224,17 +228,16 @@ def _colors(session: ProfileSession) -> dict[str, str]:
 # ---------------------------------------------------------------------- the data the script draws
 
 
-def _tab_data(session: Optional[ProfileSession]) -> Optional[dict[str, Any]]:
+def _tab_data(session: Optional[ProfileSession], events: Optional[Attribution]) -> Optional[dict[str, Any]]:
     if session is None:
         return None
     colors = _colors(session)
     return {"sections": [[row.name, colors[row.name]] for row in session.sections],
-            "timeline": timeline_data(session) if session.events() is not None else None}
+            "timeline": timeline_data(session, events) if events is not None else None}
 
 
-def call_lengths(session: ProfileSession) -> tuple[np.ndarray, np.ndarray]:
+def call_lengths(attribution: Attribution) -> tuple[np.ndarray, np.ndarray]:
     """Each measured call's start (as the section offsets count it) and its length to its last dispatch's end."""
-    attribution = session.events()
     events, calls = attribution.events, max(attribution.calls, 1)
     call = np.minimum(attribution.event_calls, calls - 1).astype(np.int64)
     starts = first_dispatch_starts(events["start_ns"], call, calls,
@@ -259,12 +262,12 @@ def shown_calls(lengths: np.ndarray) -> tuple[list[tuple[int, str]], int]:
     return listed, next(index for index, (call, _why) in enumerate(listed) if call == p50)
 
 
-def timeline_data(session: ProfileSession) -> dict[str, Any]:
-    """Per shown call: its rows (section depths, dispatches and lanes per queue), section spans and dispatch bars,
-    times in ns from the call's start; strings (export keys, section descriptions) once in ``strings``."""
-    attribution = session.events()
+def timeline_data(session: ProfileSession, attribution: Attribution) -> dict[str, Any]:
+    """Per shown call of the run's events (``attribution``): its rows (section depths, dispatches and lanes per
+    queue), section spans and dispatch bars, times in ns from the call's start; strings (export keys, section
+    descriptions) once in ``strings``."""
     column = {row.path: index for index, row in enumerate(session.sections)}
-    starts, lengths = call_lengths(session)
+    starts, lengths = call_lengths(attribution)
     listed, shown = shown_calls(lengths)
     strings: dict[str, int] = {}
     call_of = np.minimum(attribution.event_calls, max(attribution.calls, 1) - 1)

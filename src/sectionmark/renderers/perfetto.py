@@ -8,11 +8,14 @@ dispatches that ran concurrently (see `sectionmark.profiling.timeline`).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
+from sectionmark.profiling.attribute import Attribution
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import QueueTimeline, Span, session_timelines
-from sectionmark.workflows.replay import ReplayProfile
+
+if TYPE_CHECKING:
+    from sectionmark.workflows.replay import ReplayProfile
 
 
 def _thread_name(pid: int, tid: int, name: str) -> dict[str, Any]:
@@ -44,12 +47,13 @@ def trace_events(processes: list[tuple[str, list[QueueTimeline]]]) -> list[dict[
     return events
 
 
-def render(session: ProfileSession) -> str:
-    """``session`` (a ProfileSession with its events) as a Chrome JSON trace."""
-    return _trace([(f"sectionmark: {session.function or 'profile'}", session_timelines(session))])
+def render(session: ProfileSession, events: Optional[Attribution] = None) -> str:
+    """``session``'s run as a Chrome JSON trace: its ``events`` (`sectionmark.ProfileRun` passes them), or the
+    session's own."""
+    return _trace([(f"sectionmark: {session.function or 'profile'}", session_timelines(session, events))])
 
 
-def render_replay(replay: ReplayProfile) -> str:
+def render_replay(replay: "ReplayProfile") -> str:
     """A replay's functions as one trace, a process per function: their events share the replay's one clock,
     so the calls appear in the order the program made them."""
     return _trace([(f"sectionmark: {entry.function}", session_timelines(entry.profile))

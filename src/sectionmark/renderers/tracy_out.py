@@ -13,37 +13,43 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
+from sectionmark.profiling.attribute import Attribution
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import Span, session_timelines
-from sectionmark.workflows.replay import ReplayProfile
+
+if TYPE_CHECKING:
+    from sectionmark.workflows.replay import ReplayProfile
 
 
 def _span_json(span: Span) -> list:
     return [span.name, span.start_ns, span.end_ns, [_span_json(child) for child in span.children]]
 
 
-def tracks_document(sessions: list[tuple[str, ProfileSession]]) -> dict:
+def tracks_document(sessions: list[tuple[str, ProfileSession, Optional[Attribution]]]) -> dict:
     """The tracks to replay: ``[[track name, [span tree...]], ...]`` plus the time origin; each track's name
-    starts with its session's prefix (a replay's function, or nothing for one profile)."""
+    starts with its session's prefix (a replay's function, or nothing for one profile); each session's events
+    given, or its own."""
     tracks = [[prefix + name, [_span_json(span) for span in spans]]
-              for prefix, session in sessions
-              for timeline in session_timelines(session) for name, spans in timeline.tracks()]
+              for prefix, session, events in sessions
+              for timeline in session_timelines(session, events) for name, spans in timeline.tracks()]
     origin = min((spans[0][1] for _name, spans in tracks if spans), default=0)
     return {"origin_ns": origin, "tracks": tracks}
 
 
-def render(session: ProfileSession, timeout: float = 300.0) -> bytes:
-    """The bytes of a .tracy capture of ``session``'s timeline (needs IREE's tracing runtime).
+def render(session: ProfileSession, timeout: float = 300.0, events: Optional[Attribution] = None) -> bytes:
+    """The bytes of a .tracy capture of ``session``'s run (needs IREE's tracing runtime): its ``events``
+    (`sectionmark.ProfileRun` passes them), or the session's own.
 
     ``timeout`` bounds the replay process (seconds).
     """
-    return _capture(tracks_document([("", session)]), timeout)
+    return _capture(tracks_document([("", session, events)]), timeout)
 
 
-def render_replay(replay: ReplayProfile, timeout: float = 300.0) -> bytes:
+def render_replay(replay: "ReplayProfile", timeout: float = 300.0) -> bytes:
     """One capture of a replay: each function's tracks, named ``function: track``, on the replay's one clock."""
-    return _capture(tracks_document([(f"{entry.function}: ", entry.profile) for entry in replay.functions
+    return _capture(tracks_document([(f"{entry.function}: ", entry.profile, None) for entry in replay.functions
                                      if entry.profile is not None]), timeout)
 
 

@@ -36,8 +36,8 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import check_output_path, copy_output, remove_stale_temporaries, temporary_name
 from sectionmark.parameters import Parameters, parameter_specs, spec_text
-from sectionmark.profiling.inputs import load_input_array
-from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, TRACED_DRIVERS, device_driver, run_profile
+from sectionmark.workflows.inputs import load_input_array
+from sectionmark.workflows.runner import DEFAULT_TIMEOUT_S, TRACED_DRIVERS, device_driver, run_profile
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.runtime import LoadedModule, open_context
 from sectionmark.section_map import SectionMap, sidecar_path

@@ -138,7 +138,7 @@ def bench_section(
 
     ``parameters``: the model's external parameter files (the slice reads the same ones).
     """
-    from sectionmark.profiling import profile
+    from sectionmark.workflows.measure import profile
 
     section_slice = slice_section(source, section)
     random_inputs = not args

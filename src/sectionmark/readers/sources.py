@@ -1,0 +1,144 @@
+"""Every profile file as windows of events: the one way from a file to a session.
+
+`open_source` gives an `EventSource` for any file `sectionmark report` reads:
+its ``layout`` (the profile less its dispatches and memory events: the
+submissions and queue operations that number the calls), then its dispatches
+in ``windows`` of whole submissions, then its ``profile`` (the layout with the
+memory events). Attribution and the session's sums consume the windows the
+same way whatever their size (`sectionmark.profiling.read`). A host-timed
+.ireeprof bundle is read a window at a time in bounded memory
+(`ireeprof_stream.DispatchStream`); any other file (a device-timed bundle, its
+ireeperf-jsonl export, a Tracy capture) is read whole by its reader and is one
+window. `read_events` reads a file whole, for the views that draw every event.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterator, Optional, Protocol, Union
+
+import numpy as np
+
+from sectionmark.artifacts.files import open_regular
+from sectionmark.errors import SectionmarkError
+from sectionmark.readers.bundle_records import UnsupportedLayout
+from sectionmark.readers.checks import by_submission_and_start
+from sectionmark.readers.event_model import Profile, RecordedCommand
+from sectionmark.readers.ireeprof import read_profile
+from sectionmark.readers.ireeprof_bundle import BUNDLE_MAGIC, open_bundle
+from sectionmark.readers.ireeprof_stream import DispatchStream
+from sectionmark.section_map import SectionMap
+
+
+class EventSource(Protocol):
+    """A profile's events: ``layout`` first, then ``windows`` once, then ``profile``."""
+
+    command_buffers: dict[int, list[RecordedCommand]]
+
+    def layout(self) -> Profile:
+        """The profile without dispatches: its submissions (sorted by id), queue operations, keys, recorded
+        command buffers, exports and provenance; its memory events where they are known before the windows."""
+
+    def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(dispatches sorted by (submission, start), the submissions they belong to, sorted) of successive
+        whole submissions in submission order; the rows may be reused by the next window."""
+
+    def profile(self) -> Profile:
+        """After the windows: the layout with every memory event."""
+
+
+class WholeProfile:
+    """A profile read whole: one window of all its dispatches."""
+
+    def __init__(self, profile: Profile):
+        self._profile = profile
+        self.command_buffers = profile.command_buffers
+
+    def layout(self) -> Profile:
+        return replace(self._profile, dispatches=self._profile.dispatches[:0])
+
+    def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        yield by_submission_and_start(self._profile.dispatches), self._profile.submissions
+
+    def profile(self) -> Profile:
+        return self.layout()
+
+
+def open_source(path: Union[str, Path], section_map: SectionMap, function: Optional[str] = None) -> EventSource:
+    """The events of a recorded profile: .ireeprof (host- or device-timed), ireeperf-jsonl, or a .tracy capture
+    (its GPU dispatch zones, or a live capture's worker-thread zones; ``section_map`` and ``function`` place
+    them). A file that is none of these, or breaks its format, is one error line."""
+    path = Path(path)
+    if _is_capture(path):
+        return WholeProfile(read_events(path, section_map, function))
+    file = open_regular(path, "profile")
+    try:
+        if file.read(4) == BUNDLE_MAGIC:
+            bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size)
+            if not bundle.device_timed:
+                return _Named(DispatchStream(bundle, file))  # it reads the events from the file, and closes it
+            bundle.close()
+    except UnsupportedLayout:
+        pass  # read_profile reads it through iree-profile's export
+    except BaseException:
+        file.close()
+        raise
+    file.close()
+    return WholeProfile(read_profile(path))
+
+
+class _Named:
+    """A stream whose every refusal is the whole read's error line: a window sees a file's problems in another
+    order than a read of all its events (a submission missing an event before a dispatch of none, a submission
+    counted twice before the duplicated chunk holding it), and the line a user gets must not depend on which."""
+
+    def __init__(self, stream: DispatchStream):
+        self._stream = stream
+        self.command_buffers = stream.command_buffers
+
+    def layout(self) -> Profile:
+        with self._named():
+            layout = self._stream.layout()
+            submissions = layout.submissions["submission"]
+            if len(submissions) > 1 and (submissions[1:] <= submissions[:-1]).any():
+                raise SectionmarkError(f"{self._stream.path}: command-buffer executions recorded twice")
+        return layout
+
+    def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        with self._named():
+            yield from self._stream.windows()
+
+    def profile(self) -> Profile:
+        return self._stream.profile()
+
+    @contextmanager
+    def _named(self) -> Iterator[None]:
+        try:
+            yield
+        except SectionmarkError as problem:
+            read_profile(self._stream.path)  # raises its own line for what the stream refused
+            raise problem
+
+
+def read_events(path: Union[str, Path], section_map: SectionMap, function: Optional[str] = None) -> Profile:
+    """Every event of a recorded profile or of a Tracy capture's dispatch zones, read whole."""
+    path = Path(path)
+    if not _is_capture(path):
+        return read_profile(path)
+    from sectionmark.readers.tracy_capture import read_capture
+    from sectionmark.readers.tracy_dispatch_zones import capture_profile
+    from sectionmark.readers.tracy_live import is_live_capture, live_capture_profile
+
+    capture = read_capture(path)
+    if is_live_capture(capture):
+        return live_capture_profile(capture, section_map, function=function)
+    return capture_profile(capture, section_map, function=function)
+
+
+def _is_capture(path: Path) -> bool:
+    from sectionmark.readers.tracy_capture import is_capture
+
+    return is_capture(path)

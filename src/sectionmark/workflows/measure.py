@@ -1,0 +1,165 @@
+"""Profiles: a run's events joined with the section map into per-section statistics, and where a run was measured.
+
+``profile`` runs a compiled module under ``iree-benchmark-module``: on CPU
+with IREE's HAL-native profiler (an ``.ireeprof``), on CUDA/HIP, where IREE
+3.13 has no HAL-native profiler, under a Tracy capture of its GPU zones (a
+``.tracy``). ``report`` does the join for a profile recorded earlier, of
+either kind. Both read the profile in windows (`sectionmark.profiling.read`)
+and return a `ProfileRun`: the `ProfileSession` (the figures) and the file a
+view that draws every event reads them from.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+from sectionmark.artifacts import module_file, module_file_and_map, read_section_map
+from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import check_output_path, copy_output
+from sectionmark.parameters import Parameters, parameter_specs
+from sectionmark.profiling.attribute import public_function
+from sectionmark.profiling.profile_run import ProfileRun, ReadArguments
+from sectionmark.profiling.read import read_session
+from sectionmark.profiling.runs import combine_runs
+from sectionmark.profiling.stats import ProfilerCost
+from sectionmark.readers.sources import open_source
+from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
+from sectionmark.workflows.runner import DEFAULT_TIMEOUT_S, device_driver, local_task_workers, run_profile
+
+__all__ = ["profile", "report"]
+
+
+def profile(
+    compiled_or_vmfb_path: Union[Any, str, Path],
+    args: Sequence[Any] = (),
+    function: str = "main",
+    device: str = "local-task",
+    iterations: int = 20,
+    warmup: int = 3,
+    *,
+    section_map: Optional[SectionMap] = None,
+    keep_profile: Optional[Union[str, Path]] = None,
+    keep_profile_inputs: Sequence[Union[str, Path]] = (),
+    quiet: bool = False,
+    timeout: Optional[float] = DEFAULT_TIMEOUT_S,
+    parameters: Parameters = None,
+    runs: int = 1,
+    workers: Optional[int] = None,
+) -> ProfileRun:
+    """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
+
+    ``compiled_or_vmfb_path``: a ``sectionmark.CompiledProgram`` or a
+    saved .vmfb (its map is read from the module or its sidecar unless
+    ``section_map`` is given). ``device``: an IREE device; ``local-task``
+    uses HAL-native profiling (``local-sync`` is refused: IREE 3.13 cannot
+    profile it, docs/cli.md), ``cuda`` / ``hip`` (also
+    ``cuda://1`` ...) a Tracy capture of the GPU zones, ``vulkan`` Vulkan's
+    HAL-native profiling: device-timed dispatch events (docs/gpu.md).
+    ``keep_profile``: also copy the raw profile there (.ireeprof, or the
+    .tracy capture on CUDA/HIP), atomically and never onto the module or one
+    of ``keep_profile_inputs`` (checked before the run). ``timeout``: seconds
+    the profiled tool may run (None: no limit).
+    ``parameters``: external parameter file(s), ``path`` or ``scope=path`` as
+    IREE's ``--parameters`` spells them (see `sectionmark.load`).
+    ``runs``: fresh runs of the tool; with more than one, each section's busy
+    time per call in every run, their median and its interval
+    (`sectionmark.profiling.runs`; the other figures and ``keep_profile`` are
+    those of the run of median total). ``workers``: local-task's most worker
+    threads (None: one per physical core; fewer leave cores to the rest of a
+    busy machine and vary less between runs, docs/cli.md#run-to-run-variation).
+    """
+    if runs < 1:
+        raise SectionmarkError(f"need runs >= 1 (got {runs})")
+    specs = parameter_specs(parameters)
+    if keep_profile is not None:
+        module_files = [compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else []
+        protected = [*keep_profile_inputs, *module_files]
+        check_output_path(keep_profile, protected)
+    scratch = Path(tempfile.mkdtemp(prefix="sectionmark-"))
+    try:
+        if section_map is None:
+            vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, scratch)
+        else:
+            vmfb = module_file(compiled_or_vmfb_path, scratch)
+        # local-task ran here with IREE's topology, so its worker count is known; other drivers have none.
+        run_workers = local_task_workers(workers) if device_driver(device) == "local-task" else None
+        sessions, finished = [], []
+        for index in range(runs):
+            run = run_profile(
+                vmfb, args, scratch / f"run{index + 1}", function=function, device=device, iterations=iterations,
+                warmup=warmup, quiet=quiet, timeout=timeout, parameters=specs,
+                argument_types=section_map.argument_types(function), framework=section_map.framework,
+                workers=workers, progress=f"run {index + 1} of {runs}" if runs > 1 else "", measure_cost=index == 0,
+            )
+            if keep_profile is not None and index == 0:  # kept before it is read: a profile that fails to read too
+                copy_output(run.profile_path, keep_profile, protected)
+            sessions.append(read_session(open_source(run.profile_path, section_map, function), section_map,
+                                         calls=run.calls, warmup=run.warmup, function=function, workers=run_workers,
+                                         device=device))
+            finished.append(run)
+        session = combine_runs(sessions)
+        session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
+        first = finished[0]
+        if first.profiled_ns_per_call is not None and first.unprofiled_ns_per_call is not None:
+            # Whole ns, as the JSON stores them: the ratio read back is the ratio shown. Measured in the first run.
+            session.profiler_cost = ProfilerCost(round(first.profiled_ns_per_call), round(first.unprofiled_ns_per_call))
+        shown = finished[(session.shown_run or 1) - 1]
+        if keep_profile is not None and (session.shown_run or 1) > 1:  # the figures shown are of that run
+            copy_output(shown.profile_path, keep_profile, protected)
+        # The run keeps the profile its figures come from (its events, for the views that draw them), not the rest.
+        kept = scratch / "profile"
+        kept.mkdir()
+        profile_path = Path(shutil.move(str(shown.profile_path), kept / shown.profile_path.name))
+        for entry in scratch.iterdir():
+            if entry != kept:
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        return ProfileRun(session, profile_path, section_map, ReadArguments(shown.calls, shown.warmup, function),
+                          scratch=scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+def report(
+    profile_path: Union[str, Path],
+    section_map: Union[SectionMap, str, Path],
+    *,
+    calls: Optional[int] = None,
+    warmup: int = 0,
+    function: Optional[str] = None,
+    workers: Optional[int] = None, device: Optional[str] = None,
+) -> ProfileRun:
+    """Per-section times of a recorded profile: .ireeprof, exported ireeperf-jsonl, or a .tracy capture.
+
+    ``section_map``: a SectionMap, a .vmfb (embedded map or sidecar) or a
+    .sections.json. ``calls``: calls made during the profile (inferred from
+    the repeating submissions when None); the first ``warmup`` are dropped.
+    ``workers``: local-task's worker count during the recorded run, for the
+    sections' CPU utilization (the profile does not record it; None: not shown).
+    A Tracy capture (recognised by its name or its first bytes) is read for
+    its GPU dispatch zones (a CUDA/HIP run, or a replay by `sectionmark tracy`),
+    or, for a live capture of a program on local-task, its worker-thread
+    dispatch zones (approximate times: `sectionmark.readers.tracy_live`).
+    """
+    if not isinstance(section_map, SectionMap):
+        section_map = read_section_map(section_map)
+    if function is not None:
+        _check_function(function, section_map)
+    path = Path(profile_path)
+    session = read_session(open_source(path, section_map, function), section_map, calls=calls, warmup=warmup,
+                           function=function, workers=workers, device=device)
+    return ProfileRun(session, path, section_map, ReadArguments(calls, warmup, function))
+
+
+def _check_function(function: str, section_map: SectionMap) -> None:
+    """Refuse a ``function`` the map does not have: the table would be titled with it (a run names its own)."""
+    known = {public_function(buffer.function) for buffer in section_map.command_buffers}
+    known |= {signature.name for signature in section_map.functions}
+    known.discard(INITIALIZER_FUNCTION)
+    if public_function(function) not in known:
+        raise SectionmarkError(f"the section map has no function {function!r} (it has: {', '.join(sorted(known))})")
+
+

@@ -1,0 +1,243 @@
+"""One read path: a profile read in windows of any size gives the session of the same events read at once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_ireeprof_fast import swapped_dispatches
+from test_readers import BUNDLE_CASES, DISPATCH, EXECUTE, event_offsets, field_of, set_event
+from tiny_profiles import hand_map
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.attribute import attribute
+from sectionmark.profiling.read import read_session
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.timeline import session_timelines
+from sectionmark.readers import event_model, ireeprof_bundle, ireeprof_stream
+from sectionmark.readers.event_model import native
+from sectionmark.readers.ireeprof import read_profile
+from sectionmark.readers.sources import WholeProfile, open_source
+from sectionmark.serialization import to_json
+from sectionmark.workflows.measure import report
+
+
+def whole(path, calls, warmup) -> ProfileSession:
+    """The session of the profile's events held in memory: one window."""
+    return ProfileSession.build(attribute(read_profile(path), hand_map(), calls=calls, warmup=warmup), hand_map())
+
+
+def windowed(path, calls, warmup) -> ProfileSession:
+    return read_session(open_source(path, hand_map()), hand_map(), calls=calls, warmup=warmup)
+
+
+def as_json(session: ProfileSession) -> str:
+    return json.dumps(to_json(session), sort_keys=True)
+
+
+@pytest.mark.parametrize("passes", ["C", "numpy"])
+@pytest.mark.parametrize("window", [1, 3, 7, 1 << 16])
+@pytest.mark.parametrize("calls, warmup", [(None, 0), (None, 3), (11, 3), (11, 10)])
+def test_windows_of_any_size_give_the_same_session_and_events(plain_run, monkeypatch, passes, window, calls, warmup):
+    """plain_run: 3 warmup + 8 calls of two dispatches; windows cut submissions and calls anywhere (a warmup of
+    10 calls reaches across many windows); the C passes and their numpy twins."""
+    if passes == "numpy":
+        monkeypatch.setattr(event_model, "_native", None)
+    elif native() is None:
+        pytest.skip("the C extension is not built (setup.py)")
+    monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+    path = plain_run[1]
+    source = open_source(path, hand_map())
+    assert not isinstance(source, WholeProfile)  # read in windows
+    session = read_session(source, hand_map(), calls=calls, warmup=warmup)
+    expected = whole(path, calls, warmup)
+    assert session.attribution is None  # no events kept
+    assert as_json(session) == as_json(expected)
+    assert np.array_equal(session.per_call_busy, expected.per_call_busy)
+    run = report(path, hand_map(), calls=calls, warmup=warmup)
+    events, kept = run.events(), expected.attribution  # read from the file when a view asks: the same rows
+    assert events.events.tobytes() == kept.events.tobytes()
+    assert events.event_slots.tolist() == kept.event_slots.tolist()
+    assert events.event_calls.tolist() == kept.event_calls.tolist()
+
+
+def test_report_draws_timelines_from_the_file_and_refuses_a_changed_one(plain_run, tmp_path):
+    run = report(plain_run[1], hand_map(), calls=11, warmup=3)
+    assert run.session.attribution is None and session_timelines(run.session, run.events())
+    assert run.table() == run.session.table() and run.sections == run.session.sections
+    shutil.copy(plain_run[1], tmp_path / "run.ireeprof")
+    later = report(tmp_path / "run.ireeprof", hand_map(), calls=11, warmup=3)
+    with open(tmp_path / "run.ireeprof", "ab") as file:
+        file.write(b"\0")
+    with pytest.raises(SectionmarkError, match="changed or went away since it was read"):
+        later.events()
+    with pytest.raises(SectionmarkError, match="changed or went away since it was read"):
+        later.render("perfetto")
+    assert later.render("table") == run.render("table")  # the figures need no event
+
+
+def _moved(plain_run, tmp_path, name, move) -> Path:
+    """plain_run's profile with each dispatch's start (and end) moved by ``move(blob, offset, previous offset)``."""
+    blob = bytearray(plain_run[1].read_bytes())
+    offsets = event_offsets(bytes(blob), DISPATCH)
+    for previous, offset in zip(offsets, offsets[1:]):
+        move(blob, offset, previous)
+    path = tmp_path / name
+    path.write_bytes(bytes(blob))
+    return path
+
+
+@pytest.mark.parametrize("window", [2, 5, 1 << 16])
+def test_overlapping_dispatches_give_the_same_walls_and_unions(plain_run, tmp_path, monkeypatch, window):
+    """Each submission's second dispatch moved to start inside its first (as concurrent dispatches run on
+    local-task): the wall sweep and the call's dispatch union per window, as one window gives them."""
+    def overlap(blob, second, first):
+        if field_of(blob, first, "submission_id") == field_of(blob, second, "submission_id"):
+            start, end = field_of(blob, first, "start_host_time_ns"), field_of(blob, first, "end_host_time_ns")
+            set_event(blob, second, "start_host_time_ns", (start + end) // 2)
+    path = _moved(plain_run, tmp_path, "overlapping.ireeprof", overlap)
+    monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+    session, expected = windowed(path, 11, 3), whole(path, 11, 3)
+    assert expected.wall_ns < expected.total_ns  # overlaps: wall below busy
+    assert as_json(session) == as_json(expected)
+
+
+@pytest.mark.parametrize("window", [1, 2, 5, 1 << 16])
+def test_submissions_overlapping_in_time_are_read_in_windows_too(plain_run, tmp_path, monkeypatch, window):
+    """Pipelined calls: each submission's execution and dispatches moved to start inside the one before (a
+    call's submission overlapping the next one's), so union blocks reach across windows: the sweep is carried
+    over, and every figure is the one window's."""
+    blob = bytearray(plain_run[1].read_bytes())
+    executions = event_offsets(bytes(blob), EXECUTE)
+    dispatches = event_offsets(bytes(blob), DISPATCH)
+    by_submission: dict[int, list[int]] = {}
+    for offset in dispatches + executions:
+        by_submission.setdefault(field_of(blob, offset, "submission_id"), []).append(offset)
+    previous_last = None  # (start, end) of the previous submission's last dispatch, once moved
+    for submission in sorted(by_submission):
+        records = by_submission[submission]
+        mine = [offset for offset in records if offset in dispatches]
+        if previous_last is not None and mine:
+            first = min(field_of(blob, offset, "start_host_time_ns") for offset in mine)
+            shift = first - (previous_last[0] + previous_last[1]) // 2  # starts inside that dispatch
+            for offset in records:
+                for name in ("start_host_time_ns", "end_host_time_ns"):
+                    set_event(blob, offset, name, field_of(blob, offset, name) - shift)
+        if mine:
+            last = max(mine, key=lambda offset: field_of(blob, offset, "end_host_time_ns"))
+            previous_last = (field_of(blob, last, "start_host_time_ns"), field_of(blob, last, "end_host_time_ns"))
+    path = tmp_path / "pipelined.ireeprof"
+    path.write_bytes(bytes(blob))
+    monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+    session, expected = windowed(path, 11, 3), whole(path, 11, 3)
+    assert as_json(session) == as_json(expected)
+    assert expected.wall_ns < expected.total_ns
+
+
+def test_dispatches_written_out_of_order_give_the_same_session(plain_run, tmp_path, monkeypatch):
+    """Two records swapped: their event ids no longer increase; they are still unique, so the file is read."""
+    path = swapped_dispatches(plain_run, tmp_path)
+    for window in (1, 3, 1 << 16):
+        monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+        assert as_json(windowed(path, 11, 3)) == as_json(whole(path, 11, 3))
+
+
+@pytest.mark.parametrize("passes", ["C", "numpy"])
+@pytest.mark.parametrize("case", sorted(BUNDLE_CASES))
+def test_a_corrupt_profile_is_refused_with_the_whole_reads_error(plain_run, tmp_path, monkeypatch, case, passes):
+    """Any corrupt profile: `report` names the problem exactly as reading its events at once does."""
+    if passes == "numpy":
+        monkeypatch.setattr(event_model, "_native", None)
+    path = tmp_path / "bad.ireeprof"
+    path.write_bytes(BUNDLE_CASES[case][0](plain_run[1].read_bytes()))
+    with pytest.raises(SectionmarkError) as expected:
+        whole(path, 11, 3)
+    with pytest.raises(SectionmarkError) as got:
+        report(path, hand_map(), calls=11, warmup=3)
+    assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("calls, warmup", [(None, -1), (None, True), (None, 2.5), (None, 11), (11, 11), (0, 0),
+                                           (True, 0), (4, 0)])
+def test_counts_that_cannot_be_honoured_are_refused_as_the_whole_read_refuses_them(plain_run, calls, warmup):
+    """A warmup of -1 or True was once taken by the windowed read (12 calls, warmup -1): refused in one place."""
+    with pytest.raises(SectionmarkError) as expected:
+        whole(plain_run[1], calls, warmup)
+    with pytest.raises(SectionmarkError) as got:
+        report(plain_run[1], hand_map(), calls=calls, warmup=warmup)
+    assert str(got.value) == str(expected.value)
+
+
+def test_other_formats_are_one_window_of_the_same_events(plain_run, tmp_path):
+    """The profile exported as ireeperf-jsonl: read whole by its reader, one window, the same session."""
+    import subprocess
+
+    from sectionmark.artifacts.tools import find_tool
+
+    jsonl = tmp_path / "run.jsonl"
+    subprocess.run([str(find_tool("iree-profile")), "export", "--format=ireeperf-jsonl", f"--output={jsonl}",
+                    str(plain_run[1])], check=True, capture_output=True)
+    source = open_source(jsonl, hand_map())
+    assert isinstance(source, WholeProfile) and len(list(source.windows())) == 1
+    session = read_session(open_source(jsonl, hand_map()), hand_map(), calls=11, warmup=3)
+    assert session.total_ns == windowed(plain_run[1], 11, 3).total_ns
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"record_type": "session"}\n')
+    with pytest.raises(SectionmarkError):
+        open_source(empty, hand_map())
+
+
+@pytest.mark.parametrize("window", [1, 4, 100])
+def test_memory_events_that_change_no_level_leave_peaks_and_averages_alone(window):
+    """Two pools interleaved, most events repeating their pool's level: the kept ones give the same levels."""
+    from sectionmark.profiling.queue_time import memory_by_window
+    from sectionmark.readers.event_model import MEMORY_DTYPE, MEMORY_POOL_STATS, QUEUE_ALLOCA
+
+    rng = np.random.default_rng(7)
+    events = np.zeros(200, MEMORY_DTYPE)
+    events["time_ns"] = np.cumsum(rng.integers(0, 30, 200))
+    events["pool"] = rng.integers(1, 3, 200)
+    events["flags"] = np.where(rng.random(200) < 0.9, MEMORY_POOL_STATS, 0)
+    events["type"] = rng.choice([3, 4, QUEUE_ALLOCA, 8], 200)
+    events["pool_reserved"] = rng.choice([0, 4096, 8192], 200) * (rng.random(200) < 0.3)
+    levels: dict[int, int] = {}
+    kept = np.concatenate([events[begin : begin + window][ireeprof_stream._level_changes(events[begin : begin + window],
+                                                                                         levels)]
+                           for begin in range(0, 200, window)])
+    assert len(kept) < 120
+    starts, ends = np.array([0, 700, 2000]), np.array([650, 1900, 2900])
+
+    def device_memory(table):
+        stats = table[(table["flags"] & MEMORY_POOL_STATS) != 0]
+        return [part.tolist() for part in memory_by_window(stats["time_ns"], stats["pool"], stats["pool_reserved"],
+                                                            starts, ends)]
+    assert device_memory(kept) == device_memory(events)
+
+
+def test_a_profiled_run_owns_its_profile_until_closed(plain_run, inputs, tmp_path, monkeypatch):
+    """sm.profile's run keeps the scratch profile its figures come from, for the views that draw events, in a
+    folder of its own: removed by close() or at the end of its with block, never by the garbage collector."""
+    import sectionmark as sm
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this test's own scratch folders
+
+    def scratch_folders() -> set[Path]:
+        return set(tmp_path.glob("sectionmark-*"))
+
+    before = scratch_folders()
+    run = sm.profile(plain_run[0], inputs, iterations=4, warmup=1, section_map=hand_map(), quiet=True)
+    assert isinstance(run, sm.ProfileRun) and run.session.attribution is None
+    (folder,) = scratch_folders() - before
+    assert [path.suffix for path in (folder / "profile").iterdir()] == [".ireeprof"]
+    assert session_timelines(run.session, run.events()) and len(run.events().events) == 2 * 4
+    run.close()
+    assert not folder.exists()
+    with sm.profile(plain_run[0], inputs, iterations=4, warmup=1, section_map=hand_map(), quiet=True) as run:
+        (folder,) = scratch_folders() - before
+        assert run.render("perfetto")
+    assert not folder.exists()
+    assert run.table()  # the figures stay
