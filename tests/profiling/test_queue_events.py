@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import sectionmark.compiler as smc
-from sectionmark import profiling
+from sectionmark.workflows import measure as profiling
 from sectionmark.artifacts import tools
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.session import UNTIMED_TRANSFERS_NOTE, ProfileSession

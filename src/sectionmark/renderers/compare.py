@@ -22,6 +22,7 @@ from rich.text import Text
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.compare import (CONFIDENCE, FASTER, MIN_CHANGE, RESAMPLES, SEED, SLOWER, Change,
                                            Comparison, compare_sessions)
+from sectionmark.profiling.profile_run import ProfileRun
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import json_out
 from sectionmark.renderers.csv_format import csv_text
@@ -57,6 +58,8 @@ def load_profile(source: Union[ProfileSession, str, Path], function: Optional[st
     ``function`` given for a profile JSON of another function is an error too: the comparison would not be
     of what was asked for.
     """
+    if isinstance(source, ProfileRun):
+        return source.session
     if isinstance(source, ProfileSession):
         return source
     try:
