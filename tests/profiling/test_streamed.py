@@ -13,7 +13,7 @@ from test_readers import BUNDLE_CASES, DISPATCH, event_offsets, field_of, set_ev
 from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling import report, streamed
+from sectionmark.profiling import native as profiling_native, report, streamed
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import session_timelines
@@ -40,7 +40,8 @@ def test_windows_of_any_size_give_the_whole_reads_session_and_events(plain_run, 
     and their numpy twins (the whole read then uses numpy too)."""
     if passes == "numpy":
         monkeypatch.setattr(event_model, "_native", None)
-    elif native() is None:
+        monkeypatch.setattr(profiling_native, "_passes", None)
+    elif native() is None or profiling_native.native_passes() is None:
         pytest.skip("the C extension is not built (setup.py)")
     monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
     path = plain_run[1]
@@ -99,6 +100,7 @@ def test_a_profile_the_windows_cannot_read_is_read_whole_with_its_error(plain_ru
     """Any corrupt profile: no windowed session; `report` names the problem exactly as the whole read does."""
     if passes == "numpy":
         monkeypatch.setattr(event_model, "_native", None)
+        monkeypatch.setattr(profiling_native, "_passes", None)
     path = tmp_path / "bad.ireeprof"
     path.write_bytes(BUNDLE_CASES[case][0](plain_run[1].read_bytes()))
     assert streamed.streamed_session(path, hand_map(), calls=11, warmup=3, function=None) is None

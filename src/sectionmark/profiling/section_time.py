@@ -15,9 +15,9 @@ from typing import Iterable, Optional
 import numpy as np
 
 from sectionmark.profiling.attribute import Attribution, Composition
+from sectionmark.profiling.native import native_passes
 from sectionmark.profiling.queue_time import union_blocks
 from sectionmark.profiling.stats import CallStats, Offsets, SectionStats, SiteStats, Traffic
-from sectionmark.readers.event_model import native
 from sectionmark.section_map import Binding
 from sectionmark.section_path import SectionPath
 
@@ -146,14 +146,14 @@ def event_sums(attribution: Attribution) -> EventSums:
     events, slots = attribution.events, len(attribution.slots)
     slot_composition = slot_compositions(attribution)
     calls, compositions = max(attribution.calls, 1), len(attribution.compositions)
-    native_passes = native()
-    if native_passes is not None:
+    passes = native_passes()
+    if passes is not None:
         sums = EventSums(np.zeros((calls, compositions)), np.zeros(compositions), np.zeros(compositions, np.int64),
                          np.zeros(slots), np.zeros(slots, np.int64), 0, False,
                          TileSums(np.zeros(compositions), np.zeros(compositions), 0, 0),
                          np.full((calls, compositions), np.iinfo(np.int64).max, np.int64),
                          np.full((calls, compositions), np.iinfo(np.int64).min, np.int64))
-        sums.total_ns, sums.disjoint, tile_ns, tiles, any_tiles = native_passes.event_sums(
+        sums.total_ns, sums.disjoint, tile_ns, tiles, any_tiles = passes.event_sums(
             np.ascontiguousarray(events), np.ascontiguousarray(attribution.event_slots, np.int32),
             np.ascontiguousarray(attribution.event_calls, np.int32), slot_composition, calls, sums.busy_by_call,
             sums.busy, sums.count, sums.slot_busy, sums.slot_count, sums.tiles.cpu, sums.tiles.tiles,
