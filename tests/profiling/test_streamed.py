@@ -17,7 +17,7 @@ from sectionmark.profiling import native as profiling_native, report, streamed
 from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import session_timelines
-from sectionmark.readers import event_model, ireeprof_bundle, ireeprof_stream
+from sectionmark.readers import bundle_events, event_model, ireeprof_stream
 from sectionmark.readers.event_model import native
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.serialization import to_json
@@ -133,7 +133,7 @@ def test_other_formats_and_device_timed_profiles_are_read_whole(plain_run, tmp_p
     jsonl = tmp_path / "run.jsonl"
     jsonl.write_text('{"record_type": "session"}\n')
     assert ireeprof_stream.open_stream(jsonl) is None
-    monkeypatch.setattr(ireeprof_bundle.OpenBundle, "device_timed", property(lambda self: True))
+    monkeypatch.setattr(bundle_events.OpenBundle, "device_timed", property(lambda self: True))
     assert ireeprof_stream.open_stream(plain_run[1]) is None
 
 

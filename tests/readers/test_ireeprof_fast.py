@@ -24,7 +24,7 @@ from sectionmark.profiling.attribute import attribute
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers import arrays, bundle_records, checks, event_model, ireeprof_bundle
 from sectionmark.readers.event_model import DISPATCH_DTYPE
-from sectionmark.readers.ireeprof_bundle import _KNOWN_CONTENT_TYPES as KNOWN_TYPES
+from sectionmark.readers.bundle_records import KNOWN_CONTENT_TYPES as KNOWN_TYPES
 from sectionmark.readers.ireeprof import read_profile
 
 SEEDS = range(8)
@@ -97,7 +97,7 @@ def swapped_dispatches(plain_run, tmp_path) -> "Path":
     offsets = event_offsets(bytes(blob), DISPATCH)
     first, second = next((a, b) for a, b in zip(offsets, offsets[1:])
                          if field_of(blob, a, "submission_id") == field_of(blob, b, "submission_id"))
-    size = ireeprof_bundle._HOST_EVENT.itemsize
+    size = bundle_records.HOST_EVENT.itemsize
     blob[first:first + size], blob[second:second + size] = blob[second:second + size], blob[first:first + size]
     path = tmp_path / "swapped.ireeprof"
     path.write_bytes(bytes(blob))

@@ -27,15 +27,16 @@ import numpy as np
 
 from sectionmark.artifacts.files import open_regular
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.bundle_records import RecordPositions, UnsupportedLayout, records_at
-from sectionmark.readers.checks import by_submission_and_start, check_links, check_times, recorded_commands, sorted_by
 from sectionmark.readers.arrays import strictly_increasing
+from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, decode_memory_events, open_bundle,
+                                               split_with_numpy)
+from sectionmark.readers.bundle_records import (BUNDLE_MAGIC, HOST_EVENT, MEMORY_EVENT, RecordPositions,
+                                                UnsupportedLayout, records_at)
+from sectionmark.readers.checks import (by_submission_and_start, check_links, check_times, exports_by_executable,
+                                        recorded_commands, sorted_by)
 from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, MAX_TIMESTAMP_NS, MEMORY_DTYPE,
                                              MEMORY_POOL_STATS, QUEUE_ALLOCA, QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile,
                                              Provenance, native)
-from sectionmark.readers.ireeprof_bundle import (_HOST_EVENT, _MEMORY_EVENT, BUNDLE_MAGIC, HOST_EVENTS_WINDOW,
-                                                 OpenBundle, decode_memory_events, exports_by_executable, open_bundle,
-                                                 split_with_numpy)
 
 
 class NotStreamable(Exception):
@@ -85,7 +86,7 @@ class DispatchStream:
         last_executed: Optional[int] = None  # the id of the last execution read
         previous_event: Optional[tuple[int, int]] = None  # (stream, event id) of the last host event read
         rows = np.empty(0, DISPATCH_DTYPE)  # reused: fresh memory costs a page fault per page touched
-        memory = _MemoryLevels(RecordPositions(bundle.chunks["memory-events"], _MEMORY_EVENT.itemsize))
+        memory = _MemoryLevels(RecordPositions(bundle.chunks["memory-events"], MEMORY_EVENT.itemsize))
         covered = memory.first_position(int(positions[0]) if total else bundle.data.size)  # read up to here
         for begin in range(0, total, HOST_EVENTS_WINDOW):
             window = positions[begin : begin + HOST_EVENTS_WINDOW]
@@ -93,13 +94,13 @@ class DispatchStream:
                 rows = np.empty(len(pending) + len(window), DISPATCH_DTYPE)
             rows[: len(pending)] = pending
             # From where the last window's bytes ended: the memory events between host events come with them.
-            end = int(window[-1]) + _HOST_EVENT.itemsize
+            end = int(window[-1]) + HOST_EVENT.itemsize
             data = self._read(covered, end)
             memory.take(data, covered)
             offsets, covered = window - covered, end
             (added, new_submissions, new_queue_ops), passed = _split(
                 bundle, data, offsets, [rows[len(pending):], submissions[done_submissions:], queue_ops[done_queue_ops:]])
-            first, last = records_at(data, offsets[[0, -1]], _HOST_EVENT)
+            first, last = records_at(data, offsets[[0, -1]], HOST_EVENT)
             if not passed or (
                     previous_event is not None and (int(first["stream"]), int(first["event_id"])) <= previous_event):
                 raise NotStreamable("an event fails a check or repeats")
@@ -177,7 +178,7 @@ def _split(bundle: OpenBundle, data: np.ndarray, offsets: np.ndarray, outputs: l
         check_times(bundle.path, *(table[:count] for table, count in zip(outputs, added)), np.zeros(0, MEMORY_DTYPE))
     except SectionmarkError:
         return added, False
-    events = records_at(data, offsets, _HOST_EVENT)
+    events = records_at(data, offsets, HOST_EVENT)
     return added, max(failures) < 0 and strictly_increasing(events["stream"], events["event_id"])
 
 
@@ -204,13 +205,13 @@ class _MemoryLevels:
         return self._next < len(self._positions)
 
     def last_end(self) -> int:
-        return int(self._positions[[len(self._positions) - 1]][0]) + _MEMORY_EVENT.itemsize
+        return int(self._positions[[len(self._positions) - 1]][0]) + MEMORY_EVENT.itemsize
 
     def take(self, data: np.ndarray, start: int) -> None:
         """Decode the memory events lying wholly inside ``data``, the file's bytes from ``start`` on."""
         while self.remaining():
             window = self._positions[self._next : self._next + HOST_EVENTS_WINDOW]
-            inside = int(np.searchsorted(window, start + len(data) - _MEMORY_EVENT.itemsize, side="right"))
+            inside = int(np.searchsorted(window, start + len(data) - MEMORY_EVENT.itemsize, side="right"))
             if not inside:
                 return
             self._decode(data, window[:inside] - start)
