@@ -86,7 +86,8 @@ def pipelined_copy(profile_path: Path) -> Path:
     import os
 
     from sectionmark.readers.bundle_records import records_at
-    from sectionmark.readers.ireeprof_bundle import HOST_EVENT, open_bundle
+    from sectionmark.readers.bundle_events import open_bundle
+    from sectionmark.readers.bundle_records import HOST_EVENT
 
     with open(profile_path, "rb") as file:
         bundle = open_bundle(profile_path, file, os.fstat(file.fileno()).st_size)

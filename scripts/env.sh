@@ -11,7 +11,8 @@ if [ ! -x "$root/.venv/bin/python" ]; then
 fi
 stamp="$root/.venv/.sectionmark-installed"
 stale=0
-for input in constraints.txt pyproject.toml setup.py src/sectionmark/markers/_zonestack.c src/sectionmark/readers/_ireeprof.c src/sectionmark/readers/_tracyread.c; do
+for input in constraints.txt pyproject.toml setup.py src/sectionmark/markers/_zonestack.c src/sectionmark/readers/_ireeprof.c \
+    src/sectionmark/profiling/_sectionpass.c src/sectionmark/_buffers.h src/sectionmark/readers/_tracyread.c; do
   if [ "$root/$input" -nt "$stamp" ]; then stale=1; fi
 done
 if [ ! -f "$stamp" ] || [ "$stale" = 1 ]; then

@@ -995,7 +995,7 @@ import sectionmark, iree.runtime, iree.runtime.version as v, zstandard, numpy, m
 print("sectionmark", sectionmark.__version__, "from", os.path.dirname(sectionmark.__file__))
 print("IREE runtime", v.VERSION, v.REVISIONS, "from", os.path.dirname(iree.runtime.__file__))
 print("zstandard", zstandard.__version__, "ml_dtypes", ml_dtypes.__version__, "numpy", numpy.__version__, "python", sys.version.split()[0])
-for name in ("sectionmark.markers._zonestack", "sectionmark.readers._ireeprof"):
+for name in ("sectionmark.markers._zonestack", "sectionmark.readers._ireeprof", "sectionmark.profiling._sectionpass"):
     module = importlib.import_module(name)
     print("C extension", name, "OK:", os.path.basename(module.__file__))
 from sectionmark.artifacts.tools import find_tool, tracing_tools_dir

@@ -10,8 +10,10 @@ is not (it never runs). The few justified exceptions are listed below with
 their reason.
 
 Within a stage, files import one way too: no cycle of files among runtime
-imports, except the cycles listed with their reason; and no source file is
-over MAX_LINES lines (a file that long does several jobs).
+imports, except the cycles listed with their reason, and the IREE profile
+readers' files in the order of READER_LAYERS; no private name (``_name``)
+is imported from another file; and no source file, Python or C, is over
+MAX_LINES lines (a file that long does several jobs).
 
 The runtime side must not need the compiler: `sm.load`, `sm.report` and the
 ``report`` / ``tracy-stats`` commands run in subprocesses and must leave
@@ -57,6 +59,8 @@ EXCEPTIONS = {
     # when called; no renderer module is imported by the session (checked
     # below at run time as well).
     ("sectionmark.profiling.session", "sectionmark.renderers"),
+    # A run renders its session through the same registry, with its events for the views that draw them.
+    ("sectionmark.profiling.profile_run", "sectionmark.renderers"),
     # A replay's per-function profiles render through the same registry, looked up when called.
     ("sectionmark.workflows.replay", "sectionmark.renderers"),
 }
@@ -236,12 +240,112 @@ def test_listed_cycles_still_exist():
 
 
 def test_no_source_file_over_the_line_limit():
+    """Python and C (the extensions and the header they share) alike."""
     lengths = {str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
-               for path in PACKAGE.rglob("*.py")}
+               for pattern in ("*.py", "*.c", "*.h") for path in PACKAGE.rglob(pattern)}
+    assert any(name.endswith(".c") for name in lengths)  # the C sources are where the patterns look
     too_long = [f"{name}: {lines} lines" for name, lines in sorted(lengths.items())
                 if lines > MAX_LINES and name not in OVERSIZED]
     assert not too_long, f"over {MAX_LINES} lines (split by job):\n" + "\n".join(too_long)
     assert all(lengths.get(name, 0) > MAX_LINES for name in OVERSIZED), "take split files off OVERSIZED"
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _is_extension(name: str) -> bool:
+    """A C extension module of src/sectionmark (setup.py builds it from the .c file of its name)."""
+    return (SRC / Path(*name.split("."))).with_suffix(".c").exists()
+
+
+def private_imports(path: Path) -> list[str]:
+    """The private names ``path`` takes from other sectionmark modules: ``from sectionmark.x import _name``
+    (aliased or not, inside functions and under ``if TYPE_CHECKING:`` too), and any import of or from a private
+    module (``import sectionmark.x._y``, ``from sectionmark.x._y import z``).
+
+    A C extension is a private module reached through one accessor in its own
+    package (`sectionmark.readers.event_model.native`,
+    `sectionmark.profiling.native.native_passes`, ...): importing it from its
+    package is not crossing; from another package it is.
+    """
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+
+    def crossing(module: str) -> bool:
+        private_parts = [part for part in module.split(".") if _private(part)]
+        return bool(private_parts) and not (_is_extension(module) and module.rpartition(".")[0] == package)
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [f"import {alias.name}" for alias in node.names
+                      if alias.name.startswith("sectionmark") and crossing(alias.name)]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("sectionmark"):
+                continue
+            found += [f"from {target} import {alias.name}" for alias in node.names
+                      if crossing(target) or (_private(alias.name) and crossing(f"{target}.{alias.name}"))]
+    return found
+
+
+def test_private_import_finder_on_hand_built_modules(tmp_path, monkeypatch):
+    package = tmp_path / "sectionmark"
+    for folder in ("readers", "profiling"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "readers" / "_fast.c").write_text("")
+    (package / "readers" / "bundle.py").write_text("_LAYOUT = 1\n")
+    module = package / "readers" / "stream.py"
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    crossing = {
+        "from sectionmark.readers.bundle import (LAYOUT,\n    _LAYOUT as layout)\n": ["from sectionmark.readers.bundle import _LAYOUT"],
+        "def f():\n    from .bundle import _LAYOUT\n": ["from sectionmark.readers.bundle import _LAYOUT"],
+        "from sectionmark.readers._fast import walk\n": [],  # its own package's extension
+        "from sectionmark.readers import _fast\n": [],
+        "from sectionmark.readers import bundle, __doc__\n": [],
+    }
+    for source, expected in crossing.items():
+        module.write_text(source)
+        assert private_imports(module) == expected, source
+    outside = package / "profiling" / "passes.py"  # another package reaching into the readers' extension
+    outside.write_text("import sectionmark.readers._fast\nfrom sectionmark.readers import _fast\n")
+    assert private_imports(outside) == ["import sectionmark.readers._fast", "from sectionmark.readers import _fast"]
+
+
+def test_no_private_name_crosses_files():
+    crossing = [f"{module_name(path)}: {line}" for path in sorted(PACKAGE.rglob("*.py")) for line in private_imports(path)]
+    assert not crossing, "private names taken from another file (make them public where they belong):\n" + "\n".join(
+        crossing)
+
+
+# The IREE profile readers' files, layer by layer: a file imports only files of earlier layers, never one of its own
+# layer or a later one (no back-and-forth). The events every reader makes and the numpy helpers; the cross-table
+# checks and the one error line; the device clock mapping, and the bundle's container (its records, chunks and
+# record layouts); the decode of the bundle's records into tables; the readers (the whole bundle, its windows, the
+# JSONL export); `read_profile`, which picks one.
+READER_LAYERS = [
+    {"event_model", "arrays"},
+    {"checks"},
+    {"device_events", "bundle_records"},
+    {"bundle_events"},
+    {"ireeprof_bundle", "ireeprof_stream", "ireeprof_jsonl"},
+    {"ireeprof"},
+]
+
+
+def test_profile_reader_files_import_one_way():
+    graph = import_graph()
+    layer_of = {f"sectionmark.readers.{name}": index for index, layer in enumerate(READER_LAYERS) for name in layer}
+    assert set(layer_of) <= set(graph), sorted(set(layer_of) - set(graph))
+    backwards = [f"{importer} imports {imported}" for importer in sorted(layer_of) for imported in sorted(graph[importer])
+                 if imported in layer_of and layer_of[imported] >= layer_of[importer]]
+    assert not backwards, "\n".join(backwards)
 
 
 def test_every_module_belongs_to_exactly_one_stage():

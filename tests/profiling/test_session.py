@@ -23,6 +23,7 @@ from invariants import assert_profile_invariants
 from sectionmark import renderers
 from sectionmark.errors import SectionmarkError
 from sectionmark.section_path import SectionPath
+from sectionmark.profiling import native
 from sectionmark.profiling.attribute import Attribution, Composition, Slot
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.profiling.section_time import (
@@ -37,7 +38,6 @@ from sectionmark.profiling.section_time import (
 )
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import Offsets
-from sectionmark.readers import event_model
 from sectionmark.readers.event_model import DISPATCH_DTYPE, EVENT_EXECUTE
 from sectionmark.renderers import RENDERERS
 from sectionmark.renderers.table import build_sites_table
@@ -168,10 +168,10 @@ def test_weight_matrices_nested_shared_and_unmarked():
     assert weights.exclusive.sum(axis=1).tolist() == [1, 1, 1, 1]
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_event_sums_per_call_composition_and_slot(native, monkeypatch):
-    if not native:
-        monkeypatch.setattr(event_model, "_native", None)
+@pytest.mark.parametrize("c_passes", [True, False])
+def test_event_sums_per_call_composition_and_slot(c_passes, monkeypatch):
+    if not c_passes:
+        monkeypatch.setattr(native, "_passes", None)
     first, second = ((A, 1.0),), ((A, 0.5), (B, 0.5))
     events = [(0, 10, first), (10, 30, second), (40, 70, first), (70, 110, second), (110, 160, second)]
     sums = event_sums(synthetic(events, calls=2, call_of=[0, 0, 1, 1, 1])[0])
@@ -609,7 +609,7 @@ def test_c_and_numpy_sum_sessions_alike(case):
     events, calls, call_of = case
     attribution, section_map = synthetic(events, calls=calls, call_of=call_of)
     with_c = ProfileSession.build(attribution, section_map).to_json()
-    with mock.patch.object(event_model, "_native", None):
+    with mock.patch.object(native, "_passes", None):
         assert ProfileSession.build(attribution, section_map).to_json() == with_c
 
 

@@ -38,7 +38,7 @@ from tiny_profiles import Inconsistent, export_rows, section_oracle
 import sectionmark.workflows.measure as profiling
 from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers import ireeprof_bundle
+from sectionmark.readers import bundle_records
 from sectionmark.workflows.inputs import load_input_array
 from sectionmark.profiling.session import ProfileSession
 
@@ -125,7 +125,8 @@ def mutate_bundle(data: st.DataObject, original: bytes) -> bytes:
     return bytes(blob)
 
 
-# The fields sectionmark's bundle reader reads (readers/ireeprof_bundle.py); no other byte can change its result.
+# The fields sectionmark's bundle reader reads (readers/bundle_records.py's layouts); no other byte can change
+# its result.
 READ_FIELDS = {
     "file": {"magic", "version_major", "header_length", "file_length"},
     "record": {"record_length", "payload_length", "header_length", "content_type_length", "name_length",
@@ -152,7 +153,7 @@ READ_FIELDS = {
 
 
 def test_read_fields_name_the_chunks_the_reader_uses():
-    assert set(READ_FIELDS) - {"file", "record", "content_type"} == set(ireeprof_bundle.USED_CHUNKS)
+    assert set(READ_FIELDS) - {"file", "record", "content_type"} == set(bundle_records.USED_CHUNKS)
 
 
 def without_unread_mutations(path: Path, original: bytes) -> Path:

@@ -30,10 +30,10 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.section_path import SectionPath
+from sectionmark.profiling.native import native_passes
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, assign_calls
 from sectionmark.readers.arrays import distinct, first_true, searchsorted_runs
-from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand,
-                                             native)
+from sectionmark.readers.event_model import DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, Profile, RecordedCommand
 from sectionmark.section_map import COMMAND_OPS, Command, SectionMap
 
 CONTROL_FLOW_OPS = ("branch", "cond_branch")  # recorded ops that make commands run other than once, in order
@@ -406,10 +406,10 @@ def attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: np
     """
     if not len(submission_ids):
         return (np.zeros(0, np.int32), np.zeros(0, np.int32)), _EventFailures(-1, -1, 0)
-    native_passes = native()
-    if native_passes is not None:
+    passes = native_passes()
+    if passes is not None:
         slot, call = np.empty(len(dispatches), np.int32), np.empty(len(dispatches), np.int32)
-        first_measured, measured, *failures = native_passes.attribute_events(
+        first_measured, measured, *failures = passes.attribute_events(
             np.ascontiguousarray(dispatches, DISPATCH_DTYPE), runtime_ids, bases, flat, slot_keys,
             np.ascontiguousarray(submission_ids), call_of_submission.astype(np.int64), warmup, slot, call)
         return (slot, call), _EventFailures(*failures, first_measured=first_measured, measured=measured)

@@ -37,8 +37,9 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 
+from sectionmark.profiling.native import native_passes
 from sectionmark.readers.arrays import distinct
-from sectionmark.readers.event_model import EVENT_EXECUTE, EVENT_NAMES, MEMORY_POOL_STATS, QUEUE_ALLOCA, native
+from sectionmark.readers.event_model import EVENT_EXECUTE, EVENT_NAMES, MEMORY_POOL_STATS, QUEUE_ALLOCA
 
 QUEUE_SPAN_DTYPE = np.dtype(
     [("type", "<u4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("payload_bytes", "<u8"), ("call", "<i4")]
@@ -220,10 +221,10 @@ def union_by_window(starts: np.ndarray, ends: np.ndarray, window_starts: np.ndar
     """Per window: the length of the union of intervals ``[start, end)`` inside it."""
     if not len(starts):
         return np.zeros(len(window_starts), np.int64)
-    native_passes = native()
-    if native_passes is not None:  # one pass when the starts are sorted, as a profile's dispatches nearly always are
+    passes = native_passes()
+    if passes is not None:  # one pass when the starts are sorted, as a profile's dispatches nearly always are
         sums = np.empty(len(window_starts), np.int64)
-        if native_passes.union_by_window(np.asarray(starts, np.int64), np.asarray(ends, np.int64),
+        if passes.union_by_window(np.asarray(starts, np.int64), np.asarray(ends, np.int64),
                                          np.asarray(window_starts, np.int64), np.asarray(window_ends, np.int64), sums):
             return sums
     block_starts, block_ends = union_blocks(starts, ends)

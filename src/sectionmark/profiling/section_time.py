@@ -15,9 +15,9 @@ from typing import Iterable, Optional
 import numpy as np
 
 from sectionmark.profiling.attribute import Attribution, Composition
+from sectionmark.profiling.native import native_passes
 from sectionmark.profiling.queue_time import union_blocks
 from sectionmark.profiling.stats import CallStats, Offsets, SectionStats, SiteStats, Traffic
-from sectionmark.readers.event_model import native
 from sectionmark.section_map import Binding
 from sectionmark.section_path import SectionPath
 
@@ -168,9 +168,9 @@ def add_event_sums(attribution: Attribution, sums: EventSums) -> bool:
     slot_composition = slot_compositions(attribution)
     calls, compositions = sums.busy_by_call.shape
     tiles = sums.tiles
-    native_passes = native()
-    if native_passes is not None:
-        total_ns, disjoint, tile_ns, tile_count, any_tiles = native_passes.event_sums(
+    passes = native_passes()
+    if passes is not None:
+        total_ns, disjoint, tile_ns, tile_count, any_tiles = passes.event_sums(
             np.ascontiguousarray(events), np.ascontiguousarray(attribution.event_slots, np.int32),
             np.ascontiguousarray(attribution.event_calls, np.int32), slot_composition, calls, sums.busy_by_call,
             sums.busy, sums.count, sums.slot_busy, sums.slot_count, tiles.cpu, tiles.tiles,

@@ -1,43 +1,32 @@
-/* The passes over every event of a profile, from reading to the session's
- * sums: walking the .ireeprof records, splitting the host execution events
- * (152 bytes each, a million per million dispatches) and memory events into
- * the compact tables of sectionmark.readers.ireeprof, the link checks, the
- * join of attribute.py and the sums of session.py and queue_time.py. numpy
- * needs several passes over the data for each; these do one. Built when a C
- * compiler is present; the Python modules do the same with numpy when it is
- * not, and tests/readers/test_ireeprof_fast.py checks that both give identical results.
+/* The reading passes over every record of a .ireeprof bundle: walking the
+ * record headers, splitting the host execution events (152 bytes each, a
+ * million per million dispatches), memory events and device-timed dispatch
+ * events into the compact tables of sectionmark.readers.event_model, and the
+ * link checks of readers/checks.py. numpy needs several passes over the data
+ * for each; these do one. (Profiling's passes over the attributed events are
+ * sectionmark.profiling._sectionpass.) Built when a C compiler is present; the
+ * Python modules do the same with numpy when it is not, and
+ * tests/readers/test_ireeprof_fast.py checks that both give identical results.
  *
- * No numpy C API: the caller allocates the output arrays and passes them as
- * writable buffers; all validation (and every error message) stays in Python,
- * which gets the first offending index of each kind.
+ * All validation (and every error message) stays in Python, which gets the
+ * first offending index of each kind.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the .ireeprof layout is little-endian; the numpy reader handles other hosts"
-#endif
+#include "../_buffers.h"
 
 #define RECORD_HEADER_SIZE 104
 #define HOST_EVENT_SIZE 152
-#define DISPATCH_SIZE 64   /* ireeprof.DISPATCH_DTYPE */
-#define SUBMISSION_SIZE 32 /* ireeprof.SUBMISSION_DTYPE */
-#define QUEUE_OP_SIZE 36   /* ireeprof.QUEUE_OP_DTYPE */
+#define SUBMISSION_SIZE 32 /* event_model.SUBMISSION_DTYPE */
+#define QUEUE_OP_SIZE 36   /* event_model.QUEUE_OP_DTYPE */
 #define EVENT_DISPATCH 2
 #define EVENT_EXECUTE 3
 #define EVENT_TYPES 11
 #define MEMORY_EVENT_SIZE 160
 #define DEVICE_DISPATCH_EVENT_SIZE 88 /* iree_hal_profile_dispatch_event_t */
 #define DEVICE_DISPATCH_SIZE 60 /* device_events.DEVICE_DISPATCH_DTYPE */
-#define MEMORY_SIZE 56     /* ireeprof.MEMORY_DTYPE */
+#define MEMORY_SIZE 56     /* event_model.MEMORY_DTYPE */
 #define MEMORY_EVENT_TYPES 12
-#define MAX_TIMESTAMP_NS ((int64_t)1 << 62) /* ireeprof.MAX_TIMESTAMP_NS */
-#define MAX_EVENT_NS ((int64_t)3600 * 1000000000) /* ireeprof.MAX_EVENT_NS */
-
-static uint32_t u32(const char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static uint64_t u64(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+#define MAX_TIMESTAMP_NS ((int64_t)1 << 62) /* event_model.MAX_TIMESTAMP_NS */
+#define MAX_EVENT_NS ((int64_t)3600 * 1000000000) /* event_model.MAX_EVENT_NS */
 
 /* Growable array of fixed-size items, for outputs whose length is known only at the end. */
 typedef struct {
@@ -122,38 +111,6 @@ done:
     return result;
 }
 
-/* The buffers of ``count`` objects, the last ``writable`` of them writable. On failure, releases what it
- * got and returns -1 with the exception set. */
-static int acquire(PyObject *const *objects, Py_buffer *views, int count, int writable) {
-    for (int i = 0; i < count; i++) {
-        int flags = i >= count - writable ? PyBUF_SIMPLE | PyBUF_WRITABLE : PyBUF_SIMPLE;
-        if (PyObject_GetBuffer(objects[i], &views[i], flags) < 0) {
-            while (i--) PyBuffer_Release(&views[i]);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static void release(Py_buffer *views, int count) {
-    for (int i = 0; i < count; i++) PyBuffer_Release(&views[i]);
-}
-
-static int check_arguments(Py_ssize_t given, Py_ssize_t expected, const char *name) {
-    if (given == expected) return 0;
-    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected, given);
-    return -1;
-}
-
-/* Index of ``value`` in the sorted ``ids[0 .. count)``, or ``count`` if absent. */
-static Py_ssize_t find_sorted(const uint64_t *ids, Py_ssize_t count, uint64_t value) {
-    Py_ssize_t low = 0, high = count;
-    while (low < high) {
-        Py_ssize_t middle = low + (high - low) / 2;
-        if (ids[middle] < value) low = middle + 1; else high = middle;
-    }
-    return low < count && ids[low] == value ? low : count;
-}
 
 /* Move dispatch row ``last`` back past the earlier rows of its submission that start later (one step of a
  * stable insertion sort). Returns 0, leaving the rest unsorted, once more than ``budget`` rows have moved. */
@@ -183,10 +140,10 @@ static int sort_into_place(char *rows, Py_ssize_t last, Py_ssize_t *moves, Py_ss
  * function ordinal) among the sorted ``known_codes`` (0 when absent). Returned: the index of the first record
  * whose length is not 152, whose type is unknown, whose status is not OK, which is a dispatch of an unknown
  * function; -1 for none.
- * Then whether every event's times are within what ireeprof._check_times accepts (if not, the caller finds
+ * Then whether every event's times are within what checks.check_times accepts (if not, the caller finds
  * which and why), whether the dispatch rows are in (submission, start) order, and whether the (stream, event id)
  * pairs strictly increase (then they are unique). Dispatches of one submission that start out of order are
- * moved into place as they come (ireeprof._by_submission_and_start's stable order: IREE writes all but a few
+ * moved into place as they come (checks.by_submission_and_start's stable order: IREE writes all but a few
  * in order); rows far from sorted, or submissions out of order, are left for the caller to sort (a stable sort
  * of partly sorted rows gives the same, as rows of equal keys never swap).
  */
@@ -287,7 +244,7 @@ done:
  *   -> (first orphan, first wrong buffer, first outside, duplicate's submission rank, duplicate's command index,
  *       first short submission)
  *
- * The link checks of ireeprof._check_links in one pass. ``dispatches`` (DISPATCH_DTYPE) sorted by submission;
+ * The link checks of checks.check_links in one pass. ``dispatches`` (DISPATCH_DTYPE) sorted by submission;
  * ``submissions`` (SUBMISSION_DTYPE) sorted by id, unique, each executing one of ``buffer_ids`` (sorted uint64).
  * Command ``i`` of buffer ``b`` (position in buffer_ids) is timed when ``i < timed_bases[b + 1] - timed_bases[b]``
  * and ``timed[timed_bases[b] + i]``; ``expected[b]``: its number of timed commands. A dispatch's submission
@@ -372,221 +329,6 @@ done:
     PyMem_Free(positions);
     release(in, 6);
     release(out, 1);
-    return result;
-}
-
-/* attribute_events(dispatches, runtime_ids, bases, slots, slot_keys, submission_ids, call_of_submission, warmup,
- *                  event_slots, event_calls) -> (first measured, measured, unplaced, wrong key, orphan)
- *
- * attribute.attribute's per-event pass. For dispatch ``i`` (DISPATCH_DTYPE, sorted by submission): its command
- * buffer's position ``b`` among the sorted ``runtime_ids``; its slot ``slots[bases[b] + command_index]`` (-1 when
- * the index is past ``bases[b + 1] - bases[b]`` or the entry is -1: unplaced); the slot's key ``slot_keys[slot]``
- * must equal the event's; its submission's rank among the sorted ``submission_ids`` (as np.searchsorted, the
- * last past the end: orphan when the id differs) gives its call ``call_of_submission[rank] - warmup`` (< 0: a
- * warmup call). Slot and call go to ``event_slots[i]`` and ``event_calls[i]`` (int32): columns beside the
- * dispatch rows, not a copy of them. Returned: the index of the first dispatch of a measured call and how many
- * there are (all after it when that count reaches the end), then indices of dispatches, -1 for none.
- */
-static PyObject *attribute_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer in[7], out[2];
-    if (check_arguments(nargs, 10, "attribute_events") < 0) return NULL;
-    long long warmup = PyLong_AsLongLong(args[7]);
-    if (warmup == -1 && PyErr_Occurred()) return NULL;
-    if (acquire(args, in, 7, 0) < 0) return NULL;
-    if (acquire(args + 8, out, 2, 1) < 0) { release(in, 7); return NULL; }
-    PyObject *result = NULL;
-    const char *dispatches = in[0].buf;
-    const uint64_t *runtime_ids = in[1].buf, *submission_ids = in[5].buf;
-    const int64_t *bases = in[2].buf, *slot_keys = in[4].buf, *call_of_submission = in[6].buf;
-    const int32_t *slots = in[3].buf;
-    Py_ssize_t count = in[0].len / DISPATCH_SIZE, buffers = in[1].len / 8, slot_count = in[4].len / 8;
-    Py_ssize_t executions = in[5].len / 8;
-    if (in[2].len < (buffers + 1) * 8 || in[6].len < executions * 8 || out[0].len < count * 4 ||
-        out[1].len < count * 4 || !executions || (buffers && in[3].len < bases[buffers] * 4)) {
-        PyErr_SetString(PyExc_ValueError, "attribute_events: inconsistent table sizes");
-        goto done;
-    }
-    {
-        int32_t *event_slots = out[0].buf, *event_calls = out[1].buf;
-        Py_ssize_t first_measured = -1, measured = 0, unplaced = -1, wrong_key = -1, orphan = -1, next = 0;
-        Py_ssize_t buffer = buffers;
-        uint64_t last_buffer = 0;
-        for (Py_ssize_t i = 0; i < count; i++) {
-            const char *dispatch = dispatches + i * DISPATCH_SIZE;
-            uint64_t buffer_id = u64(dispatch + 8), submission = u64(dispatch);
-            if (buffer == buffers || buffer_id != last_buffer) {
-                buffer = find_sorted(runtime_ids, buffers, buffer_id);
-                last_buffer = buffer_id;
-            }
-            uint32_t index = u32(dispatch + 16);
-            int32_t slot = -1;
-            if (buffer < buffers && index < bases[buffer + 1] - bases[buffer]) slot = slots[bases[buffer] + index];
-            if (slot < 0 || slot >= slot_count) {
-                if (unplaced < 0) unplaced = i;
-                slot = -1;
-            } else if (wrong_key < 0 && slot_keys[slot] != (int64_t)u32(dispatch + 20)) {
-                wrong_key = i;
-            }
-            while (next < executions && submission_ids[next] < submission) next++;
-            Py_ssize_t rank = next < executions ? next : executions - 1;
-            if (orphan < 0 && submission_ids[rank] != submission) orphan = i;
-            int64_t call = call_of_submission[rank] - warmup;
-            event_slots[i] = slot;
-            event_calls[i] = (int32_t)call;
-            if (call < 0) continue;
-            if (first_measured < 0) first_measured = i;
-            measured++;
-        }
-        result = Py_BuildValue("nnnnn", first_measured < 0 ? count : first_measured, measured, unplaced, wrong_key,
-                               orphan);
-    }
-done:
-    release(in, 7);
-    release(out, 2);
-    return result;
-}
-
-/* event_sums(events, event_slots, event_calls, slot_composition, calls, busy_by_call, busy, count, slot_busy,
- *            slot_count, tile_cpu, tile_counts, first_start, last_end)
- *   -> (total ns, disjoint, total tile ns, total tiles, any tiles)
- *
- * session.event_sums in one pass over the attributed events (DISPATCH_DTYPE rows, their slot and call columns,
- * int32), so that no per-event temporary is made: each event's duration (end - start) is added, in event order as
- * np.bincount adds, to ``busy_by_call[row * compositions + composition]``, ``busy[composition]`` and
- * ``slot_busy[slot]`` (float64), and counted in ``count`` and ``slot_count`` (int64), where composition =
- * ``slot_composition[slot]``, compositions = len(busy) and row = min(call, calls - 1); its tile time and tiles
- * are added (as float64, in event order) to ``tile_cpu[composition]`` and ``tile_counts[composition]``; its start
- * lowers ``first_start[row * compositions + composition]`` and its end raises ``last_end[...]`` (int64, filled
- * by the caller with int64's maximum and minimum). Returned: the summed durations, whether the events are
- * disjoint in order (each starts at or after the previous one's end, none ends before it starts, the whole span
- * under 2**53 ns: session.wall_parts's shortcut), the summed tile time and tiles (uint64, wrapping as numpy's
- * sum does) and whether any event has a tile.
- */
-static PyObject *event_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer in[4], out[9];
-    if (check_arguments(nargs, 14, "event_sums") < 0) return NULL;
-    Py_ssize_t calls = PyLong_AsSsize_t(args[4]);
-    if (calls == -1 && PyErr_Occurred()) return NULL;
-    if (acquire(args, in, 4, 0) < 0) return NULL;
-    if (acquire(args + 5, out, 9, 1) < 0) { release(in, 4); return NULL; }
-    PyObject *result = NULL;
-    const char *events = in[0].buf;
-    const int32_t *event_slots = in[1].buf, *event_calls = in[2].buf;
-    const int64_t *slot_composition = in[3].buf;
-    double *busy_by_call = out[0].buf, *busy = out[1].buf, *slot_busy = out[3].buf;
-    double *tile_cpu = out[5].buf, *tile_counts = out[6].buf;
-    int64_t *count = out[2].buf, *slot_count = out[4].buf, *first_start = out[7].buf, *last_end = out[8].buf;
-    Py_ssize_t total = in[0].len / DISPATCH_SIZE, slots = in[3].len / 8, compositions = out[1].len / 8;
-    if (calls < 1 || in[1].len < total * 4 || in[2].len < total * 4 || out[0].len < calls * compositions * 8 ||
-        out[2].len < compositions * 8 || out[3].len < slots * 8 || out[4].len < slots * 8 ||
-        out[5].len < compositions * 8 || out[6].len < compositions * 8 || out[7].len < calls * compositions * 8 ||
-        out[8].len < calls * compositions * 8) {
-        PyErr_SetString(PyExc_ValueError, "event_sums: inconsistent table sizes");
-        goto done;
-    }
-    {
-        int64_t sum = 0, first = 0, previous_end = 0;
-        uint64_t tile_ns_sum = 0, tiles_sum = 0;
-        int disjoint = 1, any_tiles = 0;
-        for (Py_ssize_t i = 0; i < total; i++) {
-            const char *event = events + i * DISPATCH_SIZE;
-            int64_t start = (int64_t)u64(event + 32), end = (int64_t)u64(event + 40);
-            uint64_t tile_ns = u64(event + 48), tiles = u64(event + 56);
-            int32_t slot = event_slots[i], call = event_calls[i];
-            if (slot < 0 || slot >= slots || call < 0 || slot_composition[slot] < 0 ||
-                slot_composition[slot] >= compositions) {
-                PyErr_SetString(PyExc_ValueError, "event_sums: an event's slot, call or composition is out of range");
-                goto done;
-            }
-            Py_ssize_t composition = (Py_ssize_t)slot_composition[slot];
-            Py_ssize_t cell = (call < calls ? call : calls - 1) * compositions + composition;
-            double duration = (double)(end - start);
-            busy_by_call[cell] += duration;
-            busy[composition] += duration;
-            count[composition]++;
-            slot_busy[slot] += duration;
-            slot_count[slot]++;
-            tile_cpu[composition] += (double)tile_ns;
-            tile_counts[composition] += (double)tiles;
-            tile_ns_sum += tile_ns;
-            tiles_sum += tiles;
-            any_tiles |= tiles != 0;
-            if (start < first_start[cell]) first_start[cell] = start;
-            if (end > last_end[cell]) last_end[cell] = end;
-            sum += end - start;
-            if (end < start || (i && start < previous_end)) disjoint = 0;
-            if (!i) first = start;
-            previous_end = end;
-        }
-        if (total && previous_end - first >= (int64_t)1 << 53) disjoint = 0;
-        result = Py_BuildValue("LOKKO", (long long)sum, disjoint ? Py_True : Py_False,
-                               (unsigned long long)tile_ns_sum, (unsigned long long)tiles_sum,
-                               any_tiles ? Py_True : Py_False);
-    }
-done:
-    release(in, 4);
-    release(out, 9);
-    return result;
-}
-
-/* Element ``i`` of a one-dimensional int64 buffer with strides (a field of a structured array). */
-static int64_t at(const Py_buffer *view, Py_ssize_t i) {
-    int64_t value;
-    memcpy(&value, (const char *)view->buf + i * view->strides[0], 8);
-    return value;
-}
-
-/* union_by_window(starts, ends, window_starts, window_ends, out) -> bool
- *
- * queue_time.union_by_window when ``starts`` are sorted: per window (sorted, disjoint), the length of the
- * union of the intervals [start, end) whose covered blocks start inside it, clipped at its end, written to
- * ``out`` (int64). One pass: blocks are merged while walking the intervals and the windows together. Returns
- * False, ``out`` then undefined, when the starts are not sorted (the caller sorts). ``starts``/``ends`` may be
- * strided.
- */
-static PyObject *union_by_window(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer in[4], out;
-    int got = 0;
-    PyObject *result = NULL;
-    if (check_arguments(nargs, 5, "union_by_window") < 0) return NULL;
-    for (; got < 4; got++) {
-        if (PyObject_GetBuffer(args[got], &in[got], PyBUF_STRIDES) < 0) goto done;
-        if (in[got].ndim != 1 || in[got].itemsize != 8) {  /* int64: the caller's dtype */
-            PyErr_SetString(PyExc_ValueError, "union_by_window: expects one-dimensional 8-byte arrays");
-            got++;
-            goto done;
-        }
-    }
-    if (PyObject_GetBuffer(args[4], &out, PyBUF_SIMPLE | PyBUF_WRITABLE) < 0) goto done;
-    {
-        Py_ssize_t count = in[0].shape[0], windows = in[2].shape[0];
-        int64_t *sums = out.buf;
-        if (in[1].shape[0] != count || in[3].shape[0] != windows || out.len < windows * 8) {
-            PyErr_SetString(PyExc_ValueError, "union_by_window: inconsistent sizes");
-        } else {
-            int sorted = 1;
-            memset(sums, 0, windows * 8);
-            Py_ssize_t window = -1;  /* the last window starting at or before the block's start */
-            for (Py_ssize_t i = 0; i < count && sorted;) {
-                int64_t block_start = at(&in[0], i), reach = at(&in[1], i);
-                if (i && block_start < at(&in[0], i - 1)) { sorted = 0; break; }
-                for (i++; i < count && at(&in[0], i) <= reach; i++) {
-                    if (at(&in[0], i) < at(&in[0], i - 1)) { sorted = 0; break; }
-                    if (at(&in[1], i) > reach) reach = at(&in[1], i);
-                }
-                while (window + 1 < windows && at(&in[2], window + 1) <= block_start) window++;
-                if (window >= 0 && block_start < at(&in[3], window)) {
-                    int64_t window_end = at(&in[3], window);
-                    sums[window] += (reach < window_end ? reach : window_end) - block_start;
-                }
-            }
-            result = sorted ? Py_True : Py_False;
-            Py_INCREF(result);
-        }
-        PyBuffer_Release(&out);
-    }
-done:
-    release(in, got);
     return result;
 }
 
@@ -705,14 +447,6 @@ static PyMethodDef methods[] = {
     {"dispatch_links", (PyCFunction)(void (*)(void))dispatch_links, METH_FASTCALL,
      "dispatch_links(dispatches, submissions, buffer_ids, timed_bases, timed, expected, found) -> (orphan, "
      "wrong_buffer, outside, duplicate_rank, duplicate_index, short_submission)"},
-    {"attribute_events", (PyCFunction)(void (*)(void))attribute_events, METH_FASTCALL,
-     "attribute_events(dispatches, runtime_ids, bases, slots, slot_keys, submission_ids, call_of_submission, "
-     "warmup, event_slots, event_calls) -> (first_measured, measured, unplaced, wrong_key, orphan)"},
-    {"event_sums", (PyCFunction)(void (*)(void))event_sums, METH_FASTCALL,
-     "event_sums(events, event_slots, event_calls, slot_composition, calls, busy_by_call, busy, count, slot_busy, "
-     "slot_count, tile_cpu, tile_counts, first_start, last_end) -> (total_ns, disjoint, tile_ns, tiles, any_tiles)"},
-    {"union_by_window", (PyCFunction)(void (*)(void))union_by_window, METH_FASTCALL,
-     "union_by_window(starts, ends, window_starts, window_ends, out) -> sorted"},
     {"device_dispatch_events", (PyCFunction)(void (*)(void))device_dispatch_events, METH_FASTCALL,
      "device_dispatch_events(data, positions, known_codes, known_keys, events) -> (first_bad_length, "
      "first_unknown_function)"},
@@ -724,16 +458,17 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "sectionmark.readers._ireeprof",
-    "The record walk and host-event split of the .ireeprof reader, in C.", -1, methods,
+    "The record walk, event splits and link checks of the .ireeprof reader, in C.", -1, methods,
 };
 
 /* The row size this build writes and the version of its functions' arguments: readers/event_model.py refuses a
  * stale build whose rows or arguments differ. Version 2: attribution's slot and call are columns, not rows;
- * 3: event_sums also sums tiles and finds each (call, composition)'s first start and last end. */
+ * 3: event_sums also sums tiles and finds each (call, composition)'s first start and last end; 4: attribute_events,
+ * event_sums and union_by_window moved to sectionmark.profiling._sectionpass. */
 PyMODINIT_FUNC PyInit__ireeprof(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
-                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 3) < 0 ||
+                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 4) < 0 ||
                    PyModule_AddIntConstant(module, "DEVICE_DISPATCH_SIZE", DEVICE_DISPATCH_SIZE) < 0)) {
         Py_DECREF(module);
         return NULL;

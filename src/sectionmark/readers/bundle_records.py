@@ -1,8 +1,12 @@
-"""The records of a mapped .ireeprof bundle: the walk of their headers, the chunks of fixed-size records, their byte
-offsets made a window at a time, gathered into packed copies, and the mapped pages of a window given back after it.
+"""The container of a .ireeprof bundle: its file header, its records and chunks, and the layouts of the records.
 
-`sectionmark.readers.ireeprof_bundle` reads every table of a bundle through
-these, so a long profile is read in windows of bounded size.
+`map_bundle` maps the file and walks and checks its record headers (a window
+at a time, each window's mapped pages given back after it), giving the
+payloads of each chunk type used. The fixed-size records of a chunk have
+public layouts (`HOST_EVENT`, `MEMORY_EVENT`, ...); `RecordPositions` makes
+their byte offsets a window at a time and `records_at` gathers them into
+packed copies, for the readers above: `bundle_events` (decode),
+`ireeprof_bundle` (the whole read) and `ireeprof_stream` (the windows).
 """
 
 from __future__ import annotations
@@ -10,15 +14,107 @@ from __future__ import annotations
 import mmap
 import struct
 from dataclasses import dataclass
-from typing import Union
+from pathlib import Path
+from typing import BinaryIO, Union
 
 import numpy as np
 
+from sectionmark.errors import SectionmarkError
+from sectionmark.readers.checks import corrupt
 from sectionmark.readers.event_model import native
 
 
 class UnsupportedLayout(Exception):
     """The bundle uses a record layout this reader was not checked against."""
+
+
+BUNDLE_MAGIC = b"IRPF"
+_FILE_HEADER = struct.Struct("<4sHHIIQ")  # magic, major, minor, header_length, flags, file_length
+_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END = 1, 2, 3
+_CHUNK_TRUNCATED = 1
+_CONTENT_PREFIX = "application/vnd.iree.hal.profile."
+
+USED_CHUNKS = ("executable-functions", "command-buffers", "command-operations", "host-execution-events",
+               "memory-events", "dispatch-events", "clock-correlations", "queue-events")
+# Chunk types that carry no timing or memory figure we use: session metadata, device-side
+# counters and traces. They are skipped; any other type is an error. (Queue events are read only
+# for a device-timed profile: on CPU each execution is a host-execution event.)
+IGNORED_CHUNKS = frozenset(
+    {
+        "session", "devices", "queues", "executables",
+        "queue-device-events", "event-relationships", "executable-code-objects",
+        "executable-code-object-loads", "executable-traces", "counter-sets", "counters", "counter-samples",
+        "device-metric-sources", "device-metric-descriptors", "device-metric-samples", "command-region-events",
+    }
+)
+KNOWN_CHUNKS = USED_CHUNKS + tuple(sorted(IGNORED_CHUNKS))
+KNOWN_CONTENT_TYPES = tuple((_CONTENT_PREFIX + name).encode() for name in KNOWN_CHUNKS)
+# The layouts of the records inside the chunks used (IREE 3.13's structs), the fields read of each: the readers
+# gather records with them (`records_at`); _ireeprof.c reads the same offsets.
+HOST_EVENT = np.dtype(
+    {
+        "names": [
+            "record_length", "type", "status_code", "event_id", "submission", "command_buffer",
+            "executable_id", "stream", "device", "queue", "command_index", "function_ordinal",
+            "start_ns", "end_ns", "payload_bytes", "tile_count", "tile_ns",
+        ],
+        "formats": ["<u4", "<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u4",
+                    "<u4", "<i8", "<i8", "<u8", "<u8", "<u8"],
+        "offsets": [0, 4, 12, 16, 24, 32, 40, 56, 64, 68, 72, 76, 104, 112, 120, 128, 136],
+        "itemsize": 152,
+    }
+)
+MEMORY_EVENT = np.dtype(
+    {
+        "names": ["record_length", "type", "flags", "event_id", "time_ns", "allocation", "pool", "submission",
+                  "device", "length", "pool_reserved"],
+        "formats": ["<u4", "<u4", "<u4", "<u8", "<i8", "<u8", "<u8", "<u8", "<u4", "<u8", "<u8"],
+        "offsets": [0, 4, 8, 16, 24, 32, 40, 56, 64, 104, 120],
+        "itemsize": 160,
+    }
+)
+COMMAND_OPERATION = np.dtype(
+    {
+        "names": ["record_length", "type", "flags", "command_index", "command_buffer",
+                  "executable_id", "function_ordinal", "workgroup_count"],
+        "formats": ["<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u4", ("<u4", (3,))],
+        "offsets": [0, 4, 8, 12, 16, 32, 40, 48],
+        "itemsize": 120,
+    }
+)
+# Device-timed dispatch event (iree_hal_profile_dispatch_event_t); device and queue are its chunk's.
+DEVICE_DISPATCH_EVENT = np.dtype(
+    {
+        "names": ["record_length", "flags", "event_id", "submission", "command_buffer", "executable_id",
+                  "command_index", "function_ordinal", "start_tick", "end_tick"],
+        "formats": ["<u4", "<u4", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u8", "<u8"],
+        "offsets": [0, 4, 8, 16, 24, 32, 40, 44, 72, 80],
+        "itemsize": 88,
+    }
+)
+CLOCK_SAMPLE = np.dtype(  # iree_hal_profile_clock_correlation_record_t
+    {
+        "names": ["record_length", "flags", "device", "device_tick", "host_cpu_ns", "host_time_begin_ns",
+                  "host_time_end_ns"],
+        "formats": ["<u4", "<u4", "<u4", "<u8", "<u8", "<i8", "<i8"],
+        "offsets": [0, 4, 8, 24, 32, 56, 64],
+        "itemsize": 72,
+    }
+)
+QUEUE_EVENT = np.dtype(  # iree_hal_profile_queue_event_t
+    {
+        "names": ["record_length", "type", "submission", "command_buffer", "host_time_ns"],
+        "formats": ["<u4", "<u4", "<u8", "<u8", "<i8"],
+        "offsets": [0, 4, 32, 40, 24],
+        "itemsize": 104,
+    }
+)
+COMMAND_BUFFER = np.dtype(
+    {"names": ["record_length", "command_buffer"], "formats": ["<u4", "<u8"], "offsets": [0, 8], "itemsize": 48}
+)
+FUNCTION_HEADER = struct.Struct("<IIQI")  # record_length, flags, executable_id, function_ordinal
+FUNCTION_NAME_LENGTH_OFFSET = 44
+FUNCTION_HEADER_SIZE = 64
 
 
 @dataclass
@@ -195,3 +291,97 @@ def walk_records(mapped: mmap.mmap, data: np.ndarray, start: int, end: int,
             position = int(offsets[whole])
             reach = position + (int(lengths[whole]) if whole < len(headers) else RECORD_HEADER_SIZE)
     return tuple(np.concatenate([part[index] for part in parts]) for index in range(3))
+
+
+def map_bundle(path: Path, file: BinaryIO, size: int) -> tuple[mmap.mmap, np.ndarray, dict[str, Chunks]]:
+    """Map the bundle and check its header and records: (the map, its bytes, the payloads of each chunk type used)."""
+    file.seek(0)
+    header = file.read(_FILE_HEADER.size)
+    if len(header) < _FILE_HEADER.size:
+        raise corrupt(path, "file is shorter than its header")
+    magic, major, _minor, header_length, _flags, file_length = _FILE_HEADER.unpack(header)
+    if magic != BUNDLE_MAGIC:
+        raise corrupt(path, "bad magic")
+    if major != 1:
+        raise UnsupportedLayout(f"bundle version {major}")
+    if file_length == 0:
+        raise corrupt(path, "the profiling session was not finished; did the run crash?")
+    if file_length > size:
+        raise corrupt(path, f"truncated: {size} of {file_length} bytes")
+    if header_length < _FILE_HEADER.size or header_length > file_length:
+        raise corrupt(path, "bad header length")
+    # Mapped, not read: only the chunks used are copied (once, into their record arrays).
+    mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    if len(mapped) < file_length:
+        raise corrupt(path, f"truncated: {len(mapped)} of {file_length} bytes")
+    data = np.frombuffer(mapped, np.uint8, count=file_length)
+    return mapped, data, _bundle_chunks(path, mapped, data, header_length, file_length)
+
+
+def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_length: int,
+                   file_length: int) -> dict[str, Chunks]:
+    """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
+    chunks we use.
+
+    Checked all at once over the table of record headers, reporting the first
+    record (in file order) that fails a check, and its first failed check.
+    """
+    data = data[:file_length]
+    offsets, headers, kinds = walk_records(mapped, data, header_length, file_length, KNOWN_CONTENT_TYPES)
+    complete = offsets[: len(headers)]
+    record_length, header_size, record_type = (
+        headers["record_length"], headers["header_size"].astype(np.uint64), headers["record_type"])
+    lengths_ok = (  # each part within the record, so that the uint64 sum cannot wrap
+        (header_size >= RECORD_HEADER_SIZE)
+        & (headers["payload_length"] <= record_length)
+        & (record_length <= (file_length - complete).astype(np.uint64))
+        & (header_size + headers["type_length"] + headers["name_length"] + headers["payload_length"] == record_length)
+    )
+    known_type = np.isin(record_type, (_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END))
+    first = np.arange(len(headers)) == 0
+    begin_ok = (record_type == _RECORD_SESSION_BEGIN) == first
+    ended = record_type == _RECORD_SESSION_END
+    after_end = np.concatenate([[0], np.cumsum(ended)[:-1]]) > 0 if len(headers) else np.zeros(0, bool)
+    chunk = (record_type == _RECORD_CHUNK) & lengths_ok & known_type & begin_ok & ~after_end
+    bad_chunk = chunk & (kinds < 0)
+    failing = (after_end | ~lengths_ok | ~known_type | ~begin_ok | (headers["chunk_flags"] & _CHUNK_TRUNCATED != 0)
+               | (ended & (headers["status"] != 0)) | bad_chunk)
+    if failing.any():
+        index = int(np.argmax(failing))
+        offset = int(complete[index])
+        kind = content_type(data, offset, headers[index], _CONTENT_PREFIX) if bad_chunk[index] else ""
+        _raise_record_error(path, offset, headers[index], after_end[index], lengths_ok[index], known_type[index],
+                            begin_ok[index], kind)
+    if len(complete) < len(offsets):
+        where = "record after the session end" if ended.any() else "truncated record"
+        raise corrupt(path, f"{where} at byte {offsets[-1]}")
+    if not ended.any():
+        raise corrupt(path, "no session end record")
+    if headers["dropped"].any():
+        dropped_records = sum(headers["dropped"].tolist())
+        raise SectionmarkError(
+            f"{path}: the profiler dropped {dropped_records} records, so times would be incomplete; "
+            "profile fewer iterations"
+        )
+    payload_start = complete + (header_size + headers["type_length"] + headers["name_length"]).astype(np.int64)
+    payload_length = headers["payload_length"].astype(np.int64)
+    return {name: Chunks(payload_start[rows], payload_length[rows], headers["device"][rows], headers["queue"][rows])
+            for index, name in enumerate(USED_CHUNKS) for rows in [chunk & (kinds == index)]}
+
+
+def _raise_record_error(path: Path, offset: int, header: np.void, after_end: bool, lengths_ok: bool,
+                        known_type: bool, begin_ok: bool, content_type: str) -> None:
+    """Raise the first check the record at byte ``offset`` fails, in the order of `sectionmark.readers.ireeprof`'s list."""
+    if after_end:
+        raise corrupt(path, f"record after the session end at byte {offset}")
+    if not lengths_ok:
+        raise corrupt(path, f"inconsistent record lengths at byte {offset}")
+    if not known_type:
+        raise corrupt(path, f"unknown record type {header['record_type']} at byte {offset}")
+    if not begin_ok:
+        raise corrupt(path, f"the session begin record must come first, and once (byte {offset})")
+    if header["chunk_flags"] & _CHUNK_TRUNCATED:
+        raise SectionmarkError(f"{path}: the profiler truncated a chunk, so times would be incomplete")
+    if header["record_type"] == _RECORD_SESSION_END:
+        raise SectionmarkError(f"{path}: the profiling session ended with IREE status code {header['status']}")
+    raise corrupt(path, f"unknown chunk type {content_type[:80]!r} at byte {offset}")

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-try:  # the passes over every event in C (setup.py builds it when a compiler is present)
+try:  # the reading passes over every record in C (setup.py builds it when a compiler is present)
     from sectionmark.readers import _ireeprof as _native
 except ImportError:
     _native = None
@@ -47,8 +47,9 @@ DISPATCH_DTYPE = np.dtype(
 )
 # The C code writes DISPATCH_DTYPE rows; the version of its functions' arguments: 2 takes attribution's slot and
 # call as int32 columns beside them (attribute.Attribution), not as wider rows; 3 has event_sums sum the tiles and
-# find the section spans' first starts and last ends too.
-NATIVE_INTERFACE_VERSION = 3
+# find the section spans' first starts and last ends too; 4 has only the reading passes (profiling's passes over
+# the attributed events are sectionmark.profiling._sectionpass).
+NATIVE_INTERFACE_VERSION = 4
 if _native is not None and (getattr(_native, "DISPATCH_SIZE", None), getattr(_native, "INTERFACE_VERSION", None)) != (
         DISPATCH_DTYPE.itemsize, NATIVE_INTERFACE_VERSION):
     _native = None  # a stale build of _ireeprof.c: the numpy passes give the same results

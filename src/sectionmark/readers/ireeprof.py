@@ -3,7 +3,8 @@
 ``read_profile`` picks one of two readers by the file's first bytes; both
 produce the same :class:`~sectionmark.readers.event_model.Profile`:
 
-* the bundle reader (``ireeprof_bundle``) decodes the ``.ireeprof`` file itself. Events are fixed
+* the bundle reader (``ireeprof_bundle``) decodes the ``.ireeprof`` file itself (its container,
+  chunks and record layouts: ``bundle_records``; their decode: ``bundle_events``). Events are fixed
   size records, gathered from the mapped file with whole-array numpy
   operations, and every check below is one over the whole table (a million
   dispatches in a fraction of a second); the record walk and the split of the
@@ -64,9 +65,10 @@ from pathlib import Path
 
 from sectionmark.artifacts.files import open_regular
 from sectionmark.errors import SectionmarkError
+from sectionmark.readers.bundle_records import BUNDLE_MAGIC, UnsupportedLayout
 from sectionmark.readers.checks import corrupt
 from sectionmark.readers.event_model import Profile
-from sectionmark.readers.ireeprof_bundle import BUNDLE_MAGIC, UnsupportedLayout, read_bundle
+from sectionmark.readers.ireeprof_bundle import read_bundle
 from sectionmark.readers.ireeprof_jsonl import export_jsonl, jsonl_lines, read_jsonl_lines
 
 

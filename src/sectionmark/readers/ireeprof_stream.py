@@ -26,15 +26,15 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.arrays import strictly_increasing
-from sectionmark.readers.bundle_records import RecordPositions, UnsupportedLayout, records_at, release_pages
+from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, decode_memory_events, fill_columns,
+                                               raise_host_event_error, split_with_numpy)
+from sectionmark.readers.bundle_records import (HOST_EVENT, MEMORY_EVENT, RecordPositions, UnsupportedLayout,
+                                                records_at, release_pages)
 from sectionmark.readers.checks import (by_submission_and_start, check_links, check_times, check_unique, corrupt,
                                         exports_by_executable, recorded_commands, sorted_by)
 from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, EVENT_DISPATCH, EVENT_EXECUTE,
                                              MAX_TIMESTAMP_NS, MEMORY_DTYPE, MEMORY_POOL_STATS, QUEUE_ALLOCA,
                                              QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, native)
-from sectionmark.readers.ireeprof_bundle import (HOST_EVENT, HOST_EVENTS_WINDOW, MEMORY_EVENT, OpenBundle,
-                                                 decode_memory_events, fill_columns, raise_host_event_error,
-                                                 split_with_numpy)
 
 
 class DispatchStream:

@@ -28,7 +28,8 @@ from sectionmark.readers.bundle_records import UnsupportedLayout
 from sectionmark.readers.checks import by_submission_and_start
 from sectionmark.readers.event_model import Profile, RecordedCommand
 from sectionmark.readers.ireeprof import read_profile
-from sectionmark.readers.ireeprof_bundle import BUNDLE_MAGIC, open_bundle
+from sectionmark.readers.bundle_events import open_bundle
+from sectionmark.readers.bundle_records import BUNDLE_MAGIC
 from sectionmark.readers.ireeprof_stream import DispatchStream
 from sectionmark.section_map import SectionMap
 

@@ -81,7 +81,3 @@ def render(session: ProfileSession, width: int = 200) -> str:
     buffer = io.StringIO()
     Console(file=buffer, width=width, color_system=None, force_terminal=False).print(build_kernels_table(session))
     return buffer.getvalue()
-
-
-def _blank(value) -> str:
-    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)

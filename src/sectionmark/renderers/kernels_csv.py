@@ -7,7 +7,7 @@ from typing import Iterable
 from sectionmark.profiling.kernels import kernels
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers.csv_format import csv_text
-from sectionmark.renderers.kernels import _blank, format_binding, format_sections
+from sectionmark.renderers.kernels import format_binding, format_sections
 
 
 COLUMNS = ["site", "sections", "key", "arguments", "read_bytes", "written_bytes", "flops", "dispatches",
@@ -30,3 +30,8 @@ def csv_rows(session: ProfileSession) -> Iterable[list]:
         ]
         for row in kernels(session)
     )
+
+
+def _blank(value) -> str:
+    """A cell: empty where the figure is unknown, floats in their shortest form."""
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)

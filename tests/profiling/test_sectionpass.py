@@ -1,0 +1,139 @@
+"""Profiling's fast passes give exactly what the plain ways give.
+
+Each C pass of ``sectionmark.profiling._sectionpass`` (attribution, the
+session's sums, the dispatch union per call window) equals its numpy twin,
+switched on and off through `sectionmark.profiling.native`; each numpy shortcut
+equals the straightforward numpy it replaces, on random data shaped like
+profiles. (The readers' passes: tests/readers/test_ireeprof_fast.py.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_ireeprof_fast import CORRUPTIONS, SEEDS, synthetic_run
+from test_session import synthetic
+
+from sectionmark.profiling import native, queue_time
+from sectionmark.profiling.attribute import attributed_events
+from sectionmark.profiling.section_time import event_sums, union_length, wall_parts
+from sectionmark.readers.event_model import DISPATCH_DTYPE
+
+
+def test_c_extension_is_built():
+    """setup.py builds it here (a machine with a C compiler), so the comparisons below compare two passes."""
+    assert native.native_passes() is not None
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_window_lookup_and_reductions_match_searchsorted_and_ufunc_at(seed):
+    rng = np.random.default_rng(seed)
+    edges = np.sort(rng.choice(10_000, 40, replace=False))
+    starts, ends = edges[0::2], edges[1::2]
+    times = np.sort(rng.integers(-100, 10_100, 500))  # sorted: the linear lookup
+    expected = np.searchsorted(starts, times, side="right") - 1
+    expected = np.where((expected >= 0) & (times < ends[np.maximum(expected, 0)]), expected, -1)
+    assert np.array_equal(queue_time._window_of(times, starts, ends), expected)
+    groups, values = rng.integers(0, 20, 300), rng.integers(-1000, 1000, 300)
+    for ufunc in (np.minimum, np.maximum):
+        mine = rng.integers(-500, 500, 25)
+        theirs = mine.copy()
+        queue_time._reduce_at(ufunc, mine, groups, values)
+        ufunc.at(theirs, groups, values)
+        assert np.array_equal(mine, theirs)
+
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_intervals_in_order_give_what_the_general_sweeps_give(seed):
+    rng = np.random.default_rng(seed)
+    bounds = np.cumsum(rng.integers(0, 1000, 400)) + 10**12
+    starts, ends = bounds[0::2], bounds[1::2]  # in order, touching at most: the shortcuts
+    backwards = starts[::-1], ends[::-1]  # not in order: the general sweeps
+    assert wall_parts(starts, ends).tobytes() == wall_parts(*backwards)[::-1].tobytes()
+    assert union_length(starts, ends) == union_length(*backwards)
+    edges = np.sort(rng.choice(np.arange(bounds[0] - 500, bounds[-1] + 500), 20, replace=False))
+    windows = edges[0::2], edges[1::2]
+    apart = starts[1:] > ends[:-1]  # the window shortcut needs gaps: touching intervals form one block
+    apart_starts, apart_ends = starts[np.append(True, apart)], ends[np.append(True, apart)]
+    assert np.array_equal(queue_time.union_by_window(apart_starts, apart_ends, *windows),
+                          queue_time.union_by_window(apart_starts[::-1], apart_ends[::-1], *windows))
+
+
+
+@pytest.mark.parametrize("corruption", ["none", "orphan", "missing event", "other buffer"])
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_c_and_numpy_attribute_events_alike(corruption, warmup, monkeypatch):
+    rng = np.random.default_rng(1)
+    dispatches, submissions, buffer_ids, timed = synthetic_run(rng)
+    CORRUPTIONS[corruption](dispatches, rng)
+    # slots: command i of buffer b is slot 10 * b + i (-1 for the untimed ones), keyed i % 2
+    bases = np.array([0, 3, 11, 12], np.int64)
+    flat = np.full(12, -1, np.int32)
+    for position, indices in enumerate(timed):
+        flat[bases[position] + np.array(indices)] = 10 * position + np.array(indices)
+    slot_keys = np.arange(30, dtype=np.int64) % 2
+    calls = np.arange(len(submissions)) // 4
+    results = []
+    for switched_off in (False, True):
+        if switched_off:
+            monkeypatch.setattr(native, "_passes", None)
+        (slot, call), failures = attributed_events(dispatches, buffer_ids, bases, flat, slot_keys,
+                                                    submissions["submission"], calls, warmup)
+        results.append((slot.dtype, call.dtype, slot.tobytes(), call.tobytes(), vars(failures)))
+    assert results[0] == results[1]
+    failures = results[0][-1]
+    assert (failures["unplaced"] >= 0) == (corruption == "missing event")
+    assert (failures["orphan"] >= 0) == (corruption == "orphan")
+    measured = np.searchsorted(submissions["submission"], dispatches["submission"]) >= 4 * warmup
+    assert corruption == "orphan" or (failures["measured"], failures["first_measured"]) == (
+        measured.sum(), np.argmax(measured))
+    assert np.array_equal(call >= 0, measured) or corruption == "orphan"
+    placed = slot >= 0
+    assert np.array_equal(slot[placed], (10 * np.searchsorted(buffer_ids, dispatches["command_buffer"])
+                                         + dispatches["command_index"])[placed])
+
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("with_tiles", [True, False])
+def test_c_and_numpy_event_sums_alike(seed, with_tiles, monkeypatch):
+    """Sums, tiles and each (call, composition)'s first start and last end, over overlapping events of calls that
+    skip compositions and calls past the count (summed into the last)."""
+    rng = np.random.default_rng(seed)
+    count = 300
+    starts = np.sort(rng.integers(0, 10**6, count))
+    parts = [((("A",), 1.0),), ((("A",), 0.5), (("B",), 0.5)), ((("B",), 1.0),), (((), 1.0),)]
+    events = [(int(start), int(start + rng.integers(0, 5000)), parts[rng.integers(0, 3)]) for start in starts]
+    tiles = [(int(ns), int(n)) for ns, n in zip(rng.integers(0, 10**4, count), rng.integers(0, 9, count))]
+    attribution, _map = synthetic(events, calls=6, call_of=np.sort(rng.integers(0, 8, count)).tolist(),
+                                  tiles=tiles if with_tiles else None)
+    results = []
+    for switched_off in (False, True):
+        if switched_off:
+            monkeypatch.setattr(native, "_passes", None)
+        sums = vars(event_sums(attribution))
+        tile_sums = sums.pop("tiles")
+        results.append(({name: value.tobytes() if isinstance(value, np.ndarray) else value
+                         for name, value in sums.items()},
+                        tile_sums and (tile_sums.cpu.tobytes(), tile_sums.tiles.tobytes(), tile_sums.total_ns,
+                                       tile_sums.total_tiles)))
+    assert results[0] == results[1]
+    assert (results[0][1] is None) == (not with_tiles)
+
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_c_and_numpy_union_by_window_alike(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 10_000, 300))
+    ends = starts + rng.integers(0, 200, len(starts))  # overlapping, touching and apart
+    edges = np.sort(rng.choice(np.arange(-500, 10_500), 20, replace=False))
+    table = np.zeros(len(starts), DISPATCH_DTYPE)  # the fields of a dispatch table: strided
+    table["start_ns"], table["end_ns"] = starts, ends
+    shuffled = rng.permutation(len(starts))  # out of order: the C pass declines, numpy sorts
+    cases = [(starts, ends), (table["start_ns"], table["end_ns"]), (starts[shuffled], ends[shuffled])]
+    with_c = [queue_time.union_by_window(*case, edges[0::2], edges[1::2]).tolist() for case in cases]
+    monkeypatch.setattr(native, "_passes", None)
+    assert with_c == [queue_time.union_by_window(*case, edges[0::2], edges[1::2]).tolist() for case in cases]
+    assert with_c[0] == with_c[1] == with_c[2]
