@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import (Attribution, SlotMatcher, attribution_without_events, call_numbers,
                                              check_fingerprint, placed_events)
 from sectionmark.profiling.event_fold import EventFold, EventTotals
@@ -36,7 +37,10 @@ def read_session(source: EventSource, section_map: SectionMap, *, calls: Optiona
                  device: Optional[str] = None) -> ProfileSession:
     """The session of ``source``'s events joined with ``section_map`` (`sectionmark.report` documents the
     arguments); the reader's error line for a file it refuses, attribution's for events the map cannot place."""
-    attribution, totals = attributed_totals(source, section_map, calls=calls, warmup=warmup, function=function)
+    try:
+        attribution, totals = attributed_totals(source, section_map, calls=calls, warmup=warmup, function=function)
+    except SectionmarkError as problem:
+        raise source.explain(problem) from None
     return ProfileSession.from_totals(attribution, totals, section_map, function, workers, device)
 
 

@@ -15,7 +15,6 @@ window. `read_events` reads a file whole, for the views that draw every event.
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Optional, Protocol, Union
@@ -50,6 +49,11 @@ class EventSource(Protocol):
     def profile(self) -> Profile:
         """After the windows: the layout with every memory event."""
 
+    def explain(self, problem: SectionmarkError) -> SectionmarkError:
+        """The error line for ``problem``, met while reading or attributing this source's events: the line
+        a read of all its events gives when the file is malformed (a window meets a file's problems in another
+        order, and the line a user gets must not depend on it), else ``problem``."""
+
 
 class WholeProfile:
     """A profile read whole: one window of all its dispatches."""
@@ -67,6 +71,9 @@ class WholeProfile:
     def profile(self) -> Profile:
         return self.layout()
 
+    def explain(self, problem: SectionmarkError) -> SectionmarkError:
+        return problem  # read whole already: its reader's checks came first
+
 
 def open_source(path: Union[str, Path], section_map: SectionMap, function: Optional[str] = None) -> EventSource:
     """The events of a recorded profile: .ireeprof (host- or device-timed), ireeperf-jsonl, or a .tracy capture
@@ -80,7 +87,7 @@ def open_source(path: Union[str, Path], section_map: SectionMap, function: Optio
         if file.read(4) == BUNDLE_MAGIC:
             bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size)
             if not bundle.device_timed:
-                return _Named(DispatchStream(bundle, file))  # it reads the events from the file, and closes it
+                return _Stream(DispatchStream(bundle, file))  # it reads the events from the file, and closes it
             bundle.close()
     except UnsupportedLayout:
         pass  # read_profile reads it through iree-profile's export
@@ -91,37 +98,28 @@ def open_source(path: Union[str, Path], section_map: SectionMap, function: Optio
     return WholeProfile(read_profile(path))
 
 
-class _Named:
-    """A stream whose every refusal is the whole read's error line: a window sees a file's problems in another
-    order than a read of all its events (a submission missing an event before a dispatch of none, a submission
-    counted twice before the duplicated chunk holding it), and the line a user gets must not depend on which."""
+class _Stream:
+    """A host-timed bundle's `DispatchStream` as an `EventSource`."""
 
     def __init__(self, stream: DispatchStream):
         self._stream = stream
         self.command_buffers = stream.command_buffers
 
     def layout(self) -> Profile:
-        with self._named():
-            layout = self._stream.layout()
-            submissions = layout.submissions["submission"]
-            if len(submissions) > 1 and (submissions[1:] <= submissions[:-1]).any():
-                raise SectionmarkError(f"{self._stream.path}: command-buffer executions recorded twice")
-        return layout
+        return self._stream.layout()
 
     def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        with self._named():
-            yield from self._stream.windows()
+        return self._stream.windows()
 
     def profile(self) -> Profile:
         return self._stream.profile()
 
-    @contextmanager
-    def _named(self) -> Iterator[None]:
+    def explain(self, problem: SectionmarkError) -> SectionmarkError:
         try:
-            yield
-        except SectionmarkError as problem:
-            read_profile(self._stream.path)  # raises its own line for what the stream refused
-            raise problem
+            read_profile(self._stream.path)
+        except SectionmarkError as whole:
+            return whole
+        return problem
 
 
 def read_events(path: Union[str, Path], section_map: SectionMap, function: Optional[str] = None) -> Profile:
