@@ -24,6 +24,7 @@ from sectionmark.artifacts import read_section_map
 from sectionmark.compiler import compile, embed, pipeline
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import attribute
+from sectionmark.profiling.session import ProfileSession
 from sectionmark.workflows.inputs import load_input_array
 from sectionmark.readers.event_model import MAX_EVENT_NS, Profile
 from sectionmark.readers.ireeprof import read_profile
@@ -268,7 +269,7 @@ def test_attribution_keeps_the_profiles_dispatch_rows_of_the_measured_calls_with
 
 def test_submissions_that_do_not_repeat_cannot_be_split_into_calls(real_profile):
     odd = with_odd_submission(real_profile, 5)
-    session = profiling.ProfileSession.build(attribute(odd, hand_map()), hand_map())
+    session = ProfileSession.build(attribute(odd, hand_map()), hand_map())
     assert_profile_invariants(session)
     assert (session.calls, session.warmup, session.calls_known) == (1, 0, False)
     assert session.to_json()["calls_known"] is False

@@ -58,7 +58,7 @@ def test_timeline_of_each_shown_call_has_its_dispatches_and_section_spans():
     events = [(0, 100, (a,)), (100, 300, (b,)), (1000, 1100, (a,)), (1100, 1500, (b,))]
     attribution, section_map = synthetic(events, calls=2, call_of=[0, 0, 1, 1])
     session = ProfileSession.build(attribution, section_map, function="main")
-    data = html.timeline_data(session)
+    data = html.timeline_data(session, attribution)
     assert [call["call"] for call in data["calls"]] == [0, 1] and data["calls"][data["shown"]]["call"] == 0
     second = data["calls"][1]
     assert second["length"] == 500 and second["rows"] == ["queue 0: sections", "", "queue 0: dispatches"]

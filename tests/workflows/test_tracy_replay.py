@@ -217,7 +217,7 @@ def test_model_exercises_nesting_and_fusion(session):
 def test_timeline_spans_are_the_oracles_runs(session, expected):
     """profiling.timeline (what the replay emits) equals the oracle exactly, in profile ns."""
     built: dict[str, list[Item]] = {}
-    for timeline in session_timelines(session):
+    for timeline in session_timelines(session.session, session.events()):
         main = built[f"queue {timeline.queue}: sections"] = []
         for top in timeline.main:
             for _depth, span in top.walk():
