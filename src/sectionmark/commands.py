@@ -40,9 +40,11 @@ def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argpa
     """Every renderer output asked for, then on stdout the table (and the sites table, components) and the files.
 
     ``result`` is one profile, or a replay's per-function profiles (each renderer writes them as its
-    ``replays`` says). Files first: a reader that stops reading early (``| head -1``) must not cost them.
+    ``replays`` says). Files first: a reader that stops reading early (``| head -1``) must not cost them. An
+    output that fails (an .svg graph without Graphviz) costs no other: the first failure is raised at the end.
     """
     written = []
+    failed = None
     peak = None
     for name, path in rendered_outputs(args).items():
         options = {"by": args.by} if args.by and name.startswith("components") else {}
@@ -51,7 +53,10 @@ def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argpa
             from sectionmark.profiling.roofline import peak_for_chart
 
             peak = options["peak"] = peak_for_chart(getattr(args, "device", "local-task"))
-        written.append(result.save(path, name, inputs=inputs, **options))
+        try:
+            written.append(result.save(path, name, inputs=inputs, **options))
+        except SectionmarkError as error:
+            failed = failed or error
     _print(result.render("table", **_table_columns(args)))
     if peak is not None:
         from sectionmark.profiling.roofline import roofline_text
@@ -66,6 +71,8 @@ def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argpa
         _print(result.render("components", by=args.by))
     for path in written:
         _print(f"wrote {path}")
+    if failed is not None:
+        raise failed
 
 
 def _table_columns(args: argparse.Namespace) -> dict[str, bool]:
