@@ -24,6 +24,7 @@ A foundation module (numpy only): the compiler reads function signatures with
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections import OrderedDict
@@ -169,6 +170,41 @@ def host_array(value: Any) -> np.ndarray:
     except ValueError as error:
         if _IMPORT_ALIGNMENT_ERROR not in str(error):
             raise
+    return _staged_copy(value)
+
+
+def readable_on_host(result: Any) -> Any:
+    """A function's result (a device array, or a tuple or list of them) whose ``to_host()``, ``np.asarray`` and
+    arithmetic read the values as `host_array` does: each IREE ``DeviceArray`` becomes a `_staged_type` one in
+    place (no copy, no wait)."""
+    if isinstance(result, (tuple, list)):
+        for item in result:
+            readable_on_host(item)
+    elif type(result).__name__ == "DeviceArray" and type(result).__module__.startswith("iree."):
+        result.__class__ = _staged_type()
+    return result
+
+
+@functools.cache
+def _staged_type() -> type:
+    """IREE's ``DeviceArray`` with its copy to the host made by `_staged_copy` where importing host memory fails."""
+    from iree.runtime import DeviceArray
+
+    class StagedDeviceArray(DeviceArray):
+        def _copy_to_host(self) -> np.ndarray:
+            try:
+                return super()._copy_to_host()
+            except ValueError as error:
+                if _IMPORT_ALIGNMENT_ERROR not in str(error):
+                    raise
+            return _staged_copy(self)
+
+    _device_arrays.add(StagedDeviceArray)  # passed to the next call as it is, like IREE's own
+    return StagedDeviceArray
+
+
+def _staged_copy(value: Any) -> np.ndarray:
+    """A device array's values copied through a host-visible staging buffer that the device allocates."""
     from iree.runtime import BufferUsage, HalFence, MemoryType
 
     device, view = value._device, value._buffer_view  # DeviceArray has no public accessors for them

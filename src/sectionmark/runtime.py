@@ -1,8 +1,10 @@
 """In-process execution of a compiled module with iree.runtime.
 
 Results are returned as IREE device arrays (no host copy, no added
-synchronisation); call ``.to_host()`` when the values are needed (on Vulkan
-``sectionmark.arguments.host_array``: IREE 3.13's ``to_host`` can fail there). Each call is
+synchronisation); call ``.to_host()`` when the values are needed: where IREE
+3.13's own copy to the host fails (Vulkan, lavapipe: an unaligned numpy array
+it cannot import), theirs goes through a staging buffer
+(``sectionmark.arguments.readable_on_host``). Each call is
 an eager `section` named after the function, so with Tracy enabled every call
 is a zone on the calling thread.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Sequence
 
-from sectionmark.arguments import flatten_arguments
+from sectionmark.arguments import flatten_arguments, readable_on_host
 from sectionmark.artifacts.modules import ModuleSource, module_bytes_and_map
 from sectionmark.errors import IREE_ERRORS, SectionmarkError, first_line
 from sectionmark.markers import section
@@ -74,7 +76,7 @@ class LoadedModule:
                 raise SectionmarkError(f"{name}: keyword arguments cannot be recorded; pass them by position")
             try:
                 with marker:
-                    result = invoke(*arrays, **kwargs)
+                    result = readable_on_host(invoke(*arrays, **kwargs))
             except IREE_ERRORS as error:  # wrong shapes, dtypes, byte order: IREE's first line says which
                 raise SectionmarkError(f"{name}: {first_line(str(error)).removeprefix(_INVOKE_PREFIX)}") from None
             if recording is not None:

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
+from sectionmark.serialization import json_field
 from sectionmark.section_path import SectionPath
 
 SECTION_MAP_VERSION = 2
@@ -31,6 +32,10 @@ SITE_RULES = ("cost", "op-count", "root")  # DispatchSite.rule
 BINDING_ACCESS = ("read", "write", "readwrite")  # Binding.access
 FRAMEWORKS = ("torch", "jax", "slice")  # SectionMap.framework (or None)
 INITIALIZER_FUNCTION = "__init"  # the VM's name for module initializers (`function` of sites and buffers)
+# What a count or size in a map may be (FLOPs, bytes, workgroups, sizes): one a 64-bit machine can have. Bigger
+# ones (1e308 FLOPs, a 400-digit byte count) only overflow sums later, into NaN or an OverflowError.
+COUNT_BOUNDS = (0, 2**63)
+SIZE_BOUNDS = (-1, 2**63)  # a shape's sizes: -1 is a dynamic one
 
 
 class SectionMapError(SectionmarkError, ValueError):
@@ -52,8 +57,8 @@ class Share:
 
     path: SectionPath
     weight: float
-    flops: Optional[float] = None
-    bytes: Optional[float] = None
+    flops: Optional[float] = json_field(bounds=COUNT_BOUNDS, default=None)
+    bytes: Optional[float] = json_field(bounds=COUNT_BOUNDS, default=None)
 
 
 @dataclass
@@ -64,8 +69,8 @@ class Command:
     key: Optional[str] = None  # dispatch: export name as the profiler reports it
     site: Optional[int] = None  # dispatch site id (flow phase); None for barriers
     shares: list[Share] = field(default_factory=list)  # empty: "(unmarked)"
-    workgroups: Optional[list[int]] = None  # when static
-    binding_bytes: Optional[list[int]] = None  # when static
+    workgroups: Optional[list[int]] = json_field(bounds=COUNT_BOUNDS, default=None)  # when static
+    binding_bytes: Optional[list[int]] = json_field(bounds=COUNT_BOUNDS, default=None)  # when static
 
     @property
     def sections(self) -> list[SectionPath]:
@@ -95,12 +100,12 @@ class Binding:
     """
 
     tensor: str  # program value: "site 3 #0", "input0", "@global", "constant 0"
-    shape: list[int]
-    tensor_shape: list[int]
+    shape: list[int] = json_field(bounds=SIZE_BOUNDS)
+    tensor_shape: list[int] = json_field(bounds=SIZE_BOUNDS)
     dtype: str
     access: str  # "read", "write" or "readwrite"
-    read_bytes: Optional[int]
-    written_bytes: Optional[int]
+    read_bytes: Optional[int] = json_field(bounds=COUNT_BOUNDS)
+    written_bytes: Optional[int] = json_field(bounds=COUNT_BOUNDS)
     outputs: list[str] = field(default_factory=list)  # a written tensor that the function returns: "output0"
 
 
@@ -111,12 +116,12 @@ class DispatchSite:
     id: int
     function: str
     shares: list[Share]
-    op_count: int  # counted ops fused into the site (the fallback rule)
+    op_count: int = json_field(bounds=COUNT_BOUNDS)  # counted ops fused into the site (the fallback rule)
     rule: str = WEIGHT_RULE  # how the shares were weighed: "cost", "op-count" or "root"
     executable: Optional[str] = None  # executable after deduplication/linking
     key: Optional[str] = None
     bindings: list[Binding] = field(default_factory=list)  # tensors read/written, in binding order
-    flops: Optional[float] = None  # estimated FLOPs per execution (rule "cost" only)
+    flops: Optional[float] = json_field(bounds=COUNT_BOUNDS, default=None)  # per execution (rule "cost" only)
 
 
 @dataclass

@@ -16,9 +16,11 @@ JSON form: ``rounded`` (its numbers are written as integers, for nanosecond
 totals kept as floats in memory), ``entries=(key, value)`` (a dict, or a list
 of pairs, written as a list of ``{key: ..., value: ...}`` objects: section
 paths cannot be JSON object keys), ``stored=False`` (in memory only, such
-as per-event arrays: neither written nor read) and ``omit_none`` (left out of
+as per-event arrays: neither written nor read), ``omit_none`` (left out of
 the output while None, so that one of several alternative keys is written;
-read back as its default). Read-only properties named in
+read back as its default) and ``bounds=(low, high)`` (its number, or each
+number of its list, must lie in ``low <= x < high``: a count or a size read
+from a file must be one a machine can have, or sums of it overflow later). Read-only properties named in
 a class's ``JSON_PROPERTIES`` are written too, for readers' convenience, and
 ignored when reading.
 """
@@ -44,6 +46,7 @@ class _FieldOptions(NamedTuple):
     entries: Optional[tuple[str, str]] = None
     stored: bool = True
     omit_none: bool = False
+    bounds: Optional[tuple[float, float]] = None
 
 
 _OPTIONS = "sectionmark.serialization"
@@ -52,10 +55,10 @@ _PLAIN = _FieldOptions()
 
 def json_field(
     *, rounded: bool = False, entries: Optional[tuple[str, str]] = None, stored: bool = True, omit_none: bool = False,
-    **field_arguments: Any
+    bounds: Optional[tuple[float, float]] = None, **field_arguments: Any
 ) -> Any:
     """``dataclasses.field(**field_arguments)`` with the JSON options described in the module docstring."""
-    options = _FieldOptions(rounded, entries, stored, omit_none)
+    options = _FieldOptions(rounded, entries, stored, omit_none, bounds)
     return dataclasses.field(metadata={_OPTIONS: options}, **field_arguments)
 
 
@@ -215,12 +218,26 @@ def _read_dataclass(cls: type, data: Any, where: str) -> Any:
     values = {}
     for field in _fields(cls):
         if field.name in mapping:
-            here, entries = f"{where}.{field.name}", _options(field).entries
+            here, options = f"{where}.{field.name}", _options(field)
             kind, data_here = hints[field.name], mapping[field.name]
-            values[field.name] = _read_entries(kind, entries, data_here, here) if entries else _read(kind, data_here, here)
+            values[field.name] = (_read_entries(kind, options.entries, data_here, here) if options.entries
+                                  else _read(kind, data_here, here))
+            if options.bounds is not None:
+                _check_bounds(values[field.name], options.bounds, here)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise SchemaError(f"{where}: missing field '{field.name}'")
     return cls(**values)
+
+
+def _check_bounds(value: Any, bounds: tuple[float, float], where: str) -> None:
+    """A number (or each number of a list; None passes) in ``low <= x < high``, else one SchemaError naming it."""
+    low, high = bounds
+    for index, number in enumerate(value if isinstance(value, list) else [value]):
+        if number is not None and not low <= number < high:
+            here = f"{where}[{index}]" if isinstance(value, list) else where
+            power = int(high).bit_length() - 1
+            high_text = f"2**{power}" if high == 2**power and power >= 32 else f"{high:g}"
+            raise SchemaError(f"{here}: expected a number from {low:g} to below {high_text}, got {_describe(number)}")
 
 
 def _read_entries(kind: Any, names: tuple[str, str], data: Any, where: str) -> Any:

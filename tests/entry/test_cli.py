@@ -1,5 +1,6 @@
 """The command line: help with examples, one error line for bad input, real runs."""
 
+import json
 import os
 import re
 import subprocess
@@ -280,3 +281,50 @@ def test_compile_profile_report_from_the_shell(tmp_path, capsys):
 def test_parser_requires_a_command():
     with pytest.raises(SystemExit):
         build_parser().parse_args([])
+
+
+# Names that would rewrite a terminal: clear the screen, set the window title (ended by BEL), a C1 CSI, a carriage
+# return that would print over the line.
+CLEAR, TITLE = "Clear\x1b[2J", "Title\x1b]0;pwned\x07\x9b1m\rover"
+TERMINAL_MLIR = """
+func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {
+  %s = math.sin %x : tensor<64xf32> loc("sectionmark:Clear\\1B[2J"("t.py":1:0))
+  %c = math.cos %s : tensor<64xf32> loc("sectionmark:Clear\\1B[2J/Title\\1B]0;pwned\\07\\C2\\9B1m\\0Dover"("t.py":2:0))
+  return %c : tensor<64xf32>
+}
+"""
+CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # every control character but the line break
+
+
+def test_names_with_terminal_controls_print_escaped_and_stay_exact_in_files(tmp_path, capsys):
+    """`profile`, `report` and `compare` print a name's control characters as \\x1b-style escapes; JSON and CSV
+    keep the name byte-exact; an error line quoting one is escaped too."""
+    source, vmfb = tmp_path / "m.mlir", tmp_path / "m.vmfb"
+    source.write_text(TERMINAL_MLIR)
+    assert main(["compile", str(source), "-o", str(vmfb), "--input-type", "none"]) == 0
+    assert SectionMap.load(tmp_path / "m.sections.json").sections == [(CLEAR,), (CLEAR, TITLE)]
+    capsys.readouterr()
+    np.save(tmp_path / "x.npy", np.linspace(0, 1, 64, dtype=np.float32))
+    profile, a, b = tmp_path / "run.ireeprof", tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["profile", str(vmfb), "--input", str(tmp_path / "x.npy"), "-n", "2", "--warmup", "1",
+                 "--keep-profile", str(profile), "--json", str(a), "--sites", "--kernels", str(tmp_path / "k.txt"),
+                 "--components", str(tmp_path / "c.txt")]) == 0
+    printed = capsys.readouterr().out
+    assert main(["report", str(profile), "--map", str(vmfb), "--warmup", "1", "--json", str(b), "--csv",
+                 str(tmp_path / "s.csv"), "--by", "name", "--kernels", str(tmp_path / "k2.txt")]) == 0
+    printed += capsys.readouterr().out
+    assert main(["compare", str(a), str(b), "--json", str(tmp_path / "cmp.json")]) == 0
+    printed += capsys.readouterr().out
+    escaped_clear, escaped_title = r"Clear\x1b[2J", r"Title\x1b]0;pwned\x07\x9b1m\rover"
+    assert not CONTROL.search(printed)
+    assert printed.count(escaped_clear) >= 5 and printed.count(escaped_title) >= 4  # tables, sites, components, compare
+    for text in (tmp_path / "k.txt", tmp_path / "c.txt"):  # the text tables, as printed
+        assert not CONTROL.search(text.read_text(encoding="utf-8")) and escaped_clear in text.read_text(encoding="utf-8")
+    for document in (a, b):
+        assert [row["path"] for row in json_out.load(document).to_json()["sections"] if row["path"]] == [
+            [CLEAR], [CLEAR, TITLE]]
+    assert TITLE.encode() in (tmp_path / "s.csv").read_bytes()  # bytes: reading text would make \r a line break
+    assert json.loads((tmp_path / "cmp.json").read_bytes())["sections"][1]["path"] == [CLEAR, TITLE]
+    assert main(["report", str(tmp_path / f"{CLEAR}.ireeprof"), "--map", str(vmfb)]) == 1
+    error = capsys.readouterr().err
+    assert not CONTROL.search(error) and escaped_clear in error and error.count("\n") == 1

@@ -92,6 +92,77 @@ def test_svg_without_graphviz_writes_the_dot_and_says_how_to_install(tmp_path, m
     assert "No Graphviz here" in graph.save(hand_built(), tmp_path / "g.html").read_text()
 
 
+def odd_named(long_name: str, nul_name: str, outputs: int = 1) -> ProfileSession:
+    """Two sites in sections named ``long_name`` and ``nul_name``; the second's result is ``outputs`` outputs."""
+    attribution, section_map = synthetic([(0, 1000, (((long_name,), 1.0),)), (1000, 1400, (((nul_name,), 1.0),))],
+                                         declared=[(long_name,), (nul_name,)])
+    first, second = section_map.sites
+    first.bindings = [binding("input0", "read", [4], read=16), binding("site 0 #0", "write", [4], written=16)]
+    second.bindings = [binding("site 0 #0", "read", [4], read=16),
+                       replace(binding("site 1 #0", "write", [4], written=16),
+                               outputs=[f"output{index}" for index in range(outputs)])]
+    return ProfileSession.build(attribution, section_map, function="main")
+
+
+def needs_dot() -> None:
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz 'dot' is not installed (apt-get install graphviz)")
+
+
+def test_names_graphviz_cannot_read_are_drawn_with_the_own_layout(tmp_path):
+    """A 70,000-character name and a NUL made `dot` fail (it reads strings up to 16,384 characters, to a NUL), and
+    .svg and .html failed with it; --html drew the same graph fine: both fall back to that layout, saying why."""
+    needs_dot()
+    for session in (odd_named("y" * 70_000, "MLP"), odd_named("Attn", "nul\x00byte")):
+        svg = graph.save(session, tmp_path / "g.svg").read_text(encoding="utf-8")
+        assert svg.startswith("<?xml") and "Graphviz cannot read a name" in svg.split("-->")[0]
+        assert 'class="rw-graph"' in svg and svg.count('data-node="s') == 2 and svg.count('class="edge"') == 3
+        page = graph.save(session, tmp_path / "g.html").read_text(encoding="utf-8")
+        assert "Graphviz cannot read a name with a NUL or longer than 16,384 characters: drawn with sectionmark" in page
+        assert 'class="rw-graph"' in page
+    plain = graph.save(odd_named("Attn", "MLP"), tmp_path / "plain.svg").read_text(encoding="utf-8")
+    assert "rw-graph" not in plain and "<svg" in plain  # names dot reads: Graphviz draws them
+
+
+def test_graphviz_is_not_given_a_graph_it_would_take_minutes_on(tmp_path, monkeypatch):
+    """A sidecar map with 10,000 outputs of one binding made `dot` run its whole 300 s timeout."""
+    ran = []
+    monkeypatch.setattr(graph.subprocess, "run", lambda *args, **kwargs: ran.append(args))
+    session = odd_named("Attn", "MLP", outputs=10_000)
+    svg = graph.save(session, tmp_path / "g.svg").read_text(encoding="utf-8")
+    assert "Graphviz is not used for a graph this big (20,013 lines of DOT, over 2,000)" in svg and ran == []
+    assert svg.count('class="node output"') == 10_000 and svg.count('class="edge"') == 10_002
+    assert "Graphviz is not used for" in graph.save(session, tmp_path / "g.html").read_text(encoding="utf-8")
+
+
+def test_a_graphviz_that_fails_or_runs_too_long_gives_the_own_layout(tmp_path, monkeypatch):
+    needs_dot()
+    monkeypatch.setattr(graph, "GRAPHVIZ_TIMEOUT_S", 1e-6)
+    assert "'dot' did not finish within 1e-06 s" in graph.save(hand_built(), tmp_path / "g.svg").read_text()
+    monkeypatch.setattr(graph, "GRAPHVIZ_TIMEOUT_S", 60.0)
+    monkeypatch.setattr(graph, "render", lambda session: "digraph { a -> ; }\n")
+    page = graph.save(hand_built(), tmp_path / "g.html").read_text()
+    assert "Graphviz &#x27;dot&#x27; failed (exit 1): " in page and 'class="rw-graph"' in page
+
+
+def test_outputs_after_a_failing_graph_are_still_written(tmp_path, monkeypatch, compiled_two_matmuls, inputs, capsys):
+    """--graph g.svg without Graphviz stopped the outputs listed after it: now each is written, the table printed,
+    then the one error line."""
+    from sectionmark.cli import main
+    from sectionmark.profiling import profile
+
+    _compiled, vmfb = compiled_two_matmuls
+    profile(vmfb, inputs, iterations=1, warmup=0, keep_profile=tmp_path / "run.ireeprof", quiet=True)
+    monkeypatch.setattr(graph.shutil, "which", lambda name: None)
+    assert main(["report", str(tmp_path / "run.ireeprof"), "--map", str(vmfb), "--graph", str(tmp_path / "g.svg"),
+                 "--json", str(tmp_path / "s.json"), "--csv", str(tmp_path / "s.csv")]) == 1
+    out, err = capsys.readouterr()
+    assert (tmp_path / "s.json").stat().st_size and (tmp_path / "s.csv").stat().st_size and "coverage:" in out
+    assert f"wrote {tmp_path / 's.csv'}" in out and (tmp_path / "g.dot").exists()
+    assert err.startswith("sectionmark: error: no Graphviz 'dot' program for g.svg") and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------- real stack
 # ---------------------------------------------------------------------------- real stack
 
 

@@ -157,6 +157,19 @@ def test_folding_a_section_hides_its_children_and_only_them(demo_report):
     assert "folded" in next(row for row in rows if row.attributes["data-path"] == "Block 0").attributes["class"]
 
 
+@pytest.mark.parametrize("unknown", ["call=%", "fold=sm-data", "fold=no-such-row", "call=%E0%A4%A", "=&&x", "fold"])
+def test_an_address_the_page_does_not_understand_is_ignored(demo_report, unknown):
+    """A bad %-escape or a fold of an element that is no tree row threw and stopped the script: the parts after it
+    (here a fold of Block 0) were never applied."""
+    page, _dot, session = demo_report
+    block = [row.name for row in session.sections].index("Block 0")
+    loaded = chromium.load(page, f"{unknown}&fold=tab0-row{block}")
+    assert loaded.console == []
+    rows = [e for e in chromium.elements(loaded.dom) if e.tag == "tr" and "data-path" in e.attributes]
+    assert "folded" in next(row for row in rows if row.attributes["data-path"] == "Block 0").attributes["class"]
+    assert all("hidden" not in row.attributes for row in rows if not row.attributes["data-path"].startswith("Block 0 /"))
+
+
 def test_hostile_names_stay_text_in_the_report(tmp_path, compiled_two_matmuls, inputs):
     """Every free-text string of a real map made hostile at once: nothing runs, every name is shown as text."""
     chromium.require_chromium()

@@ -60,6 +60,33 @@ def test_a_tool_printing_bytes_that_are_not_utf8_is_one_line(compiled, tmp_path,
         profile(compiled, (np.zeros(64, np.float32),), iterations=1, warmup=0, quiet=True)
 
 
+# What iree-benchmark-module prints when a Vulkan queue fails (lavapipe, a mutated module): IREE's status line,
+# then the VM's stack frames, innermost last.
+VULKAN_FAILURE = """iree/hal/drivers/vulkan/native_semaphore.cc:168: UNKNOWN; VkResult=4294967283 (VK_ERROR_UNKNOWN); \
+while invoking native function hal.fence.await; while calling import;
+[ 1]   native hal.fence.await:0 -
+[ 0] bytecode jit_f@2:1258 -
+"""
+IREE_STATUS_CODES = ["OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+                     "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+                     "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED", "DEFERRED",
+                     "INCOMPATIBLE"]  # iree/base/status.h, iree_status_code_string
+
+
+def test_a_vulkan_failure_quotes_iree_status_line_not_a_vm_stack_frame():
+    assert tool_failure("vulkan", BANNER + VULKAN_FAILURE, 1) == (
+        "iree-benchmark-module failed on vulkan: iree/hal/drivers/vulkan/native_semaphore.cc:168: UNKNOWN; "
+        "VkResult=4294967283 (VK_ERROR_UNKNOWN); while invoking native function hal.fence.await; while calling import;")
+
+
+@pytest.mark.parametrize("code", IREE_STATUS_CODES)
+def test_every_iree_status_code_marks_the_error_line(code):
+    status = f"iree/runtime/x.c:7: {code}; what went wrong"
+    assert last_useful_line(f"{ASLR}\n{status}\n[ 0] bytecode module.main@0:42 -\n") == status
+    if "FAILED" not in code:  # a tool's own word, anywhere in a line
+        assert last_useful_line(f"{status}\nGOODBYE_{code}S and NOT{code}\n") == status  # codes: whole words only
+
+
 def test_last_useful_line_and_exit_description():
     assert last_useful_line(f"{ASLR}\n\n") == "no error message"
     assert last_useful_line(f"{ASLR}\nlast words\n", "-") == "last words"

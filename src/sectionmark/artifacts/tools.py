@@ -82,8 +82,13 @@ def tracing_runtime_library() -> Path:
 # scaling) and its table's rules and header.
 _NOISE = re.compile(r"\*\*\*WARNING\*\*\*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*$|Running \S+$|Run on \(|CPU Caches:$"
                     r"|L\d (Data|Instruction|Unified) |Load Average:|-+$|Benchmark +Time ")
-# Words of a line that states the error (an IREE status code, a tool's "error").
-_ERROR_WORDS = ("INVALID_ARGUMENT", "NOT_FOUND", "UNIMPLEMENTED", "INTERNAL", "error", "Error", "FAILED")
+# A line that states the error: one naming an IREE status code (every word of iree/base/status.h's
+# iree_status_code_t, as iree_status_code_string spells it), or a tool's "error" / "FAILED".
+_IREE_STATUS_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+                      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+                      "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+                      "DEFERRED", "INCOMPATIBLE")
+_ERROR_LINE = re.compile(r"\b(?:" + "|".join(_IREE_STATUS_CODES) + r")\b|error|Error|FAILED")
 
 
 def last_useful_line(output: str, default: str = "no error message") -> str:
@@ -95,7 +100,7 @@ def last_useful_line(output: str, default: str = "no error message") -> str:
     """
     lines = [line.strip() for line in output.splitlines() if line.strip() and not _NOISE.match(line.strip())]
     for line in reversed(lines):
-        if any(word in line for word in _ERROR_WORDS):
+        if _ERROR_LINE.search(line):
             return line
     return lines[-1] if lines else default
 

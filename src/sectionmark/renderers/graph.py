@@ -13,6 +13,12 @@ Graphviz's ``dot``: ``apt-get install graphviz`` on Debian/Ubuntu, ``brew
 install graphviz`` on macOS), ``.html`` (one self-contained file, no network:
 the SVG inline when ``dot`` is present, else a linked list of dispatches and
 the tensors they read and write).
+
+Graphviz is bounded: a graph it cannot read (a name longer than its 16,384-
+character strings, a NUL), one too big to lay out quickly (over
+``GRAPHVIZ_MAX_LINES`` lines of DOT: nodes, edges, clusters), or a ``dot`` that fails or runs
+past ``GRAPHVIZ_TIMEOUT_S`` gives sectionmark's own layered layout instead
+(`layered_svg`, linear in the graph, which draws any name), saying why.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ from sectionmark.renderers.table import format_ns
 from sectionmark.section_map import Binding
 
 EXTENSION = ".dot"
+GRAPHVIZ_TIMEOUT_S = 60.0
+GRAPHVIZ_MAX_LINES = 2_000  # of DOT (a line per node, edge, cluster): dot took 17 s on 2,000, its time grows faster
+GRAPHVIZ_MAX_STRING = 16_384  # dot refuses a quoted string longer than this; a DOT line holds one statement
 INSTALL_HINT = "install Graphviz for SVG (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz)"
 SITE_PREFIX = "site "
 
@@ -271,30 +280,47 @@ def save(session, path: Union[str, Path], inputs: Iterable[PathLike] = ()) -> Pa
         if shutil.which("dot") is None:
             written = write_atomic(path.with_suffix(".dot"), dot_text, inputs)
             raise SectionmarkError(f"no Graphviz 'dot' program for {path.name}: wrote {written} instead; {INSTALL_HINT}")
-        return write_atomic(path, to_svg(dot_text), inputs)
+        svg, why_not = graphviz_svg(dot_text)
+        if svg is None:  # an XML comment says why (a comment holds no "--")
+            svg = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<!-- {why_not.replace('--', '- -')}: drawn with "
+                   f"sectionmark's own layered layout -->\n{layered_svg(session)}\n")
+        return write_atomic(path, svg, inputs)
     return write_atomic(path, to_html(session, dot_text), inputs)
 
 
-def to_svg(dot_text: str) -> str:
-    """Render DOT text with Graphviz's ``dot -Tsvg``."""
+def graphviz_svg(dot_text: str) -> tuple[Optional[str], str]:
+    """Graphviz's SVG of `render`'s DOT text (``dot -Tsvg``), or None and why not, in a few words.
+
+    Bounded (module docstring): a graph dot cannot read or would take minutes on is not given to it, and dot
+    itself is ended after ``GRAPHVIZ_TIMEOUT_S``.
+    """
+    lines = dot_text.splitlines()
+    if len(lines) > GRAPHVIZ_MAX_LINES:
+        return None, (f"Graphviz is not used for a graph this big ({len(lines):,} lines of DOT, "
+                      f"over {GRAPHVIZ_MAX_LINES:,})")
+    if "\0" in dot_text or any(len(line) > GRAPHVIZ_MAX_STRING for line in lines):
+        return None, f"Graphviz cannot read a name with a NUL or longer than {GRAPHVIZ_MAX_STRING:,} characters"
     try:
         done = subprocess.run(["dot", "-Tsvg"], input=dot_text, capture_output=True, encoding="utf-8", errors="replace",
-                              timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise SectionmarkError(f"Graphviz 'dot' failed: {error}") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise SectionmarkError(f"Graphviz 'dot' failed (exit {done.returncode}): {last}")
-    return done.stdout
+                              timeout=GRAPHVIZ_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, f"Graphviz 'dot' did not finish within {GRAPHVIZ_TIMEOUT_S:g} s"
+    except OSError as error:
+        return None, f"Graphviz 'dot' could not run: {error.strerror or error}"
+    if done.returncode != 0 or "<svg" not in done.stdout:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1][:200]
+        return None, f"Graphviz 'dot' failed (exit {done.returncode}): {last}"
+    return done.stdout, ""
 
 
 def to_html(session, dot_text: str) -> str:
-    """One self-contained page: the SVG inline when Graphviz is present, always the dispatch list."""
-    if shutil.which("dot") is not None:
-        svg = to_svg(dot_text)
+    """One self-contained page: the SVG inline (Graphviz's when present and able), always the dispatch list."""
+    svg, why_not = graphviz_svg(dot_text) if shutil.which("dot") is not None else (
+        None, f"No Graphviz here ({INSTALL_HINT})")
+    if svg is not None:
         figure = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: inline SVG in HTML
     else:
-        figure = (f"<p>No Graphviz here ({html.escape(INSTALL_HINT)}): drawn with sectionmark's own layered layout. "
+        figure = (f"<p>{html.escape(why_not)}: drawn with sectionmark's own layered layout. "
                   f"The list below has the same edges.</p>{layered_svg(session)}")
     items = []
     for row in kernels(session):

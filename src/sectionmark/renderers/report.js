@@ -170,9 +170,12 @@
   });
 
   // Addresses: #call=K shows measured call K in every timeline that has it; #fold=ID folds that tree row.
+  // A part it does not understand (a bad %-escape, an id that is no tree row, an unknown key) is ignored.
   location.hash.slice(1).split("&").forEach(function (part) {
-    var pair = part.split("="), value = decodeURIComponent(pair[1] || "");
-    if (pair[0] === "fold" && document.getElementById(value)) fold(document.getElementById(value), true);
+    var pair = part.split("="), value;
+    try { value = decodeURIComponent(pair[1] || ""); } catch (error) { return; }
+    var row = pair[0] === "fold" ? document.getElementById(value) : null;
+    if (row && row.matches("table.tree tr[data-depth]")) fold(row, true);
     if (pair[0] === "call") {
       each(document.querySelectorAll("div.timeline select"), function (chooser) {
         each(chooser.options, function (option) {

@@ -158,7 +158,7 @@ class Recording:
         origins, device_array, inputs = self._origins, self._device_array, self._inputs
         arguments = []
         for value in arrays:
-            if type(value) is device_array:
+            if isinstance(value, device_array):  # sm.load's results are a subclass (arguments.readable_on_host)
                 origin = origins.get(id(value))
                 if origin is not None and origin[0]() is value:
                     arguments.append(origin[1])  # an earlier result, passed along in the replay
