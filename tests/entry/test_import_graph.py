@@ -483,3 +483,20 @@ def test_tests_mirror_the_source_packages():
     folders = {path.name for path in tests.iterdir() if path.is_dir() and not path.name.startswith((".", "_"))}
     assert folders <= allowed, sorted(folders - allowed)
     assert all(any(folder.glob("test_*.py")) or folder.name == "helpers" for folder in map(tests.joinpath, folders))
+
+
+# What a renderer may not import: it draws what it is given, and never measures, compiles or runs a process.
+RENDERERS_NEVER_IMPORT = ("sectionmark.workflows", "sectionmark.compiler", "subprocess", "multiprocessing")
+
+
+def test_renderers_only_draw():
+    """No renderer imports a workflow, the compiler or the runner, or a module that starts processes (the
+    graph's Graphviz runs in artifacts/graphviz.py, the Tracy replay's process in tracy/capture.py)."""
+    found = []
+    for path in sorted((PACKAGE / "renderers").glob("*.py")):
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.name} imports {name}" for name in names
+                      if name.startswith(RENDERERS_NEVER_IMPORT)]
+    assert not found, "\n".join(found)

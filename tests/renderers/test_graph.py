@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import shutil
@@ -14,6 +13,7 @@ import pytest
 from test_kernels import binding, hand_built
 from test_session import synthetic
 
+from sectionmark.artifacts import graphviz
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import graph
@@ -137,9 +137,9 @@ def test_graphviz_is_not_given_a_graph_it_would_take_minutes_on(tmp_path, monkey
 
 def test_a_graphviz_that_fails_or_runs_too_long_gives_the_own_layout(tmp_path, monkeypatch):
     needs_dot()
-    monkeypatch.setattr(graph, "GRAPHVIZ_TIMEOUT_S", 1e-6)
+    monkeypatch.setattr(graphviz, "GRAPHVIZ_TIMEOUT_S", 1e-6)
     assert "'dot' did not finish within 1e-06 s" in graph.save(hand_built(), tmp_path / "g.svg").read_text()
-    monkeypatch.setattr(graph, "GRAPHVIZ_TIMEOUT_S", 60.0)
+    monkeypatch.setattr(graphviz, "GRAPHVIZ_TIMEOUT_S", 60.0)
     monkeypatch.setattr(graph, "render", lambda session: "digraph { a -> ; }\n")
     page = graph.save(hand_built(), tmp_path / "g.html").read_text()
     assert "Graphviz &#x27;dot&#x27; failed (exit 1): " in page and 'class="rw-graph"' in page

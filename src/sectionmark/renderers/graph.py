@@ -16,8 +16,8 @@ the tensors they read and write).
 
 Graphviz is bounded: a graph it cannot read (a name longer than its 16,384-
 character strings, a NUL), one too big to lay out quickly (over
-``GRAPHVIZ_MAX_LINES`` lines of DOT: nodes, edges, clusters), or a ``dot`` that fails or runs
-past ``GRAPHVIZ_TIMEOUT_S`` gives sectionmark's own layered layout instead
+``graphviz.GRAPHVIZ_MAX_LINES`` lines of DOT: nodes, edges, clusters), or a ``dot`` that fails or runs
+past ``graphviz.GRAPHVIZ_TIMEOUT_S`` gives sectionmark's own layered layout instead
 (`layered_svg`, linear in the graph, which draws any name), saying why.
 """
 
@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import html
 import re
-import shutil
-import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
+from sectionmark.artifacts.graphviz import INSTALL_HINT, graphviz_available, graphviz_svg
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike, write_atomic
 from sectionmark.section_path import UNMARKED, format_path
@@ -41,10 +40,6 @@ from sectionmark.renderers.table import format_ns
 from sectionmark.section_map import Binding
 
 EXTENSION = ".dot"
-GRAPHVIZ_TIMEOUT_S = 60.0
-GRAPHVIZ_MAX_LINES = 2_000  # of DOT (a line per node, edge, cluster): dot took 17 s on 2,000, its time grows faster
-GRAPHVIZ_MAX_STRING = 16_384  # dot refuses a quoted string longer than this; a DOT line holds one statement
-INSTALL_HINT = "install Graphviz for SVG (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz)"
 SITE_PREFIX = "site "
 
 
@@ -277,7 +272,7 @@ def save(session, path: Union[str, Path], inputs: Iterable[PathLike] = ()) -> Pa
     if suffix == ".dot":
         return write_atomic(path, dot_text, inputs)
     if suffix == ".svg":
-        if shutil.which("dot") is None:
+        if not graphviz_available():
             written = write_atomic(path.with_suffix(".dot"), dot_text, inputs)
             raise SectionmarkError(f"no Graphviz 'dot' program for {path.name}: wrote {written} instead; {INSTALL_HINT}")
         svg, why_not = graphviz_svg(dot_text)
@@ -288,34 +283,9 @@ def save(session, path: Union[str, Path], inputs: Iterable[PathLike] = ()) -> Pa
     return write_atomic(path, to_html(session, dot_text), inputs)
 
 
-def graphviz_svg(dot_text: str) -> tuple[Optional[str], str]:
-    """Graphviz's SVG of `render`'s DOT text (``dot -Tsvg``), or None and why not, in a few words.
-
-    Bounded (module docstring): a graph dot cannot read or would take minutes on is not given to it, and dot
-    itself is ended after ``GRAPHVIZ_TIMEOUT_S``.
-    """
-    lines = dot_text.splitlines()
-    if len(lines) > GRAPHVIZ_MAX_LINES:
-        return None, (f"Graphviz is not used for a graph this big ({len(lines):,} lines of DOT, "
-                      f"over {GRAPHVIZ_MAX_LINES:,})")
-    if "\0" in dot_text or any(len(line) > GRAPHVIZ_MAX_STRING for line in lines):
-        return None, f"Graphviz cannot read a name with a NUL or longer than {GRAPHVIZ_MAX_STRING:,} characters"
-    try:
-        done = subprocess.run(["dot", "-Tsvg"], input=dot_text, capture_output=True, encoding="utf-8", errors="replace",
-                              timeout=GRAPHVIZ_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return None, f"Graphviz 'dot' did not finish within {GRAPHVIZ_TIMEOUT_S:g} s"
-    except OSError as error:
-        return None, f"Graphviz 'dot' could not run: {error.strerror or error}"
-    if done.returncode != 0 or "<svg" not in done.stdout:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1][:200]
-        return None, f"Graphviz 'dot' failed (exit {done.returncode}): {last}"
-    return done.stdout, ""
-
-
 def to_html(session, dot_text: str) -> str:
     """One self-contained page: the SVG inline (Graphviz's when present and able), always the dispatch list."""
-    svg, why_not = graphviz_svg(dot_text) if shutil.which("dot") is not None else (
+    svg, why_not = graphviz_svg(dot_text) if graphviz_available() else (
         None, f"No Graphviz here ({INSTALL_HINT})")
     if svg is not None:
         figure = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: inline SVG in HTML
