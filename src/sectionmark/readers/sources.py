@@ -80,21 +80,24 @@ def open_source(path: Union[str, Path], section_map: SectionMap, function: Optio
     (its GPU dispatch zones, or a live capture's worker-thread zones; ``section_map`` and ``function`` place
     them). A file that is none of these, or breaks its format, is one error line."""
     path = Path(path)
-    if _is_capture(path):
+    if path.suffix == ".tracy":  # a capture by its name: a damaged one gets the capture reader's error
         return WholeProfile(read_events(path, section_map, function))
     file = open_regular(path, "profile")
     try:
-        if file.read(4) == BUNDLE_MAGIC:
+        head = file.read(4)
+        if head == BUNDLE_MAGIC:
             bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size)
             if not bundle.device_timed:
                 return _Stream(DispatchStream(bundle, file))  # it reads the events from the file, and closes it
             bundle.close()
     except UnsupportedLayout:
-        pass  # read_profile reads it through iree-profile's export
+        head = BUNDLE_MAGIC  # read_profile reads it through iree-profile's export
     except BaseException:
         file.close()
         raise
     file.close()
+    if head != BUNDLE_MAGIC and head[:1] != b"{":  # a capture by its first bytes, or an error line
+        return WholeProfile(read_events(path, section_map, function))
     return WholeProfile(read_profile(path))
 
 

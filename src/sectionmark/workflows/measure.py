@@ -100,7 +100,7 @@ def profile(
                                          calls=run.calls, warmup=run.warmup, function=function, workers=run_workers,
                                          device=device))
             finished.append(run)
-        session = combine_runs(sessions)
+        session = sessions[0] if runs == 1 else combine_runs(sessions)
         session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
         first = finished[0]
         if first.profiled_ns_per_call is not None and first.unprofiled_ns_per_call is not None:
