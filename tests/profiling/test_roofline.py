@@ -12,13 +12,13 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from matmul_chain import chain_model
 from test_kernels import binding, hand_built
 
 from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.peak import (
-    CACHE_LIMIT, CACHE_VERSION, _cache_document, _write_cache, cache_path, cached_peak, iree_version, module_shapes,
-    peak,
+    CACHE_LIMIT, _cache_document, _write_cache, cache_path, cached_peak, iree_version, module_shapes, peak,
 )
 from sectionmark.profiling.roofline import (
     DRAM_KERNEL, MeasuredKernel, Peak, bounding_peak, component_roofline, roofline, roofline_text,
@@ -231,9 +231,12 @@ def test_the_cache_is_written_atomically_never_through_a_symlink_and_a_failure_i
                                                                                             tmp_path):
     measured, victim = cacheable_peak(), tmp_path / "victim"
     victim.write_text("precious")
+    planted = cache_home.parent / f".{cache_home.name}.{os.getpid()}"  # the temporary's name was predictable
+    planted.symlink_to(victim)
     cache_home.symlink_to(victim)  # at the destination: replaced by the cache, its target untouched
     _write_cache(cache_home, measured)
     assert victim.read_text() == "precious" and not cache_home.is_symlink() and cached_peak() == measured
+    planted.unlink()
     assert leftovers(cache_home.parent) == [] and capsys.readouterr().err == ""
     cache_home.unlink()
     cache_home.mkdir()  # a directory at the cache file's path
@@ -255,31 +258,6 @@ def test_the_cache_is_written_atomically_never_through_a_symlink_and_a_failure_i
     _write_cache(blocked / "sectionmark" / cache_home.name, measured)
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("sectionmark: warning: cannot cache the peak in") and "used for this run only" in line
-
-
-def chain_model():
-    """A 64x64x256 matmul chain: x (64 x 256) down to 64 wide and up again, twice, each step its own section."""
-    import torch
-
-    import sectionmark as sm
-
-    class Chain(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.down = torch.nn.ModuleList(torch.nn.Linear(256, 64, bias=False) for _ in range(2))
-            self.up = torch.nn.ModuleList(torch.nn.Linear(64, 256, bias=False) for _ in range(2))
-
-        def forward(self, x):
-            for index, (down, up) in enumerate(zip(self.down, self.up)):
-                with sm.section(f"Step {index}"):
-                    with sm.section("Down"):
-                        x = down(x)
-                    with sm.section("Up"):
-                        x = up(x)
-            return x
-
-    torch.manual_seed(0)
-    return Chain(), (torch.randn(64, 256),)
 
 
 def percentages(out: str) -> list[float]:
@@ -330,7 +308,7 @@ def test_an_unwritable_cache_location_warns_and_the_roofline_is_still_written(tm
     assert len(warnings) == 1 and "cannot cache the peak" in warnings[0]
     assert chart.read_bytes()[:8] == PNG and "roofline vs peak" in captured.out
     assert max(percentages(captured.out)) <= 100.0
-    assert sorted(os.listdir(tmp_path)) == ["cache", "chain.roofline.png", "chain.vmfb", "x.npy"]
+    assert sorted(os.listdir(tmp_path)) == ["cache", "chain.roofline.png", "chain.sections.json", "chain.vmfb", "x.npy"]
 
 
 # IREE's batch matmul (its own AVX-512 kernels) outruns the BLAS libraries' sgemm on this 2-core EPYC: 297-320
