@@ -341,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     peak = commands.add_parser(
         "peak", help="measure the device's peak memory bandwidth and FLOP/s (for --roofline)",
         description="Profile benchmark kernels compiled with IREE (f32 x + x over 64 MiB down to 32 KiB; f32 matmuls "
-        "of 4x512x512x512, 256x256x256 and 64x64x256; with --map, the module's own heaviest matmuls and copies) on "
+        "of 512x512x512, 256x256x256 and 64x64x256; with --map, the module's own heaviest matmuls and copies) on "
         "local-task, each in rounds of calls until its fastest dispatch stops improving; the roofs are the best "
         "GB/s and GFLOP/s of any kernel. Cached per host, device, worker count and IREE version ($XDG_CACHE_HOME or "
         "~/.cache, sectionmark/peak-HOST-DEVICE-Nw-ireeVERSION.json) with the date and load average of the measure.",

@@ -11,7 +11,7 @@ profile ran at 327-363 GFLOP/s above it (issue 38). The kernels (``SHAPES``):
 * bandwidth: f32 ``x + x`` at 64 MiB, beyond the caches (the DRAM figure,
   drawn as a lower roof), and at 4 MiB, 256 KiB and 32 KiB, which the caches
   hold: a small model's tensors stay in cache and go beyond the DRAM figure;
-* compute: four 512x512 matmuls in one batch, one 256x256x256 and one
+* compute: one 512x512x512 matmul, one 256x256x256 and one
   64x64x256 (a 1024x1024 one spills the caches and reaches about half);
 * given a module (its section map, or a profile of it): its own heaviest
   matmuls and copies, rebuilt from the kernel names and bindings the map
@@ -66,8 +66,8 @@ CACHE_VERSION = 3  # 3: measured by the profiler, its kernels, load average, key
 CACHE_LIMIT = 1 << 20  # bytes: a cache is a few KiB; anything larger is not one
 # Each kernel runs rounds of calls until a round improves its best dispatch by less than IMPROVEMENT (at least
 # MIN_ROUNDS, at most MAX_ROUNDS), a round about ROUND_NS of work at the rates below, within [MIN_CALLS, MAX_CALLS].
-MIN_ROUNDS, MAX_ROUNDS, IMPROVEMENT = 2, 5, 0.02
-ROUND_NS, MIN_CALLS, MAX_CALLS, WARMUP = 100e6, 30, 400, 2
+MIN_ROUNDS, MAX_ROUNDS, IMPROVEMENT = 2, 4, 0.02
+ROUND_NS, MIN_CALLS, MAX_CALLS, WARMUP = 50e6, 20, 400, 2
 ESTIMATED_GB_PER_S, ESTIMATED_GFLOP_PER_S = 100.0, 200.0
 MODULE_MATMULS, MODULE_COPIES = 3, 2  # a module's heaviest kernels measured beside the generic ones
 # Plausible figures (a cached peak outside them is refused): at least MIN_RATE, at most these per worker thread
@@ -84,14 +84,14 @@ class KernelShape:
     elements: int = 0
     matmul: Optional[tuple[int, int, int, int]] = None
 
-    def mlir(self) -> str:
+    def mlir(self, function: str = "main") -> str:
         if self.matmul is None:
             vector = f"tensor<{self.elements}xf32>"
-            return (f"func.func @main(%a: {vector}) -> {vector} {{\n  %r = arith.addf %a, %a : {vector}\n"
+            return (f"func.func @{function}(%a: {vector}) -> {vector} {{\n  %r = arith.addf %a, %a : {vector}\n"
                     f"  return %r : {vector}\n}}\n")
         batch, m, n, k = self.matmul
         left, right, out = (f"tensor<{batch}x{rows}x{columns}xf32>" for rows, columns in ((m, k), (k, n), (m, n)))
-        return f"""func.func @main(%a: {left}, %b: {right}) -> {out} {{
+        return f"""func.func @{function}(%a: {left}, %b: {right}) -> {out} {{
   %zero = arith.constant 0.0 : f32
   %empty = tensor.empty() : {out}
   %init = linalg.fill ins(%zero : f32) outs(%empty : {out}) -> {out}
@@ -122,7 +122,7 @@ SHAPES = (
     KernelShape("add 4 MiB", elements=1024 * 1024),
     KernelShape("add 256 KiB", elements=64 * 1024),
     KernelShape("add 32 KiB", elements=8 * 1024),
-    KernelShape("matmul 4x512x512x512", matmul=(4, 512, 512, 512)),
+    KernelShape("matmul 1x512x512x512", matmul=(1, 512, 512, 512)),
     KernelShape("matmul 1x256x256x256", matmul=(1, 256, 256, 256)),
     KernelShape("matmul 1x64x64x256", matmul=(1, 64, 64, 256)),
 )
@@ -205,8 +205,14 @@ def iree_version() -> str:
 def measure_peak(device: str = DEVICE, workers: Optional[int] = None, shapes: Sequence[KernelShape] = ()) -> Peak:
     """Measure the peaks now (no cache): every kernel of ``SHAPES`` and ``shapes``, each profiled in rounds
     (`_fastest`); the roofs are the best rates of any kernel."""
+    from sectionmark.compiler import compile
+
     check_device(device)
-    measured = [_fastest(shape, device, workers) for shape in (*SHAPES, *shapes)]
+    shapes = (*SHAPES, *shapes)
+    # One module, a function per kernel: one compile (most of the time on a busy machine) for them all.
+    compiled = compile("\n".join(shape.mlir(f"kernel{index}") for index, shape in enumerate(shapes)),
+                       target="llvm-cpu")
+    measured = [_fastest(shape, compiled, f"kernel{index}", device, workers) for index, shape in enumerate(shapes)]
     result = Peak(
         device=device, bandwidth_gb_per_s=max(kernel.gb_per_s for kernel in measured),
         dram_gb_per_s=measured[SHAPES.index(DRAM_SHAPE)].gb_per_s,
@@ -220,17 +226,16 @@ def measure_peak(device: str = DEVICE, workers: Optional[int] = None, shapes: Se
         raise SectionmarkError(f"the peak measured on {device} is not plausible: {error}") from None
 
 
-def _fastest(shape: KernelShape, device: str, workers: Optional[int]) -> MeasuredKernel:
-    """``shape`` compiled and profiled in rounds of calls (one dispatch a call) until a round no longer improves
-    its fastest dispatch by ``IMPROVEMENT``; its bytes and FLOPs are the kernel table's."""
-    from sectionmark.compiler import compile
+def _fastest(shape: KernelShape, compiled: Any, function: str, device: str, workers: Optional[int]) -> MeasuredKernel:
+    """``shape`` (``function`` of ``compiled``) profiled in rounds of calls (one dispatch a call) until a round no
+    longer improves its fastest dispatch by ``IMPROVEMENT``; its bytes and FLOPs are the kernel table's."""
     from sectionmark.profiling import profile
 
-    compiled, arguments = compile(shape.mlir(), target="llvm-cpu"), shape.arguments()
+    arguments = shape.arguments()
     best, dispatches, site = math.inf, 0, None
     for round_number in range(1, MAX_ROUNDS + 1):
-        session = profile(compiled, args=arguments, device=device, iterations=shape.calls, warmup=WARMUP, quiet=True,
-                          workers=workers)
+        session = profile(compiled, args=arguments, function=function, device=device, iterations=shape.calls,
+                          warmup=WARMUP, quiet=True, workers=workers)
         sites = [row for row in kernels(session) if row.dispatches]
         if len(sites) != 1 or sites[0].dispatches != session.calls or sites[0].bytes is None:
             raise SectionmarkError(f"peak: the benchmark {shape.name} did not run one dispatch of known size a call "
