@@ -221,7 +221,7 @@ def measure_peak(device: str = DEVICE, workers: Optional[int] = None, shapes: Se
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"), load=list(os.getloadavg()), kernels=measured,
     )
     try:  # the figures a cache must hold hold for a measure too
-        return peak_from_document(_cache_document(result), device, result.workers)
+        return _peak_from_document(_cache_document(result), device, result.workers)
     except ValueError as error:
         raise SectionmarkError(f"the peak measured on {device} is not plausible: {error}") from None
 
@@ -291,7 +291,7 @@ def _read_cache(path: Path, device: str, workers: int) -> Optional[Peak]:
         return None
     try:
         document = json.loads(read_regular(path, "peak cache", limit=CACHE_LIMIT).decode("utf-8"))
-        return peak_from_document(document, device, workers)
+        return _peak_from_document(document, device, workers)
     except SectionmarkError as error:
         reason = str(error).removeprefix(f"cannot read peak cache {path}: ")
     except RecursionError:
@@ -306,7 +306,7 @@ class _Refused(ValueError):
     """Why a peak document is not a plausible peak of this machine, device and worker count."""
 
 
-def peak_from_document(document: Any, device: str, workers: int) -> Peak:
+def _peak_from_document(document: Any, device: str, workers: int) -> Peak:
     """A cache document (or a measure) as a Peak, checked as strictly as any input: its fields, key (host,
     device, workers, IREE version), finite positive figures plausible for ``workers`` threads, and figures
     equal to the best of its own kernels; a `_Refused` (ValueError) says what is wrong."""
