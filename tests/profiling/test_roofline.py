@@ -82,6 +82,16 @@ def test_a_kernel_above_the_peak_becomes_the_ceiling_and_one_line_says_so():
         session.render("roofline")  # a renderer never measures
 
 
+def test_a_roofline_without_peaks_for_the_device_is_refused_before_the_profile_runs(tmp_path, capsys):
+    """Peaks are measured on local-task only: --roofline of a Vulkan profile is one line, before any run (the
+    module does not even have to exist)."""
+    assert main(["profile", str(tmp_path / "absent.vmfb"), "--device", "vulkan", "--roofline",
+                 str(tmp_path / "r.roofline.png")]) == 1
+    assert capsys.readouterr().err == ("sectionmark: error: peak measures local-task only (the CPU device sectionmark "
+                                       "profiles), not 'vulkan'\n")
+    assert os.listdir(tmp_path) == []
+
+
 def two_blocks():
     """Block 0 / MLP and Block 1 / MLP: the same 64x64 matmul, 1000 and 3000 ns; Block 1 / Attn a transpose."""
     from test_session import synthetic

@@ -182,7 +182,8 @@ def peak_for_chart(device: str, workers: Optional[int] = None, sites: Iterable[A
     profiled module's heaviest kernels (``sites``: its dispatch sites, `module_shapes`) among those measured."""
     check_device(device)
     if not os.path.lexists(cache_path(device, _worker_count(workers))):
-        _say(f"no peak cached for {device} on this machine: measuring it (a few seconds; 'sectionmark peak' shows it)")
+        _say(f"no peak cached for {device} on this machine: measuring it (seconds to a minute on a busy machine; "
+             "'sectionmark peak' shows it)")
     return _cached_or_measured(device, workers, module_shapes(sites), refresh=False)
 
 
