@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import write_atomic
 from sectionmark.profiling.kernels import DATA_MOVEMENT_INTENSITY, kernels
 from sectionmark.profiling.roofline import DRAM_KERNEL, MeasuredKernel, Peak
+from sectionmark.section_map import SectionMap
 
 DEVICE = "local-task"  # the CPU device sectionmark profiles (IREE 3.13 cannot profile local-sync)
 CACHE_VERSION = 3  # 3: measured by the profiler, its kernels, load average, keyed by workers and IREE version
@@ -156,7 +157,7 @@ def module_shapes(sites: Iterable[Any]) -> list[KernelShape]:
             + [KernelShape(f"module copy {elements} f32", elements=elements) for elements in largest])
 
 def peak(device: str = DEVICE, refresh: bool = False, *, workers: Optional[int] = None,
-         section_map: Any = None) -> Peak:
+         section_map: Union[SectionMap, str, Path, None] = None) -> Peak:
     """The peaks of ``device`` on this machine with ``workers`` local-task workers (as `profile` takes it; None:
     one per physical core): cached, or measured (and cached) when missing, refused (one line says why) or
     ``refresh``. ``section_map``: a module's map (a SectionMap, a .vmfb or a .sections.json): its heaviest
@@ -165,7 +166,7 @@ def peak(device: str = DEVICE, refresh: bool = False, *, workers: Optional[int] 
     if section_map is not None:
         from sectionmark.artifacts.modules import read_section_map
 
-        sites = (section_map if hasattr(section_map, "sites") else read_section_map(section_map)).sites
+        sites = (section_map if isinstance(section_map, SectionMap) else read_section_map(section_map)).sites
         shapes = module_shapes(sites)
     return _cached_or_measured(device, workers, shapes, refresh=refresh or section_map is not None)
 
