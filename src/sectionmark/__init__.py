@@ -46,7 +46,7 @@ _LAZY = {
     "ReplayProfile": ("sectionmark.workflows.replay", "ReplayProfile"),
     "tracing": ("sectionmark.tracy.zones", "tracing"),
     "slice": ("sectionmark.compiler.slicing", "slice_section"),
-    "peak": ("sectionmark.profiling.roofline", "peak"),
+    "peak": ("sectionmark.workflows.peak", "peak"),
 }
 __getattr__ = lazy_attributes(__name__, globals(), _LAZY)
 

@@ -98,6 +98,7 @@ EXAMPLES = {
     "peak": """examples:
   sectionmark peak                      # cached after the first run
   sectionmark peak --refresh --json peak.json
+  sectionmark peak --map model.vmfb     # with the model's own heaviest matmuls and copies
   sectionmark profile model.vmfb --input x.npy --roofline model.roofline.png   # sections against these peaks""",
     "tracy-stats": """examples:
   sectionmark tracy-stats run.tracy
@@ -340,12 +341,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     peak = commands.add_parser(
         "peak", help="measure the device's peak memory bandwidth and FLOP/s (for --roofline)",
-        description="Compile micro-benchmarks with IREE (x + x over 64 MiB and 4 MiB f32; four 512x512 f32 matmuls), run "
-        "them with iree-benchmark-module on DEVICE, keep the best of a few repetitions, and cache the result per "
-        "machine and device ($XDG_CACHE_HOME or ~/.cache, sectionmark/peak-HOST-DEVICE.json).",
+        description="Profile benchmark kernels compiled with IREE (f32 x + x over 64 MiB down to 32 KiB; f32 matmuls "
+        "of 512x512x512, 256x256x256 and 64x64x256; with --map, the module's own heaviest matmuls and copies) on "
+        "local-task, each in rounds of calls until its fastest dispatch stops improving; the roofs are the best "
+        "GB/s and GFLOP/s of any kernel. Cached per host, device, worker count and IREE version ($XDG_CACHE_HOME or "
+        "~/.cache, sectionmark/peak-HOST-DEVICE-Nw-ireeVERSION.json) with the date and load average of the measure.",
         epilog=EXAMPLES["peak"], formatter_class=_formatter)
     peak.set_defaults(run=peak_command, planned_io=_peak_io)
-    peak.add_argument("--device", default="local-task", help="IREE CPU device: local-task (default) or local-sync")
+    peak.add_argument("--device", default="local-task", help="IREE device: local-task (the one sectionmark profiles "
+                      "on CPU; the default)")
+    peak.add_argument("--workers", type=whole_number_in(1, 1 << 16), metavar="N",
+                      help="local-task's most worker threads, as for profile (default: one per physical core)")
+    peak.add_argument("--map", metavar="MAP", help="a module (.vmfb) or section map (.sections.json): its heaviest "
+                      "matmuls and copies are measured too (always measures)")
     peak.add_argument("--refresh", action="store_true", help="measure again even when a cached result exists")
     peak.add_argument("--json", metavar="FILE", help="also write the peaks as JSON")
     return parser
@@ -398,7 +406,7 @@ def _compare_io(args: argparse.Namespace) -> PlannedIO:
 
 
 def _peak_io(args: argparse.Namespace) -> PlannedIO:
-    return [], {"--json": args.json}
+    return _module_inputs(args.map) if args.map else [], {"--json": args.json}
 
 
 def _tracy_stats_io(args: argparse.Namespace) -> PlannedIO:

@@ -18,6 +18,7 @@ from sectionmark.outputs import write_atomic
 from sectionmark.section_path import printable
 
 if TYPE_CHECKING:
+    from sectionmark.profiling.roofline import Peak
     from sectionmark.profiling.session import ProfileSession
     from sectionmark.workflows.replay import ReplayProfile
 
@@ -45,14 +46,12 @@ def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argpa
     """
     written = []
     failed = None
-    peak = None
-    for name, path in rendered_outputs(args).items():
+    outputs = rendered_outputs(args)
+    peak = _roofline_peak(result, args) if "roofline" in outputs else None  # the chart's and the table's
+    for name, path in outputs.items():
         options = {"by": args.by} if args.by and name.startswith("components") else {}
         options.update(_table_columns(args) if name == "table" else {})
-        if name == "roofline":  # the chart and the table printed below use the same peaks
-            from sectionmark.profiling.roofline import peak_for_chart
-
-            peak = options["peak"] = peak_for_chart(getattr(args, "device", "local-task"))
+        options.update({"peak": peak} if name == "roofline" else {})
         try:
             written.append(result.save(path, name, inputs=inputs, **options))
         except SectionmarkError as error:
@@ -61,8 +60,12 @@ def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argpa
     if peak is not None:
         from sectionmark.profiling.roofline import roofline_text
 
-        _print(_each_profile(result, lambda session: roofline_text(
-            peak.roofline(session), peak, peak.component_roofline(session, args.by or "name"))))
+        def placed(session: "ProfileSession") -> str:
+            bounded = peak.bounding(session, args.by or "name")  # raised (one line) where a kernel beat it
+            return roofline_text(bounded.roofline(session), bounded,
+                                 bounded.component_roofline(session, args.by or "name"))
+
+        _print(_each_profile(result, placed))
     if args.sites:
         from sectionmark.renderers.table import render_sites_text
 
@@ -73,6 +76,19 @@ def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argpa
         _print(f"wrote {path}")
     if failed is not None:
         raise failed
+
+
+def _roofline_peak(result: Union["ProfileSession", "ReplayProfile"], args: argparse.Namespace) -> "Peak":
+    """The peaks ``--roofline`` places the sections under: of the device and worker count the profile ran with,
+    cached, or measured now with the profiled module's heaviest kernels among the benchmarks (here: a renderer
+    never measures)."""
+    from sectionmark.workflows.peak import peak_for_chart
+    from sectionmark.workflows.replay import ReplayProfile
+
+    sessions = ([entry.profile for entry in result.functions if entry.profile is not None]
+                if isinstance(result, ReplayProfile) else [result])
+    device = next((session.device for session in sessions if session.device), None) or "local-task"
+    return peak_for_chart(device, args.workers, [site for session in sessions for site in session.sites])
 
 
 def _table_columns(args: argparse.Namespace) -> dict[str, bool]:
@@ -117,6 +133,10 @@ def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.workflows.measure import profile
     from sectionmark.workflows.record import is_recording
 
+    if args.roofline is not None:  # refused before the run, not after it
+        from sectionmark.workflows.peak import check_device
+
+        check_device(args.device)
     if is_recording(args.vmfb):
         result = _replayed(args)
     else:
@@ -194,14 +214,14 @@ def peak_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     import dataclasses
     import json
 
-    from sectionmark.profiling.roofline import cache_path, peak
+    from sectionmark.workflows.peak import cache_path, peak
 
-    measured = peak(args.device, refresh=args.refresh)
+    measured = peak(args.device, refresh=args.refresh, workers=args.workers, section_map=args.map)
     written = None
     if args.json is not None:  # before stdout, as in _write_outputs
         written = write_atomic(args.json, json.dumps(dataclasses.asdict(measured), indent=1), inputs=inputs)
     _print(measured.text())
-    _print(f"cached in {cache_path(args.device)} (--refresh measures again)")
+    _print(f"cache: {cache_path(args.device, args.workers)} (--refresh measures again)")
     if written is not None:
         _print(f"wrote {written}")
 

@@ -149,7 +149,7 @@ def test_outputs_after_a_failing_graph_are_still_written(tmp_path, monkeypatch, 
     """--graph g.svg without Graphviz stopped the outputs listed after it: now each is written, the table printed,
     then the one error line."""
     from sectionmark.cli import main
-    from sectionmark.profiling import profile
+    from sectionmark.workflows.measure import profile
 
     _compiled, vmfb = compiled_two_matmuls
     profile(vmfb, inputs, iterations=1, warmup=0, keep_profile=tmp_path / "run.ireeprof", quiet=True)

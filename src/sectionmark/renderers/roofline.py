@@ -4,28 +4,35 @@ Log-log: x is FLOPs per byte moved, y GFLOP/s; the memory roof is
 ``intensity x peak bandwidth``, the compute roof ``peak FLOP/s``, meeting at
 the ridge point; the DRAM bandwidth's lower roof is dashed. One labelled point per section (`sectionmark.profiling.roofline`);
 a section that computes nothing (a copy, a transpose) has no place on a log
-axis and is listed under the chart instead. The peaks are the cached ones of
-``device`` (measured first, with a note, when none are cached).
+axis and is listed under the chart instead. The peaks are given (``peak=``: the
+caller measures or loads them, `sectionmark.workflows.peak`); a view never
+measures. A profile that beats them raises the roofs drawn to its fastest
+kernel (`bounding_peak`), so no point is above them.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from sectionmark.profiling.roofline import Peak, peak_for_chart, roofline
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.roofline import Peak, bounding_peak, roofline
 from sectionmark.renderers.chart import names_as_text, png_bytes, pyplot
 
 
-def render(session, peak: Optional[Peak] = None, device: str = "local-task", title: str | None = None) -> bytes:
-    """The roofline as PNG bytes against ``peak`` (default: the cached peaks of ``device``)."""
+def render(session, peak: Optional[Peak] = None, title: str | None = None) -> bytes:
+    """The roofline as PNG bytes against ``peak`` (a `Peak`: ``sm.peak()``), raised where the session beats it."""
+    if peak is None:
+        raise SectionmarkError("the roofline chart needs the machine's peaks: save(..., peak=sm.peak()) "
+                               "('sectionmark peak' measures them)")
     plt = pyplot("roofline")
     from matplotlib.ticker import FuncFormatter, NullFormatter
-    peak = peak or peak_for_chart(device)
+    peak = bounding_peak(session, peak)
     rows = roofline(session, peak)
     drawn = [row for row in rows if row.intensity and row.gflop_per_s > 0]
     flat = [row.name for row in rows if row not in drawn]
     title = title or (f"sectionmark: {session.function or 'profile'} — roofline on {peak.device} "
-                      f"({peak.bandwidth_gb_per_s:.0f} GB/s, {peak.gflop_per_s:.0f} GFLOP/s)")
+                      f"({peak.bandwidth_gb_per_s:.0f} GB/s, {peak.gflop_per_s:.0f} GFLOP/s"
+                      f"{', raised to this profile' if peak.raised_by else ''})")
     with names_as_text():
         figure, axes = plt.subplots(figsize=(9, 6))
         intensities = [row.intensity for row in drawn] + [peak.ridge]

@@ -150,10 +150,12 @@ def bench_section(
     errors = [float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0
               for got, want in zip(outputs, expected)]
     compiled_whole = compile(source, target)
-    whole = profile(compiled_whole, args, device=device, iterations=iterations, warmup=warmup, quiet=True,
-                    parameters=parameters)
-    alone = profile(compiled_slice, inputs, device=device, iterations=iterations, warmup=warmup, quiet=True,
-                    parameters=parameters)
+    with profile(compiled_whole, args, device=device, iterations=iterations, warmup=warmup, quiet=True,
+                 parameters=parameters) as run:
+        whole = run.session
+    with profile(compiled_slice, inputs, device=device, iterations=iterations, warmup=warmup, quiet=True,
+                 parameters=parameters) as run:
+        alone = run.session
     row = whole.section(section_slice.path)
     return SliceBench(
         path=section_slice.path,
