@@ -9,6 +9,17 @@ class SectionmarkError(Exception):
     """
 
 
+class SectionmarkTypeError(SectionmarkError, TypeError):
+    """A public function given a value of a type it does not take: a `TypeError` as Python's own, and a
+    `SectionmarkError` (one error line on the command line). The message names the type and what is taken."""
+
+
+def wrong_type(function: str, value: object, accepted: str) -> SectionmarkTypeError:
+    """The error for ``value`` passed to ``function``, which takes ``accepted`` (words: "an export, MLIR text ...")."""
+    return SectionmarkTypeError(f"{function} cannot take a {type(value).__module__}.{type(value).__qualname__}: "
+                                f"it takes {accepted}")
+
+
 # What iree.runtime raises for a failed IREE status: INVALID_ARGUMENT and most codes are ValueError or RuntimeError,
 # OUT_OF_RANGE (a truncated parameter archive) IndexError, UNIMPLEMENTED NotImplementedError.
 IREE_ERRORS = (ValueError, RuntimeError, IndexError, NotImplementedError)

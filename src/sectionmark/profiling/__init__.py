@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union, overload
 
 from sectionmark.artifacts import module_file, module_file_and_map, read_section_map
 from sectionmark.errors import SectionmarkError
@@ -27,7 +27,26 @@ from sectionmark.profiling.streamed import keep_scratch_profile, streamed_sessio
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 
+if TYPE_CHECKING:  # for type checkers only: the compiler is a later import, never needed to profile a file
+    import os
+
+    from sectionmark.compiler.pipeline import CompiledProgram
+
 __all__ = ["profile", "report", "ProfileSession"]
+
+
+@overload
+def profile(compiled_or_vmfb_path: "CompiledProgram", args: Sequence[Any] = ..., function: str = ..., device: str = ...,
+            iterations: int = ..., warmup: int = ..., *, section_map: Optional[SectionMap] = ...,
+            keep_profile: Optional[Union[str, Path]] = ..., keep_profile_inputs: Sequence[Union[str, Path]] = ...,
+            quiet: bool = ..., timeout: Optional[float] = ..., parameters: Parameters = ..., runs: int = ...,
+            workers: Optional[int] = ...) -> ProfileSession: ...
+@overload
+def profile(compiled_or_vmfb_path: Union[str, "os.PathLike[str]"], args: Sequence[Any] = ..., function: str = ...,
+            device: str = ..., iterations: int = ..., warmup: int = ..., *, section_map: Optional[SectionMap] = ...,
+            keep_profile: Optional[Union[str, Path]] = ..., keep_profile_inputs: Sequence[Union[str, Path]] = ...,
+            quiet: bool = ..., timeout: Optional[float] = ..., parameters: Parameters = ..., runs: int = ...,
+            workers: Optional[int] = ...) -> ProfileSession: ...
 
 
 def profile(
