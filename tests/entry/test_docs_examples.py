@@ -1,7 +1,8 @@
 """Every Python example of README.md and docs/*.md runs as it is written, or says why not.
 
 A ```python block runs in one namespace per page, the page's blocks in order (a later block uses what an
-earlier one made), in a temporary folder of its own (files the examples write land there), with the
+earlier one made), in a temporary folder of its own (files the examples write land there; the
+repository's examples/ is linked in, as the docs are run from the repository's root), with the
 peak cache in that folder too. A block that cannot run here is marked by an HTML comment on the line
 right before its fence, ``<!-- not run: REASON -->``, with the reason (needs a GPU, a fragment of a
 function, ...); it must still parse as Python unless its reason says it is a fragment. So a rename
@@ -76,6 +77,7 @@ class Page:
 
     def __init__(self, page: Path, folder: Path):
         self.folder = folder
+        (folder / "examples").symlink_to(ROOT / "examples")  # the docs run from the repository's root
         # A module of its own in sys.modules: torch.export looks up the module of a class the example defines.
         self.module = types.ModuleType(f"docs_example_{re.sub(r'[^A-Za-z0-9]', '_', page.stem)}")
         sys.modules[self.module.__name__] = self.module
