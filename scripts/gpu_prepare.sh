@@ -64,7 +64,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path[:0] = [sys.argv[1], "examples/nanogpt", "tests"]
+sys.path[:0] = [sys.argv[1], "examples/nanogpt", "tests/gpu", "tests/helpers"]  # test_gpu and its helpers
 import sectionmark as sm
 from sectionmark.artifacts import read_section_map
 from sm_prebuilt_compile import compile_key
