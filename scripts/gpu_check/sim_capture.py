@@ -21,7 +21,7 @@ parser.add_argument("--calls", type=int, default=23)
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--repo", default=str(Path.cwd()))
 args = parser.parse_args()
-sys.path.insert(0, str(Path(args.repo) / "tests"))
+sys.path.insert(0, str(Path(args.repo) / "tests" / "helpers"))
 from gpu_zones import execution, timed_commands  # noqa: E402
 
 from sectionmark.artifacts import read_section_map  # noqa: E402
