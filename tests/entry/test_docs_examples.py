@@ -8,8 +8,9 @@ right before its fence, ``<!-- not run: REASON -->``, with the reason (needs a G
 function, ...); it must still parse as Python unless its reason says it is a fragment. So a rename
 that breaks a documented spelling fails here, not in a user's script.
 
-Each block is one test, named ``page:line`` (the line of its fence): ``-k quickstart.md:21``. Selecting
-a later block of a page runs the page's earlier blocks first.
+Each block is one test, named ``page:line`` (the line of its fence):
+``tests/entry/test_docs_examples.py::test_example[docs/quickstart.md:21]``, or ``-k quickstart`` for a page.
+Selecting a later block of a page runs the page's earlier blocks first.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ PYTHON = {"python", "py"}
 MARK = re.compile(r"^<!--\s*not run\b(.*)-->\s*$")
 REASON = re.compile(r"^:\s*(\S.*?)\s*$")
 FRAGMENT = "a fragment"
+# Pages whose examples take long, marked slow (``-m "not slow"`` leaves them out), with their time on the
+# 2-core development machine.
+SLOW_PAGES = {"huggingface.md": "a Llama and its KV-cache twin exported and compiled: 80 s"}
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,9 @@ def test_every_page_with_python_is_found():
     assert {"README.md", "quickstart.md", "optimise.md", "slice.md"} <= names
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
+@pytest.mark.parametrize("block", [
+    pytest.param(block, id=block.name, marks=[pytest.mark.slow] if block.page.name in SLOW_PAGES else [])
+    for block in BLOCKS])
 def test_example(block: Block, pages, monkeypatch):
     if block.mark is not None:
         assert block.reason, f"{block.name}: `<!-- not run -->` must say why: `<!-- not run: REASON -->`"
