@@ -15,9 +15,11 @@ class SectionmarkTypeError(SectionmarkError, TypeError):
 
 
 def wrong_type(function: str, value: object, accepted: str) -> SectionmarkTypeError:
-    """The error for ``value`` passed to ``function``, which takes ``accepted`` (words: "an export, MLIR text ...")."""
-    return SectionmarkTypeError(f"{function} cannot take a {type(value).__module__}.{type(value).__qualname__}: "
-                                f"it takes {accepted}")
+    """The error for ``value`` passed to ``function``, which takes ``accepted`` (words: "an export, MLIR text ...");
+    the type is named with its module (``torch.Tensor``), a builtin one alone (``int``)."""
+    kind = type(value)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return SectionmarkTypeError(f"{function} takes {accepted}, not {name}")
 
 
 # What iree.runtime raises for a failed IREE status: INVALID_ARGUMENT and most codes are ValueError or RuntimeError,
