@@ -131,7 +131,7 @@ s_env() {
   cat "$G/MANIFEST.txt" 2>&1
   (cd "$G" && sha256sum -c --quiet SHA256SUMS) && echo "carried files: checksums OK"
   local digest
-  digest=$(cd "$ROOT" && "$PY" -c 'import hashlib, pathlib; h = hashlib.sha256(); [h.update(str(p).encode() + p.read_bytes()) for p in sorted(pathlib.Path("src").rglob("*")) if p.suffix in (".py", ".c")]; print(h.hexdigest())')
+  digest=$("$PY" "$HELPERS/steps.py" src-digest "$ROOT")
   if grep -qx "src digest: $digest" "$G/MANIFEST.txt"; then
     echo "src/ is the one the modules were compiled with"
   else

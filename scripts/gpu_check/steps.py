@@ -5,6 +5,8 @@
     python steps.py verdicts WORK           one PASS/FAIL line per check of WORK/*/verify-*.json
     python steps.py experiment JSON         the informational experiment's record (experiment.py), in lines
     python steps.py verify-json WORK        every WORK/*/verify-*.json in one JSON document (the run's verify.json)
+    python steps.py src-digest ROOT         sha256 of ROOT/src's .py and .c files (gpu_prepare.sh writes it in
+                                            .gpu/MANIFEST.txt; gpu_check.sh warns when src/ changed since)
 
 Skipped tests would pass quietly, so `pytest-counts` requires both GPU tests to have run and passed.
 """
@@ -12,6 +14,7 @@ Skipped tests would pass quietly, so `pytest-counts` requires both GPU tests to 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import os
@@ -92,6 +95,15 @@ def verify_document(work: Path) -> dict:
     return {f"{path.parent.name}/{path.stem}": json.loads(path.read_text()) for path in sorted(work.glob("*/verify-*.json"))}
 
 
+def src_digest(root: Path) -> str:
+    """sha256 over ``src``'s Python and C files in path order, each its path from ``root`` then its bytes."""
+    digest = hashlib.sha256()
+    for path in sorted((root / "src").rglob("*")):
+        if path.suffix in (".py", ".c"):
+            digest.update(str(path.relative_to(root)).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -100,6 +112,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     commands.add_parser("verdicts").add_argument("work", type=Path)
     commands.add_parser("experiment").add_argument("record", type=Path)
     commands.add_parser("verify-json").add_argument("work", type=Path)
+    commands.add_parser("src-digest").add_argument("root", type=Path)
     return parser.parse_args(argv)
 
 
@@ -113,6 +126,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0 if gpu_tests_passed(counts) else 1
     if args.command == "verdicts":
         print("\n".join(verdicts(args.work)))
+    elif args.command == "src-digest":
+        print(src_digest(args.root))
     elif args.command == "experiment":
         print("\n".join(experiment_lines(json.loads(args.record.read_text()))))
     else:

@@ -88,6 +88,7 @@ def test_steps_parses_its_subcommands(tmp_path):
     assert steps.parse_args(["pytest-counts", "x.xml"]).xml == Path("x.xml")
     assert steps.parse_args(["verdicts", str(tmp_path)]).work == tmp_path
     assert steps.parse_args(["install"]).command == "install"
+    assert steps.parse_args(["src-digest", "."]).root == Path(".")
     for wrong in ([], ["verdicts"], ["unknown"]):
         with pytest.raises(SystemExit):
             steps.parse_args(wrong)
@@ -289,3 +290,21 @@ def test_experiment_lines(tmp_path, capsys):
         f"tracing: rc=0 ({('ran ' * 60)[:160]}); capture: 38 dispatch zones, 17 section zones, "
         "0 dispatch zones outside their group",
         "default: rc=-11 (SIGSEGV); capture: none written"]
+
+
+def test_src_digest_is_the_manifests(tmp_path, capsys):
+    """gpu_prepare.sh writes it in .gpu/MANIFEST.txt, gpu_check.sh compares: the .py and .c files under src/ in
+    path order, each its path from the root then its bytes; other files do not count."""
+    import hashlib
+
+    for name, text in (("src/pkg/b.py", "b = 1\n"), ("src/a.c", "int a;\n"), ("src/pkg/notes.txt", "not code")):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    expected = hashlib.sha256(b"src/a.cint a;\n" + b"src/pkg/b.pyb = 1\n").hexdigest()
+    steps = load("steps")
+    assert steps.main(["src-digest", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == expected
+    (tmp_path / "src" / "pkg" / "notes.txt").write_text("changed")
+    assert steps.src_digest(tmp_path) == expected
+    (tmp_path / "src" / "pkg" / "b.py").write_text("b = 2\n")
+    assert steps.src_digest(tmp_path) != expected
