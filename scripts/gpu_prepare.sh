@@ -64,7 +64,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path[:0] = [sys.argv[1], "examples/nanogpt", "tests"]
+sys.path[:0] = [sys.argv[1], "examples/nanogpt", "tests/gpu", "tests/helpers"]  # test_gpu and its helpers
 import sectionmark as sm
 from sectionmark.artifacts import read_section_map
 from sm_prebuilt_compile import compile_key
@@ -153,7 +153,7 @@ fi
     echo "iree-base-compiler $compiler_version"
   python -c 'import torch, jax; print("torch", torch.__version__, "jax", jax.__version__)'
   echo "wheels: $(cd .whl && ls | tr '\n' ' ')"
-  echo "src digest: $(python -c 'import hashlib, pathlib; h = hashlib.sha256(); [h.update(str(p).encode() + p.read_bytes()) for p in sorted(pathlib.Path("src").rglob("*")) if p.suffix in (".py", ".c")]; print(h.hexdigest())')"
+  echo "src digest: $(python "$helpers/steps.py" src-digest .)"
 } > .gpu/MANIFEST.txt
 (cd .gpu && find . -type f ! -name SHA256SUMS | sort | xargs sha256sum > SHA256SUMS)
 

@@ -9,9 +9,11 @@ the views that draw them); ``compare`` tells whether
 each section and component got faster or slower between two profiles; ``record`` notes the calls
 a program makes through a loaded module and replays them under the profiler
 (a `Recording`, per-function profiles: docs/record.md); ``slice`` cuts one section out
-into its own program (docs/slice.md); ``peak`` measures the device's peak bandwidth and FLOP/s
-(a `Peak`, whose ``roofline(session)`` and ``component_roofline(session)`` place each section and
-component under them); ``tracing`` turns Tracy zones for eager
+into its own program and ``bench_section`` times it alone and in the whole model (docs/slice.md);
+``peak`` measures the device's peak bandwidth and FLOP/s (a `Peak`; ``prof.roofline(peak)``
+places each section under it, ``prof.roofline(peak, by="name")`` each component); the session
+has its views as methods (``prof.components()``, ``prof.kernels()``, ``prof.traffic()``);
+``tracing`` turns Tracy zones for eager
 sections on and off. Every user-facing failure is a `SectionmarkError` with a
 one-line message. Heavy modules (frameworks, the compiler) load on first use:
 ``import sectionmark`` imports none of them.
@@ -25,7 +27,7 @@ from sectionmark.section_path import SectionPath
 __all__ = [
     "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledProgram", "ProfileSession", "ProfileRun",
     "Recording", "ReplayProfile", "torch", "jax", "compile", "load", "profile", "report", "compare", "record", "tracing",
-    "slice", "peak",
+    "slice", "bench_section", "peak",
 ]
 __version__ = "0.1.0"
 
@@ -46,9 +48,12 @@ _LAZY = {
     "ReplayProfile": ("sectionmark.workflows.replay", "ReplayProfile"),
     "tracing": ("sectionmark.tracy.zones", "tracing"),
     "slice": ("sectionmark.compiler.slicing", "slice_section"),
+    "bench_section": ("sectionmark.workflows.slice_bench", "bench_section"),
     "peak": ("sectionmark.workflows.peak", "peak"),
 }
-__getattr__ = lazy_attributes(__name__, globals(), _LAZY)
+# Documented names that were renamed: they still work, with a DeprecationWarning naming the new one.
+_RENAMED = {"CompiledExport": "CompiledProgram"}
+__getattr__ = lazy_attributes(__name__, globals(), _LAZY, _RENAMED)
 
 
 def __dir__() -> list[str]:

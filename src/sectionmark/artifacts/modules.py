@@ -15,13 +15,14 @@ and only regular files are read (`sectionmark.artifacts.files`).
 from __future__ import annotations
 
 import mmap
+import os
 import re
 import struct
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from sectionmark.artifacts.files import open_regular, read_regular
-from sectionmark.errors import SectionmarkError
+from sectionmark.errors import SectionmarkError, wrong_type
 from sectionmark.section_map import EMBEDDED_JSON_START, EMBEDDED_KEY, SectionMap, SectionMapError, sidecar_path
 
 MAX_MAP_BYTES = 256 << 20  # a JSON map larger than this is not a section map (a 2-block GPT: 36 KB)
@@ -80,6 +81,8 @@ def module_file(source: Any, directory: Path) -> Path:
         path = directory / "module.vmfb"
         path.write_bytes(source.vmfb)
         return path
+    if not isinstance(source, (str, os.PathLike)):
+        raise wrong_type("sm.profile", source, "a compiled program (sm.compile) or a .vmfb path")
     return Path(source)
 
 

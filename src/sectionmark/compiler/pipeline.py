@@ -15,10 +15,11 @@ With ``markers=False`` it is a plain compile with the same flags and no hook.
 from __future__ import annotations
 
 import dataclasses
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union, overload
 
 from sectionmark.arguments import element_type
 from sectionmark.compiler.embed import embed_section_map, module_fingerprint
@@ -26,14 +27,22 @@ from sectionmark.compiler.flow import number_sites, restore_executable_locations
 from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.phases import PhasedCompilation, generic_op_views
 from sectionmark.compiler.targets import debug_groups_by_default, target_flags
-from sectionmark.errors import SectionmarkError
+from sectionmark.errors import SectionmarkError, wrong_type
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, declare_section, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
 from sectionmark.section_path import SectionPath, format_path
 from sectionmark.section_map import CommandBuffer, DispatchSite, FunctionSignature, SectionMap, Share, sidecar_path
 
-# A SectionedExport, iree-turbine's ExportOutput, MLIR text, or a .mlir/.mlirbc path.
-Source = Union[SectionedExport, Any, str, Path]
+if TYPE_CHECKING:  # for type checkers only: iree-turbine is optional, and slicing imports this module
+    from iree.turbine.aot import ExportOutput
+
+    from sectionmark.compiler.slicing import SectionSlice
+
+# A SectionedExport, iree-turbine's ExportOutput, a section slice, MLIR text, or a .mlir/.mlirbc path.
+Source = Union[SectionedExport, "ExportOutput", "SectionSlice", str, "os.PathLike[str]"]
+# What `compile` says it takes when given anything else.
+ACCEPTED_SOURCES = ("an export (sm.torch.export, aot.export, sm.jax.export), a slice (sm.slice), MLIR text or "
+                    "a .mlir/.mlirbc path")
 
 # Last phase where fused dispatch bodies are inline and not yet deduplicated.
 SITES_PHASE = "dispatch-creation"
@@ -76,6 +85,21 @@ class CompiledProgram:
         return path
 
 
+@overload
+def compile(source: SectionedExport, target: str = ..., extra_args: Sequence[str] = ..., markers: bool = ...,
+            debug_groups: Optional[bool] = ..., input_type: Optional[str] = ...) -> CompiledProgram: ...
+@overload
+def compile(source: "ExportOutput", target: str = ..., extra_args: Sequence[str] = ..., markers: bool = ...,
+            debug_groups: Optional[bool] = ..., input_type: Optional[str] = ...) -> CompiledProgram: ...
+@overload
+def compile(source: "SectionSlice", target: str = ..., extra_args: Sequence[str] = ..., markers: bool = ...,
+            debug_groups: Optional[bool] = ..., input_type: Optional[str] = ...) -> CompiledProgram: ...
+@overload
+def compile(source: Union[str, "os.PathLike[str]"], target: str = ..., extra_args: Sequence[str] = ...,
+            markers: bool = ..., debug_groups: Optional[bool] = ..., input_type: Optional[str] = ...
+            ) -> CompiledProgram: ...
+
+
 def compile(
     source: Source,
     target: str = "llvm-cpu",
@@ -88,8 +112,10 @@ def compile(
 
     ``source``: what ``sm.torch.export`` / ``sm.jax.export`` return,
     iree-turbine's ``ExportOutput`` (an ``aot.export`` made inside
-    ``sm.torch.sections()``), MLIR text, or a .mlir/.mlirbc path. A live
-    module goes to the compiler as MLIR bytecode, never as text.
+    ``sm.torch.sections()``), a section slice (``sm.slice``), MLIR text, or
+    a .mlir/.mlirbc path (a ``str`` or ``os.PathLike``); anything else is a
+    `SectionmarkTypeError` (a TypeError) naming its type. A live module goes
+    to the compiler as MLIR bytecode, never as text.
     ``input_type`` defaults to the export's, else IREE's ``auto``.
     ``debug_groups=False`` records the section map without touching the
     command buffers; the default (None) puts debug groups around sections
@@ -159,7 +185,7 @@ def _parse(compilation: PhasedCompilation, source: Source) -> None:
             compilation.parse_module(module)
         else:
             compilation.parse_text(export.mlir)
-    elif isinstance(source, Path) or (isinstance(source, str) and looks_like_path(source)):
+    elif isinstance(source, os.PathLike) or (isinstance(source, str) and looks_like_path(source)):
         path = Path(source)
         if not path.is_file():
             raise SectionmarkError(f"MLIR file not found: {path}")
@@ -169,10 +195,7 @@ def _parse(compilation: PhasedCompilation, source: Source) -> None:
     elif _is_slice(source):  # sm.slice's result: its program's MLIR
         compilation.parse_text(source.mlir)
     else:
-        raise SectionmarkError(
-            f"cannot compile a {type(source).__name__}; pass an export (sm.torch.export, aot.export, sm.jax.export), "
-            "MLIR text or a .mlir path"
-        )
+        raise wrong_type("sm.compile", source, ACCEPTED_SOURCES)
 
 
 def _is_slice(source: Any) -> bool:

@@ -30,15 +30,17 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import CallStats, SectionStats, Traffic
 from sectionmark.section_path import UNMARKED, SectionPath
 from sectionmark.serialization import json_field
+
+if TYPE_CHECKING:  # the session offers this view (`ProfileSession.components`): it imports this module
+    from sectionmark.profiling.session import ProfileSession
 
 BY_NAME = "name"
 

@@ -18,12 +18,14 @@ FLOPs). Rows are in execution order (site ids follow the program order).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
-from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_map import Binding
 from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
+
+if TYPE_CHECKING:  # the session offers this view (`ProfileSession.kernels`): it imports this module
+    from sectionmark.profiling.session import ProfileSession
 
 DATA_MOVEMENT_INTENSITY = 0.01  # FLOPs per byte
 

@@ -35,8 +35,9 @@ How times are computed (docs/profile-json.md has the full story):
 ``build`` is a pipeline of small pure functions over numpy arrays
 (`sectionmark.profiling.section_time`); the rows it makes are
 `sectionmark.profiling.stats`. The session holds data only: views computed
-from it (the component view, the kernel table) live in their own modules and
-import the session, never the reverse.
+from it (the component view, the kernel table) live in their own modules; the
+session's methods of the same names import them when called, so a user finds
+them on the object in hand (``prof.components()``, ``prof.kernels()``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
 import numpy as np
 
@@ -67,9 +68,14 @@ from sectionmark.profiling.section_time import (
     section_traffic,
     weight_matrices,
 )
-from sectionmark.profiling.stats import ProfilerCost, SectionStats, SiteStats
+from sectionmark.profiling.stats import ProfilerCost, SectionStats, SiteStats, Traffic
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
 from sectionmark.serialization import json_field
+
+if TYPE_CHECKING:  # views of a session, imported by the methods that return them (they import this module)
+    from sectionmark.profiling.components import ComponentStats
+    from sectionmark.profiling.kernels import KernelRow
+    from sectionmark.profiling.roofline import Peak, RooflineRow
 
 PROFILE_JSON_VERSION = 2
 COVERAGE_TOLERANCE = 1e-3
@@ -308,6 +314,33 @@ class ProfileSession(ProfileOutputs):
         if not session.sections or not session.sections[-1].unmarked:
             raise SectionmarkError("malformed sectionmark profile JSON: the last section row must be the unmarked row")
         return session
+
+    # ------------------------------------------------------------------ views, from the object in hand
+
+    def components(self, by: str = "name") -> list["ComponentStats"]:
+        """Sections of one name summed across repeated blocks, or the sections matching one path pattern
+        (``by="*/Self Attention"``): `sectionmark.profiling.components.components`."""
+        from sectionmark.profiling.components import components
+
+        return components(self, by)
+
+    def kernels(self) -> list["KernelRow"]:
+        """The kernel table: one row per dispatch site in execution order, with its bytes, FLOPs and rates
+        (`sectionmark.profiling.kernels.kernels`)."""
+        from sectionmark.profiling.kernels import kernels
+
+        return kernels(self)
+
+    def traffic(self) -> dict[SectionPath, Traffic]:
+        """What each section's dispatches moved and computed (bytes, FLOPs, GB/s: `Traffic`), by path in report
+        order, "(unmarked)" as ``()``; a section none of whose dispatches has static sizes is left out."""
+        return {row.path: row.traffic for row in self.sections if row.traffic is not None}
+
+    def roofline(self, peak: "Peak", by: Optional[str] = None) -> list["RooflineRow"]:
+        """Each section (``by=None``) or component (``by="name"`` or a pattern) against ``peak`` (`sm.peak()`, a
+        `Peak`): its fractions of the peak bandwidth and FLOP/s and the nearer roof. The peak is given, never
+        measured here."""
+        return peak.roofline(self) if by is None else peak.component_roofline(self, by)
 
 
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Union, overload
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sectionmark.errors import SectionmarkError
+from sectionmark.errors import SectionmarkError, wrong_type
 from sectionmark.profiling.compare import (CONFIDENCE, FASTER, MIN_CHANGE, RESAMPLES, SEED, SLOWER, Change,
                                            Comparison, compare_sessions)
 from sectionmark.profiling.profile_run import ProfileRun
@@ -33,6 +34,18 @@ from sectionmark.workflows.replay import ReplayProfile
 CSV_COLUMNS = ["section", "path", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "change_percent", "a_calls",
                "b_calls", "kind", "basis"]
 VERDICT_STYLES = {SLOWER: "red", FASTER: "green"}
+
+
+@overload
+def compare(a: ProfileSession, b: ProfileSession, *, function: Optional[str] = ..., resamples: int = ...,
+            confidence: float = ..., seed: int = ..., min_change: float = ...) -> Comparison: ...
+@overload
+def compare(a: Union[str, "os.PathLike[str]"], b: Union[str, "os.PathLike[str]"], *, function: Optional[str] = ...,
+            resamples: int = ..., confidence: float = ..., seed: int = ..., min_change: float = ...) -> Comparison: ...
+@overload
+def compare(a: Union[ProfileSession, str, "os.PathLike[str]"], b: Union[ProfileSession, str, "os.PathLike[str]"], *,
+            function: Optional[str] = ..., resamples: int = ..., confidence: float = ..., seed: int = ...,
+            min_change: float = ...) -> Comparison: ...
 
 
 def compare(a: Union[ProfileSession, str, Path], b: Union[ProfileSession, str, Path], *,
@@ -63,6 +76,8 @@ def load_profile(source: Union[ProfileSession, str, Path], function: Optional[st
         return source.session
     if isinstance(source, ProfileSession):
         return source
+    if not isinstance(source, (str, os.PathLike)):
+        raise wrong_type("sm.compare", source, "profiles (ProfileSession) or profile JSON files (a path)")
     try:
         data = json_out.read(source)
         if isinstance(data, dict) and data.get("kind") == "replay":

@@ -17,7 +17,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.components import components
 from sectionmark.profiling.kernels import kernels
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.workflows.replay import REPLAY_JSON_VERSION, ReplayProfile
+from sectionmark.workflows.replay import ReplayProfile
 
 
 def render(session: ProfileSession) -> str:
@@ -26,9 +26,10 @@ def render(session: ProfileSession) -> str:
 
 def render_replay(replay: ReplayProfile) -> str:
     """One document for a replay: its own fields, and each function's profile as a profile document."""
-    document = {"version": REPLAY_JSON_VERSION, "kind": "replay", **serialization.to_json(replay)}
+    document = replay.to_json()
     for written, entry in zip(document["functions"], replay.functions):
-        written["profile"] = None if entry.profile is None else profile_document(entry.profile)
+        if entry.profile is not None:
+            written["profile"] = profile_document(entry.profile)
     return _text(document)
 
 

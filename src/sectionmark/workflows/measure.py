@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union, overload
 
 from sectionmark.artifacts import module_file, module_file_and_map, read_section_map
 from sectionmark.errors import SectionmarkError
@@ -29,9 +29,26 @@ from sectionmark.readers.sources import open_source
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 from sectionmark.workflows.runner import DEFAULT_TIMEOUT_S, device_driver, local_task_workers, run_profile
 
+if TYPE_CHECKING:  # for type checkers only: the compiler is a later import, never needed to profile a file
+    import os
+
+    from sectionmark.compiler.pipeline import CompiledProgram
+
 __all__ = ["profile", "report"]
 
 
+@overload
+def profile(compiled_or_vmfb_path: "CompiledProgram", args: Sequence[Any] = ..., function: str = ..., device: str = ...,
+            iterations: int = ..., warmup: int = ..., *, section_map: Optional[SectionMap] = ...,
+            keep_profile: Optional[Union[str, Path]] = ..., keep_profile_inputs: Sequence[Union[str, Path]] = ...,
+            quiet: bool = ..., timeout: Optional[float] = ..., parameters: Parameters = ..., runs: int = ...,
+            workers: Optional[int] = ...) -> ProfileRun: ...
+@overload
+def profile(compiled_or_vmfb_path: Union[str, "os.PathLike[str]"], args: Sequence[Any] = ..., function: str = ...,
+            device: str = ..., iterations: int = ..., warmup: int = ..., *, section_map: Optional[SectionMap] = ...,
+            keep_profile: Optional[Union[str, Path]] = ..., keep_profile_inputs: Sequence[Union[str, Path]] = ...,
+            quiet: bool = ..., timeout: Optional[float] = ..., parameters: Parameters = ..., runs: int = ...,
+            workers: Optional[int] = ...) -> ProfileRun: ...
 def profile(
     compiled_or_vmfb_path: Union[Any, str, Path],
     args: Sequence[Any] = (),

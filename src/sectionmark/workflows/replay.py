@@ -223,6 +223,15 @@ class ReplayProfile:
         """Versioned JSON (docs/profile-json.md): each function's profile is a profile JSON document."""
         return self.save(path, "json")
 
+    def to_json(self) -> dict[str, Any]:
+        """The replay's data as a JSON-serialisable, versioned dict (docs/record.md), each function's profile its
+        session's `ProfileSession.to_json` (the file ``save_json`` writes adds each profile's views);
+        `from_json` reads either back."""
+        document = {"version": REPLAY_JSON_VERSION, "kind": "replay", **serialization.to_json(self)}
+        for written, entry in zip(document["functions"], self.functions):
+            written["profile"] = None if entry.profile is None else entry.profile.to_json()
+        return document
+
     @classmethod
     def from_json(cls, data: Any) -> "ReplayProfile":
         """Read what the JSON renderer wrote (``save_json``), checking every value; per-event data is not kept."""
