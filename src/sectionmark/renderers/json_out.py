@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.components import components
 from sectionmark.profiling.kernels import kernels
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.workflows.replay import ReplayProfile
+
+if TYPE_CHECKING:
+    from sectionmark.workflows.replay import ReplayProfile
 
 
 def render(session: ProfileSession) -> str:
     return _text(profile_document(session))
 
 
-def render_replay(replay: ReplayProfile) -> str:
+def render_replay(replay: "ReplayProfile") -> str:
     """One document for a replay: its own fields, and each function's profile as a profile document."""
     document = replay.to_json()
     for written, entry in zip(document["functions"], replay.functions):
