@@ -310,7 +310,7 @@ def attribute(
     call_of_submission, measured_calls, exact = call_numbers(profile, calls, warmup)
     event_slots, event_calls, failures = placed_events(dispatches, matcher, profile.command_buffers, profile.keys,
                                                        profile.submissions["submission"], call_of_submission)
-    measured = _measured_rows(event_calls, failures)
+    measured = measured_rows(event_calls, failures)
     return replace(attribution_without_events(profile, matcher, call_of_submission, measured_calls, exact, warmup),
                    events=dispatches[measured], event_slots=event_slots[measured], event_calls=event_calls[measured])
 
@@ -437,7 +437,7 @@ def attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: np
     return (slot.astype(np.int32, copy=False), call), failures
 
 
-def _measured_rows(event_calls: np.ndarray, failures: _EventFailures) -> Union[slice, np.ndarray]:
+def measured_rows(event_calls: np.ndarray, failures: _EventFailures) -> Union[slice, np.ndarray]:
     """The events of measured calls: a slice (views, no copy) when they are all the rows from the first of them
     on, as they are when calls follow the submission order; else a mask."""
     if failures.first_measured + failures.measured == len(event_calls):

@@ -80,8 +80,12 @@ class EventFold:
         starts, ends, compositions = self._carry
         if not len(starts):
             return
+        durations = ends - starts
+        apart = bool((starts[1:] >= ends[:-1]).all() and (durations >= 0).all())  # in order, none overlapping
         if frontier is None:
             final = np.ones(len(starts), bool)
+        elif apart:  # each event is a block of its own
+            final = ends <= frontier
         else:
             order = np.argsort(starts, kind="stable")
             reach = np.maximum.accumulate(ends[order])  # the end of the block each event's start lies in, so far
@@ -91,18 +95,27 @@ class EventFold:
             block_of = np.cumsum(np.concatenate([[0], closes[:-1]]))
             block_ends[order] = reach[closes][block_of]
             final = block_ends <= frontier
-            if not final.any():
-                return
-        parts_starts, parts_ends = starts[final], ends[final]
-        self._wall += np.bincount(compositions[final], weights=wall_parts(parts_starts, parts_ends),
-                                  minlength=len(self._wall))
-        order = np.argsort(parts_starts, kind="stable")
-        sorted_starts, sorted_ends = parts_starts[order], parts_ends[order]
-        self._total_wall += union_length(sorted_starts, sorted_ends)
+        if not final.any():
+            return
+        every = bool(final.all())
+        parts_starts, parts_ends = (starts, ends) if every else (starts[final], ends[final])
+        parts_compositions = compositions if every else compositions[final]
+        if apart:  # sorted and apart: each one's part of the union is its whole duration
+            parts = (durations if every else durations[final]).astype(np.float64)
+            self._wall += np.bincount(parts_compositions, weights=parts, minlength=len(self._wall))
+            self._total_wall += int((parts_ends - parts_starts).sum())
+            sorted_starts, sorted_ends = parts_starts, parts_ends
+        else:
+            self._wall += np.bincount(parts_compositions, weights=wall_parts(parts_starts, parts_ends),
+                                      minlength=len(self._wall))
+            order = np.argsort(parts_starts, kind="stable")
+            sorted_starts, sorted_ends = parts_starts[order], parts_ends[order]
+            self._total_wall += union_length(sorted_starts, sorted_ends)
         if self._call_windows is not None:
             self._call_union += union_by_window(sorted_starts, sorted_ends, *self._call_windows)
         self._last_final_end = max(int(parts_ends.max()), self._last_final_end or int(parts_ends.max()))
-        self._carry = (starts[~final], ends[~final], compositions[~final])
+        self._carry = (starts[~final], ends[~final], compositions[~final]) if not every else (
+            starts[:0], ends[:0], compositions[:0])
 
     def finish(self) -> EventTotals:
         self._sweep(None)

@@ -23,7 +23,7 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import (Attribution, SlotMatcher, attribution_without_events, call_numbers,
-                                             check_fingerprint, placed_events)
+                                             check_fingerprint, measured_rows, placed_events)
 from sectionmark.profiling.event_fold import EventFold, EventTotals
 from sectionmark.profiling.queue_time import measured_windows
 from sectionmark.profiling.session import ProfileSession
@@ -67,9 +67,9 @@ def attributed_totals(source: EventSource, section_map: SectionMap, *, calls: Op
     for dispatches, executed in source.windows():
         if not len(dispatches):
             continue
-        slots, event_calls, _failures = placed_events(dispatches, matcher, source.command_buffers, layout.keys,
-                                                      submission_ids, call_of_submission)
-        measured = event_calls >= 0
+        slots, event_calls, failures = placed_events(dispatches, matcher, source.command_buffers, layout.keys,
+                                                     submission_ids, call_of_submission)
+        measured = measured_rows(event_calls, failures)
         last = int(np.searchsorted(submission_ids, executed["submission"][-1], side="right"))
         frontier = int(later_starts[last]) if last < len(later_starts) else None
         fold.add(dispatches[measured], slots[measured], event_calls[measured], frontier)

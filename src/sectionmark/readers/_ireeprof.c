@@ -437,7 +437,42 @@ done:
     return result;
 }
 
+/* not_dispatches(data, positions, found) -> count
+ *
+ * The indices (int64, into ``found``) of the host event records at byte ``positions`` of ``data`` whose type
+ * (4 bytes into the record) is not a dispatch: a profile's executions and queue operations, a few per call,
+ * gathered before its dispatches are read (ireeprof_stream.DispatchStream.layout).
+ */
+static PyObject *not_dispatches(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer in[2], out[1];
+    if (check_arguments(nargs, 3, "not_dispatches") < 0 || acquire(args, in, 2, 0) < 0) return NULL;
+    if (acquire(args + 2, out, 1, 1) < 0) { release(in, 2); return NULL; }
+    PyObject *result = NULL;
+    const char *bytes = in[0].buf;
+    const int64_t *positions = in[1].buf;
+    int64_t *found = out[0].buf;
+    Py_ssize_t total = in[1].len / 8, count = 0;
+    if (out[0].len < total * 8) {
+        PyErr_SetString(PyExc_ValueError, "not_dispatches: the output is too small");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < total; i++) {
+        if (positions[i] < 0 || positions[i] > in[0].len - 8) {
+            PyErr_SetString(PyExc_ValueError, "not_dispatches: a record lies outside the data");
+            goto done;
+        }
+        if (u32(bytes + positions[i] + 4) != EVENT_DISPATCH) found[count++] = i;
+    }
+    result = PyLong_FromSsize_t(count);
+done:
+    release(in, 2);
+    release(out, 1);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"not_dispatches", (PyCFunction)(void (*)(void))not_dispatches, METH_FASTCALL,
+     "not_dispatches(data, positions, found) -> count"},
     {"record_table", record_table, METH_VARARGS,
      "record_table(data, start, end, content_types) -> (offsets, headers, kinds) as bytes"},
     {"host_events", (PyCFunction)(void (*)(void))host_events, METH_FASTCALL,
@@ -464,11 +499,11 @@ static struct PyModuleDef module_definition = {
 /* The row size this build writes and the version of its functions' arguments: readers/event_model.py refuses a
  * stale build whose rows or arguments differ. Version 2: attribution's slot and call are columns, not rows;
  * 3: event_sums also sums tiles and finds each (call, composition)'s first start and last end; 4: attribute_events,
- * event_sums and union_by_window moved to sectionmark.profiling._sectionpass. */
+ * event_sums and union_by_window moved to sectionmark.profiling._sectionpass; 5: not_dispatches. */
 PyMODINIT_FUNC PyInit__ireeprof(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
-                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 4) < 0 ||
+                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 5) < 0 ||
                    PyModule_AddIntConstant(module, "DEVICE_DISPATCH_SIZE", DEVICE_DISPATCH_SIZE) < 0)) {
         Py_DECREF(module);
         return NULL;

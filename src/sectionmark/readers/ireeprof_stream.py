@@ -85,7 +85,7 @@ class DispatchStream:
         done_submissions = done_queue_ops = 0
         pending = np.zeros(0, DISPATCH_DTYPE)
         last_executed: Optional[int] = None  # the id of the last execution read
-        identities = _EventIdentities(self.path)
+        identities = _EventIdentities(self)
         rows = np.empty(0, DISPATCH_DTYPE)  # reused: fresh memory costs a page fault per page touched
         memory = _MemoryLevels(self.path, RecordPositions(bundle.chunks["memory-events"], MEMORY_EVENT.itemsize))
         covered = memory.first_position(int(positions[0]) if total else bundle.data.size)  # read up to here
@@ -104,7 +104,7 @@ class DispatchStream:
             if max(firsts) >= 0:
                 raise_host_event_error(self.path, records_at(data, offsets[[first for first in firsts
                                                                             if first >= 0]], HOST_EVENT), firsts)
-            identities.take(_identities(data, offsets), increasing)
+            identities.take(data, offsets, window, increasing)
             executed = submissions[done_submissions : done_submissions + new_submissions]
             done_submissions += new_submissions
             done_queue_ops += new_queue_ops
@@ -153,6 +153,14 @@ class DispatchStream:
             raise SectionmarkError(f"{self.path}: the profile changed while it was read (it is shorter)")
         return data
 
+    def identities_at(self, positions: np.ndarray) -> np.ndarray:
+        """The (stream, event id) of the host events at file ``positions``, read again (a window out of order
+        with the one before it: rare), sorted."""
+        data = np.empty(int(positions[-1]) + HOST_EVENT.itemsize - int(positions[0]), np.uint8)
+        if os.preadv(self._file.fileno(), [data], int(positions[0])) != len(data):
+            raise SectionmarkError(f"{self.path}: the profile changed while it was read (it is shorter)")
+        return np.sort(_identities(data, positions - positions[0]))
+
     def _checked(self, dispatches: np.ndarray, executed: np.ndarray) -> np.ndarray:
         """The dispatches of the submissions ``executed``, sorted and checked against them (`checked_profile`'s
         link checks, with its error lines)."""
@@ -165,15 +173,21 @@ _TYPE_FIELD = np.dtype("<u4")  # a host event's type, 4 bytes into its record
 
 
 def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarray]:
-    """The bundle's command-buffer executions (SUBMISSION_DTYPE, by submission) and other queue operations
-    (QUEUE_OP_DTYPE, by start): each window's host event types gathered from the mapped file, then the few
-    records that are not dispatches. A record failing a check is left to `windows`, which names it."""
+    """The bundle's command-buffer executions (SUBMISSION_DTYPE, in the order written) and other queue operations
+    (QUEUE_OP_DTYPE, by start): each window of the mapped file's host events searched for the records that are
+    not dispatches (in C when built), then those few copied. A record failing a check is left to `windows`,
+    which names it."""
     positions = bundle.host_event_positions()
     executions, operations = [], []
+    found = np.empty(min(HOST_EVENTS_WINDOW, len(positions)), np.int64)
     for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
         window = positions[begin : begin + HOST_EVENTS_WINDOW]
-        kinds = records_at(bundle.data, window + HOST_EVENT.fields["type"][1], _TYPE_FIELD)
-        others = records_at(bundle.data, window[kinds != EVENT_DISPATCH], HOST_EVENT)
+        if native() is not None:
+            others = records_at(bundle.data, window[found[: native().not_dispatches(bundle.data, window, found)]],
+                                HOST_EVENT)
+        else:
+            kinds = records_at(bundle.data, window + HOST_EVENT.fields["type"][1], _TYPE_FIELD)
+            others = records_at(bundle.data, window[kinds != EVENT_DISPATCH], HOST_EVENT)
         release_pages(bundle.mapped, int(window[0]), int(window[-1]) + HOST_EVENT.itemsize)
         for table, rows, dtype in ((executions, others[others["type"] == EVENT_EXECUTE], SUBMISSION_DTYPE),
                                    (operations, others[others["type"] != EVENT_EXECUTE], QUEUE_OP_DTYPE)):
@@ -187,31 +201,38 @@ def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarr
 
 class _EventIdentities:
     """Every host event's (stream, event id) is unique, checked a window at a time: IREE writes them increasing,
-    which the window pass confirms; a window that is not (events written out of order) is sorted and checked
-    against itself and the window before it; one reaching further back is refused."""
+    which the window pass confirms within a window and the first and last identities across windows; a window
+    that is not increasing (events written out of order) is sorted and checked against itself and the window
+    before it (its identities read from the file again); one reaching further back is refused."""
 
-    def __init__(self, path: Path):
-        self._path = path
-        self._before = np.zeros(0, _IDENTITY)  # the last window's identities, sorted
+    def __init__(self, stream: "DispatchStream"):
+        self._stream = stream
+        self._before = np.zeros(0, _IDENTITY)  # the last window's identities, sorted (its first and last alone
+        self._before_whole = True               # when it was increasing: ``_before_whole`` False, ``_before_at``
+        self._before_at = np.zeros(0, np.int64)  # its records' file offsets, read again if needed)
         self._highest_earlier: Optional[tuple[int, int]] = None  # the largest identity of the windows before it
 
-    def take(self, keys: np.ndarray, increasing: bool) -> None:
-        """A window's identities (`_identities`); ``increasing``: the window pass found them increasing."""
-        if not len(keys):
+    def take(self, data: np.ndarray, offsets: np.ndarray, window: np.ndarray, increasing: bool) -> None:
+        """A window: its records at ``offsets`` of ``data``, at ``window`` in the file; ``increasing``: the window
+        pass found their identities increasing."""
+        if not len(offsets):
             return
+        keys = _identities(data, offsets if not increasing else offsets[[0, -1]])
         if not increasing:
             keys = np.sort(keys)
             if (keys[1:] == keys[:-1]).any():
-                check_unique(self._path, "a host execution event", keys["stream"], keys["event_id"])
+                check_unique(self._stream.path, "a host execution event", keys["stream"], keys["event_id"])
         if len(self._before):
             lowest = tuple(keys[0].tolist())
             if self._highest_earlier is not None and lowest <= self._highest_earlier:
-                raise corrupt(self._path, "host execution events written out of order by more than a window")
+                raise corrupt(self._stream.path, "host execution events written out of order by more than a window")
             if lowest <= tuple(self._before[-1].tolist()):
-                both = np.concatenate([self._before, keys])
-                check_unique(self._path, "a host execution event", both["stream"], both["event_id"])
+                before = self._before if self._before_whole else self._stream.identities_at(self._before_at)
+                mine = keys if not increasing else _identities(data, offsets)
+                both = np.concatenate([before, mine])
+                check_unique(self._stream.path, "a host execution event", both["stream"], both["event_id"])
             self._highest_earlier = tuple(self._before[-1].tolist())
-        self._before = keys
+        self._before, self._before_whole, self._before_at = keys, not increasing, window
 
 
 _IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])
