@@ -34,6 +34,7 @@ from sectionmark.commands import (
 )
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import check_output_path
+from sectionmark.section_path import printable
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -112,7 +113,7 @@ class _Parser(argparse.ArgumentParser):
     commands: Optional[argparse._SubParsersAction] = None
 
     def error(self, message: str):
-        self.exit(EXIT_USAGE, f"sectionmark: error: {message} (see '{self.prog} --help')\n")
+        self.exit(EXIT_USAGE, printable(f"sectionmark: error: {message} (see '{self.prog} --help')") + "\n")
 
     def parse_args(self, args=None, namespace=None):
         """Unknown options are reported by the command they were given to (its --help lists the right ones)."""
@@ -439,12 +440,17 @@ def _quiet_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
+def _error_line(line: str) -> None:
+    """One line on stderr, its control characters escaped: a name in a message must not rewrite the terminal."""
+    print(printable(line), file=sys.stderr)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run one command; returns the exit status (usage errors exit 2 from argparse)."""
     try:
         _run(build_parser().parse_args(argv))
     except SectionmarkError as error:
-        print(f"sectionmark: error: {error}", file=sys.stderr)
+        _error_line(f"sectionmark: error: {error}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("sectionmark: interrupted", file=sys.stderr)
@@ -455,12 +461,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as error:
         if os.environ.get("SECTIONMARK_DEBUG"):
             raise
-        print(f"sectionmark: error: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
+        _error_line(f"sectionmark: error: {error.strerror or error}: {error.filename or ''}".rstrip(": "))
         return EXIT_FAILURE
     except Exception as error:  # a bug: still one line, traceback on request
         if os.environ.get("SECTIONMARK_DEBUG"):
             raise
-        print(f"sectionmark: internal error: {type(error).__name__}: {error} (set SECTIONMARK_DEBUG=1 for a traceback)",
-              file=sys.stderr)
+        _error_line(f"sectionmark: internal error: {type(error).__name__}: {error} (set SECTIONMARK_DEBUG=1 for a "
+                    "traceback)")
         return EXIT_INTERNAL
     return 0
