@@ -9,7 +9,8 @@ renderer. ``tracy`` is ``report --tracy`` without the table (kept for scripts).
 Every failure prints one line, ``sectionmark: error: ...``. Exit status: 0
 success, 1 a failure while running (bad file, tool error), 2 a usage error
 (bad option or value), 3 an internal error (a bug; set SECTIONMARK_DEBUG=1
-for a traceback), 130 interrupted, 141 the reader of stdout went away
+for a traceback), 130 interrupted (Ctrl-C), 128 + N ended by signal N (SIGTERM 143, SIGHUP 129: the
+tools it started ended and its scratch files removed first), 141 the reader of stdout went away
 (``| head``). Every output is checked before any work: never onto an input
 of the command, never over a directory or device, never an empty name.
 """
@@ -32,14 +33,14 @@ from sectionmark.commands import (
     tracy_command,
     tracy_stats_command,
 )
-from sectionmark.errors import SectionmarkError
+from sectionmark.errors import Interrupted, SectionmarkError, signals_raising
 from sectionmark.outputs import check_output_path
-from sectionmark.section_path import printable
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
+EXIT_SIGNALLED = 128  # + the signal's number (143 for SIGTERM, 129 for SIGHUP), as a shell reports a signalled command
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer cut off by `| head`
 # Upper bounds on counts: far beyond any real run, small enough that a typo
 # (-n 10000000000000000000000) is refused instead of running for ever.
@@ -113,7 +114,7 @@ class _Parser(argparse.ArgumentParser):
     commands: Optional[argparse._SubParsersAction] = None
 
     def error(self, message: str):
-        self.exit(EXIT_USAGE, printable(f"sectionmark: error: {message} (see '{self.prog} --help')") + "\n")
+        self.exit(EXIT_USAGE, f"sectionmark: error: {message} (see '{self.prog} --help')\n")
 
     def parse_args(self, args=None, namespace=None):
         """Unknown options are reported by the command they were given to (its --help lists the right ones)."""
@@ -440,33 +441,32 @@ def _quiet_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
-def _error_line(line: str) -> None:
-    """One line on stderr, its control characters escaped: a name in a message must not rewrite the terminal."""
-    print(printable(line), file=sys.stderr)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run one command; returns the exit status (usage errors exit 2 from argparse)."""
     try:
-        _run(build_parser().parse_args(argv))
+        with signals_raising():  # its finally blocks end the tools it started and remove its scratch files
+            _run(build_parser().parse_args(argv))
     except SectionmarkError as error:
-        _error_line(f"sectionmark: error: {error}")
+        print(f"sectionmark: error: {error}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("sectionmark: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Interrupted as interrupted:  # SIGTERM, SIGHUP: child processes ended and scratch files removed on the way
+        print(f"sectionmark: {interrupted}", file=sys.stderr)
+        return EXIT_SIGNALLED + interrupted.signum
     except BrokenPipeError:  # `sectionmark ... | head`: the reader has all it wanted
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except OSError as error:
         if os.environ.get("SECTIONMARK_DEBUG"):
             raise
-        _error_line(f"sectionmark: error: {error.strerror or error}: {error.filename or ''}".rstrip(": "))
+        print(f"sectionmark: error: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
         return EXIT_FAILURE
     except Exception as error:  # a bug: still one line, traceback on request
         if os.environ.get("SECTIONMARK_DEBUG"):
             raise
-        _error_line(f"sectionmark: internal error: {type(error).__name__}: {error} (set SECTIONMARK_DEBUG=1 for a "
-                    "traceback)")
+        print(f"sectionmark: internal error: {type(error).__name__}: {error} (set SECTIONMARK_DEBUG=1 for a traceback)",
+              file=sys.stderr)
         return EXIT_INTERNAL
     return 0

@@ -15,17 +15,10 @@ from typing import TYPE_CHECKING, Callable, Sequence, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import write_atomic
-from sectionmark.section_path import printable
 
 if TYPE_CHECKING:
     from sectionmark.profiling.session import ProfileSession
     from sectionmark.workflows.replay import ReplayProfile
-
-
-def _print(text: str, end: str = "\n") -> None:
-    """Print on stdout with control characters escaped (`printable`), line breaks kept: every line a command prints
-    (tables, notes, paths) may hold a name from a map or a profile, which must not rewrite the terminal."""
-    print(printable(text, keep_lines=True), end=end)
 
 
 def rendered_outputs(args: argparse.Namespace) -> dict[str, str]:
@@ -52,20 +45,20 @@ def _write_outputs(result: Union["ProfileSession", "ReplayProfile"], args: argpa
 
             peak = options["peak"] = peak_for_chart(getattr(args, "device", "local-task"))
         written.append(result.save(path, name, inputs=inputs, **options))
-    _print(result.render("table", **_table_columns(args)))
+    print(result.render("table", **_table_columns(args)))
     if peak is not None:
         from sectionmark.profiling.roofline import roofline_text
 
-        _print(_each_profile(result, lambda session: roofline_text(
+        print(_each_profile(result, lambda session: roofline_text(
             peak.roofline(session), peak, peak.component_roofline(session, args.by or "name"))))
     if args.sites:
         from sectionmark.renderers.table import render_sites_text
 
-        _print(_each_profile(result, render_sites_text))
+        print(_each_profile(result, render_sites_text))
     if args.by:
-        _print(result.render("components", by=args.by))
+        print(result.render("components", by=args.by))
     for path in written:
-        _print(f"wrote {path}")
+        print(f"wrote {path}")
 
 
 def _table_columns(args: argparse.Namespace) -> dict[str, bool]:
@@ -99,10 +92,10 @@ def compile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         debug_groups=False if args.no_debug_groups else None,
         input_type=None if args.input_type == "auto" else args.input_type,
     )
-    _print(f"wrote {compiled.save(args.output, inputs=inputs)}")
+    print(f"wrote {compiled.save(args.output, inputs=inputs)}")
     if compiled.section_map is not None:
         dispatches = sum(c.op == "dispatch" for b in compiled.section_map.command_buffers for c in b.commands)
-        _print(f"section map: {compiled.sections_summary}; {dispatches} recorded dispatches")
+        print(f"section map: {compiled.sections_summary}; {dispatches} recorded dispatches")
 
 
 def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
@@ -158,11 +151,11 @@ def report_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 
     _write_outputs(_recorded_session(args), args, inputs)
     if is_live_capture_file(args.profile):
-        _print(APPROXIMATION_NOTE)
+        print(APPROXIMATION_NOTE)
 
 
 def tracy_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    _print(f"wrote {_recorded_session(args).save(args.output, 'tracy', inputs=inputs)}")
+    print(f"wrote {_recorded_session(args).save(args.output, 'tracy', inputs=inputs)}")
 
 
 def tracy_stats_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
@@ -178,9 +171,9 @@ def tracy_stats_command(args: argparse.Namespace, inputs: Sequence[str]) -> None
     if args.json is not None:  # before stdout, as in _write_outputs
         document = {"version": 1, "zones": [dataclasses.asdict(row) for row in rows]}
         written = write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False), inputs=inputs)
-    _print(zone_stats_text(rows))
+    print(zone_stats_text(rows))
     if written is not None:
-        _print(f"wrote {written}")
+        print(f"wrote {written}")
 
 
 def peak_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
@@ -193,10 +186,10 @@ def peak_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     written = None
     if args.json is not None:  # before stdout, as in _write_outputs
         written = write_atomic(args.json, json.dumps(dataclasses.asdict(measured), indent=1), inputs=inputs)
-    _print(measured.text())
-    _print(f"cached in {cache_path(args.device)} (--refresh measures again)")
+    print(measured.text())
+    print(f"cached in {cache_path(args.device)} (--refresh measures again)")
     if written is not None:
-        _print(f"wrote {written}")
+        print(f"wrote {written}")
 
 
 def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
@@ -220,9 +213,9 @@ def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     for path, text in ((args.json, render_json), (args.csv, render_csv)):
         if path is not None:
             written.append(write_atomic(path, text(comparison).encode("utf-8"), inputs=inputs))
-    _print(render_table(comparison), end="")
+    print(render_table(comparison), end="")
     for path in written:
-        _print(f"wrote {path}")
+        print(f"wrote {path}")
     if args.fail_if_slower is not None:
         slower = comparison.slower_than(args.fail_if_slower)
         if slower:
@@ -242,13 +235,13 @@ def slice_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         raise SectionmarkError(f"no such MLIR file: {args.mlir}")
     section_slice = slice_section(Path(args.mlir), args.section)
     written = write_atomic(args.output, section_slice.mlir, inputs=inputs)
-    _print(f"wrote {written}: {len(section_slice.inputs)} value(s) in, {len(section_slice.outputs)} out")
+    print(f"wrote {written}: {len(section_slice.inputs)} value(s) in, {len(section_slice.outputs)} out")
     if args.bench:
         from sectionmark.compiler.targets import target_for_device
         from sectionmark.workflows.slice_bench import bench_section
 
         target = args.target or target_for_device(args.device)
-        _print(bench_section(Path(args.mlir), args.section, _load_inputs(args.input), target=target,
+        print(bench_section(Path(args.mlir), args.section, _load_inputs(args.input), target=target,
                             device=args.device, iterations=args.iterations, parameters=args.parameters).table())
 
 

@@ -66,23 +66,6 @@ def decode_jax_scope(scope: str) -> str:
     return unquote(scope[len(JAX_SCOPE_PREFIX):])
 
 
-# Control characters (Unicode category Cc: C0, DEL, C1) as Python writes them in a string literal: a name is data,
-# and one holding ESC [ 2 J would clear the terminal that prints it.
-_CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]}
-_CONTROL_ESCAPES.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
-_CONTROL_ESCAPES_BUT_NEWLINE = {code: text for code, text in _CONTROL_ESCAPES.items() if code != ord("\n")}
-
-
-def printable(text: str, keep_lines: bool = False) -> str:
-    """``text`` for a terminal: control characters as ``\\x1b``-style escapes (``\\n``, ``\\t``, ``\\r`` for those).
-
-    The one spelling of names in every text table and printed line; files of data (JSON, CSV, traces, the
-    section map) keep names byte-exact. ``keep_lines``: line breaks stay (a text of several lines, already
-    laid out).
-    """
-    return text.translate(_CONTROL_ESCAPES_BUT_NEWLINE if keep_lines else _CONTROL_ESCAPES)
-
-
 def format_path(path: SectionPath) -> str:
     """Human-readable form for tables and zone names: ``Block 0 / MLP``."""
     return " / ".join(path) if path else UNMARKED

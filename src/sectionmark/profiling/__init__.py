@@ -9,11 +9,11 @@ either kind; both give the same `ProfileSession`.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from sectionmark.artifacts import module_file, module_file_and_map, read_section_map
+from sectionmark.artifacts.scratch import scratch_folder
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import check_output_path, copy_output
 from sectionmark.parameters import Parameters, parameter_specs
@@ -76,8 +76,7 @@ def profile(
         module_files = [compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else []
         protected = [*keep_profile_inputs, *module_files]
         check_output_path(keep_profile, protected)
-    with tempfile.TemporaryDirectory(prefix="sectionmark-") as scratch:
-        directory = Path(scratch)
+    with scratch_folder() as directory:  # removed on any end, a signal included; one a kill -9 left, next time
         if section_map is None:
             vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory)
         else:

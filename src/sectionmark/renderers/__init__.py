@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike, check_output_path, write_atomic
 from sectionmark.renderers.csv_format import csv_text
-from sectionmark.section_path import printable
 
 if TYPE_CHECKING:
     from sectionmark.profiling.session import ProfileSession
@@ -93,7 +92,7 @@ class Renderer:
 
 def per_function_text(replay: "ReplayProfile", text_of: Callable[["ProfileSession"], str]) -> str:
     """Each function's text (``text_of`` its profile) under its heading; "no dispatches" for one that ran none."""
-    return "\n".join(f"── {printable(replay.heading(entry))} ──\n"
+    return "\n".join(f"── {replay.heading(entry)} ──\n"
                      + (text_of(entry.profile) if entry.profile is not None else "no dispatches\n")
                      for entry in replay.functions)
 

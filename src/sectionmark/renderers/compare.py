@@ -26,7 +26,6 @@ from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import json_out
 from sectionmark.renderers.csv_format import csv_text
 from sectionmark.renderers.table import format_ns
-from sectionmark.section_path import printable
 from sectionmark.workflows.replay import ReplayProfile
 
 CSV_COLUMNS = ["section", "path", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "change_percent", "a_calls",
@@ -100,7 +99,7 @@ def build_table(comparison: Comparison, components: bool = False) -> Table:
         table.add_column("Sections A/B", justify="right")
     else:
         bases = " or ".join(sorted({row.basis for row in comparison.sections if row.low is not None})) or "calls"
-        table = Table(title=Text(printable(f"B: {comparison.b}  vs  A: {comparison.a}")), title_justify="left",
+        table = Table(title=Text(f"B: {comparison.b}  vs  A: {comparison.a}"), title_justify="left",
                       caption=f"interval: bootstrap of the {bases}, {comparison.resamples} resamples, seed "
                               f"{comparison.seed}; slower/faster: beyond {comparison.min_change:g}%",
                       caption_justify="left")
@@ -110,9 +109,9 @@ def build_table(comparison: Comparison, components: bool = False) -> Table:
     table.add_column("Verdict")
     for row in comparison.components if components else comparison.sections:
         if components:
-            name = [Text(printable(row.name)), f"{row.a_sections}/{row.b_sections}"]
+            name = [Text(row.name), f"{row.a_sections}/{row.b_sections}"]
         else:
-            name = [Text("  " * max(len(row.path) - 1, 0) + printable(row.path[-1] if row.path else "(unmarked)"))]
+            name = [Text("  " * max(len(row.path) - 1, 0) + (row.path[-1] if row.path else "(unmarked)"))]
         table.add_row(
             *name,
             format_ns(row.a_ns) if row.a_ns is not None else "",

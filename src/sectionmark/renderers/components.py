@@ -18,7 +18,6 @@ from rich.text import Text
 from sectionmark.profiling.components import BY_NAME, ComponentStats, components
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers.table import format_ns
-from sectionmark.section_path import printable
 
 
 def build_components_table(session: ProfileSession, by: str = BY_NAME) -> Table:
@@ -38,7 +37,7 @@ def build_components_table(session: ProfileSession, by: str = BY_NAME) -> Table:
 def _cells(component: ComponentStats, calls: int, calls_known: bool) -> list:
     stats = component.per_call if calls_known else None
     return [
-        Text(printable(component.name)),
+        Text(component.name),
         f"{len(component.sections)}",
         format_ns(component.busy_ns / calls),
         f"{component.share:.1%}",

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sectionmark.section_path import format_path, printable
+from sectionmark.section_path import format_path
 from sectionmark.profiling.kernels import KernelRow, kernels
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers.table import format_ns
@@ -63,8 +63,8 @@ def build_kernels_table(session: ProfileSession) -> Table:
         if row.data_movement:
             key += f" {DATA_MOVEMENT_MARK}"
         table.add_row(
-            str(row.site), Text(printable(format_sections(row))), Text(printable(key)),
-            Text("\n".join(printable(format_binding(binding)) for binding in row.bindings)),
+            str(row.site), Text(format_sections(row)), Text(key),
+            Text("\n".join(format_binding(binding) for binding in row.bindings)),
             format_bytes(row.read_bytes), format_bytes(row.written_bytes),
             f"{row.flops:.3g}" if row.flops is not None else "?",
             format_ns(row.time_per_dispatch_ns), format_ns(row.busy_ns / calls),

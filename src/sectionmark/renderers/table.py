@@ -23,9 +23,7 @@ under the table that run-to-run variation was not measured.
 
 Names are data: every user-given string (section, function, zone and export
 names) goes into the table as ``rich.text.Text``, never as markup, so
-``"[bold]MLP[/bold]"`` or ``"[/x]"`` print as written, and with its control
-characters escaped (`printable`: ``\x1b[2J`` shows as those characters and
-never clears the terminal).
+``"[bold]MLP[/bold]"`` or ``"[/x]"`` print as written.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ from rich.text import Text
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import SectionStats, Traffic
-from sectionmark.section_path import UNMARKED, format_path, printable
+from sectionmark.section_path import UNMARKED, format_path
 
 SHARED_MARK = "*"
 NOT_RECORDED = "not recorded"
@@ -56,7 +54,7 @@ def format_ns(ns: float) -> str:
 
 def _name(row: SectionStats) -> str:
     mark = f" {SHARED_MARK}" if row.shared_ns > 0 else ""
-    return "  " * row.depth + printable(row.leaf) + mark
+    return "  " * row.depth + row.leaf + mark
 
 
 def _cpu_cells(session: ProfileSession, row: SectionStats, calls: int) -> list[str]:
@@ -112,7 +110,7 @@ def build_table(session: ProfileSession, cpu: bool = False, memory: bool = False
     spread = session.total_runs
     if spread is not None:
         title += f" in each of {session.runs} runs"
-    table = Table(title=Text(printable(title)), title_justify="left", show_footer=True)
+    table = Table(title=Text(title), title_justify="left", show_footer=True)
     table.add_column("Section", footer="Total")
     table.add_column("Share", justify="right", footer="100.0%")
     # Calls that cannot be told apart are reported as one: the columns hold totals then.
@@ -185,7 +183,7 @@ def build_sites_table(session: ProfileSession) -> Table:
         )
         key = site.key + (f" {SHARED_MARK}" if site.shared_executable else "")
         table.add_row(
-            str(site.site), Text(printable(sections)), Text(printable(key)),
+            str(site.site), Text(sections), Text(key),
             "x".join(map(str, site.workgroups)) if site.workgroups else "",
             f"{site.binding_bytes:,}" if site.binding_bytes is not None else "",
             f"{site.dispatches / calls:g}", format_ns(site.busy_ns / calls),
@@ -209,7 +207,7 @@ def zone_stats_text(rows: list, width: int = 160) -> str:
     for column in ("Zone", "Track", "Count", "Total", "Mean", "Min", "Max", "p95"):
         table.add_column(column, justify="left" if column in ("Zone", "Track") else "right")
     for row in rows:
-        table.add_row(Text(printable(row.name)), "GPU" if row.kind == "gpu" else "CPU", str(row.count),
+        table.add_row(Text(row.name), "GPU" if row.kind == "gpu" else "CPU", str(row.count),
                       *(format_ns(v) for v in (row.total_ns, row.mean_ns, row.min_ns, row.max_ns, row.p95_ns)))
     buffer = io.StringIO()
     Console(file=buffer, width=width, color_system=None, force_terminal=False).print(table)
