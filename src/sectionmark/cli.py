@@ -62,6 +62,7 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy --table table.txt
   sectionmark profile model.vmfb --input x.npy -n 40 --runs 5 --json runs.json   # median and interval over 5 runs
   sectionmark profile model.vmfb --input x.npy --runs 5 --workers 1   # a busy 2-core machine: less run-to-run noise
+  sectionmark profile model.vmfb --input x.npy --no-cost   # skip the profiler-cost rounds: about half the time
   sectionmark profile model.vmfb --input x.npy --by name --kernels kernels.txt --graph graph.svg
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa
@@ -242,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--workers", type=whole_number_in(1, 1 << 16), metavar="N",
                          help="local-task's most worker threads (default: one per physical core); fewer than the "
                          "cores vary less between runs on a busy machine (docs/cli.md)")
+    profile.add_argument("--no-cost", action="store_true",
+                         help="skip measuring the profiler's own cost (paired unprofiled and profiled rounds before "
+                         "the profile): about half the time of a short profile")
     profile.add_argument("--device", default="local-task",
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
                          "vulkan: its device-timed dispatch events (docs/gpu.md)")

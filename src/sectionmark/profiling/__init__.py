@@ -21,7 +21,6 @@ from sectionmark.profiling.attribute import attribute, public_function
 from sectionmark.profiling.runs import combine_runs, representative_run
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, device_driver, local_task_workers, run_profile
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.profiling.stats import ProfilerCost
 from sectionmark.readers.event_model import Profile
 from sectionmark.profiling.streamed import keep_scratch_profile, streamed_session
 from sectionmark.readers.ireeprof import read_profile
@@ -46,6 +45,7 @@ def profile(
     parameters: Parameters = None,
     runs: int = 1,
     workers: Optional[int] = None,
+    cost: bool = True,
 ) -> ProfileSession:
     """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
 
@@ -68,6 +68,8 @@ def profile(
     those of the run of median total). ``workers``: local-task's most worker
     threads (None: one per physical core; fewer leave cores to the rest of a
     busy machine and vary less between runs, docs/cli.md#run-to-run-variation).
+    ``cost``: first measure what the profiler itself costs a call (paired rounds of unprofiled and profiled runs,
+    `ProfileSession.profiler_cost`); False skips them, about halving the time a short profile takes.
     """
     if runs < 1:
         raise SectionmarkError(f"need runs >= 1 (got {runs})")
@@ -89,7 +91,7 @@ def profile(
                 vmfb, args, directory / f"run{index + 1}", function=function, device=device, iterations=iterations,
                 warmup=warmup, quiet=quiet, timeout=timeout, parameters=specs,
                 argument_types=section_map.argument_types(function), framework=section_map.framework,
-                workers=workers, progress=f"run {index + 1} of {runs}" if runs > 1 else "", measure_cost=index == 0,
+                workers=workers, progress=f"run {index + 1} of {runs}" if runs > 1 else "", measure_cost=cost and index == 0,
             )
             if keep_profile is not None and index == 0:  # kept before it is read: a profile that fails to read too
                 copy_output(run.profile_path, keep_profile, protected)
@@ -111,10 +113,7 @@ def profile(
             if other is not session:  # its file goes with the scratch folder
                 other.reread = None
         session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
-        first = finished[0]
-        if first.profiled_ns_per_call is not None and first.unprofiled_ns_per_call is not None:
-            # Whole ns, as the JSON stores them: the ratio read back is the ratio shown. Measured in the first run.
-            session.profiler_cost = ProfilerCost(round(first.profiled_ns_per_call), round(first.unprofiled_ns_per_call))
+        session.profiler_cost = finished[0].cost  # measured before the first run
         shown = finished[(session.shown_run or 1) - 1]
         if keep_profile is not None and (session.shown_run or 1) > 1:  # the figures shown are of that run
             copy_output(shown.profile_path, keep_profile, protected)

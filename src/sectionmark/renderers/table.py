@@ -37,7 +37,7 @@ from rich.text import Text
 
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.profiling.stats import SectionStats, Traffic
+from sectionmark.profiling.stats import ProfilerCost, SectionStats, Traffic
 from sectionmark.section_path import UNMARKED, format_path
 
 SHARED_MARK = "*"
@@ -246,10 +246,23 @@ def notes(session: ProfileSession) -> list[str]:
 def profiler_cost_lines(session: ProfileSession) -> list[str]:
     """The profiler's own cost, when the run measured it (`ProfilerCost`)."""
     cost = session.profiler_cost
-    if cost is None:
-        return []
-    return [f"profiler cost: {format_ns(cost.profiled_ns)}/call profiled vs {format_ns(cost.unprofiled_ns)}/call "
-            f"unprofiled ({cost.ratio:.2f}x; median measured call timed by iree-benchmark-module, same calls and inputs)"]
+    return [] if cost is None else [f"profiler cost: {profiler_cost_text(cost)}"]
+
+
+def profiler_cost_text(cost: ProfilerCost) -> str:
+    """The cost as the table and the report say it: the median ratio of the paired rounds with its interval, or
+    "no measurable cost" where the interval reaches 1 (never a ratio below 1 on its own: a profiler cannot speed
+    a call up). A file from before the rounds has one unpaired run of each, said so, without an interval."""
+    calls = f"median call {format_ns(cost.profiled_ns)} profiled vs {format_ns(cost.unprofiled_ns)} unprofiled"
+    if not cost.ratios:
+        if cost.ratio <= 1.0:
+            return f"no measurable cost (one unpaired run each, {calls}: {cost.ratio:.2f}x, no interval)"
+        return f"{cost.ratio:.2f}x per call ({calls}; one unpaired run each, no interval)"
+    interval = (f"{cost.low:.2f}–{cost.high:.2f}x over {cost.rounds} paired rounds ({cost.confidence:.0%} "
+                "confidence), each round's median call timed by iree-benchmark-module, same calls and inputs")
+    if not cost.measurable:
+        return f"no measurable cost (profiled / unprofiled {interval})"
+    return f"{cost.ratio:.2f}x per call (interval {interval}; {calls})"
 
 
 def run_lines(session: ProfileSession) -> list[str]:
