@@ -18,6 +18,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import check_output_path, copy_output
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import attribute, public_function
+from sectionmark.profiling.run_variation import note_run_variation
 from sectionmark.profiling.runs import combine_runs, representative_run
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S, device_driver, local_task_workers, run_profile
 from sectionmark.profiling.session import ProfileSession
@@ -114,6 +115,7 @@ def profile(
                 other.reread = None
         session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
         session.profiler_cost = finished[0].cost  # measured before the first run
+        note_run_variation(session)  # several runs: stored for this machine; one run: the variation measured here
         shown = finished[(session.shown_run or 1) - 1]
         if keep_profile is not None and (session.shown_run or 1) > 1:  # the figures shown are of that run
             copy_output(shown.profile_path, keep_profile, protected)

@@ -35,6 +35,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sectionmark.profiling.run_variation import RunVariation
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import ProfilerCost, SectionStats, Traffic
@@ -269,14 +270,28 @@ def run_lines(session: ProfileSession) -> list[str]:
     """How much the figures move between runs: measured over ``--runs K``, or said not to be."""
     spread = session.total_runs
     if spread is None:
-        return ["run-to-run variation not measured (one run): --runs 5 (runs=5) shows how much these figures move "
-                "between runs"]
+        return [one_run_line(session.run_variation)]
     return [f"runs: Median of {spread.runs} and its CI (confidence interval) are the busy time per call over "
             f"{spread.runs} fresh runs (total "
             f"{format_ns_range(min(spread.values_ns), max(spread.values_ns))}, CV "
             f"{spread.coefficient_of_variation:.1%}); the interval is two of the run values (order statistics) "
             f"covering the median with {spread.confidence:.1%} confidence; the other columns are run "
             f"{session.shown_run} (median total)"]
+
+
+def one_run_line(variation: Optional[RunVariation]) -> str:
+    """How much a one-run profile's figures move between runs: as an earlier --runs profile measured it on this
+    machine (`sectionmark.profiling.run_variation`), or said not to be measured."""
+    if variation is None:
+        return ("run-to-run variation not measured (one run, and no --runs profile on this machine, device and "
+                "workers yet): --runs 5 (runs=5) shows how much these figures move between runs, and later one-run "
+                "profiles here say it")
+    workers = f", {variation.workers} workers" if variation.workers is not None else ""
+    return (f"one run: on this machine ({variation.device}{workers}) figures like these moved between runs by CV "
+            f"{variation.total_cv:.1%} (total per call), {variation.median_section_cv:.1%} (median section), "
+            f"{variation.worst_section_cv:.1%} (worst section), as measured by --runs {variation.runs} of "
+            f"{variation.module or 'a module compiled in-process'} at {variation.measured_at}; --runs 5 measures "
+            "this module's own")
 
 
 def cpu_lines(session: ProfileSession) -> list[str]:

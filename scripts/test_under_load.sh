@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs the test suite (or the pytest arguments given: a file, -k ...) beside a CPU hog on every core.
+# The suite must pass on a busy machine (a CI runner, a laptop with a browser open): no test may assert a wall
+# time or a ratio of times of separate runs (tests/entry/test_no_timed_assertions.py). The hogs are plain
+# busy loops at normal priority, one per CPU this shell may run on; they are ended however the run ends
+# (exit, Ctrl-C, SIGTERM), by their process ids. SECTIONMARK_PYTHON=/path/to/python runs pytest with that
+# interpreter (an environment set up already) instead of scripts/test.sh's .venv.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cores="$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))' 2>/dev/null || nproc)"
+hogs=()
+end_hogs() {
+  if [ "${#hogs[@]}" -gt 0 ]; then
+    kill "${hogs[@]}" 2>/dev/null || true
+    wait "${hogs[@]}" 2>/dev/null || true
+  fi
+}
+trap end_hogs EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+for _ in $(seq "$cores"); do
+  ( trap - EXIT INT TERM; while :; do :; done ) &
+  hogs+=("$!")
+done
+echo "test_under_load: ${#hogs[@]} CPU hog(s) running (one per core) beside the tests" >&2
+status=0
+if [ -n "${SECTIONMARK_PYTHON:-}" ]; then
+  (cd "$root" && "$SECTIONMARK_PYTHON" -m pytest "$@") || status=$?
+else
+  bash "$root/scripts/test.sh" "$@" || status=$?
+fi
+exit "$status"
