@@ -26,7 +26,8 @@ from sectionmark.errors import Interrupted, signals_raising
 SRC = Path(__file__).resolve().parents[2] / "src"
 TOOL = "iree-benchmark-module"
 WAIT_S = 300.0  # a bound on waiting for the run to reach its tool, not a measured time: the suite may be loaded
-LONG_RUN = ["-n", "1000000", "--warmup", "0"]  # far longer than the test waits: the signal comes mid-run
+LONG_RUN = ["-n", "1000000", "--warmup", "0", "--no-cost"]  # the profiled run, far longer than the test waits (the
+# cost rounds before it are short: --no-cost leaves them out so that the signal comes in the long run)
 
 
 @pytest.fixture
@@ -86,6 +87,16 @@ def _gone(process: psutil.Process) -> bool:
         return True
 
 
+def _marked_children(temporary: Path) -> set[int]:
+    children = set()
+    for folder in _scratch_folders(temporary):
+        try:
+            children |= {pid for pid, _start in json.loads((folder / scratch.MARKER).read_text())["children"]}
+        except (OSError, ValueError, KeyError):
+            pass  # being replaced
+    return children
+
+
 def _scratch_folders(temporary: Path) -> list[Path]:
     return sorted(path for path in temporary.iterdir() if path.name.startswith(scratch.PREFIX))
 
@@ -111,7 +122,7 @@ def test_sigterm_during_sm_profile_cleans_up_then_ends_the_process_by_the_signal
     temporary = tmp_path / "tmp"
     code = (f"import numpy as np, sectionmark.profiling as p; "
             f"p.profile({str(vmfb)!r}, [np.load(path) for path in {[str(path) for path in paths]!r}], "
-            f"iterations=1000000, warmup=0, quiet=True)")
+            f"iterations=1000000, warmup=0, quiet=True, cost=False)")
     run = _start([sys.executable, "-c", code], temporary)
     tool = tool_of(run)
     run.send_signal(signal.SIGTERM)
@@ -127,6 +138,9 @@ def test_after_kill_9_the_next_profile_ends_the_orphaned_tool_and_removes_its_fo
     temporary = tmp_path / "tmp"
     run = _start(_profile_command(vmfb, paths, *LONG_RUN), temporary)
     tool = tool_of(run)
+    deadline = time.monotonic() + WAIT_S
+    while tool.pid not in _marked_children(temporary) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the marker names the tool moments after it starts: a kill -9 before that is not this case
     run.kill()
     run.communicate(timeout=WAIT_S)
     (left,) = _scratch_folders(temporary)  # what a kill -9 leaves: the folder, and the tool running on
