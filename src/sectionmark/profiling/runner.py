@@ -69,7 +69,8 @@ DEFAULT_TIMEOUT_S = 3600.0
 # Paired rounds that measure the profiler's cost (`measure_profiler_cost`): 5 give the median ratio an interval
 # (the lowest and highest of the 5) that covers it 93.75% of the time, for any distribution of the ratios.
 COST_ROUNDS = 5
-COST_CALLS = 20  # measured calls of a round at most (and the profile's warmup): a median call needs no more
+COST_CALLS = 20  # a round's measured calls, and its warmup calls, at most (the profile's, up to this): a median
+# measured call needs no more
 
 
 @dataclass(frozen=True)
@@ -266,13 +267,15 @@ def run_profile(
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
     cost = None
     if measure_cost and not traced:
-        round_calls = warmup + min(iterations, COST_CALLS)
+        round_warmup, cost_path = min(warmup, COST_CALLS), directory / "cost.ireeprof"
+        round_calls = round_warmup + min(iterations, COST_CALLS)
         commands = [benchmark_command(vmfb, function, inputs, device=device, calls=round_calls, profile_path=path,
                                       parameters=parameters, imported=imported, workers=workers)
-                    for path in (directory / "cost.ireeprof", None)]
+                    for path in (cost_path, None)]
         with console.status(f"timing {vmfb.name}:{function} on {device} with and without the profiler "
                             f"({COST_ROUNDS} paired rounds of {round_calls} calls)"):
-            cost = measure_profiler_cost(*commands, warmup=warmup, device=device, timeout=timeout)
+            cost = measure_profiler_cost(*commands, profile_path=cost_path, warmup=round_warmup, device=device,
+                                         timeout=timeout)
     start = time.perf_counter()
     with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"
                         + (f", {progress}" if progress else "")):
@@ -286,14 +289,14 @@ def run_profile(
     return ProfileRun(profile_path, calls, warmup, wall_s, cost)
 
 
-def measure_profiler_cost(profiled: list[str], unprofiled: list[str], *, warmup: int, device: str,
-                          timeout: Optional[float], rounds: int = COST_ROUNDS) -> ProfilerCost:
+def measure_profiler_cost(profiled: list[str], unprofiled: list[str], *, profile_path: Path, warmup: int,
+                          device: str, timeout: Optional[float], rounds: int = COST_ROUNDS) -> ProfilerCost:
     """What the profiler costs a call: ``rounds`` rounds, each one run of ``unprofiled`` and one of ``profiled``
-    (`benchmark_command` lines of the same calls; the profiled one's file is removed after each run), first one,
+    (`benchmark_command` lines of the same calls; ``profiled`` writes ``profile_path``, removed after each
+    round), first one,
     then the other, in turns (U P, P U, U P, ...): a machine that slows down or speeds up during the rounds moves
     both kinds alike. Each run's figure is its median measured call (`median_call_ns`); the cost is the median of
     the rounds' ratios, with its interval (`ProfilerCost.from_rounds`)."""
-    profile_path = Path(profiled[-1].removeprefix("--device_profiling_output="))
     medians: dict[bool, list[float]] = {True: [], False: []}
     for index in range(rounds):
         for with_profiler in ((False, True) if index % 2 == 0 else (True, False)):
