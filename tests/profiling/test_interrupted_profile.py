@@ -189,3 +189,21 @@ def test_a_scratch_folder_is_removed_when_its_block_ends_in_any_way(tmp_path, mo
         with scratch.scratch_folder() as folder:
             1 / 0
     assert not folder.exists()
+
+
+def test_a_process_naming_an_abandoned_folder_is_ended_though_the_marker_missed_it(tmp_path):
+    """A tool started moments before the kill -9 is not in the marker yet: its command line names the folder."""
+    folder = tmp_path / f"{scratch.PREFIX}dead"
+    folder.mkdir()
+    (folder / scratch.MARKER).write_text(json.dumps({"pid": 2 ** 22 + 1, "start": 5, "children": []}))
+    orphan = psutil.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(folder / "run1" / "arg0.npy")])
+    bystander = psutil.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(tmp_path / "elsewhere")])
+    try:
+        scratch.remove_abandoned(tmp_path)
+        assert orphan.wait(timeout=WAIT_S) == -signal.SIGKILL
+        assert not folder.exists() and bystander.poll() is None
+    finally:
+        for process in (orphan, bystander):
+            if process.poll() is None:
+                process.kill()
+                process.wait()

@@ -16,6 +16,8 @@ end early, and what cleans up after it:
 * ``kill -9``: nothing runs. Each folder holds a marker (`MARKER`) naming its
   owner (process id and start time) and the tool processes it started; the
   next run removes every folder whose owner is gone, after ending its tools
+  and any process of this user whose command line names a file in the folder
+  (a tool started moments before the kill, not yet in the marker)
   (`remove_abandoned`). A start time, not the id alone, tells an owner from
   a later process that got its id.
 """
@@ -125,7 +127,34 @@ def remove_abandoned(directory: Optional[Path] = None) -> None:
             if child[1] is not None and process_start_time(child[0]) == child[1]:  # never a process that reused the id
                 with contextlib.suppress(OSError):
                     os.killpg(child[0], signal.SIGKILL)
+        for pid in _processes_naming(folder):  # a tool started moments before the kill -9, not yet in the marker
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _processes_naming(folder: Path) -> list[int]:
+    """This user's processes whose command line names a file in ``folder`` (a run's tool names its inputs and its
+    profile there); none where there is no /proc."""
+    needle = os.fsencode(folder) + b"/"
+    found = []
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            with open(os.path.join(entry.path, "cmdline"), "rb") as file:
+                command_line = file.read(1 << 20)
+        except OSError:
+            continue
+        if needle in command_line:
+            found.append(int(entry.name))
+    return found
 
 
 @contextlib.contextmanager
