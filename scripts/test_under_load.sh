@@ -15,18 +15,23 @@ end_hogs() {
     wait "${hogs[@]}" 2>/dev/null || true
   fi
 }
+tests=""
 trap end_hogs EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# The tests run in the background and the script waits for them, so that a signal is handled at once (bash runs
+# a trap only once its foreground command has ended): they are ended with the hogs.
+trap '[ -z "$tests" ] || kill "$tests" 2>/dev/null; exit 130' INT
+trap '[ -z "$tests" ] || kill "$tests" 2>/dev/null; exit 143' TERM
 for _ in $(seq "$cores"); do
   ( trap - EXIT INT TERM; while :; do :; done ) &
   hogs+=("$!")
 done
 echo "test_under_load: ${#hogs[@]} CPU hog(s) running (one per core) beside the tests" >&2
-status=0
 if [ -n "${SECTIONMARK_PYTHON:-}" ]; then
-  (cd "$root" && "$SECTIONMARK_PYTHON" -m pytest "$@") || status=$?
+  (cd "$root" && exec "$SECTIONMARK_PYTHON" -m pytest "$@") &
 else
-  bash "$root/scripts/test.sh" "$@" || status=$?
+  bash "$root/scripts/test.sh" "$@" &
 fi
+tests=$!
+status=0
+wait "$tests" || status=$?
 exit "$status"
