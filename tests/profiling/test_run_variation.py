@@ -1,7 +1,7 @@
 """A one-run profile says how much such figures moved between runs on this machine, as a --runs profile measured.
 
 Hand-built runs (`test_runs.runs_of`): a profile of several runs stores its coefficients of variation in the
-user cache (a private XDG_CACHE_HOME here), per device and worker count; a later one-run profile of the same
+user cache (a private one here), per device and worker count; a later one-run profile of the same
 device and workers shows them under its table, naming the profile that measured them; nothing is shown that
 was not measured, and a cache that is broken, hostile or unwritable changes nothing but that line.
 """
@@ -17,7 +17,7 @@ import pytest
 from test_runs import A, B, runs_of
 
 from sectionmark.profiling import run_variation
-from sectionmark.profiling.run_variation import RunVariation, cache_path, note_run_variation
+from sectionmark.profiling.run_variation import RunVariation, note_run_variation
 from sectionmark.profiling.runs import combine_runs
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers.table import render
@@ -25,8 +25,13 @@ from sectionmark.renderers.table import render
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    """Each test its own cache (the suite's conftest keeps one apart from the user's for all tests)."""
+    monkeypatch.setattr(run_variation, "cache_path", lambda: tmp_path / "cache" / "sectionmark" / "run-variation.json")
     return tmp_path / "cache"
+
+
+def cache_path():
+    return run_variation.cache_path()
 
 
 def _made_here(session: ProfileSession, device: str = "local-task", workers=2, module="m.vmfb") -> ProfileSession:
@@ -130,8 +135,15 @@ def test_a_fifo_or_a_directory_at_the_cache_path_neither_hangs_nor_fails(make):
 
 def test_an_unwritable_cache_costs_the_profile_nothing(private_cache):
     private_cache.parent.mkdir(parents=True, exist_ok=True)
-    private_cache.write_text("a file where the cache folder would be")
+    private_cache.write_text("a file where the cache folder would be")  # the cache's folders cannot be made
     several = _made_here(combine_runs(runs_of([0.9, 1.0, 1.2])))
     note_run_variation(several)  # no error
     assert private_cache.read_text() == "a file where the cache folder would be"
     assert run_variation.recall(_made_here(runs_of([1.0])[0])) is None
+
+
+def test_the_cache_is_per_host_in_the_user_cache_folder(monkeypatch, tmp_path):
+    monkeypatch.undo()  # the real cache_path, under a private XDG_CACHE_HOME
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(run_variation.socket, "gethostname", lambda: "build box/7")
+    assert run_variation.cache_path() == tmp_path / "xdg" / "sectionmark" / "run-variation-build_box_7.json"
