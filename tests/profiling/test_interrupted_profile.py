@@ -207,3 +207,25 @@ def test_a_process_naming_an_abandoned_folder_is_ended_though_the_marker_missed_
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_killed_owner_not_yet_reaped_no_longer_runs(tmp_path):
+    """A run killed by kill -9 stays a zombie until its parent reaps it: its folder is abandoned already."""
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        start = scratch.process_start_time(owner.pid)
+        assert start is not None
+        folder = tmp_path / f"{scratch.PREFIX}zombie"
+        folder.mkdir()
+        (folder / scratch.MARKER).write_text(json.dumps({"pid": owner.pid, "start": start, "children": []}))
+        scratch.remove_abandoned(tmp_path)
+        assert folder.exists()  # its owner runs
+        owner.kill()
+        deadline = time.monotonic() + WAIT_S
+        while psutil.Process(owner.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        scratch.remove_abandoned(tmp_path)
+        assert not folder.exists()
+    finally:
+        owner.kill()
+        owner.wait()

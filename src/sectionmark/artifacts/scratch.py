@@ -49,11 +49,11 @@ _current: contextvars.ContextVar[Optional[Path]] = contextvars.ContextVar("secti
 
 def process_start_time(pid: int) -> Optional[int]:
     """When process ``pid`` started (clock ticks since boot, Linux's /proc/PID/stat field 22); None when no such
-    process runs, or where /proc does not say."""
+    process runs (a zombie, killed and not yet reaped, runs no more), or where /proc does not say."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as file:
             fields = file.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
-        return int(fields[19])
+        return None if fields[0] == b"Z" else int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
 
