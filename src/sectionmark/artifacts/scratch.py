@@ -157,18 +157,29 @@ def _processes_naming(folder: Path) -> list[int]:
     return found
 
 
+def owned_folder(prefix: str = PREFIX) -> Path:
+    """A new folder in TMPDIR whose marker names this process as its owner: the caller removes it, and a later
+    run does if this process is killed first (`remove_abandoned`). ``prefix`` must start with `PREFIX`."""
+    if not prefix.startswith(PREFIX):
+        raise ValueError(f"a scratch folder's prefix starts with {PREFIX!r} (got {prefix!r})")
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        _write_marker(folder, {"pid": os.getpid(), "start": process_start_time(os.getpid()), "children": []})
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
+
+
 @contextlib.contextmanager
 def scratch_folder(prefix: str = PREFIX) -> Iterator[Path]:
     """A new folder in TMPDIR for one run, removed when the block ends in any way, a signal included
     (`ending_on_signals`); first removes what killed runs left (`remove_abandoned`). ``prefix`` must start with
     `PREFIX`."""
-    if not prefix.startswith(PREFIX):
-        raise ValueError(f"a scratch folder's prefix starts with {PREFIX!r} (got {prefix!r})")
     remove_abandoned()
     with ending_on_signals():
-        folder = Path(tempfile.mkdtemp(prefix=prefix))
+        folder = owned_folder(prefix)
         try:
-            _write_marker(folder, {"pid": os.getpid(), "start": process_start_time(os.getpid()), "children": []})
             token = _current.set(folder)
             try:
                 yield folder
