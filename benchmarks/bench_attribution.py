@@ -15,8 +15,8 @@
    reader consumes) and the profiling-run overhead (the same module under
    ``iree-benchmark-module`` with and without ``--device_profiling_mode``),
    beside the profiler cost that ``sm.profile`` reports for it (its own
-   unprofiled and profiled runs of the same calls: the profile JSON's
-   ``profiler_cost``, the HTML report's header).
+   paired rounds of unprofiled and profiled runs of the same calls: the
+   profile JSON's ``profiler_cost``, the HTML report's header).
 
 3. ``--pipelined``: each profile again with its calls' submissions moved to overlap in time (each one's first
    dispatch starting halfway through the one before's last, as pipelined calls run), so union blocks reach
@@ -272,11 +272,12 @@ def main() -> None:
             print(f"  run overhead (median call): plain {plain_ms * 1e3:.1f} us/call ({plain_wall:.2f} s wall), "
                   f"profiled {profiled_ms * 1e3:.1f} us/call ({profiled_wall:.2f} s wall): "
                   f"{profiled_ms / plain_ms:.2f}x per call, {profiled_wall / plain_wall:.2f}x wall")
-            # What the report shows (profile JSON `profiler_cost`, the HTML header): sm.profile's own two runs.
+            # What the report shows (profile JSON `profiler_cost`, the HTML header): sm.profile's own paired rounds.
             cost = profile(vmfb, arrays, iterations=calls, warmup=0, section_map=section_map_for(profile_path),
                            quiet=True).profiler_cost
             print(f"  report's profiler cost (sm.profile, same module and calls): profiled {cost.profiled_ns / 1e3:.1f} "
-                  f"us/call, unprofiled {cost.unprofiled_ns / 1e3:.1f} us/call: {cost.ratio:.2f}x, "
+                  f"us/call, unprofiled {cost.unprofiled_ns / 1e3:.1f} us/call: {cost.ratio:.2f}x "
+                  f"(interval {cost.low:.2f}-{cost.high:.2f}x over {cost.rounds} rounds), "
                   f"{abs(cost.ratio / (profiled_ms / plain_ms) - 1):.1%} from the run-overhead line")
 
 

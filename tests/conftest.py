@@ -11,6 +11,17 @@ from invariants import assert_profile_invariants
 from tiny_profiles import TWO_MATMULS, compile_plain, hand_map
 
 
+@pytest.fixture(autouse=True)
+def private_run_variation_cache(tmp_path_factory, monkeypatch):
+    """Profiles of several runs keep their run-to-run variation in the user's cache, and one-run profiles read it
+    (sectionmark.profiling.run_variation): the suite keeps its own, so that it neither writes the developer's
+    cache nor depends on what that holds."""
+    from sectionmark.profiling import run_variation
+
+    path = tmp_path_factory.getbasetemp() / "run-variation-cache" / "run-variation.json"
+    monkeypatch.setattr(run_variation, "cache_path", lambda: path)
+
+
 @pytest.fixture(scope="session")
 def inputs():
     rng = np.random.default_rng(0)

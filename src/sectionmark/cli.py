@@ -9,7 +9,8 @@ renderer. ``tracy`` is ``report --tracy`` without the table (kept for scripts).
 Every failure prints one line, ``sectionmark: error: ...``. Exit status: 0
 success, 1 a failure while running (bad file, tool error), 2 a usage error
 (bad option or value), 3 an internal error (a bug; set SECTIONMARK_DEBUG=1
-for a traceback), 130 interrupted, 141 the reader of stdout went away
+for a traceback), 130 interrupted (Ctrl-C), 128 + N ended by signal N (SIGTERM 143, SIGHUP 129: the
+tools it started ended and its scratch files removed first), 141 the reader of stdout went away
 (``| head``). Every output is checked before any work: never onto an input
 of the command, never over a directory or device, never an empty name.
 """
@@ -32,7 +33,7 @@ from sectionmark.commands import (
     tracy_command,
     tracy_stats_command,
 )
-from sectionmark.errors import SectionmarkError
+from sectionmark.errors import Interrupted, SectionmarkError, signals_raising
 from sectionmark.outputs import check_output_path
 from sectionmark.section_path import printable
 
@@ -40,6 +41,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
+EXIT_SIGNALLED = 128  # + the signal's number (143 for SIGTERM, 129 for SIGHUP), as a shell reports a signalled command
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer cut off by `| head`
 # Upper bounds on counts: far beyond any real run, small enough that a typo
 # (-n 10000000000000000000000) is refused instead of running for ever.
@@ -61,6 +63,7 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy --table table.txt
   sectionmark profile model.vmfb --input x.npy -n 40 --runs 5 --json runs.json   # median and interval over 5 runs
   sectionmark profile model.vmfb --input x.npy --runs 5 --workers 1   # a busy 2-core machine: less run-to-run noise
+  sectionmark profile model.vmfb --input x.npy --no-cost   # skip the profiler-cost rounds: about half the time
   sectionmark profile model.vmfb --input x.npy --by name --kernels kernels.txt --graph graph.svg
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa
@@ -242,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--workers", type=whole_number_in(1, 1 << 16), metavar="N",
                          help="local-task's most worker threads (default: one per physical core); fewer than the "
                          "cores vary less between runs on a busy machine (docs/cli.md)")
+    profile.add_argument("--no-cost", action="store_true",
+                         help="skip measuring the profiler's own cost (paired unprofiled and profiled rounds before "
+                         "the profile): about half the time of a short profile")
     profile.add_argument("--device", default="local-task",
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
                          "vulkan: its device-timed dispatch events (docs/gpu.md)")
@@ -456,13 +462,17 @@ def _error_line(line: str) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run one command; returns the exit status (usage errors exit 2 from argparse)."""
     try:
-        _run(build_parser().parse_args(argv))
+        with signals_raising():  # its finally blocks end the tools it started and remove its scratch files
+            _run(build_parser().parse_args(argv))
     except SectionmarkError as error:
         _error_line(f"sectionmark: error: {error}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("sectionmark: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Interrupted as interrupted:  # SIGTERM, SIGHUP: child processes ended and scratch files removed on the way
+        print(f"sectionmark: {interrupted}", file=sys.stderr)
+        return EXIT_SIGNALLED + interrupted.signum
     except BrokenPipeError:  # `sectionmark ... | head`: the reader has all it wanted
         _quiet_stdout()
         return EXIT_BROKEN_PIPE

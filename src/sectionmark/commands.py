@@ -144,7 +144,7 @@ def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
             args.vmfb, _load_inputs(args.input), function=args.function or "main", device=args.device,
             iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
             keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters, runs=args.runs,
-            workers=args.workers,
+            workers=args.workers, cost=not args.no_cost,
         )
     _write_outputs(result, args, inputs)
 

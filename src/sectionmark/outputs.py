@@ -131,7 +131,7 @@ def remove_stale_temporaries(target: Path) -> None:
         if not name.endswith(_PARTIAL):
             continue
         parts = name[: -len(_PARTIAL)].rsplit(".", 2)  # ".NAME", pid, the random part (no dots)
-        if len(parts) != 3 or parts[0] != f".{target.name}" or not parts[1].isdigit() or _running(int(parts[1])):
+        if len(parts) != 3 or parts[0] != f".{target.name}" or not parts[1].isdigit() or process_running(int(parts[1])):
             continue
         stale = target.parent / name
         with contextlib.suppress(OSError):
@@ -141,7 +141,8 @@ def remove_stale_temporaries(target: Path) -> None:
                 stale.unlink()
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (another user's counts); the id alone: a later process may have it."""
     try:
         os.kill(pid, 0)
     except PermissionError:  # another user's process

@@ -222,7 +222,7 @@ def test_one_shot_command_buffers_of_dynamic_shapes(tmp_path):
     # Without a count, calls repeat by command signature, not by the (new each call) buffer id.
     inferred = profiling.report(path, section_map, warmup=1, function="main", workers=session.workers)
     assert (inferred.calls, inferred.warmup, inferred.calls_known) == (4, 1, True)
-    run_only = {"module", "device", "profiler_cost"}  # what only the run knows, not its profile
+    run_only = {"module", "device", "profiler_cost", "run_variation"}  # what only the run knows, not its profile
     assert {**inferred.to_json(), **dict.fromkeys(run_only)} == {**session.to_json(), **dict.fromkeys(run_only)}
     assert session.profiler_cost is not None and inferred.profiler_cost is None
     with pytest.raises(SectionmarkError, match=r"^the section map has no function 'bogus' \(it has: main\)$"):

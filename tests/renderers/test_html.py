@@ -14,6 +14,7 @@ from test_graph import MARK, PAYLOAD, parse_dot
 from test_kernels import hand_built
 from test_session import synthetic
 
+from sectionmark.workflows.runner import COST_ROUNDS
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import RENDERERS, for_path, graph, html
 
@@ -75,17 +76,20 @@ def test_the_profiler_cost_is_measured_printed_and_stored(compiled_two_matmuls, 
     _compiled, vmfb = compiled_two_matmuls
     session = sm.profile(vmfb, args=inputs, iterations=3, warmup=1, quiet=True)
     cost = session.profiler_cost
-    assert cost.profiled_ns > 0 and cost.unprofiled_ns > 0 and cost.ratio == cost.profiled_ns / cost.unprofiled_ns
+    assert cost.profiled_ns > 0 and cost.unprofiled_ns > 0 and len(cost.ratios) == COST_ROUNDS
+    assert cost.ratio == np.median(cost.ratios) and cost.low <= cost.ratio <= cost.high
+    assert (cost.low, cost.high) == (min(cost.ratios), max(cost.ratios)) and cost.confidence == 1 - 2 / 2 ** COST_ROUNDS
     stored = session.to_json()["profiler_cost"]
-    assert stored["ratio"] == pytest.approx(cost.ratio)
-    assert ProfileSession.from_json(json.loads(json.dumps(session.to_json()))).profiler_cost.profiled_ns == round(
-        cost.profiled_ns)
+    assert stored["ratio"] == pytest.approx(cost.ratio) and stored["measurable"] == (cost.low > 1)
+    read_back = ProfileSession.from_json(json.loads(json.dumps(session.to_json()))).profiler_cost
+    assert read_back.profiled_ns == round(cost.profiled_ns) and read_back.ratios == cost.ratios
     np.save(tmp_path / "a.npy", inputs[0])
     np.save(tmp_path / "b.npy", inputs[1])
     assert main(["profile", str(vmfb), "--input", str(tmp_path / "a.npy"), "--input", str(tmp_path / "b.npy"),
                  "-n", "2", "--json", str(tmp_path / "p.json")]) == 0
     printed = capsys.readouterr().out
-    assert re.search(r"profiler cost: [\d.]+ [µm]?s/call profiled vs [\d.]+ [µm]?s/call unprofiled", printed)
+    assert re.search(r"profiler cost: (no measurable cost \(profiled / unprofiled|[\d.]+x per call \(interval) "
+                     r"[\d.]+–[\d.]+x over 5 paired rounds \(94% confidence\)", printed)
     assert json.loads((tmp_path / "p.json").read_text())["profiler_cost"]["unprofiled_ns"] > 0
     assert (session.module, session.device) == ("m.vmfb", "local-task")
 

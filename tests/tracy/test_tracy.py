@@ -436,7 +436,6 @@ def test_a_program_leaving_sections_open_finishes_and_its_capture_is_readable(tm
     """Left open at exit, on a thread that ended (daemon too), entered on one thread and left on another."""
     if use_c and not zonestack.c_extension_available():
         pytest.skip("sectionmark.markers._zonestack not built")
-    started = time.monotonic()
     capture = run_captured(tmp_path, "left_open", f"""
         import threading
         import sectionmark as sm
@@ -455,8 +454,7 @@ def test_a_program_leaving_sections_open_finishes_and_its_capture_is_readable(tm
         crossing.__exit__(None, None, None)
         sm.section("outer left open").__enter__()
         sm.section("inner left open").__enter__()
-    """)
-    assert time.monotonic() - started < 30
+    """)  # finishing at all is the check: a program that hung at exit would reach the capture's timeout, an error
     zones = [zone for track in capture.tracks for zone in track.zones]
     names = {zone.name: zone for zone in zones}
     assert sorted(names) == sorted(["thread daemon=False", "thread daemon=True", "crossing", "outer left open",
@@ -556,12 +554,12 @@ def test_a_capture_tool_that_stops_early_does_not_leave_the_program_hanging(tmp_
     monkeypatch.setattr(capture_module, "_EXIT_GRACE_S", 0.5)
     previous = tmp_path / "run.tracy"
     previous.write_bytes(b"previous capture")
-    started = time.monotonic()
+    # Only the grace path says "capture tool stopped ... before the captured program finished": a program left
+    # waiting for the capture would end by the timeout instead, with "did not finish within" (no wall time asserted).
     with pytest.raises(SectionmarkError, match="capture tool stopped .exited with status 1. before the captured program "
                                                "finished: Cannot open trace file for writing"):
         capture_command([sys.executable, "-c", "import sectionmark.tracy; sectionmark.tracy.enable()"], previous,
                         timeout=CAPTURE_TIMEOUT_S)
-    assert time.monotonic() - started < 20
     assert previous.read_bytes() == b"previous capture"  # and no temporary file left beside it
     assert sorted(tmp_path.iterdir()) == sorted([failing_tool, previous])
 

@@ -10,7 +10,10 @@ alone) can run and profile modules compiled elsewhere
 * `files`: opening any file sectionmark reads: regular files only, never
   blocking on a FIFO, never reading past the size a file had when opened;
 * `tools`: the IREE tools and the tracing runtime of the installed
-  iree-base-runtime, and the one line that explains a tool's failure.
+  iree-base-runtime, running one in a process group of its own, and the one
+  line that explains a tool's failure;
+* `scratch`: a run's scratch folder, removed on any end (a signal included),
+  and what a ``kill -9`` left removed by the next run.
 """
 
 from sectionmark.artifacts.files import open_regular, read_regular

@@ -11,13 +11,17 @@ the binary, and ending the wrapper would leave the binary running.)
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import os
 import re
 import signal
+import subprocess
 from pathlib import Path
+from typing import Optional, Sequence
 
+from sectionmark.artifacts.scratch import record_child
 from sectionmark.errors import SectionmarkError
 
 RUNTIME_LIBS_PACKAGE = "iree._runtime_libs"
@@ -60,6 +64,29 @@ def find_tool(name: str, *, tracing: bool = False) -> Path:
             "(reinstall iree-base-runtime: pip install --force-reinstall iree-base-runtime)"
         )
     return path
+
+
+def run_tool(command: Sequence[str], *, timeout: Optional[float]) -> subprocess.CompletedProcess:
+    """Run a tool to its end and return what it printed (text), as ``subprocess.run(capture_output=True)`` does,
+    in a process group of its own that is ended whatever stops the wait: a timeout
+    (``subprocess.TimeoutExpired``, raised), Ctrl-C, a signal (`sectionmark.errors.Interrupted`).
+
+    Its own session keeps a terminal's Ctrl-C for this process, which then ends the whole group: a tool that
+    started helpers cannot leave one behind. Within a scratch folder's block, its marker names the tool, so that
+    a later run ends it if this process is killed first (`sectionmark.artifacts.scratch`).
+    """
+    process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               encoding="utf-8", errors="replace",  # a mutated module's names may be any bytes
+                               start_new_session=True)
+    try:
+        record_child(process.pid)
+        stdout, stderr = process.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()  # reap it, and close its pipes
 
 
 def tracing_runtime_library() -> Path:

@@ -68,6 +68,7 @@ from sectionmark.profiling.section_time import (
     section_traffic,
     weight_matrices,
 )
+from sectionmark.profiling.run_variation import RunVariation
 from sectionmark.profiling.stats import ProfilerCost, SectionStats, SiteStats, Traffic
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
 from sectionmark.serialization import json_field
@@ -174,6 +175,9 @@ class ProfileSession(ProfileOutputs):
     runs: int = 1
     shown_run: Optional[int] = None
     total_runs: Optional[RunSpread] = None  # total busy ns per call in each run
+    # A profile of one run: how much such figures moved between runs on this machine, as an earlier profile of
+    # several runs measured it (sectionmark.profiling.run_variation); None: none did, or several runs here.
+    run_variation: Optional[RunVariation] = None
 
     # ------------------------------------------------------------------ building
 

@@ -9,11 +9,11 @@ are computed is in `sectionmark.profiling.section_time` and the session's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Optional
+from typing import ClassVar, Iterable, Optional, Sequence
 
 import numpy as np
 
-from sectionmark.profiling.runs import RunSpread
+from sectionmark.profiling.runs import RunSpread, median_interval
 from sectionmark.section_path import UNMARKED, SectionPath, format_path
 from sectionmark.section_map import Binding
 from sectionmark.serialization import json_field
@@ -175,20 +175,50 @@ class SectionStats:
 
 @dataclass
 class ProfilerCost:
-    """What the profiler itself costs: the median measured call (warmup excluded) as iree-benchmark-module
-    timed each call, with the profiler on, and in an unprofiled run of the same function, inputs and calls
-    made by the same ``profile``. A profiled call records an event per dispatch: with dispatches of a few
-    hundred nanoseconds that is a visible part of the call, which the section times include."""
+    """What the profiler itself costs, from paired rounds: in each, one run of the same function, inputs and calls
+    unprofiled and one profiled, in alternating order (so that a drift of the machine hits both kinds alike);
+    iree-benchmark-module times each call, and a run's figure is its median measured call (warmup excluded).
+    Each round's ratio profiled / unprofiled compares runs made moments apart; their median, with an
+    order-statistic interval (`sectionmark.profiling.runs.median_interval`), is the cost. A profiled call records
+    an event per dispatch: with dispatches of a few hundred nanoseconds that is a visible part of the call, which
+    the section times include. An interval reaching down to 1 is no measurable cost, never a speed-up.
 
-    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("ratio",)
+    A file written before the rounds holds one unprofiled and one profiled run (no ``ratios``): read back as
+    such, without an interval."""
 
-    profiled_ns: float = json_field(rounded=True)  # per call
-    unprofiled_ns: float = json_field(rounded=True)  # per call
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("ratio", "measurable")
+
+    profiled_ns: float = json_field(rounded=True)  # per call: the median over the rounds of each round's median call
+    unprofiled_ns: float = json_field(rounded=True)  # the same, unprofiled
+    ratios: list[float] = json_field(default_factory=list)  # profiled / unprofiled median call of each round, in order
+    low: Optional[float] = None  # the interval of the median ratio: two of the ratios (order statistics)
+    high: Optional[float] = None
+    confidence: Optional[float] = None  # how often such an interval covers the true median ratio
+
+    @classmethod
+    def from_rounds(cls, profiled_ns: Sequence[float], unprofiled_ns: Sequence[float]) -> "ProfilerCost":
+        """The cost of paired rounds: each round's median profiled and unprofiled call, in round order."""
+        # 1 ns at least below: the tool's clock has no finer step, and a ratio stays finite (JSON has no infinity)
+        ratios = [profiled / max(unprofiled, 1.0) for profiled, unprofiled in zip(profiled_ns, unprofiled_ns, strict=True)]
+        low, high, confidence = median_interval(ratios)
+        return cls(float(np.median(profiled_ns)), float(np.median(unprofiled_ns)), ratios, low, high, confidence)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.ratios)
 
     @property
     def ratio(self) -> float:
-        """Profiled / unprofiled time per call (1.3: a profiled call takes 30% longer)."""
+        """The median of the rounds' ratios (1.3: a profiled call takes 30% longer); of a file without rounds, its
+        one profiled / unprofiled."""
+        if self.ratios:
+            return float(np.median(self.ratios))
         return self.profiled_ns / self.unprofiled_ns if self.unprofiled_ns else float("inf")
+
+    @property
+    def measurable(self) -> bool:
+        """Whether the profiled calls were slower beyond doubt: the whole interval above 1 (False without one)."""
+        return self.low is not None and self.low > 1.0
 
 
 @dataclass

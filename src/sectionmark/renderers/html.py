@@ -51,7 +51,7 @@ from sectionmark.profiling.timeline import Span, build_timelines
 from sectionmark.renderers.components import build_components_table
 from sectionmark.renderers.graph import layered_svg, section_colors
 from sectionmark.renderers.kernels import build_kernels_table
-from sectionmark.renderers.table import SHARED_MARK, format_ns, notes
+from sectionmark.renderers.table import SHARED_MARK, format_ns, notes, profiler_cost_text
 
 if TYPE_CHECKING:
     from sectionmark.workflows.replay import ReplayProfile
@@ -169,11 +169,7 @@ def _header(session: ProfileSession) -> str:
 
 
 def _cost(session: ProfileSession) -> Optional[str]:
-    cost = session.profiler_cost
-    if cost is None:
-        return None
-    return (f"{format_ns(cost.profiled_ns)}/call profiled vs {format_ns(cost.unprofiled_ns)}/call unprofiled "
-            f"({cost.ratio:.2f}x)")
+    return None if session.profiler_cost is None else profiler_cost_text(session.profiler_cost)
 
 
 def _tree(index: int, session: ProfileSession) -> str:

@@ -37,9 +37,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sectionmark.profiling.run_variation import RunVariation
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.profiling.stats import SectionStats, Traffic
+from sectionmark.profiling.stats import ProfilerCost, SectionStats, Traffic
 from sectionmark.section_path import UNMARKED, format_path, printable
 
 SHARED_MARK = "*"
@@ -248,24 +249,51 @@ def notes(session: ProfileSession) -> list[str]:
 def profiler_cost_lines(session: ProfileSession) -> list[str]:
     """The profiler's own cost, when the run measured it (`ProfilerCost`)."""
     cost = session.profiler_cost
-    if cost is None:
-        return []
-    return [f"profiler cost: {format_ns(cost.profiled_ns)}/call profiled vs {format_ns(cost.unprofiled_ns)}/call "
-            f"unprofiled ({cost.ratio:.2f}x; median measured call timed by iree-benchmark-module, same calls and inputs)"]
+    return [] if cost is None else [f"profiler cost: {profiler_cost_text(cost)}"]
+
+
+def profiler_cost_text(cost: ProfilerCost) -> str:
+    """The cost as the table and the report say it: the median ratio of the paired rounds with its interval, or
+    "no measurable cost" where the interval reaches 1 (never a ratio below 1 on its own: a profiler cannot speed
+    a call up). A file from before the rounds has one unpaired run of each, said so, without an interval."""
+    calls = f"median call {format_ns(cost.profiled_ns)} profiled vs {format_ns(cost.unprofiled_ns)} unprofiled"
+    if not cost.ratios:
+        if cost.ratio <= 1.0:
+            return f"no measurable cost (one unpaired run each, {calls}: {cost.ratio:.2f}x, no interval)"
+        return f"{cost.ratio:.2f}x per call ({calls}; one unpaired run each, no interval)"
+    interval = (f"{cost.low:.2f}–{cost.high:.2f}x over {cost.rounds} paired rounds ({cost.confidence:.0%} "
+                "confidence), each round's median call timed by iree-benchmark-module, same calls and inputs")
+    if not cost.measurable:
+        return f"no measurable cost (profiled / unprofiled {interval})"
+    return f"{cost.ratio:.2f}x per call (interval {interval}; {calls})"
 
 
 def run_lines(session: ProfileSession) -> list[str]:
     """How much the figures move between runs: measured over ``--runs K``, or said not to be."""
     spread = session.total_runs
     if spread is None:
-        return ["run-to-run variation not measured (one run): --runs 5 (runs=5) shows how much these figures move "
-                "between runs"]
+        return [one_run_line(session.run_variation)]
     return [f"runs: Median of {spread.runs} and its CI (confidence interval) are the busy time per call over "
             f"{spread.runs} fresh runs (total "
             f"{format_ns_range(min(spread.values_ns), max(spread.values_ns))}, CV "
             f"{spread.coefficient_of_variation:.1%}); the interval is two of the run values (order statistics) "
             f"covering the median with {spread.confidence:.1%} confidence; the other columns are run "
             f"{session.shown_run} (median total)"]
+
+
+def one_run_line(variation: Optional[RunVariation]) -> str:
+    """How much a one-run profile's figures move between runs: as an earlier --runs profile measured it on this
+    machine (`sectionmark.profiling.run_variation`), or said not to be measured."""
+    if variation is None:
+        return ("run-to-run variation not measured (one run, and no --runs profile on this machine, device and "
+                "workers yet): --runs 5 (runs=5) shows how much these figures move between runs, and later one-run "
+                "profiles here say it")
+    workers = f", {variation.workers} workers" if variation.workers is not None else ""
+    return (f"one run: on this machine ({variation.device}{workers}) figures like these moved between runs by CV "
+            f"{variation.total_cv:.1%} (total per call), {variation.median_section_cv:.1%} (median section), "
+            f"{variation.worst_section_cv:.1%} (worst section), as measured by --runs {variation.runs} of "
+            f"{variation.module or 'a module compiled in-process'} at {variation.measured_at}; --runs 5 measures "
+            "this module's own")
 
 
 def cpu_lines(session: ProfileSession) -> list[str]:

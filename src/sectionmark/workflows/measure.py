@@ -12,19 +12,19 @@ view that draws every event reads them from.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union, overload
 
 from sectionmark.artifacts import module_file, module_file_and_map, read_section_map
+from sectionmark.artifacts.scratch import PREFIX, owned_folder, scratch_folder
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import check_output_path, copy_output
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import public_function
 from sectionmark.profiling.profile_run import ProfileRun, ReadArguments
 from sectionmark.profiling.read import read_session
+from sectionmark.profiling.run_variation import note_run_variation
 from sectionmark.profiling.runs import combine_runs
-from sectionmark.profiling.stats import ProfilerCost
 from sectionmark.readers.sources import open_source
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 from sectionmark.workflows.runner import DEFAULT_TIMEOUT_S, device_driver, local_task_workers, run_profile
@@ -36,19 +36,21 @@ if TYPE_CHECKING:  # for type checkers only: the compiler is a later import, nev
 
 __all__ = ["profile", "report"]
 
+PROFILE_FOLDER_PREFIX = PREFIX + "profile-"  # a run's kept profile (`ProfileRun.scratch`)
+
 
 @overload
 def profile(compiled_or_vmfb_path: "CompiledProgram", args: Sequence[Any] = ..., function: str = ..., device: str = ...,
             iterations: int = ..., warmup: int = ..., *, section_map: Optional[SectionMap] = ...,
             keep_profile: Optional[Union[str, Path]] = ..., keep_profile_inputs: Sequence[Union[str, Path]] = ...,
             quiet: bool = ..., timeout: Optional[float] = ..., parameters: Parameters = ..., runs: int = ...,
-            workers: Optional[int] = ...) -> ProfileRun: ...
+            workers: Optional[int] = ..., cost: bool = ...) -> ProfileRun: ...
 @overload
 def profile(compiled_or_vmfb_path: Union[str, "os.PathLike[str]"], args: Sequence[Any] = ..., function: str = ...,
             device: str = ..., iterations: int = ..., warmup: int = ..., *, section_map: Optional[SectionMap] = ...,
             keep_profile: Optional[Union[str, Path]] = ..., keep_profile_inputs: Sequence[Union[str, Path]] = ...,
             quiet: bool = ..., timeout: Optional[float] = ..., parameters: Parameters = ..., runs: int = ...,
-            workers: Optional[int] = ...) -> ProfileRun: ...
+            workers: Optional[int] = ..., cost: bool = ...) -> ProfileRun: ...
 def profile(
     compiled_or_vmfb_path: Union[Any, str, Path],
     args: Sequence[Any] = (),
@@ -65,6 +67,7 @@ def profile(
     parameters: Parameters = None,
     runs: int = 1,
     workers: Optional[int] = None,
+    cost: bool = True,
 ) -> ProfileRun:
     """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
 
@@ -87,6 +90,10 @@ def profile(
     those of the run of median total). ``workers``: local-task's most worker
     threads (None: one per physical core; fewer leave cores to the rest of a
     busy machine and vary less between runs, docs/cli.md#run-to-run-variation).
+    ``cost``: first measure what the profiler itself costs a call (paired rounds of unprofiled and profiled runs,
+    `ProfileSession.profiler_cost`); False skips them, about halving the time a short profile takes.
+    The run returned keeps the profile its figures come from in a folder of its own until it is closed
+    (`ProfileRun.close`, or its ``with`` block), for the outputs that draw every event.
     """
     if runs < 1:
         raise SectionmarkError(f"need runs >= 1 (got {runs})")
@@ -95,21 +102,21 @@ def profile(
         module_files = [compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else []
         protected = [*keep_profile_inputs, *module_files]
         check_output_path(keep_profile, protected)
-    scratch = Path(tempfile.mkdtemp(prefix="sectionmark-"))
-    try:
+    with scratch_folder() as directory:  # removed on any end, a signal included; one a kill -9 left, next time
         if section_map is None:
-            vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, scratch)
+            vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory)
         else:
-            vmfb = module_file(compiled_or_vmfb_path, scratch)
+            vmfb = module_file(compiled_or_vmfb_path, directory)
         # local-task ran here with IREE's topology, so its worker count is known; other drivers have none.
         run_workers = local_task_workers(workers) if device_driver(device) == "local-task" else None
         sessions, finished = [], []
         for index in range(runs):
             run = run_profile(
-                vmfb, args, scratch / f"run{index + 1}", function=function, device=device, iterations=iterations,
+                vmfb, args, directory / f"run{index + 1}", function=function, device=device, iterations=iterations,
                 warmup=warmup, quiet=quiet, timeout=timeout, parameters=specs,
                 argument_types=section_map.argument_types(function), framework=section_map.framework,
-                workers=workers, progress=f"run {index + 1} of {runs}" if runs > 1 else "", measure_cost=index == 0,
+                workers=workers, progress=f"run {index + 1} of {runs}" if runs > 1 else "",
+                measure_cost=cost and index == 0,
             )
             if keep_profile is not None and index == 0:  # kept before it is read: a profile that fails to read too
                 copy_output(run.profile_path, keep_profile, protected)
@@ -119,25 +126,21 @@ def profile(
             finished.append(run)
         session = sessions[0] if runs == 1 else combine_runs(sessions)
         session.module = Path(compiled_or_vmfb_path).name if isinstance(compiled_or_vmfb_path, (str, Path)) else None
-        first = finished[0]
-        if first.profiled_ns_per_call is not None and first.unprofiled_ns_per_call is not None:
-            # Whole ns, as the JSON stores them: the ratio read back is the ratio shown. Measured in the first run.
-            session.profiler_cost = ProfilerCost(round(first.profiled_ns_per_call), round(first.unprofiled_ns_per_call))
+        session.profiler_cost = finished[0].cost  # measured before the first run
+        note_run_variation(session)  # several runs: stored for this machine; one run: the variation measured here
         shown = finished[(session.shown_run or 1) - 1]
         if keep_profile is not None and (session.shown_run or 1) > 1:  # the figures shown are of that run
             copy_output(shown.profile_path, keep_profile, protected)
-        # The run keeps the profile its figures come from (its events, for the views that draw them), not the rest.
-        kept = scratch / "profile"
-        kept.mkdir()
-        profile_path = Path(shutil.move(str(shown.profile_path), kept / shown.profile_path.name))
-        for entry in scratch.iterdir():
-            if entry != kept:
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-        return ProfileRun(session, profile_path, section_map, ReadArguments(shown.calls, shown.warmup, function),
-                          scratch=scratch)
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
+        # The run keeps the profile its figures come from (its events, for the views that draw them) in a folder
+        # of its own, which outlives this one until the run is closed.
+        kept = owned_folder(PROFILE_FOLDER_PREFIX)
+        try:
+            profile_path = Path(shutil.move(str(shown.profile_path), kept / shown.profile_path.name))
+            return ProfileRun(session, profile_path, section_map, ReadArguments(shown.calls, shown.warmup, function),
+                              scratch=kept)
+        except BaseException:
+            shutil.rmtree(kept, ignore_errors=True)
+            raise
 
 
 def report(

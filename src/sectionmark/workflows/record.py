@@ -32,6 +32,7 @@ import numpy as np
 
 from sectionmark.arguments import host_array
 from sectionmark.artifacts.files import read_regular
+from sectionmark.artifacts.scratch import scratch_folder
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import check_output_path, copy_output, remove_stale_temporaries, temporary_name
@@ -251,8 +252,7 @@ class Recording:
         protected = recording_files(self.directory) if self.directory is not None else []
         if keep_profile is not None:
             check_output_path(keep_profile, protected)
-        with tempfile.TemporaryDirectory(prefix="sectionmark-replay-") as scratch:
-            directory = Path(scratch)
+        with scratch_folder("sectionmark-replay-") as directory:
             model, replay = directory / MODEL_FILE, directory / DRIVER_FILE
             model.write_bytes(self.vmfb)
             replay.write_bytes(self.driver())

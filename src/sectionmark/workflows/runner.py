@@ -42,7 +42,8 @@ from sectionmark.arguments import flatten_arguments
 from sectionmark.compiler.targets import device_driver
 from sectionmark.errors import SectionmarkError
 from sectionmark.parameters import tool_flags
-from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
+from sectionmark.profiling.stats import ProfilerCost
+from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line, run_tool
 
 PROFILING_MODES = "queue-events,host-execution,executable-metadata,memory-events"
 # What IREE 3.13's Vulkan driver can record (it has no host-execution events).
@@ -65,6 +66,11 @@ LOCAL_SYNC_UNSUPPORTED = (
     "(the default)"
 )
 DEFAULT_TIMEOUT_S = 3600.0
+# Paired rounds that measure the profiler's cost (`measure_profiler_cost`): 5 give the median ratio an interval
+# (the lowest and highest of the 5) that covers it 93.75% of the time, for any distribution of the ratios.
+COST_ROUNDS = 5
+COST_CALLS = 20  # a round's measured calls, and its warmup calls, at most (the profile's, up to this): a median
+# measured call needs no more
 
 
 @dataclass(frozen=True)
@@ -75,11 +81,9 @@ class ProfileRun:
     calls: int  # warmup + measured calls, in order
     warmup: int
     wall_s: float  # wall-clock time of the whole tool run
-    # The median time of a measured call (warmup excluded) as iree-benchmark-module timed each, with the
-    # profiler on, and in an unprofiled run of the same calls and inputs made right before it: what the
-    # profiler itself costs. None when not measured (measure_cost=False, or a Tracy capture on CUDA/HIP).
-    profiled_ns_per_call: Optional[float] = None
-    unprofiled_ns_per_call: Optional[float] = None
+    # What the profiler itself costs, from paired rounds run before the profile (`measure_cost`); None when not
+    # measured (measure_cost=False, or a Tracy capture on CUDA/HIP).
+    cost: Optional[ProfilerCost] = None
 
 
 # IREE's --task_topology_max_group_count default: the most workers its default topology creates.
@@ -240,10 +244,9 @@ def run_profile(
     ``timeout``: seconds the tool may run (None: no limit) before it is ended
     with one error line, so that a hung tool never hangs the caller.
 
-    ``measure_cost``: first run the same calls unprofiled, and keep both runs'
-    median time of a measured call (`ProfileRun.profiled_ns_per_call`): the
-    profiler's own cost, which matters when dispatches last a few hundred
-    nanoseconds. Not on CUDA/HIP, whose traced tool runs under a capture.
+    ``measure_cost``: first measure what the profiler itself costs (`measure_profiler_cost`: paired rounds of
+    unprofiled and profiled runs), which matters when dispatches last a few hundred nanoseconds. Not on CUDA/HIP,
+    whose traced tool runs under a capture.
     """
     if iterations < 1 or warmup < 0:
         raise SectionmarkError(f"need iterations >= 1 and warmup >= 0 (got {iterations}, {warmup})")
@@ -262,31 +265,51 @@ def run_profile(
     command = benchmark_command(vmfb, function, inputs, device=device, calls=calls, profile_path=profile_path,
                                 parameters=parameters, imported=imported, workers=workers)
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
-    unprofiled_ns = profiled_ns = None
+    cost = None
     if measure_cost and not traced:
-        plain = benchmark_command(vmfb, function, inputs, device=device, calls=calls, profile_path=None,
-                                  parameters=parameters, imported=imported, workers=workers)
-        with console.status(f"timing {vmfb.name}:{function} on {device} unprofiled ({calls} calls)"):
-            unprofiled_ns = median_call_ns(_run_tool(plain, device, timeout), warmup)
+        round_warmup, cost_path = min(warmup, COST_CALLS), directory / "cost.ireeprof"
+        round_calls = round_warmup + min(iterations, COST_CALLS)
+        commands = [benchmark_command(vmfb, function, inputs, device=device, calls=round_calls, profile_path=path,
+                                      parameters=parameters, imported=imported, workers=workers)
+                    for path in (cost_path, None)]
+        with console.status(f"timing {vmfb.name}:{function} on {device} with and without the profiler "
+                            f"({COST_ROUNDS} paired rounds of {round_calls} calls)"):
+            cost = measure_profiler_cost(*commands, profile_path=cost_path, warmup=round_warmup, device=device,
+                                         timeout=timeout)
     start = time.perf_counter()
     with console.status(f"profiling {vmfb.name}:{function} on {device} ({warmup} warmup + {iterations} calls)"
                         + (f", {progress}" if progress else "")):
         if traced:
             _run_captured(command, profile_path, device, timeout)
         else:
-            output = _run_tool(command, device, timeout)
-            profiled_ns = median_call_ns(output, warmup) if measure_cost else None
+            _run_tool(command, device, timeout)
     wall_s = time.perf_counter() - start
     if not profile_path.is_file() or profile_path.stat().st_size == 0:
         raise SectionmarkError(f"iree-benchmark-module wrote no profile to {profile_path}")
-    return ProfileRun(profile_path, calls, warmup, wall_s, profiled_ns, unprofiled_ns)
+    return ProfileRun(profile_path, calls, warmup, wall_s, cost)
+
+
+def measure_profiler_cost(profiled: list[str], unprofiled: list[str], *, profile_path: Path, warmup: int,
+                          device: str, timeout: Optional[float], rounds: int = COST_ROUNDS) -> ProfilerCost:
+    """What the profiler costs a call: ``rounds`` rounds, each one run of ``unprofiled`` and one of ``profiled``
+    (`benchmark_command` lines of the same calls; ``profiled`` writes ``profile_path``, removed after each
+    round), first one,
+    then the other, in turns (U P, P U, U P, ...): a machine that slows down or speeds up during the rounds moves
+    both kinds alike. Each run's figure is its median measured call (`median_call_ns`); the cost is the median of
+    the rounds' ratios, with its interval (`ProfilerCost.from_rounds`)."""
+    medians: dict[bool, list[float]] = {True: [], False: []}
+    for index in range(rounds):
+        for with_profiler in ((False, True) if index % 2 == 0 else (True, False)):
+            output = _run_tool(profiled if with_profiler else unprofiled, device, timeout)
+            medians[with_profiler].append(median_call_ns(output, warmup))
+        profile_path.unlink(missing_ok=True)
+    return ProfilerCost.from_rounds(medians[True], medians[False])
 
 
 def _run_tool(command: list[str], device: str, timeout: Optional[float]) -> str:
     """Run iree-benchmark-module; its standard output, or one error line (failure, timeout)."""
     try:
-        result = subprocess.run(command, capture_output=True, encoding="utf-8", errors="replace",
-                                timeout=timeout)  # a mutated module's names may be any bytes
+        result = run_tool(command, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise SectionmarkError(
             f"iree-benchmark-module did not finish within {timeout:g} s on {device} and was ended "
