@@ -59,6 +59,8 @@ EXCEPTIONS = {
     ("sectionmark.profiling.session", "sectionmark.renderers"),
     # A replay's per-function profiles render through the same registry, looked up when called.
     ("sectionmark.workflows.replay", "sectionmark.renderers"),
+    # Jupyter's hooks of the results (repr, inline HTML) ask the registry for the notebook view when called.
+    ("sectionmark.profiling.display", "sectionmark.renderers"),
 }
 # Cycles of files (runtime imports), each with why it is right. A cycle not listed fails the test.
 ALLOWED_CYCLES: dict[frozenset[str], str] = {

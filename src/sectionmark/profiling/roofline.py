@@ -51,6 +51,7 @@ from typing import Optional, Sequence
 
 from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
 from sectionmark.errors import SectionmarkError
+from sectionmark.profiling import display
 from sectionmark.section_path import SectionPath, format_path
 from sectionmark.profiling.components import components
 from sectionmark.profiling.session import ProfileSession
@@ -139,6 +140,12 @@ class Peak:
                  f"  ridge point      {self.ridge:9.2f} FLOPs/byte",
                  "commands:"]
         return "\n".join(lines + [f"  {command}" for command in self.commands])
+
+    # ------------------------------------------------------------------ notebooks (repr: the figures in one line; inline: `text`)
+
+    __repr__ = display.summary_repr
+    _repr_pretty_ = display.pretty
+    _repr_html_ = display.inline_html
 
 
 @dataclass(frozen=True)

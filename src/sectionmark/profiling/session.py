@@ -53,6 +53,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.section_path import SectionPath
 from sectionmark.profiling.attribute import Attribution
+from sectionmark.profiling import display
 from sectionmark.profiling.queue_time import (CallTime, DeviceMemory, DispatchUnion, call_time_and_memory,
                                               dispatch_union_of, measured_call_starts)
 from sectionmark.profiling.runs import RunSpread
@@ -302,6 +303,12 @@ class ProfileSession:
         if not session.sections or not session.sections[-1].unmarked:
             raise SectionmarkError("malformed sectionmark profile JSON: the last section row must be the unmarked row")
         return session
+
+    # ------------------------------------------------------------------ notebooks (repr: function, calls, device, coverage, top sections; inline: the HTML report)
+
+    __repr__ = display.summary_repr
+    _repr_pretty_ = display.pretty
+    _repr_html_ = display.inline_html
 
 
 
