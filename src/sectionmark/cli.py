@@ -1,4 +1,4 @@
-"""The ``sectionmark`` command: compile, profile, report, tracy, tracy-stats, compare, slice, peak.
+"""The ``sectionmark`` command: compile, profile, report, tracy, tracy-stats, compare, slice, peak, history, demo.
 
 Each command is a parser with ``set_defaults(run=..., planned_io=...)``: the
 function that does the work (`sectionmark.commands`), and the one here that
@@ -24,6 +24,7 @@ from typing import Callable, Optional, Sequence
 from sectionmark.commands import (
     compare_command,
     compile_command,
+    history_command,
     peak_command,
     profile_command,
     rendered_outputs,
@@ -98,6 +99,11 @@ EXAMPLES = {
   sectionmark peak                      # cached after the first run
   sectionmark peak --refresh --json peak.json
   sectionmark profile model.vmfb --input x.npy --roofline model.roofline.png   # sections against these peaks""",
+    "history": """examples:
+  pytest --sectionmark-fail '*:10%'          # records each sectionmark_profile into .sectionmark/history.sqlite
+  sectionmark history                        # every recorded section across the runs, verdicts marked
+  sectionmark history --section "Block 0/MLP" --html mlp.html
+  sectionmark history --store ci/history.sqlite --png history.png --threshold 5""",
     "tracy-stats": """examples:
   sectionmark tracy-stats run.tracy
   sectionmark tracy-stats run.tracy --gpu --top 20
@@ -347,6 +353,23 @@ def build_parser() -> argparse.ArgumentParser:
     peak.add_argument("--device", default="local-task", help="IREE CPU device: local-task (default) or local-sync")
     peak.add_argument("--refresh", action="store_true", help="measure again even when a cached result exists")
     peak.add_argument("--json", metavar="FILE", help="also write the peaks as JSON")
+
+    history = commands.add_parser(
+        "history", help="each recorded section's time across the runs of the pytest plugin, with intervals",
+        description="Per recorded test and section (the sectionmark_profile fixture of the pytest plugin): each run's "
+        "median busy time per call over its fresh runs, the interval of that median, and its verdict against the "
+        "runs before it (slower only when its interval lies above theirs by more than --threshold); runs whose "
+        "verdict changed are marked.", epilog=EXAMPLES["history"], formatter_class=_formatter)
+    history.set_defaults(run=history_command, planned_io=_history_io)
+    history.add_argument("--store", default=".sectionmark/history.sqlite",
+                         help="the history store (default: .sectionmark/history.sqlite)")
+    history.add_argument("--section", metavar="PATH", help='only this section, names joined by "/" (e.g. "Block 0/MLP")')
+    history.add_argument("--test", metavar="NODEID", help="only this recorded test (its pytest node id)")
+    history.add_argument("--threshold", type=percent, default=10.0, metavar="PCT",
+                         help="a run is slower when its interval lies above its history's by more than this (default: 10)")
+    plots = history.add_mutually_exclusive_group()
+    plots.add_argument("--html", metavar="FILE", help="also write the plots as one offline HTML page (SVG)")
+    plots.add_argument("--png", metavar="FILE", help="also write the plots as a PNG (needs matplotlib)")
     return parser
 
 
@@ -398,6 +421,10 @@ def _compare_io(args: argparse.Namespace) -> PlannedIO:
 
 def _peak_io(args: argparse.Namespace) -> PlannedIO:
     return [], {"--json": args.json}
+
+
+def _history_io(args: argparse.Namespace) -> PlannedIO:
+    return [args.store], {"--html": args.html, "--png": args.png}
 
 
 def _tracy_stats_io(args: argparse.Namespace) -> PlannedIO:
