@@ -15,14 +15,14 @@ session's run (id, git commit, machine, date; `sectionmark.workflows.history`).
 With ``--sectionmark-compare [RUN]`` or a ``--sectionmark-fail SECTION:PCT%``
 gate, each section is judged against the history (the last runs on this
 machine, or run RUN alone) by `regression_verdict`; a gated section judged
-slower by more than PCT fails the test with one line naming it. Processes of
-one session (pytest-xdist workers) share its run id through the
-``SECTIONMARK_RUN_ID`` variable, which the first process sets.
+slower by more than PCT fails the test with one line naming it. The workers
+of one session (pytest-xdist) record under its run id, handed to each when it
+starts; ``SECTIONMARK_RUN_ID`` names the run instead (several CI jobs of one
+pipeline recording as one run).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -33,10 +33,11 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.regression import SLOWER, Gate, RegressionVerdict, parse_gate, regression_verdict
 from sectionmark.renderers.table import format_ns
 from sectionmark.section_path import decode_path, format_path
-from sectionmark.workflows.history import DEFAULT_STORE, RUN_ID_VARIABLE, HistoryStore, Run, section_values, this_run
+from sectionmark.workflows.history import DEFAULT_STORE, HistoryStore, Run, section_values, this_run
 
 DEFAULT_RUNS = 3  # fresh runs of the profiler per recorded profile: the figures a between-run verdict needs
 FIRST_RUN = "history"  # --sectionmark-compare without RUN: the last runs recorded on this machine
+WORKER_RUN_ID = "sectionmark_run_id"  # the key of the session's run id in an xdist worker's input
 
 
 @dataclass
@@ -47,7 +48,6 @@ class Settings:
     run: Run
     compare: Optional[str]  # None: no comparison; FIRST_RUN: the history; else a run id or number
     gates: list[Gate]
-    set_run_id: bool  # this process set $SECTIONMARK_RUN_ID (it unsets it at the end)
     lines: list[str] = field(default_factory=list)  # comparison lines for the terminal summary
 
 
@@ -75,19 +75,22 @@ def pytest_configure(config: pytest.Config) -> None:
     except SectionmarkError as error:
         raise pytest.UsageError(str(error)) from None
     store = Path(config.getoption("sectionmark_history") or config.getini("sectionmark_history"))
-    set_run_id = RUN_ID_VARIABLE not in os.environ
-    run = this_run(config.rootpath)
-    if set_run_id:  # the workers this session starts (pytest-xdist) record under the same run
-        os.environ[RUN_ID_VARIABLE] = run.run_id
+    worker_input = getattr(config, "workerinput", {})  # an xdist worker: the session's run id
+    run = this_run(config.rootpath, worker_input.get(WORKER_RUN_ID))
     compare = config.getoption("sectionmark_compare") or (FIRST_RUN if gates else None)
-    config.stash[SETTINGS] = Settings(store if store.is_absolute() else config.rootpath / store, run, compare, gates,
-                                      set_run_id)
+    config.stash[SETTINGS] = Settings(store if store.is_absolute() else config.rootpath / store, run, compare, gates)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(WorkerRun(run.run_id), "sectionmark-xdist")
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    settings = config.stash.get(SETTINGS, None)
-    if settings is not None and settings.set_run_id:
-        os.environ.pop(RUN_ID_VARIABLE, None)
+class WorkerRun:
+    """Hands the session's run id to each pytest-xdist worker as it starts (a hook only xdist defines)."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[WORKER_RUN_ID] = self.run_id
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
