@@ -141,18 +141,17 @@ SECTIONS = ("K2 demo", "Load", "Warmup", "Step", "Compiled call", "Argmax", "Eag
 
 
 def eager_logits(framework: str, tokens: np.ndarray, repo: Path) -> np.ndarray:
-    sys.path.insert(0, str(repo / "examples" / "nanogpt"))
-    from model_torch import CONFIGS
+    from sectionmark.demo.model_torch import CONFIGS
 
     config = CONFIGS["small"]
     if framework == "torch":
         import torch
-        from model_torch import GPT
+        from sectionmark.demo.model_torch import GPT
 
         with torch.no_grad():
             return GPT(config).eval()(torch.from_numpy(tokens)).numpy()
     import jax
-    import model_jax
+    from sectionmark.demo import model_jax
 
     params = jax.tree_util.tree_map(jax.numpy.asarray, model_jax.init_params(config))
     return np.asarray(model_jax.gpt(params, jax.numpy.asarray(tokens), n_head=config.n_head))

@@ -24,6 +24,7 @@ from typing import Callable, Optional, Sequence
 from sectionmark.commands import (
     compare_command,
     compile_command,
+    demo_command,
     history_command,
     peak_command,
     profile_command,
@@ -99,6 +100,11 @@ EXAMPLES = {
   sectionmark peak                      # cached after the first run
   sectionmark peak --refresh --json peak.json
   sectionmark profile model.vmfb --input x.npy --roofline model.roofline.png   # sections against these peaks""",
+    "demo": """examples:
+  sectionmark demo                                  # small GPT, torch, results in out/
+  sectionmark demo --config gpt2-small              # 12 layers, 768 wide
+  sectionmark demo --framework jax --out out-jax
+  sectionmark demo --device vulkan --out out-vk     # compiled for vulkan-spirv (docs/gpu.md)""",
     "history": """examples:
   pytest --sectionmark-fail '*:10%'          # records each sectionmark_profile into .sectionmark/history.sqlite
   sectionmark history                        # every recorded section across the runs, verdicts marked
@@ -370,6 +376,25 @@ def build_parser() -> argparse.ArgumentParser:
     plots = history.add_mutually_exclusive_group()
     plots.add_argument("--html", metavar="FILE", help="also write the plots as one offline HTML page (SVG)")
     plots.add_argument("--png", metavar="FILE", help="also write the plots as a PNG (needs matplotlib)")
+
+    demo = commands.add_parser(
+        "demo", help="the nanoGPT demo: export, compile, profile; table, report.html, traces and chart in --out",
+        description="Export a small nanoGPT (random weights, no download) with its sections, compile it with section "
+        "markers, profile it and write every output into --out (report.html first: SUMMARY.txt lists them). The "
+        "model ships with sectionmark (sectionmark.demo): no source tree needed.",
+        epilog=EXAMPLES["demo"], formatter_class=_formatter)
+    demo.set_defaults(run=demo_command, planned_io=lambda args: ([], {}))
+    demo.add_argument("--config", default="small", help="model size: small (default) or gpt2-small")
+    demo.add_argument("--framework", choices=["torch", "jax"], default="torch", help="exporter (default: torch)")
+    demo.add_argument("--out", default="out", help="output directory (default: out)")
+    demo.add_argument("--device", default="local-task",
+                      help="IREE device to profile on: local-task, vulkan, cuda, hip, ... (default: local-task)")
+    demo.add_argument("--target", choices=list(TARGET_FLAGS),
+                      help="compile target (default: the device's: llvm-cpu, vulkan-spirv, cuda or rocm)")
+    demo.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=20,
+                      help="profiled calls (default: 20)")
+    demo.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=3,
+                      help="unprofiled calls first (default: 3)")
     return parser
 
 

@@ -269,3 +269,9 @@ def history_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     print(render_text(series), end="")
     if written is not None:
         print(f"wrote {written}")
+
+
+def demo_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.demo.run import run
+
+    run(args)

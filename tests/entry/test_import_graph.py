@@ -39,7 +39,7 @@ PREFIX_STAGES = {
     "markers": "markers", "importers": "importers", "locations": "importers", "compiler": "compiler",
     "runtime": "runtime", "artifacts": "runtime", "readers": "readers", "profiling": "profiling", "tracy": "profiling",
     "workflows": "workflows", "renderers": "renderers", "cli": "entry", "commands": "entry", "__main__": "entry",
-    "pytest_plugin": "entry",
+    "pytest_plugin": "entry", "demo": "entry",
 }
 # (importer, imported) pairs against the flow, and why they are right.
 EXCEPTIONS = {
