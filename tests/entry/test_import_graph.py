@@ -34,7 +34,8 @@ PACKAGE = SRC / "sectionmark"
 
 STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "readers", "profiling", "workflows", "renderers",
           "entry"]
-FOUNDATION = {"errors", "section_path", "outputs", "serialization", "parameters", "section_map", "lazy", "arguments"}
+FOUNDATION = {"errors", "section_path", "outputs", "serialization", "parameters", "section_map", "lazy", "arguments",
+              "progress"}
 PREFIX_STAGES = {
     "markers": "markers", "importers": "importers", "locations": "importers", "compiler": "compiler",
     "runtime": "runtime", "artifacts": "runtime", "readers": "readers", "profiling": "profiling", "tracy": "profiling",

@@ -45,7 +45,7 @@ def render_text(series: Sequence[Series], width: int = 140) -> str:
         for point in points:
             run, verdict = point.result.run, point.verdict
             change = f" {verdict.change_percent:+.1f}%" if verdict.change_percent is not None else ""
-            table.add_row(str(run.number), Text(run.run_id), Text(run.commit or ""), run.date,
+            table.add_row(str(run.number), Text(run.run_id), Text(run.commit or ""), run.date[:16].replace("T", " "),
                           format_ns(point.median_ns), f"{format_ns(point.low_ns)} – {format_ns(point.high_ns)}",
                           str(len(point.result.values_ns)), verdict.verdict + change, CHANGED if point.changed else "")
         console.print(table)
