@@ -11,6 +11,7 @@
 #   bash scripts/check_wheel.sh            # both; about 5 minutes on 2 cores
 #   bash scripts/check_wheel.sh wheel      # the wheel only
 set -euo pipefail
+unset PYTHONPATH  # a source tree on the path would hide what the install lacks
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-$root/.venv/bin/python}"
 [ -x "$python" ] || python="$(command -v python3)"
@@ -84,8 +85,10 @@ assert repr(session).startswith("<ProfileSession main: 3 calls (+1 warmup) on lo
 print(f"ok: {package}")
 PY
   )
-  (cd "$empty" && "$venv/bin/python" -m pytest --help | grep -q -- "--sectionmark-fail") \
-    || { say "pytest in the fresh virtualenv does not load the sectionmark plugin"; exit 1; }
+  # (the whole help is read before grep: `grep -q` leaving early would fail the pipe under pipefail)
+  (cd "$empty" && "$venv/bin/python" -m pytest --help > pytest-help.txt 2>&1) \
+    && grep -q -- "--sectionmark-fail" "$empty/pytest-help.txt" \
+    || { tail -20 "$empty/pytest-help.txt"; say "pytest in the fresh virtualenv does not load the sectionmark plugin"; exit 1; }
 }
 
 if [ "$which" != sdist ]; then
@@ -99,7 +102,7 @@ if [ "$which" != wheel ]; then
   CC=false "$python" -m pip --python "$work/venv-sdist/bin/python" install -v --no-deps --no-index \
     --no-build-isolation "$sdist" > "$work/sdist-install.log" 2>&1 \
     || { tail -30 "$work/sdist-install.log"; exit 1; }
-  grep "sectionmark: C extensions not built" "$work/sdist-install.log" | head -1
+  grep -m1 "sectionmark: C extensions not built" "$work/sdist-install.log" || true
   grep -q "pure-Python fallback" "$work/sdist-install.log" || { say "no fallback line"; exit 1; }
   check_install "$work/venv-sdist" fallback
 fi
