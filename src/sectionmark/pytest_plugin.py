@@ -118,14 +118,15 @@ class SectionProfiler:
         if runs < 2:
             pytest.fail("sectionmark_profile: runs must be at least 2 (the verdict is between runs)", pytrace=False)
         test = self.test + (f"[{name}]" if name else "")
-        session = profile(program, args, iterations=iterations, warmup=warmup, runs=runs, quiet=True, **options)
         settings = self.settings
         try:
-            with HistoryStore(settings.store) as store:
+            with HistoryStore(settings.store) as store:  # opened first: a bad store fails before minutes of profiling
+                only = None if settings.compare in (None, FIRST_RUN) else store.find_run(settings.compare)
+                session = profile(program, args, iterations=iterations, warmup=warmup, runs=runs, quiet=True,
+                                  **options)
                 store.record(settings.run, test, session)
                 if settings.compare is None:
                     return session
-                only = None if settings.compare == FIRST_RUN else store.find_run(settings.compare)
                 verdicts = {section: regression_verdict(store.history(test, section, settings.run, only), values,
                                                         min((gate.threshold_percent for gate in settings.gates
                                                              if gate.applies_to(_path(section))), default=0.0))

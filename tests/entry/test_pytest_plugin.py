@@ -2,8 +2,9 @@
 
 Acceptance: three sessions on an unchanged model (the first with a CPU hog beside it) pass the
 ``--sectionmark-fail '*:25%'`` gate; a fourth with one section six times the work fails it, naming that section
-and only it; `sectionmark history` shows the four runs, the fourth marked. Two xdist workers recording at once
-lose no row.
+and only it; `sectionmark history` shows the four runs, the fourth marked; judged against run 4 alone, a fifth
+passes. Two xdist workers recording at once lose no row. A malformed gate, a bad store or an unknown run is one
+line.
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ def test_the_gate_passes_unchanged_runs_and_fails_the_slower_section(tmp_path, c
     rows = [line for line in shown.splitlines() if line.startswith("│") and line.split("│")[1].strip()]
     assert [row.split("│")[1].strip() for row in rows] == ["1", "2", "3", "4"]
     assert "slower" in rows[3] and "◆ changed" in rows[3] and "changed" not in "".join(rows[:3])
+    # Against run 4 alone (--sectionmark-compare RUN), the slower module is no change: the gate passes.
+    against_four = pytest_in(folder, "--sectionmark-compare", "4", "--sectionmark-fail", "Light:25%", "test_speed.py")
+    assert against_four.returncode == 0, against_four.stdout[-3000:]
 
 
 @pytest.mark.slow
@@ -137,3 +141,32 @@ def test_two_xdist_workers_record_one_run_and_lose_no_row(tmp_path):
         assert tests == {"test_workers.py::test_recorded_by_each_worker[one]",
                          "test_workers.py::test_recorded_by_each_worker[two]"}
         assert len(history.results()) == 2 * 3  # Heavy, Light and the unmarked time of each
+
+
+BAD_STORE_TEST = """
+def test_uses_the_store(sectionmark_profile):
+    sectionmark_profile("never-profiled.vmfb")
+"""
+
+
+def test_a_malformed_gate_is_one_usage_error(tmp_path):
+    folder = project(tmp_path / "project", repeats=1)
+    result = pytest_in(folder, "--sectionmark-fail", "Light", "test_speed.py")
+    assert result.returncode == 4  # pytest's usage error, before any test ran
+    assert "ERROR: --sectionmark-fail 'Light': expected SECTION:PERCENT%" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_a_bad_store_or_run_fails_the_test_in_one_line_before_profiling(tmp_path):
+    folder = project(tmp_path / "project", repeats=1)
+    (folder / "test_store.py").write_text(BAD_STORE_TEST, encoding="utf-8")
+    store = folder / "store" / "history.sqlite"
+    store.parent.mkdir()
+    store.write_bytes(b"\x00" * 4096)
+    result = pytest_in(folder, "test_store.py")
+    assert result.returncode == 1
+    assert "Failed: sectionmark: " in result.stdout and "not a sectionmark history store" in result.stdout
+    assert "never-profiled.vmfb" not in result.stdout and store.read_bytes() == b"\x00" * 4096  # left as it was
+    store.unlink()
+    result = pytest_in(folder, "--sectionmark-compare", "7", "test_store.py")
+    assert result.returncode == 1 and "sectionmark: no recorded run '7'" in result.stdout
