@@ -140,7 +140,7 @@ ROOT = Path(__file__).resolve().parent
 SECTIONS = ("K2 demo", "Load", "Warmup", "Step", "Compiled call", "Argmax", "Eager model")
 
 
-def eager_logits(framework: str, tokens: np.ndarray, repo: Path) -> np.ndarray:
+def eager_logits(framework: str, tokens: np.ndarray) -> np.ndarray:
     from sectionmark.demo.model_torch import CONFIGS
 
     config = CONFIGS["small"]
@@ -183,7 +183,7 @@ def program(args) -> None:
                     picks.append(int(np.argmax(logits[0, -1])))
         result["compiled_call_mean_us"] = (time.perf_counter() - started) / args.calls * 1e6
         with sm.section("Eager model"):
-            eager = eager_logits(args.framework, tokens, Path(args.repo))
+            eager = eager_logits(args.framework, tokens)
     result["next_tokens"] = sorted(set(picks))
     result["max_abs_diff_vs_eager"] = float(np.max(np.abs(logits - eager)))
     result["eager_next_token"] = int(np.argmax(eager[0, -1]))
