@@ -33,7 +33,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.regression import SLOWER, Gate, RegressionVerdict, parse_gate, regression_verdict
 from sectionmark.renderers.table import format_ns
 from sectionmark.section_path import decode_path, format_path
-from sectionmark.workflows.history import DEFAULT_STORE, HistoryStore, Run, section_values, this_run
+from sectionmark.workflows.history import DEFAULT_STORE, HistoryStore, Run, new_run_id, section_values, this_run
 
 DEFAULT_RUNS = 3  # fresh runs of the profiler per recorded profile: the figures a between-run verdict needs
 FIRST_RUN = "history"  # --sectionmark-compare without RUN: the last runs recorded on this machine
@@ -45,10 +45,19 @@ class Settings:
     """What the command line and the ini file asked for, and the session's run."""
 
     store: Path
-    run: Run
+    root: Path
+    run_id: str
     compare: Optional[str]  # None: no comparison; FIRST_RUN: the history; else a run id or number
     gates: list[Gate]
     lines: list[str] = field(default_factory=list)  # comparison lines for the terminal summary
+    _run: Optional[Run] = None
+
+    @property
+    def run(self) -> Run:
+        """The session's run, made when a test first records (a session that records nothing never asks git)."""
+        if self._run is None:
+            self._run = this_run(self.root, self.run_id)
+        return self._run
 
 
 SETTINGS = pytest.StashKey[Settings]()
@@ -76,11 +85,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(error)) from None
     store = Path(config.getoption("sectionmark_history") or config.getini("sectionmark_history"))
     worker_input = getattr(config, "workerinput", {})  # an xdist worker: the session's run id
-    run = this_run(config.rootpath, worker_input.get(WORKER_RUN_ID))
+    run_id = worker_input.get(WORKER_RUN_ID) or new_run_id()
     compare = config.getoption("sectionmark_compare") or (FIRST_RUN if gates else None)
-    config.stash[SETTINGS] = Settings(store if store.is_absolute() else config.rootpath / store, run, compare, gates)
+    config.stash[SETTINGS] = Settings(store if store.is_absolute() else config.rootpath / store, config.rootpath,
+                                      run_id, compare, gates)
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(WorkerRun(run.run_id), "sectionmark-xdist")
+        config.pluginmanager.register(WorkerRun(run_id), "sectionmark-xdist")
 
 
 class WorkerRun:
@@ -96,7 +106,7 @@ class WorkerRun:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     settings = config.stash.get(SETTINGS, None)
     if settings is not None and settings.lines:
-        terminalreporter.write_sep("-", f"sectionmark: run {settings.run.run_id} against its history")
+        terminalreporter.write_sep("-", f"sectionmark: run {settings.run_id} against its history")
         for line in settings.lines:
             terminalreporter.write_line(line)
 

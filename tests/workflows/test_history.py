@@ -160,3 +160,21 @@ def test_history_command_errors_are_one_line(tmp_path, capsys):
         opened.record(run(1), "t", three_runs())
     assert main(["history", "--store", str(tmp_path / "history.sqlite"), "--section", "Nope"]) == 1
     assert "no recorded results for --section 'Nope'" in capsys.readouterr().err
+
+
+def test_a_run_names_the_git_commit_and_the_machine(tmp_path, monkeypatch):
+    from sectionmark.workflows.history import RUN_ID_VARIABLE, git_commit, new_run_id, this_run
+
+    assert git_commit(tmp_path) is None  # not a git checkout
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "model.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "model.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert git_commit(tmp_path) == head
+    (tmp_path / "model.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == head + "-dirty"
+    monkeypatch.setenv(RUN_ID_VARIABLE, "ci-1234")
+    run_now = this_run(tmp_path, new_run_id())
+    assert run_now.run_id == "ci-1234" and run_now.commit == head + "-dirty" and "(" in run_now.machine

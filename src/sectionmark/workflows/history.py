@@ -79,11 +79,16 @@ class SectionResult:
     device: Optional[str]
 
 
-def this_run(root: PathLike, run_id: Optional[str] = None) -> Run:
-    """The run of this session: ``run_id`` (else $SECTIONMARK_RUN_ID, else a new one), the git commit of
-    ``root`` (when git knows it), this machine and the time now."""
+def new_run_id() -> str:
+    """$SECTIONMARK_RUN_ID, else the time now (UTC) and a random suffix."""
+    now = datetime.now(timezone.utc)
+    return os.environ.get(RUN_ID_VARIABLE) or f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+
+
+def this_run(root: PathLike, run_id: str) -> Run:
+    """The run ``run_id`` of this session: the git commit of ``root`` (when git knows it), this machine and the
+    time now."""
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    run_id = run_id or os.environ.get(RUN_ID_VARIABLE) or f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     return Run(run_id, git_commit(root), f"{socket.gethostname()} ({platform.machine()})", now.isoformat())
 
 
