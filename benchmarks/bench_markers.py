@@ -24,8 +24,6 @@ import timeit
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "nanogpt"))
-
 import sectionmark as sm  # noqa: E402
 
 
@@ -68,7 +66,7 @@ def eager_cost(number: int = 1_000_000) -> None:
 def export_ratio(repeats: int) -> None:
     import torch
     from iree.turbine import aot
-    from model_torch import CONFIGS, GPT, example_input
+    from sectionmark.demo.model_torch import CONFIGS, GPT, example_input
 
     config = CONFIGS["small"]
     x = example_input(config)

@@ -5,7 +5,7 @@ compiled for llvm-cpu by both pipelines, every measurement in a fresh
 subprocess (with Python's bytecode cache, as an installed package has it, and
 glibc's mmap threshold fixed, see MALLOC_SETTINGS), pipelines alternating:
 
-* ``gpt2-small``: examples/nanogpt ``gpt2-small`` (12 layers, width 768,
+* ``gpt2-small``: sectionmark.demo ``gpt2-small`` (12 layers, width 768,
   vocabulary 50257, 163M float32 parameters), weights in the module, as
   ``aot.export`` puts them by default;
 * ``gpt-1b``: 16 layers, width 2048 (1.0B float16 parameters, 2 GB), weights
@@ -43,10 +43,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples" / "nanogpt"))
-
-from model_torch import CONFIGS, GPTConfig  # noqa: E402
+from sectionmark.demo.model_torch import CONFIGS, GPTConfig
 
 PIPELINES = ("plain", "sectionmark")
 RATIO_GOAL = 1.05
@@ -71,7 +68,7 @@ MODELS = {
 def _build(spec: ModelSpec, marked: bool):
     """The model with seeded random weights in ``spec.dtype``, and its example tokens."""
     import torch
-    from model_torch import GPT, example_input
+    from sectionmark.demo.model_torch import GPT, example_input
 
     default = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, spec.dtype))  # weights made in their dtype: no float32 copy

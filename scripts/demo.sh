@@ -4,4 +4,4 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/env.sh"
 cd "$root"
-exec python examples/nanogpt/run.py --out out "$@"
+exec python -m sectionmark demo --out out "$@"

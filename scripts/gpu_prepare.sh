@@ -64,12 +64,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path[:0] = [sys.argv[1], "examples/nanogpt", "tests/gpu", "tests/helpers"]  # test_gpu and its helpers
+sys.path[:0] = [sys.argv[1], "tests/gpu", "tests/helpers"]  # test_gpu and its helpers
 import sectionmark as sm
 from sectionmark.artifacts import read_section_map
 from sm_prebuilt_compile import compile_key
-from model_torch import CONFIGS
-from run import export
+from sectionmark.demo.model_torch import CONFIGS
+from sectionmark.demo.run import export
 
 out = Path(".gpu")
 config = CONFIGS["small"]
@@ -79,11 +79,11 @@ GROUP_OP = b"begin_debug_group"  # the HAL import a module with debug groups cal
 def eager_logits(framework, tokens):
     if framework == "torch":
         import torch
-        from model_torch import GPT
+        from sectionmark.demo.model_torch import GPT
         with torch.no_grad():
             return GPT(config).eval()(torch.from_numpy(tokens)).numpy()
     import jax
-    import model_jax
+    from sectionmark.demo import model_jax
     params = jax.tree_util.tree_map(jax.numpy.asarray, model_jax.init_params(config))
     return np.asarray(model_jax.gpt(params, jax.numpy.asarray(tokens), n_head=config.n_head))
 
@@ -206,10 +206,9 @@ cpu_modules=$helpers/cpu-modules
 python - "$cpu_modules" <<'EOF'
 import sys, warnings
 from pathlib import Path
-sys.path.insert(0, "examples/nanogpt")
 import sectionmark as sm
-from model_torch import CONFIGS
-from run import export
+from sectionmark.demo.model_torch import CONFIGS
+from sectionmark.demo.run import export
 for framework in ("torch", "jax"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -25,19 +25,18 @@ ROOT = Path(__file__).resolve().parent
 SECTIONS = ("K2 demo", "Load", "Warmup", "Step", "Compiled call", "Argmax", "Eager model")
 
 
-def eager_logits(framework: str, tokens: np.ndarray, repo: Path) -> np.ndarray:
-    sys.path.insert(0, str(repo / "examples" / "nanogpt"))
-    from model_torch import CONFIGS
+def eager_logits(framework: str, tokens: np.ndarray) -> np.ndarray:
+    from sectionmark.demo.model_torch import CONFIGS
 
     config = CONFIGS["small"]
     if framework == "torch":
         import torch
-        from model_torch import GPT
+        from sectionmark.demo.model_torch import GPT
 
         with torch.no_grad():
             return GPT(config).eval()(torch.from_numpy(tokens)).numpy()
     import jax
-    import model_jax
+    from sectionmark.demo import model_jax
 
     params = jax.tree_util.tree_map(jax.numpy.asarray, model_jax.init_params(config))
     return np.asarray(model_jax.gpt(params, jax.numpy.asarray(tokens), n_head=config.n_head))
@@ -67,7 +66,7 @@ def program(args) -> None:
                     picks.append(int(np.argmax(logits[0, -1])))
         result["compiled_call_mean_us"] = (time.perf_counter() - started) / args.calls * 1e6
         with sm.section("Eager model"):
-            eager = eager_logits(args.framework, tokens, Path(args.repo))
+            eager = eager_logits(args.framework, tokens)
     result["next_tokens"] = sorted(set(picks))
     result["max_abs_diff_vs_eager"] = float(np.max(np.abs(logits - eager)))
     result["eager_next_token"] = int(np.argmax(eager[0, -1]))

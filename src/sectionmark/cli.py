@@ -1,4 +1,4 @@
-"""The ``sectionmark`` command: compile, profile, report, tracy, tracy-stats, compare, slice, peak.
+"""The ``sectionmark`` command: compile, profile, report, tracy, tracy-stats, compare, slice, peak, history, demo.
 
 Each command is a parser with ``set_defaults(run=..., planned_io=...)``: the
 function that does the work (`sectionmark.commands`), and the one here that
@@ -25,6 +25,8 @@ from typing import Callable, Optional, Sequence
 from sectionmark.commands import (
     compare_command,
     compile_command,
+    demo_command,
+    history_command,
     peak_command,
     profile_command,
     rendered_outputs,
@@ -103,6 +105,16 @@ EXAMPLES = {
   sectionmark peak --refresh --json peak.json
   sectionmark peak --map model.vmfb     # with the model's own heaviest matmuls and copies
   sectionmark profile model.vmfb --input x.npy --roofline model.roofline.png   # sections against these peaks""",
+    "demo": """examples:
+  sectionmark demo                                  # small GPT, torch, results in out/
+  sectionmark demo --config gpt2-small              # 12 layers, 768 wide
+  sectionmark demo --framework jax --out out-jax
+  sectionmark demo --device vulkan --out out-vk     # compiled for vulkan-spirv (docs/gpu.md)""",
+    "history": """examples:
+  pytest --sectionmark-fail '*:10%'          # records each sectionmark_profile into .sectionmark/history.sqlite
+  sectionmark history                        # every recorded section across the runs, verdicts marked
+  sectionmark history --section "Block 0/MLP" --html mlp.html
+  sectionmark history --store ci/history.sqlite --png history.png --threshold 5""",
     "tracy-stats": """examples:
   sectionmark tracy-stats run.tracy
   sectionmark tracy-stats run.tracy --gpu --top 20
@@ -362,6 +374,42 @@ def build_parser() -> argparse.ArgumentParser:
                       "matmuls and copies are measured too (always measures)")
     peak.add_argument("--refresh", action="store_true", help="measure again even when a cached result exists")
     peak.add_argument("--json", metavar="FILE", help="also write the peaks as JSON")
+
+    history = commands.add_parser(
+        "history", help="each recorded section's time across the runs of the pytest plugin, with intervals",
+        description="Per recorded test and section (the sectionmark_profile fixture of the pytest plugin): each run's "
+        "median busy time per call over its fresh runs, the interval of that median, and its verdict against the "
+        "runs before it (slower only when its interval lies above theirs by more than --threshold); runs whose "
+        "verdict changed are marked.", epilog=EXAMPLES["history"], formatter_class=_formatter)
+    history.set_defaults(run=history_command, planned_io=_history_io)
+    history.add_argument("--store", default=".sectionmark/history.sqlite",
+                         help="the history store (default: .sectionmark/history.sqlite)")
+    history.add_argument("--section", metavar="PATH", help='only this section, names joined by "/" (e.g. "Block 0/MLP")')
+    history.add_argument("--test", metavar="NODEID", help="only this recorded test (its pytest node id)")
+    history.add_argument("--threshold", type=percent, default=10.0, metavar="PCT",
+                         help="a run is slower when its interval lies above its history's by more than this (default: 10)")
+    plots = history.add_mutually_exclusive_group()
+    plots.add_argument("--html", metavar="FILE", help="also write the plots as one offline HTML page (SVG)")
+    plots.add_argument("--png", metavar="FILE", help="also write the plots as a PNG (needs matplotlib)")
+
+    demo = commands.add_parser(
+        "demo", help="the nanoGPT demo: export, compile, profile; table, report.html, traces and chart in --out",
+        description="Export a small nanoGPT (random weights, no download) with its sections, compile it with section "
+        "markers, profile it and write every output into --out (report.html first: SUMMARY.txt lists them). The "
+        "model ships with sectionmark (sectionmark.demo): no source tree needed.",
+        epilog=EXAMPLES["demo"], formatter_class=_formatter)
+    demo.set_defaults(run=demo_command, planned_io=lambda args: ([], {}))
+    demo.add_argument("--config", default="small", help="model size: small (default) or gpt2-small")
+    demo.add_argument("--framework", choices=["torch", "jax"], default="torch", help="exporter (default: torch)")
+    demo.add_argument("--out", default="out", help="output directory (default: out)")
+    demo.add_argument("--device", default="local-task",
+                      help="IREE device to profile on: local-task, vulkan, cuda, hip, ... (default: local-task)")
+    demo.add_argument("--target", choices=list(TARGET_FLAGS),
+                      help="compile target (default: the device's: llvm-cpu, vulkan-spirv, cuda or rocm)")
+    demo.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), default=20,
+                      help="profiled calls (default: 20)")
+    demo.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=3,
+                      help="unprofiled calls first (default: 3)")
     return parser
 
 
@@ -413,6 +461,10 @@ def _compare_io(args: argparse.Namespace) -> PlannedIO:
 
 def _peak_io(args: argparse.Namespace) -> PlannedIO:
     return _module_inputs(args.map) if args.map else [], {"--json": args.json}
+
+
+def _history_io(args: argparse.Namespace) -> PlannedIO:
+    return [args.store], {"--html": args.html, "--png": args.png}
 
 
 def _tracy_stats_io(args: argparse.Namespace) -> PlannedIO:

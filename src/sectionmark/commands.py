@@ -279,3 +279,33 @@ def slice_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
                             device=args.device, iterations=args.iterations, parameters=args.parameters).table())
 
 
+
+
+def history_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.renderers.history import render_html, render_png, render_text
+    from sectionmark.section_path import decode_path, encode_path
+    from sectionmark.workflows.history import HistoryStore, section_series, sections_of
+
+    section = encode_path(decode_path(args.section)) if args.section is not None else None
+    with HistoryStore(args.store, create=False) as store:
+        results = store.results(args.test, section)
+    if not results:
+        wanted = " and ".join(f"{option} {value!r}" for option, value in (("--test", args.test),
+                                                                         ("--section", args.section)) if value)
+        raise SectionmarkError(f"{args.store}: no recorded results" + (f" for {wanted}" if wanted else ""))
+    series = [(test, name, section_series([r for r in results if (r.test, r.section) == (test, name)], args.threshold))
+              for test, name in sections_of(results)]
+    written = None
+    if args.html is not None:
+        written = write_atomic(args.html, render_html(series), inputs=inputs)
+    elif args.png is not None:
+        written = write_atomic(args.png, render_png(series), inputs=inputs)
+    print(render_text(series), end="")
+    if written is not None:
+        print(f"wrote {written}")
+
+
+def demo_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.demo.run import run
+
+    run(args)

@@ -1,20 +1,16 @@
-"""The torch and JAX nanoGPT examples carry the same sections."""
+"""The torch and JAX nanoGPT demo models (sectionmark.demo) carry the same sections."""
 
 import functools
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "nanogpt"))
-
-import sectionmark as sm  # noqa: E402
-from model_torch import CONFIGS, GPT, example_input  # noqa: E402
+import sectionmark as sm
+from sectionmark.demo.model_torch import CONFIGS, GPT, example_input
 
 
 def test_torch_and_jax_gpt_have_the_same_section_set():
     pytest.importorskip("jax")
-    import model_jax
+    from sectionmark.demo import model_jax
 
     config = CONFIGS["small"]
     torch_sections = set(sm.torch.export(GPT(config), args=(example_input(config),)).sections)

@@ -16,7 +16,7 @@ from sectionmark.cli import build_parser, main
 from sectionmark.renderers import RENDERERS, json_out
 from sectionmark.section_map import SectionMap
 
-COMMANDS = ["compile", "profile", "report", "tracy", "tracy-stats", "compare", "peak"]
+COMMANDS = ["compile", "profile", "report", "tracy", "tracy-stats", "compare", "peak", "history", "demo"]
 CLI_DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 

@@ -1,10 +1,9 @@
-"""The README's demo, end to end on the small config, every output checked with our own readers."""
+"""The README's demo (`sectionmark demo`, from the package), end to end on the small config, every output checked with our own readers."""
 
 import csv
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import chromium
 import pytest
@@ -16,8 +15,6 @@ from sectionmark.profiling.components import components
 from sectionmark.readers.tracy_capture import read_capture
 from sectionmark.renderers import json_out
 from sectionmark.section_map import SectionMap
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def check_chrome_trace(document):
@@ -45,7 +42,7 @@ def check_chrome_trace(document):
 def test_demo_small_config_end_to_end(tmp_path):
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "nanogpt" / "run.py"), "--out", str(out), "-n", "5", "--warmup", "2"],
+        [sys.executable, "-m", "sectionmark", "demo", "--out", str(out), "-n", "5", "--warmup", "2"],
         capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-2000:]

@@ -36,11 +36,13 @@ PACKAGE = SRC / "sectionmark"
 
 STAGES = ["foundation", "markers", "importers", "compiler", "runtime", "readers", "profiling", "workflows", "renderers",
           "entry"]
-FOUNDATION = {"errors", "section_path", "outputs", "serialization", "parameters", "section_map", "lazy", "arguments"}
+FOUNDATION = {"errors", "section_path", "outputs", "serialization", "parameters", "section_map", "lazy", "arguments",
+              "progress"}
 PREFIX_STAGES = {
     "markers": "markers", "importers": "importers", "locations": "importers", "compiler": "compiler",
     "runtime": "runtime", "artifacts": "runtime", "readers": "readers", "profiling": "profiling", "tracy": "profiling",
     "workflows": "workflows", "renderers": "renderers", "cli": "entry", "commands": "entry", "__main__": "entry",
+    "pytest_plugin": "entry", "demo": "entry",
 }
 # (importer, imported) pairs against the flow, and why they are right.
 EXCEPTIONS = {
@@ -63,6 +65,8 @@ EXCEPTIONS = {
     ("sectionmark.profiling.profile_run", "sectionmark.renderers"),
     # A replay's per-function profiles render through the same registry, looked up when called.
     ("sectionmark.workflows.replay", "sectionmark.renderers"),
+    # Jupyter's hooks of the results (repr, inline HTML) ask the registry for the notebook view when called.
+    ("sectionmark.profiling.display", "sectionmark.renderers"),
 }
 # Cycles of files (runtime imports), each with why it is right. A cycle not listed fails the test.
 ALLOWED_CYCLES: dict[frozenset[str], str] = {

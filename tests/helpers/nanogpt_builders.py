@@ -1,18 +1,12 @@
-"""The examples/nanogpt models as tests use them (one place for the path and the set-up)."""
+"""The demo's nanoGPT models (sectionmark.demo) as tests use them (one place for the set-up)."""
 
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
 import numpy as np
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nanogpt"
-if str(EXAMPLES) not in sys.path:
-    sys.path.insert(0, str(EXAMPLES))
-
-from model_torch import CONFIGS, GPT, example_input  # noqa: E402
+from sectionmark.demo.model_torch import CONFIGS, GPT, example_input
 
 
 def torch_gpt(marked: bool = True, config: str = "small"):
@@ -23,7 +17,8 @@ def torch_gpt(marked: bool = True, config: str = "small"):
 def jax_gpt(config: str = "small"):
     """The JAX twin as a function of the tokens alone (weights closed over) and its int32 tokens."""
     import jax
-    import model_jax
+
+    from sectionmark.demo import model_jax
 
     settings = CONFIGS[config]
     params = jax.tree_util.tree_map(jax.numpy.asarray, model_jax.init_params(settings))

@@ -30,6 +30,7 @@ from sectionmark.compiler.targets import debug_groups_by_default, target_flags
 from sectionmark.errors import SectionmarkError, wrong_type
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, declare_section, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
+from sectionmark.progress import Step, progress
 from sectionmark.section_path import SectionPath, format_path
 from sectionmark.section_map import CommandBuffer, DispatchSite, FunctionSignature, SectionMap, Share, sidecar_path
 
@@ -107,6 +108,8 @@ def compile(
     markers: bool = True,
     debug_groups: Optional[bool] = None,
     input_type: Optional[str] = None,
+    *,
+    quiet: bool = False,
 ) -> CompiledProgram:
     """Compile ``source`` for ``target``.
 
@@ -120,26 +123,48 @@ def compile(
     ``debug_groups=False`` records the section map without touching the
     command buffers; the default (None) puts debug groups around sections
     except on CUDA and ROCm, whose IREE 3.13 runtime crashes on them
-    (`sectionmark.compiler.targets.WITHOUT_DEBUG_GROUPS`).
+    (`sectionmark.compiler.targets.WITHOUT_DEBUG_GROUPS`). On a terminal a
+    progress line shows the phase and the time elapsed (`sectionmark.progress`);
+    ``quiet=True`` hides it.
     """
     export = as_sectioned_export(source)
     if input_type is None:
         input_type = export.input_type if export is not None else "auto"
     flags = [*target_flags(target), f"--iree-input-type={input_type}", *extra_args]
-    return compile_with_flags(export if export is not None else source, flags, target, markers, debug_groups)
+    return compile_with_flags(export if export is not None else source, flags, target, markers, debug_groups,
+                              quiet=quiet)
 
 
 def compile_with_flags(
-    source: Source, flags: Sequence[str], target: str, markers: bool = True, debug_groups: Optional[bool] = None
+    source: Source, flags: Sequence[str], target: str, markers: bool = True, debug_groups: Optional[bool] = None,
+    *, quiet: bool = False,
 ) -> CompiledProgram:
     """`compile` with exactly ``flags`` (all of them: target, input type, options); ``target`` names the map's."""
+    with progress(f"compiling {source_name(source)} for {target}", quiet) as step:
+        return _compile(source, flags, target, markers, debug_groups, step)
+
+
+def source_name(source: Source) -> str:
+    """What is being compiled, for the progress line: an export (of which framework), the file, or MLIR text."""
+    export = as_sectioned_export(source)
+    if export is not None:
+        return f"the {export.framework} export" if export.framework else "the export"
+    if isinstance(source, Path) or (isinstance(source, str) and looks_like_path(source)):
+        return Path(source).name
+    return "MLIR text" if isinstance(source, str) else type(source).__name__
+
+
+def _compile(source: Source, flags: Sequence[str], target: str, markers: bool, debug_groups: Optional[bool],
+             step: Step) -> CompiledProgram:
     if debug_groups is None:
         debug_groups = debug_groups_by_default(target)
     export = as_sectioned_export(source)
     compilation = PhasedCompilation(flags)
     try:
+        step("parsing")
         _parse(compilation, export if export is not None else source)
         if not markers:
+            step("compiling (no markers)")
             return CompiledProgram(compilation.finish(), None, target)
         with generic_op_views():
             parsed = compilation.parsed_module()
@@ -153,13 +178,16 @@ def compile_with_flags(
                 declaring = worker.submit(module_sections, live if live is not None else parsed)
                 if live is None:
                     declaring.result()
+                step("up to dispatch creation")
                 copy, site_ids = number_sites(compilation.advance(SITES_PHASE))
                 weighing = worker.submit(weigh_sites, copy)  # erases the copy when done
                 if not compilation.multithreaded:
                     # Weighing creates attributes (the LinalgOp interface memoizes a named op's maps on
                     # it): beside a running compiler only if the context locks what it uniques.
                     weighing.result()
+                step("dispatch sites weighed; executables outlined")
                 restore_executable_locations(compilation.advance(EXECUTABLES_PHASE))
+                step("HAL: command buffers")
                 module = compilation.advance(COMMANDS_PHASE)
                 declared, sites = list(declaring.result()), weighing.result()
             if export is not None and export.path_aliases:
@@ -172,6 +200,7 @@ def compile_with_flags(
                 framework=export.framework if export is not None else None,
             )
             embed_section_map(module, section_map)
+        step("code generation and VM bytecode")
         return CompiledProgram(compilation.finish(), section_map, target)
     finally:
         compilation.close()

@@ -43,6 +43,7 @@ import numpy as np
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.section_path import SectionPath, format_path
+from sectionmark.profiling import display
 from sectionmark.profiling.components import components
 from sectionmark.profiling.session import ProfileSession
 
@@ -126,6 +127,12 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         """Versioned JSON (docs/cli.md, `sectionmark compare --json`)."""
         return {"version": COMPARISON_JSON_VERSION, **serialization.to_json(self)}
+
+    # ------------------------------------------------------------------ notebooks (repr: how many sections got slower or faster, which; inline: the tables)
+
+    __repr__ = display.summary_repr
+    _repr_pretty_ = display.pretty
+    _repr_html_ = display.inline_html
 
 
 def ratio_interval(a: np.ndarray, b: np.ndarray, resamples: int, confidence: float,

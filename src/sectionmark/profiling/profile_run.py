@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.profiling import display
 from sectionmark.profiling.attribute import Attribution, attribute
 from sectionmark.profiling.session import ProfileOutputs, ProfileSession
 from sectionmark.readers.sources import read_events
@@ -102,6 +103,12 @@ class ProfileRun(ProfileOutputs):
 
     def to_json(self) -> dict[str, Any]:
         return self.session.to_json()
+
+    # ------------------------------------------------------------------ notebooks (repr: one line; inline: the report)
+
+    __repr__ = display.summary_repr
+    _repr_pretty_ = display.pretty
+    _repr_html_ = display.inline_html
 
 
 def _identity(path: Path) -> tuple[int, int, int]:

@@ -26,6 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from sectionmark.profiling import display
 from sectionmark.profiling.components import components
 from sectionmark.profiling.kernels import kernels
 from sectionmark.profiling.session import ProfileSession
@@ -107,6 +108,12 @@ class Peak:
         lines += [f"{kernel.name:<{width}}  {kernel.gb_per_s:8.1f}  {kernel.gflop_per_s:8.1f}  "
                   f"{kernel.best_ns / 1e3:8.1f}µs  {kernel.dispatches}" for kernel in self.kernels]
         return "\n".join(lines)
+
+    # ------------------------------------------------------------------ notebooks (repr: the figures in one line; inline: `text`)
+
+    __repr__ = display.summary_repr
+    _repr_pretty_ = display.pretty
+    _repr_html_ = display.inline_html
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ from sectionmark.profiling.attribute import Attribution
 from sectionmark.profiling.event_fold import EventTotals, fold_events
 from sectionmark.profiling.queue_time import (CallTime, DeviceMemory, call_time_and_memory, measured_call_starts,
                                               measured_windows)
+from sectionmark.profiling import display
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.section_time import (
     CompositionSums,
@@ -345,6 +346,12 @@ class ProfileSession(ProfileOutputs):
         `Peak`): its fractions of the peak bandwidth and FLOP/s and the nearer roof. The peak is given, never
         measured here."""
         return peak.roofline(self) if by is None else peak.component_roofline(self, by)
+
+    # ------------------------------------------------------------------ notebooks (repr: function, calls, device, coverage, top sections; inline: the HTML report)
+
+    __repr__ = display.summary_repr
+    _repr_pretty_ = display.pretty
+    _repr_html_ = display.inline_html
 
 
 

@@ -206,3 +206,11 @@ def save(
         return importlib.import_module(renderer.module).save(result, path, inputs=inputs, **options)
     output = result.render(renderer.name, **options)
     return write_atomic(path, output.encode("utf-8") if isinstance(output, str) else output, inputs=inputs)
+
+
+def notebook_view(result: Any, form: str) -> str:
+    """What Jupyter shows for a profile, a replay or a comparison: ``form`` "text" (a one-line summary, its
+    ``__repr__``) or "html" (the inline report, its ``_repr_html_``): `sectionmark.renderers.notebook`, imported
+    when called like every renderer module (the results call this; the module imports them)."""
+    notebook = importlib.import_module("sectionmark.renderers.notebook")
+    return notebook.summary(result) if form == "text" else notebook.inline_html(result)

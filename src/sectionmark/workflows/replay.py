@@ -27,6 +27,7 @@ import numpy as np
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
+from sectionmark.profiling import display
 from sectionmark.profiling.attribute import attribute, public_function, submitted_functions
 from sectionmark.profiling.queue_time import assign_calls
 from sectionmark.profiling.runs import combine_runs
@@ -242,3 +243,9 @@ class ReplayProfile:
             profile = written.get("profile")
             entry.profile = None if profile is None else ProfileSession.from_json(profile)
         return replay
+
+    # ------------------------------------------------------------------ notebooks (repr: each function's calls and top sections; inline: the HTML report, a tab per function)
+
+    __repr__ = display.summary_repr
+    _repr_pretty_ = display.pretty
+    _repr_html_ = display.inline_html

@@ -17,6 +17,7 @@ from sectionmark.errors import SectionmarkError, first_line
 from sectionmark.importers.exported import warn_empty_sections
 from sectionmark.importers.torch.hooks import scope_hooks
 from sectionmark.importers.torch.scope import this_thread
+from sectionmark.progress import progress
 
 if TYPE_CHECKING:
     from sectionmark.importers.turbine import TorchExport
@@ -56,6 +57,7 @@ def export(
     import_symbolic_shape_expressions: bool = False,
     arg_device: Optional[dict[int, Any]] = None,
     auto_modules: bool = False,
+    quiet: bool = False,
 ) -> "TorchExport":
     """iree-turbine's ``aot.export``, keeping section names: same arguments, same defaults.
 
@@ -66,7 +68,9 @@ def export(
     ``strict_export`` selects TorchDynamo (the default, as in ``aot.export``)
     or Python (non-strict) export; both carry sections. ``auto_modules``
     names unmarked ops after their ``nn.Module`` path. The result is turbine's
-    ``ExportOutput`` with ``sections`` (see `TorchExport`).
+    ``ExportOutput`` with ``sections`` (see `TorchExport`). On a terminal a
+    progress line shows what is exported and the time elapsed
+    (`sectionmark.progress`); ``quiet=True`` hides it.
     """
     from iree.turbine import aot
 
@@ -81,8 +85,9 @@ def export(
             raise SectionmarkError(f"example arguments, args, kwargs and dynamic_shapes apply to an nn.Module; this "
                                    f"{_kind(model)} was already exported with its own")
     this_thread.entered = {}
+    how = "torch.export" + ("" if strict_export else " (non-strict)")
     try:
-        with sections(auto_modules), _without_export_notices():
+        with progress(f"exporting {_kind(model)} with {how}", quiet), sections(auto_modules), _without_export_notices():
             output = aot.export(
                 model, *example_args, args=args, kwargs=kwargs, dynamic_shapes=dynamic_shapes,
                 module_name=module_name, function_name=function_name, strict_export=strict_export,

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import sectionmark as sm
-from model_torch import GPTConfig
+from sectionmark.demo.model_torch import GPTConfig
 
 
 def init_params(config: GPTConfig, seed: int = 0) -> dict:

@@ -1,0 +1,172 @@
+"""The sectionmark pytest plugin, in a project of its own run by pytest as a user runs it.
+
+Acceptance: three sessions on an unchanged model (the first with a CPU hog beside it) pass the
+``--sectionmark-fail '*:25%'`` gate; a fourth with one section six times the work fails it, naming that section
+and only it; `sectionmark history` shows the four runs, the fourth marked; judged against run 4 alone, a fifth
+passes. Two xdist workers recording at once lose no row. A malformed gate, a bad store or an unknown run is one
+line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from sectionmark.cli import main
+from sectionmark.workflows.history import HistoryStore
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = """
+import torch
+from sectionmark import section
+
+LIGHT_REPEATS = {repeats}
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.heavy = torch.nn.Parameter(torch.randn(256, 256, generator=generator) / 16)
+        self.light = torch.nn.Parameter(torch.randn(256, 256, generator=generator) / 16)
+
+    def forward(self, x):
+        with section("Heavy"):
+            x = torch.tanh(torch.tanh(x @ self.heavy) @ self.heavy)
+        with section("Light"):
+            for _ in range(LIGHT_REPEATS):
+                x = torch.tanh(x @ self.light)
+        return x
+"""
+TESTS = """
+import torch
+import sectionmark as sm
+from model import Model
+
+
+def compiled_model():
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(1))
+    return sm.compile(sm.torch.export(Model(), args=(x,))), x.numpy()
+
+
+def test_model_speed(sectionmark_profile):
+    compiled, x = compiled_model()
+    prof = sectionmark_profile(compiled, args=(x,), iterations=20, warmup=3)
+    assert {row.leaf for row in prof.section_rows} == {"Heavy", "Light"} and prof.runs == 3
+"""
+WORKER_TESTS = """
+import pytest
+from test_speed import compiled_model
+
+
+@pytest.mark.parametrize("worker", ["one", "two"])
+def test_recorded_by_each_worker(sectionmark_profile, worker):
+    compiled, x = compiled_model()
+    sectionmark_profile(compiled, args=(x,), runs=2, iterations=5, warmup=1)
+"""
+
+
+def plugin_installed() -> bool:
+    """The installed sectionmark registers the plugin (pyproject's pytest11 entry point)."""
+    return any(point.value == "sectionmark.pytest_plugin" for point in entry_points(group="pytest11"))
+
+
+def project(folder: Path, repeats: int) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / "model.py").write_text(MODEL.format(repeats=repeats), encoding="utf-8")
+    (folder / "test_speed.py").write_text(TESTS, encoding="utf-8")
+    (folder / "pytest.ini").write_text("[pytest]\nsectionmark_history = store/history.sqlite\n", encoding="utf-8")
+    # From a source tree whose sectionmark is not installed, the conftest loads the plugin by name.
+    conftest = "" if plugin_installed() else 'pytest_plugins = ["sectionmark.pytest_plugin"]\n'
+    (folder / "conftest.py").write_text(conftest, encoding="utf-8")
+    return folder
+
+
+def pytest_in(folder: Path, *options: str) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key != "SECTIONMARK_RUN_ID"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options], cwd=folder,
+                          env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.slow
+def test_the_gate_passes_unchanged_runs_and_fails_the_slower_section(tmp_path, capsys):
+    folder = project(tmp_path / "project", repeats=1)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        first = pytest_in(folder, "--sectionmark-fail", "*:25%", "test_speed.py")
+    finally:
+        hog.kill()
+        hog.wait()
+    results = [first] + [pytest_in(folder, "--sectionmark-fail", "*:25%", "test_speed.py") for _ in range(2)]
+    for result in results:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    project(folder, repeats=6)  # the Light section does six times the work
+    slower = pytest_in(folder, "--sectionmark-fail", "*:25%", "test_speed.py")
+    assert slower.returncode == 1, slower.stdout[-3000:]
+    failure = next(line for line in slower.stdout.splitlines() if "slower than its history" in line)
+    assert "Light" in failure and "Heavy" not in failure, failure
+
+    store = folder / "store" / "history.sqlite"
+    with HistoryStore(store, create=False) as history:
+        assert len(history.runs()) == 4 and all(run.machine for run in history.runs())
+    capsys.readouterr()
+    assert main(["history", "--store", str(store), "--section", "Light"]) == 0
+    shown = capsys.readouterr().out
+    print(slower.stdout[-2000:], shown)  # seen with -s, or when an assertion below fails
+    rows = [line for line in shown.splitlines() if line.startswith("│") and line.split("│")[1].strip()]
+    assert [row.split("│")[1].strip() for row in rows] == ["1", "2", "3", "4"]
+    assert "slower" in rows[3] and "◆ changed" in rows[3] and "changed" not in "".join(rows[:3])
+    # Against run 4 alone (--sectionmark-compare RUN), the slower module is no change: the gate passes.
+    against_four = pytest_in(folder, "--sectionmark-compare", "4", "--sectionmark-fail", "Light:25%", "test_speed.py")
+    assert against_four.returncode == 0, against_four.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_two_xdist_workers_record_one_run_and_lose_no_row(tmp_path):
+    pytest.importorskip("xdist")
+    folder = project(tmp_path / "project", repeats=1)
+    (folder / "test_workers.py").write_text(WORKER_TESTS, encoding="utf-8")
+    result = pytest_in(folder, "-n", "2", "test_workers.py")
+    assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout[-3000:] + result.stderr[-2000:]
+    with HistoryStore(folder / "store" / "history.sqlite", create=False) as history:
+        assert len(history.runs()) == 1  # both workers under the session's run
+        tests = {result.test for result in history.results()}
+        assert tests == {"test_workers.py::test_recorded_by_each_worker[one]",
+                         "test_workers.py::test_recorded_by_each_worker[two]"}
+        assert len(history.results()) == 2 * 3  # Heavy, Light and the unmarked time of each
+
+
+BAD_STORE_TEST = """
+def test_uses_the_store(sectionmark_profile):
+    sectionmark_profile("never-profiled.vmfb")
+"""
+
+
+def test_a_malformed_gate_is_one_usage_error(tmp_path):
+    folder = project(tmp_path / "project", repeats=1)
+    result = pytest_in(folder, "--sectionmark-fail", "Light", "test_speed.py")
+    assert result.returncode == 4  # pytest's usage error, before any test ran
+    assert "ERROR: --sectionmark-fail 'Light': expected SECTION:PERCENT%" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_a_bad_store_or_run_fails_the_test_in_one_line_before_profiling(tmp_path):
+    folder = project(tmp_path / "project", repeats=1)
+    (folder / "test_store.py").write_text(BAD_STORE_TEST, encoding="utf-8")
+    store = folder / "store" / "history.sqlite"
+    store.parent.mkdir()
+    store.write_bytes(b"\x00" * 4096)
+    result = pytest_in(folder, "test_store.py")
+    assert result.returncode == 1
+    assert "Failed: sectionmark: " in result.stdout and "not a sectionmark history store" in result.stdout
+    assert "never-profiled.vmfb" not in result.stdout and store.read_bytes() == b"\x00" * 4096  # left as it was
+    store.unlink()
+    result = pytest_in(folder, "--sectionmark-compare", "7", "test_store.py")
+    assert result.returncode == 1 and "sectionmark: no recorded run '7'" in result.stdout
