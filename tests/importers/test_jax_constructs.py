@@ -249,3 +249,37 @@ def test_loop_invariant_ops_hoisted_out_of_a_scan_stay_in_their_section():
     compiled, profile = profiled(exported, X, w)
     assert compiled.section_map.sections == list(exported.sections)
     assert all(share.path[:1] != ("Inner",) for site in compiled.section_map.sites for share in site.shares)
+
+
+def _scan_step():
+    """The issue's program: a loop-invariant ``sin(c)`` in a scan body under grad, and a section without ops."""
+    def f(w, xs, c):
+        def body(h, x):
+            with sm.section("Inner"):
+                return jnp.tanh(h * x + jnp.sin(c) * 2.0), None
+
+        with sm.section("Nothing"):
+            pass
+        with sm.section("Outer"):
+            return lax.scan(body, w, xs)[0].sum()
+
+    return jax.jit(jax.grad(f))
+
+
+@pytest.mark.parametrize("ran_first", [False, True], ids=["fresh", "ran first"])
+def test_a_function_that_already_ran_exports_the_same_sections(ran_first):
+    """JAX reuses the trace of a jitted function that ran: no Python ran during the export, so no section was seen
+    entered, the hoisted ``sin(c)`` (named ``sm:Inner`` at the top) became a top-level Inner with real time, and the
+    empty section went unreported. Exported twice, the second export is as right as the first."""
+    step, args = _scan_step(), (jnp.ones(8), jnp.ones((4, 8)), jnp.ones(8))
+    if ran_first:
+        step(*args)  # a reference run, as everyone does
+    expected = {("Outer",), ("Outer", "Inner"), ("Outer (backward)",), ("Outer (backward)", "Inner (backward)")}
+    for _again in range(2):
+        exported, warned = export_quietly(step, *args)
+        assert set(exported.sections) == expected
+        assert warned == ["sectionmark: section 'Nothing' produced no ops in the export"]
+    compiled = sm.compile(exported)
+    assert set(compiled.section_map.sections) == expected
+    assert all(share.path[:1] != ("Inner",) for site in compiled.section_map.sites for share in site.shares)
+    np.testing.assert_allclose(sm.load(compiled).main(*map(np.asarray, args)).to_host(), step(*args), rtol=1e-5)

@@ -9,11 +9,17 @@ op's location (``jit(f)/sm:Block/sm:MLP/dot_general``), which
 
 `export` also notes which sections the trace entered on this thread, so that
 a section that produced no ops is reported (one warning line each) instead of
-silently missing from every table.
+silently missing from every table. Those notes need the Python of every
+section to run, so `export` always traces afresh: JAX reuses the trace of a
+function that already ran (a jitted step called once for a reference, a scan
+body or nested jit traced before), and no section would be entered then. A
+value of a JAX user context (part of every tracing cache's key) unique to
+each export makes JAX trace again, leaving the user's own caches as they are.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any, Callable, Optional, Sequence
 
@@ -46,6 +52,10 @@ def enter_named_scope(name: str, enclosing: Sequence[str] = ()):
 
 frameworks.register("jax", enter_named_scope)
 
+# Made once, at import (JAX: adding user contexts is not thread-safe); each export enters its own value.
+_FRESH_TRACE = jax.make_user_context(None) if hasattr(jax, "make_user_context") else None
+_exports = itertools.count(1)
+
 
 def _path_aliases(entered: dict[SectionPath, set[SectionPath]]) -> dict[SectionPath, SectionPath]:
     """Relative paths (as JAX names a scan body's or nested jit's sections) -> the one path they run in.
@@ -71,7 +81,12 @@ def export(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SectionedExport
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     _entered.paths = {}
     try:
-        lowered = jitted.lower(*args, **kwargs)
+        if _FRESH_TRACE is None:  # a JAX before user contexts
+            jax.clear_caches()
+            lowered = jitted.lower(*args, **kwargs)
+        else:
+            with _FRESH_TRACE(next(_exports)):
+                lowered = jitted.lower(*args, **kwargs)
         entered = dict(_entered.paths)
     finally:
         _entered.paths = None
