@@ -32,11 +32,25 @@ print("compiled", file=sys.stderr)
 """
 
 
-def terminal_output(mode: str) -> str:
+JAX_PROGRAM = """
+import sys, jax.numpy as jnp
+import sectionmark as sm
+
+def scaled(x):
+    with sm.section("Scale"):
+        return x * 2
+
+quiet = sys.argv[1] == "quiet"
+sm.jax.export(scaled, jnp.ones(4), quiet=quiet)
+print("exported", file=sys.stderr)
+"""
+
+
+def terminal_output(mode: str, program: str = PROGRAM) -> str:
     """What a terminal shows of the child's stderr (and stdout)."""
     controller, terminal = pty.openpty()
     env = {**os.environ, "PYTHONPATH": str(SRC), "TERM": "xterm-256color", "COLUMNS": "120"}
-    child = subprocess.Popen([sys.executable, "-W", "ignore", "-c", PROGRAM, mode], stdin=subprocess.DEVNULL,
+    child = subprocess.Popen([sys.executable, "-W", "ignore", "-c", program, mode], stdin=subprocess.DEVNULL,
                              stdout=terminal, stderr=terminal, env=env)
     os.close(terminal)
     received = b""
@@ -74,3 +88,13 @@ def test_quiet_on_a_terminal_and_a_pipe_show_nothing():
     piped = subprocess.run([sys.executable, "-W", "ignore", "-c", PROGRAM, "loud"], capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=600)
     assert piped.returncode == 0 and piped.stderr.strip() == "compiled" and piped.stdout == ""
+
+
+@pytest.mark.slow
+def test_a_jax_export_shows_its_phases_on_a_terminal_and_nothing_when_quiet():
+    shown = terminal_output("loud", JAX_PROGRAM)
+    # A phase shorter than the refresh interval may never be drawn: one of the two is.
+    assert any(f"exporting scaled with jax.jit: {phase} (" in shown
+               for phase in ("tracing and lowering", "writing StableHLO with locations")), shown[-2000:]
+    assert shown.rstrip().endswith("exported")
+    assert terminal_output("quiet", JAX_PROGRAM).strip() == "exported"

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 from jax._src import source_info_util
 
+from sectionmark.progress import progress
 from sectionmark.importers.exported import SectionedExport, warn_empty_sections
 from sectionmark.locations import path_from_jax_name_stack
 from sectionmark.markers import frameworks
@@ -76,21 +77,27 @@ def _path_aliases(entered: dict[SectionPath, set[SectionPath]]) -> dict[SectionP
     return aliases
 
 
-def export(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SectionedExport:
-    """Lower ``fn`` (plain or ``jax.jit``-ed) for ``args`` to StableHLO MLIR with locations."""
+def export(fn: Callable[..., Any], *args: Any, quiet: bool = False, **kwargs: Any) -> SectionedExport:
+    """Lower ``fn`` (plain or ``jax.jit``-ed) for ``args`` (and ``kwargs``, as ``jit(fn).lower`` takes them) to
+    StableHLO MLIR with locations. On a terminal a progress line shows the phase and the time elapsed
+    (`sectionmark.progress`); ``quiet=True`` hides it."""
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     _entered.paths = {}
+    name = getattr(fn, "__name__", type(fn).__name__)
     try:
-        if _FRESH_TRACE is None:  # a JAX before user contexts
-            jax.clear_caches()
-            lowered = jitted.lower(*args, **kwargs)
-        else:
-            with _FRESH_TRACE(next(_exports)):
+        with progress(f"exporting {name} with jax.jit", quiet) as step:
+            step("tracing and lowering")
+            if _FRESH_TRACE is None:  # a JAX before user contexts
+                jax.clear_caches()
                 lowered = jitted.lower(*args, **kwargs)
-        entered = dict(_entered.paths)
+            else:
+                with _FRESH_TRACE(next(_exports)):
+                    lowered = jitted.lower(*args, **kwargs)
+            entered = dict(_entered.paths)
+            step("writing StableHLO with locations")
+            text = lowered.as_text(debug_info=True)
     finally:
         _entered.paths = None
-    exported = SectionedExport(text=lowered.as_text(debug_info=True), input_type="stablehlo", framework="jax",
-                               path_aliases=_path_aliases(entered))
+    exported = SectionedExport(text=text, input_type="stablehlo", framework="jax", path_aliases=_path_aliases(entered))
     warn_empty_sections(list(entered), exported.sections)
     return exported
