@@ -27,7 +27,8 @@ from sectionmark.arguments import host_array
 from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import attribute
-from sectionmark.workflows.measure import report, runner
+from sectionmark.workflows import runner
+from sectionmark.workflows.measure import report
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.readers.tracy_capture import read_capture
 from sectionmark.renderers import json_out
