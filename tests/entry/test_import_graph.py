@@ -132,6 +132,14 @@ def _runtime_nodes(tree: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
 
 
+def _import_target(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` names, a relative one resolved against ``package``."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def sectionmark_imports(path: Path) -> set[str]:
     """Every sectionmark module (file) ``path`` imports when it runs, at module level or inside functions."""
     name = module_name(path)
@@ -141,11 +149,7 @@ def sectionmark_imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.startswith("sectionmark"))
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _import_target(node, package)
             if not target.startswith("sectionmark"):
                 continue
             # `from sectionmark.x import y` imports sectionmark.x.y when y is a module
@@ -286,11 +290,7 @@ def private_imports(path: Path) -> list[str]:
             found += [f"import {alias.name}" for alias in node.names
                       if alias.name.startswith("sectionmark") and crossing(alias.name)]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _import_target(node, package)
             if not target.startswith("sectionmark"):
                 continue
             found += [f"from {target} import {alias.name}" for alias in node.names
