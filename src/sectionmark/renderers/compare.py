@@ -13,15 +13,17 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.compare import (CONFIDENCE, FASTER, MIN_CHANGE, RESAMPLES, SEED, SLOWER, Change,
-                                           Comparison, compare_sessions)
+from sectionmark.section_path import format_path
+from sectionmark.profiling.compare import (CALLS, CONFIDENCE, FASTER, MIN_CHANGE, RESAMPLES, ROUNDS, RUNS, SEED,
+                                           SLOWER, Change, Comparison, checked_times, compare_sessions)
+from sectionmark.profiling.section_time import MAX_SAMPLES, call_samples
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.renderers import json_out
 from sectionmark.renderers.csv_format import csv_text
@@ -29,25 +31,44 @@ from sectionmark.renderers.table import format_ns
 from sectionmark.workflows.replay import ReplayProfile
 
 CSV_COLUMNS = ["section", "path", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "change_percent", "a_calls",
-               "b_calls", "kind", "basis"]
+               "b_calls", "coverage", "a_runs", "b_runs", "kind", "basis"]
 VERDICT_STYLES = {SLOWER: "red", FASTER: "green"}
 
 
-def compare(a: Union[ProfileSession, str, Path], b: Union[ProfileSession, str, Path], *,
-            function: Optional[str] = None, resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
-            seed: int = SEED, min_change: float = MIN_CHANGE) -> Comparison:
-    """Compare profile ``b`` against ``a``: sessions, profile JSON files (``prof.save("run.json")``, ``--json``), or
-    a recording's replay JSON (``sectionmark profile RECORDING --json F``: ``function``'s profile, `load_profile`).
+def compare(a: Union[ProfileSession, Any, str, Path], b: Union[ProfileSession, Any, str, Path],
+            args: Sequence[Any] = (), *, function: Optional[str] = None, resamples: int = RESAMPLES,
+            confidence: float = CONFIDENCE, seed: int = SEED, min_change: float = MIN_CHANGE,
+            **run_options: Any) -> Comparison:
+    """Compare ``b`` against ``a``, per section and per component (by name): busy time per call in A and B, the
+    ratio B/A, its interval, and "faster"/"slower" only when the interval lies beyond ``min_change`` percent
+    (`sectionmark.profiling.compare`).
 
-    Per section and per component (by name): busy time per call in A and B,
-    the ratio B/A, its bootstrap confidence interval from the per-call samples
-    (``resamples`` draws, seeded with ``seed``), and "faster"/"slower" only when
-    the interval excludes 1 by more than ``min_change`` percent (run-to-run
-    drift: `sectionmark.profiling.compare`).
+    Two modules (compiled programs, or .vmfb paths): both run alternately on
+    ``args``, in rounds (`sectionmark.workflows.interleave.compare_modules`,
+    whose options ``run_options`` are: ``rounds``, ``iterations``,
+    ``warmup``, ``workers``, ``device``, ``parameters``, ``timeout``,
+    ``quiet``); ``function`` defaults to "main". Two profiles: sessions,
+    profile JSON files (``prof.save("run.json")``, ``--json``), or a
+    recording's replay JSON (``sectionmark profile RECORDING --json F``:
+    ``function``'s profile, `load_profile`); the interval is then over their
+    runs (``--runs``) when both have several, else over the calls of one run,
+    whose verdict only goes beyond the drift between runs.
     """
+    from sectionmark.workflows.interleave import compare_modules, is_module
+
     labels = [str(x) if isinstance(x, (str, Path)) else name for x, name in ((a, "A"), (b, "B"))]
-    return compare_sessions(load_profile(a, function), load_profile(b, function), labels=labels,
-                            resamples=resamples, confidence=confidence, seed=seed, min_change=min_change)
+    options = dict(resamples=resamples, confidence=confidence, seed=seed, min_change=min_change)
+    modules = [is_module(source) for source in (a, b)]
+    if any(modules):
+        if not all(modules):
+            raise SectionmarkError(f"{labels[modules.index(False)]} is a profile and {labels[modules.index(True)]} a "
+                                   "module: compare two modules (run alternately) or two profiles")
+        return compare_modules(a, b, args, function=function or "main", labels=labels, **options, **run_options)
+    if args or run_options:
+        given = ["args" if args else "", *run_options]
+        raise SectionmarkError(f"{', '.join(name for name in given if name)}: only for two modules (compiled programs "
+                               "or .vmfb paths), not profiles")
+    return compare_sessions(load_profile(a, function), load_profile(b, function), labels=labels, **options)
 
 
 def load_profile(source: Union[ProfileSession, str, Path], function: Optional[str] = None) -> ProfileSession:
@@ -61,6 +82,8 @@ def load_profile(source: Union[ProfileSession, str, Path], function: Optional[st
         return source
     try:
         data = json_out.read(source)
+        for document in _profile_documents(data):
+            _thin_samples(document)
         if isinstance(data, dict) and data.get("kind") == "replay":
             return _replayed_function(ReplayProfile.from_json(data), function)
         session = ProfileSession.from_json(data)
@@ -70,6 +93,25 @@ def load_profile(source: Union[ProfileSession, str, Path], function: Optional[st
     except SectionmarkError as error:
         message = str(error)
         raise SectionmarkError(message if str(source) in message else f"{source}: {message}") from None
+
+
+def _profile_documents(data: Any) -> list[dict]:
+    """The profile documents of a file: itself, or each function's of a replay JSON."""
+    if isinstance(data, dict) and data.get("kind") == "replay" and isinstance(data.get("functions"), list):
+        return [entry["profile"] for entry in data["functions"]
+                if isinstance(entry, dict) and isinstance(entry.get("profile"), dict)]
+    return [data] if isinstance(data, dict) else []
+
+
+def _thin_samples(document: dict) -> None:
+    """A section with more per-call samples than a profile keeps (a file written by hand or by another tool)
+    keeps ``MAX_SAMPLES`` of them, evenly spaced as a profile keeps them (`call_samples`), checked first in C
+    (`checked_times`): the rest of the comparison, and reading the file back, then take bounded time and memory."""
+    for row in document.get("sections") or []:
+        samples = row.get("samples") if isinstance(row, dict) else None
+        if isinstance(samples, list) and len(samples) > MAX_SAMPLES:
+            where = f"section {format_path(tuple(map(str, row.get('path') or ())))!r}"
+            row["samples"] = call_samples(checked_times(where, "per-call sample", samples))
 
 
 def _replayed_function(replay: ReplayProfile, function: Optional[str]) -> ProfileSession:
@@ -90,6 +132,26 @@ def _change(row: Change) -> str:
     return f"{row.change_percent:+.1f}%" if row.change_percent is not None else ""
 
 
+def method_caption(comparison: Comparison) -> str:
+    """What the intervals are over (each basis present), and the bounds of the verdicts."""
+    judged = [row for row in [*comparison.sections, *comparison.components] if row.low is not None]
+    parts = []
+    for row in ([next((row for row in judged if row.basis == basis), None) for basis in (ROUNDS, RUNS, CALLS)]):
+        if row is None:
+            continue
+        if row.basis == ROUNDS:
+            parts.append(f"interval: {row.a_runs} interleaved rounds of {comparison.calls_per_round or '?'} calls, "
+                         f"median B/A of the rounds and its sign-test interval ({row.coverage:.1%})")
+        elif row.basis == RUNS:
+            parts.append(f"interval: runs ({row.a_runs} of A, {row.b_runs} of B), median B/A of every pair and its "
+                         f"rank-test interval ({row.coverage:.1%})")
+        else:
+            parts.append(f"interval: bootstrap of the calls of one run, {comparison.resamples} resamples, seed "
+                         f"{comparison.seed} ({comparison.confidence:.0%}): a verdict only beyond "
+                         f"{max(comparison.drift_bound, comparison.min_change):g}% (drift between runs)")
+    return "; ".join(parts + [f"slower/faster: beyond {comparison.min_change:g}%"])
+
+
 def build_table(comparison: Comparison, components: bool = False) -> Table:
     """One row per section (``components``: per component), time per call in A and B, B/A with its interval, the
     verdict."""
@@ -98,13 +160,10 @@ def build_table(comparison: Comparison, components: bool = False) -> Table:
         table.add_column("Component")
         table.add_column("Sections A/B", justify="right")
     else:
-        bases = " or ".join(sorted({row.basis for row in comparison.sections if row.low is not None})) or "calls"
         table = Table(title=Text(f"B: {comparison.b}  vs  A: {comparison.a}"), title_justify="left",
-                      caption=f"interval: bootstrap of the {bases}, {comparison.resamples} resamples, seed "
-                              f"{comparison.seed}; slower/faster: beyond {comparison.min_change:g}%",
-                      caption_justify="left")
+                      caption=method_caption(comparison), caption_justify="left")
         table.add_column("Section")
-    for column in ("A/call", "B/call", "B/A", f"{comparison.confidence:.0%} interval", "Change"):
+    for column in ("A/call", "B/call", "B/A", "Interval", "Change"):
         table.add_column(column, justify="right")
     table.add_column("Verdict")
     for row in comparison.components if components else comparison.sections:
@@ -125,11 +184,13 @@ def build_table(comparison: Comparison, components: bool = False) -> Table:
 
 
 def render_table(comparison: Comparison, width: int = 140) -> str:
-    """The sections' table, then the components', as plain text."""
+    """The sections' table, then the components', as plain text; then the note on rows without a verdict."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
     console.print(build_table(comparison))
     console.print(build_table(comparison, components=True))
+    if comparison.note:
+        console.print(Text(f"note: {comparison.note}"))
     return buffer.getvalue()
 
 
@@ -141,7 +202,8 @@ def render_csv(comparison: Comparison) -> str:
 
     def figures(row: Change) -> list:
         return [row.verdict, cell(row.a_ns, 0), cell(row.b_ns, 0), cell(row.ratio, 6), cell(row.low, 6),
-                cell(row.high, 6), cell(row.change_percent, 3), row.a_calls, row.b_calls]
+                cell(row.high, 6), cell(row.change_percent, 3), row.a_calls, row.b_calls, cell(row.coverage, 6),
+                row.a_runs, row.b_runs]
 
     return csv_text(CSV_COLUMNS, [
         *([row.name, json.dumps(list(row.path), ensure_ascii=False), *figures(row), "section", row.basis]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from sectionmark import serialization
+from sectionmark.artifacts.files import read_regular
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.components import components
 from sectionmark.profiling.kernels import kernels
@@ -52,12 +53,20 @@ def load(path: Union[str, Path]) -> ProfileSession:
     return ProfileSession.from_json(read(path))
 
 
+MAX_JSON_BYTES = 256 << 20  # far beyond any profile (1,000 samples a section); a larger file is refused unread
+
+
 def read(path: Union[str, Path]) -> Any:
-    """The JSON document of a file, not yet checked against any schema; one error line when it is not JSON."""
+    """The JSON document of a file, not yet checked against any schema; one error line when it is not JSON.
+
+    Read like every input (`artifacts.files.read_regular`): a FIFO or device is
+    refused without blocking, and a file larger than ``MAX_JSON_BYTES`` unread.
+    """
     path = Path(path)
+    data = read_regular(path, "profile JSON", limit=MAX_JSON_BYTES)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise SectionmarkError(f"cannot read {path}: {error.strerror}") from None
+        return json.loads(data.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise SectionmarkError(f"{path} is not JSON: {error}") from None
+    except RecursionError:
+        raise SectionmarkError(f"{path} is not a profile JSON: nested too deeply") from None
