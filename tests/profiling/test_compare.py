@@ -361,7 +361,7 @@ def test_modules_run_alternately_judge_the_rounds(runs, tmp_path, capsys):
     assert main([*argv, "--fail-if-slower", "10"]) == 1
     captured = capsys.readouterr()
     progress = captured.err.strip().splitlines()
-    assert [line.split(":")[0] for line in progress[:3]] == [f"compare: round {index} of 3" for index in (1, 2, 3)]
+    assert [line.split(" (")[0] for line in progress[:3]] == [f"compare: round {index} of 3" for index in (1, 2, 3)]
     assert all("A then B" in line or "B then A" in line for line in progress[:3])
     assert progress[3].startswith("sectionmark: error: ") and "Wide (+" in progress[3] and len(progress) == 4
     assert "3 interleaved rounds of 10 calls" in captured.out
