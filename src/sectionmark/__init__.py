@@ -5,7 +5,7 @@ The public API (see docs/): ``section`` marks code; ``sm.torch.export`` /
 also iree-turbine's ``ExportOutput``); ``compile`` carries them through
 IREE (a `CompiledProgram`); ``load`` runs a module; ``profile`` / ``report``
 measure per-section times (a `ProfileSession`); ``compare`` tells whether
-each section and component got faster or slower between two profiles; ``record`` notes the calls
+each section and component got faster or slower between two modules (run alternately) or two profiles; ``record`` notes the calls
 a program makes through a loaded module and replays them under the profiler
 (a `Recording`, per-function profiles: docs/record.md); ``slice`` cuts one section out
 into its own program (docs/slice.md); ``peak`` measures the device's peak bandwidth and FLOP/s

@@ -1,8 +1,10 @@
-"""`sm.compare` on profile files, and the outputs of `sectionmark compare`: table, CSV and JSON.
+"""`sm.compare` on two modules or two profile files, and the outputs of `sectionmark compare`: table, CSV and JSON.
 
 Not in ``RENDERERS``: those render one profile; these render the comparison
-of two (`sectionmark.profiling.compare`), read here from the profile JSON
-files `--json` writes (`json_out.load`). Times are busy time per call, as in
+of two (`sectionmark.profiling.compare`): of two modules run alternately
+(`sectionmark.workflows.interleave`), or of two profiles read here from the
+profile JSON files `--json` writes (`json_out.read`, every value checked,
+samples beyond what a profile keeps thinned as it keeps them). Times are busy time per call, as in
 the section table; names are data (``rich.text.Text``, never markup). The
 table has the sections, then the components (sections of one name summed
 across blocks); the CSV has both, told apart by its ``kind`` column.
