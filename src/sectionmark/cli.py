@@ -191,7 +191,7 @@ def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from sectionmark.compiler.targets import TARGET_FLAGS
     from sectionmark.profiling.compare import (DEFAULT_ITERATIONS, DEFAULT_ROUNDS, DEFAULT_WARMUP, DRIFT_BOUND,
-                                               MAX_ROUNDS, MIN_CHANGE)
+                                               MAX_ROUNDS, MIN_CHANGE, RUNS_MIN_CHANGE)
 
     parser = _Parser(
         prog="sectionmark",
@@ -307,9 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the function compared: of the modules (default: main), of a recording's replay JSON "
                          "(profile RECORDING_DIR --json; default: its one function with dispatches) or of a recorded "
                          "profile (default: any)")
-    compare.add_argument("--min-change", type=percent, default=MIN_CHANGE, metavar="PCT",
-                         help=f"slower/faster only when the interval lies beyond this change (default: {MIN_CHANGE:g}; "
-                         "0: any interval excluding 1)")
+    compare.add_argument("--min-change", type=percent, metavar="PCT",
+                         help=f"slower/faster only when the interval lies beyond this change (default: {MIN_CHANGE:g} "
+                         f"over rounds, {RUNS_MIN_CHANGE:g} over runs: profiles taken apart drift as wholes; 0: any "
+                         "interval excluding 1)")
     compare.add_argument("--fail-if-slower", type=percent, metavar="PCT",
                          help="exit 1 when a section or component is judged slower by more than PCT percent "
                          "(B/A > 1 + PCT/100)")

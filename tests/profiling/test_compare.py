@@ -30,7 +30,8 @@ from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
 from sectionmark.section_path import SectionPath
 from sectionmark.profiling.compare import (CALLS, DRIFT_BOUND, FASTER, MIN_CHANGE, NO_CHANGE, NO_DISPATCHES,
-                                           NOT_RUN_IN_A, NOT_RUN_IN_B, ONLY_IN_A, ONLY_IN_B, ROUNDS, RUNS, SLOWER,
+                                           NOT_RUN_IN_A, NOT_RUN_IN_B, ONLY_IN_A, ONLY_IN_B, ROUNDS, RUNS,
+                                           RUNS_MIN_CHANGE, SLOWER,
                                            WITHIN_DRIFT, bootstrap_interval, compare_sessions, paired_ratios,
                                            rank_sum_counts, shift_interval)
 from sectionmark.profiling.runs import combine_runs
@@ -115,7 +116,16 @@ def test_paired_rounds_cancel_a_drift_that_hits_both_modules():
     # the same runs unpaired: the drift is in the interval
     unpaired = {row.path: row for row in compare_sessions(a, b).sections}
     assert unpaired[A].basis == RUNS and unpaired[A].low < 0.85 and unpaired[A].high > 1.15
-    assert unpaired[A].verdict == NO_CHANGE
+    assert unpaired[A].verdict == NO_CHANGE and (unpaired[A].bound, paired[A].bound) == (RUNS_MIN_CHANGE, MIN_CHANGE)
+
+
+def test_profiles_taken_apart_need_a_larger_change_over_their_runs():
+    """Two profiles 20% apart with steady runs: beyond the rounds' 10%, not the 25% two profiles can drift apart by
+    as wholes; a minimum change given applies to both."""
+    a, b = rounds_of({A: np.full(5, 10_000.0)}), rounds_of({A: np.full(5, 12_000.0)}, seed=9)
+    assert [compare_sessions(a, b, paired=paired).sections[0].verdict for paired in (True, False)] == [
+        SLOWER, NO_CHANGE]
+    assert compare_sessions(a, b, min_change=15).sections[0].verdict == SLOWER
 
 
 def test_one_disturbed_round_moves_neither_end_of_the_interval():
@@ -256,16 +266,18 @@ def test_outputs_table_csv_json():
     mlp = next(row for row in rows if row["kind"] == "component" and row["section"] == "MLP")
     assert mlp["verdict"] == SLOWER and mlp["path"] == "" and float(mlp["ratio"]) == pytest.approx(2.0, rel=0.05)
     assert (mlp["basis"], mlp["a_runs"], float(mlp["coverage"])) == (ROUNDS, "10", pytest.approx(1 - 22 / 1024))
+    assert float(mlp["bound"]) == MIN_CHANGE
     data = json.loads(render_json(comparison))
-    assert (data["version"], data["min_change"], data["drift_bound"], data["rounds"]) == (2, MIN_CHANGE, DRIFT_BOUND,
+    assert (data["version"], data["min_change"], data["drift_bound"], data["rounds"]) == (2, None, DRIFT_BOUND,
                                                                                           10)
     assert data["note"] is None and data["sections"][4]["name"] == "Block 1 / MLP"
     assert data["sections"][4]["verdict"] == SLOWER
     assert data["sections"][4]["change_percent"] == pytest.approx((comparison.sections[4].ratio - 1) * 100)
     assert {row["name"]: row["verdict"] for row in data["components"]}["MLP"] == SLOWER
     assert set(data["components"][0]) == {"name", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "coverage",
-                                          "a_calls", "b_calls", "a_runs", "b_runs", "a_sections", "b_sections",
-                                          "change_percent", "basis"}
+                                          "bound", "a_calls", "b_calls", "a_runs", "b_runs", "a_sections",
+                                          "b_sections", "change_percent", "basis"}
+    assert {row["bound"] for row in data["sections"] if row["ratio"]} == {MIN_CHANGE}
     single = compare_sessions(per_call_session({A: noisy(10_000)}), per_call_session({A: noisy(10_000, seed=3)}))
     assert json.loads(render_json(single))["note"] == single.note and f"note: {single.note[:40]}" in render_table(
         single).replace("\n", " ")

@@ -24,11 +24,14 @@ What the verdict rests on, best first (``Change.basis``):
   drift measured on a loaded 2-core machine, docs/cli.md); inside it the
   verdict is "within drift", and the comparison's note says how to get one.
 
-"slower" when the interval's low end exceeds 1 + ``min_change`` / 100,
-"faster" when its high end is below 1 / (1 + ``min_change`` / 100), else "no
-change": the interval decides, the minimum change keeps a real but tiny
-difference (or a bias common to all rounds, such as the order within a round)
-from being called one.
+"slower" when the interval's low end exceeds 1 + bound / 100, "faster" when
+its high end is below 1 / (1 + bound / 100), else "no change" (``Change.bound``:
+what the basis cannot see). Over rounds ``min_change`` (10%): a real but tiny
+difference, or a bias common to all rounds, is not called a change. Over runs
+``RUNS_MIN_CHANGE`` (25%): two profiles taken apart drift as wholes, which
+their runs do not show (measured up to 24% between two 3-run profiles of one
+module, benchmarks/bench_compare.py); ``min_change`` given replaces both.
+Over calls ``DRIFT_BOUND``.
 
 Sections are matched by path. A section declared in one profile only is
 listed as such ("only in A" / "only in B"); one that ran no dispatch in
@@ -64,7 +67,8 @@ RESAMPLES = 2000
 RESAMPLE_BLOCK = 250  # resamples drawn at a time: at most 250 x MAX_SAMPLES indices in memory
 CONFIDENCE = 0.95
 SEED = 0
-MIN_CHANGE = 10.0  # percent beyond which an interval over rounds or runs is a change (benchmarks/bench_compare.py)
+MIN_CHANGE = 10.0  # percent beyond which an interval over rounds is a change (benchmarks/bench_compare.py)
+RUNS_MIN_CHANGE = 25.0  # the same over the runs of two profiles taken apart (their drift as wholes: 24% measured)
 DRIFT_BOUND = 100.0  # percent two single runs of one module differed by, at most, on a loaded machine (docs/cli.md)
 # Two modules run alternately (sectionmark.workflows.interleave): rounds of one run of each.
 # 10 rounds: the interval runs from the second lowest to the second highest ratio (97.9%), so one round disturbed
@@ -95,6 +99,7 @@ class Change:
     low: Optional[float] = None  # the ratio's interval
     high: Optional[float] = None
     coverage: Optional[float] = None  # how often such an interval covers the true ratio (exact for rounds and runs)
+    bound: Optional[float] = None  # percent: the change the interval had to lie beyond for a verdict
     a_calls: int = 0  # per-call samples in A (of the shown run)
     b_calls: int = 0
     a_runs: int = 1  # runs (or rounds) compared
@@ -143,7 +148,7 @@ class Comparison:
     resamples: int
     confidence: float
     seed: int
-    min_change: float  # percent: the interval must lie beyond 1 +- this for "slower" / "faster"
+    min_change: Optional[float]  # percent an interval over rounds or runs must lie beyond (None: 10 and 25)
     drift_bound: float  # percent: the same for an interval over the calls of one run
     sections: list[SectionChange] = field(default_factory=list)
     components: list[ComponentChange] = field(default_factory=list)
@@ -257,7 +262,7 @@ class _Figures:
 
 def compare_sessions(a: ProfileSession, b: ProfileSession, *, labels: Sequence[str] = ("A", "B"),
                      resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = SEED,
-                     min_change: float = MIN_CHANGE, drift_bound: float = DRIFT_BOUND,
+                     min_change: Optional[float] = None, drift_bound: float = DRIFT_BOUND,
                      paired: bool = False) -> Comparison:
     """The per-section and per-component (by name) comparison of ``b`` against ``a`` (see the module docstring).
 
@@ -269,7 +274,7 @@ def compare_sessions(a: ProfileSession, b: ProfileSession, *, labels: Sequence[s
     if not 0 < confidence < 1:
         raise SectionmarkError(f"confidence must be between 0 and 1, got {confidence}")
     for name, percent in (("minimum change", min_change), ("drift bound", drift_bound)):
-        if not 0 <= percent <= 1e6:
+        if percent is not None and not 0 <= percent <= 1e6:
             raise SectionmarkError(f"the {name} must be a percentage from 0 to 1,000,000, got {percent}")
     judge = _Judge(min_change, drift_bound, resamples, confidence, np.random.default_rng(seed), paired)
     figures = [_section_figures(label, session) for label, session in zip(labels, (a, b))]
@@ -290,7 +295,7 @@ def _size(figures: dict[Any, _Figures], key: Any) -> int:
 class _Judge:
     """The verdicts of one comparison: rows of A and B matched by key, one seeded generator for all intervals."""
 
-    min_change: float
+    min_change: Optional[float]
     drift_bound: float
     resamples: int
     confidence: float
@@ -329,23 +334,22 @@ class _Judge:
         if not ran_a or not ran_b:  # dispatches of no measurable time count as not run: no ratio
             change.verdict = NO_DISPATCHES if ran_a == ran_b else NOT_RUN_IN_A if ran_b else NOT_RUN_IN_B
             return
-        bound = self.min_change
         if row_a.runs is None or row_b.runs is None:
-            change.basis, bound = CALLS, max(self.min_change, self.drift_bound)
+            change.basis, change.bound = CALLS, max(self.min_change or 0.0, self.drift_bound)
             change.ratio = change.b_ns / change.a_ns if change.a_ns > 0 else math.inf
             change.low, change.high = bootstrap_interval(row_a.samples, row_b.samples, self.resamples,
                                                          self.confidence, self.rng)
             change.coverage = self.confidence
         elif self.paired and len(row_a.runs) == len(row_b.runs):
-            change.basis = ROUNDS
+            change.basis, change.bound = ROUNDS, MIN_CHANGE if self.min_change is None else self.min_change
             ratios = paired_ratios(row_a.runs, row_b.runs)
             change.ratio = float(np.median(ratios))
             change.low, change.high, change.coverage = median_interval(ratios, self.confidence)
         else:
-            change.basis = RUNS
+            change.basis, change.bound = RUNS, RUNS_MIN_CHANGE if self.min_change is None else self.min_change
             change.ratio, change.low, change.high, change.coverage = shift_interval(row_a.runs, row_b.runs,
                                                                                     self.confidence)
-        factor = 1 + bound / 100
+        factor = 1 + change.bound / 100
         change.verdict = (SLOWER if change.low > factor else FASTER if change.high * factor < 1
                           else WITHIN_DRIFT if change.basis == CALLS else NO_CHANGE)
 

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.section_path import format_path
-from sectionmark.profiling.compare import (CALLS, CONFIDENCE, FASTER, MIN_CHANGE, RESAMPLES, ROUNDS, RUNS, SEED,
+from sectionmark.profiling.compare import (CALLS, CONFIDENCE, FASTER, RESAMPLES, ROUNDS, RUNS, SEED,
                                            SLOWER, Change, Comparison, checked_times, compare_sessions)
 from sectionmark.profiling.section_time import MAX_SAMPLES, call_samples
 from sectionmark.profiling.session import ProfileSession
@@ -33,17 +33,17 @@ from sectionmark.renderers.table import format_ns
 from sectionmark.workflows.replay import ReplayProfile
 
 CSV_COLUMNS = ["section", "path", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "change_percent", "a_calls",
-               "b_calls", "coverage", "a_runs", "b_runs", "kind", "basis"]
+               "b_calls", "coverage", "a_runs", "b_runs", "bound", "kind", "basis"]
 VERDICT_STYLES = {SLOWER: "red", FASTER: "green"}
 
 
 def compare(a: Union[ProfileSession, Any, str, Path], b: Union[ProfileSession, Any, str, Path],
             args: Sequence[Any] = (), *, function: Optional[str] = None, resamples: int = RESAMPLES,
-            confidence: float = CONFIDENCE, seed: int = SEED, min_change: float = MIN_CHANGE,
+            confidence: float = CONFIDENCE, seed: int = SEED, min_change: Optional[float] = None,
             **run_options: Any) -> Comparison:
     """Compare ``b`` against ``a``, per section and per component (by name): busy time per call in A and B, the
     ratio B/A, its interval, and "faster"/"slower" only when the interval lies beyond ``min_change`` percent
-    (`sectionmark.profiling.compare`).
+    (None: 10 over rounds, 25 over runs; `sectionmark.profiling.compare`).
 
     Two modules (compiled programs, or .vmfb paths): both run alternately on
     ``args``, in rounds (`sectionmark.workflows.interleave.compare_modules`,
@@ -135,7 +135,7 @@ def _change(row: Change) -> str:
 
 
 def method_caption(comparison: Comparison) -> str:
-    """What the intervals are over (each basis present), and the bounds of the verdicts."""
+    """What the intervals are over (each basis present), and the change each must lie beyond for a verdict."""
     judged = [row for row in [*comparison.sections, *comparison.components] if row.low is not None]
     parts = []
     for row in ([next((row for row in judged if row.basis == basis), None) for basis in (ROUNDS, RUNS, CALLS)]):
@@ -143,15 +143,17 @@ def method_caption(comparison: Comparison) -> str:
             continue
         if row.basis == ROUNDS:
             parts.append(f"interval: {row.a_runs} interleaved rounds of {comparison.calls_per_round or '?'} calls, "
-                         f"median B/A of the rounds and its sign-test interval ({row.coverage:.1%})")
+                         f"median B/A of the rounds and its sign-test interval ({row.coverage:.1%}); slower/faster: "
+                         f"beyond {row.bound:g}%")
         elif row.basis == RUNS:
             parts.append(f"interval: runs ({row.a_runs} of A, {row.b_runs} of B), median B/A of every pair and its "
-                         f"rank-test interval ({row.coverage:.1%})")
+                         f"rank-test interval ({row.coverage:.1%}); slower/faster: beyond {row.bound:g}% (profiles "
+                         "taken apart drift as wholes)")
         else:
             parts.append(f"interval: bootstrap of the calls of one run, {comparison.resamples} resamples, seed "
-                         f"{comparison.seed} ({comparison.confidence:.0%}): a verdict only beyond "
-                         f"{max(comparison.drift_bound, comparison.min_change):g}% (drift between runs)")
-    return "; ".join(parts + [f"slower/faster: beyond {comparison.min_change:g}%"])
+                         f"{comparison.seed} ({comparison.confidence:.0%}); slower/faster: beyond {row.bound:g}% "
+                         "(the drift between runs)")
+    return "; ".join(parts)
 
 
 def build_table(comparison: Comparison, components: bool = False) -> Table:
@@ -205,7 +207,7 @@ def render_csv(comparison: Comparison) -> str:
     def figures(row: Change) -> list:
         return [row.verdict, cell(row.a_ns, 0), cell(row.b_ns, 0), cell(row.ratio, 6), cell(row.low, 6),
                 cell(row.high, 6), cell(row.change_percent, 3), row.a_calls, row.b_calls, cell(row.coverage, 6),
-                row.a_runs, row.b_runs]
+                row.a_runs, row.b_runs, cell(row.bound, 3)]
 
     return csv_text(CSV_COLUMNS, [
         *([row.name, json.dumps(list(row.path), ensure_ascii=False), *figures(row), "section", row.basis]

@@ -22,7 +22,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.parameters import Parameters
 from sectionmark.profiling import profile
 from sectionmark.profiling.compare import (CONFIDENCE, DEFAULT_ITERATIONS, DEFAULT_ROUNDS, DEFAULT_WARMUP, MAX_ROUNDS,
-                                           MIN_CHANGE, RESAMPLES, SEED, Comparison, compare_sessions)
+                                           RESAMPLES, SEED, Comparison, compare_sessions)
 from sectionmark.profiling.runner import DEFAULT_TIMEOUT_S
 from sectionmark.profiling.runs import combine_runs
 
@@ -50,7 +50,7 @@ def compare_modules(
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
     seed: int = SEED,
-    min_change: float = MIN_CHANGE,
+    min_change: Optional[float] = None,
 ) -> Comparison:
     """Profile ``a`` and ``b`` (compiled programs or .vmfb paths) alternately for ``rounds`` rounds of one run of
     ``iterations`` calls each (after ``warmup``), with the same ``args``, and compare them round by round.
