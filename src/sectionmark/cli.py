@@ -332,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="give up when one run takes longer than S seconds (default: 3600)")
     modules.add_argument("--parameters", action="append", default=[], metavar="[SCOPE=]FILE",
                          help="external parameter file (repeatable), the same for both modules")
-    modules.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS),
+    modules.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), metavar="N",
                          help=f"unmeasured calls first in each run (default: {DEFAULT_WARMUP}); of recorded profiles: leading "
                          "calls to drop (default: 0)")
     recorded = compare.add_argument_group("two recorded profiles")

@@ -41,7 +41,7 @@ one name summed across blocks, `sectionmark.profiling.components`) are
 judged the same way, matched by name, from their summed samples and run
 values. Pure functions of two sessions (no IREE): tests build them by hand;
 `sectionmark.renderers.compare` reads profile JSON files for `sm.compare` and
-writes the outputs. Every input is checked first (`_checked_samples`): a
+writes the outputs. Every input is checked first (`_section_figures`): a
 damaged or hand-edited profile is one error line, never a figure.
 """
 
