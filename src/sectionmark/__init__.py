@@ -6,7 +6,7 @@ also iree-turbine's ``ExportOutput``); ``compile`` carries them through
 IREE (a `CompiledProgram`); ``load`` runs a module; ``profile`` / ``report``
 measure per-section times (a `ProfileRun`: its `ProfileSession` of figures, and the run's events for
 the views that draw them); ``compare`` tells whether
-each section and component got faster or slower between two profiles; ``record`` notes the calls
+each section and component got faster or slower between two modules (run alternately) or two profiles; ``record`` notes the calls
 a program makes through a loaded module and replays them under the profiler
 (a `Recording`, per-function profiles: docs/record.md); ``slice`` cuts one section out
 into its own program and ``bench_section`` times it alone and in the whole model (docs/slice.md);
@@ -42,7 +42,7 @@ _LAZY = {
     "load": ("sectionmark.runtime", "load"),
     "profile": ("sectionmark.workflows.measure", "profile"),
     "report": ("sectionmark.workflows.measure", "report"),
-    "compare": ("sectionmark.renderers.compare", "compare"),
+    "compare": ("sectionmark.workflows.compare", "compare"),
     "record": ("sectionmark.workflows.record", "record"),
     "Recording": ("sectionmark.workflows.record", "Recording"),
     "ReplayProfile": ("sectionmark.workflows.replay", "ReplayProfile"),

@@ -87,12 +87,13 @@ EXAMPLES = {
   sectionmark tracy run.ireeprof --map model.vmfb --warmup 3 -o run.tracy
   (the same as: sectionmark report run.ireeprof --map model.vmfb --warmup 3 --tracy run.tracy)""",
     "compare": """examples:
-  sectionmark profile model.vmfb --input x.npy -n 30 --json before.json
-  sectionmark profile model.vmfb --input x.npy -n 30 --json after.json
-  sectionmark compare before.json after.json
+  sectionmark compare before.vmfb after.vmfb --input x.npy   # 10 rounds: A and B once each, in a random order
+  sectionmark compare before.vmfb after.vmfb --input x.npy --rounds 10 -n 40 --workers 1 --fail-if-slower 10
+  sectionmark profile model.vmfb --input x.npy -n 30 --runs 5 --json before.json
+  sectionmark profile model.vmfb --input x.npy -n 30 --runs 5 --json after.json
   sectionmark compare before.json after.json --fail-if-slower 10 --json change.json   # CI: exit 1 on a slowdown
   sectionmark compare a.ireeprof b.ireeprof --map a.vmfb --map b.vmfb --warmup 3 --csv change.csv
-  sectionmark compare before.json after.json --min-change 0   # the pure test: any interval excluding 1
+  sectionmark compare before.json after.json --min-change 0   # any interval excluding 1
   sectionmark profile recording/ --json replay-a.json   # a recording's replays (rec.save("recording"))
   sectionmark compare replay-a.json replay-b.json --function decode""",
     "slice": """examples:
@@ -206,7 +207,8 @@ def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from sectionmark.compiler.targets import TARGET_FLAGS
-    from sectionmark.profiling.compare import MIN_CHANGE
+    from sectionmark.profiling.compare import (DEFAULT_ITERATIONS, DEFAULT_ROUNDS, DEFAULT_WARMUP, DRIFT_BOUND,
+                                               MAX_ROUNDS, MIN_CHANGE, RUNS_MIN_CHANGE)
 
     parser = _Parser(
         prog="sectionmark",
@@ -308,31 +310,55 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
 
     compare = commands.add_parser(
-        "compare", help="compare two profiles per section and component: B/A per call with a confidence interval",
+        "compare", help="compare two modules (run alternately) or two profiles per section and component",
         description="Per section, then per component (sections of one name summed across blocks): busy time "
-        "per call in A and B, the ratio B/A, its 95% interval (bootstrap of the per-call times, 2000 resamples, seed 0) and a verdict: slower/faster only when the interval lies "
-        "beyond --min-change, else 'no change'; sections in one profile only are listed as such.",
+        "per call in A and B, the ratio B/A, its interval and a verdict: slower/faster only when the interval lies "
+        "beyond --min-change, else 'no change'. Two modules (.vmfb): run alternately, A and B once a round in a random "
+        "order, the interval over the rounds' paired ratios. Two profiles of several runs each (--runs): the interval "
+        "over the runs. A profile of one run: over its calls, a verdict only beyond the drift between runs "
+        f"({DRIFT_BOUND:g}%), else 'within drift'. Sections in one profile only are listed as such.",
         epilog=EXAMPLES["compare"], formatter_class=_formatter)
     compare.set_defaults(run=compare_command, planned_io=_compare_io)
-    compare.add_argument("a", help="the baseline: profile JSON (--json of profile/report), a recording's replay JSON "
-                         "(--json of profile RECORDING_DIR), or a recorded .ireeprof with --map")
-    compare.add_argument("b", help="the profile compared with it, the same kinds")
-    compare.add_argument("--map", action="append", default=[], metavar="MAP",
-                         help="section map (.sections.json or .vmfb) of a recorded profile: once for both, or once "
-                         "per .ireeprof input in order")
-    compare.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), default=0,
-                         help="leading calls to drop from a recorded profile (default: 0)")
+    compare.add_argument("a", help="the baseline: a module (.vmfb, run with --input), profile JSON (--json of "
+                         "profile/report), a recording's replay JSON (--json of profile RECORDING_DIR), or a recorded "
+                         ".ireeprof with --map")
+    compare.add_argument("b", help="the module or profile compared with it, the same kind")
     compare.add_argument("--function", metavar="NAME",
-                         help="the function compared: of a recording's replay JSON (profile RECORDING_DIR --json; "
-                         "default: its one function with dispatches) or of a recorded profile (default: any)")
-    compare.add_argument("--min-change", type=percent, default=MIN_CHANGE, metavar="PCT",
-                         help=f"slower/faster only when the interval lies beyond this change (default: {MIN_CHANGE:g}, "
-                         "run-to-run drift; 0: any interval excluding 1)")
+                         help="the function compared: of the modules (default: main), of a recording's replay JSON "
+                         "(profile RECORDING_DIR --json; default: its one function with dispatches) or of a recorded "
+                         "profile (default: any)")
+    compare.add_argument("--min-change", type=percent, metavar="PCT",
+                         help=f"slower/faster only when the interval lies beyond this change (default: {MIN_CHANGE:g} "
+                         f"over rounds, {RUNS_MIN_CHANGE:g} over runs: profiles taken apart drift as wholes; 0: any "
+                         "interval excluding 1)")
     compare.add_argument("--fail-if-slower", type=percent, metavar="PCT",
                          help="exit 1 when a section or component is judged slower by more than PCT percent "
                          "(B/A > 1 + PCT/100)")
+    compare.add_argument("--seed", type=whole_number_in(0, 2**32 - 1), default=0,
+                         help="seed of the rounds' order and of the bootstrap (default: 0)")
     compare.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     compare.add_argument("--csv", metavar="FILE", help="also write the comparison as CSV")
+    modules = compare.add_argument_group("two modules (run alternately)")
+    modules.add_argument("--input", action="append", default=[], metavar="NPY",
+                         help="argument as a .npy file (repeat, in order), the same for both")
+    modules.add_argument("--rounds", type=whole_number_in(2, MAX_ROUNDS), metavar="K",
+                         help=f"rounds, each one profiled run of A and one of B (default: {DEFAULT_ROUNDS})")
+    modules.add_argument("-n", "--iterations", type=whole_number_in(1, MAX_CALLS), metavar="N",
+                         help=f"measured calls per run (default: {DEFAULT_ITERATIONS})")
+    modules.add_argument("--workers", type=whole_number_in(1, 1 << 16), metavar="N",
+                         help="local-task's most worker threads (default: one per physical core)")
+    modules.add_argument("--device", help="IREE device (default: local-task)")
+    modules.add_argument("--timeout", type=whole_number_in(1, 7 * 24 * 3600), metavar="S",
+                         help="give up when one run takes longer than S seconds (default: 3600)")
+    modules.add_argument("--parameters", action="append", default=[], metavar="[SCOPE=]FILE",
+                         help="external parameter file (repeatable), the same for both modules")
+    modules.add_argument("--warmup", type=whole_number_in(0, MAX_CALLS), metavar="N",
+                         help=f"unmeasured calls first in each run (default: {DEFAULT_WARMUP}); of recorded profiles: leading "
+                         "calls to drop (default: 0)")
+    recorded = compare.add_argument_group("two recorded profiles")
+    recorded.add_argument("--map", action="append", default=[], metavar="MAP",
+                          help="section map (.sections.json or .vmfb) of a recorded profile: once for both, or once "
+                          "per .ireeprof input in order")
 
     slice_ = commands.add_parser(
         "slice", help="cut one section out of an exported model into its own MLIR program",
@@ -456,7 +482,9 @@ def _tracy_io(args: argparse.Namespace) -> PlannedIO:
 
 def _compare_io(args: argparse.Namespace) -> PlannedIO:
     maps = [path for map_path in args.map for path in _module_inputs(map_path)]
-    return [args.a, args.b, *maps], {"--json": args.json, "--csv": args.csv}
+    modules = [path for source in (args.a, args.b) if source.lower().endswith(".vmfb")
+               for path in _module_inputs(source)]
+    return [args.a, args.b, *modules, *maps, *args.input], {"--json": args.json, "--csv": args.csv}
 
 
 def _peak_io(args: argparse.Namespace) -> PlannedIO:

@@ -226,22 +226,31 @@ def peak_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         _print(f"wrote {written}")
 
 
-def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    from sectionmark.workflows.measure import report
-    from sectionmark.profiling.compare import SectionChange
-    from sectionmark.renderers.compare import compare, render_csv, render_json, render_table
+MODULE_OPTIONS = {"input": "--input", "rounds": "--rounds", "iterations": "-n", "workers": "--workers",
+                  "device": "--device", "timeout": "--timeout", "parameters": "--parameters"}
 
-    recorded = [path for path in (args.a, args.b) if not path.lower().endswith(".json")]
-    if args.map and len(args.map) not in (1, len(recorded)):
-        raise SectionmarkError(f"give --map once, or once per recorded profile ({len(recorded)}), not {len(args.map)} "
-                               "times")
-    if recorded and not args.map:
-        raise SectionmarkError(f"{recorded[0]} is not a profile JSON (.json): give its section map with --map")
-    maps = iter(args.map * len(recorded) if len(args.map) == 1 else args.map)
-    sources = [path if path.lower().endswith(".json")
-               else report(path, next(maps), warmup=args.warmup, function=args.function)
-               for path in (args.a, args.b)]  # a recorded profile (.ireeprof, .jsonl, .tracy): calls inferred
-    comparison = compare(*sources, function=args.function, min_change=args.min_change)
+
+def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    from sectionmark.profiling.compare import SectionChange
+    from sectionmark.renderers.compare import render_csv, render_json, render_table
+    from sectionmark.workflows.compare import compare
+    from sectionmark.workflows.interleave import is_module
+
+    modules = [is_module(path) for path in (args.a, args.b)]
+    if any(modules) and not all(modules):
+        raise SectionmarkError(f"{(args.a, args.b)[modules.index(False)]} is a profile and "
+                               f"{(args.a, args.b)[modules.index(True)]} a module: compare two modules (run "
+                               "alternately) or two profiles")
+    options = {"seed": args.seed, "min_change": args.min_change}
+    if all(modules):
+        _refuse_options(args, {"map": "--map"}, "two modules (they carry their section maps)")
+        run_options = {name: getattr(args, name) for name in [*MODULE_OPTIONS, "warmup"]
+                       if name != "input" and getattr(args, name) not in (None, [])}
+        comparison = compare(args.a, args.b, _load_inputs(args.input), function=args.function, **run_options,
+                             **options)
+    else:
+        _refuse_options(args, MODULE_OPTIONS, "two profiles (they are for two modules, run alternately)")
+        comparison = compare(*_compared_profiles(args), function=args.function, **options)
     comparison.a, comparison.b = args.a, args.b
     written = []
     for path, text in ((args.json, render_json), (args.csv, render_csv)):
@@ -260,6 +269,32 @@ def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
             listed = "; ".join(prefix + ", ".join(f"{row.name} ({row.change_percent:+.1f}%)" for row in rows)
                                for rows, prefix in ((sections, ""), (components, "components: ")) if rows)
             raise SectionmarkError(f"{counts} slower by more than {args.fail_if_slower:g}%: {listed}")
+
+
+def _refuse_options(args: argparse.Namespace, options: dict[str, str], compared: str) -> None:
+    """An option given that does not apply to what is compared is one error line, not silently ignored."""
+    given = [flag for name, flag in options.items() if getattr(args, name) not in (None, [])]
+    if given:
+        raise SectionmarkError(f"{', '.join(given)} do{'es' * (len(given) == 1)} not apply to {compared}")
+
+
+def _compared_profiles(args: argparse.Namespace) -> list:
+    """The two profiles: a JSON path as is, a recorded profile (.ireeprof, .jsonl, .tracy) joined with its map."""
+    from sectionmark.workflows.measure import report
+
+    recorded = [path for path in (args.a, args.b) if not path.lower().endswith(".json")]
+    if not recorded:
+        _refuse_options(args, {"map": "--map", "warmup": "--warmup"},
+                        "two profile JSON files (only to recorded profiles: .ireeprof, .jsonl, .tracy)")
+    if args.map and len(args.map) not in (1, len(recorded)):
+        raise SectionmarkError(f"give --map once, or once per recorded profile ({len(recorded)}), not {len(args.map)} "
+                               "times")
+    if recorded and not args.map:
+        raise SectionmarkError(f"{recorded[0]} is not a profile JSON (.json): give its section map with --map")
+    maps = iter(args.map * len(recorded) if len(args.map) == 1 else args.map)
+    return [path if path.lower().endswith(".json")
+            else report(path, next(maps), warmup=args.warmup or 0, function=args.function)
+            for path in (args.a, args.b)]  # a recorded profile: calls inferred
 
 
 def slice_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:

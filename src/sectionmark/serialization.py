@@ -178,9 +178,13 @@ def _read(kind: Any, data: Any, where: str) -> Any:
     if kind is float:  # scalars first: most values are
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             raise SchemaError(f"{where}: expected a number, got {_describe(data)}")
-        if not math.isfinite(data):
+        try:
+            value = float(data)
+        except OverflowError:  # an integer beyond any float (10**400)
+            raise SchemaError(f"{where}: expected a finite number, got an integer of {data.bit_length()} bits") from None
+        if not math.isfinite(value):
             raise SchemaError(f"{where}: expected a finite number, got {data}")
-        return float(data)
+        return value
     if kind is int:
         if isinstance(data, bool) or not isinstance(data, int):
             raise SchemaError(f"{where}: expected an integer, got {_describe(data)}")

@@ -28,7 +28,7 @@ from sectionmark.profiling.roofline import component_roofline, roofline
 from sectionmark.workflows.replay import ReplayProfile
 
 PUBLIC_NAMES = [
-    "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledProgram", "ProfileSession",
+    "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledProgram", "ProfileSession", "ProfileRun",
     "Recording", "ReplayProfile", "torch", "jax", "compile", "load", "profile", "report", "compare", "record", "tracing",
     "slice", "bench_section", "peak",
 ]
@@ -37,6 +37,8 @@ DOCUMENTED = {
     "ProfileSession": ["table", "render", "save", "save_json", "save_csv", "save_perfetto", "save_tracy",
                        "save_chart", "save_timeline", "save_graph", "to_json", "from_json", "section", "section_rows",
                        "unmarked", "parallelism", "utilization", "components", "kernels", "traffic", "roofline"],
+    # sm.profile's and sm.report's (the session's figures are reached on it too: prof.sections, prof.components())
+    "ProfileRun": ["table", "render", "save", "save_json", "save_perfetto", "save_tracy", "events", "close", "to_json"],
     "ReplayProfile": ["table", "render", "save", "save_json", "to_json", "from_json", "function", "function_names"],
     "CompiledProgram": ["save", "sections_summary"],
     "Recording": ["profile", "save"],
@@ -140,8 +142,7 @@ def test_compile_profile_and_compare_declare_each_input_they_take():
     path = "Union[str, 'os.PathLike[str]']"  # annotations as written (the modules defer them)
     assert first_parameter_types(sm.compile) == ["SectionedExport", "'ExportOutput'", "'SectionSlice'", path]
     assert first_parameter_types(sm.profile) == ["'CompiledProgram'", path]
-    assert first_parameter_types(sm.compare) == [
-        "ProfileSession", path, "Union[ProfileSession, str, 'os.PathLike[str]']"]
+    assert first_parameter_types(sm.compare) == ["Profiled", "'CompiledProgram'"]  # Profiled: a session, a run, a path
     for function in (sm.compile, sm.profile, sm.compare):
         returned = {inspect.signature(overload).return_annotation for overload in typing.get_overloads(function)}
         assert returned == {inspect.signature(function).return_annotation}
@@ -153,8 +154,9 @@ def test_compile_profile_and_compare_declare_each_input_they_take():
     (lambda: sm.compile(b"module {}"), "sm.compile takes an export (sm.torch.export, aot.export, sm.jax.export), a "
                                        "slice (sm.slice), MLIR text or a .mlir/.mlirbc path, not bytes"),
     (lambda: sm.profile(3.5), "sm.profile takes a compiled program (sm.compile) or a .vmfb path, not float"),
-    (lambda: sm.compare(hand_built(), Where()), "sm.compare takes profiles (ProfileSession) or profile JSON files "
-                                                "(a path), not test_public_api.Where"),
+    (lambda: sm.compare(hand_built(), Where()), "sm.compare takes profiles (ProfileSession, ProfileRun), profile JSON "
+                                                "files (a path) or modules (CompiledProgram, a .vmfb path), not "
+                                                "test_public_api.Where"),
 ], ids=["compile-int", "compile-bytes", "profile-float", "compare-object"])
 def test_an_input_of_another_type_is_one_type_error_naming_it(call, message):
     with pytest.raises(TypeError) as error:

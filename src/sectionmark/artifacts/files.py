@@ -11,10 +11,11 @@ size the file had when opened.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO, Optional, Union
+from typing import Any, BinaryIO, Optional, Union
 
 from sectionmark.errors import SectionmarkError
 
@@ -57,3 +58,20 @@ def read_regular(path: PathLike, what: str, limit: Optional[int] = None) -> byte
             return file.read(size)
         except OSError as error:
             raise SectionmarkError(f"cannot read {what} {path}: {error.strerror or error}") from None
+
+
+MAX_JSON_BYTES = 256 << 20  # far beyond any profile (1,000 samples a section); a larger file is refused unread
+
+
+def read_json(path: PathLike, what: str, limit: int = MAX_JSON_BYTES) -> Any:
+    """The JSON document of a file (``what`` it should be, for the error line), not yet checked against any
+    schema: read like every input (`read_regular`: a FIFO or a device refused without blocking, a file over
+    ``limit`` bytes unread), one error line when it is not JSON or is nested too deeply to read."""
+    path = Path(path)
+    data = read_regular(path, what, limit=limit)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SectionmarkError(f"{path} is not JSON: {error}") from None
+    except RecursionError:
+        raise SectionmarkError(f"{path} is not a {what}: nested too deeply") from None

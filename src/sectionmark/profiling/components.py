@@ -96,24 +96,25 @@ def _component(
     session: ProfileSession, name: str, members: list[int], per_call_matrix: Optional[np.ndarray]
 ) -> ComponentStats:
     rows: list[SectionStats] = session.sections
-    outermost = [index for index in members if not _nested_in_any(rows[index].path, [rows[m].path for m in members])]
+    outer = set(outermost([rows[index].path for index in members]))
+    outermost_rows = [index for index in members if rows[index].path in outer]
     total = float(session.total_ns)
-    busy = sum(rows[index].busy_ns for index in outermost)
+    busy = sum(rows[index].busy_ns for index in outermost_rows)
     exclusive = sum(rows[index].exclusive_ns for index in members)
-    per_call = None if per_call_matrix is None else per_call_matrix[:, outermost].sum(axis=1)
+    per_call = None if per_call_matrix is None else per_call_matrix[:, outermost_rows].sum(axis=1)
     return ComponentStats(
         name=name,
         sections=[rows[index].path for index in members],
         busy_ns=busy,
         exclusive_ns=exclusive,
-        wall_ns=sum(rows[index].wall_ns for index in outermost),
+        wall_ns=sum(rows[index].wall_ns for index in outermost_rows),
         share=busy / total if total else 0.0,
         exclusive_share=exclusive / total if total else 0.0,
-        dispatches=sum(rows[index].dispatches for index in outermost),
+        dispatches=sum(rows[index].dispatches for index in outermost_rows),
         calls=None if per_call is None else int((per_call > 0).sum()),
         per_call=None if per_call is None else CallStats.of(per_call),
-        samples=_summed_samples([rows[index].samples for index in outermost]),
-        traffic=Traffic.total(rows[index].traffic for index in outermost),
+        samples=_summed_samples([rows[index].samples for index in outermost_rows]),
+        traffic=Traffic.total(rows[index].traffic for index in outermost_rows),
     )
 
 
@@ -124,5 +125,8 @@ def _summed_samples(samples: list[Optional[list[float]]]) -> Optional[list[float
     return np.sum(np.asarray(samples, float), axis=0).tolist()
 
 
-def _nested_in_any(path: SectionPath, others: list[SectionPath]) -> bool:
-    return any(len(other) < len(path) and path[: len(other)] == other for other in others)
+def outermost(paths: list[SectionPath]) -> list[SectionPath]:
+    """The paths not nested in another of ``paths`` (in their order): their inclusive times add up without counting
+    a dispatch twice (a component's time, and its run values in `sectionmark.profiling.compare`)."""
+    return [path for path in paths
+            if not any(len(other) < len(path) and path[: len(other)] == other for other in paths)]

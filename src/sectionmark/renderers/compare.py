@@ -1,104 +1,32 @@
-"""`sm.compare` on profile files, and the outputs of `sectionmark compare`: table, CSV and JSON.
+"""The outputs of `sectionmark compare`: table, CSV and JSON of a `Comparison`.
 
 Not in ``RENDERERS``: those render one profile; these render the comparison
-of two (`sectionmark.profiling.compare`), read here from the profile JSON
-files `--json` writes (`json_out.load`). Times are busy time per call, as in
-the section table; names are data (``rich.text.Text``, never markup). The
-table has the sections, then the components (sections of one name summed
-across blocks); the CSV has both, told apart by its ``kind`` column.
+of two (`sectionmark.profiling.compare`, made by `sectionmark.workflows.compare`
+from two modules run alternately or two profiles). Times are busy time per
+call, as in the section table; names are data (``rich.text.Text``, never
+markup, control characters shown escaped). The table has the sections, then
+the components (sections of one name summed across blocks); the CSV has both,
+told apart by its ``kind`` column.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
-from pathlib import Path
-from typing import Optional, Union, overload
+from typing import Optional
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sectionmark.errors import SectionmarkError, wrong_type
-from sectionmark.profiling.compare import (CONFIDENCE, FASTER, MIN_CHANGE, RESAMPLES, SEED, SLOWER, Change,
-                                           Comparison, compare_sessions)
-from sectionmark.profiling.profile_run import ProfileRun
-from sectionmark.profiling.session import ProfileSession
-from sectionmark.renderers import json_out
+from sectionmark.profiling.compare import CALLS, FASTER, ROUNDS, RUNS, SLOWER, Change, Comparison
 from sectionmark.renderers.csv_format import csv_text
 from sectionmark.renderers.table import format_ns
 from sectionmark.section_path import printable
-from sectionmark.workflows.replay import ReplayProfile
 
 CSV_COLUMNS = ["section", "path", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "change_percent", "a_calls",
-               "b_calls", "kind", "basis"]
+               "b_calls", "coverage", "a_runs", "b_runs", "bound", "kind", "basis"]
 VERDICT_STYLES = {SLOWER: "red", FASTER: "green"}
-
-
-@overload
-def compare(a: ProfileSession, b: ProfileSession, *, function: Optional[str] = ..., resamples: int = ...,
-            confidence: float = ..., seed: int = ..., min_change: float = ...) -> Comparison: ...
-@overload
-def compare(a: Union[str, "os.PathLike[str]"], b: Union[str, "os.PathLike[str]"], *, function: Optional[str] = ...,
-            resamples: int = ..., confidence: float = ..., seed: int = ..., min_change: float = ...) -> Comparison: ...
-@overload
-def compare(a: Union[ProfileSession, str, "os.PathLike[str]"], b: Union[ProfileSession, str, "os.PathLike[str]"], *,
-            function: Optional[str] = ..., resamples: int = ..., confidence: float = ..., seed: int = ...,
-            min_change: float = ...) -> Comparison: ...
-
-
-def compare(a: Union[ProfileSession, str, Path], b: Union[ProfileSession, str, Path], *,
-            function: Optional[str] = None, resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
-            seed: int = SEED, min_change: float = MIN_CHANGE) -> Comparison:
-    """Compare profile ``b`` against ``a``: sessions, profile JSON files (``prof.save("run.json")``, ``--json``), or
-    a recording's replay JSON (``sectionmark profile RECORDING --json F``: ``function``'s profile, `load_profile`).
-
-    Per section and per component (by name): busy time per call in A and B,
-    the ratio B/A, its bootstrap confidence interval from the per-call samples
-    (``resamples`` draws, seeded with ``seed``), and "faster"/"slower" only when
-    the interval excludes 1 by more than ``min_change`` percent (run-to-run
-    drift: `sectionmark.profiling.compare`).
-    """
-    labels = [str(x) if isinstance(x, (str, Path)) else name for x, name in ((a, "A"), (b, "B"))]
-    return compare_sessions(load_profile(a, function), load_profile(b, function), labels=labels,
-                            resamples=resamples, confidence=confidence, seed=seed, min_change=min_change)
-
-
-def load_profile(source: Union[ProfileSession, str, Path], function: Optional[str] = None) -> ProfileSession:
-    """A session as is, a profile JSON file read back, or one function's profile from a recording's replay JSON
-    (``function``, or the one function of the replay that ran dispatches); an error names the file.
-
-    ``function`` given for a profile JSON of another function is an error too: the comparison would not be
-    of what was asked for.
-    """
-    if isinstance(source, ProfileRun):
-        return source.session
-    if isinstance(source, ProfileSession):
-        return source
-    if not isinstance(source, (str, os.PathLike)):
-        raise wrong_type("sm.compare", source, "profiles (ProfileSession) or profile JSON files (a path)")
-    try:
-        data = json_out.read(source)
-        if isinstance(data, dict) and data.get("kind") == "replay":
-            return _replayed_function(ReplayProfile.from_json(data), function)
-        session = ProfileSession.from_json(data)
-        if function is not None and session.function is not None and session.function != function:
-            raise SectionmarkError(f"a profile of function {session.function!r}, not {function!r}")
-        return session
-    except SectionmarkError as error:
-        message = str(error)
-        raise SectionmarkError(message if str(source) in message else f"{source}: {message}") from None
-
-
-def _replayed_function(replay: ReplayProfile, function: Optional[str]) -> ProfileSession:
-    if function is not None:
-        return replay.function(function)
-    profiled = [entry.function for entry in replay.functions if entry.profile is not None]
-    if len(profiled) != 1:
-        raise SectionmarkError(f"a replay of {len(profiled)} functions that ran dispatches ({', '.join(profiled)}): "
-                               "name one with --function")
-    return replay.function(profiled[0])
 
 
 def _ratio(value: Optional[float]) -> str:
@@ -109,6 +37,28 @@ def _change(row: Change) -> str:
     return f"{row.change_percent:+.1f}%" if row.change_percent is not None else ""
 
 
+def method_caption(comparison: Comparison) -> str:
+    """What the intervals are over (each basis present), and the change each must lie beyond for a verdict."""
+    judged = [row for row in [*comparison.sections, *comparison.components] if row.low is not None]
+    parts = []
+    for row in ([next((row for row in judged if row.basis == basis), None) for basis in (ROUNDS, RUNS, CALLS)]):
+        if row is None:
+            continue
+        if row.basis == ROUNDS:
+            parts.append(f"interval: {row.a_runs} interleaved rounds of {comparison.calls_per_round or '?'} calls, "
+                         f"median B/A of the rounds and its sign-test interval ({row.coverage:.1%}); slower/faster: "
+                         f"beyond {row.bound:g}%")
+        elif row.basis == RUNS:
+            parts.append(f"interval: runs ({row.a_runs} of A, {row.b_runs} of B), median B/A of every pair and its "
+                         f"rank-test interval ({row.coverage:.1%}); slower/faster: beyond {row.bound:g}% (profiles "
+                         "taken apart drift as wholes)")
+        else:
+            parts.append(f"interval: bootstrap of the calls of one run, {comparison.resamples} resamples, seed "
+                         f"{comparison.seed} ({comparison.confidence:.0%}); slower/faster: beyond {row.bound:g}% "
+                         "(the drift between runs)")
+    return "; ".join(parts)
+
+
 def build_table(comparison: Comparison, components: bool = False) -> Table:
     """One row per section (``components``: per component), time per call in A and B, B/A with its interval, the
     verdict."""
@@ -117,13 +67,10 @@ def build_table(comparison: Comparison, components: bool = False) -> Table:
         table.add_column("Component")
         table.add_column("Sections A/B", justify="right")
     else:
-        bases = " or ".join(sorted({row.basis for row in comparison.sections if row.low is not None})) or "calls"
         table = Table(title=Text(printable(f"B: {comparison.b}  vs  A: {comparison.a}")), title_justify="left",
-                      caption=f"interval: bootstrap of the {bases}, {comparison.resamples} resamples, seed "
-                              f"{comparison.seed}; slower/faster: beyond {comparison.min_change:g}%",
-                      caption_justify="left")
+                      caption=method_caption(comparison), caption_justify="left")
         table.add_column("Section")
-    for column in ("A/call", "B/call", "B/A", f"{comparison.confidence:.0%} interval", "Change"):
+    for column in ("A/call", "B/call", "B/A", "Interval", "Change"):
         table.add_column(column, justify="right")
     table.add_column("Verdict")
     for row in comparison.components if components else comparison.sections:
@@ -144,11 +91,13 @@ def build_table(comparison: Comparison, components: bool = False) -> Table:
 
 
 def render_table(comparison: Comparison, width: int = 140) -> str:
-    """The sections' table, then the components', as plain text."""
+    """The sections' table, then the components', as plain text; then the note on rows without a verdict."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
     console.print(build_table(comparison))
     console.print(build_table(comparison, components=True))
+    if comparison.note:
+        console.print(Text(printable(f"note: {comparison.note}")))
     return buffer.getvalue()
 
 
@@ -160,7 +109,8 @@ def render_csv(comparison: Comparison) -> str:
 
     def figures(row: Change) -> list:
         return [row.verdict, cell(row.a_ns, 0), cell(row.b_ns, 0), cell(row.ratio, 6), cell(row.low, 6),
-                cell(row.high, 6), cell(row.change_percent, 3), row.a_calls, row.b_calls]
+                cell(row.high, 6), cell(row.change_percent, 3), row.a_calls, row.b_calls, cell(row.coverage, 6),
+                row.a_runs, row.b_runs, cell(row.bound, 3)]
 
     return csv_text(CSV_COLUMNS, [
         *([row.name, json.dumps(list(row.path), ensure_ascii=False), *figures(row), "section", row.basis]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from sectionmark import serialization
-from sectionmark.errors import SectionmarkError
+from sectionmark.artifacts.files import read_json
 from sectionmark.profiling.components import components
 from sectionmark.profiling.kernels import kernels
 from sectionmark.profiling.session import ProfileSession
@@ -52,15 +52,6 @@ def _text(document: dict[str, Any]) -> str:
 
 def load(path: Union[str, Path]) -> ProfileSession:
     """Read a saved profile JSON back (for ``sectionmark report`` on saved results)."""
-    return ProfileSession.from_json(read(path))
+    return ProfileSession.from_json(read_json(path, "profile JSON"))
 
 
-def read(path: Union[str, Path]) -> Any:
-    """The JSON document of a file, not yet checked against any schema; one error line when it is not JSON."""
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise SectionmarkError(f"cannot read {path}: {error.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise SectionmarkError(f"{path} is not JSON: {error}") from None
