@@ -25,15 +25,17 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
 import sys
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from invariants import assert_profile_invariants
+from shared_tools import CSVEXPORT
 
 from sectionmark.section_path import SectionPath
-from sectionmark.profiling.timeline import dispatch_label, session_timelines
+from sectionmark.profiling.timeline import dispatch_label, session_colors, session_timelines
 from sectionmark.readers.tracy_capture import Capture, Track
 from sectionmark.tracy import capture_command, read_capture
 
@@ -50,6 +52,7 @@ TOLERANCE_NS = 1_000  # the acceptance criterion: within 1 µs
 # Within one track times are exact.
 CROSS_TRACK_TOLERANCE_NS = 1_000_000
 CAPTURE_TIMEOUT_S = 120
+MLP_COLOR = 0x34A853  # given in code: the map, the HTML report and the capture carry it
 
 
 class Tiny(torch.nn.Module):
@@ -67,7 +70,7 @@ class Tiny(torch.nn.Module):
         with sm.section("Block"):
             with sm.section("Attn"):
                 x = x @ self.w1
-            with sm.section("MLP"):
+            with sm.section("MLP", color=MLP_COLOR):
                 x = torch.exp(x * 0.01) @ self.w2
         with sm.section("Head"):
             x = torch.tanh(x).sum(dim=1)
@@ -190,8 +193,10 @@ def expected(session) -> dict[str, list[Item]]:
 @pytest.fixture(scope="module")
 def found(replay, expected) -> dict[str, list[Item]]:
     """Replay tracks of the capture, mapped to profile time by each track's first zone."""
-    _session, capture = replay
-    tracks = {track.name: track for track in capture.gpu_contexts if track.name.startswith("queue ")}
+    session, capture = replay
+    device = f"{session.device} "  # the replay names its tracks by device and queue
+    tracks = {track.name.removeprefix(device): track for track in capture.gpu_contexts
+              if track.name.startswith(device + "queue ")}
     assert sorted(tracks) == sorted(expected), "the capture has other replay tracks than the profile needs"
     result = {}
     for name, track in tracks.items():
@@ -270,13 +275,15 @@ def test_every_dispatch_is_one_zone_inside_its_section(session, found):
 
 def test_tracks_are_placed_together(replay, expected):
     """All replay tracks share one time mapping (up to Tracy's per-context anchoring)."""
-    _session, capture = replay
-    tracks = [track for track in capture.gpu_contexts if track.name in expected]
+    session, capture = replay
+    named = {f"{session.device} {name}": name for name in expected}
+    tracks = [track for track in capture.gpu_contexts if track.name in named]
+    assert len(tracks) == len(expected)
     capture_origin = min(zone.start_ns for track in tracks for zone in track.zones)
     profile_origin = min(item.start_ns for items in expected.values() for item in items)
     for track in tracks:
         got = min(zone.start_ns for zone in track.zones) - capture_origin
-        want = min(item.start_ns for item in expected[track.name]) - profile_origin
+        want = min(item.start_ns for item in expected[named[track.name]]) - profile_origin
         assert abs(got - want) <= CROSS_TRACK_TOLERANCE_NS, (track.name, got, want)
 
 
@@ -296,3 +303,101 @@ def test_lanes_are_not_shifted_by_the_replay_of_earlier_tracks(tmp_path):
     offset = second.zones[0].start_ns - first.zones[0].start_ns
     assert abs(offset - 2_000) <= CROSS_TRACK_TOLERANCE_NS, offset
     assert second.zones[0].duration_ns == 2_000
+
+
+# ------------------------------------------------------------------ the Tracy view as a user sees it
+# Colours, names, CPU-side times and zone texts are read back with the project's reader; messages and the plot
+# with Tracy's own reader (csvexport), which reports them.
+
+# Tracy maps a replay track's GPU times onto its CPU clock by the anchor taken when the track was made (about a
+# microsecond off, more on a busy machine): what a CPU-side time may differ from the GPU times' mapping.
+ANCHOR_TOLERANCE_NS = 100_000
+
+
+def main_track(session, capture):
+    """The replay's main track of the first queue, with the timeline spans its zones were made from (zone order)."""
+    timeline = session_timelines(session)[0]
+    spans = [span for top in timeline.main for _depth, span in top.walk()]
+    track = next(track for track in capture.gpu_contexts
+                 if track.name == f"{session.device} queue {timeline.queue}: sections")
+    assert [zone.name for zone in track.zones] == [span.name for span in spans]
+    return track, spans
+
+
+def test_the_replay_thread_and_tracks_are_named_by_device_and_queue(replay):
+    session, capture = replay
+    assert session.device == "local-task"
+    assert [thread.name for thread in capture.threads] == ["sectionmark replay of local-task"]  # no "???"
+    names = [track.name for track in capture.gpu_contexts]
+    assert names[0] == "local-task queue 0: sections"
+    assert all(name.startswith("local-task queue 0: ") for name in names), names
+
+
+def test_zones_have_their_sections_colours_the_codes_where_given(replay):
+    session, capture = replay
+    colors = session_colors(session)
+    assert session.colors == {"MLP": MLP_COLOR} and colors[("Block", "MLP")] == MLP_COLOR
+    leaves = {row.leaf for row in session.section_rows}
+    assert len({colors[row.path] for row in session.section_rows}) == len(leaves)  # one distinct colour per name
+    shown = {(location.name, location.color) for location in capture.source_locations}
+    track, spans = main_track(session, capture)
+    for span in spans:  # a fused dispatch in the colour of its heaviest section, where it is drawn
+        assert (span.name, colors[span.path]) in shown, span
+    assert ("MLP", MLP_COLOR) in shown
+
+
+def test_zone_texts_are_the_kernel_rows_and_the_sections_shares(replay):
+    from sectionmark.profiling.kernels import kernels
+    from sectionmark.renderers.kernels import format_binding, format_bytes
+
+    session, capture = replay
+    colors = session_colors(session)
+    text = {(location.name, location.color): location.function for location in capture.source_locations}
+    rows = {row.site: row for row in kernels(session)}
+    _track, spans = main_track(session, capture)
+    for span in spans:
+        shown = text[(span.name, colors[span.path])]
+        if span.kind == "dispatch":
+            row = rows[span.args["site"]]
+            assert row.bindings and all(format_binding(binding) in shown for binding in row.bindings), shown
+            assert f"read {format_bytes(row.read_bytes)}, written {format_bytes(row.written_bytes)}" in shown
+        else:
+            share = next(row.share for row in session.section_rows if row.path == span.path)
+            assert f"{share:.1%} of the busy time" in shown, shown
+    attn = text[("Attn", colors[("Block", "Attn")])]
+    assert "shares fused dispatches with: Block / MLP" in attn, attn  # Attn's matmul is fused with MLP's ops
+
+
+def test_each_zone_is_sent_when_its_command_buffer_was_submitted(replay):
+    """Tracy's CPU-side begin of a GPU zone is the moment it was sent: the replay sends each at its command
+    buffer's submission on the run's clock, so Tracy's "delay to execution" is the run's (submission to start)
+    and never more. Before, every zone was sent when the replay started: a later call's zones showed a delay of
+    all the calls before it."""
+    session, capture = replay
+    track, spans = main_track(session, capture)
+    offset = spans[0].start_ns - track.zones[0].start_ns  # capture time -> profile time (the GPU side's mapping)
+    for span, zone, (cpu_begin, cpu_end) in zip(spans, track.zones, track.cpu_side):
+        assert span.submitted_ns is not None and span.submitted_ns <= span.start_ns
+        assert zone.start_ns + offset == span.start_ns
+        assert cpu_begin + offset >= span.submitted_ns - ANCHOR_TOLERANCE_NS, (span.name, cpu_begin + offset)
+        assert cpu_end >= cpu_begin
+
+
+@pytest.mark.skipif(CSVEXPORT is None, reason="Tracy's csvexport not found (shared/tools/tracy-csvexport-0.11.2)")
+def test_calls_are_messages_and_device_memory_a_plot(replay, tmp_path):
+    from sectionmark.renderers.tracy_texts import MEMORY_PLOT, first_call_start, memory_in_use
+
+    session, capture = replay
+    path = session.save_tracy(tmp_path / "again.tracy")  # the fixture's capture is read already; csvexport reads a file
+
+    def csvexport(*options: str) -> list[list[str]]:
+        lines = subprocess.run([str(CSVEXPORT), *options, str(path)], capture_output=True, text=True, check=True,
+                               timeout=60).stdout.splitlines()
+        return [line.split(",") for line in lines[1:]]
+
+    messages = [row[0] for row in csvexport("-m")]
+    assert messages == ["warmup call 1 of 1", *(f"call {call} of 4" for call in range(1, 5))]
+    plotted = [int(float(row[-1])) for row in csvexport("-u", "-p") if row[0] == MEMORY_PLOT]
+    attribution = session.events()
+    levels = [level for _time, level in memory_in_use(attribution, first_call_start(attribution))]
+    assert levels and plotted == levels

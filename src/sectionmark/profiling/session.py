@@ -125,6 +125,9 @@ class ProfileSession:
     runs: int = 1
     shown_run: Optional[int] = None
     total_runs: Optional[RunSpread] = None  # total busy ns per call in each run
+    # Section name -> the colour its code gave it (the map's `SectionMap.colors`); every view colours sections
+    # with `sectionmark.section_map.section_colors` over these and the rows' order. Empty in older JSON.
+    colors: dict[str, int] = json_field(default_factory=dict)
 
     # ------------------------------------------------------------------ building
 
@@ -200,6 +203,7 @@ class ProfileSession:
             tiles=tiles.total_tiles if tiles else None,
             workers=workers,
             device=device,
+            colors=dict(section_map.colors),
         )
 
     # ------------------------------------------------------------------ views
