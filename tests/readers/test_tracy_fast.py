@@ -182,10 +182,26 @@ def test_zone_rows_of_a_hand_written_tree():
         pos, rows, overflow = walk(tree, 0, 1, 1_000)
         table = np.frombuffer(rows, reader.ZONE_FIELDS)
         assert (pos, overflow) == (len(tree), False)
-        assert table.tolist() == [(10, 1_000, -1, 0, 1, 0), (15, 20, 0, 1, 2, 3), (25, 23, 0, 1, -1, 0)]
+        # A CPU zone's CPU side is its start and end again.
+        assert table.tolist() == [(10, 1_000, -1, 0, 1, 0, 10, 1_000), (15, 20, 0, 1, 2, 3, 15, 20),
+                                  (25, 23, 0, 1, -1, 0, 25, 23)]
         assert walk(tree[:-1], 0, 1, 1_000) is None
         past_64_bits = struct.pack("<hqII", 1, 2**63 - 1, 0, 0) + struct.pack("<q", 1)
         assert walk(past_64_bits, 0, 1, 1_000) == (len(past_64_bits), b"", True)
+
+
+@needs_c
+def test_gpu_zone_rows_carry_their_cpu_side_on_its_own_running_time():
+    """A GPU zone's record starts with its CPU-side delta, its end record too: the CPU side (when the client sent
+    begin and end; Tracy's "CPU command setup" and "delay to execution") runs on its own reference."""
+    outer = struct.pack("<qqh3sHQ", 5, 100, 0, bytes(3), 0, 1)  # CPU side 5, GPU 100, one child
+    inner = struct.pack("<qqh3sHQ", 2, 10, 1, bytes(3), 0, 0)  # CPU 7, GPU 110
+    tree = outer + inner + struct.pack("<qq", 1, 20) + struct.pack("<qq", 3, 5)  # inner ends 8 / 130, outer 11 / 135
+    for walk in (reader._native.gpu_zone_table, reader.gpu_zone_table):
+        pos, rows, overflow = walk(tree, 0, 1, 1_000)
+        assert (pos, overflow) == (len(tree), False)
+        assert np.frombuffer(rows, reader.ZONE_FIELDS).tolist() == [(100, 135, -1, 0, 0, 0, 5, 11),
+                                                                   (110, 130, 0, 1, 1, 0, 7, 8)]
 
 
 def test_a_gpu_context_fed_from_several_threads_keeps_each_zone_under_its_parent():

@@ -27,7 +27,7 @@ from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.phases import PhasedCompilation, generic_op_views
 from sectionmark.compiler.targets import debug_groups_by_default, target_flags
 from sectionmark.errors import SectionmarkError
-from sectionmark.markers.marker import declared_colors
+from sectionmark.markers.colors import declared_colors
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, declare_section, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
 from sectionmark.section_path import SectionPath, format_path

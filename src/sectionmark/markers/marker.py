@@ -25,8 +25,9 @@ import sys
 from typing import Any, Callable, Optional, Protocol, TypeVar
 
 from sectionmark.markers import frameworks, zonestack
+from sectionmark.markers.colors import note_color
 
-__all__ = ["section", "ZoneEmitter", "set_zone_emitter", "zone_emitter", "declared_colors"]
+__all__ = ["section", "ZoneEmitter", "set_zone_emitter", "zone_emitter"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -130,7 +131,7 @@ def _dynamo_key(name: object, color: object) -> str:
     whose hooks then make a plain ``aot.export`` of a marked model keep its sections.
     """
     _check(name, color)
-    _note_color(name, color)
+    note_color(name, color)
     return frameworks.new_compiled_scope_key()
 
 
@@ -245,21 +246,6 @@ def _check(name: object, color: object) -> None:
             raise ValueError(f"section color must be within 0x000000..0xFFFFFF, got {color:#x}")
 
 
-# Section name -> the colour last given with it in this process. Locations carry names only, so this is how
-# ``section(name, color=...)`` reaches the section map (the compiler asks `declared_colors`).
-_colors: dict[str, int] = {}
-
-
-def _note_color(name: str, color: Optional[int]) -> None:
-    if color is not None:
-        _colors[name] = color
-
-
-def declared_colors() -> dict[str, int]:
-    """Every section name given a ``color=`` in this process, with the colour last given to it."""
-    return dict(_colors)
-
-
 class section(_MarkerBase):
     """Names a part of a model: ``@section("MLP")`` or ``with section("MLP"):``.
 
@@ -286,7 +272,7 @@ class section(_MarkerBase):
         except (KeyError, TypeError):  # new, or not hashable (then _check says why)
             pass
         _check(name, color)
-        _note_color(name, color)
+        note_color(name, color)
         self = cls._unshared(name, color)
         if cls is section and len(_markers) < _MAX_CACHED_MARKERS:
             _markers[self._key] = self

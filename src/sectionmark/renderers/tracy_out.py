@@ -73,7 +73,7 @@ def tracks_document(sessions: list[tuple[str, ProfileSession]]) -> dict:
     0: sections`` (prefix: a replay's function, or nothing for one profile), the calls' messages and the device
     memory plot of the first session that has one."""
     tracks, messages, plot = [], [], []
-    devices = []
+    devices: dict[str, None] = {}
     for prefix, session in sessions:
         colors, texts = session_colors(session), ZoneTexts(session)
         tracks += [[prefix + name, [_span_json(span, colors, texts) for span in spans]]
@@ -82,8 +82,9 @@ def tracks_document(sessions: list[tuple[str, ProfileSession]]) -> dict:
         messages += call_messages(attribution, prefix)
         if not plot:
             plot = memory_in_use(attribution, first_call_start(attribution))
-        devices.append(session.device or "device")
-    thread = "sectionmark replay of " + ", ".join(dict.fromkeys(devices))
+        if session.device:
+            devices[session.device] = None
+    thread = "sectionmark replay" + (" of " + ", ".join(devices) if devices else "")
     return {"thread": thread, "tracks": tracks, "messages": messages, "plots": [[MEMORY_PLOT, plot]] if plot else []}
 
 
@@ -161,24 +162,23 @@ class _Steps:
             self._span(track, child)
         self._add(self._track_time(cpu_end), _END, track, end, None)
 
-    def rows(self, shift: int, tracy, contexts: list[int], plots: list[int], keep: list) -> np.ndarray:
-        """The steps as `STEP_DTYPE` rows on the monotonic clock (``shift`` added), their zones' source
-        locations made; ``keep`` holds the message texts the rows point to."""
-        rows = np.zeros(len(self.steps), STEP_DTYPE)
-        for row, (time, _order, kind, target, value, what) in zip(rows, self.steps):
+    def rows(self, tracy, contexts: list[int], plots: list[int], keep: list) -> np.ndarray:
+        """The steps as `STEP_DTYPE` rows, still on the profile's clock, their zones' source locations made;
+        ``keep`` holds the message texts the rows point to."""
+        rows = []
+        for time, _order, kind, target, value, what in self.steps:
             pointer = size = context = 0
             if kind == _BEGIN:
                 pointer = tracy.source_location(*what)[0]
             if kind in (_BEGIN, _END):
-                context, value = contexts[target], value + shift
+                context = contexts[target]
             elif kind == _MESSAGE:
                 keep.append(tracy_name(what))
                 pointer, size = ctypes.cast(ctypes.c_char_p(keep[-1]), ctypes.c_void_p).value, len(keep[-1])
             else:
                 pointer = plots[target]
-            row["at_ns"], row["time_ns"], row["pointer"], row["size"] = time + shift, value, pointer, size
-            row["kind"], row["context"] = kind, context
-        return rows
+            rows.append((time, value, pointer, size, kind, context))
+        return np.array(rows, STEP_DTYPE)
 
 
 def _wait_until(deadline_ns: int) -> None:
@@ -226,7 +226,7 @@ def _send(document: dict, steps: _Steps) -> None:
     if steps.earliest is None:
         return
     keep: list[bytes] = []
-    rows = steps.rows(0, tracy, contexts, plots, keep)  # the source locations made before the clock starts
+    rows = steps.rows(tracy, contexts, plots, keep)  # the source locations made before the clock starts
     shift = time.monotonic_ns() + _LEAD_NS - steps.earliest
     rows["at_ns"] += shift
     zone = rows["kind"] <= _END

@@ -71,10 +71,12 @@ class ZoneTexts:
 def call_messages(attribution: Attribution, prefix: str = "") -> list[tuple[int, str]]:
     """(time, text) at the start of each call: "call 3 of 20", the warmup calls as "warmup call 1 of 3".
 
-    A call starts at its first queue operation; without queue operations (a device-timed or Tracy profile),
-    a measured call at its first dispatch, and warmup calls are not known.
+    A call starts at its first command-buffer execution (not at a queue operation the reader assigned to it,
+    which a replayed function's first call may share with the function before it); without executions (a
+    Tracy profile), a measured call at its first dispatch, and warmup calls are not known.
     """
     spans = attribution.queue_spans
+    spans = spans[spans["type"] == EVENT_EXECUTE]
     if len(spans):
         calls, starts = spans["call"].astype(np.int64), spans["start_ns"]
     else:

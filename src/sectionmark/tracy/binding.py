@@ -181,6 +181,7 @@ class TracyClient:
         self._gpu_context_counter = ctypes.c_uint8.from_address(gpu_context_counter())
         self._lock = threading.Lock()
         self._locations: dict[tuple[str, Optional[int], Optional[str]], tuple[int, object]] = {}
+        self._strings: dict[str, int] = {}
         self.path = path
 
     def source_location(self, name: str, color: Optional[int] = None,
@@ -199,14 +200,21 @@ class TracyClient:
             if found is None:
                 address = _permanent_bytes(bytes(ctypes.sizeof(_SourceLocation)))
                 location = _SourceLocation.from_address(address)
-                location.name = permanent_name(name)
-                location.function = location.name if text is None else permanent_name(text)
-                location.file = _permanent_bytes(_SOURCE_FILE.encode() + b"\0")
+                location.name = self._string(name)
+                location.function = location.name if text is None else self._string(text)
+                location.file = self._string(_SOURCE_FILE)
                 location.line = 0
                 location.color = color or 0
                 found = (address, ctypes.byref(location))
                 self._locations[key] = found
         return found
+
+    def _string(self, text: str) -> int:
+        """One permanent C string per distinct text (under the lock): Tracy asks for each address once."""
+        address = self._strings.get(text)
+        if address is None:
+            address = self._strings[text] = permanent_name(text)
+        return address
 
     def new_gpu_context_id(self) -> int:
         """Take the next GPU context id from the counter IREE's contexts also use.
