@@ -5,7 +5,10 @@
  * microseconds, which Python's per-step cost (tens of microseconds on a busy machine) cannot follow. This
  * loop waits on the monotonic clock (the clock the replay's GPU contexts are anchored to) and calls Tracy's C
  * functions directly, without the GIL. Built when a C compiler is present; without it the replay runs the
- * same steps in Python, later than the run where zones are dense (docs/tracy.md).
+ * same steps in Python, later than the run where zones are dense (docs/tracy.md). At each submission the loop
+ * checks the clock: when it reached the submission late (a busy machine), the rest of the replay moves later by
+ * that much (its GPU times too), so every zone keeps its duration, its place in its call and its true delay to
+ * execution; only the calls after it sit later.
  *
  * Tracy's functions are called through the addresses the caller binds (the tracing runtime's ___tracy_*).
  */
@@ -26,7 +29,7 @@ typedef struct {
 } Step;
 #define STEP_SIZE 40
 _Static_assert(sizeof(Step) == STEP_SIZE, "Step must match tracy_out.STEP_DTYPE");
-enum { STEP_BEGIN = 0, STEP_END = 1, STEP_MESSAGE = 2, STEP_PLOT = 3 };
+enum { STEP_BEGIN = 0, STEP_END = 1, STEP_MESSAGE = 2, STEP_PLOT = 3, STEP_SUBMISSION = 4 };
 
 /* Tracy's C API structures (docs: shared TRACY.md), passed by value. */
 typedef struct { uint64_t srcloc; uint16_t query; uint8_t context; } GpuZoneBegin;
@@ -58,11 +61,11 @@ static void wait_until(int64_t deadline) {
     }
 }
 
-/* send(steps, zone_begin, zone_end, gpu_time, message, plot, query_start) -> None
+/* send(steps, zone_begin, zone_end, gpu_time, message, plot, query_start) -> int
  *
  * Sends ``steps`` (bytes of tracy_out.STEP_DTYPE, in order) through the bound functions' addresses. Query
  * ids go round per context from ``query_start`` (each query's time is sent right after its begin or end, so
- * an id is free again at once).
+ * an id is free again at once). Returns how much later than planned the replay ended (ns).
  */
 static PyObject *send(PyObject *module, PyObject *args) {
     Py_buffer steps;
@@ -86,19 +89,24 @@ static PyObject *send(PyObject *module, PyObject *args) {
     Py_ssize_t count = steps.len / STEP_SIZE;
     uint16_t queries[256];
     for (int context = 0; context < 256; context++) queries[context] = (uint16_t)query_start;
+    int64_t delay = 0; /* how much later than planned the replay runs since a submission it reached late */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++, step++) {
-        wait_until(step->at_ns);
+        wait_until(step->at_ns + delay);
         uint8_t context = (uint8_t)step->context;
-        uint16_t query = ++queries[context];
         switch (step->kind) {
+        case STEP_SUBMISSION: {
+            int64_t late = now_ns() - (step->at_ns + delay);
+            if (late > 0) delay += late;
+            break;
+        }
         case STEP_BEGIN:
-            zone_begin((GpuZoneBegin){step->pointer, query, context});
-            gpu_time((GpuTime){step->time_ns, query, context});
+            zone_begin((GpuZoneBegin){step->pointer, ++queries[context], context});
+            gpu_time((GpuTime){step->time_ns + delay, queries[context], context});
             break;
         case STEP_END:
-            zone_end((GpuZoneEnd){query, context});
-            gpu_time((GpuTime){step->time_ns, query, context});
+            zone_end((GpuZoneEnd){++queries[context], context});
+            gpu_time((GpuTime){step->time_ns + delay, queries[context], context});
             break;
         case STEP_MESSAGE:
             message((const char *)(uintptr_t)step->pointer, (size_t)step->size, 0);
@@ -109,7 +117,7 @@ static PyObject *send(PyObject *module, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&steps);
-    Py_RETURN_NONE;
+    return PyLong_FromLongLong(delay);
 }
 
 static PyMethodDef methods[] = {

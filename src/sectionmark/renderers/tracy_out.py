@@ -12,7 +12,11 @@ execution"), a message's and a plot point's time from the moment the client
 sends them, so each is sent when the run's host did it, shifted to start just
 after the replay's start-up. A zone is sent at the host time its command
 buffer was submitted (`Span.submitted_ns`); where the profile timed no
-submissions on the host, at its own start (its text says so). Beside the
+submissions on the host, at its own start (its text says so). A replay that
+reaches a submission late (a busy machine) moves the rest of the run later
+by that much, GPU times included: every zone keeps its duration, its place in
+its call and its true delay to execution; only later calls sit later than in
+the run (never closer). Beside the
 zones: a message at the start of each call and the device memory in use as a
 plot (`sectionmark.renderers.tracy_texts`); every zone has its section's
 colour (`profiling.timeline.session_colors`) and a text under its name.
@@ -117,7 +121,7 @@ def _capture(document: dict, timeout: float) -> bytes:
 # a message's length; what it is; the GPU context.
 STEP_DTYPE = np.dtype([("at_ns", "<i8"), ("time_ns", "<i8"), ("pointer", "<u8"), ("size", "<u8"), ("kind", "<u4"),
                        ("context", "<u4")])
-_BEGIN, _END, _MESSAGE, _PLOT = range(4)
+_BEGIN, _END, _MESSAGE, _PLOT, _SUBMISSION = range(5)
 if _native is not None and getattr(_native, "STEP_SIZE", None) != STEP_DTYPE.itemsize:
     _native = None  # a stale build of _tracyreplay.c: the Python loop sends the same steps
 
@@ -127,7 +131,9 @@ class _Steps:
     plot, GPU time or value, what: a zone's (name, colour, text), a message's text).
 
     The steps of one track keep their stack order: their host times are made
-    non-decreasing along it, so sorting by time keeps it.
+    non-decreasing along it, so sorting by time keeps it. Each submission the
+    zones were sent at is a step of its own, before the others of its time:
+    where the send loop checks that it is on time.
     """
 
     def __init__(self, document: dict):
@@ -137,6 +143,8 @@ class _Steps:
             self._last: Optional[int] = None
             for span in spans:
                 self._span(track, span)
+        for time in sorted({step[0] for step in self.steps if step[2] == _BEGIN and step[5][3]}):
+            self.steps.append((time, -1, _SUBMISSION, 0, 0, None))
         for time, text in document.get("messages", []):
             self._add(time, _MESSAGE, 0, 0, text)
         for plot, (_name, points) in enumerate(document.get("plots", [])):
@@ -157,7 +165,9 @@ class _Steps:
         extras = span[4] if len(span) > 4 else {}
         cpu_begin, cpu_end = extras.get("cpu", (start, start))
         self.earliest = start if self.earliest is None else min(self.earliest, start)
-        self._add(self._track_time(cpu_begin), _BEGIN, track, start, (name, extras.get("color"), extras.get("text")))
+        submitted = "cpu" in extras
+        self._add(self._track_time(cpu_begin), _BEGIN, track, start,
+                  (name, extras.get("color"), extras.get("text"), submitted))
         for child in children:
             self._span(track, child)
         self._add(self._track_time(cpu_end), _END, track, end, None)
@@ -169,13 +179,13 @@ class _Steps:
         for time, _order, kind, target, value, what in self.steps:
             pointer = size = context = 0
             if kind == _BEGIN:
-                pointer = tracy.source_location(*what)[0]
+                pointer = tracy.source_location(*what[:3])[0]
             if kind in (_BEGIN, _END):
                 context = contexts[target]
             elif kind == _MESSAGE:
                 keep.append(tracy_name(what))
                 pointer, size = ctypes.cast(ctypes.c_char_p(keep[-1]), ctypes.c_void_p).value, len(keep[-1])
-            else:
+            elif kind == _PLOT:
                 pointer = plots[target]
             rows.append((time, value, pointer, size, kind, context))
         return np.array(rows, STEP_DTYPE)
@@ -237,15 +247,18 @@ def _send(document: dict, steps: _Steps) -> None:
                      address(tracy.gpu_time), address(tracy.message), address(tracy.plot), 0)
         return
     queries = dict.fromkeys(contexts, 0)
+    delay = 0  # how much later than planned the replay runs since a submission it reached late
     for at, value, pointer, size, kind, context in rows.tolist():
-        _wait_until(at)
-        if kind <= _END:
+        _wait_until(at + delay)
+        if kind == _SUBMISSION:
+            delay += max(time.monotonic_ns() - (at + delay), 0)
+        elif kind <= _END:
             queries[context] = query = (queries[context] + 1) & 0xFFFF
             if kind == _BEGIN:
                 tracy.gpu_zone_begin(GpuZoneBeginData(pointer, query, context))
             else:
                 tracy.gpu_zone_end(GpuZoneEndData(query, context))
-            tracy.gpu_time(GpuTimeData(value, query, context))
+            tracy.gpu_time(GpuTimeData(value + delay, query, context))
         elif kind == _MESSAGE:
             tracy.message(ctypes.c_char_p(pointer), size, 0)
         else:
