@@ -298,8 +298,10 @@ def section_colors(paths: Iterable[SectionPath], chosen: Mapping[str, int]) -> d
 
     A name takes the colour the code gave it (``chosen``: `SectionMap.colors`), else the next `PALETTE`
     colour in order of first appearance in ``paths`` (the map's section order, which every view of a profile
-    shares); the unmarked path ``()`` is `UNMARKED_COLOR`.
+    shares), leaving out palette colours close to a chosen one (each channel within `_CLOSE`): sections then
+    look distinct. The unmarked path ``()`` is `UNMARKED_COLOR`.
     """
+    palette = [color for color in PALETTE if not any(_close(color, given) for given in chosen.values())] or PALETTE
     by_name: dict[str, int] = {}
     colors = {(): UNMARKED_COLOR}
     handed_out = 0
@@ -311,10 +313,17 @@ def section_colors(paths: Iterable[SectionPath], chosen: Mapping[str, int]) -> d
             if name in chosen:
                 by_name[name] = chosen[name]
             else:
-                by_name[name] = PALETTE[handed_out % len(PALETTE)]
+                by_name[name] = palette[handed_out % len(palette)]
                 handed_out += 1
         colors[path] = by_name[name]
     return colors
+
+
+_CLOSE = 0x20  # two colours whose every channel differs by at most this look alike
+
+
+def _close(a: int, b: int) -> bool:
+    return all(abs((a >> shift & 0xFF) - (b >> shift & 0xFF)) <= _CLOSE for shift in (16, 8, 0))
 
 
 def css_color(color: int) -> str:

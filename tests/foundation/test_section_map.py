@@ -52,9 +52,12 @@ def test_one_colour_per_section_name_the_codes_or_the_palettes_in_order():
     assert colors[()] == UNMARKED_COLOR
     assert colors[("Block 0", "MLP")] == colors[("Block 1", "MLP")] == 0x34A853  # the code's, for every block
     assert colors[("Block 0", "Attn")] == colors[("Block 1", "Attn")]  # one colour per name
-    # Palette colours by first appearance, skipping the names given one: the same in every view of the map.
-    assert [colors[path] for path in [("Block 0",), ("Block 0", "Attn"), ("Block 1",), ("Head",)]] == list(PALETTE[:4])
+    # Palette colours by first appearance, skipping the names given one and the palette colours that look like a
+    # given one (PALETTE[2] = 0x3DAA5C is MLP's green): the same in every view of the map.
+    assert [colors[path] for path in [("Block 0",), ("Block 0", "Attn"), ("Block 1",), ("Head",)]] == [
+        PALETTE[0], PALETTE[1], PALETTE[3], PALETTE[4]]
     assert section_colors(paths, {"MLP": 0x34A853}) == colors
+    assert section_colors(paths, {"MLP": PALETTE[0]})[("Block 0",)] == PALETTE[1]  # never a chosen colour again
 
 
 @pytest.mark.parametrize(
