@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import gc
 import struct
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_tools import CSVEXPORT, csvexport
 from test_tracy import capture_script, container, inflate
 
 from sectionmark.errors import SectionmarkError
@@ -25,7 +25,6 @@ from sectionmark.readers.tracy_capture import Capture, Zone, read_capture
 
 SEEDS = range(8)
 needs_c = pytest.mark.skipif(reader._native is None, reason="sectionmark.readers._tracyread not built (no C compiler)")
-CSVEXPORT = Path(__file__).resolve().parents[2] / ".." / "shared" / "tools" / "tracy-csvexport-0.11.2"
 
 # Nested sections on three threads, two GPU contexts with nested zones (one fed from two threads).
 NESTED_SCRIPT = """
@@ -104,22 +103,21 @@ def test_c_and_python_read_a_nested_capture_alike(nested_capture_path, monkeypat
     assert not any(gc.is_tracked(zone) for _track, zone in with_c.zones())  # no work for the collector
 
 
-@pytest.mark.skipif(not CSVEXPORT.exists(), reason="Tracy's csvexport not found (shared/tools/tracy-csvexport-0.11.2)")
+@pytest.mark.skipif(CSVEXPORT is None, reason="Tracy's csvexport not found (shared/tools/tracy-csvexport-0.11.2)")
 def test_the_reader_lists_the_zones_tracys_own_reader_lists(nested_capture_path):
     """Every CPU zone (`csvexport -u`) and GPU zone (`-g`): name, start since capture start, duration."""
 
-    def csvexport(option: str, time_columns: slice) -> list[tuple]:
-        lines = subprocess.run([str(CSVEXPORT), option, str(nested_capture_path)], capture_output=True, text=True,
-                               check=True, timeout=60).stdout.splitlines()[1:]
-        return sorted((line.split(",")[0], *map(int, line.split(",")[time_columns])) for line in lines)
+    def listed(option: str, time_columns: slice) -> list[tuple]:
+        rows = csvexport(nested_capture_path, option)
+        return sorted((row[0], *map(int, row[time_columns])) for row in rows)
 
     capture = read_capture(nested_capture_path)
 
     def ours(tracks) -> list[tuple]:
         return sorted((zone.name, zone.start_ns, zone.duration_ns) for track in tracks for zone in track.zones)
 
-    assert ours(capture.threads) == csvexport("-u", slice(3, 5))
-    assert ours(capture.gpu_contexts) == csvexport("-g", slice(2, 4))
+    assert ours(capture.threads) == listed("-u", slice(3, 5))
+    assert ours(capture.gpu_contexts) == listed("-g", slice(2, 4))
 
 
 def serialized_tree(rng: np.random.Generator, cpu: bool, wild: bool) -> tuple[int, bytes]:

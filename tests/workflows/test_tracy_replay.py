@@ -26,19 +26,18 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import subprocess
 import sys
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from invariants import assert_profile_invariants
-from shared_tools import CSVEXPORT
+from shared_tools import CSVEXPORT, csvexport
 
 from sectionmark.section_path import SectionPath
 from sectionmark.profiling.timeline import dispatch_label, session_colors, session_timelines
 from sectionmark.readers.tracy_capture import Capture, Track
-from sectionmark.tracy import capture_command, read_capture
+from sectionmark.tracy import capture_command, read_capture, zone_stats
 
 torch = pytest.importorskip("torch")
 
@@ -408,20 +407,29 @@ def test_each_zone_is_sent_when_its_command_buffer_was_submitted(replay):
 
 
 @pytest.mark.skipif(CSVEXPORT is None, reason="Tracy's csvexport not found (shared/tools/tracy-csvexport-0.11.2)")
-def test_calls_are_messages_and_device_memory_a_plot(replay, tmp_path):
+def test_tracys_own_reader_sees_the_calls_the_memory_plot_and_every_zone(replay, tmp_path):
     from sectionmark.renderers.tracy_texts import MEMORY_PLOT, first_call_start, memory_in_use
 
     session, capture = replay
     path = session.save_tracy(tmp_path / "again.tracy")  # the fixture's capture is read already; csvexport reads a file
 
-    def csvexport(*options: str) -> list[list[str]]:
-        lines = subprocess.run([str(CSVEXPORT), *options, str(path)], capture_output=True, text=True, check=True,
-                               timeout=60).stdout.splitlines()
-        return [line.split(",") for line in lines[1:]]
-
-    messages = [row[0] for row in csvexport("-m")]
+    messages = [row[0] for row in csvexport(path, "-m")]
     assert messages == ["warmup call 1 of 1", *(f"call {call} of 4" for call in range(1, 5))]
-    plotted = [int(float(row[-1])) for row in csvexport("-u", "-p") if row[0] == MEMORY_PLOT]
+    plotted = [int(float(row[-1])) for row in csvexport(path, "-u", "-p") if row[0] == MEMORY_PLOT]
     attribution = session.events()
     levels = [level for _time, level in memory_in_use(attribution, first_call_start(attribution))]
     assert levels and plotted == levels
+
+    # Zone counts and summed durations per name: Tracy's reader, `sectionmark tracy-stats` and the profile, to the ns.
+    tracys: dict[str, list[int]] = {}
+    for name, _source, _start, duration in csvexport(path, "-g"):
+        tracys.setdefault(name, []).append(int(duration))
+    ours = {row.name: (row.count, row.total_ns) for row in zone_stats(read_capture(path), gpu_only=True)}
+    profiled: dict[str, list[int]] = {}
+    for timeline in session_timelines(session):
+        for _track, spans in timeline.tracks():
+            for top in spans:
+                for _depth, span in top.walk():
+                    profiled.setdefault(span.name, []).append(span.end_ns - span.start_ns)
+    assert ours == {name: (len(durations), sum(durations)) for name, durations in tracys.items()}
+    assert ours == {name: (len(durations), sum(durations)) for name, durations in profiled.items()}
