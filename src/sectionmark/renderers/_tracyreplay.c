@@ -5,10 +5,10 @@
  * microseconds, which Python's per-step cost (tens of microseconds on a busy machine) cannot follow. This
  * loop waits on the monotonic clock (the clock the replay's GPU contexts are anchored to) and calls Tracy's C
  * functions directly, without the GIL. Built when a C compiler is present; without it the replay runs the
- * same steps in Python, later than the run where zones are dense (docs/tracy.md). At each submission the loop
- * checks the clock: when it reached the submission late (a busy machine), the rest of the replay moves later by
- * that much (its GPU times too), so every zone keeps its duration, its place in its call and its true delay to
- * execution; only the calls after it sit later.
+ * same steps in Python, later than the run where zones are dense (docs/tracy.md). At each submission, message
+ * and plot point the loop checks the clock: when it reached one late (a busy machine), the rest of the replay
+ * moves later by that much (its GPU times too), so every zone keeps its duration, its place in its call and its
+ * true delay to execution, messages and plot points their places; only what comes after sits later.
  *
  * Tracy's functions are called through the addresses the caller binds (the tracing runtime's ___tracy_*).
  */
@@ -94,12 +94,13 @@ static PyObject *send(PyObject *module, PyObject *args) {
     for (Py_ssize_t i = 0; i < count; i++, step++) {
         wait_until(step->at_ns + delay);
         uint8_t context = (uint8_t)step->context;
-        switch (step->kind) {
-        case STEP_SUBMISSION: {
+        if (step->kind >= STEP_MESSAGE) { /* between submissions' zones: where the replay may fall behind */
             int64_t late = now_ns() - (step->at_ns + delay);
             if (late > 0) delay += late;
-            break;
         }
+        switch (step->kind) {
+        case STEP_SUBMISSION:
+            break;
         case STEP_BEGIN:
             zone_begin((GpuZoneBegin){step->pointer, ++queries[context], context});
             gpu_time((GpuTime){step->time_ns + delay, queries[context], context});

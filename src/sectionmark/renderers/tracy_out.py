@@ -13,10 +13,10 @@ sends them, so each is sent when the run's host did it, shifted to start just
 after the replay's start-up. A zone is sent at the host time its command
 buffer was submitted (`Span.submitted_ns`); where the profile timed no
 submissions on the host, at its own start (its text says so). A replay that
-reaches a submission late (a busy machine) moves the rest of the run later
-by that much, GPU times included: every zone keeps its duration, its place in
-its call and its true delay to execution; only later calls sit later than in
-the run (never closer). Beside the
+reaches a submission, message or plot point late (a busy machine) moves the
+rest of the run later by that much, GPU times included: every zone keeps its
+duration, its place in its call and its true delay to execution; only what
+comes after sits later than in the run (never closer). Beside the
 zones: a message at the start of each call and the device memory in use as a
 plot (`sectionmark.renderers.tracy_texts`); every zone has its section's
 colour (`profiling.timeline.session_colors`) and a text under its name.
@@ -250,9 +250,9 @@ def _send(document: dict, steps: _Steps) -> None:
     delay = 0  # how much later than planned the replay runs since a submission it reached late
     for at, value, pointer, size, kind, context in rows.tolist():
         _wait_until(at + delay)
-        if kind == _SUBMISSION:
+        if kind >= _MESSAGE:  # between submissions' zones: where the replay may fall behind
             delay += max(time.monotonic_ns() - (at + delay), 0)
-        elif kind <= _END:
+        if kind <= _END:
             queries[context] = query = (queries[context] + 1) & 0xFFFF
             if kind == _BEGIN:
                 tracy.gpu_zone_begin(GpuZoneBeginData(pointer, query, context))
@@ -261,7 +261,7 @@ def _send(document: dict, steps: _Steps) -> None:
             tracy.gpu_time(GpuTimeData(value + delay, query, context))
         elif kind == _MESSAGE:
             tracy.message(ctypes.c_char_p(pointer), size, 0)
-        else:
+        elif kind == _PLOT:
             tracy.plot(pointer, value)
 
 
