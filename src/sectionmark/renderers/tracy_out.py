@@ -143,21 +143,21 @@ class _Steps:
             self._last: Optional[int] = None
             for span in spans:
                 self._span(track, span)
-        for time in sorted({step[0] for step in self.steps if step[2] == _BEGIN and step[5][3]}):
-            self.steps.append((time, -1, _SUBMISSION, 0, 0, None))
-        for time, text in document.get("messages", []):
-            self._add(time, _MESSAGE, 0, 0, text)
+        for at in sorted({step[0] for step in self.steps if step[2] == _BEGIN and step[5][3]}):
+            self.steps.append((at, -1, _SUBMISSION, 0, 0, None))
+        for at, text in document.get("messages", []):
+            self._add(at, _MESSAGE, 0, 0, text)
         for plot, (_name, points) in enumerate(document.get("plots", [])):
-            for time, value in points:
-                self._add(time, _PLOT, plot, value, None)
+            for at, value in points:
+                self._add(at, _PLOT, plot, value, None)
         self.steps.sort(key=lambda step: step[:2])
 
-    def _add(self, time: int, kind: int, target: int, value: int, what) -> None:
-        self.steps.append((time, len(self.steps), kind, target, value, what))
-        self.earliest = time if self.earliest is None else min(self.earliest, time)
+    def _add(self, at: int, kind: int, target: int, value: int, what) -> None:
+        self.steps.append((at, len(self.steps), kind, target, value, what))
+        self.earliest = at if self.earliest is None else min(self.earliest, at)
 
-    def _track_time(self, time: int) -> int:
-        self._last = time if self._last is None else max(self._last, time)
+    def _track_time(self, at: int) -> int:
+        self._last = at if self._last is None else max(self._last, at)
         return self._last
 
     def _span(self, track: int, span: list) -> None:
@@ -176,7 +176,7 @@ class _Steps:
         """The steps as `STEP_DTYPE` rows, still on the profile's clock, their zones' source locations made;
         ``keep`` holds the message texts the rows point to."""
         rows = []
-        for time, _order, kind, target, value, what in self.steps:
+        for at, _order, kind, target, value, what in self.steps:
             pointer = size = context = 0
             if kind == _BEGIN:
                 pointer = tracy.source_location(*what[:3])[0]
@@ -187,7 +187,7 @@ class _Steps:
                 pointer, size = ctypes.cast(ctypes.c_char_p(keep[-1]), ctypes.c_void_p).value, len(keep[-1])
             elif kind == _PLOT:
                 pointer = plots[target]
-            rows.append((time, value, pointer, size, kind, context))
+            rows.append((at, value, pointer, size, kind, context))
         return np.array(rows, STEP_DTYPE)
 
 
