@@ -55,6 +55,7 @@ def test_the_document_carries_colours_texts_and_the_submissions_the_host_timed()
     assert document["thread"] == "sectionmark replay of local-task"
     assert [name for name, _spans in document["tracks"]] == ["local-task queue 0: sections"]
     assert document["messages"] == [(700, "call 1 of 2"), (4_700, "call 2 of 2")]
+    assert document["frames"] == [700, 4_700]  # a frame per call: Tracy's frame bar steps from call to call
     spans = spans_of(document)
     assert [(span[0], span[1], span[4]["cpu"]) for span in spans if span[0] in "AB"] == [
         ("A", 1_000, [700, 700]), ("B", 1_100, [700, 700]), ("A", 5_000, [4_700, 4_700]), ("B", 5_100, [4_700, 4_700])]
@@ -80,6 +81,7 @@ DOCUMENT = {
         ["t1", [["k3", 12_000, 13_000, [], {"cpu": [9_000, 9_000]}]]],
     ],
     "messages": [[9_000, "call 1 of 2"], [38_000, "call 2 of 2"]],
+    "frames": [9_000, 38_000],
     "plots": [["memory", [[9_000, 1_000], [20_000, 3_000], [38_000, 2_000]]]],
 }
 
@@ -115,6 +117,11 @@ def test_each_send_loop_sends_the_document_alike(tmp_path, python_loop):
     assert t0.zones[3].start_ns - t0.zones[0].start_ns >= 30_000
     # Another track agrees to Tracy's anchoring of each GPU context (about a microsecond; 5 µs as test_tracy_report).
     assert abs(t1.zones[0].start_ns - t0.zones[0].start_ns - 2_000) <= 5_000 and t1.zones[0].duration_ns == 1_000
+    # Tracy's start-up is the first frame, the wait for the first mark the second; then a frame per call, from its
+    # submission on (no earlier than planned).
+    start_up, _wait, *calls = capture.frames
+    assert start_up == 0 and len(calls) == 2 and calls[1] - calls[0] >= 29_000
+    assert calls[0] <= t0.cpu_side[0][0] and calls[1] <= t0.cpu_side[3][0]
     locations = {(location.name, location.function, location.color) for location in capture.source_locations}
     assert {("S", "S text", 0x34A853), ("k1", "k1 text", 0x4C8BF5)} <= locations
     if CSVEXPORT is not None:

@@ -354,6 +354,9 @@ def test_the_replay_thread_and_tracks_are_named_by_device_and_queue(replay):
     names = [track.name for track in capture.gpu_contexts]
     assert names[0] == "local-task queue 0: sections"
     assert all(name.startswith("local-task queue 0: ") for name in names), names
+    # Tracy's frame bar steps through the calls: its start-up, the wait for the first call, then a frame from each
+    # call's submission on.
+    assert len(capture.frames) == 2 + session.warmup + session.calls
 
 
 def test_zones_have_their_sections_colours_the_codes_where_given(replay):

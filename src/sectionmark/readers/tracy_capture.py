@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import struct
-from itertools import repeat
+from itertools import accumulate, repeat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Optional, Union
@@ -91,6 +91,10 @@ class Capture:
     gpu_contexts: list[Track]
     end_ns: Optional[int] = None  # the capture's own recorded end (Tracy's last time); None: not known
     source_locations: list[SourceLocation] = field(default_factory=list)  # static ones, then allocated ones
+    # Where each frame of the main frame set starts (ns): Tracy's start-up is the first (from 0), the time from its
+    # end to the first frame mark the second, then one per frame mark the client sent (a sectionmark replay: one
+    # per call).
+    frames: list[int] = field(default_factory=list)
 
     @property
     def tracks(self) -> list[Track]:
@@ -413,8 +417,13 @@ def _parse(buf: bytearray, version: tuple[int, int, int]) -> tuple[Capture, list
     p.text()  # host info
     _skip_cpu_topology(p)
     p.skip(28)  # crash event
+    frame_starts: list[int] = []
     for _ in range(p.u64()):
-        _, continuous, frames = p.take(_FRAME_SET)
+        name, continuous, frames = p.take(_FRAME_SET)
+        if name == 0 and continuous:  # the main frame set: each frame's start, delta-encoded (and a frame image)
+            at = p.pos
+            deltas = struct.unpack_from(f"<{'qi' * frames}", p.buf, at)[::2] if frames else ()
+            frame_starts = list(accumulate(deltas))
         p.skip(frames * (12 if continuous else 20))
 
     by_pointer: dict[int, str] = {}
@@ -506,7 +515,7 @@ def _parse(buf: bytearray, version: tuple[int, int, int]) -> tuple[Capture, list
             chunks.append(_walk(gpu_zone_table, p, count, last_time))
         tables.append(_ZoneTable(chunks, names, cpu=False))
     return Capture(version, program, threads, contexts, last_time,
-                   [*static_locations.values(), *payload_locations]), tables
+                   [*static_locations.values(), *payload_locations], frame_starts), tables
 
 
 def _skip_cpu_topology(p: _Parser) -> None:

@@ -29,7 +29,7 @@ typedef struct {
 } Step;
 #define STEP_SIZE 40
 _Static_assert(sizeof(Step) == STEP_SIZE, "Step must match tracy_out.STEP_DTYPE");
-enum { STEP_BEGIN = 0, STEP_END = 1, STEP_MESSAGE = 2, STEP_PLOT = 3, STEP_SUBMISSION = 4 };
+enum { STEP_BEGIN = 0, STEP_END = 1, STEP_MESSAGE = 2, STEP_PLOT = 3, STEP_SUBMISSION = 4, STEP_FRAME = 5 };
 
 /* Tracy's C API structures (docs: shared TRACY.md), passed by value. */
 typedef struct { uint64_t srcloc; uint16_t query; uint8_t context; } GpuZoneBegin;
@@ -40,6 +40,7 @@ typedef void (*ZoneEndFunction)(GpuZoneEnd);
 typedef void (*TimeFunction)(GpuTime);
 typedef void (*MessageFunction)(const char *, size_t, int32_t);
 typedef void (*PlotFunction)(const char *, int64_t);
+typedef void (*FrameFunction)(const char *);
 
 static int64_t now_ns(void) {
     struct timespec now;
@@ -61,7 +62,7 @@ static void wait_until(int64_t deadline) {
     }
 }
 
-/* send(steps, zone_begin, zone_end, gpu_time, message, plot, query_start) -> int
+/* send(steps, zone_begin, zone_end, gpu_time, message, plot, frame_mark, query_start) -> int
  *
  * Sends ``steps`` (bytes of tracy_out.STEP_DTYPE, in order) through the bound functions' addresses. Query
  * ids go round per context from ``query_start`` (each query's time is sent right after its begin or end, so
@@ -69,13 +70,13 @@ static void wait_until(int64_t deadline) {
  */
 static PyObject *send(PyObject *module, PyObject *args) {
     Py_buffer steps;
-    unsigned long long begin_address, end_address, time_address, message_address, plot_address;
+    unsigned long long begin_address, end_address, time_address, message_address, plot_address, frame_address;
     unsigned int query_start;
-    if (!PyArg_ParseTuple(args, "y*KKKKKI", &steps, &begin_address, &end_address, &time_address, &message_address,
-                          &plot_address, &query_start))
+    if (!PyArg_ParseTuple(args, "y*KKKKKKI", &steps, &begin_address, &end_address, &time_address, &message_address,
+                          &plot_address, &frame_address, &query_start))
         return NULL;
     if (steps.len % STEP_SIZE || !begin_address || !end_address || !time_address || !message_address ||
-        !plot_address) {
+        !plot_address || !frame_address) {
         PyBuffer_Release(&steps);
         PyErr_SetString(PyExc_ValueError, "send: steps must be whole rows and function addresses not 0");
         return NULL;
@@ -85,6 +86,7 @@ static PyObject *send(PyObject *module, PyObject *args) {
     TimeFunction gpu_time = (TimeFunction)(uintptr_t)time_address;
     MessageFunction message = (MessageFunction)(uintptr_t)message_address;
     PlotFunction plot = (PlotFunction)(uintptr_t)plot_address;
+    FrameFunction frame_mark = (FrameFunction)(uintptr_t)frame_address;
     const Step *step = steps.buf;
     Py_ssize_t count = steps.len / STEP_SIZE;
     uint16_t queries[256];
@@ -111,6 +113,9 @@ static PyObject *send(PyObject *module, PyObject *args) {
             break;
         case STEP_MESSAGE:
             message((const char *)(uintptr_t)step->pointer, (size_t)step->size, 0);
+            break;
+        case STEP_FRAME:
+            frame_mark(NULL);
             break;
         default:
             plot((const char *)(uintptr_t)step->pointer, step->time_ns);

@@ -12,7 +12,9 @@ execution"), a message's and a plot point's time from the moment the client
 sends them, so each is sent when the run's host did it, shifted to start just
 after the replay's start-up. A zone is sent at the host time its command
 buffer was submitted (`Span.submitted_ns`); where the profile timed no
-submissions on the host, at its own start (its text says so). A replay that
+submissions on the host, at its own start (its text says so). Each call
+starts a frame (Tracy's frame bar and frame navigation step through the
+calls). A replay that
 reaches a submission, message or plot point late (a busy machine) moves the
 rest of the run later by that much, GPU times included: every zone keeps its
 duration, its place in its call and its true delay to execution; only what
@@ -24,8 +26,9 @@ colour (`profiling.timeline.session_colors`) and a text under its name.
 The child reads a JSON document: ``tracks`` ``[[name, [span, ...]], ...]``,
 each span ``[name, start_ns, end_ns, [children], {color, text, cpu}]`` (the
 last element optional; ``cpu``: [begin, end] host times), and optionally
-``thread`` (the replay thread's name), ``messages`` ``[[time_ns, text], ...]``
-and ``plots`` ``[[name, [[time_ns, value], ...]], ...]``.
+``thread`` (the replay thread's name), ``messages`` ``[[time_ns, text], ...]``,
+``frames`` ``[time_ns, ...]`` (frame marks: one per call, so that Tracy's frame bar
+steps from call to call) and ``plots`` ``[[name, [[time_ns, value], ...]], ...]``.
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def tracks_document(sessions: list[tuple[str, ProfileSession]]) -> dict:
         if session.device:
             devices[session.device] = None
     thread = "sectionmark replay" + (" of " + ", ".join(devices) if devices else "")
-    return {"thread": thread, "tracks": tracks, "messages": messages, "plots": [[MEMORY_PLOT, plot]] if plot else []}
+    return {"thread": thread, "tracks": tracks, "messages": messages, "frames": sorted({at for at, _text in messages}),
+            "plots": [[MEMORY_PLOT, plot]] if plot else []}
 
 
 def render(session: ProfileSession, timeout: float = 300.0) -> bytes:
@@ -121,7 +125,7 @@ def _capture(document: dict, timeout: float) -> bytes:
 # a message's length; what it is; the GPU context.
 STEP_DTYPE = np.dtype([("at_ns", "<i8"), ("time_ns", "<i8"), ("pointer", "<u8"), ("size", "<u8"), ("kind", "<u4"),
                        ("context", "<u4")])
-_BEGIN, _END, _MESSAGE, _PLOT, _SUBMISSION = range(5)
+_BEGIN, _END, _MESSAGE, _PLOT, _SUBMISSION, _FRAME = range(6)
 if _native is not None and getattr(_native, "STEP_SIZE", None) != STEP_DTYPE.itemsize:
     _native = None  # a stale build of _tracyreplay.c: the Python loop sends the same steps
 
@@ -132,8 +136,9 @@ class _Steps:
 
     The steps of one track keep their stack order: their host times are made
     non-decreasing along it, so sorting by time keeps it. Each submission the
-    zones were sent at is a step of its own, before the others of its time:
-    where the send loop checks that it is on time.
+    zones were sent at is a step of its own, before the zones of its time
+    (where the send loop checks that it is on time), and so are the messages
+    and frame marks of calls.
     """
 
     def __init__(self, document: dict):
@@ -145,15 +150,17 @@ class _Steps:
                 self._span(track, span)
         for at in sorted({step[0] for step in self.steps if step[2] == _BEGIN and step[5][3]}):
             self.steps.append((at, -1, _SUBMISSION, 0, 0, None))
-        for at, text in document.get("messages", []):
-            self._add(at, _MESSAGE, 0, 0, text)
+        for at, text in document.get("messages", []):  # a call's message and frame before its zones
+            self._add(at, _MESSAGE, 0, 0, text, order=-1)
+        for at in document.get("frames", []):
+            self._add(at, _FRAME, 0, 0, None, order=-1)
         for plot, (_name, points) in enumerate(document.get("plots", [])):
             for at, value in points:
                 self._add(at, _PLOT, plot, value, None)
         self.steps.sort(key=lambda step: step[:2])
 
-    def _add(self, at: int, kind: int, target: int, value: int, what) -> None:
-        self.steps.append((at, len(self.steps), kind, target, value, what))
+    def _add(self, at: int, kind: int, target: int, value: int, what, order: Optional[int] = None) -> None:
+        self.steps.append((at, len(self.steps) if order is None else order, kind, target, value, what))
         self.earliest = at if self.earliest is None else min(self.earliest, at)
 
     def _track_time(self, at: int) -> int:
@@ -244,7 +251,7 @@ def _send(document: dict, steps: _Steps) -> None:
     if _native is not None:
         address = lambda function: ctypes.cast(function, ctypes.c_void_p).value  # noqa: E731
         _native.send(rows.tobytes(), address(tracy.gpu_zone_begin), address(tracy.gpu_zone_end),
-                     address(tracy.gpu_time), address(tracy.message), address(tracy.plot), 0)
+                     address(tracy.gpu_time), address(tracy.message), address(tracy.plot), address(tracy.frame_mark), 0)
         return
     queries = dict.fromkeys(contexts, 0)
     delay = 0  # how much later than planned the replay runs since a submission it reached late
@@ -263,6 +270,8 @@ def _send(document: dict, steps: _Steps) -> None:
             tracy.message(ctypes.c_char_p(pointer), size, 0)
         elif kind == _PLOT:
             tracy.plot(pointer, value)
+        elif kind == _FRAME:
+            tracy.frame_mark(None)
 
 
 if __name__ == "__main__":

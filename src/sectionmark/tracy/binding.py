@@ -147,6 +147,7 @@ class TracyClient:
             self.gpu_time = c_api("emit_gpu_time_serial")
             self.gpu_calibration = c_api("emit_gpu_calibration_serial")
             self.message = c_api("emit_message")
+            self.frame_mark = c_api("emit_frame_mark")
             self.plot = c_api("emit_plot_int")
             self.plot_config = c_api("emit_plot_config")
             gpu_context_counter = lib._ZN5tracy16GetGpuCtxCounterEv
@@ -160,6 +161,8 @@ class TracyClient:
         self.set_thread_name.restype = None
         self.message.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32]  # Tracy copies the text
         self.message.restype = None
+        self.frame_mark.argtypes = [ctypes.c_char_p]  # None: the main frame set
+        self.frame_mark.restype = None
         # A plot's name is read by pointer, lazily: pass `permanent_name` addresses.
         self.plot.argtypes = [ctypes.c_void_p, ctypes.c_int64]
         self.plot.restype = None
