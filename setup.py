@@ -4,7 +4,8 @@
 sectionmark uses its Python zone stack (sectionmark.markers.zonestack), the
 numpy profile reader (sectionmark.readers.ireeprof), profiling's numpy passes
 (sectionmark.profiling.native) and the Tracy capture reader's Python zone walks
-(sectionmark.readers.tracy_capture), with the same results. ``depends``: the
+(sectionmark.readers.tracy_capture), with the same results, and the Tracy replay's Python send loop
+(sectionmark.renderers.tracy_out: the same steps, sent later where zones are dense). ``depends``: the
 header the profile passes share (a change rebuilds both, and sdists carry it).
 setuptools only warns about each extension it could not build; the build then
 says in one line which fallbacks the install uses (shown by ``pip install -v``;
@@ -39,4 +40,5 @@ setup(cmdclass={"build_ext": BuildOptionalExtensions}, ext_modules=[
     Extension("sectionmark.profiling._sectionpass", ["src/sectionmark/profiling/_sectionpass.c"],
               depends=["src/sectionmark/_buffers.h"], optional=True),
     Extension("sectionmark.readers._tracyread", ["src/sectionmark/readers/_tracyread.c"], optional=True),
+    Extension("sectionmark.renderers._tracyreplay", ["src/sectionmark/renderers/_tracyreplay.c"], optional=True),
 ])

@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
@@ -36,6 +36,11 @@ INITIALIZER_FUNCTION = "__init"  # the VM's name for module initializers (`funct
 # ones (1e308 FLOPs, a 400-digit byte count) only overflow sums later, into NaN or an OverflowError.
 COUNT_BOUNDS = (0, 2**63)
 SIZE_BOUNDS = (-1, 2**63)  # a shape's sizes: -1 is a dynamic one
+# Section colours (0xRRGGBB) for the sections the code gave none: distinct hues, handed out by
+# `section_colors` in the map's order; "(unmarked)" is grey. Every view (HTML, Perfetto, Tracy) uses them.
+PALETTE = (0x4C8BF5, 0xF29D38, 0x3DAA5C, 0xD2504B, 0x8E6CC8, 0x8C6454, 0xD96BB9, 0x7F8C8D,
+           0xB5BD3A, 0x2EB6C8, 0x1F5FBF, 0xB8651A, 0x217A3C, 0x9E2F2B, 0x5E3F99, 0x5C4035)
+UNMARKED_COLOR = 0xBDBDBD
 
 
 class SectionMapError(SectionmarkError, ValueError):
@@ -163,6 +168,9 @@ class SectionMap:
     # The exporter of the program ("torch", "jax", "slice"); None for MLIR text or files and maps before it.
     # How pytree arguments are flattened follows it (`sectionmark.arguments`).
     framework: Optional[str] = None
+    # Section name -> the colour (0xRRGGBB) the code gave it (``section(name, color=...)``); empty in maps
+    # written before it and for sections given none (they take a `PALETTE` colour, `section_colors`).
+    colors: dict[str, int] = field(default_factory=dict)
     version: int = SECTION_MAP_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -190,6 +198,9 @@ class SectionMap:
         """
         if self.framework is not None and self.framework not in FRAMEWORKS:
             raise SectionMapError(f"malformed section map: framework: unknown exporter {self.framework!r}")
+        for name, color in self.colors.items():
+            if not 0 <= color <= 0xFFFFFF:
+                raise SectionMapError(f"malformed section map: colors[{name!r}]: {color} is not a colour 0xRRGGBB")
         declared = set(self.sections)
         for i, path in enumerate(self.sections):
             _check_path(path, f"sections[{i}]")
@@ -284,6 +295,45 @@ class SectionMap:
         except UnicodeDecodeError as error:
             raise SectionMapError(f"section map is not UTF-8 text: {error.reason} at byte {error.start}") from None
         return cls.loads(text)
+
+
+def section_colors(paths: Iterable[SectionPath], chosen: Mapping[str, int]) -> dict[SectionPath, int]:
+    """One colour (0xRRGGBB) per section, the same in every view: by its name (its path's last), so that the
+    blocks' "MLP" sections look alike.
+
+    A name takes the colour the code gave it (``chosen``: `SectionMap.colors`), else the next `PALETTE`
+    colour in order of first appearance in ``paths`` (the map's section order, which every view of a profile
+    shares), leaving out palette colours close to a chosen one (each channel within `_CLOSE`): sections then
+    look distinct. The unmarked path ``()`` is `UNMARKED_COLOR`.
+    """
+    palette = [color for color in PALETTE if not any(_close(color, given) for given in chosen.values())] or PALETTE
+    by_name: dict[str, int] = {}
+    colors = {(): UNMARKED_COLOR}
+    handed_out = 0
+    for path in paths:
+        if not path:
+            continue
+        name = path[-1]
+        if name not in by_name:
+            if name in chosen:
+                by_name[name] = chosen[name]
+            else:
+                by_name[name] = palette[handed_out % len(palette)]
+                handed_out += 1
+        colors[path] = by_name[name]
+    return colors
+
+
+_CLOSE = 0x20  # two colours whose every channel differs by at most this look alike
+
+
+def _close(a: int, b: int) -> bool:
+    return all(abs((a >> shift & 0xFF) - (b >> shift & 0xFF)) <= _CLOSE for shift in (16, 8, 0))
+
+
+def css_color(color: int) -> str:
+    """``0x4C8BF5`` as ``"#4C8BF5"``."""
+    return f"#{color:06X}"
 
 
 def sidecar_path(vmfb_path: str | Path) -> Path:

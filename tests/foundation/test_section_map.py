@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.section_map import Command, CommandBuffer, DispatchSite, SectionMap, SectionMapError, Share
+from sectionmark.section_map import (PALETTE, UNMARKED_COLOR, Command, CommandBuffer, DispatchSite, SectionMap,
+                                     SectionMapError, Share, section_colors)
 
 
 def small_map() -> SectionMap:
@@ -36,6 +37,30 @@ def test_round_trip_and_reached():
     assert section_map.reached == [("A",), ("A", "B")]
 
 
+def test_colors_round_trip_and_a_map_without_them_still_reads():
+    section_map = small_map()
+    section_map.colors = {"B": 0x34A853}
+    assert SectionMap.loads(section_map.dumps()).colors == {"B": 0x34A853}
+    older = section_map.to_json()
+    del older["colors"]  # a map written before colours
+    assert SectionMap.from_json(older).colors == {}
+
+
+def test_one_colour_per_section_name_the_codes_or_the_palettes_in_order():
+    paths = [("Block 0",), ("Block 0", "Attn"), ("Block 0", "MLP"), ("Block 1",), ("Block 1", "Attn"),
+             ("Block 1", "MLP"), ("Head",)]
+    colors = section_colors(paths, {"MLP": 0x34A853})
+    assert colors[()] == UNMARKED_COLOR
+    assert colors[("Block 0", "MLP")] == colors[("Block 1", "MLP")] == 0x34A853  # the code's, for every block
+    assert colors[("Block 0", "Attn")] == colors[("Block 1", "Attn")]  # one colour per name
+    # Palette colours by first appearance, skipping the names given one and the palette colours that look like a
+    # given one (PALETTE[2] = 0x3DAA5C is MLP's green): the same in every view of the map.
+    assert [colors[path] for path in [("Block 0",), ("Block 0", "Attn"), ("Block 1",), ("Head",)]] == [
+        PALETTE[0], PALETTE[1], PALETTE[3], PALETTE[4]]
+    assert section_colors(paths, {"MLP": 0x34A853}) == colors
+    assert section_colors(paths, {"MLP": PALETTE[0]})[("Block 0",)] == PALETTE[1]  # never a chosen colour again
+
+
 @pytest.mark.parametrize(
     "mutate, message",
     [
@@ -53,6 +78,8 @@ def test_round_trip_and_reached():
              "read_bytes": 16, "written_bytes": 0}), "bindings[0].access: 'read<img src=x>' is not one of"),
         (lambda d: d["sites"][0].update(rule="<b>"), "sites[0].rule: unknown rule"),
         (lambda d: d.update(framework="<b>"), "framework: unknown exporter"),
+        (lambda d: d.update(colors={"A": 0x1000000}), "colors['A']: 16777216 is not a colour 0xRRGGBB"),
+        (lambda d: d.update(colors={"A": "#FF0000"}), "colors.A: expected an integer"),
         (lambda d: d["command_buffers"][0]["commands"][2]["shares"][0].update(path=["C"]),
          "commands[2].shares[0].path: ['C'] is not one of the map's sections"),
         (lambda d: d.update(sections=[["A"], ["A", ""]]), "sections[1]: a section path is a list of non-empty names"),

@@ -406,7 +406,8 @@ def test_json_is_the_documented_schema():
                     "unmarked_ns": 0, "calls": 1, "warmup": 0, "calls_known": True, "coverage_error": 0.0, "call_time": None, "memory": None,
                     "split_rules": {"cost": 1}, "cpu_ns": None, "tiles": None, "workers": None, "parallelism": None,
                     "utilization": None, "module": None, "device": None, "profiler_cost": None,
-                    "runs": 1, "shown_run": None, "total_runs": None, "run_variation": None}  # no run: built here
+                    "runs": 1, "shown_run": None, "total_runs": None, "run_variation": None,
+                    "colors": {}}  # no run: built here
     assert sections[0] == {
         "path": ["A"], "name": "A", "unmarked": False, "busy_ns": 170_000, "exclusive_ns": 170_000,
         "shared_ns": 70_000, "shared_with": [{"path": ["B"], "ns": 30_000}], "wall_ns": 127_500,

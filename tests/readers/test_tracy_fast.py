@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import gc
 import struct
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_tools import CSVEXPORT, csvexport
 from test_tracy import capture_script, container, inflate
 
 from sectionmark.errors import SectionmarkError
@@ -25,7 +25,6 @@ from sectionmark.readers.tracy_capture import Capture, Zone, read_capture
 
 SEEDS = range(8)
 needs_c = pytest.mark.skipif(reader._native is None, reason="sectionmark.readers._tracyread not built (no C compiler)")
-CSVEXPORT = Path(__file__).resolve().parents[2] / ".." / "shared" / "tools" / "tracy-csvexport-0.11.2"
 
 # Nested sections on three threads, two GPU contexts with nested zones (one fed from two threads).
 NESTED_SCRIPT = """
@@ -104,22 +103,21 @@ def test_c_and_python_read_a_nested_capture_alike(nested_capture_path, monkeypat
     assert not any(gc.is_tracked(zone) for _track, zone in with_c.zones())  # no work for the collector
 
 
-@pytest.mark.skipif(not CSVEXPORT.exists(), reason="Tracy's csvexport not found (shared/tools/tracy-csvexport-0.11.2)")
+@pytest.mark.skipif(CSVEXPORT is None, reason="Tracy's csvexport not found (shared/tools/tracy-csvexport-0.11.2)")
 def test_the_reader_lists_the_zones_tracys_own_reader_lists(nested_capture_path):
     """Every CPU zone (`csvexport -u`) and GPU zone (`-g`): name, start since capture start, duration."""
 
-    def csvexport(option: str, time_columns: slice) -> list[tuple]:
-        lines = subprocess.run([str(CSVEXPORT), option, str(nested_capture_path)], capture_output=True, text=True,
-                               check=True, timeout=60).stdout.splitlines()[1:]
-        return sorted((line.split(",")[0], *map(int, line.split(",")[time_columns])) for line in lines)
+    def listed(option: str, time_columns: slice) -> list[tuple]:
+        rows = csvexport(nested_capture_path, option)
+        return sorted((row[0], *map(int, row[time_columns])) for row in rows)
 
     capture = read_capture(nested_capture_path)
 
     def ours(tracks) -> list[tuple]:
         return sorted((zone.name, zone.start_ns, zone.duration_ns) for track in tracks for zone in track.zones)
 
-    assert ours(capture.threads) == csvexport("-u", slice(3, 5))
-    assert ours(capture.gpu_contexts) == csvexport("-g", slice(2, 4))
+    assert ours(capture.threads) == listed("-u", slice(3, 5))
+    assert ours(capture.gpu_contexts) == listed("-g", slice(2, 4))
 
 
 def serialized_tree(rng: np.random.Generator, cpu: bool, wild: bool) -> tuple[int, bytes]:
@@ -182,10 +180,26 @@ def test_zone_rows_of_a_hand_written_tree():
         pos, rows, overflow = walk(tree, 0, 1, 1_000)
         table = np.frombuffer(rows, reader.ZONE_FIELDS)
         assert (pos, overflow) == (len(tree), False)
-        assert table.tolist() == [(10, 1_000, -1, 0, 1, 0), (15, 20, 0, 1, 2, 3), (25, 23, 0, 1, -1, 0)]
+        # A CPU zone's CPU side is its start and end again.
+        assert table.tolist() == [(10, 1_000, -1, 0, 1, 0, 10, 1_000), (15, 20, 0, 1, 2, 3, 15, 20),
+                                  (25, 23, 0, 1, -1, 0, 25, 23)]
         assert walk(tree[:-1], 0, 1, 1_000) is None
         past_64_bits = struct.pack("<hqII", 1, 2**63 - 1, 0, 0) + struct.pack("<q", 1)
         assert walk(past_64_bits, 0, 1, 1_000) == (len(past_64_bits), b"", True)
+
+
+@needs_c
+def test_gpu_zone_rows_carry_their_cpu_side_on_its_own_running_time():
+    """A GPU zone's record starts with its CPU-side delta, its end record too: the CPU side (when the client sent
+    begin and end; Tracy's "CPU command setup" and "delay to execution") runs on its own reference."""
+    outer = struct.pack("<qqh3sHQ", 5, 100, 0, bytes(3), 0, 1)  # CPU side 5, GPU 100, one child
+    inner = struct.pack("<qqh3sHQ", 2, 10, 1, bytes(3), 0, 0)  # CPU 7, GPU 110
+    tree = outer + inner + struct.pack("<qq", 1, 20) + struct.pack("<qq", 3, 5)  # inner ends 8 / 130, outer 11 / 135
+    for walk in (reader._native.gpu_zone_table, reader.gpu_zone_table):
+        pos, rows, overflow = walk(tree, 0, 1, 1_000)
+        assert (pos, overflow) == (len(tree), False)
+        assert np.frombuffer(rows, reader.ZONE_FIELDS).tolist() == [(100, 135, -1, 0, 0, 0, 5, 11),
+                                                                   (110, 130, 0, 1, 1, 0, 7, 8)]
 
 
 def test_a_gpu_context_fed_from_several_threads_keeps_each_zone_under_its_parent():

@@ -69,6 +69,27 @@ def test_timeline_of_each_shown_call_has_its_dispatches_and_section_spans():
     assert spans == {("A", 0, 500, 0), ("A / B", 100, 500, 1)}
 
 
+def test_every_view_colours_a_section_alike_the_codes_colour_where_given():
+    """The report's tree, timeline and graph, the Perfetto slices and the Tracy zones take one colour per section
+    name from one place (`session_colors`): the colour given in code, else the palette's."""
+    from sectionmark.profiling.timeline import session_colors
+    from sectionmark.section_map import css_color
+
+    a, b, c = (("A",), 1.0), (("A", "B"), 1.0), (("C", "B"), 1.0)
+    attribution, section_map = synthetic([(0, 100, (a,)), (100, 300, (b,)), (300, 400, (c,))])
+    section_map.colors = {"B": 0x34A853}
+    session = ProfileSession.build(attribution, section_map, function="main")
+    assert session.colors == {"B": 0x34A853}
+    assert ProfileSession.from_json(session.to_json()).colors == {"B": 0x34A853}  # stored in the profile JSON
+    colors = session_colors(session)
+    report = dict(html._tab_data(session, session.attribution)["sections"])
+    assert report["A / B"] == report["C / B"] == "#34A853" and report["A"] != report["C"]
+    assert report == {row.name: css_color(colors[row.path]) for row in session.sections}
+    slices = [event for event in json.loads(session.render("perfetto"))["traceEvents"] if event["ph"] == "X"]
+    assert {(event["name"], event["args"]["color"]) for event in slices if event["cat"] == "section"} == {
+        ("A", report["A"]), ("B", "#34A853"), ("C", report["C"])}
+
+
 def test_the_profiler_cost_is_measured_printed_and_stored(compiled_two_matmuls, inputs, tmp_path, capsys):
     import sectionmark as sm
     from sectionmark.cli import main

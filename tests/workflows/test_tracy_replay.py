@@ -23,6 +23,7 @@ oracle separately):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sys
@@ -31,11 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from invariants import assert_profile_invariants
+from shared_tools import CSVEXPORT, csvexport
 
 from sectionmark.section_path import SectionPath
-from sectionmark.profiling.timeline import dispatch_label, session_timelines
+from sectionmark.profiling.timeline import dispatch_label, session_colors, session_timelines
 from sectionmark.readers.tracy_capture import Capture, Track
-from sectionmark.tracy import capture_command, read_capture
+from sectionmark.tracy import capture_command, read_capture, zone_stats
 
 torch = pytest.importorskip("torch")
 
@@ -50,6 +52,7 @@ TOLERANCE_NS = 1_000  # the acceptance criterion: within 1 µs
 # Within one track times are exact.
 CROSS_TRACK_TOLERANCE_NS = 1_000_000
 CAPTURE_TIMEOUT_S = 120
+MLP_COLOR = 0x34A853  # given in code: the map, the HTML report and the capture carry it
 
 
 class Tiny(torch.nn.Module):
@@ -67,7 +70,7 @@ class Tiny(torch.nn.Module):
         with sm.section("Block"):
             with sm.section("Attn"):
                 x = x @ self.w1
-            with sm.section("MLP"):
+            with sm.section("MLP", color=MLP_COLOR):
                 x = torch.exp(x * 0.01) @ self.w2
         with sm.section("Head"):
             x = torch.tanh(x).sum(dim=1)
@@ -187,17 +190,47 @@ def expected(session) -> dict[str, list[Item]]:
     return expected_tracks(session)
 
 
+def in_time_order(items: list[Item]) -> list[Item]:
+    """Zones in the order a track draws them: by start, a parent before the zones it starts with."""
+    return sorted(items, key=lambda item: (item.start_ns, -item.end_ns, item.kind == "dispatch", len(item.path)))
+
+
 @pytest.fixture(scope="module")
-def found(replay, expected) -> dict[str, list[Item]]:
-    """Replay tracks of the capture, mapped to profile time by each track's first zone."""
-    _session, capture = replay
-    tracks = {track.name: track for track in capture.gpu_contexts if track.name.startswith("queue ")}
+def found(replay, expected, call_shifts) -> dict[str, list[Item]]:
+    """Replay tracks of the capture, mapped to profile time call by call (`call_shifts`)."""
+    return {name: [dataclasses.replace(zone, start_ns=zone.start_ns + shift, end_ns=zone.end_ns + shift)
+                   for zone, shift in zip(zones, shifts)] for name, (zones, shifts, _calls) in call_shifts.items()}
+
+
+@pytest.fixture(scope="module")
+def call_shifts(replay, expected) -> dict[str, tuple[list[Item], list[int], dict[int, int]]]:
+    """Per replay track, its zones in capture time (in time order), each one's shift to profile time (its
+    call's: the shift of the call's first zone on the track) and the shift of each call it has zones of.
+
+    The replay sends each call when the run submitted it, on time or, on a busy machine, later (it then moves
+    the rest of the run later, `sectionmark.renderers.tracy_out`): a call's zones keep their times relative to
+    each other, and a call only ever moves later than the one before.
+    """
+    session, capture = replay
+    device = f"{session.device} "  # the replay names its tracks by device and queue
+    tracks = {track.name.removeprefix(device): track for track in capture.gpu_contexts
+              if track.name.startswith(device + "queue ")}
     assert sorted(tracks) == sorted(expected), "the capture has other replay tracks than the profile needs"
+    events = session.events()
+    call_starts = [int(events.events["start_ns"][events.event_calls == call].min()) for call in range(events.calls)]
     result = {}
     for name, track in tracks.items():
         assert track.zones, f"replay track {name!r} is empty"
-        offset = min(item.start_ns for item in expected[name]) - min(zone.start_ns for zone in track.zones)
-        result[name] = zone_items(track, offset)
+        zones, items = in_time_order(zone_items(track, 0)), in_time_order(expected[name])
+        assert len(zones) == len(items), name
+        shift_of_call: dict[int, int] = {}
+        for zone, item in zip(zones, items):
+            shift_of_call.setdefault(int(np.searchsorted(call_starts, item.start_ns, "right")) - 1,
+                                     item.start_ns - zone.start_ns)
+        shifts = [shift_of_call[int(np.searchsorted(call_starts, item.start_ns, "right")) - 1] for item in items]
+        assert all(later <= earlier for earlier, later in itertools.pairwise(shift_of_call.values())), (
+            name, shift_of_call)  # a later call never comes earlier
+        result[name] = (zones, shifts, shift_of_call)
     return result
 
 
@@ -268,16 +301,13 @@ def test_every_dispatch_is_one_zone_inside_its_section(session, found):
             assert len(enclosing) == 1, (name, dispatch)
 
 
-def test_tracks_are_placed_together(replay, expected):
-    """All replay tracks share one time mapping (up to Tracy's per-context anchoring)."""
-    _session, capture = replay
-    tracks = [track for track in capture.gpu_contexts if track.name in expected]
-    capture_origin = min(zone.start_ns for track in tracks for zone in track.zones)
-    profile_origin = min(item.start_ns for items in expected.values() for item in items)
-    for track in tracks:
-        got = min(zone.start_ns for zone in track.zones) - capture_origin
-        want = min(item.start_ns for item in expected[track.name]) - profile_origin
-        assert abs(got - want) <= CROSS_TRACK_TOLERANCE_NS, (track.name, got, want)
+def test_tracks_are_placed_together(call_shifts):
+    """All replay tracks share one time mapping (up to Tracy's per-context anchoring): a call sits on every
+    track at the same shift from the run."""
+    main = next(calls for name, (_zones, _shifts, calls) in call_shifts.items() if name.endswith(": sections"))
+    for name, (_zones, _shifts, calls) in call_shifts.items():
+        for call, shift in calls.items():
+            assert abs(shift - main[call]) <= CROSS_TRACK_TOLERANCE_NS, (name, call, shift, main[call])
 
 
 def test_lanes_are_not_shifted_by_the_replay_of_earlier_tracks(tmp_path):
@@ -296,3 +326,113 @@ def test_lanes_are_not_shifted_by_the_replay_of_earlier_tracks(tmp_path):
     offset = second.zones[0].start_ns - first.zones[0].start_ns
     assert abs(offset - 2_000) <= CROSS_TRACK_TOLERANCE_NS, offset
     assert second.zones[0].duration_ns == 2_000
+
+
+# ------------------------------------------------------------------ the Tracy view as a user sees it
+# Colours, names, CPU-side times and zone texts are read back with the project's reader; messages and the plot
+# with Tracy's own reader (csvexport), which reports them.
+
+# Tracy maps a replay track's GPU times onto its CPU clock by the anchor taken when the track was made (about a
+# microsecond off, more on a busy machine): what a CPU-side time may differ from the GPU times' mapping.
+ANCHOR_TOLERANCE_NS = 100_000
+
+
+def main_track(session, capture):
+    """The replay's main track of the first queue, with the timeline spans its zones were made from (zone order)."""
+    timeline = session_timelines(session)[0]
+    spans = [span for top in timeline.main for _depth, span in top.walk()]
+    track = next(track for track in capture.gpu_contexts
+                 if track.name == f"{session.device} queue {timeline.queue}: sections")
+    assert [zone.name for zone in track.zones] == [span.name for span in spans]
+    return track, spans
+
+
+def test_the_replay_thread_and_tracks_are_named_by_device_and_queue(replay):
+    session, capture = replay
+    assert session.device == "local-task"
+    assert [thread.name for thread in capture.threads] == ["sectionmark replay of local-task"]  # no "???"
+    names = [track.name for track in capture.gpu_contexts]
+    assert names[0] == "local-task queue 0: sections"
+    assert all(name.startswith("local-task queue 0: ") for name in names), names
+    # Tracy's frame bar steps through the calls: its start-up, the wait for the first call, then a frame from each
+    # call's submission on.
+    assert len(capture.frames) == 2 + session.warmup + session.calls
+
+
+def test_zones_have_their_sections_colours_the_codes_where_given(replay):
+    session, capture = replay
+    colors = session_colors(session)
+    assert session.colors == {"MLP": MLP_COLOR} and colors[("Block", "MLP")] == MLP_COLOR
+    leaves = {row.leaf for row in session.section_rows}
+    assert len({colors[row.path] for row in session.section_rows}) == len(leaves)  # one distinct colour per name
+    shown = {(location.name, location.color) for location in capture.source_locations}
+    track, spans = main_track(session, capture)
+    for span in spans:  # a fused dispatch in the colour of its heaviest section, where it is drawn
+        assert (span.name, colors[span.path]) in shown, span
+    assert ("MLP", MLP_COLOR) in shown
+
+
+def test_zone_texts_are_the_kernel_rows_and_the_sections_shares(replay):
+    from sectionmark.profiling.kernels import kernels
+    from sectionmark.renderers.kernels import format_binding, format_bytes
+
+    session, capture = replay
+    colors = session_colors(session)
+    text = {(location.name, location.color): location.function for location in capture.source_locations}
+    rows = {row.site: row for row in kernels(session)}
+    _track, spans = main_track(session, capture)
+    for span in spans:
+        shown = text[(span.name, colors[span.path])]
+        if span.kind == "dispatch":
+            row = rows[span.args["site"]]
+            assert row.bindings and all(format_binding(binding) in shown for binding in row.bindings), shown
+            assert f"read {format_bytes(row.read_bytes)}, written {format_bytes(row.written_bytes)}" in shown
+        else:
+            share = next(row.share for row in session.section_rows if row.path == span.path)
+            assert f"{share:.1%} of the busy time" in shown, shown
+    attn = text[("Attn", colors[("Block", "Attn")])]
+    assert "shares fused dispatches with: Block / MLP" in attn, attn  # Attn's matmul is fused with MLP's ops
+
+
+def test_each_zone_is_sent_when_its_command_buffer_was_submitted(replay):
+    """Tracy's CPU-side begin of a GPU zone is the moment it was sent: the replay sends each at its command
+    buffer's submission on the run's clock, so Tracy's "delay to execution" (start - CPU-side begin) is the
+    run's (submission to start) and never more: less only by how late the replay was within the submission.
+    Before, every zone was sent when the replay started: a later call's zones showed a delay of all the calls
+    before it."""
+    session, capture = replay
+    track, spans = main_track(session, capture)
+    for span, zone, (cpu_begin, cpu_end) in zip(spans, track.zones, track.cpu_side):
+        assert span.submitted_ns is not None and span.submitted_ns <= span.start_ns
+        assert zone.start_ns - cpu_begin <= span.start_ns - span.submitted_ns + ANCHOR_TOLERANCE_NS, span.name
+        assert cpu_end >= cpu_begin
+        assert zone.duration_ns == span.end_ns - span.start_ns
+
+
+@pytest.mark.skipif(CSVEXPORT is None, reason="Tracy's csvexport not found (shared/tools/tracy-csvexport-0.11.2)")
+def test_tracys_own_reader_sees_the_calls_the_memory_plot_and_every_zone(replay, tmp_path):
+    from sectionmark.renderers.tracy_texts import MEMORY_PLOT, first_call_start, memory_in_use
+
+    session, capture = replay
+    path = session.save_tracy(tmp_path / "again.tracy")  # the fixture's capture is read already; csvexport reads a file
+
+    messages = [row[0] for row in csvexport(path, "-m")]
+    assert messages == ["warmup call 1 of 1", *(f"call {call} of 4" for call in range(1, 5))]
+    plotted = [int(float(row[-1])) for row in csvexport(path, "-u", "-p") if row[0] == MEMORY_PLOT]
+    attribution = session.events()
+    levels = [level for _time, level in memory_in_use(attribution, first_call_start(attribution))]
+    assert levels and plotted == levels
+
+    # Zone counts and summed durations per name: Tracy's reader, `sectionmark tracy-stats` and the profile, to the ns.
+    tracys: dict[str, list[int]] = {}
+    for name, _source, _start, duration in csvexport(path, "-g"):
+        tracys.setdefault(name, []).append(int(duration))
+    ours = {row.name: (row.count, row.total_ns) for row in zone_stats(read_capture(path), gpu_only=True)}
+    profiled: dict[str, list[int]] = {}
+    for timeline in session_timelines(session):
+        for _track, spans in timeline.tracks():
+            for top in spans:
+                for _depth, span in top.walk():
+                    profiled.setdefault(span.name, []).append(span.end_ns - span.start_ns)
+    assert ours == {name: (len(durations), sum(durations)) for name, durations in tracys.items()}
+    assert ours == {name: (len(durations), sum(durations)) for name, durations in profiled.items()}

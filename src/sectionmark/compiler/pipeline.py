@@ -28,6 +28,7 @@ from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.phases import PhasedCompilation, generic_op_views
 from sectionmark.compiler.targets import debug_groups_by_default, target_flags
 from sectionmark.errors import SectionmarkError, wrong_type
+from sectionmark.markers.colors import declared_colors
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, declare_section, module_sections
 from sectionmark.outputs import check_output_path, write_atomic
 from sectionmark.progress import Step, progress
@@ -194,16 +195,26 @@ def _compile(source: Source, flags: Sequence[str], target: str, markers: bool, d
                 declared = [export.full_path(path) for path in declared]  # parents first again in _sections
                 sites = [_with_full_paths(site, export.full_path) for site in sites]
             buffers = CommandRecorder({site.id: site for site in sites}, site_ids, debug_groups).run(module)
+            sections = _sections(declared, sites, buffers)
             section_map = SectionMap(
-                sections=_sections(declared, sites, buffers), command_buffers=buffers, sites=sites, target=target,
+                sections=sections, command_buffers=buffers, sites=sites, target=target,
                 fingerprint=module_fingerprint(module), functions=functions,
-                framework=export.framework if export is not None else None,
+                framework=export.framework if export is not None else None, colors=section_colors_given(sections),
             )
             embed_section_map(module, section_map)
         step("code generation and VM bytecode")
         return CompiledProgram(compilation.finish(), section_map, target)
     finally:
         compilation.close()
+
+
+def section_colors_given(sections: list[SectionPath]) -> dict[str, int]:
+    """The colours given in code (``section(name, color=...)``, in this process) to the names of ``sections``.
+
+    Op locations carry section names only; a program exported in another process keeps palette colours.
+    """
+    given = declared_colors()
+    return {path[-1]: given[path[-1]] for path in sections if path[-1] in given}
 
 
 def _parse(compilation: PhasedCompilation, source: Source) -> None:

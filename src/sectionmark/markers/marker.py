@@ -25,6 +25,7 @@ import sys
 from typing import Any, Callable, Optional, Protocol, TypeVar
 
 from sectionmark.markers import frameworks, zonestack
+from sectionmark.markers.colors import note_color
 
 __all__ = ["section", "ZoneEmitter", "set_zone_emitter", "zone_emitter"]
 
@@ -130,6 +131,7 @@ def _dynamo_key(name: object, color: object) -> str:
     whose hooks then make a plain ``aot.export`` of a marked model keep its sections.
     """
     _check(name, color)
+    note_color(name, color)
     return frameworks.new_compiled_scope_key()
 
 
@@ -270,6 +272,7 @@ class section(_MarkerBase):
         except (KeyError, TypeError):  # new, or not hashable (then _check says why)
             pass
         _check(name, color)
+        note_color(name, color)
         self = cls._unshared(name, color)
         if cls is section and len(_markers) < _MAX_CACHED_MARKERS:
             _markers[self._key] = self

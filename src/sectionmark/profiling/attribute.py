@@ -78,6 +78,9 @@ class Attribution:
     queue_spans: np.ndarray = field(default_factory=lambda: np.zeros(0, QUEUE_SPAN_DTYPE))
     memory: np.ndarray = field(default_factory=lambda: np.zeros(0, MEMORY_DTYPE))  # memory events, by time
     allocations: Optional[np.ndarray] = None  # queue allocations apart from ``memory`` (`Profile.allocations`)
+    # The executions in ``queue_spans`` start when the host submitted them (IREE timed them on the host); False
+    # where a reader made them the spans of device-timed dispatches.
+    submissions_on_host: bool = False
 
     def select(self, rows: np.ndarray) -> "Attribution":
         """The same attribution with only the events ``rows`` (a mask or indices) picks: one call's, one queue's."""
@@ -380,6 +383,7 @@ def attribution_without_events(profile: Profile, matcher: SlotMatcher, call_of_s
         queue_spans=queue_spans,
         memory=profile.memory,
         allocations=profile.allocations,
+        submissions_on_host=profile.provenance.timed_submissions and not profile.provenance.device_timed,
     )
 
 

@@ -179,6 +179,9 @@ class ProfileSession(ProfileOutputs):
     # A profile of one run: how much such figures moved between runs on this machine, as an earlier profile of
     # several runs measured it (sectionmark.profiling.run_variation); None: none did, or several runs here.
     run_variation: Optional[RunVariation] = None
+    # Section name -> the colour its code gave it (the map's `SectionMap.colors`); every view colours sections
+    # with `sectionmark.section_map.section_colors` over these and the rows' order. Empty in older JSON.
+    colors: dict[str, int] = json_field(default_factory=dict)
 
     # ------------------------------------------------------------------ building
 
@@ -258,6 +261,7 @@ class ProfileSession(ProfileOutputs):
             tiles=tiles.total_tiles if tiles else None,
             workers=workers,
             device=device,
+            colors=dict(section_map.colors),
         )
 
     # ------------------------------------------------------------------ views

@@ -20,13 +20,15 @@
 #error "exact running times need a 128-bit integer; the Python reader handles other compilers"
 #endif
 
-/* reader.ZONE_FIELDS: start, end, parent, depth (int64), srcloc (int32), extra (uint32) */
+/* reader.ZONE_FIELDS: start, end, parent, depth (int64), srcloc (int32), extra (uint32), CPU-side start and
+ * end (int64: a GPU zone's CPU side, a CPU zone's start and end again) */
 typedef struct {
     int64_t start_ns, end_ns, parent, depth;
     int32_t srcloc;
     uint32_t extra;
+    int64_t cpu_start_ns, cpu_end_ns;
 } ZoneRow;
-#define ZONE_ROW_SIZE 40
+#define ZONE_ROW_SIZE 56
 _Static_assert(sizeof(ZoneRow) == ZONE_ROW_SIZE, "ZoneRow must match reader.ZONE_FIELDS");
 
 #define CPU_ZONE_SIZE 18 /* i16 srcloc, i64 start delta, u32 extra, u32 child count */
@@ -112,6 +114,7 @@ static PyObject *walk(PyObject *args, TreeKind kind) {
     PyObject *result = NULL;
     if (!rows.bytes) goto done;
     __int128 running = 0; /* the running time reference: the GPU clock for GPU zones */
+    __int128 cpu_running = 0; /* GPU zones: their CPU side's own running reference */
     uint64_t remaining = count;
     int64_t parent = -1, depth = 0;
     int overflow = 0, truncated = pos < 0 || pos > size;
@@ -132,6 +135,8 @@ static PyObject *walk(PyObject *args, TreeKind kind) {
                 pos += CPU_ZONE_SIZE;
             } else {
                 if (size - pos < GPU_ZONE_SIZE) { truncated = 1; break; }
+                cpu_running += i64(buf + pos);
+                row->cpu_start_ns = exact_time(cpu_running, &overflow);
                 delta = i64(buf + pos + 8);
                 row->srcloc = i16(buf + pos + 16);
                 children = u64(buf + pos + 23);
@@ -139,6 +144,7 @@ static PyObject *walk(PyObject *args, TreeKind kind) {
             }
             running += delta;
             row->start_ns = exact_time(running, &overflow);
+            if (kind == CPU_TREE) row->cpu_start_ns = row->start_ns;
             row->parent = parent, row->depth = depth;
             if (children) {
                 if (push(&stack, (Frame){remaining, parent, depth}) < 0) goto done;
@@ -156,9 +162,15 @@ static PyObject *walk(PyObject *args, TreeKind kind) {
         Py_ssize_t end_size = kind == CPU_TREE ? CPU_END_SIZE : GPU_END_SIZE;
         if (size - pos < end_size) { truncated = 1; break; }
         running += i64(buf + pos + end_size - 8);
-        pos += end_size;
         ZoneRow *row = row_at(&rows, ended);
         row->end_ns = end_time(running, row->start_ns, last_time, &overflow);
+        if (kind == CPU_TREE) {
+            row->cpu_end_ns = row->end_ns;
+        } else {
+            cpu_running += i64(buf + pos);
+            row->cpu_end_ns = end_time(cpu_running, row->cpu_start_ns, last_time, &overflow);
+        }
+        pos += end_size;
     }
     if (truncated) {
         result = Py_NewRef(Py_None);

@@ -15,12 +15,15 @@ from typing import Optional
 
 _MAIN = "queue {queue}: sections"
 _LANE = "queue {queue}: concurrent dispatches {lane}"
-_ANY_TRACK = re.compile(r"queue (\d+): (?:sections|concurrent dispatches \d+)\Z")
+# Optionally after the device's name (one word, not ending in ":", which a replayed function's name does).
+_ANY_TRACK = re.compile(r"(?:\S+(?<!:) )?queue (\d+): (?:sections|concurrent dispatches \d+)\Z")
 
 
-def queue_track_names(queue: int, lanes: int) -> list[str]:
-    """The main track's name, then lane 1..``lanes``."""
-    return [_MAIN.format(queue=queue), *(_LANE.format(queue=queue, lane=lane) for lane in range(1, lanes + 1))]
+def queue_track_names(queue: int, lanes: int, device: Optional[str] = None) -> list[str]:
+    """The main track's name, then lane 1..``lanes``; after ``device`` ("local-task queue 0: sections") when
+    known (a name without spaces)."""
+    names = [_MAIN.format(queue=queue), *(_LANE.format(queue=queue, lane=lane) for lane in range(1, lanes + 1))]
+    return [f"{device} {name}" for name in names] if device and len(device.split()) == 1 else names
 
 
 def track_queue(name: str) -> Optional[int]:

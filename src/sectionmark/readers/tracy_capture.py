@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import struct
-from itertools import repeat
+from itertools import accumulate, repeat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Optional, Union
@@ -28,7 +28,7 @@ try:  # the walks over every zone in C (setup.py builds it when a compiler is pr
 except ImportError:
     _native = None
 
-__all__ = ["Zone", "Track", "Capture", "read_capture", "is_capture", "implausible_zone", "SUPPORTED_VERSION"]
+__all__ = ["Zone", "Track", "SourceLocation", "Capture", "read_capture", "is_capture", "implausible_zone", "SUPPORTED_VERSION"]
 
 SUPPORTED_VERSION = (0, 11, 2)
 
@@ -61,6 +61,24 @@ class Track:
     id: int  # thread id, or GPU context index in the capture
     name: str
     zones: list[Zone] = field(default_factory=list)
+    # A GPU context's zones' CPU-side begin and end (ns since capture start, in ``zones``' order): when the
+    # client sent the zone's begin and end, from which Tracy shows "CPU command setup time" (end - begin)
+    # and "delay to execution" (GPU start - begin). Empty for a thread.
+    cpu_side: list[tuple[int, int]] = field(default_factory=list)
+
+
+class SourceLocation(NamedTuple):
+    """A source location of the capture: what Tracy shows of a zone besides its times.
+
+    ``function`` is the line under the name in Tracy's zone tooltip (the text of a sectionmark replay's GPU
+    zones); ``color`` 0xRRGGBB, 0 for Tracy's default.
+    """
+
+    name: str
+    function: str
+    file: str
+    line: int
+    color: int
 
 
 @dataclass
@@ -72,6 +90,11 @@ class Capture:
     threads: list[Track]
     gpu_contexts: list[Track]
     end_ns: Optional[int] = None  # the capture's own recorded end (Tracy's last time); None: not known
+    source_locations: list[SourceLocation] = field(default_factory=list)  # static ones, then allocated ones
+    # Where each frame of the main frame set starts (ns): Tracy's start-up is the first (from 0), the time from its
+    # end to the first frame mark the second, then one per frame mark the client sent (a sectionmark replay: one
+    # per call).
+    frames: list[int] = field(default_factory=list)
 
     @property
     def tracks(self) -> list[Track]:
@@ -241,6 +264,8 @@ def read_capture(path: Union[str, os.PathLike]) -> Capture:
             raise SectionmarkError(f"{path}: corrupt Tracy capture ({problem})")
     for track, table in zip(capture.tracks, tables):
         track.zones = table.zones()
+        if track.kind == "gpu":
+            track.cpu_side = list(zip(table.rows["cpu_start_ns"].tolist(), table.rows["cpu_end_ns"].tolist()))
     return capture
 
 
@@ -392,8 +417,13 @@ def _parse(buf: bytearray, version: tuple[int, int, int]) -> tuple[Capture, list
     p.text()  # host info
     _skip_cpu_topology(p)
     p.skip(28)  # crash event
+    frame_starts: list[int] = []
     for _ in range(p.u64()):
-        _, continuous, frames = p.take(_FRAME_SET)
+        name, continuous, frames = p.take(_FRAME_SET)
+        if name == 0 and continuous:  # the main frame set: each frame's start, delta-encoded (and a frame image)
+            at = p.pos
+            deltas = struct.unpack_from(f"<{'qi' * frames}", p.buf, at)[::2] if frames else ()
+            frame_starts = list(accumulate(deltas))
         p.skip(frames * (12 if continuous else 20))
 
     by_pointer: dict[int, str] = {}
@@ -422,21 +452,26 @@ def _parse(buf: bytearray, version: tuple[int, int, int]) -> tuple[Capture, list
             return None
         return string_data[value] if flags & 1 else strings.get(value, "???")
 
-    def location_name(record: tuple) -> str:
-        name_value, name_flags, function_value, function_flags = record[:4]
-        return string_ref(name_value, name_flags) or string_ref(function_value, function_flags) or "???"
+    def location(record: tuple) -> SourceLocation:
+        name_value, name_flags, function_value, function_flags, file_value, file_flags, line, color = record
+        function = string_ref(function_value, function_flags)
+        # Tracy stores a colour as the GUI draws it, 0xBBGGRR: as the client gave it, 0xRRGGBB.
+        rgb = (color & 0xFF) << 16 | color & 0xFF00 | color >> 16 & 0xFF
+        return SourceLocation(string_ref(name_value, name_flags) or function or "???", function or "",
+                              string_ref(file_value, file_flags) or "", line, rgb)
 
     static_locations = {}
     for _ in range(p.u64()):
         pointer = p.u64()
-        static_locations[pointer] = location_name(p.take(_SOURCE_LOCATION))
+        static_locations[pointer] = location(p.take(_SOURCE_LOCATION))
     expand = [p.u64() for _ in range(p.u64())]
-    payload_names = [location_name(p.take(_SOURCE_LOCATION)) for _ in range(p.u64())]
+    payload_locations = [location(p.take(_SOURCE_LOCATION)) for _ in range(p.u64())]
+    payload_names = [found.name for found in payload_locations]
     # Zone srcloc ids: >= 0 index the expand table, < 0 the payload table.
     srcloc_names: dict[int, str] = {}
     for index, pointer in enumerate(expand):
         if pointer in static_locations:
-            srcloc_names[index] = static_locations[pointer]
+            srcloc_names[index] = static_locations[pointer].name
     for index, name in enumerate(payload_names):
         srcloc_names[-index - 1] = name
 
@@ -479,7 +514,8 @@ def _parse(buf: bytearray, version: tuple[int, int, int]) -> tuple[Capture, list
             _, count = p.take(_QQ)
             chunks.append(_walk(gpu_zone_table, p, count, last_time))
         tables.append(_ZoneTable(chunks, names, cpu=False))
-    return Capture(version, program, threads, contexts, last_time), tables
+    return Capture(version, program, threads, contexts, last_time,
+                   [*static_locations.values(), *payload_locations], frame_starts), tables
 
 
 def _skip_cpu_topology(p: _Parser) -> None:

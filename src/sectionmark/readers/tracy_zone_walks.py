@@ -15,10 +15,12 @@ _CPU_ZONE_AND_END = struct.Struct("<hqIIq")  # srcloc, start delta, extra index,
 _GPU_ZONE = struct.Struct("<qqh3sHQ")  # cpu/gpu start deltas, srcloc, callstack, thread, child count
 _GPU_END = struct.Struct("<qq")
 # A zone as both zone tree walks write it (the C one in _tracyread.c): start, end, parent index, depth,
-# srcloc id, zone extra index (0: none; always 0 for GPU zones). numpy reads the rows with ZONE_FIELDS.
-ZONE_ROW = struct.Struct("<qqqqiI")
+# srcloc id, zone extra index (0: none; always 0 for GPU zones), then the CPU-side start and end (a GPU zone's
+# CPU-side begin and end, Tracy's "CPU command setup"; a CPU zone's start and end again). numpy reads the rows
+# with ZONE_FIELDS.
+ZONE_ROW = struct.Struct("<qqqqiIqq")
 ZONE_FIELDS = [("start_ns", "<i8"), ("end_ns", "<i8"), ("parent", "<i8"), ("depth", "<i8"), ("srcloc", "<i4"),
-               ("extra", "<u4")]
+               ("extra", "<u4"), ("cpu_start_ns", "<i8"), ("cpu_end_ns", "<i8")]
 
 
 def cpu_zone_table(buf: bytes | bytearray, pos: int, count: int, last_time: int) -> Optional[tuple[int, bytes, bool]]:
@@ -63,24 +65,26 @@ def cpu_zone_table(buf: bytes | bytearray, pos: int, count: int, last_time: int)
                 break
     except struct.error:
         return None
-    return (pos, *_packed(rows))
+    return (pos, *_packed([(*row, row[0], row[1]) for row in rows]))
 
 
 def gpu_zone_table(buf: bytes | bytearray, pos: int, count: int, last_time: int) -> Optional[tuple[int, bytes, bool]]:
     """`cpu_zone_table` for one thread's zones of a GPU context: times are the GPU timestamps
-    (mapped to the CPU clock by Tracy), extra is 0; a leaf's end record follows it at once."""
+    (mapped to the CPU clock by Tracy), extra is 0, the CPU side has its own running reference; a leaf's end
+    record follows it at once."""
     unpack_zone, unpack_end = _GPU_ZONE.unpack_from, _GPU_END.unpack_from
     rows: list = []
     stack = []
-    remaining, parent, depth, gpu_ref = count, -1, 0, 0
+    remaining, parent, depth, gpu_ref, cpu_ref = count, -1, 0, 0, 0
     try:
         while True:
             if remaining:
                 remaining -= 1
-                _, gpu_delta, srcloc, _, _, children = unpack_zone(buf, pos)
+                cpu_delta, gpu_delta, srcloc, _, _, children = unpack_zone(buf, pos)
                 pos += 31
                 gpu_ref += gpu_delta
-                row = [gpu_ref, 0, parent, depth, srcloc, 0]
+                cpu_ref += cpu_delta
+                row = [gpu_ref, 0, parent, depth, srcloc, 0, cpu_ref, 0]
                 rows.append(row)
                 if children:
                     stack.append((remaining, parent, depth))
@@ -92,10 +96,12 @@ def gpu_zone_table(buf: bytes | bytearray, pos: int, count: int, last_time: int)
                 remaining, parent, depth = stack.pop()
             else:
                 break
-            _, gpu_delta = unpack_end(buf, pos)
+            cpu_delta, gpu_delta = unpack_end(buf, pos)
             pos += 16
             gpu_ref += gpu_delta
+            cpu_ref += cpu_delta
             row[1] = gpu_ref if gpu_ref >= 0 else _unfinished_end(row[0], last_time)
+            row[7] = cpu_ref if cpu_ref >= 0 else _unfinished_end(row[6], last_time)
     except struct.error:
         return None
     return (pos, *_packed(rows))

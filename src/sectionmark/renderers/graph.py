@@ -37,7 +37,8 @@ from sectionmark.section_path import UNMARKED, format_path
 from sectionmark.profiling.kernels import KernelRow, kernels
 from sectionmark.renderers.kernels import format_bytes, format_sections
 from sectionmark.renderers.table import format_ns
-from sectionmark.section_map import Binding
+from sectionmark.profiling.timeline import session_colors
+from sectionmark.section_map import UNMARKED_COLOR, Binding, css_color
 
 EXTENSION = ".dot"
 SITE_PREFIX = "site "
@@ -139,21 +140,15 @@ def render(session) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Section colours: distinct hues, the same in every view of a report (graph, tree, timeline); unmarked is grey.
-PALETTE = ("#4C8BF5", "#F29D38", "#3DAA5C", "#D2504B", "#8E6CC8", "#8C6454", "#D96BB9", "#7F8C8D",
-           "#B5BD3A", "#2EB6C8", "#1F5FBF", "#B8651A", "#217A3C", "#9E2F2B", "#5E3F99", "#5C4035")
-UNMARKED_COLOR = "#BDBDBD"
 NODE_WIDTH, LINE_HEIGHT, NODE_PADDING, LAYER_GAP, NODE_GAP = 230, 13, 6, 44, 16
 LABEL_CHARACTERS = 36  # characters of a line drawn in a node (the whole label is its hover title)
 
 
-def section_colors(names: Iterable[str]) -> dict[str, str]:
-    """A colour per section name (in order, cycling through ``PALETTE``); "(unmarked)" grey."""
-    colors = {UNMARKED: UNMARKED_COLOR}
-    for name in names:
-        if name not in colors:
-            colors[name] = PALETTE[(len(colors) - 1) % len(PALETTE)]
-    return colors
+def report_colors(session) -> dict[str, str]:
+    """A CSS colour per section name as the report shows it ("Block 0/MLP"; "(unmarked)" grey): the section's
+    colour in every view (`sectionmark.profiling.timeline.session_colors`)."""
+    colors = session_colors(session)
+    return {row.name: css_color(colors[row.path]) for row in session.sections}
 
 
 @dataclass
@@ -182,13 +177,13 @@ def layered_svg(session, colors: Optional[dict[str, str]] = None) -> str:
     """
     graph = read_write_graph(session)
     calls = max(session.calls, 1)
-    colors = colors or section_colors(main_section(row) for row in graph.sites)
+    colors = colors or report_colors(session)
     nodes: dict[str, _Node] = {}
     for node, (name, output) in graph.values.items():
         nodes[node] = _Node(node, [name], name, "#E8F0FE", "output" if output else "input")
     for row in graph.sites:
         label = site_label(row, calls)
-        nodes[f"s{row.site}"] = _Node(f"s{row.site}", label, "\n".join(label), colors.get(main_section(row), UNMARKED_COLOR),
+        nodes[f"s{row.site}"] = _Node(f"s{row.site}", label, "\n".join(label), colors.get(main_section(row), css_color(UNMARKED_COLOR)),
                                       "site", row.data_movement)
     sources: dict[str, list[str]] = {node: [] for node in nodes}
     targets: dict[str, list[str]] = {node: [] for node in nodes}

@@ -49,7 +49,7 @@ from sectionmark.profiling.section_time import first_dispatch_starts
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import Span, build_timelines
 from sectionmark.renderers.components import build_components_table
-from sectionmark.renderers.graph import layered_svg, section_colors
+from sectionmark.renderers.graph import layered_svg, report_colors
 from sectionmark.renderers.kernels import build_kernels_table
 from sectionmark.renderers.table import SHARED_MARK, format_ns, notes, profiler_cost_text
 
@@ -132,7 +132,7 @@ def _tab(index: int, tab: Tab, headed: bool) -> str:
         return (f"<section class=\"tab\" id=\"tab{index}\">{heading}"
                 "<p>This function ran no dispatch in the replay: nothing to attribute.</p></section>")
     kernels_id, components_id = f"tab{index}-kernels", f"tab{index}-components"
-    graph = layered_svg(session, _colors(session))
+    graph = layered_svg(session, report_colors(session))
     timeline = (f"<div class=\"timeline\" data-tab=\"{index}\"><label>call <select></select></label> "
                 "<button type=\"button\" class=\"reset\">reset zoom</button> "
                 "<span class=\"hint\">wheel: zoom, drag: pan, hover: details</span>"
@@ -174,7 +174,7 @@ def _cost(session: ProfileSession) -> Optional[str]:
 
 def _tree(index: int, session: ProfileSession) -> str:
     calls = max(session.calls, 1)
-    rows, colors = session.sections, _colors(session)
+    rows, colors = session.sections, report_colors(session)
     per = "/call" if session.calls_known else " (total)"
     headers = ["Section", "Share", f"Busy{per}", f"Wall{per}", f"Excl{per}", f"Shared{per}", "p50", "p95",
                f"Dispatches{per}", "Start p50", "End p50"]
@@ -217,17 +217,13 @@ def _tree(index: int, session: ProfileSession) -> str:
             f"<tfoot>{footer}</tfoot></table><ul class=\"notes\">{notes_list}</ul>")
 
 
-def _colors(session: ProfileSession) -> dict[str, str]:
-    return section_colors(row.name for row in session.sections if not row.unmarked)
-
-
 # ---------------------------------------------------------------------- the data the script draws
 
 
 def _tab_data(session: Optional[ProfileSession], events: Optional[Attribution]) -> Optional[dict[str, Any]]:
     if session is None:
         return None
-    colors = _colors(session)
+    colors = report_colors(session)
     return {"sections": [[row.name, colors[row.name]] for row in session.sections],
             "timeline": timeline_data(session, events) if events is not None else None}
 

@@ -101,9 +101,14 @@ class GpuTimeline:
         self._last_ns = ns
         return ns
 
-    def begin(self, name: str, start_ns: int, color: Optional[int] = None) -> None:
-        """Open a zone at ``start_ns`` inside the zone open now (if any)."""
-        address, _ = self._tracy.source_location(name, color)
+    def begin(self, name: str, start_ns: int, color: Optional[int] = None, text: Optional[str] = None) -> None:
+        """Open a zone at ``start_ns`` inside the zone open now (if any); ``color`` 0xRRGGBB, ``text`` shown under
+        its name (Tracy's GPU zones have no zone text: it is their source location's function string).
+
+        Tracy takes the zone's CPU-side begin ("CPU command setup", "delay to execution") from the moment of
+        this call, and its CPU-side end from `end`'s.
+        """
+        address, _ = self._tracy.source_location(name, color, text)
         with self._lock:
             start_ns = self._check_time(start_ns)
             query = self._next_query()
@@ -122,7 +127,8 @@ class GpuTimeline:
             self._tracy.gpu_time(GpuTimeData(end_ns, query, self.context))
             self._depth -= 1
 
-    def zone(self, name: str, start_ns: int, end_ns: int, color: Optional[int] = None) -> None:
+    def zone(self, name: str, start_ns: int, end_ns: int, color: Optional[int] = None,
+             text: Optional[str] = None) -> None:
         """A zone without children: ``begin`` then ``end``."""
-        self.begin(name, start_ns, color)
+        self.begin(name, start_ns, color, text)
         self.end(end_ns)

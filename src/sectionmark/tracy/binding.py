@@ -20,7 +20,7 @@ from typing import Optional, Union
 from sectionmark.artifacts.tools import tracing_runtime_library
 from sectionmark.errors import SectionmarkError
 
-__all__ = ["TracyClient", "client", "tracy_name", "NAME_LIMIT_BYTES"]
+__all__ = ["TracyClient", "client", "tracy_name", "permanent_name", "NAME_LIMIT_BYTES"]
 
 
 class _SourceLocation(ctypes.Structure):
@@ -100,6 +100,11 @@ def tracy_name(name: str) -> bytes:
     return kept + mark
 
 
+def permanent_name(name: str) -> int:
+    """`tracy_name` of ``name`` as a C string that is never freed: its address (source locations, plots)."""
+    return _permanent_bytes(tracy_name(name) + b"\0")
+
+
 def _permanent_bytes(data: bytes) -> int:
     """Copy ``data`` into memory that is never freed and return its address.
 
@@ -141,6 +146,10 @@ class TracyClient:
             self.gpu_zone_end = c_api("emit_gpu_zone_end_serial")
             self.gpu_time = c_api("emit_gpu_time_serial")
             self.gpu_calibration = c_api("emit_gpu_calibration_serial")
+            self.message = c_api("emit_message")
+            self.frame_mark = c_api("emit_frame_mark")
+            self.plot = c_api("emit_plot_int")
+            self.plot_config = c_api("emit_plot_config")
             gpu_context_counter = lib._ZN5tracy16GetGpuCtxCounterEv
         except (OSError, AttributeError) as error:
             raise SectionmarkError(f"cannot bind Tracy's C API in {path}: {error}") from None
@@ -150,6 +159,15 @@ class TracyClient:
         self.zone_end.restype = None
         self.set_thread_name.argtypes = [ctypes.c_char_p]  # Tracy copies the name
         self.set_thread_name.restype = None
+        self.message.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32]  # Tracy copies the text
+        self.message.restype = None
+        self.frame_mark.argtypes = [ctypes.c_char_p]  # None: the main frame set
+        self.frame_mark.restype = None
+        # A plot's name is read by pointer, lazily: pass `permanent_name` addresses.
+        self.plot.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+        self.plot.restype = None
+        self.plot_config.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_uint32]
+        self.plot_config.restype = None
         for function, argument in (
             (self.gpu_new_context, GpuNewContextData),
             (self.gpu_context_name, GpuContextNameData),
@@ -165,32 +183,41 @@ class TracyClient:
         # std::atomic<uint8_t>, shared with IREE's own GPU contexts.
         self._gpu_context_counter = ctypes.c_uint8.from_address(gpu_context_counter())
         self._lock = threading.Lock()
-        self._locations: dict[tuple[str, Optional[int]], tuple[int, object]] = {}
+        self._locations: dict[tuple[str, Optional[int], Optional[str]], tuple[int, object]] = {}
+        self._strings: dict[str, int] = {}
         self.path = path
 
-    def source_location(self, name: str, color: Optional[int] = None) -> tuple[int, object]:
-        """The static source location for (name, color): (address, by-pointer argument).
+    def source_location(self, name: str, color: Optional[int] = None,
+                        text: Optional[str] = None) -> tuple[int, object]:
+        """The static source location for (name, color, text): (address, by-pointer argument).
 
-        One per distinct pair, created on first use and never freed.
+        ``text`` is its function string, which Tracy shows under a zone's name (GPU zones have no zone text;
+        default: the name). One per distinct triple, created on first use and never freed.
         """
-        key = (name, color)
+        key = (name, color, text)
         found = self._locations.get(key)
         if found is not None:
             return found
         with self._lock:
             found = self._locations.get(key)
             if found is None:
-                text = _permanent_bytes(tracy_name(name) + b"\0")
                 address = _permanent_bytes(bytes(ctypes.sizeof(_SourceLocation)))
                 location = _SourceLocation.from_address(address)
-                location.name = text
-                location.function = text
-                location.file = _permanent_bytes(_SOURCE_FILE.encode() + b"\0")
+                location.name = self._string(name)
+                location.function = location.name if text is None else self._string(text)
+                location.file = self._string(_SOURCE_FILE)
                 location.line = 0
                 location.color = color or 0
                 found = (address, ctypes.byref(location))
                 self._locations[key] = found
         return found
+
+    def _string(self, text: str) -> int:
+        """One permanent C string per distinct text (under the lock): Tracy asks for each address once."""
+        address = self._strings.get(text)
+        if address is None:
+            address = self._strings[text] = permanent_name(text)
+        return address
 
     def new_gpu_context_id(self) -> int:
         """Take the next GPU context id from the counter IREE's contexts also use.
