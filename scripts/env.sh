@@ -12,7 +12,8 @@ fi
 stamp="$root/.venv/.sectionmark-installed"
 stale=0
 for input in constraints.txt pyproject.toml setup.py src/sectionmark/markers/_zonestack.c src/sectionmark/readers/_ireeprof.c \
-    src/sectionmark/profiling/_sectionpass.c src/sectionmark/_buffers.h src/sectionmark/readers/_tracyread.c; do
+    src/sectionmark/profiling/_sectionpass.c src/sectionmark/_buffers.h src/sectionmark/readers/_tracyread.c \
+    src/sectionmark/renderers/_tracyreplay.c; do
   if [ "$root/$input" -nt "$stamp" ]; then stale=1; fi
 done
 if [ ! -f "$stamp" ] || [ "$stale" = 1 ]; then
