@@ -146,6 +146,27 @@ def test_dispatches_written_out_of_order_give_the_same_session(plain_run, tmp_pa
         assert as_json(windowed(path, 11, 3)) == as_json(whole(path, 11, 3))
 
 
+def test_executions_written_out_of_submission_order_give_the_same_session(plain_run, tmp_path, monkeypatch):
+    """IREE writes a submission's execution when it ends, so submissions in flight together may be written out of
+    order (a JAX cond's): one call's execution moved after the next call's."""
+    import bundle_layout
+
+    blob = bytearray(plain_run[1].read_bytes())
+    size = 152
+    executions = event_offsets(bytes(blob), EXECUTE)
+    slots = list(bundle_layout.fixed_records(bytes(blob), "host-execution-events"))  # every host event, in order
+    between = slots[slots.index(executions[4]) : slots.index(executions[5]) + 1]  # two measured calls' executions
+    contents = [bytes(blob[slot : slot + size]) for slot in between]
+    for slot, content in zip(between, contents[1:] + contents[:1]):  # the first execution moved to the end
+        blob[slot : slot + size] = content
+    path = tmp_path / "out-of-order.ireeprof"
+    path.write_bytes(bytes(blob))
+    expected = whole(path, 11, 3)
+    for window in (1, 2, 4, 1 << 16):
+        monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+        assert as_json(windowed(path, 11, 3)) == as_json(expected)
+
+
 @pytest.mark.parametrize("passes", ["C", "numpy"])
 @pytest.mark.parametrize("case", sorted(BUNDLE_CASES))
 def test_a_corrupt_profile_is_refused_with_the_whole_reads_error(plain_run, tmp_path, monkeypatch, case, passes):

@@ -64,14 +64,19 @@ def attributed_totals(source: EventSource, section_map: SectionMap, *, calls: Op
     windows = measured_windows(attribution.queue_spans, measured_calls)
     fold = EventFold(attribution, None if windows is None else (windows.starts, windows.ends))
     submission_ids = submissions["submission"]
+    yielded, first_left = np.zeros(len(submission_ids), bool), 0  # submissions read; the first one not yet
     for dispatches, executed in source.windows():
+        yielded[np.searchsorted(submission_ids, executed["submission"])] = True
+        left = yielded[first_left:]
+        first_left += len(left) if left.all() else int(np.argmin(left))
+        # No later event starts before the earliest start of the submissions from the first not yet read on.
+        frontier = int(later_starts[first_left]) if first_left < len(later_starts) else None
         if not len(dispatches):
+            fold.add(dispatches, np.zeros(0, np.int32), np.zeros(0, np.int32), frontier)
             continue
         slots, event_calls, failures = placed_events(dispatches, matcher, source.command_buffers, layout.keys,
                                                      submission_ids, call_of_submission)
         measured = measured_rows(event_calls, failures)
-        last = int(np.searchsorted(submission_ids, executed["submission"][-1], side="right"))
-        frontier = int(later_starts[last]) if last < len(later_starts) else None
         fold.add(dispatches[measured], slots[measured], event_calls[measured], frontier)
     totals = fold.finish()
     full = source.profile()

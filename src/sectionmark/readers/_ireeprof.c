@@ -437,11 +437,12 @@ done:
     return result;
 }
 
-/* not_dispatches(data, positions, found) -> count
+/* not_dispatches(data, positions, found) -> (count, increasing)
  *
  * The indices (int64, into ``found``) of the host event records at byte ``positions`` of ``data`` whose type
  * (4 bytes into the record) is not a dispatch: a profile's executions and queue operations, a few per call,
- * gathered before its dispatches are read (ireeprof_stream.DispatchStream.layout).
+ * gathered before its dispatches are read (ireeprof_stream.DispatchStream.layout); and whether the records'
+ * (stream, event id) pairs strictly increase (then they are unique: the fields share the type's cache line).
  */
 static PyObject *not_dispatches(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer in[2], out[1];
@@ -452,18 +453,25 @@ static PyObject *not_dispatches(PyObject *module, PyObject *const *args, Py_ssiz
     const int64_t *positions = in[1].buf;
     int64_t *found = out[0].buf;
     Py_ssize_t total = in[1].len / 8, count = 0;
+    int increasing = 1;
+    uint64_t previous_stream = 0, previous_event = 0;
     if (out[0].len < total * 8) {
         PyErr_SetString(PyExc_ValueError, "not_dispatches: the output is too small");
         goto done;
     }
     for (Py_ssize_t i = 0; i < total; i++) {
-        if (positions[i] < 0 || positions[i] > in[0].len - 8) {
+        if (positions[i] < 0 || positions[i] > in[0].len - 64) {
             PyErr_SetString(PyExc_ValueError, "not_dispatches: a record lies outside the data");
             goto done;
         }
-        if (u32(bytes + positions[i] + 4) != EVENT_DISPATCH) found[count++] = i;
+        const char *record = bytes + positions[i];
+        if (u32(record + 4) != EVENT_DISPATCH) found[count++] = i;
+        uint64_t stream = u64(record + 56), event_id = u64(record + 16);
+        if (i && (stream < previous_stream || (stream == previous_stream && event_id <= previous_event)))
+            increasing = 0;
+        previous_stream = stream, previous_event = event_id;
     }
-    result = PyLong_FromSsize_t(count);
+    result = Py_BuildValue("nO", count, increasing ? Py_True : Py_False);
 done:
     release(in, 2);
     release(out, 1);
@@ -472,7 +480,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"not_dispatches", (PyCFunction)(void (*)(void))not_dispatches, METH_FASTCALL,
-     "not_dispatches(data, positions, found) -> count"},
+     "not_dispatches(data, positions, found) -> (count, increasing)"},
     {"record_table", record_table, METH_VARARGS,
      "record_table(data, start, end, content_types) -> (offsets, headers, kinds) as bytes"},
     {"host_events", (PyCFunction)(void (*)(void))host_events, METH_FASTCALL,

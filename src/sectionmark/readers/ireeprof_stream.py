@@ -74,9 +74,10 @@ class DispatchStream:
         return replace(self.layout(), memory=self._memory, allocations=self._allocations)
 
     def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(dispatches, submissions) of successive whole submissions, in submission order: the dispatches sorted by
-        (submission, start) and checked against their submissions (SUBMISSION_DTYPE, sorted). The dispatches
-        are rows of a buffer the next window is read into: copy what must outlive the step."""
+        """(dispatches, submissions) of successive whole submissions, in the order their executions were written
+        (by submission within a window): the dispatches sorted by (submission, start) and checked against their
+        submissions (SUBMISSION_DTYPE, sorted). The dispatches are rows of a buffer the next window is read into:
+        copy what must outlive the step."""
         bundle, layout = self._bundle, self.layout()
         positions = bundle.host_event_positions()
         total = len(positions)
@@ -84,8 +85,10 @@ class DispatchStream:
         submissions, queue_ops = np.empty(total, SUBMISSION_DTYPE), np.empty(total, QUEUE_OP_DTYPE)
         done_submissions = done_queue_ops = 0
         pending = np.zeros(0, DISPATCH_DTYPE)
-        last_executed: Optional[int] = None  # the id of the last execution read
-        identities = _EventIdentities(self)
+        layout_ids = layout.submissions["submission"]
+        # Per submission of the layout: its execution read (executed_before: in an earlier window; executed_ranks:
+        # up to this one).
+        executed_before, executed_ranks = np.zeros(len(layout_ids), bool), np.zeros(len(layout_ids), bool)
         rows = np.empty(0, DISPATCH_DTYPE)  # reused: fresh memory costs a page fault per page touched
         memory = _MemoryLevels(self.path, RecordPositions(bundle.chunks["memory-events"], MEMORY_EVENT.itemsize))
         covered = memory.first_position(int(positions[0]) if total else bundle.data.size)  # read up to here
@@ -99,32 +102,36 @@ class DispatchStream:
             data = self._read(covered, end)
             memory.take(data, covered)
             offsets, covered = window - covered, end
-            (added, new_submissions, new_queue_ops), firsts, increasing = _split(
+            (added, new_submissions, new_queue_ops), firsts = _split(
                 bundle, data, offsets, [rows[len(pending):], submissions[done_submissions:], queue_ops[done_queue_ops:]])
             if max(firsts) >= 0:
                 raise_host_event_error(self.path, records_at(data, offsets[[first for first in firsts
                                                                             if first >= 0]], HOST_EVENT), firsts)
-            identities.take(data, offsets, window, increasing)
             executed = submissions[done_submissions : done_submissions + new_submissions]
             done_submissions += new_submissions
             done_queue_ops += new_queue_ops
             ids = executed["submission"]
-            if len(ids) and ((ids[1:] <= ids[:-1]).any() or (last_executed is not None and ids[0] <= last_executed)):
-                raise corrupt(self.path, "command-buffer executions out of submission order")
             dispatches = rows[: len(pending) + added]
             if not len(ids):
                 pending = dispatches.copy()
                 continue
-            submission = dispatches["submission"]
-            if last_executed is not None and len(submission) and submission.min() <= last_executed:
-                raise corrupt(self.path, f"a dispatch of submission {int(submission.min())} is recorded after its "
-                              "execution")
-            last_executed = int(ids[-1])
-            if (submission[1:] >= submission[:-1]).all():  # as IREE writes them: the complete ones first
-                cut = int(np.searchsorted(submission, last_executed, side="right"))
-                complete, pending = dispatches[:cut], dispatches[cut:].copy()
+            # IREE writes a submission's execution when it ends: several in flight may end out of order.
+            executed = executed if (ids[1:] > ids[:-1]).all() else sorted_by(executed, "submission")
+            ran = np.searchsorted(layout_ids, executed["submission"])
+            if (ran >= len(layout_ids)).any() or executed_ranks[ran].any() or (ran[1:] == ran[:-1]).any():
+                raise SectionmarkError(f"{self.path}: the profile changed while it was read")
+            executed_ranks[ran] = True
+            rank = np.minimum(np.searchsorted(layout_ids, dispatches["submission"]), len(layout_ids) - 1)
+            known = layout_ids[rank] == dispatches["submission"]
+            before = known & executed_before[rank]
+            if before.any():
+                raise corrupt(self.path, f"a dispatch of submission {int(dispatches['submission'][before][0])} is "
+                              "recorded after its execution")
+            done = known & executed_ranks[rank]
+            executed_before[ran] = True
+            if done.all():
+                complete, pending = dispatches, np.zeros(0, DISPATCH_DTYPE)
             else:
-                done = submission <= last_executed
                 complete, pending = dispatches[done], dispatches[~done]
             # The rows are a view of the reused buffer: valid until the next window is read.
             yield self._checked(complete, executed), executed
@@ -138,7 +145,7 @@ class DispatchStream:
         check_times(self.path, pending, submissions, queue_ops, self._memory, host_events_plausible=True)
         if len(pending):
             raise corrupt(self.path, "profile has dispatches outside any queue submission (incomplete profile?)")
-        if not (np.array_equal(submissions, layout.submissions)
+        if not (np.array_equal(sorted_by(submissions, "submission"), layout.submissions)
                 and np.array_equal(sorted_by(queue_ops, "start_ns", "submission"), layout.queue_ops)):
             raise SectionmarkError(f"{self.path}: the profile changed while it was read")
 
@@ -153,14 +160,6 @@ class DispatchStream:
             raise SectionmarkError(f"{self.path}: the profile changed while it was read (it is shorter)")
         return data
 
-    def identities_at(self, positions: np.ndarray) -> np.ndarray:
-        """The (stream, event id) of the host events at file ``positions``, read again (a window out of order
-        with the one before it: rare), sorted."""
-        data = np.empty(int(positions[-1]) + HOST_EVENT.itemsize - int(positions[0]), np.uint8)
-        if os.preadv(self._file.fileno(), [data], int(positions[0])) != len(data):
-            raise SectionmarkError(f"{self.path}: the profile changed while it was read (it is shorter)")
-        return np.sort(_identities(data, positions - positions[0]))
-
     def _checked(self, dispatches: np.ndarray, executed: np.ndarray) -> np.ndarray:
         """The dispatches of the submissions ``executed``, sorted and checked against them (`checked_profile`'s
         link checks, with its error lines)."""
@@ -173,66 +172,42 @@ _TYPE_FIELD = np.dtype("<u4")  # a host event's type, 4 bytes into its record
 
 
 def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarray]:
-    """The bundle's command-buffer executions (SUBMISSION_DTYPE, in the order written) and other queue operations
+    """The bundle's command-buffer executions (SUBMISSION_DTYPE, by submission) and other queue operations
     (QUEUE_OP_DTYPE, by start): each window of the mapped file's host events searched for the records that are
-    not dispatches (in C when built), then those few copied. A record failing a check is left to `windows`,
-    which names it."""
+    not dispatches (in C when built), then those few copied. Every host event's (stream, event id) is unique, as
+    the whole read checks it: IREE writes them increasing, which this pass confirms from the same cache lines; a
+    file where they are not is checked whole. A record failing another check is left to `windows`, which names
+    it."""
     positions = bundle.host_event_positions()
     executions, operations = [], []
     found = np.empty(min(HOST_EVENTS_WINDOW, len(positions)), np.int64)
+    increasing, last = True, None
     for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
         window = positions[begin : begin + HOST_EVENTS_WINDOW]
         if native() is not None:
-            others = records_at(bundle.data, window[found[: native().not_dispatches(bundle.data, window, found)]],
-                                HOST_EVENT)
+            count, window_increasing = native().not_dispatches(bundle.data, window, found)
+            others = records_at(bundle.data, window[found[:count]], HOST_EVENT)
         else:
             kinds = records_at(bundle.data, window + HOST_EVENT.fields["type"][1], _TYPE_FIELD)
             others = records_at(bundle.data, window[kinds != EVENT_DISPATCH], HOST_EVENT)
+            identities = _identities(bundle.data, window)
+            window_increasing = strictly_increasing(identities["stream"], identities["event_id"])
+        ends = _identities(bundle.data, window[[0, -1]])
+        increasing &= window_increasing and (last is None or tuple(ends[0].tolist()) > last)
+        last = tuple(ends[1].tolist())
         release_pages(bundle.mapped, int(window[0]), int(window[-1]) + HOST_EVENT.itemsize)
         for table, rows, dtype in ((executions, others[others["type"] == EVENT_EXECUTE], SUBMISSION_DTYPE),
                                    (operations, others[others["type"] != EVENT_EXECUTE], QUEUE_OP_DTYPE)):
             part = np.zeros(len(rows), dtype)
             fill_columns(part, rows, np.arange(len(rows)))
             table.append(part)
+    if not increasing:  # written out of order: unique all the same? (the whole read's check and line)
+        identities = np.concatenate([_identities(bundle.data, positions[begin : begin + HOST_EVENTS_WINDOW])
+                                     for begin in range(0, len(positions), HOST_EVENTS_WINDOW)])
+        check_unique(bundle.path, "a host execution event", identities["stream"], identities["event_id"])
     submissions = np.concatenate(executions) if executions else np.zeros(0, SUBMISSION_DTYPE)
     queue_ops = np.concatenate(operations) if operations else np.zeros(0, QUEUE_OP_DTYPE)
-    return submissions, sorted_by(queue_ops, "start_ns", "submission")
-
-
-class _EventIdentities:
-    """Every host event's (stream, event id) is unique, checked a window at a time: IREE writes them increasing,
-    which the window pass confirms within a window and the first and last identities across windows; a window
-    that is not increasing (events written out of order) is sorted and checked against itself and the window
-    before it (its identities read from the file again); one reaching further back is refused."""
-
-    def __init__(self, stream: "DispatchStream"):
-        self._stream = stream
-        self._before = np.zeros(0, _IDENTITY)  # the last window's identities, sorted (its first and last alone
-        self._before_whole = True               # when it was increasing: ``_before_whole`` False, ``_before_at``
-        self._before_at = np.zeros(0, np.int64)  # its records' file offsets, read again if needed)
-        self._highest_earlier: Optional[tuple[int, int]] = None  # the largest identity of the windows before it
-
-    def take(self, data: np.ndarray, offsets: np.ndarray, window: np.ndarray, increasing: bool) -> None:
-        """A window: its records at ``offsets`` of ``data``, at ``window`` in the file; ``increasing``: the window
-        pass found their identities increasing."""
-        if not len(offsets):
-            return
-        keys = _identities(data, offsets if not increasing else offsets[[0, -1]])
-        if not increasing:
-            keys = np.sort(keys)
-            if (keys[1:] == keys[:-1]).any():
-                check_unique(self._stream.path, "a host execution event", keys["stream"], keys["event_id"])
-        if len(self._before):
-            lowest = tuple(keys[0].tolist())
-            if self._highest_earlier is not None and lowest <= self._highest_earlier:
-                raise corrupt(self._stream.path, "host execution events written out of order by more than a window")
-            if lowest <= tuple(self._before[-1].tolist()):
-                before = self._before if self._before_whole else self._stream.identities_at(self._before_at)
-                mine = keys if not increasing else _identities(data, offsets)
-                both = np.concatenate([before, mine])
-                check_unique(self._stream.path, "a host execution event", both["stream"], both["event_id"])
-            self._highest_earlier = tuple(self._before[-1].tolist())
-        self._before, self._before_whole, self._before_at = keys, not increasing, window
+    return sorted_by(submissions, "submission"), sorted_by(queue_ops, "start_ns", "submission")
 
 
 _IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])
@@ -248,25 +223,23 @@ def _identities(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def _split(bundle: OpenBundle, data: np.ndarray, offsets: np.ndarray, outputs: list[np.ndarray]) -> tuple[
-        list[int], tuple[int, int, int, int], bool]:
+        list[int], tuple[int, int, int, int]]:
     """The host events at ``offsets`` of ``data`` into the starts of ``outputs`` (dispatch, submission and
-    queue-operation tables): the rows added to each, the first event failing each check (layout, type, status,
-    function; -1: none) and whether their (stream, event id) strictly increase. In C when built. Times are
-    checked as the whole read checks them (its error line)."""
+    queue-operation tables): the rows added to each, and the first event failing each check (layout, type,
+    status, function; -1: none). In C when built. Times are checked as the whole read checks them (its error
+    line); identities were checked by the first pass (`_executions_and_operations`)."""
     if native() is not None:
-        (*added, bad_length, bad_type, failed, unknown, plausible, _sorted, increasing) = native().host_events(
+        (*added, bad_length, bad_type, failed, unknown, plausible, _sorted, _increasing) = native().host_events(
             data, offsets, bundle.known_codes, bundle.known_keys, *outputs)
         firsts = (bad_length, bad_type, failed, unknown)
         if plausible or max(firsts) >= 0:
-            return added, firsts, increasing
+            return added, firsts
     else:
         added, firsts = split_with_numpy(data, offsets, bundle.known_codes, bundle.known_keys, outputs)
         if max(firsts) >= 0:
-            return added, firsts, False
-        events = records_at(data, offsets, HOST_EVENT)
-        increasing = strictly_increasing(events["stream"], events["event_id"])
+            return added, firsts
     check_times(bundle.path, *(table[:count] for table, count in zip(outputs, added)), np.zeros(0, MEMORY_DTYPE))
-    return added, firsts, increasing
+    return added, firsts
 
 
 class _MemoryLevels:
