@@ -249,7 +249,7 @@ def test_the_table_and_json_say_which_rule_split_each_site():
     assert data["weight_rule"] == "mixed" and data["split_rules"] == {"cost": 1, "op-count": 1}
     assert sorted(site["rule"] for site in data["sites"]) == ["cost", "op-count"]
     assert "by estimated cost (FLOPs and bytes) at 1 site, by op count (shapes not static) at 1 site" in " ".join(prof.table().split())
-    assert type(prof).from_json(data).split_rules == {"cost": 1, "op-count": 1}
+    assert type(prof.session).from_json(data).split_rules == {"cost": 1, "op-count": 1}
 
 
 def test_the_op_count_fallback_keeps_unmarked_ops_unmarked():

@@ -123,6 +123,7 @@ def test_parameters_and_defaults_are_those_of_aot_export_plus_auto_modules():
     ours = dict(inspect.signature(sm.torch.export).parameters)
     turbines = inspect.signature(aot.export).parameters
     assert ours.pop("auto_modules").default is False
+    assert ours.pop("quiet").default is False  # the progress line (sectionmark.progress)
 
     def described(parameter):  # a positional-only parameter's name is nobody's business
         name = None if parameter.kind is inspect.Parameter.POSITIONAL_ONLY else parameter.name

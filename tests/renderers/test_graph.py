@@ -85,7 +85,7 @@ def test_save_by_suffix(tmp_path):
 
 
 def test_svg_without_graphviz_writes_the_dot_and_says_how_to_install(tmp_path, monkeypatch):
-    monkeypatch.setattr(graph.shutil, "which", lambda name: None)
+    monkeypatch.setattr(graphviz.shutil, "which", lambda name: None)
     with pytest.raises(SectionmarkError, match="apt-get install graphviz"):
         graph.save(hand_built(), tmp_path / "g.svg")
     assert (tmp_path / "g.dot").read_text().startswith("digraph") and not (tmp_path / "g.svg").exists()
@@ -127,7 +127,7 @@ def test_names_graphviz_cannot_read_are_drawn_with_the_own_layout(tmp_path):
 def test_graphviz_is_not_given_a_graph_it_would_take_minutes_on(tmp_path, monkeypatch):
     """A sidecar map with 10,000 outputs of one binding made `dot` run its whole 300 s timeout."""
     ran = []
-    monkeypatch.setattr(graph.subprocess, "run", lambda *args, **kwargs: ran.append(args))
+    monkeypatch.setattr(graphviz.subprocess, "run", lambda *args, **kwargs: ran.append(args))
     session = odd_named("Attn", "MLP", outputs=10_000)
     svg = graph.save(session, tmp_path / "g.svg").read_text(encoding="utf-8")
     assert "Graphviz is not used for a graph this big (20,013 lines of DOT, over 2,000)" in svg and ran == []
@@ -153,7 +153,7 @@ def test_outputs_after_a_failing_graph_are_still_written(tmp_path, monkeypatch, 
 
     _compiled, vmfb = compiled_two_matmuls
     profile(vmfb, inputs, iterations=1, warmup=0, keep_profile=tmp_path / "run.ireeprof", quiet=True)
-    monkeypatch.setattr(graph.shutil, "which", lambda name: None)
+    monkeypatch.setattr(graphviz.shutil, "which", lambda name: None)
     assert main(["report", str(tmp_path / "run.ireeprof"), "--map", str(vmfb), "--graph", str(tmp_path / "g.svg"),
                  "--json", str(tmp_path / "s.json"), "--csv", str(tmp_path / "s.csv")]) == 1
     out, err = capsys.readouterr()
