@@ -265,11 +265,10 @@ def test_the_nanogpt_demo_on_vulkan_is_iree_profiles_device_time(vulkan_device, 
     import subprocess
     import sys
 
-    from nanogpt_builders import EXAMPLES
     from sectionmark.section_map import SectionMap
 
     out, warmup = tmp_path / "out", 2
-    result = subprocess.run([sys.executable, str(EXAMPLES / "run.py"), "--device", "vulkan", "--framework", framework,
+    result = subprocess.run([sys.executable, "-m", "sectionmark", "demo", "--device", "vulkan", "--framework", framework,
                              "--out", str(out), "-n", "4", "--warmup", str(warmup)],
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
