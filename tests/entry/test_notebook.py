@@ -47,7 +47,7 @@ def outputs(notebook, mime: str) -> list[str]:
 def test_each_result_shows_a_short_summary_and_an_inline_view(executed):
     notebook, _folder = executed
     texts = outputs(notebook, "text/plain")
-    assert [text.split(" ", 1)[0] for text in texts] == ["<ProfileSession", "<ReplayProfile", "<Comparison"]
+    assert [text.split(" ", 1)[0] for text in texts] == ["<ProfileRun", "<ReplayProfile", "<Comparison"]
     profile_text, replay_text, comparison_text = texts
     assert len(profile_text) < 400 and "main: 5 calls (+1 warmup) on local-task" in profile_text
     assert re.search(r"coverage 100\.00%, 2 sections; top: (Up|Down) Projection", profile_text)

@@ -30,7 +30,7 @@ def test_a_profile_says_what_it_is_in_one_short_line():
     session.device, session.warmup = "local-task", 2
     text = repr(session)
     assert len(text) < 300 and "\n" not in text
-    assert text.startswith("<ProfileSession main: 30 calls (+2 warmup) on local-task, ")
+    assert text.startswith("<ProfileSession main: 10 calls (+2 warmup) on local-task, 10 runs, ")  # test_compare.blocks
     assert re.search(r"coverage 100\.00%, 6 sections; top: Block 1 / MLP \d+\.\d%, ", text)
     printer = Printer()
     session._repr_pretty_(printer, False)
@@ -51,7 +51,7 @@ def test_a_replay_names_each_function():
     replay = ReplayProfile(replays=2, warmup=1, calls_per_replay=3,
                            functions=[FunctionProfile("prefill", 1, blocks()), FunctionProfile("decode", 2, None)])
     text = repr(replay)
-    assert text.startswith("<ReplayProfile prefill (1 call per replay, 2 measured replays): 30 calls")
+    assert text.startswith("<ReplayProfile prefill (1 call per replay, 2 measured replays): 10 calls, 10 runs")
     assert text.endswith("; decode (2 calls per replay, 2 measured replays): ran no dispatch>")
     assert "sectionmark profile of a recording: prefill, decode" in html.unescape(replay._repr_html_())
 

@@ -44,7 +44,7 @@ Result = Union[ProfileSession, ProfileRun, "ReplayProfile", Comparison, Peak]
 def summary(result: Result) -> str:
     """One line saying what ``result`` is (its ``__repr__``)."""
     if isinstance(result, ProfileRun):
-        return f"<ProfileRun {session_summary(result.session)}; events in {result.profile_path}>"
+        return f"<ProfileRun {session_summary(result.session)}>"
     if isinstance(result, ProfileSession):
         return f"<ProfileSession {session_summary(result)}>"
     if hasattr(result, "functions"):  # a replay's profiles
