@@ -339,7 +339,7 @@ ANCHOR_TOLERANCE_NS = 100_000
 
 def main_track(session, capture):
     """The replay's main track of the first queue, with the timeline spans its zones were made from (zone order)."""
-    timeline = session_timelines(session)[0]
+    timeline = session_timelines(session.session, session.events())[0]
     spans = [span for top in timeline.main for _depth, span in top.walk()]
     track = next(track for track in capture.gpu_contexts
                  if track.name == f"{session.device} queue {timeline.queue}: sections")
@@ -429,7 +429,7 @@ def test_tracys_own_reader_sees_the_calls_the_memory_plot_and_every_zone(replay,
         tracys.setdefault(name, []).append(int(duration))
     ours = {row.name: (row.count, row.total_ns) for row in zone_stats(read_capture(path), gpu_only=True)}
     profiled: dict[str, list[int]] = {}
-    for timeline in session_timelines(session):
+    for timeline in session_timelines(session.session, session.events()):
         for _track, spans in timeline.tracks():
             for top in spans:
                 for _depth, span in top.walk():

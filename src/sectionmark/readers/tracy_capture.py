@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import struct
-from itertools import accumulate, repeat
+from itertools import repeat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Optional, Union
@@ -420,11 +420,13 @@ def _parse(buf: bytearray, version: tuple[int, int, int]) -> tuple[Capture, list
     frame_starts: list[int] = []
     for _ in range(p.u64()):
         name, continuous, frames = p.take(_FRAME_SET)
+        size = frames * (12 if continuous else 20)
+        if size > len(p.buf) - p.pos:  # a count the file cannot hold: refused before anything is sized by it
+            raise _Truncated
         if name == 0 and continuous:  # the main frame set: each frame's start, delta-encoded (and a frame image)
-            at = p.pos
-            deltas = struct.unpack_from(f"<{'qi' * frames}", p.buf, at)[::2] if frames else ()
-            frame_starts = list(accumulate(deltas))
-        p.skip(frames * (12 if continuous else 20))
+            records = np.frombuffer(p.buf, np.dtype([("delta", "<i8"), ("image", "<i4")]), frames, p.pos)
+            frame_starts = np.cumsum(records["delta"]).tolist()
+        p.skip(size)
 
     by_pointer: dict[int, str] = {}
     string_data: list[str] = []
