@@ -564,6 +564,32 @@ def test_a_capture_tool_that_stops_early_does_not_leave_the_program_hanging(tmp_
     assert sorted(tmp_path.iterdir()) == sorted([failing_tool, previous])
 
 
+def test_a_frame_count_the_file_cannot_hold_is_refused_in_one_line(gpu_capture_path, tmp_path, monkeypatch):
+    """A mutated frame count once sized a format string of gigabytes (the suite's runner was killed for memory):
+    a count the rest of the file cannot hold is refused before anything is sized by it."""
+    from sectionmark.readers import tracy_capture
+
+    payload = bytearray(inflate(gpu_capture_path.read_bytes()))
+    frame_sets: list[int] = []  # where each frame set's header lies in the inflated serialization
+    take = tracy_capture._Parser.take
+
+    def noting(self, fmt):
+        if fmt is tracy_capture._FRAME_SET:
+            frame_sets.append(self.pos)
+        return take(self, fmt)
+
+    monkeypatch.setattr(tracy_capture._Parser, "take", noting)
+    read_capture(gpu_capture_path)
+    monkeypatch.setattr(tracy_capture._Parser, "take", take)
+    assert frame_sets
+    for huge in (1 << 40, (1 << 64) - 1):
+        struct.pack_into("<Q", payload, frame_sets[0] + 9, huge)  # the frames count after name (u64), continuous (u8)
+        mutant = tmp_path / "huge-frames.tracy"
+        mutant.write_bytes(container(bytes(payload)))
+        with pytest.raises(SectionmarkError, match="truncated or corrupt"):
+            read_capture(mutant)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_mutated_captures_are_read_plausibly_or_refused_in_one_line(gpu_capture_path, tmp_path, data):
