@@ -437,12 +437,13 @@ done:
     return result;
 }
 
-/* not_dispatches(data, positions, found) -> (count, increasing)
+/* not_dispatches(data, positions, found) -> (count, increasing, first bad length)
  *
  * The indices (int64, into ``found``) of the host event records at byte ``positions`` of ``data`` whose type
  * (4 bytes into the record) is not a dispatch: a profile's executions and queue operations, a few per call,
  * gathered before its dispatches are read (ireeprof_stream.DispatchStream.layout); and whether the records'
- * (stream, event id) pairs strictly increase (then they are unique: the fields share the type's cache line).
+ * (stream, event id) pairs strictly increase (then they are unique: the fields share the type's cache line), and
+ * the index of the first record whose length is not a host event's (-1: none).
  */
 static PyObject *not_dispatches(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer in[2], out[1];
@@ -454,6 +455,7 @@ static PyObject *not_dispatches(PyObject *module, PyObject *const *args, Py_ssiz
     int64_t *found = out[0].buf;
     Py_ssize_t total = in[1].len / 8, count = 0;
     int increasing = 1;
+    Py_ssize_t bad_length = -1;
     uint64_t previous_stream = 0, previous_event = 0;
     if (out[0].len < total * 8) {
         PyErr_SetString(PyExc_ValueError, "not_dispatches: the output is too small");
@@ -465,13 +467,14 @@ static PyObject *not_dispatches(PyObject *module, PyObject *const *args, Py_ssiz
             goto done;
         }
         const char *record = bytes + positions[i];
+        if (bad_length < 0 && u32(record) != HOST_EVENT_SIZE) bad_length = i;
         if (u32(record + 4) != EVENT_DISPATCH) found[count++] = i;
         uint64_t stream = u64(record + 56), event_id = u64(record + 16);
         if (i && (stream < previous_stream || (stream == previous_stream && event_id <= previous_event)))
             increasing = 0;
         previous_stream = stream, previous_event = event_id;
     }
-    result = Py_BuildValue("nO", count, increasing ? Py_True : Py_False);
+    result = Py_BuildValue("nOn", count, increasing ? Py_True : Py_False, bad_length);
 done:
     release(in, 2);
     release(out, 1);
@@ -480,7 +483,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"not_dispatches", (PyCFunction)(void (*)(void))not_dispatches, METH_FASTCALL,
-     "not_dispatches(data, positions, found) -> (count, increasing)"},
+     "not_dispatches(data, positions, found) -> (count, increasing, first_bad_length)"},
     {"record_table", record_table, METH_VARARGS,
      "record_table(data, start, end, content_types) -> (offsets, headers, kinds) as bytes"},
     {"host_events", (PyCFunction)(void (*)(void))host_events, METH_FASTCALL,

@@ -25,7 +25,7 @@ from typing import BinaryIO, Iterator, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.arrays import strictly_increasing
+from sectionmark.readers.arrays import first_true, strictly_increasing
 from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, decode_memory_events, fill_columns,
                                                raise_host_event_error, split_with_numpy)
 from sectionmark.readers.bundle_records import (HOST_EVENT, MEMORY_EVENT, RecordPositions, UnsupportedLayout,
@@ -176,7 +176,8 @@ def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarr
     (QUEUE_OP_DTYPE, by start): each window of the mapped file's host events searched for the records that are
     not dispatches (in C when built), then those few copied. Every host event's (stream, event id) is unique, as
     the whole read checks it: IREE writes them increasing, which this pass confirms from the same cache lines; a
-    file where they are not is checked whole. A record failing another check is left to `windows`, which names
+    file where they are not is checked whole. A record of another length is a layout this reader does not know
+    (`UnsupportedLayout`, before any window). A record failing another check is left to `windows`, which names
     it."""
     positions = bundle.host_event_positions()
     executions, operations = [], []
@@ -185,13 +186,16 @@ def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarr
     for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
         window = positions[begin : begin + HOST_EVENTS_WINDOW]
         if native() is not None:
-            count, window_increasing = native().not_dispatches(bundle.data, window, found)
+            count, window_increasing, bad_length = native().not_dispatches(bundle.data, window, found)
             others = records_at(bundle.data, window[found[:count]], HOST_EVENT)
         else:
             kinds = records_at(bundle.data, window + HOST_EVENT.fields["type"][1], _TYPE_FIELD)
             others = records_at(bundle.data, window[kinds != EVENT_DISPATCH], HOST_EVENT)
             identities = _identities(bundle.data, window)
             window_increasing = strictly_increasing(identities["stream"], identities["event_id"])
+            bad_length = first_true(records_at(bundle.data, window, _TYPE_FIELD) != HOST_EVENT.itemsize)
+        if bad_length >= 0:  # a layout this reader does not know: `sources.open_source` reads it through the export
+            raise UnsupportedLayout("record length differs from the known layout")
         ends = _identities(bundle.data, window[[0, -1]])
         increasing &= window_increasing and (last is None or tuple(ends[0].tolist()) > last)
         last = tuple(ends[1].tolist())

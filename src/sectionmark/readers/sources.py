@@ -102,20 +102,28 @@ def open_source(path: Union[str, Path], section_map: SectionMap, function: Optio
 
 
 class _Stream:
-    """A host-timed bundle's `DispatchStream` as an `EventSource`."""
+    """A host-timed bundle's `DispatchStream` as an `EventSource`; a record layout its first pass finds it does not
+    know is read through IREE's own export instead (`read_profile`: as the whole read reads it), before any
+    window."""
 
     def __init__(self, stream: DispatchStream):
         self._stream = stream
+        self._export: Optional[WholeProfile] = None
         self.command_buffers = stream.command_buffers
 
     def layout(self) -> Profile:
-        return self._stream.layout()
+        try:
+            return self._stream.layout()
+        except UnsupportedLayout:
+            self._export = WholeProfile(read_profile(self._stream.path))
+            self.command_buffers = self._export.command_buffers
+            return self._export.layout()
 
     def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        return self._stream.windows()
+        return self._export.windows() if self._export is not None else self._stream.windows()
 
     def profile(self) -> Profile:
-        return self._stream.profile()
+        return self._export.profile() if self._export is not None else self._stream.profile()
 
     def explain(self, problem: SectionmarkError) -> SectionmarkError:
         try:
