@@ -120,7 +120,7 @@ def test_lane_dispatches_are_reported_with_their_durations(cpu_run):
     if not lanes:
         pytest.skip("no dispatches ran concurrently in this profile (busy machine)")
     native = report(ireeprof, vmfb, calls=WARMUP + ITERATIONS, warmup=WARMUP).events().events
-    captured = report(tracy, vmfb).attribution.events
+    captured = report(tracy, vmfb).events().events
     durations = lambda events: sorted((events["end_ns"] - events["start_ns"]).tolist())  # noqa: E731
     assert durations(captured) == durations(native)
 
