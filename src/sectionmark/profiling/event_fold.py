@@ -113,7 +113,8 @@ class EventFold:
             self._total_wall += union_length(sorted_starts, sorted_ends)
         if self._call_windows is not None:
             self._call_union += union_by_window(sorted_starts, sorted_ends, *self._call_windows)
-        self._last_final_end = max(int(parts_ends.max()), self._last_final_end or int(parts_ends.max()))
+        final_end = int(parts_ends.max())
+        self._last_final_end = final_end if self._last_final_end is None else max(final_end, self._last_final_end)
         self._carry = (starts[~final], ends[~final], compositions[~final]) if not every else (
             starts[:0], ends[:0], compositions[:0])
 

@@ -168,7 +168,7 @@ class DispatchStream:
         return dispatches
 
 
-_TYPE_FIELD = np.dtype("<u4")  # a host event's type, 4 bytes into its record
+_U32 = np.dtype("<u4")  # a record's length (its first field) or type (4 bytes in)
 
 
 def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarray]:
@@ -189,11 +189,11 @@ def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarr
             count, window_increasing, bad_length = native().not_dispatches(bundle.data, window, found)
             others = records_at(bundle.data, window[found[:count]], HOST_EVENT)
         else:
-            kinds = records_at(bundle.data, window + HOST_EVENT.fields["type"][1], _TYPE_FIELD)
+            kinds = records_at(bundle.data, window + HOST_EVENT.fields["type"][1], _U32)
             others = records_at(bundle.data, window[kinds != EVENT_DISPATCH], HOST_EVENT)
             identities = _identities(bundle.data, window)
             window_increasing = strictly_increasing(identities["stream"], identities["event_id"])
-            bad_length = first_true(records_at(bundle.data, window, _TYPE_FIELD) != HOST_EVENT.itemsize)
+            bad_length = first_true(records_at(bundle.data, window, _U32) != HOST_EVENT.itemsize)
         if bad_length >= 0:  # a layout this reader does not know: `sources.open_source` reads it through the export
             raise UnsupportedLayout("record length differs from the known layout")
         ends = _identities(bundle.data, window[[0, -1]])

@@ -135,10 +135,11 @@ class _Stream:
 
 def read_events(path: Union[str, Path], section_map: SectionMap, function: Optional[str] = None) -> Profile:
     """Every event of a recorded profile or of a Tracy capture's dispatch zones, read whole."""
+    from sectionmark.readers.tracy_capture import is_capture, read_capture
+
     path = Path(path)
-    if not _is_capture(path):
+    if not is_capture(path):
         return read_profile(path)
-    from sectionmark.readers.tracy_capture import read_capture
     from sectionmark.readers.tracy_dispatch_zones import capture_profile
     from sectionmark.readers.tracy_live import is_live_capture, live_capture_profile
 
@@ -146,9 +147,3 @@ def read_events(path: Union[str, Path], section_map: SectionMap, function: Optio
     if is_live_capture(capture):
         return live_capture_profile(capture, section_map, function=function)
     return capture_profile(capture, section_map, function=function)
-
-
-def _is_capture(path: Path) -> bool:
-    from sectionmark.readers.tracy_capture import is_capture
-
-    return is_capture(path)
