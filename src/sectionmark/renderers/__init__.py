@@ -21,6 +21,11 @@ capture), ``"stacked"`` (PNG pictures: each function's, one under the other,
 in one PNG), or None (the graph: one function at a time,
 ``replay.function(name)``).
 
+A report of several ranks' profiles of one module
+(`sectionmark.profiling.ranks.RankReport`) renders in the formats marked
+``ranks=True`` (the table, JSON and CSV), by `sectionmark.renderers.ranks`;
+the others show one profile and refuse it with one line, before any work.
+
 Renderers depend on the session, never the reverse: the session looks this
 registry up when it is asked to render, and the modules are imported only
 then (the chart needs matplotlib, the Tracy replay IREE's tracing runtime).
@@ -43,6 +48,7 @@ from sectionmark.section_path import printable
 
 if TYPE_CHECKING:
     from sectionmark.profiling.session import ProfileSession
+    from sectionmark.profiling.ranks import RankReport
     from sectionmark.workflows.replay import ReplayProfile
 
 REPLAY_FORMS = ("sections", "csv", "document", "stacked")  # how a renderer writes a replay's per-function profiles
@@ -62,6 +68,7 @@ class Renderer:
     # It draws every event of the run: render takes ``events`` (`sectionmark.ProfileRun.render` reads and passes
     # them; a session passes those it holds).
     events: bool = False
+    ranks: bool = False  # it has a form for several ranks' profiles (`sectionmark.renderers.ranks`)
 
     def render(self, session: "ProfileSession", **options: Any) -> Union[str, bytes]:
         return self._checked(importlib.import_module(self.module).render(session, **options))
@@ -82,6 +89,18 @@ class Renderer:
                                                             if entry.profile is not None
                                                             for row in module.csv_rows(entry.profile, **options)))
         return per_function_text(replay, lambda session: self.render(session, **options))
+
+    def render_ranks(self, report: "RankReport", **options: Any) -> Union[str, bytes]:
+        """Several ranks' profiles of one module in this format (`sectionmark.renderers.ranks`)."""
+        self.check_ranks()
+        return self._checked(importlib.import_module("sectionmark.renderers.ranks").FORMS[self.name](report, **options))
+
+    def check_ranks(self) -> None:
+        """Refuse, before any work, a format that shows one profile (``ranks`` False) for several ranks."""
+        if not self.ranks:
+            known = ", ".join(f"--{renderer.name}" for renderer in RENDERERS.values() if renderer.ranks)
+            raise SectionmarkError(f"--{self.name} shows one profile, not several ranks: report one rank's file for it "
+                                   f"(several ranks: {known})")
 
     def check_replays(self, functions: Iterable[str]) -> None:
         """Refuse, before any work, a format that shows one function at a time (``replays`` None)."""
@@ -111,11 +130,11 @@ RENDERERS: dict[str, Renderer] = {
     renderer.name: renderer
     for renderer in (
         Renderer("table", (".txt",), False, "the per-section table as text", "sectionmark.renderers.table",
-                 replays="sections"),
+                 replays="sections", ranks=True),
         Renderer("json", (".json",), False, "per-section statistics as versioned JSON", "sectionmark.renderers.json_out",
-                 replays="document"),
+                 replays="document", ranks=True),
         Renderer("csv", (".csv",), False, "per-section statistics as CSV", "sectionmark.renderers.csv_out",
-                 replays="csv"),
+                 replays="csv", ranks=True),
         Renderer("perfetto", (".perfetto.json",), False,
                  "Chrome/Perfetto JSON trace (open in ui.perfetto.dev)", "sectionmark.renderers.perfetto",
                  replays="document", events=True),
@@ -183,15 +202,15 @@ def check_path(renderer: Renderer, path: PathLike, inputs: Iterable[PathLike] = 
 
 
 def save(
-    result: Union["ProfileSession", "ReplayProfile"],
+    result: Union["ProfileSession", "ReplayProfile", "RankReport"],
     path: PathLike,
     format: Optional[str] = None,
     *,
     inputs: Iterable[PathLike] = (),
     **options: Any,
 ) -> Path:
-    """Render ``result`` (a profile, or a replay's per-function profiles) with the renderer ``format``
-    (default: from ``path``'s suffix) into ``path``.
+    """Render ``result`` (a profile, a replay's per-function profiles, or several ranks' profiles) with the
+    renderer ``format`` (default: from ``path``'s suffix) into ``path``.
 
     The file is written exactly as rendered (text as UTF-8, line ends
     unchanged), all at once, never onto one of ``inputs``.
@@ -202,6 +221,8 @@ def save(
     functions = getattr(result, "function_names", None)  # a result of several profiles names them
     if functions is not None:
         renderer.check_replays(functions)
+    if getattr(result, "rank_files", None) is not None:  # several ranks' profiles
+        renderer.check_ranks()
     if renderer.by_suffix:  # a file whose form depends on its suffix (the graph: .dot, .svg or .html)
         return importlib.import_module(renderer.module).save(result, path, inputs=inputs, **options)
     output = result.render(renderer.name, **options)
