@@ -81,7 +81,8 @@ EXAMPLES = {
   sectionmark report run.ireeprof --map model.vmfb --cpu --workers 16   # CPU time, parallelism, utilization
   sectionmark report run.ireeprof --map model.vmfb --memory --span      # bytes, GB/s; start and end in the call
   sectionmark report run.tracy --map model-cuda.vmfb --warmup 3
-  sectionmark report capture.tracy --map model.vmfb --warmup 1   # live capture (IREE_PY_RUNTIME=tracy, local-task)""",
+  sectionmark report capture.tracy --map model.vmfb --warmup 1   # live capture (IREE_PY_RUNTIME=tracy, local-task)
+  sectionmark report rank*.ireeprof --map model.vmfb --json ranks.json   # one file per rank: spread, stragglers""",
     "tracy": """examples:
   sectionmark tracy run.ireeprof --map model.sections.json -o run.tracy
   sectionmark tracy run.ireeprof --map model.vmfb --warmup 3 -o run.tracy
@@ -197,8 +198,14 @@ def _rendered_options(args: argparse.Namespace) -> dict[str, str]:
     return {f"--{name}": path for name, path in rendered_outputs(args).items()}
 
 
-def _add_report_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("profile", help=".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones, or a live local-task run)")
+def _add_report_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
+    """The arguments ``report`` and ``tracy`` share; ``several``: the profile may be several files (ranks)."""
+    kinds = ".ireeprof, .jsonl (iree-profile export) or .tracy capture (GPU zones, or a live local-task run)"
+    if several:
+        parser.add_argument("profile", nargs="+", help=f"{kinds}; several files: one per rank (process) of the same "
+                            "module, in rank order, reported together (min/median/max per section, slowest rank)")
+    else:
+        parser.add_argument("profile", help=kinds)
     parser.add_argument("--map", required=True, help=".sections.json, or the .vmfb that embeds it")
     parser.add_argument("--function", help="function that was profiled (default: any)")
     parser.add_argument("--calls", type=whole_number_in(1, MAX_CALLS), help="number of calls in the profile (default: inferred)")
@@ -276,10 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="per-section times of a profile recorded elsewhere",
                                  description="Join a recorded .ireeprof (or its ireeperf-jsonl export), or the GPU "
-                                 "zones of a .tracy capture, with a section map.",
+                                 "zones of a .tracy capture, with a section map. Several files (one per rank of a "
+                                 "data-parallel run of the same module) are read in parallel and reported together: "
+                                 "per section its busy time per call across the ranks and the slowest rank.",
                                  epilog=EXAMPLES["report"], formatter_class=_formatter)
     report.set_defaults(run=report_command, planned_io=_report_io)
-    _add_report_arguments(report)
+    _add_report_arguments(report, several=True)
     report.add_argument("--workers", type=whole_number_in(1, 1 << 16), metavar="N",
                         help="local-task worker count of the recorded run, for the CPU utilization (the profile does "
                         "not record it; default: unknown, utilization not shown)")
@@ -473,7 +482,7 @@ def _profile_io(args: argparse.Namespace) -> PlannedIO:
 
 
 def _report_io(args: argparse.Namespace) -> PlannedIO:
-    return [args.profile, *_module_inputs(args.map)], _rendered_options(args)
+    return [*args.profile, *_module_inputs(args.map)], _rendered_options(args)
 
 
 def _tracy_io(args: argparse.Namespace) -> PlannedIO:

@@ -172,24 +172,48 @@ def _replayed(args: argparse.Namespace) -> Union["ProfileSession", "ReplayProfil
     return replay if args.function is None else replay.function(args.function)
 
 
-def _recorded_session(args: argparse.Namespace) -> "ProfileSession":
+def _recorded_session(args: argparse.Namespace, profile: str) -> "ProfileSession":
     """The profile of ``report`` and ``tracy``: a recorded profile joined with its map."""
     from sectionmark.workflows.measure import report
 
-    return report(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function,
+    return report(profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function,
                   workers=args.workers)
 
 
 def report_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.readers.tracy_live import APPROXIMATION_NOTE, is_live_capture_file
 
-    _write_outputs(_recorded_session(args), args, inputs)
-    if is_live_capture_file(args.profile):
+    if len(args.profile) > 1:
+        _report_ranks(args, inputs)
+        return
+    profile = args.profile[0]
+    _write_outputs(_recorded_session(args, profile), args, inputs)
+    if is_live_capture_file(profile):
         _print(APPROXIMATION_NOTE)
 
 
+def _report_ranks(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    """``report`` of several files (one per rank): the ranks table, and the outputs that have a ranks form;
+    an option or output showing one profile is refused before any file is read."""
+    from sectionmark.renderers import get, one_profile_only
+    from sectionmark.workflows.ranks import report_ranks
+
+    refused = [f"--{name}" for name in ("sites", "cpu", "memory", "span", "by") if getattr(args, name)]
+    if refused:
+        raise one_profile_only(refused[0])
+    outputs = rendered_outputs(args)
+    for name in outputs:
+        get(name).check_ranks()
+    ranks = report_ranks(args.profile, args.map, calls=args.calls, warmup=args.warmup, function=args.function,
+                         workers=args.workers)
+    written = [ranks.save(path, name, inputs=inputs) for name, path in outputs.items()]
+    _print(ranks.table())
+    for path in written:
+        _print(f"wrote {path}")
+
+
 def tracy_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    _print(f"wrote {_recorded_session(args).save(args.output, 'tracy', inputs=inputs)}")
+    _print(f"wrote {_recorded_session(args, args.profile).save(args.output, 'tracy', inputs=inputs)}")
 
 
 def tracy_stats_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:

@@ -98,9 +98,7 @@ class Renderer:
     def check_ranks(self) -> None:
         """Refuse, before any work, a format that shows one profile (``ranks`` False) for several ranks."""
         if not self.ranks:
-            known = ", ".join(f"--{renderer.name}" for renderer in RENDERERS.values() if renderer.ranks)
-            raise SectionmarkError(f"--{self.name} shows one profile, not several ranks: report one rank's file for it "
-                                   f"(several ranks: {known})")
+            raise one_profile_only(f"--{self.name}")
 
     def check_replays(self, functions: Iterable[str]) -> None:
         """Refuse, before any work, a format that shows one function at a time (``replays`` None)."""
@@ -118,6 +116,13 @@ def per_function_text(replay: "ReplayProfile", text_of: Callable[["ProfileSessio
     return "\n".join(f"── {printable(replay.heading(entry))} ──\n"
                      + (text_of(entry.profile) if entry.profile is not None else "no dispatches\n")
                      for entry in replay.functions)
+
+
+def one_profile_only(option: str) -> SectionmarkError:
+    """The error for an output or option that shows one profile, asked for with several ranks' files."""
+    known = ", ".join(f"--{renderer.name}" for renderer in RENDERERS.values() if renderer.ranks)
+    return SectionmarkError(f"{option} shows one profile, not several ranks: report one rank's file for it "
+                            f"(several ranks: {known})")
 
 
 def per_function_error(option: str, functions: Iterable[str]) -> SectionmarkError:
