@@ -5,7 +5,8 @@ The public API (see docs/): ``section`` marks code; ``sm.torch.export`` /
 also iree-turbine's ``ExportOutput``); ``compile`` carries them through
 IREE (a `CompiledProgram`); ``load`` runs a module; ``profile`` / ``report``
 measure per-section times (a `ProfileRun`: its `ProfileSession` of figures, and the run's events for
-the views that draw them); ``compare`` tells whether
+the views that draw them); ``report_ranks`` reports several processes' profiles of one module together
+(per section min / median / max across the ranks and the slowest rank); ``compare`` tells whether
 each section and component got faster or slower between two modules (run alternately) or two profiles; ``record`` notes the calls
 a program makes through a loaded module and replays them under the profiler
 (a `Recording`, per-function profiles: docs/record.md); ``slice`` cuts one section out
@@ -27,7 +28,7 @@ from sectionmark.section_path import SectionPath
 __all__ = [
     "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledProgram", "ProfileSession", "ProfileRun",
     "Recording", "ReplayProfile", "torch", "jax", "compile", "load", "profile", "report", "compare", "record", "tracing",
-    "slice", "bench_section", "peak",
+    "slice", "bench_section", "peak", "report_ranks",
 ]
 __version__ = "0.1.0"
 
@@ -42,6 +43,7 @@ _LAZY = {
     "load": ("sectionmark.runtime", "load"),
     "profile": ("sectionmark.workflows.measure", "profile"),
     "report": ("sectionmark.workflows.measure", "report"),
+    "report_ranks": ("sectionmark.workflows.ranks", "report_ranks"),
     "compare": ("sectionmark.workflows.compare", "compare"),
     "record": ("sectionmark.workflows.record", "record"),
     "Recording": ("sectionmark.workflows.record", "Recording"),

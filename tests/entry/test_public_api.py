@@ -30,7 +30,7 @@ from sectionmark.workflows.replay import ReplayProfile
 PUBLIC_NAMES = [
     "section", "SectionPath", "SectionmarkError", "SectionedExport", "CompiledProgram", "ProfileSession", "ProfileRun",
     "Recording", "ReplayProfile", "torch", "jax", "compile", "load", "profile", "report", "compare", "record", "tracing",
-    "slice", "bench_section", "peak",
+    "slice", "bench_section", "peak", "report_ranks",
 ]
 # Each object's documented methods and properties (docs/quickstart.md, optimise.md, record.md, slice.md, cli.md).
 DOCUMENTED = {
@@ -45,9 +45,11 @@ DOCUMENTED = {
     "SectionedExport": ["save_mlir", "sections"],  # a torch one also compile()s (iree-turbine's ExportOutput)
     "Peak": ["roofline", "component_roofline", "text", "ridge"],  # sm.peak()'s
     "SliceBench": ["table"],  # sm.bench_section's
+    "RankReport": ["table", "render", "save", "to_json", "section", "rank_files"],  # sm.report_ranks's
 }
 # What the functions of ``sm`` return, by the name of the class (not in ``sm.__all__``: reached from the object).
-RETURNED = {"Peak": (sm.peak, "Peak"), "SliceBench": (sm.bench_section, "SliceBench")}
+RETURNED = {"Peak": (sm.peak, "Peak"), "SliceBench": (sm.bench_section, "SliceBench"),
+            "RankReport": (sm.report_ranks, "RankReport")}
 
 
 def test_sm_all_is_the_documented_list_and_each_name_resolves():

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union, overload
 
 from sectionmark.artifacts import module_file, module_file_and_map, read_section_map
 from sectionmark.artifacts.scratch import PREFIX, owned_folder, scratch_folder
-from sectionmark.errors import SectionmarkError
+from sectionmark.errors import SectionmarkError, SectionmarkTypeError
 from sectionmark.outputs import check_output_path, copy_output
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import public_function
@@ -164,6 +164,9 @@ def report(
     or, for a live capture of a program on local-task, its worker-thread
     dispatch zones (approximate times: `sectionmark.readers.tracy_live`).
     """
+    if isinstance(profile_path, (list, tuple)):  # the command line's `report rank*.ireeprof`, spelled in Python
+        raise SectionmarkTypeError("sectionmark.report reads one profile; several ranks' profiles of one module: "
+                                   "sectionmark.report_ranks(paths, map)")
     if not isinstance(section_map, SectionMap):
         section_map = read_section_map(section_map)
     if function is not None:
