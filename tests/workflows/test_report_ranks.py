@@ -1,0 +1,114 @@
+"""Several processes' profiles of one module reported together (`sectionmark report rank*.ireeprof`): real
+iree-compile and iree-benchmark-module, four rank files recorded here, one rank fed a wider input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import sectionmark as sm
+from sectionmark.cli import main
+from sectionmark.errors import SectionmarkError
+from sectionmark.workflows.ranks import report_ranks
+
+pytest.importorskip("iree.compiler")
+
+# "Wide" multiplies an input of dynamic rows, "Fixed" one of 64 rows, by the same weight: a rank given 8x the
+# rows makes only Wide 8x the work, with one module (one map) for every rank.
+RANKS_MODULE = """
+func.func @main(%x: tensor<?x256xf32>, %y: tensor<64x256xf32>, %w: tensor<256x256xf32>)
+    -> (tensor<?x256xf32>, tensor<64x256xf32>) {
+  %c0 = arith.constant 0.0 : f32
+  %i0 = arith.constant 0 : index
+  %n = tensor.dim %x, %i0 : tensor<?x256xf32>
+  %e = tensor.empty(%n) : tensor<?x256xf32> loc("sectionmark:Layer/Wide"("t.py":1:1))
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<?x256xf32>) -> tensor<?x256xf32> loc("sectionmark:Layer/Wide"("t.py":1:1))
+  %m = linalg.matmul ins(%x, %w : tensor<?x256xf32>, tensor<256x256xf32>) outs(%z : tensor<?x256xf32>)
+       -> tensor<?x256xf32> loc("sectionmark:Layer/Wide"("t.py":2:1))
+  %e2 = tensor.empty() : tensor<64x256xf32> loc("sectionmark:Layer/Fixed"("t.py":3:1))
+  %z2 = linalg.fill ins(%c0 : f32) outs(%e2 : tensor<64x256xf32>) -> tensor<64x256xf32> loc("sectionmark:Layer/Fixed"("t.py":3:1))
+  %m2 = linalg.matmul ins(%y, %w : tensor<64x256xf32>, tensor<256x256xf32>) outs(%z2 : tensor<64x256xf32>)
+        -> tensor<64x256xf32> loc("sectionmark:Layer/Fixed"("t.py":4:1))
+  return %m, %m2 : tensor<?x256xf32>, tensor<64x256xf32>
+}
+"""
+WIDE = ("Layer", "Wide")
+SLOW_RANK = 2
+WARMUP = 1
+
+
+@pytest.fixture(scope="module")
+def rank_files(tmp_path_factory):
+    """The module and four rank profiles of it: rank 2 ran Wide on 512 rows, the others on 64."""
+    folder = tmp_path_factory.mktemp("ranks")
+    vmfb = sm.compile(RANKS_MODULE, target="llvm-cpu").save(folder / "model.vmfb")
+    rng = np.random.default_rng(0)
+    paths = []
+    for rank in range(4):
+        rows = 512 if rank == SLOW_RANK else 64
+        args = (rng.random((rows, 256), np.float32), rng.random((64, 256), np.float32),
+                rng.random((256, 256), np.float32))
+        path = folder / f"rank{rank}.ireeprof"
+        sm.profile(vmfb, args, iterations=5, warmup=WARMUP, keep_profile=path, quiet=True, cost=False,
+                   workers=1).close()
+        paths.append(path)
+    return vmfb, paths
+
+
+def test_each_ranks_rows_are_its_own_report_and_the_widened_rank_is_the_straggler(rank_files):
+    vmfb, paths = rank_files
+    report = sm.report_ranks(paths, vmfb, warmup=WARMUP)
+    assert report.rank_files == [str(path) for path in paths]
+    for index, (rank, path) in enumerate(zip(report.ranks, paths)):
+        own = sm.report(path, vmfb, warmup=WARMUP)
+        assert rank.session.to_json() == own.to_json()
+        for row in own.sections:
+            assert report.section(row.path).per_rank_ns[index] == row.busy_ns / own.calls
+    # Found from the data: Wide did 8x the work on rank 2 only, so rank 2 has its largest busy time per call.
+    assert report.section(WIDE).slowest_rank == SLOW_RANK
+    assert report.section(WIDE).ranks == 4
+    # Read one file at a time in this process, the figures are the same.
+    assert report_ranks(paths, vmfb, warmup=WARMUP, processes=1).to_json() == report.to_json()
+
+
+def test_the_command_writes_each_ranks_own_profile_and_names_the_straggler(rank_files, tmp_path, capsys):
+    vmfb, paths = rank_files
+    single = tmp_path / "rank1.json"
+    assert main(["report", str(paths[1]), "--map", str(vmfb), "--warmup", str(WARMUP), "--json", str(single)]) == 0
+    capsys.readouterr()
+    ranks_json, ranks_csv = tmp_path / "ranks.json", tmp_path / "ranks.csv"
+    assert main(["report", *map(str, paths), "--map", str(vmfb), "--warmup", str(WARMUP), "--json", str(ranks_json),
+                 "--csv", str(ranks_csv)]) == 0
+    out = capsys.readouterr().out
+    document = json.loads(ranks_json.read_text())
+    assert document["kind"] == "ranks" and len(document["ranks"]) == 4
+    assert document["ranks"][1]["profile"] == json.loads(single.read_text())
+    wide = next(row for row in document["sections"] if row["path"] == list(WIDE))
+    assert wide["slowest_rank"] == SLOW_RANK
+    wide_line = next(line for line in out.splitlines() if line.startswith("│   Wide "))
+    assert f"{SLOW_RANK} (rank{SLOW_RANK}.ireeprof)" in wide_line
+    assert out.splitlines()[-2:] == [f"wrote {ranks_json}", f"wrote {ranks_csv}"]
+
+
+def test_a_bad_rank_file_is_one_error_line_naming_it_and_nothing_is_written(rank_files, tmp_path, capsys):
+    vmfb, paths = rank_files
+    bad = tmp_path / "rank1.ireeprof"
+    bad.write_bytes(paths[1].read_bytes()[:3000])
+    output = tmp_path / "ranks.json"
+    arguments = ["report", str(paths[0]), str(bad), *map(str, paths[2:]), "--map", str(vmfb), "--json", str(output)]
+    assert main(arguments) == 1
+    captured = capsys.readouterr()
+    size = paths[1].stat().st_size
+    assert captured.err == f"sectionmark: error: {bad}: not a valid IREE profile (truncated: 3000 of {size} bytes)\n"
+    assert captured.out == "" and not output.exists()
+    shutil.copy(paths[1], bad)
+    assert main([*arguments, "--html", str(tmp_path / "ranks.html")]) == 1  # refused before any file is read
+    assert capsys.readouterr().err == ("sectionmark: error: --html shows one profile, not several ranks: report one "
+                                       "rank's file for it (several ranks: --table, --json, --csv)\n")
+    assert not output.exists()
+    with pytest.raises(SectionmarkError, match=r"^sectionmark.report reads one profile; several ranks' profiles of "
+                       r"one module: sectionmark.report_ranks\(paths, map\)$"):
+        sm.report(paths, vmfb)
