@@ -63,6 +63,8 @@ EXCEPTIONS = {
     ("sectionmark.profiling.session", "sectionmark.renderers"),
     # A run renders its session through the same registry, with its events for the views that draw them.
     ("sectionmark.profiling.profile_run", "sectionmark.renderers"),
+    # Several ranks' profiles (a RankReport) render through the same registry, looked up when called.
+    ("sectionmark.profiling.ranks", "sectionmark.renderers"),
     # A replay's per-function profiles render through the same registry, looked up when called.
     ("sectionmark.workflows.replay", "sectionmark.renderers"),
     # Jupyter's hooks of the results (repr, inline HTML) ask the registry for the notebook view when called.
