@@ -85,18 +85,19 @@ def read_rank(path: Path, **arguments) -> ProfileSession:
 
 
 def _read_in_processes(paths: list[Path], count: int, arguments: dict, quiet: bool) -> list[ProfileSession]:
-    """Each file read in a process of its own, ``count`` at a time; the first failure raised once the reads
-    running have ended (none is started after it)."""
+    """Each file read in a process of its own, ``count`` at a time; the first failure (or an interrupt) raised
+    once the reads running have ended, none started after it."""
     with progress(f"reading {len(paths)} rank profiles in {count} processes", quiet) as step:
-        with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork")) as pool:
+        pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"))
+        try:
             futures: list[Future] = [pool.submit(read_rank, path, **arguments) for path in paths]
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_EXCEPTION)
                 failed = next((future for future in futures if future in done and future.exception()), None)
                 if failed is not None:
-                    for future in pending:
-                        future.cancel()
                     raise failed.exception()
                 step(f"{len(futures) - len(pending)} of {len(futures)} read")
             return [future.result() for future in futures]
+        finally:  # on a failure or an interrupt, no file not yet started is read
+            pool.shutdown(wait=True, cancel_futures=True)
