@@ -1,13 +1,14 @@
 """Several processes' profiles of one module reported together (`sectionmark report rank*.ireeprof`): real
-iree-compile and iree-benchmark-module, four rank files recorded here, one rank fed a wider input."""
+iree-compile and iree-benchmark-module, four rank files recorded here, one rank fed a wider input
+(tests/helpers/rank_profiles.py)."""
 
 from __future__ import annotations
 
 import json
 import shutil
 
-import numpy as np
 import pytest
+from rank_profiles import SLOW_RANK, WARMUP, WIDE, record_rank_files
 
 import sectionmark as sm
 from sectionmark.cli import main
@@ -16,46 +17,10 @@ from sectionmark.workflows.ranks import report_ranks
 
 pytest.importorskip("iree.compiler")
 
-# "Wide" multiplies an input of dynamic rows, "Fixed" one of 64 rows, by the same weight: a rank given 8x the
-# rows makes only Wide 8x the work, with one module (one map) for every rank.
-RANKS_MODULE = """
-func.func @main(%x: tensor<?x256xf32>, %y: tensor<64x256xf32>, %w: tensor<256x256xf32>)
-    -> (tensor<?x256xf32>, tensor<64x256xf32>) {
-  %c0 = arith.constant 0.0 : f32
-  %i0 = arith.constant 0 : index
-  %n = tensor.dim %x, %i0 : tensor<?x256xf32>
-  %e = tensor.empty(%n) : tensor<?x256xf32> loc("sectionmark:Layer/Wide"("t.py":1:1))
-  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<?x256xf32>) -> tensor<?x256xf32> loc("sectionmark:Layer/Wide"("t.py":1:1))
-  %m = linalg.matmul ins(%x, %w : tensor<?x256xf32>, tensor<256x256xf32>) outs(%z : tensor<?x256xf32>)
-       -> tensor<?x256xf32> loc("sectionmark:Layer/Wide"("t.py":2:1))
-  %e2 = tensor.empty() : tensor<64x256xf32> loc("sectionmark:Layer/Fixed"("t.py":3:1))
-  %z2 = linalg.fill ins(%c0 : f32) outs(%e2 : tensor<64x256xf32>) -> tensor<64x256xf32> loc("sectionmark:Layer/Fixed"("t.py":3:1))
-  %m2 = linalg.matmul ins(%y, %w : tensor<64x256xf32>, tensor<256x256xf32>) outs(%z2 : tensor<64x256xf32>)
-        -> tensor<64x256xf32> loc("sectionmark:Layer/Fixed"("t.py":4:1))
-  return %m, %m2 : tensor<?x256xf32>, tensor<64x256xf32>
-}
-"""
-WIDE = ("Layer", "Wide")
-SLOW_RANK = 2
-WARMUP = 1
-
 
 @pytest.fixture(scope="module")
 def rank_files(tmp_path_factory):
-    """The module and four rank profiles of it: rank 2 ran Wide on 512 rows, the others on 64."""
-    folder = tmp_path_factory.mktemp("ranks")
-    vmfb = sm.compile(RANKS_MODULE, target="llvm-cpu").save(folder / "model.vmfb")
-    rng = np.random.default_rng(0)
-    paths = []
-    for rank in range(4):
-        rows = 512 if rank == SLOW_RANK else 64
-        args = (rng.random((rows, 256), np.float32), rng.random((64, 256), np.float32),
-                rng.random((256, 256), np.float32))
-        path = folder / f"rank{rank}.ireeprof"
-        sm.profile(vmfb, args, iterations=5, warmup=WARMUP, keep_profile=path, quiet=True, cost=False,
-                   workers=1).close()
-        paths.append(path)
-    return vmfb, paths
+    return record_rank_files(tmp_path_factory.mktemp("ranks"))
 
 
 def test_each_ranks_rows_are_its_own_report_and_the_widened_rank_is_the_straggler(rank_files):
