@@ -74,6 +74,9 @@ def test_a_bad_rank_file_is_one_error_line_naming_it_and_nothing_is_written(rank
     assert capsys.readouterr().err == ("sectionmark: error: --html shows one profile, not several ranks: report one "
                                        "rank's file for it (several ranks: --table, --json, --csv)\n")
     assert not output.exists()
+    missing = tmp_path / "rank9.ireeprof"
+    with pytest.raises(SectionmarkError, match=f"^no such profile file: {missing}$"):
+        sm.report_ranks([paths[0], missing], vmfb)
     with pytest.raises(SectionmarkError, match=r"^sectionmark.report reads one profile; several ranks' profiles of "
                        r"one module: sectionmark.report_ranks\(paths, map\)$"):
         sm.report(paths, vmfb)
