@@ -95,7 +95,7 @@ def replay(tmp_path, python_loop: bool):
             + "t._emit(json.load(open(sys.argv[1])))")
     name = "python" if python_loop else "c"
     return capture_command([sys.executable, "-c", code, str(document)], tmp_path / f"{name}.tracy",
-                           timeout=CAPTURE_TIMEOUT_S)
+                           timeout=CAPTURE_TIMEOUT_S, origin_after_startup=True)  # as tracy_out.render
 
 
 @pytest.mark.parametrize("python_loop", [False, True], ids=["C loop", "Python loop"])
@@ -117,10 +117,10 @@ def test_each_send_loop_sends_the_document_alike(tmp_path, python_loop):
     assert t0.zones[3].start_ns - t0.zones[0].start_ns >= 30_000
     # Another track agrees to Tracy's anchoring of each GPU context (about a microsecond; 5 µs as test_tracy_report).
     assert abs(t1.zones[0].start_ns - t0.zones[0].start_ns - 2_000) <= 5_000 and t1.zones[0].duration_ns == 1_000
-    # Tracy's start-up is the first frame, the wait for the first mark the second; then a frame per call, from its
-    # submission on (no earlier than planned).
-    start_up, _wait, *calls = capture.frames
-    assert start_up == 0 and len(calls) == 2 and calls[1] - calls[0] >= 29_000
+    # Tracy's start-up is the first frame (0 ns: the capture starts at its end), the wait for the first mark the
+    # second; then a frame per call, from its submission on (no earlier than planned).
+    start_up, start_up_end, *calls = capture.frames
+    assert start_up == start_up_end == 0 and len(calls) == 2 and calls[1] - calls[0] >= 29_000
     assert calls[0] <= t0.cpu_side[0][0] and calls[1] <= t0.cpu_side[3][0]
     locations = {(location.name, location.function, location.color) for location in capture.source_locations}
     assert {("S", "S text", 0x34A853), ("k1", "k1 text", 0x4C8BF5)} <= locations

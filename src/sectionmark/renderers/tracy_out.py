@@ -122,7 +122,8 @@ def _capture(document: dict, timeout: float) -> bytes:
         spans_file = Path(scratch) / "timeline.json"
         spans_file.write_text(json.dumps(document), encoding="utf-8")
         command = [sys.executable, "-m", "sectionmark.renderers.tracy_out", str(spans_file)]
-        return capture_command(command, Path(scratch) / "replay.tracy", timeout=timeout).read_bytes()
+        return capture_command(command, Path(scratch) / "replay.tracy", timeout=timeout,
+                               origin_after_startup=True).read_bytes()
 
 
 # One step of the replay, as the C send loop reads it (_tracyreplay.c): when to send it (monotonic ns); a zone
