@@ -18,8 +18,11 @@ calls). A replay that
 reaches a submission, message or plot point late (a busy machine) moves the
 rest of the run later by that much, GPU times included: every zone keeps its
 duration, its place in its call and its true delay to execution; only what
-comes after sits later than in the run (never closer). Beside the
-zones: a message at the start of each call and the device memory in use as a
+comes after sits later than in the run (never closer). The capture's
+time 0 is where Tracy's client ended its start-up (its 200 ms timer
+calibration; `sectionmark.tracy.origin`), every time shifted by that one
+constant, so the GUI, which opens on the whole capture, opens on the calls.
+Beside the zones: a message at the start of each call and the device memory in use as a
 plot (`sectionmark.renderers.tracy_texts`); every zone has its section's
 colour (`profiling.timeline.session_colors`) and a text under its name.
 
@@ -123,7 +126,7 @@ def _capture(document: dict, timeout: float) -> bytes:
         spans_file.write_text(json.dumps(document), encoding="utf-8")
         command = [sys.executable, "-m", "sectionmark.renderers.tracy_out", str(spans_file)]
         return capture_command(command, Path(scratch) / "replay.tracy", timeout=timeout,
-                               origin_after_startup=True).read_bytes()
+                               origin_after_startup=True).read_bytes()  # the calls begin the capture
 
 
 # One step of the replay, as the C send loop reads it (_tracyreplay.c): when to send it (monotonic ns); a zone
