@@ -373,7 +373,7 @@ def test_the_capture_opens_on_the_calls(replay):
     sent = [begin for track in capture.gpu_contexts for begin, _end in track.cpu_side]
     assert capture.frames[:2] == [0, 0]  # Tracy's start-up frame ends at time 0
     first_call = capture.frames[2]  # the first call's frame mark: the replay's first step
-    assert start == 0 <= first_call <= min(sent) <= min(zone.start_ns for zone in zones) < TRACY_CALIBRATION_NS
+    assert start == 0 <= first_call <= min(sent) and min(zone.start_ns for zone in zones) < TRACY_CALIBRATION_NS
     assert max(zone.end_ns for zone in zones) <= end
 
 
