@@ -10,7 +10,9 @@ the ``run.tracy`` the demo replayed from them. Prints, for the one replay in tha
   * over all zones of the main track: the median and the largest of Tracy's delay minus the run's (never above
     0 up to the GPU contexts' anchoring: the replay never sends a zone early);
   * how much later than in the run the replay's last call sits (the replay falls behind on a busy machine and
-    then moves the rest later: 0 on an idle one).
+    then moves the rest later: 0 on an idle one);
+  * what the GUI opens on (`Capture.opening_view`): the capture's start to its end, where the first call and the
+    first zone start in it and where the last zone ends.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="the demo's output folder")
     parser.add_argument("--warmup", type=int, default=3, help="the demo's --warmup (default 3)")
     args = parser.parse_args()
-    session = sm.report(args.out / "run.ireeprof", args.out / "model.vmfb", warmup=args.warmup)
+    run = sm.report(args.out / "run.ireeprof", args.out / "model.vmfb", warmup=args.warmup)
     capture = read_capture(args.out / "run.tracy")
-    timeline = session_timelines(session)[0]
+    timeline = session_timelines(run.session, run.events())[0]
     spans = [span for top in timeline.main for _depth, span in top.walk()]
     track = next(track for track in capture.gpu_contexts if track.name.endswith(f"queue {timeline.queue}: sections"))
     assert [zone.name for zone in track.zones] == [span.name for span in spans], "not the replay of this profile"
@@ -46,6 +48,11 @@ def main() -> None:
           f"largest {difference.max() / 1e3:.2f} µs")
     later = (track.zones[-1].start_ns - track.zones[0].start_ns) - (spans[-1].start_ns - spans[0].start_ns)
     print(f"the last call sits {later / 1e6:.3f} ms later than in the run (the replay fell behind by that much)")
+    start, end = capture.opening_view()
+    zones = [zone for track in capture.gpu_contexts for zone in track.zones]
+    print(f"the GUI opens on {start / 1e6:.2f} to {end / 1e6:.2f} ms: the first call's frame at "
+          f"{capture.frames[2] / 1e6:.2f} ms, the first zone at {min(zone.start_ns for zone in zones) / 1e6:.2f} ms, "
+          f"the last zone ends at {max(zone.end_ns for zone in zones) / 1e6:.2f} ms")
 
 
 if __name__ == "__main__":

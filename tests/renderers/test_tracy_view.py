@@ -10,6 +10,7 @@ tests/workflows/test_tracy_replay.py).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 
@@ -95,7 +96,7 @@ def replay(tmp_path, python_loop: bool):
             + "t._emit(json.load(open(sys.argv[1])))")
     name = "python" if python_loop else "c"
     return capture_command([sys.executable, "-c", code, str(document)], tmp_path / f"{name}.tracy",
-                           timeout=CAPTURE_TIMEOUT_S)
+                           timeout=CAPTURE_TIMEOUT_S, origin_after_startup=True)  # as tracy_out.render
 
 
 @pytest.mark.parametrize("python_loop", [False, True], ids=["C loop", "Python loop"])
@@ -117,13 +118,32 @@ def test_each_send_loop_sends_the_document_alike(tmp_path, python_loop):
     assert t0.zones[3].start_ns - t0.zones[0].start_ns >= 30_000
     # Another track agrees to Tracy's anchoring of each GPU context (about a microsecond; 5 µs as test_tracy_report).
     assert abs(t1.zones[0].start_ns - t0.zones[0].start_ns - 2_000) <= 5_000 and t1.zones[0].duration_ns == 1_000
-    # Tracy's start-up is the first frame, the wait for the first mark the second; then a frame per call, from its
-    # submission on (no earlier than planned).
-    start_up, _wait, *calls = capture.frames
-    assert start_up == 0 and len(calls) == 2 and calls[1] - calls[0] >= 29_000
+    # Tracy's start-up is the first frame (0 ns: the capture starts at its end), the wait for the first mark the
+    # second; then a frame per call, from its submission on (no earlier than planned).
+    start_up, start_up_end, *calls = capture.frames
+    assert start_up == start_up_end == 0 and len(calls) == 2 and calls[1] - calls[0] >= 29_000
     assert calls[0] <= t0.cpu_side[0][0] and calls[1] <= t0.cpu_side[3][0]
     locations = {(location.name, location.function, location.color) for location in capture.source_locations}
     assert {("S", "S text", 0x34A853), ("k1", "k1 text", 0x4C8BF5)} <= locations
     if CSVEXPORT is not None:
         assert [row[0] for row in csvexport(path, "-m")] == ["call 1 of 2", "call 2 of 2"]
         assert [float(row[-1]) for row in csvexport(path, "-u", "-p") if row[0] == "memory"] == [1_000, 3_000, 2_000]
+
+
+def test_the_capture_ends_with_the_replay_not_with_pythons_teardown(tmp_path):
+    """The replay process ends through C's exit right after its last step. Tracy's client samples the process's
+    CPU usage every 100 ms until its destructor runs, and each sample stretches the capture, and so the GUI's
+    opening view (`Capture.opening_view`), past the calls: Python's own teardown took 20-80 ms, here made 300 ms
+    by an exit handler that must not run (injected with a sitecustomize)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import atexit, time\natexit.register(time.sleep, 0.3)\n")
+    document = tmp_path / "document.json"
+    document.write_text(json.dumps(DOCUMENT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), *sys.path]))
+    path = capture_command([sys.executable, "-m", "sectionmark.renderers.tracy_out", str(document)],
+                           tmp_path / "replay.tracy", timeout=CAPTURE_TIMEOUT_S, env=env, origin_after_startup=True)
+    capture = read_capture(path)
+    last_zone_end = max(zone.end_ns for track in capture.gpu_contexts for zone in track.zones)
+    start, end = capture.opening_view()
+    assert start == 0 and last_zone_end <= end < last_zone_end + 100_000_000  # no CPU usage sample 100 ms later

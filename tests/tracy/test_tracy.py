@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from sectionmark.markers import zonestack
 from sectionmark.errors import SectionmarkError
 from sectionmark.tracy import capture_command, read_capture, zone_stats
+from sectionmark.tracy.origin import startup_end_origin
 from sectionmark.readers.tracy_capture import Capture, Track, Zone, implausible_zone
 
 CAPTURE_TIMEOUT_S = 60
@@ -240,6 +241,67 @@ def test_zone_stats_at_depth_zero(eager_capture):
     assert {("Prefill A", "thread"), ("Prefill B", "thread"), ("Decode step", "thread")} <= names
     decode = next(row for row in rows if row.name == "Decode step")
     assert decode.count == 6 and decode.min_ns <= decode.p95_ns <= decode.max_ns
+
+
+# --- the capture's time origin: the beginning or the end of the client's start-up ---
+
+# Tracy's client sleeps this long calibrating its timer when it loads (Profiler::Profiler -> CalibrateTimer),
+# before it can send anything.
+TRACY_CALIBRATION_NS = 200_000_000
+
+ORIGIN_SCRIPT = """
+    import time
+    import sectionmark as sm
+    import sectionmark.tracy as smt
+
+    smt.enable()
+    timeline = smt.GpuTimeline("queue")
+    t0 = time.monotonic_ns()
+    timeline.zone("kernel", t0 + 1_000_000, t0 + 1_500_000)
+    with sm.section("Section"):
+        time.sleep(0.002)
+"""
+
+
+def welcome_message(init_begin: int, init_end: int) -> bytes:
+    """A client's Welcome handshake byte and WelcomeMessage (TracyProtocol.hpp, protocol 72, packed)."""
+    times = struct.pack("<dqqQQQQQq", 1.0, init_begin, init_end, 7, 8, 1_700_000_000, 1_600_000_000, 4242, 0)
+    return (b"\x01" + times + bytes([0, 2]) + b"GenuineIntel" + struct.pack("<I", 0x906EA)
+            + b"python".ljust(64, b"\0") + b"host".ljust(1024, b"\0"))
+
+
+def test_the_welcome_keeps_everything_but_its_origin_which_moves_to_the_start_up_end():
+    welcome = welcome_message(1_000, 250_000_000)
+    moved = startup_end_origin(welcome)
+    assert len(moved) == len(welcome) and struct.unpack_from("<qq", moved, 9) == (250_000_000, 250_000_000)
+    assert moved[:9] == welcome[:9] and moved[17:] == welcome[17:]
+    assert startup_end_origin(b"\x02") == b"\x02"  # a refused handshake (protocol mismatch) passes as it is
+
+
+@pytest.mark.parametrize("after_startup", [False, True], ids=["client start", "start-up end"])
+def test_a_capture_can_start_where_the_client_first_can_send(tmp_path, after_startup):
+    """With ``origin_after_startup`` time 0 is the end of the client's start-up, so the GUI's opening view (0 to
+    the end) starts on the program's events, not on 200 ms of calibration; every time moves by one constant."""
+    source = tmp_path / "origin.py"
+    source.write_text(textwrap.dedent(ORIGIN_SCRIPT))
+    path = capture_command([sys.executable, str(source)], tmp_path / "origin.tracy", timeout=CAPTURE_TIMEOUT_S,
+                           origin_after_startup=after_startup)
+    capture = read_capture(path)
+    start_up, start_up_end, *_rest = capture.frames
+    kernel, = track_named(capture, "queue").zones
+    section, = [zone for zone in track_named(capture, "Main thread").zones if zone.name == "Section"]
+    (sent, _end), = track_named(capture, "queue").cpu_side
+    assert capture.opening_view() == (0, capture.end_ns)  # IREE's client is not on-demand
+    if not after_startup:  # Tracy's own origin: the first frame is the start-up, nothing comes before its end
+        assert start_up == 0 and start_up_end >= TRACY_CALIBRATION_NS and sent >= start_up_end
+        return
+    assert start_up == start_up_end == 0  # "Tracy init" is 0 ns long: time 0 is its end
+    assert 0 <= sent < TRACY_CALIBRATION_NS  # the program's first events open the view
+    # Durations, placements and the delay to execution are the program's own (one shift for every time).
+    assert abs(kernel.duration_ns - 500_000) <= 1_000 and section.duration_ns >= 2_000_000
+    assert 0 < kernel.start_ns - sent <= 1_000_000 + 1_000  # sent at t0 or just after, run at t0 + 1 ms
+    assert kernel.start_ns - section.start_ns <= 1_000_000 + 5_000  # the section began after t0 (5 µs: anchoring)
+    assert capture.end_ns >= section.end_ns
 
 
 # --- a large capture: several compressed streams, > 64 KiB inflated ----------

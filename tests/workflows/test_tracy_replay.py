@@ -52,6 +52,8 @@ TOLERANCE_NS = 1_000  # the acceptance criterion: within 1 µs
 # Within one track times are exact.
 CROSS_TRACK_TOLERANCE_NS = 1_000_000
 CAPTURE_TIMEOUT_S = 120
+# Tracy's client sleeps this long calibrating its timer when it loads (Profiler::Profiler -> CalibrateTimer).
+TRACY_CALIBRATION_NS = 200_000_000
 MLP_COLOR = 0x34A853  # given in code: the map, the HTML report and the capture carry it
 
 
@@ -354,9 +356,25 @@ def test_the_replay_thread_and_tracks_are_named_by_device_and_queue(replay):
     names = [track.name for track in capture.gpu_contexts]
     assert names[0] == "local-task queue 0: sections"
     assert all(name.startswith("local-task queue 0: ") for name in names), names
-    # Tracy's frame bar steps through the calls: its start-up, the wait for the first call, then a frame from each
-    # call's submission on.
+    # Tracy's frame bar steps through the calls: its start-up (0 ns long: the capture starts at its end), the wait
+    # for the first call, then a frame from each call's submission on.
     assert len(capture.frames) == 2 + session.warmup + session.calls
+
+
+def test_the_capture_opens_on_the_calls(replay):
+    """The GUI opens a capture on the whole of it (`Capture.opening_view`, from Tracy's source). The replay's
+    capture starts where Tracy's client ended its start-up (it calibrates its timer for 200 ms when it loads,
+    before anything can be sent), so its first view starts on the calls; before, they sat after 200 ms of
+    nothing. Every time moved by one constant: nothing is before 0, every zone is still sent at its
+    submission (test_each_zone_is_sent_when_its_command_buffer_was_submitted)."""
+    session, capture = replay
+    start, end = capture.opening_view()
+    zones = [zone for track in capture.gpu_contexts for zone in track.zones]
+    sent = [begin for track in capture.gpu_contexts for begin, _end in track.cpu_side]
+    assert capture.frames[:2] == [0, 0]  # Tracy's start-up frame ends at time 0
+    first_call = capture.frames[2]  # the first call's frame mark: the replay's first step
+    assert start == 0 <= first_call <= min(sent) and min(zone.start_ns for zone in zones) < TRACY_CALIBRATION_NS
+    assert max(zone.end_ns for zone in zones) <= end
 
 
 def test_zones_have_their_sections_colours_the_codes_where_given(replay):

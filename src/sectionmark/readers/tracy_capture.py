@@ -95,10 +95,20 @@ class Capture:
     # end to the first frame mark the second, then one per frame mark the client sent (a sectionmark replay: one
     # per call).
     frames: list[int] = field(default_factory=list)
+    on_demand: bool = False  # a client built on-demand (TRACY_ON_DEMAND): it sent only what followed the connection
 
     @property
     def tracks(self) -> list[Track]:
         return self.threads + self.gpu_contexts
+
+    def opening_view(self) -> tuple[int, int]:
+        """The time range (ns) the Tracy GUI (0.11.2) shows when it opens this file, unless it saved a view of
+        this capture before (its user data): `View::View` of a file sets ``m_vd.zvStart = GetFirstTime()`` and
+        ``zvEnd = GetLastTime()`` (`end_ns`), and `Worker::GetFirstTime` is 0, or for an on-demand client the
+        start of the main frame set's third frame (the first after the connection)."""
+        if self.end_ns is None:
+            raise SectionmarkError("this capture's end is not known (its header was not read)")
+        return (self.frames[2] if self.on_demand else 0), self.end_ns
 
     def zones(self) -> Iterator[tuple[Track, Zone]]:
         for track in self.tracks:
@@ -410,7 +420,7 @@ def _parse(buf: bytearray, version: tuple[int, int, int]) -> tuple[Capture, list
 
     p = _Parser(buf)
     p.pos = 8
-    (_, _, _, last_time, _, _, _, _, _, _, _) = p.take(_HEADER)
+    (_, _, _, last_time, _, _, _, _, _, _, on_demand) = p.take(_HEADER)
     p.text()  # capture name
     program = p.text()
     p.skip(16)  # capture time, executable time
@@ -517,7 +527,7 @@ def _parse(buf: bytearray, version: tuple[int, int, int]) -> tuple[Capture, list
             chunks.append(_walk(gpu_zone_table, p, count, last_time))
         tables.append(_ZoneTable(chunks, names, cpu=False))
     return Capture(version, program, threads, contexts, last_time,
-                   [*static_locations.values(), *payload_locations], frame_starts), tables
+                   [*static_locations.values(), *payload_locations], frame_starts, bool(on_demand)), tables
 
 
 def _skip_cpu_topology(p: _Parser) -> None:

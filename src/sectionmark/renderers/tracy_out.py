@@ -18,8 +18,11 @@ calls). A replay that
 reaches a submission, message or plot point late (a busy machine) moves the
 rest of the run later by that much, GPU times included: every zone keeps its
 duration, its place in its call and its true delay to execution; only what
-comes after sits later than in the run (never closer). Beside the
-zones: a message at the start of each call and the device memory in use as a
+comes after sits later than in the run (never closer). The capture's
+time 0 is where Tracy's client ended its start-up (its 200 ms timer
+calibration; `sectionmark.tracy.origin`), every time shifted by that one
+constant, so the GUI, which opens on the whole capture, opens on the calls.
+Beside the zones: a message at the start of each call and the device memory in use as a
 plot (`sectionmark.renderers.tracy_texts`); every zone has its section's
 colour (`profiling.timeline.session_colors`) and a text under its name.
 
@@ -49,7 +52,8 @@ from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import Span, session_colors, session_timelines
 from sectionmark.renderers.tracy_gpu_timeline import GpuTimeline
 from sectionmark.renderers.tracy_texts import MEMORY_PLOT, ZoneTexts, call_messages, first_call_start, memory_in_use
-from sectionmark.tracy.binding import GpuTimeData, GpuZoneBeginData, GpuZoneEndData, client, permanent_name, tracy_name
+from sectionmark.tracy.binding import (SOURCE_LOCATIONS, GpuTimeData, GpuZoneBeginData, GpuZoneEndData, client,
+                                       permanent_name, tracy_name)
 from sectionmark.section_path import SectionPath
 
 if TYPE_CHECKING:
@@ -122,7 +126,8 @@ def _capture(document: dict, timeout: float) -> bytes:
         spans_file = Path(scratch) / "timeline.json"
         spans_file.write_text(json.dumps(document), encoding="utf-8")
         command = [sys.executable, "-m", "sectionmark.renderers.tracy_out", str(spans_file)]
-        return capture_command(command, Path(scratch) / "replay.tracy", timeout=timeout).read_bytes()
+        return capture_command(command, Path(scratch) / "replay.tracy", timeout=timeout,
+                               origin_after_startup=True).read_bytes()  # the calls begin the capture
 
 
 # One step of the replay, as the C send loop reads it (_tracyreplay.c): when to send it (monotonic ns); a zone
@@ -184,16 +189,17 @@ class _Steps:
             self._span(track, child)
         self._add(self._track_time(cpu_end), _END, track, end, None)
 
-    def rows(self, tracy, contexts: list[int], plots: list[int], keep: list) -> np.ndarray:
-        """The steps as `STEP_DTYPE` rows, still on the profile's clock, their zones' source locations made;
+    def rows(self, plots: list[int], keep: list) -> np.ndarray:
+        """The steps as `STEP_DTYPE` rows, still on the profile's clock, their zones' source locations made and
+        their ``context`` the index of their track (the GPU contexts are made later, with Tracy's client);
         ``keep`` holds the message texts the rows point to."""
         rows = []
         for at, _order, kind, target, value, what in self.steps:
             pointer = size = context = 0
             if kind == _BEGIN:
-                pointer = tracy.source_location(*what[:3])[0]
+                pointer = SOURCE_LOCATIONS.get(*what[:3])[0]
             if kind in (_BEGIN, _END):
-                context = contexts[target]
+                context = target
             elif kind == _MESSAGE:
                 keep.append(tracy_name(what))
                 pointer, size = ctypes.cast(ctypes.c_char_p(keep[-1]), ctypes.c_void_p).value, len(keep[-1])
@@ -215,13 +221,19 @@ def _wait_until(deadline_ns: int) -> None:
 def _emit(document: dict) -> None:
     """Child process: send everything from a thread of the document's name (Tracy calls the main thread "Main
     thread" whatever it is named), then exit normally."""
-    steps = _Steps(document)  # all work before Tracy's client starts, so that the replay follows its start-up
+    # Everything that does not need Tracy's client is made before it starts (the steps, and as plain memory the
+    # zones' source locations, the plot names and message texts), so that the replay begins as soon as Tracy's
+    # start-up ends, where the capture's time begins (`sectionmark.tracy.origin`).
+    steps = _Steps(document)
+    plots = [permanent_name(name) for name, _points in document.get("plots", [])]
+    keep: list[bytes] = []
+    rows = steps.rows(plots, keep)
     client()  # Tracy's client starts here: the thread that loads it is its "Main thread"
     failed: list[BaseException] = []
 
     def replay() -> None:
         try:
-            _send(document, steps)
+            _send(document, steps.earliest, rows, plots)
         except BaseException as error:  # re-raised on the main thread: the program fails, and so the capture
             failed.append(error)
 
@@ -232,11 +244,10 @@ def _emit(document: dict) -> None:
         raise failed[0]
 
 
-def _send(document: dict, steps: _Steps) -> None:
-    """Send every zone, message and plot point (``steps``) at its time."""
+def _send(document: dict, earliest: Optional[int], rows: np.ndarray, plots: list[int]) -> None:
+    """Send every zone, message and plot point (`_Steps.rows`, the first at ``earliest``) at its time."""
     tracy = client()
     tracy.set_thread_name(tracy_name(document.get("thread", "sectionmark replay")))
-    plots = [permanent_name(name) for name, _points in document.get("plots", [])]
     for plot in plots:
         tracy.plot_config(plot, _PLOT_FORMAT_MEMORY, 1, 1, 0)
     # Tracy ties each GPU context to its own clock when the context is
@@ -245,13 +256,12 @@ def _send(document: dict, steps: _Steps) -> None:
     # start just after the last one: tracks, messages and plots share one
     # mapping, and no timestamp precedes an anchor.
     contexts = [GpuTimeline(track_name).context for track_name, _spans in document["tracks"]]
-    if steps.earliest is None:
+    if earliest is None:
         return
-    keep: list[bytes] = []
-    rows = steps.rows(tracy, contexts, plots, keep)  # the source locations made before the clock starts
-    shift = time.monotonic_ns() + _LEAD_NS - steps.earliest
-    rows["at_ns"] += shift
     zone = rows["kind"] <= _END
+    rows["context"][zone] = np.asarray(contexts, np.uint32)[rows["context"][zone]]
+    shift = time.monotonic_ns() + _LEAD_NS - earliest
+    rows["at_ns"] += shift
     rows["time_ns"][zone] += shift
     if _native is not None:
         address = lambda function: ctypes.cast(function, ctypes.c_void_p).value  # noqa: E731
@@ -279,5 +289,16 @@ def _send(document: dict, steps: _Steps) -> None:
             tracy.frame_mark(None)
 
 
+def _exit_now() -> None:
+    """End the replay process at once, past Python's finalization but through C's exit: Tracy's client sends what
+    is left and waits for the capture in its C++ destructor, which C's exit runs. Until then it samples the
+    process's CPU usage every 100 ms, and each sample extends the capture, and the GUI's opening view, past the
+    last call; Python's module teardown alone took 20-80 ms here."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).exit(0)
+
+
 if __name__ == "__main__":
     _emit(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")))
+    _exit_now()

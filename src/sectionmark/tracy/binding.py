@@ -20,7 +20,7 @@ from typing import Optional, Union
 from sectionmark.artifacts.tools import tracing_runtime_library
 from sectionmark.errors import SectionmarkError
 
-__all__ = ["TracyClient", "client", "tracy_name", "permanent_name", "NAME_LIMIT_BYTES"]
+__all__ = ["TracyClient", "client", "SOURCE_LOCATIONS", "SourceLocations", "tracy_name", "permanent_name", "NAME_LIMIT_BYTES"]
 
 
 class _SourceLocation(ctypes.Structure):
@@ -122,6 +122,50 @@ ctypes.pythonapi.PyMem_RawMalloc.restype = ctypes.c_void_p
 ctypes.pythonapi.PyMem_RawMalloc.argtypes = [ctypes.c_size_t]
 
 
+class SourceLocations:
+    """Static source locations, one per distinct (name, color, text), created on first use and never freed.
+
+    They are plain memory that Tracy reads when its capture asks (`_permanent_bytes`), so they can be made
+    before the client loads: a replay makes its zones' before Tracy's start-up ends, not after.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locations: dict[tuple[str, Optional[int], Optional[str]], tuple[int, object]] = {}
+        self._strings: dict[str, int] = {}
+
+    def get(self, name: str, color: Optional[int] = None, text: Optional[str] = None) -> tuple[int, object]:
+        """(address, by-pointer argument) of the source location named ``name``, in ``color``, whose function
+        string is ``text`` (Tracy shows it under a zone's name; default: the name)."""
+        key = (name, color, text)
+        found = self._locations.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._locations.get(key)
+            if found is None:
+                address = _permanent_bytes(bytes(ctypes.sizeof(_SourceLocation)))
+                location = _SourceLocation.from_address(address)
+                location.name = self._string(name)
+                location.function = location.name if text is None else self._string(text)
+                location.file = self._string(_SOURCE_FILE)
+                location.line = 0
+                location.color = color or 0
+                found = (address, ctypes.byref(location))
+                self._locations[key] = found
+        return found
+
+    def _string(self, text: str) -> int:
+        """One permanent C string per distinct text (under the lock): Tracy asks for each address once."""
+        address = self._strings.get(text)
+        if address is None:
+            address = self._strings[text] = permanent_name(text)
+        return address
+
+
+SOURCE_LOCATIONS = SourceLocations()  # the process's, shared by every client
+
+
 class TracyClient:
     """The Tracy C API of one loaded library, bound once with fixed signatures.
 
@@ -183,8 +227,6 @@ class TracyClient:
         # std::atomic<uint8_t>, shared with IREE's own GPU contexts.
         self._gpu_context_counter = ctypes.c_uint8.from_address(gpu_context_counter())
         self._lock = threading.Lock()
-        self._locations: dict[tuple[str, Optional[int], Optional[str]], tuple[int, object]] = {}
-        self._strings: dict[str, int] = {}
         self.path = path
 
     def source_location(self, name: str, color: Optional[int] = None,
@@ -192,32 +234,9 @@ class TracyClient:
         """The static source location for (name, color, text): (address, by-pointer argument).
 
         ``text`` is its function string, which Tracy shows under a zone's name (GPU zones have no zone text;
-        default: the name). One per distinct triple, created on first use and never freed.
+        default: the name). The process's one `SOURCE_LOCATIONS`.
         """
-        key = (name, color, text)
-        found = self._locations.get(key)
-        if found is not None:
-            return found
-        with self._lock:
-            found = self._locations.get(key)
-            if found is None:
-                address = _permanent_bytes(bytes(ctypes.sizeof(_SourceLocation)))
-                location = _SourceLocation.from_address(address)
-                location.name = self._string(name)
-                location.function = location.name if text is None else self._string(text)
-                location.file = self._string(_SOURCE_FILE)
-                location.line = 0
-                location.color = color or 0
-                found = (address, ctypes.byref(location))
-                self._locations[key] = found
-        return found
-
-    def _string(self, text: str) -> int:
-        """One permanent C string per distinct text (under the lock): Tracy asks for each address once."""
-        address = self._strings.get(text)
-        if address is None:
-            address = self._strings[text] = permanent_name(text)
-        return address
+        return SOURCE_LOCATIONS.get(name, color, text)
 
     def new_gpu_context_id(self) -> int:
         """Take the next GPU context id from the counter IREE's contexts also use.

@@ -18,12 +18,14 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import IO, Iterable, Mapping, Optional, Sequence, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike, atomic_path
 from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line
+from sectionmark.tracy.origin import OriginRelay
 
 __all__ = ["capture_command", "tracy_environment", "CapturedProgramFailed"]
 
@@ -109,6 +111,7 @@ def capture_command(
     stdout: Optional[IO] = None,
     stderr: Optional[IO] = None,
     inputs: Iterable[PathLike] = (),
+    origin_after_startup: bool = False,
 ) -> Path:
     """Run ``command`` under a headless Tracy capture and return the .tracy path.
 
@@ -120,20 +123,26 @@ def capture_command(
     zones not yet sent. ``timeout`` bounds the program's run (None: no
     bound), ``save_timeout`` the capture's work after it. ``output`` is
     written atomically and never onto one of ``inputs`` (checked before the
-    program starts). Raises SectionmarkError when the program fails
-    (`CapturedProgramFailed`), times out or never connects.
+    program starts). ``origin_after_startup`` puts the capture's time 0 at
+    the end of the Tracy client's start-up (its ~200 ms timer calibration)
+    instead of its beginning, every time shifted by that one constant
+    (`sectionmark.tracy.origin`), so that the GUI's first view starts where
+    the program could first send. Raises SectionmarkError when the program
+    fails (`CapturedProgramFailed`), times out or never connects.
     """
     with atomic_path(output, inputs) as temporary:
-        _capture(command, temporary, timeout, save_timeout, env, cwd, stdout, stderr)
+        _capture(command, temporary, timeout, save_timeout, env, cwd, stdout, stderr, origin_after_startup)
     return Path(output)
 
 
-def _capture(command, output: Path, timeout, save_timeout, env, cwd, stdout, stderr) -> None:
+def _capture(command, output: Path, timeout, save_timeout, env, cwd, stdout, stderr, origin_after_startup) -> None:
     binary = find_tool("iree-tracy-capture", tracing=True)
     port = _free_port()
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as capture_log:
+    # With a relay, the capture tool connects to the relay and the relay to the program.
+    with (OriginRelay(port) if origin_after_startup else nullcontext()) as relay, \
+            tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as capture_log:
         capture = subprocess.Popen(
-            [str(binary), "-o", str(output), "-f", "-a", "127.0.0.1", "-p", str(port)],
+            [str(binary), "-o", str(output), "-f", "-a", "127.0.0.1", "-p", str(port if relay is None else relay.port)],
             stdin=subprocess.DEVNULL,
             stdout=capture_log,
             stderr=subprocess.STDOUT,
