@@ -22,7 +22,8 @@ from iree.turbine import aot
 
 import sectionmark as sm
 from hf_models import MAX_LEN, CachedLM, Logits, empty_cache, tiny_gpt2, tiny_llama
-from parallel_gpt import TWO_CPU_DEVICES, compile_for_two_devices, export_arguments, pipeline_gpt
+from parallel_gpt import export_arguments, pipeline_gpt
+from two_devices import TWO_CPU_DEVICES, compile_for_two_devices
 from sectionmark.compiler.targets import target_flags
 from sectionmark.locations import strip_sectionmark_names
 

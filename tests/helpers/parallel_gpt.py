@@ -17,40 +17,16 @@ from __future__ import annotations
 
 import copy
 import math
-import subprocess
-from collections import Counter
-from pathlib import Path
-
-import numpy as np
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sectionmark.artifacts.tools import find_tool
-from sectionmark.compiler.pipeline import CompiledProgram, compile_with_flags
 from sectionmark.demo.model_torch import GPT, GPTConfig, example_input
 from sectionmark.section_path import SectionPath
-from tiny_profiles import export_rows
 
 CONFIG = GPTConfig(vocab_size=128, block_size=16, n_layer=4, n_head=4, n_embd=32, seq_len=16)
 PIPELINE_STAGES = {0: (0, 1), 1: (2, 3)}  # device -> the blocks it runs
-
-# What a plain user passes to compile for two CPU devices (turbine names them @__device_0 and @__device_1).
-TWO_CPU_DEVICES = ("--iree-hal-target-device=local[0]", "--iree-hal-target-device=local[1]",
-                   "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host")
-RUNTIME_DEVICES = ["local-task", "local-task"]
-
-
-def compile_for_two_devices(export) -> CompiledProgram:
-    """sectionmark's compile with exactly `TWO_CPU_DEVICES`.
-
-    Not ``sm.compile(export, extra_args=TWO_CPU_DEVICES)``: that keeps llvm-cpu's own
-    ``--iree-hal-target-device=local`` in front, so @__device_0 is ``local``, @__device_1 is
-    ``local[0]`` and ``local[1]`` is never used: both run on the first device.
-    """
-    return compile_with_flags(export, [*TWO_CPU_DEVICES, "--iree-input-type=torch"], "llvm-cpu", quiet=True)
-
 
 def gpt_sections() -> list[SectionPath]:
     """The sections the demo GPT declares for `CONFIG`, parents first, as its code marks them."""
@@ -58,23 +34,6 @@ def gpt_sections() -> list[SectionPath]:
              ("Self Attention", "Attention Softmax"), ("Self Attention", "Projection"), ("MLP",)]
     layers = [(f"Block {index}", *path) for index in range(CONFIG.n_layer) for path in block]
     return [("Embedding",), *layers, ("Layer Norm",), ("LM Head",)]
-
-
-def dispatches_per_device(vmfb: Path, tokens: np.ndarray, directory: Path, calls: int = 2) -> dict[int, Counter]:
-    """Profile ``vmfb`` on two local-task devices with iree-benchmark-module (which records every device, where
-    iree-run-module records only the first): per physical device ordinal, how many times each dispatch key ran."""
-    np.save(directory / "tokens.npy", tokens)
-    profile = directory / "devices.ireeprof"
-    subprocess.run([str(find_tool("iree-benchmark-module")), *(f"--device={device}" for device in RUNTIME_DEVICES),
-                    f"--module={vmfb}", "--function=main", f"--input=@{directory / 'tokens.npy'}",
-                    "--benchmark_min_time=1x", f"--benchmark_repetitions={calls}",
-                    "--device_profiling_mode=host-execution,executable-metadata",
-                    f"--device_profiling_output={profile}"], check=True, capture_output=True, timeout=120)
-    counts: dict[int, Counter] = {}
-    for row in export_rows(profile) or []:
-        if row.get("record_type") == "host_execution_event" and row.get("op") == "dispatch":
-            counts.setdefault(row["physical_device_ordinal"], Counter())[row["key"]] += 1
-    return counts
 
 
 def to_device(device: int, tensor: torch.Tensor) -> torch.Tensor:

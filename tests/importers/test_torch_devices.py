@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 from iree.turbine import aot
-from parallel_gpt import (RUNTIME_DEVICES, TWO_CPU_DEVICES, compile_for_two_devices, dispatches_per_device,
-                          export_arguments, gpt_sections, pipeline_gpt, tensor_parallel_gpt, PIPELINE_STAGES)
+from parallel_gpt import PIPELINE_STAGES, export_arguments, gpt_sections, pipeline_gpt, tensor_parallel_gpt
 from test_byte_identity import assert_same_executables, plain_compile
+from two_devices import RUNTIME_DEVICES, TWO_CPU_DEVICES, compile_for_two_devices, dispatches_per_device
 
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
@@ -64,7 +64,7 @@ def test_the_work_runs_where_it_is_placed(placed, tmp_path):
     pulls the second half's attention to the first device unless it is moved too).
     """
     vmfb = placed.compiled.save(tmp_path / "model.vmfb")
-    ran = dispatches_per_device(vmfb, placed.args[0].numpy(), tmp_path, calls=CALLS)
+    ran = dispatches_per_device(vmfb, [placed.args[0].numpy()], tmp_path, calls=CALLS)
     assert sorted(ran) == [0, 1]
     sites = placed.compiled.section_map.sites
     if placed.name == "pipeline":
