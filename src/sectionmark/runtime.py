@@ -12,6 +12,7 @@ is a zone on the calling thread.
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any, Optional, Sequence, Union
 
 from sectionmark.arguments import flatten_arguments, readable_on_host
@@ -167,9 +168,16 @@ def _open_context(devices: list[str], specs: list, modules: Sequence[bytes]) -> 
     return context, vm_modules
 
 
+# Devices opened for several-device modules, by (device, how many of it came before in the list): kept for the
+# process, as iree.runtime keeps the one device of a one-device Config, since host arrays of results
+# (``to_host()``) map their memory and outlive the module.
+_opened_devices: dict[tuple[str, int], Any] = {}
+_opening = threading.Lock()
+
+
 def _config(devices: list[str]) -> Any:
-    """An iree.runtime Config whose HAL module holds ``devices`` in order, each opened anew (two ``local-task``
-    are two devices, as iree-run-module's two ``--device`` flags make)."""
+    """An iree.runtime Config whose HAL module holds ``devices`` in order, each a device of its own (two
+    ``local-task`` are two devices, as iree-run-module's two ``--device`` flags make)."""
     import iree.runtime as rt
 
     if len(devices) == 1:
@@ -178,11 +186,15 @@ def _config(devices: list[str]) -> Any:
         except IREE_ERRORS as error:
             raise SectionmarkError(f"cannot open IREE device {devices[0]!r}: {error}") from None
     opened = []
-    for device in devices:
-        try:
-            opened.append(rt.get_device(device, cache=False))
-        except IREE_ERRORS as error:
-            raise SectionmarkError(f"cannot open IREE device {device!r}: {first_line(str(error))}") from None
+    with _opening:
+        for index, device in enumerate(devices):
+            key = (device, devices[:index].count(device))
+            if key not in _opened_devices:
+                try:
+                    _opened_devices[key] = rt.get_device(device, cache=False)
+                except IREE_ERRORS as error:
+                    raise SectionmarkError(f"cannot open IREE device {device!r}: {first_line(str(error))}") from None
+            opened.append(_opened_devices[key])
     config = rt.Config(device=opened[0])
     config.default_vm_modules = (rt.create_hal_module(config.vm_instance, devices=opened),)
     return config
