@@ -17,6 +17,7 @@ import numpy as np
 from sectionmark.artifacts.tools import find_tool
 from sectionmark.compiler.pipeline import CompiledProgram, compile_with_flags
 from sectionmark.importers.exported import as_sectioned_export
+from sectionmark.section_map import SectionMap
 from tiny_profiles import export_rows
 
 # What a plain user passes to compile for two CPU devices (turbine names them @__device_0 and @__device_1).
@@ -54,3 +55,11 @@ def dispatches_per_device(vmfb: Path, inputs: Sequence[np.ndarray], directory: P
         if row.get("record_type") == "host_execution_event" and row.get("op") == "dispatch":
             counts.setdefault(row["physical_device_ordinal"], Counter())[row["key"]] += 1
     return counts
+
+
+def dispatches_of_sections(section_map: SectionMap, top_level: set[str], calls: int = 2) -> Counter:
+    """How many times each dispatch key runs in ``calls`` calls at the sites of the top-level sections
+    ``top_level`` (sites with sections elsewhere too, or with none, are left out): what one device runs when
+    exactly those sections are placed on it."""
+    return Counter(site.key for site in section_map.sites for _ in range(calls)
+                   if site.shares and {share.path[0] for share in site.shares} <= top_level)

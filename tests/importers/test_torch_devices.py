@@ -11,7 +11,6 @@ flags), byte for byte.
 
 from __future__ import annotations
 
-from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,7 +19,8 @@ import torch
 from iree.turbine import aot
 from parallel_gpt import PIPELINE_STAGES, export_arguments, gpt_sections, pipeline_gpt, tensor_parallel_gpt
 from test_byte_identity import assert_same_executables, plain_compile
-from two_devices import RUNTIME_DEVICES, TWO_CPU_DEVICES, compile_for_two_devices, dispatches_per_device
+from two_devices import (RUNTIME_DEVICES, TWO_CPU_DEVICES, compile_for_two_devices, dispatches_of_sections,
+                         dispatches_per_device)
 
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
@@ -71,8 +71,7 @@ def test_the_work_runs_where_it_is_placed(placed, tmp_path):
         stages = {0: {"Embedding", *(f"Block {i}" for i in PIPELINE_STAGES[0])},
                   1: {"Layer Norm", "LM Head", *(f"Block {i}" for i in PIPELINE_STAGES[1])}}
         for device, tops in stages.items():
-            placed_there = Counter(site.key for site in sites for _ in range(CALLS)
-                                   if site.shares and {share.path[0] for share in site.shares} <= tops)
+            placed_there = dispatches_of_sections(placed.compiled.section_map, tops, CALLS)
             assert placed_there and ran[device] == placed_there, device
     else:
         for name in ("QKV", "Attention Softmax", "Projection", "MLP"):
