@@ -28,6 +28,7 @@ from sectionmark.section_path import SectionPath
 CONFIG = GPTConfig(vocab_size=128, block_size=16, n_layer=4, n_head=4, n_embd=32, seq_len=16)
 PIPELINE_STAGES = {0: (0, 1), 1: (2, 3)}  # device -> the blocks it runs
 
+
 def gpt_sections() -> list[SectionPath]:
     """The sections the demo GPT declares for `CONFIG`, parents first, as its code marks them."""
     block = [(), ("Layer Norm",), ("Self Attention",), ("Self Attention", "QKV"),

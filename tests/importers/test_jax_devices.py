@@ -15,8 +15,8 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from test_byte_identity import assert_same_executables, plain_compile  # noqa: E402
-from two_devices import (RUNTIME_DEVICES, TWO_CPU_DEVICES, compile_for_two_devices, dispatches_of_sections,  # noqa: E402
-                         dispatches_per_device)
+from two_devices import (RUNTIME_DEVICES, TWO_CPU_DEVICES, compile_for_two_devices,  # noqa: E402
+                         dispatches_of_sections, dispatches_per_device)
 
 import sectionmark as sm  # noqa: E402
 from sectionmark.errors import SectionmarkError  # noqa: E402
