@@ -12,7 +12,8 @@ is a zone on the calling thread.
 from __future__ import annotations
 
 import re
-from typing import Any, Optional, Sequence
+import threading
+from typing import Any, Optional, Sequence, Union
 
 from sectionmark.arguments import flatten_arguments, readable_on_host
 from sectionmark.artifacts.modules import ModuleSource, module_bytes_and_map
@@ -36,17 +37,22 @@ class _CallState:
 
 
 class LoadedModule:
-    """A .vmfb loaded on an IREE device; functions are attributes (``module.main(x)``).
+    """A .vmfb loaded on an IREE device, or on several; functions are attributes (``module.main(x)``).
 
     Arguments may be arrays, tensors, device arrays, scalars and JAX pytrees
-    (`sectionmark.arguments`).
+    (`sectionmark.arguments`). ``devices``: the devices in the order the
+    module's logical devices are numbered (its arguments go to the first,
+    then the module moves them where it placed them); ``device`` is the first.
     """
 
-    def __init__(self, source: ModuleSource, device: str = "local-task", parameters: Parameters = None):
+    def __init__(self, source: ModuleSource, device: str = "local-task", parameters: Parameters = None,
+                 devices: Optional[Sequence[str]] = None):
         self.vmfb, self.section_map = module_bytes_and_map(source)
-        self.device = device
+        self.devices = _device_list(device, devices)
+        self.device = self.devices[0]
         # The parameter files as served: an unscoped file is given the module's one scope (`open_context`).
-        self._context, (vm_module,), self.parameters = open_context(device, parameter_specs(parameters), [self.vmfb])
+        self._context, (vm_module,), self.parameters = open_context(self.devices, parameter_specs(parameters),
+                                                                    [self.vmfb])
         self.name = vm_module.name
         self._module = self._context.modules[vm_module.name]
         self._state = _CallState()
@@ -88,8 +94,22 @@ class LoadedModule:
         return call
 
 
-def open_context(device: str, specs: list, modules: Sequence[bytes]) -> tuple[Any, list[Any], list]:
-    """An IREE context on ``device`` with the parameter files and ``modules`` (.vmfb bytes, in order).
+def _device_list(device: str, devices: Optional[Sequence[str]]) -> list[str]:
+    """The devices a module is loaded on: ``devices`` when given (then ``device`` must be left as it is)."""
+    if devices is None:
+        return [device]
+    if isinstance(devices, str) or not devices:
+        raise SectionmarkError(f"devices= takes a list of IREE devices (e.g. ['local-task', 'local-task']), "
+                               f"got {devices!r}")
+    if device != "local-task":
+        raise SectionmarkError(f"pass device= or devices=, not both (got device={device!r}, devices={list(devices)})")
+    return [str(name) for name in devices]
+
+
+def open_context(device: Union[str, Sequence[str]], specs: list, modules: Sequence[bytes]
+                 ) -> tuple[Any, list[Any], list]:
+    """An IREE context on ``device`` (or on several, in order) with the parameter files and ``modules``
+    (.vmfb bytes, in order).
 
     Returns the context, the modules' VM modules and the parameter specs it
     serves. A later module may import the functions of an earlier one (a
@@ -98,14 +118,15 @@ def open_context(device: str, specs: list, modules: Sequence[bytes]) -> tuple[An
     ``model``) are served in that scope: IREE names the scope it wanted.
     Every failure is one SectionmarkError line.
     """
+    devices = [device] if isinstance(device, str) else list(device)
     try:
-        return (*_open_context(device, specs, modules), specs)
+        return (*_open_context(devices, specs, modules), specs)
     except _UnservedScope as unserved:
         if not specs or any(scope for scope, _path in specs):
             raise SectionmarkError(_registration_failure(unserved.message, specs)) from None
         scoped = [(unserved.scope, path) for _scope, path in specs]
         try:
-            return (*_open_context(device, scoped, modules), scoped)
+            return (*_open_context(devices, scoped, modules), scoped)
         except _UnservedScope as again:  # a second scope: the files cannot all be in the first one
             raise SectionmarkError(_registration_failure(again.message, specs)) from None
 
@@ -122,13 +143,10 @@ _UNSERVED_SCOPE = re.compile(r"no provider registered that handles scopes like '
 _INVOKE_PREFIX = "Error invoking function: "
 
 
-def _open_context(device: str, specs: list, modules: Sequence[bytes]) -> tuple[Any, list[Any]]:
+def _open_context(devices: list[str], specs: list, modules: Sequence[bytes]) -> tuple[Any, list[Any]]:
     import iree.runtime as rt
 
-    try:
-        config = rt.Config(device)
-    except IREE_ERRORS as error:
-        raise SectionmarkError(f"cannot open IREE device {device!r}: {error}") from None
+    config = _config(devices)
     context = rt.SystemContext(config=config)
     provider = parameters_module(config.vm_instance, specs)
     if provider is not None:
@@ -150,6 +168,38 @@ def _open_context(device: str, specs: list, modules: Sequence[bytes]) -> tuple[A
     return context, vm_modules
 
 
+# Devices opened for several-device modules, by (device, how many of it came before in the list): kept for the
+# process, as iree.runtime keeps the one device of a one-device Config, since host arrays of results
+# (``to_host()``) map their memory and outlive the module.
+_opened_devices: dict[tuple[str, int], Any] = {}
+_opening = threading.Lock()
+
+
+def _config(devices: list[str]) -> Any:
+    """An iree.runtime Config whose HAL module holds ``devices`` in order, each a device of its own (two
+    ``local-task`` are two devices, as iree-run-module's two ``--device`` flags make)."""
+    import iree.runtime as rt
+
+    if len(devices) == 1:
+        try:
+            return rt.Config(devices[0])
+        except IREE_ERRORS as error:
+            raise SectionmarkError(f"cannot open IREE device {devices[0]!r}: {error}") from None
+    opened = []
+    with _opening:
+        for index, device in enumerate(devices):
+            key = (device, devices[:index].count(device))
+            if key not in _opened_devices:
+                try:
+                    _opened_devices[key] = rt.get_device(device, cache=False)
+                except IREE_ERRORS as error:
+                    raise SectionmarkError(f"cannot open IREE device {device!r}: {first_line(str(error))}") from None
+            opened.append(_opened_devices[key])
+    config = rt.Config(device=opened[0])
+    config.default_vm_modules = (rt.create_hal_module(config.vm_instance, devices=opened),)
+    return config
+
+
 def _registration_failure(message: str, specs: list) -> str:
     """One line for a module the runtime would not load, saying what to pass when parameters are missing."""
     detail = first_line(message, message)
@@ -160,12 +210,16 @@ def _registration_failure(message: str, specs: list) -> str:
 
 
 def load(
-    source: ModuleSource, device: str = "local-task", parameters: Parameters = None
+    source: ModuleSource, device: str = "local-task", parameters: Parameters = None, *,
+    devices: Optional[Sequence[str]] = None,
 ) -> LoadedModule:
     """Load a CompiledProgram (what `compile` returns), a .vmfb path or its bytes on ``device`` (e.g. "local-task", "cuda").
 
     ``parameters``: the external parameter file(s) of a model exported with
     ``aot.externalize_module_parameters``, each ``path`` or ``scope=path`` as
     IREE's ``--parameters`` spells it (see `sectionmark.parameters`).
+    ``devices``: instead of ``device``, the devices of a module compiled for
+    several (``["local-task", "local-task"]``), in the order of its logical
+    devices, as iree-run-module's repeated ``--device`` (docs/multi-device.md).
     """
-    return LoadedModule(source, device, parameters)
+    return LoadedModule(source, device, parameters, devices)

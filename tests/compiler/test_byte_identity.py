@@ -15,6 +15,7 @@ architecture of each target and with another one a user would pick.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional, Sequence
 
 import numpy as np
 import pytest
@@ -45,11 +46,17 @@ def gpu_target_id(target: tuple[str, tuple[str, ...]]) -> str:
     return "-".join([name, *(flag.split("=")[1] for flag in extra)])
 
 
-def plain_compile(mlir_text: str, input_type: str, target: str = "llvm-cpu", extra_args: tuple[str, ...] = ()) -> bytes:
-    """The user's own compile: iree.compiler with sectionmark's flags for ``target``, nothing else."""
+def plain_compile(mlir_text: str, input_type: str, target: str = "llvm-cpu", extra_args: tuple[str, ...] = (),
+                  device_flags: Optional[Sequence[str]] = None) -> bytes:
+    """The user's own compile: iree.compiler with sectionmark's flags for ``target``, nothing else.
+
+    ``device_flags``: the device flags instead of ``target``'s (several devices: one
+    ``--iree-hal-target-device`` each, tests/helpers/parallel_gpt.py).
+    """
     import iree.compiler
 
-    flags = [*target_flags(target), f"--iree-input-type={input_type}", *extra_args]
+    devices = target_flags(target) if device_flags is None else device_flags
+    flags = [*devices, f"--iree-input-type={input_type}", *extra_args]
     return iree.compiler.compile_str(mlir_text, extra_args=flags)
 
 

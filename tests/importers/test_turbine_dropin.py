@@ -222,27 +222,9 @@ def test_export_sections_and_compile_never_print_the_module(printing_refused, tm
 # --------------------------------------------------------------------------- aot.jittable
 
 
-@pytest.fixture
-def turbine_procedural_tracing(monkeypatch):
-    """What ``aot.jittable`` needs from the MLIR bindings and iree-turbine 3.9 cannot find in 3.13.
-
-    Turbine calls ``RankedTensorType.isinstance(t)``, which the bindings of
-    iree-base-compiler 3.13 no longer have: every jittable fails with
-    "AttributeError: type object 'RankedTensorType' has no attribute
-    'isinstance'", with or without sectionmark. Added back for these tests
-    only, so that sectionmark's part of the jittable path is tested.
-    """
-    from iree.compiler import ir
-
-    for name in dir(ir):
-        kind = getattr(ir, name)
-        if isinstance(kind, type) and issubclass(kind, (ir.Type, ir.Value, ir.Attribute)):
-            if not hasattr(kind, "isinstance"):
-                monkeypatch.setattr(kind, "isinstance", staticmethod(lambda value, kind=kind: isinstance(value, kind)),
-                                    raising=False)
-
-
-def test_jittable_functions_of_a_compiled_module_keep_their_sections(turbine_procedural_tracing, tmp_path):
+def test_jittable_functions_of_a_compiled_module_keep_their_sections(tmp_path):
+    """Traced with turbine's procedural tracing, which calls the ``isinstance`` of the MLIR bindings that IREE 3.13
+    dropped: the import hooks give it back (sectionmark.importers.torch.hooks)."""
     model, x = Stack(), torch.randn(4)
 
     class Net(aot.CompiledModule):

@@ -15,6 +15,10 @@ function that already ran (a jitted step called once for a reference, a scan
 body or nested jit traced before), and no section would be entered then. A
 value of a JAX user context (part of every tracing cache's key) unique to
 each export makes JAX trace again, leaving the user's own caches as they are.
+
+A function sharded for several devices gets one line saying what IREE 3.13
+does with its sharding (it partitions none); `to_device` places work on a
+device explicitly (`sectionmark.importers.jax_devices`).
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ from jax._src import source_info_util
 
 from sectionmark.progress import progress
 from sectionmark.importers.exported import SectionedExport, warn_empty_sections
+from sectionmark.importers.jax_devices import check_sharding, to_device
 from sectionmark.locations import path_from_jax_name_stack
 from sectionmark.markers import frameworks
 from sectionmark.section_path import PASS_SUFFIXES, SectionPath, encode_jax_scope
 
-__all__ = ["export"]
+__all__ = ["export", "to_device"]
 
 # .paths: the sections entered by the export running on this thread, each as JAX names it
 # (relative inside a function traced on its own) -> the paths the Python sections open around it had.
@@ -98,6 +103,7 @@ def export(fn: Callable[..., Any], *args: Any, quiet: bool = False, **kwargs: An
             text = lowered.as_text(debug_info=True)
     finally:
         _entered.paths = None
+    check_sharding(text)
     exported = SectionedExport(text=text, input_type="stablehlo", framework="jax", path_aliases=_path_aliases(entered))
     warn_empty_sections(list(entered), exported.sections)
     return exported

@@ -15,7 +15,11 @@ iree-turbine imports it:
 * iree-turbine's FX importer gives each op the location plain iree-turbine
   gives it, wrapped in a NameLoc ``sectionmark:<path>`` (`_tagging_locations`,
   only for the locations that become op locations: `_importing_ops`);
-* re-traces keep sections (`sectionmark.importers.torch.retrace`).
+* re-traces keep sections (`sectionmark.importers.torch.retrace`);
+* the MLIR bindings get back the ``isinstance`` that iree-turbine 3.9 calls
+  (`_restore_mlir_isinstance`): without it turbine cannot expand its custom
+  ops, so ``transfer_to_logical_device`` (work placed on several devices)
+  and ``aot.jittable`` fail in IREE 3.13, with or without sectionmark.
 
 Scope hooks (`scope_hooks`, only while a ``sections`` scope is open):
 ``aot.jittable`` functions of a ``CompiledModule`` keep sections. jittable
@@ -82,6 +86,7 @@ def install_import_hooks() -> None:
     global _import_hooks_installed
     with _hooks_lock:
         if not _import_hooks_installed:
+            _restore_mlir_isinstance()
             _patch(_import_patches())
             _import_hooks_installed = True
 
@@ -121,6 +126,27 @@ def _import_patches() -> list[tuple[Any, str, Callable]]:
         (exported_program, "_decompose_and_get_gm_with_new_signature_constants",
          retrace.carrying_sections_through_retraces),
     ]
+
+
+def _restore_mlir_isinstance() -> None:
+    """Give back ``IntegerType.isinstance(t)`` (and every other type, value and attribute class's) to IREE 3.13's
+    MLIR bindings, which dropped it; iree-turbine 3.9 still calls it.
+
+    Where: turbine's type conversion while it expands custom ops
+    (``transfer_to_logical_device``, which places work on another device) and
+    its procedural tracing (``aot.jittable``): without it an export fails with
+    "type object 'IntegerType' has no attribute 'isinstance'", with or without
+    sectionmark. Added only where missing, with the meaning it had: is ``value``,
+    as its most specific class, an instance of this class. An export that
+    never calls it imports exactly as before.
+    """
+    from iree.compiler import ir
+
+    for name in dir(ir):
+        kind = getattr(ir, name)
+        if (isinstance(kind, type) and issubclass(kind, (ir.Type, ir.Value, ir.Attribute))
+                and not hasattr(kind, "isinstance")):
+            kind.isinstance = staticmethod(lambda value, kind=kind: isinstance(value.maybe_downcast(), kind))
 
 
 def _install_jittable_hooks() -> Callable[[], None]:

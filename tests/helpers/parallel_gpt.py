@@ -1,0 +1,155 @@
+"""The demo's nanoGPT (sectionmark.demo.model_torch) split over two devices, as iree-turbine users split models.
+
+* `pipeline_gpt`: pipeline-parallel, blocks 0-1 on device 0, blocks 2-3 on
+  device 1 (the activations move once, inside "Block 2"), the head on device 1.
+* `tensor_parallel_gpt`: tensor-parallel (Megatron-style), every block's
+  attention heads and MLP hidden units in halves, one half per device, joined
+  on device 0 by adding the halves' projections.
+
+Both are the demo GPT (same weights, same sections, marked as users mark:
+``with section``), placed with ``transfer_to_logical_device`` and the
+exported argument's ``DeviceAffinity``; each returns the unsplit model it was
+built from, whose eager outputs the compiled ones must equal. Tiny sizes: each
+compiles in a few seconds for two CPU devices.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from sectionmark.demo.model_torch import GPT, GPTConfig, example_input
+from sectionmark.section_path import SectionPath
+
+CONFIG = GPTConfig(vocab_size=128, block_size=16, n_layer=4, n_head=4, n_embd=32, seq_len=16)
+PIPELINE_STAGES = {0: (0, 1), 1: (2, 3)}  # device -> the blocks it runs
+
+
+def gpt_sections() -> list[SectionPath]:
+    """The sections the demo GPT declares for `CONFIG`, parents first, as its code marks them."""
+    block = [(), ("Layer Norm",), ("Self Attention",), ("Self Attention", "QKV"),
+             ("Self Attention", "Attention Softmax"), ("Self Attention", "Projection"), ("MLP",)]
+    layers = [(f"Block {index}", *path) for index in range(CONFIG.n_layer) for path in block]
+    return [("Embedding",), *layers, ("Layer Norm",), ("LM Head",)]
+
+
+def to_device(device: int, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` on logical device ``device`` (a copy in eager torch, ``flow.tensor.transfer`` once exported)."""
+    from iree.turbine.ops.iree import transfer_to_logical_device
+
+    return transfer_to_logical_device(str(device), tensor)
+
+
+def export_arguments():
+    """The example tokens and the ``arg_device`` that puts them on device 0, as ``aot.export`` takes them."""
+    from iree.turbine.aot import DeviceAffinity
+
+    return (example_input(CONFIG),), {0: DeviceAffinity(0)}
+
+
+class PipelineGPT(nn.Module):
+    """The demo GPT with its blocks in two stages, one per device (`PIPELINE_STAGES`)."""
+
+    def __init__(self, model: GPT):
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx):
+        model = self.model
+        with model.section("Embedding"):
+            pos = torch.arange(idx.shape[1], dtype=torch.long)
+            x = model.wte(idx) + model.wpe(pos)
+        for device, blocks in PIPELINE_STAGES.items():
+            for index in blocks:
+                if device and index == blocks[0]:
+                    with model.section(model.blocks[index].name):  # the hand-over belongs to the stage's first block
+                        x = to_device(device, x)
+                x = model.blocks[index](x)
+        with model.section("Layer Norm"):
+            x = model.ln_f(x)
+        with model.section("LM Head"):
+            return model.lm_head(x)
+
+
+def _halves(weight: torch.Tensor, parts: list[slice], dim: int) -> nn.ParameterList:
+    """``weight`` cut along ``dim`` into one parameter per device: ``parts[d]`` are device d's rows or columns
+    (copies, so that each device's weights are constants of that device alone, never transferred)."""
+    return nn.ParameterList(nn.Parameter(weight.detach().narrow(dim, part.start, part.stop - part.start).clone())
+                            for part in parts)
+
+
+class ParallelAttention(nn.Module):
+    """The demo's SelfAttention with heads 0..n/2-1 on device 0 and the others on device 1."""
+
+    def __init__(self, attention: nn.Module, section, n_embd: int):
+        super().__init__()
+        self.section, self.n_head = section, attention.n_head // 2
+        half = n_embd // 2
+        rows = [[slice(start + device * half, start + (device + 1) * half) for start in (0, n_embd, 2 * n_embd)]
+                for device in (0, 1)]
+        self.qkv_weight = nn.ParameterList(nn.Parameter(torch.cat([attention.qkv.weight.detach()[r] for r in part]))
+                                           for part in rows)
+        self.qkv_bias = nn.ParameterList(nn.Parameter(torch.cat([attention.qkv.bias.detach()[r] for r in part]))
+                                         for part in rows)
+        self.proj_weight = _halves(attention.proj.weight, [slice(0, half), slice(half, n_embd)], dim=1)
+        self.proj_bias = nn.Parameter(attention.proj.bias.detach().clone())
+        self.register_buffer("mask", attention.mask.clone())
+
+    def forward(self, x):
+        B, T, C = x.shape
+        with self.section("Self Attention"):
+            with self.section("QKV"):
+                inputs = [x, to_device(1, x)]
+                scores, values = [], []
+                for device, shard in enumerate(inputs):
+                    q, k, v = F.linear(shard, self.qkv_weight[device], self.qkv_bias[device]).split(C // 2, dim=2)
+                    q, k, v = (t.view(B, T, self.n_head, C // 2 // self.n_head).transpose(1, 2) for t in (q, k, v))
+                    scores.append((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1))))
+                    values.append(v)
+            with self.section("Attention Softmax"):
+                future = self.mask[:, :, :T, :T] == 0
+                weights = [F.softmax(att.masked_fill(to_device(device, future) if device else future, float("-inf")),
+                                     dim=-1) for device, att in enumerate(scores)]
+            with self.section("Projection"):
+                partial = [F.linear((att @ v).transpose(1, 2).contiguous().view(B, T, C // 2), self.proj_weight[d])
+                           for d, (att, v) in enumerate(zip(weights, values))]
+                return partial[0] + to_device(0, partial[1]) + self.proj_bias
+
+
+class ParallelMLP(nn.Module):
+    """The demo's MLP with its hidden units in halves: the first projection by rows, the second by columns."""
+
+    def __init__(self, mlp: nn.Module, section):
+        super().__init__()
+        self.section = section
+        hidden = mlp.fc.out_features
+        parts = [slice(0, hidden // 2), slice(hidden // 2, hidden)]
+        self.fc_weight, self.fc_bias = _halves(mlp.fc.weight, parts, dim=0), _halves(mlp.fc.bias, parts, dim=0)
+        self.proj_weight = _halves(mlp.proj.weight, parts, dim=1)
+        self.proj_bias = nn.Parameter(mlp.proj.bias.detach().clone())
+
+    def forward(self, x):
+        with self.section("MLP"):
+            partial = [F.linear(F.gelu(F.linear(shard, self.fc_weight[d], self.fc_bias[d])), self.proj_weight[d])
+                       for d, shard in enumerate([x, to_device(1, x)])]
+            return partial[0] + to_device(0, partial[1]) + self.proj_bias
+
+
+def pipeline_gpt(marked: bool = True) -> tuple[PipelineGPT, GPT]:
+    """The pipeline-parallel GPT and the demo GPT it runs (the eager reference)."""
+    model = GPT(CONFIG, marked=marked).eval()
+    return PipelineGPT(model).eval(), model
+
+
+def tensor_parallel_gpt(marked: bool = True) -> tuple[GPT, GPT]:
+    """The tensor-parallel GPT (the demo GPT with parallel attention and MLP in every block) and the demo GPT."""
+    model = GPT(CONFIG, marked=marked).eval()
+    parallel = copy.deepcopy(model)
+    for block in parallel.blocks:
+        block.attn = ParallelAttention(block.attn, parallel.section, CONFIG.n_embd)
+        block.mlp = ParallelMLP(block.mlp, parallel.section)
+    return parallel.eval(), model

@@ -1,0 +1,101 @@
+"""Torch models placed on two devices, as iree-turbine users place them: sections kept, nothing else changed.
+
+The tensor-parallel and the pipeline-parallel demo GPT (tests/helpers/parallel_gpt.py: ``DeviceAffinity``
+on the tokens, ``transfer_to_logical_device`` between the halves or the stages), exported with
+``sm.torch.export`` and compiled for two CPU devices: every section declared is in the map (sections that
+span both devices too), the module runs in-process on two devices (``sm.load(devices=...)``) with the eager
+model's numerics, its work runs on both devices (iree-benchmark-module's profile of each device), and its
+executables are those of the plain multi-device pipeline (plain ``aot.export``, ``iree.compiler``, the same
+flags), byte for byte.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from iree.turbine import aot
+from parallel_gpt import PIPELINE_STAGES, export_arguments, gpt_sections, pipeline_gpt, tensor_parallel_gpt
+from test_byte_identity import assert_same_executables, plain_compile
+from two_devices import (RUNTIME_DEVICES, TWO_CPU_DEVICES, compile_for_two_devices, dispatches_of_sections,
+                         dispatches_per_device)
+
+import sectionmark as sm
+from sectionmark.errors import SectionmarkError
+from sectionmark.importers.exported import find_sections
+from sectionmark.locations import strip_sectionmark_names
+
+# Compiled float32 against eager torch, as for the one-device nanoGPT (largest seen: 6e-7).
+RTOL, ATOL = 1e-4, 1e-5
+CALLS = 2  # profiled
+BUILDERS = {"tensor-parallel": tensor_parallel_gpt, "pipeline": pipeline_gpt}
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDERS))
+def placed(request):
+    """One parallel GPT exported with ``sm.torch.export`` and compiled for two CPU devices."""
+    model, reference = BUILDERS[request.param]()
+    args, arg_device = export_arguments()
+    exported = sm.torch.export(model, args=args, arg_device=arg_device, quiet=True)
+    return SimpleNamespace(name=request.param, model=model, reference=reference, args=args, arg_device=arg_device,
+                           exported=exported, compiled=compile_for_two_devices(exported))
+
+
+def test_every_section_is_in_the_map(placed):
+    assert list(placed.exported.sections) == gpt_sections()
+    assert placed.compiled.section_map.sections == placed.compiled.section_map.reached == gpt_sections()
+
+
+def test_runs_on_two_devices_with_the_eager_numerics(placed):
+    module = sm.load(placed.compiled, devices=RUNTIME_DEVICES)
+    assert module.devices == RUNTIME_DEVICES and module.device == "local-task"
+    expected = placed.reference(*placed.args).detach().numpy()
+    np.testing.assert_allclose(placed.model(*placed.args).detach().numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(module.main(placed.args[0].numpy()).to_host(), expected, rtol=RTOL, atol=ATOL)
+
+
+def test_the_work_runs_where_it_is_placed(placed, tmp_path):
+    """Per device, the dispatches its sections place there (iree-benchmark-module's profile of both devices).
+
+    Pipeline: each device runs each dispatch exactly as often as its stage's sites make it, per call.
+    Tensor-parallel: every section runs work on both devices (a tensor both halves read, the causal mask,
+    pulls the second half's attention to the first device unless it is moved too).
+    """
+    vmfb = placed.compiled.save(tmp_path / "model.vmfb")
+    ran = dispatches_per_device(vmfb, [placed.args[0].numpy()], tmp_path, calls=CALLS)
+    assert sorted(ran) == [0, 1]
+    sites = placed.compiled.section_map.sites
+    if placed.name == "pipeline":
+        stages = {0: {"Embedding", *(f"Block {i}" for i in PIPELINE_STAGES[0])},
+                  1: {"Layer Norm", "LM Head", *(f"Block {i}" for i in PIPELINE_STAGES[1])}}
+        for device, tops in stages.items():
+            placed_there = dispatches_of_sections(placed.compiled.section_map, tops, CALLS)
+            assert placed_there and ran[device] == placed_there, device
+    else:
+        for name in ("QKV", "Attention Softmax", "Projection", "MLP"):
+            inside = {site.key for site in sites if any(share.path[-1] == name for share in site.shares)}
+            own = inside - {site.key for site in sites if all(share.path[-1] != name for share in site.shares)}
+            assert own & set(ran[0]) and own & set(ran[1]), name
+
+
+def test_executables_equal_the_plain_multi_device_pipeline(placed, tmp_path):
+    """Plain ``aot.export`` in a ``sections`` scope keeps every section; without its names, compiled by
+    ``iree.compiler`` with the same device flags, it gives sectionmark's executables."""
+    with sm.torch.sections():
+        output = aot.export(placed.model, args=placed.args, arg_device=placed.arg_device)
+    text = output.mlir_module.get_asm(enable_debug_info=True)
+    assert list(find_sections(text)) == gpt_sections()
+    plain_text = strip_sectionmark_names(text)
+    plain = plain_compile(plain_text, "torch", device_flags=TWO_CPU_DEVICES)
+    assert_same_executables(placed.compiled.vmfb, plain, tmp_path)
+
+
+def test_load_on_several_devices_refuses_what_it_cannot_open(placed):
+    with pytest.raises(SectionmarkError, match="cannot open IREE device 'nothing'"):
+        sm.load(placed.compiled, devices=["local-task", "nothing"])
+    with pytest.raises(SectionmarkError, match="pass device= or devices=, not both"):
+        sm.load(placed.compiled, device="local-sync", devices=RUNTIME_DEVICES)
+    with pytest.raises(SectionmarkError, match="devices= takes a list"):
+        sm.load(placed.compiled, devices="local-task")
