@@ -33,11 +33,13 @@ tests/profiling/test_devices.py); `read_device_profile` is the only function tha
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from pathlib import Path
+from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import PathLike
 from sectionmark.profiling.attribute import Attribution
 from sectionmark.profiling.event_fold import EventTotals
 from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, QUEUE_SPAN_DTYPE,
@@ -101,6 +103,30 @@ class DeviceProfile:
     sections: list[DeviceSectionRow]
     calls: int
     function: Optional[str] = None
+
+    def device(self, ordinal: int) -> ProfileSession:
+        """One device's session (every output of a one-device profile draws it)."""
+        for device in self.devices:
+            if device.ordinal == ordinal:
+                return device.session
+        known = ", ".join(str(device.ordinal) for device in self.devices)
+        raise SectionmarkError(f"the profile has no device {ordinal} (it has: {known})")
+
+    def render(self, format: str, **options: Any) -> Union[str, bytes]:
+        """The table, JSON or CSV of every device (`sectionmark.renderers.devices`), looked up when called."""
+        from sectionmark import renderers
+
+        return renderers.render_devices(self, format, **options)
+
+    def table(self) -> str:
+        return self.render("table")
+
+    def save(self, path: PathLike, format: Optional[str] = None, *, inputs: Iterable[PathLike] = (),
+             **options: Any) -> Path:
+        """Write the table (.txt), JSON (.json) or CSV (.csv) of every device to ``path``, all at once."""
+        from sectionmark import renderers
+
+        return renderers.save(self, path, format, inputs=inputs, **options)
 
 
 def device_sections(devices: list[DeviceSession]) -> list[DeviceSectionRow]:
