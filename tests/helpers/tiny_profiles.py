@@ -23,6 +23,7 @@ CPU_FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-b
 # device 1 (@__device_1), which multiplies them; its product comes back to device 0 for the "Join". Three command
 # buffers: device 0's slice copy, device 1's copies and matmul, device 0's matmul fused with the join's add.
 TWO_DEVICES = """
+module @two {
 func.func @main(%a: tensor<64x128xf32> {iree.abi.affinity = #hal.device.promise<@__device_0>},
                 %b: tensor<128x64xf32> {iree.abi.affinity = #hal.device.promise<@__device_0>})
     -> (tensor<64x64xf32> {iree.abi.affinity = #hal.device.promise<@__device_0>}) {
@@ -42,6 +43,7 @@ func.func @main(%a: tensor<64x128xf32> {iree.abi.affinity = #hal.device.promise<
   %m1b = flow.tensor.transfer %m1 : tensor<64x64xf32> to #hal.device.promise<@__device_0> loc(#j)
   %s = arith.addf %m0, %m1b : tensor<64x64xf32> loc(#j)
   return %s : tensor<64x64xf32>
+}
 }
 #h0 = loc("sectionmark:Half 0")
 #h1 = loc("sectionmark:Half 1")
