@@ -68,6 +68,7 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy --no-cost   # skip the profiler-cost rounds: about half the time
   sectionmark profile model.vmfb --input x.npy --by name --kernels kernels.txt --graph graph.svg
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
+  sectionmark profile split.vmfb --input x.npy --device local-task --device local-task --json devices.json   # sm.compile(devices=2)
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa
   sectionmark profile recording/ -n 5 --warmup 1 --json replay.json   # saved by rec.save("recording")
   sectionmark profile recording/ --csv replay.csv --perfetto replay.perfetto.json   # every function in one file
