@@ -32,7 +32,7 @@ tests/profiling/test_devices.py); `read_device_profile` is the only function tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
@@ -190,6 +190,16 @@ def _union(spans: list[np.ndarray], starts: np.ndarray, ends: np.ndarray) -> np.
                            starts, ends)
 
 
+def device_section_map(section_map: SectionMap, ordinal: int) -> SectionMap:
+    """The map a device's events are placed in: its command buffers where the map says which device runs each
+    (`CommandBuffer.device`), so that buffers of several devices recording the same commands for different
+    sections (each device's layer of a pipeline) are told apart; the whole map where it does not say."""
+    if all(buffer.device is None for buffer in section_map.command_buffers):
+        return section_map
+    return replace(section_map, command_buffers=[buffer for buffer in section_map.command_buffers
+                                                 if buffer.device in (None, ordinal)])
+
+
 def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap, *, calls: Optional[int] = None,
                         warmup: int = 0, function: Optional[str] = None, workers: Optional[int] = None,
                         devices: Optional[list[str]] = None) -> DeviceProfile:
@@ -200,12 +210,13 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
     sessions = []
     for ordinal, source in sorted(sources.items()):
         name = devices[ordinal] if devices is not None and ordinal < len(devices) else None
+        device_map = device_section_map(section_map, ordinal)
         try:
-            attribution, totals = attributed_totals(source, section_map, calls=calls, warmup=warmup,
+            attribution, totals = attributed_totals(source, device_map, calls=calls, warmup=warmup,
                                                     function=function)
         except SectionmarkError as problem:
             raise source.explain(problem) from None
-        session = ProfileSession.from_totals(attribution, totals, section_map, function, workers, name)
+        session = ProfileSession.from_totals(attribution, totals, device_map, function, workers, name)
         read.append((ordinal, attribution, totals))
         sessions.append(DeviceSession(ordinal, name, session))
     counts = {attribution.calls for _ordinal, attribution, _totals in read}

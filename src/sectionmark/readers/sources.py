@@ -106,7 +106,7 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
             if len(devices) > 1 and not several_devices:
                 raise several_devices_error(path, devices)
             if len(devices) > 1:
-                sources = {device: _Stream(DispatchStream(each, os.fdopen(os.dup(file.fileno()), "rb")))
+                sources = {device: _DeviceStream(DispatchStream(each, os.fdopen(os.dup(file.fileno()), "rb")))
                            for device, each in device_bundles(bundle).items()}
                 bundle.close()
                 file.close()
@@ -154,6 +154,14 @@ class _Stream:
             read_profile(self._stream.path)
         except SectionmarkError as whole:
             return whole
+        return problem
+
+
+class _DeviceStream(_Stream):
+    """One device's events of a profile of several devices: its problems are its own (the whole read of the file,
+    which `_Stream.explain` asks, reads one device's events only)."""
+
+    def explain(self, problem: SectionmarkError) -> SectionmarkError:
         return problem
 
 
