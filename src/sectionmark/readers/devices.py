@@ -18,8 +18,10 @@ time, its pages given back after it), so no event can be read as another device'
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import replace
 from pathlib import Path
+from typing import BinaryIO, Optional
 
 import numpy as np
 
@@ -28,6 +30,7 @@ from sectionmark.readers.bundle_events import HOST_EVENTS_WINDOW, OpenBundle
 from sectionmark.readers.bundle_records import (COMMAND_BUFFER, HOST_EVENT, MEMORY_EVENT, Chunks, RecordPositions,
                                                 fixed_records, records_at, release_pages)
 from sectionmark.readers.checks import corrupt
+from sectionmark.readers.ireeprof_stream import DispatchStream
 
 _U32 = np.dtype("<u4")
 # Where each record names its device (its physical device ordinal): IREE 3.13's record layouts.
@@ -42,9 +45,15 @@ def chunk_devices(bundle: OpenBundle, chunk_type: str) -> np.ndarray:
     chunks = bundle.chunks[chunk_type]
     offset = _DEVICE_OFFSETS[chunk_type][1]
     devices = np.full(len(chunks.starts), -1, np.int64)
-    filled = chunks.lengths > 0
-    devices[filled] = records_at(bundle.data, chunks.starts[filled] + offset, _U32)
+    for begin in range(0, len(chunks.starts), _CHUNKS_WINDOW):  # a chunk is a page or two: give them back
+        part = slice(begin, begin + _CHUNKS_WINDOW)
+        starts, filled = chunks.starts[part], chunks.lengths[part] > 0
+        devices[part][filled] = records_at(bundle.data, starts[filled] + offset, _U32)
+        release_pages(bundle.mapped, int(starts[0]), int(starts[-1]) + 8)
     return devices
+
+
+_CHUNKS_WINDOW = 4096  # chunks whose first record is read per pass (`chunk_devices`)
 
 
 def profile_devices(bundle: OpenBundle) -> list[int]:
@@ -105,3 +114,49 @@ def several_devices_error(path: Path, devices: list[int]) -> SectionmarkError:
     """The line for a reader of one device's events given a profile of several devices."""
     return SectionmarkError(f"{path}: the profile records {len(devices)} devices ({', '.join(map(str, devices))}); "
                             "read it per device (sectionmark report / sm.report read each device's events)")
+
+
+class DeviceDispatchStream(DispatchStream):
+    """One device's events of a bundle of several, read as every host-timed bundle's are (`DispatchStream`), but
+    its windows copy only that device's chunks: a window of the device's records spans the other devices'
+    chunks between them, which would make reading N devices N passes over the whole file. The chunks are
+    copied from the mapped file (one read call each would cost more than the copy: a device's chunks are a
+    few kB apart) and the window's mapped pages given back after it (`release_pages`); the bytes of the other
+    devices' chunks in the window's buffer are left unwritten (no pass reads them: the window's offsets are
+    this device's records; the buffer's pages never written cost no memory)."""
+
+    def __init__(self, bundle: OpenBundle, file: BinaryIO):
+        super().__init__(bundle, file)
+        parts = [bundle.chunks[name] for name in _DEVICE_OFFSETS]
+        starts = np.concatenate([part.starts for part in parts]).astype(np.int64)
+        ends = starts + np.concatenate([part.lengths for part in parts]).astype(np.int64)
+        order = np.argsort(starts, kind="stable")
+        self._range_starts, self._range_ends = starts[order], ends[order]
+        self._sparse: Optional[mmap.mmap] = None  # the windows' buffer (`_sparse_buffer`)
+
+    def _read(self, start: int, end: int) -> np.ndarray:
+        length = end - start
+        if len(self._buffer) < length:
+            self._sparse = _sparse_buffer(length)
+            self._buffer = np.frombuffer(self._sparse, np.uint8)
+        else:  # the last window's pages given back: only this window's chunks are in memory
+            release_pages(self._sparse, 0, len(self._buffer))
+        data = self._buffer[:length]
+        first = int(np.searchsorted(self._range_ends, start, side="right"))
+        last = int(np.searchsorted(self._range_starts, end, side="left"))
+        mapped = self._bundle.data
+        for range_start, range_end in zip(self._range_starts[first:last].tolist(),
+                                          self._range_ends[first:last].tolist()):
+            low, high = max(range_start, start), min(range_end, end)
+            data[low - start : high - start] = mapped[low:high]
+        release_pages(self._bundle.mapped, start, end)
+        return data
+
+
+def _sparse_buffer(length: int) -> mmap.mmap:
+    """``length`` bytes of anonymous memory in which only the pages written are mapped in: in small pages (not
+    huge ones: a window writes a few kB every few tens of kB, which huge pages would make all resident)."""
+    buffer = mmap.mmap(-1, max(length, 1))
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        buffer.madvise(mmap.MADV_NOHUGEPAGE)
+    return buffer

@@ -29,7 +29,8 @@ from sectionmark.readers.event_model import Profile, RecordedCommand
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.readers.bundle_events import open_bundle
 from sectionmark.readers.bundle_records import BUNDLE_MAGIC
-from sectionmark.readers.devices import device_bundles, profile_devices, several_devices_error
+from sectionmark.readers.devices import (DeviceDispatchStream, device_bundles, profile_devices,
+                                        several_devices_error)
 from sectionmark.readers.ireeprof_stream import DispatchStream
 from sectionmark.section_map import SectionMap
 
@@ -106,7 +107,7 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
             if len(devices) > 1 and not several_devices:
                 raise several_devices_error(path, devices)
             if len(devices) > 1:
-                sources = {device: _DeviceStream(DispatchStream(each, os.fdopen(os.dup(file.fileno()), "rb")))
+                sources = {device: _DeviceStream(DeviceDispatchStream(each, os.fdopen(os.dup(file.fileno()), "rb")))
                            for device, each in device_bundles(bundle).items()}
                 bundle.close()
                 file.close()
