@@ -18,7 +18,6 @@ time, its pages given back after it), so no event can be read as another device'
 
 from __future__ import annotations
 
-import mmap
 from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO, Optional
@@ -118,45 +117,17 @@ def several_devices_error(path: Path, devices: list[int]) -> SectionmarkError:
 
 class DeviceDispatchStream(DispatchStream):
     """One device's events of a bundle of several, read as every host-timed bundle's are (`DispatchStream`), but
-    its windows copy only that device's chunks: a window of the device's records spans the other devices'
-    chunks between them, which would make reading N devices N passes over the whole file. The chunks are
-    copied from the mapped file (one read call each would cost more than the copy: a device's chunks are a
-    few kB apart) and the window's mapped pages given back after it (`release_pages`); the bytes of the other
-    devices' chunks in the window's buffer are left unwritten (no pass reads them: the window's offsets are
-    this device's records; the buffer's pages never written cost no memory)."""
+    its windows are the mapped file itself, not a read copy: a window of the device's records spans the other
+    devices' chunks between them, so a copy of it would make reading N devices N passes over the whole file.
+    Only the pages of this device's records are touched (mapped in), and given back at the next window; the
+    last window's go with the map."""
 
     def __init__(self, bundle: OpenBundle, file: BinaryIO):
         super().__init__(bundle, file)
-        parts = [bundle.chunks[name] for name in _DEVICE_OFFSETS]
-        starts = np.concatenate([part.starts for part in parts]).astype(np.int64)
-        ends = starts + np.concatenate([part.lengths for part in parts]).astype(np.int64)
-        order = np.argsort(starts, kind="stable")
-        self._range_starts, self._range_ends = starts[order], ends[order]
-        self._sparse: Optional[mmap.mmap] = None  # the windows' buffer (`_sparse_buffer`)
+        self._mapped_window: Optional[tuple[int, int]] = None  # the bytes the last window mapped in
 
     def _read(self, start: int, end: int) -> np.ndarray:
-        length = end - start
-        if len(self._buffer) < length:
-            self._sparse = _sparse_buffer(length)
-            self._buffer = np.frombuffer(self._sparse, np.uint8)
-        else:  # the last window's pages given back: only this window's chunks are in memory
-            release_pages(self._sparse, 0, len(self._buffer))
-        data = self._buffer[:length]
-        first = int(np.searchsorted(self._range_ends, start, side="right"))
-        last = int(np.searchsorted(self._range_starts, end, side="left"))
-        mapped = self._bundle.data
-        for range_start, range_end in zip(self._range_starts[first:last].tolist(),
-                                          self._range_ends[first:last].tolist()):
-            low, high = max(range_start, start), min(range_end, end)
-            data[low - start : high - start] = mapped[low:high]
-        release_pages(self._bundle.mapped, start, end)
-        return data
-
-
-def _sparse_buffer(length: int) -> mmap.mmap:
-    """``length`` bytes of anonymous memory in which only the pages written are mapped in: in small pages (not
-    huge ones: a window writes a few kB every few tens of kB, which huge pages would make all resident)."""
-    buffer = mmap.mmap(-1, max(length, 1))
-    if hasattr(mmap, "MADV_NOHUGEPAGE"):
-        buffer.madvise(mmap.MADV_NOHUGEPAGE)
-    return buffer
+        if self._mapped_window is not None:
+            release_pages(self._bundle.mapped, *self._mapped_window)
+        self._mapped_window = (start, end)
+        return self._bundle.data[start:end]
