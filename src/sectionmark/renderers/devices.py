@@ -86,8 +86,7 @@ def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> st
         console.print("each device's time split: not known (the profile has no queue operations of every call)")
     text = buffer.getvalue()
     for device in profile.devices:
-        text += f"\n── {device_name(device)} ──\n" + table.render(device.session, width=width if "width" in options
-                                                                      else None, **options)
+        text += f"\n── {device_name(device)} ──\n" + table.render(device.session, **options)
     return text
 
 
