@@ -19,6 +19,7 @@ from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.readers.bundle_events import open_bundle
 from sectionmark.readers.bundle_records import HOST_EVENT
 from sectionmark.readers.devices import chunk_devices
+from sectionmark.readers.event_model import DISPATCH_DTYPE
 from sectionmark.readers.sources import open_source
 from sectionmark.workflows.measure import report
 
@@ -193,3 +194,28 @@ def test_a_device_whose_events_the_map_cannot_place_is_named(two_devices):
     with pytest.raises(SectionmarkError, match=r"^device \d: .*(map|fingerprint|executable function)") as error:
         report(kept, one_device.section_map)
     assert "\n" not in str(error.value)
+
+
+def test_each_device_places_its_events_in_its_own_command_buffers():
+    """Two devices recording the same commands for different sections (each its pipeline stage): one device's
+    events are placed in its own buffer, not refused as an ambiguous map."""
+    from sectionmark.profiling.attribute import SlotMatcher
+    from sectionmark.profiling.devices import device_section_map
+    from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
+
+    def stage(index: int, device) -> CommandBuffer:
+        return CommandBuffer(index, "main", [Command("dispatch", "k", site=index, shares=[Share((f"Stage {index}",),
+                                                                                                1.0)])], device=device)
+
+    both = SectionMap(sections=[("Stage 0",), ("Stage 1",)], sites=[], command_buffers=[stage(0, 0), stage(1, 1)])
+    recorded = {7: [(0, "dispatch", "k")]}
+    with pytest.raises(SectionmarkError, match="ambiguous"):
+        SlotMatcher(both, None, ["k"]).lookup(np.array([(1, 7, 0, 0, 1, 0, 0, 1, 0, 0)], DISPATCH_DTYPE), recorded)
+    for ordinal in (0, 1):
+        own = device_section_map(both, ordinal)
+        assert [buffer.index for buffer in own.command_buffers] == [ordinal]
+        matcher = SlotMatcher(own, None, ["k"])
+        matcher.lookup(np.array([(1, 7, 0, 0, ordinal, 0, 0, 1, 0, 0)], DISPATCH_DTYPE), recorded)
+        assert matcher.buffer_matches == {7: ordinal}
+    unknown = SectionMap(sections=both.sections, sites=[], command_buffers=[stage(0, None), stage(1, None)])
+    assert device_section_map(unknown, 1) is unknown
