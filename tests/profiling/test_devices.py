@@ -48,6 +48,11 @@ def test_the_map_says_which_device_runs_each_command_buffer(two_devices):
     assert sorted(set(devices)) == [0, 1], devices
     one_device = sm.compile(TWO_DEVICES.replace("@__device_1", "@__device_0"), quiet=True)
     assert all(buffer.device is None for buffer in one_device.section_map.command_buffers)
+    # local[0] and local[1] after llvm-cpu's own `local`: three device globals, @__device_1 being local[0], the
+    # first runtime device; the map says where the work runs, not the global's place.
+    three = sm.compile(TWO_DEVICES, extra_args=["--iree-hal-target-device=local[0]",
+                                                "--iree-hal-target-device=local[1]"], quiet=True)
+    assert [buffer.device for buffer in three.section_map.command_buffers] == [0] * len(devices)
     assert '"device"' not in str(one_device.section_map.to_json())
 
 
@@ -219,3 +224,12 @@ def test_each_device_places_its_events_in_its_own_command_buffers():
         assert matcher.buffer_matches == {7: ordinal}
     unknown = SectionMap(sections=both.sections, sites=[], command_buffers=[stage(0, None), stage(1, None)])
     assert device_section_map(unknown, 1) is unknown
+
+
+def test_device_ordinals_follow_the_target_device_flags():
+    from sectionmark.compiler.targets import device_ordinals
+
+    flag = "--iree-hal-target-device="
+    assert device_ordinals([f"{flag}local", f"{flag}local[0]", f"{flag}local[1]", "--other"]) == {
+        "__device_0": 0, "__device_1": 0, "__device_2": 1}
+    assert device_ordinals([f"{flag}device_a=local[1]", f"{flag}device_b=local[0]"]) == {"device_a": 1, "device_b": 0}
