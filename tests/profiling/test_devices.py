@@ -7,6 +7,8 @@ session; then the reader's refusals, and the split of each device's time on hand
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import numpy as np
 import pytest
 from invariants import assert_profile_invariants
@@ -124,7 +126,22 @@ def test_report_of_the_kept_profile_is_the_run(two_devices, tmp_path):
     for name in ("table", "json", "csv"):
         assert again.render(name)
     with pytest.raises(SectionmarkError, match="several devices is not drawn yet"):
-        again.render("perfetto")
+        again.render("html")
+
+
+def test_perfetto_has_a_track_group_per_device(two_devices):
+    _compiled, _kept, result = two_devices
+    trace = json.loads(result.render("perfetto"))["traceEvents"]
+    processes = {event["pid"]: event["args"]["name"] for event in trace if event.get("name") == "process_name"}
+    assert sorted(processes.values()) == ["sectionmark: device 0 (local-task)", "sectionmark: device 1 (local-task)"]
+    by_name = {name: pid for pid, name in processes.items()}
+    for device in result.devices:
+        pid = by_name[f"sectionmark: device {device.ordinal} (local-task)"]
+        slices = [event for event in trace if event.get("ph") == "X" and event["pid"] == pid]
+        dispatches = sum(site.dispatches for site in device.session.sites)
+        assert dispatches and len(slices) >= dispatches  # its dispatches (and its sections around them)
+    with pytest.raises(SectionmarkError, match="kept no profile file"):
+        dataclasses.replace(result, source=None).render("perfetto")
 
 
 def test_one_device_readers_refuse_a_profile_of_several(two_devices):
