@@ -8,6 +8,9 @@ spelling. ``extra_args`` come after these flags, so users can override them
 
 from __future__ import annotations
 
+import re
+from typing import Sequence
+
 from sectionmark.errors import SectionmarkError
 
 TARGET_FLAGS: dict[str, tuple[str, ...]] = {
@@ -58,10 +61,48 @@ def debug_groups_by_default(target: str) -> bool:
     return target not in WITHOUT_DEBUG_GROUPS
 
 
-def target_flags(target: str) -> tuple[str, ...]:
-    """The device flags for ``target``, or a one-line error naming the known ones."""
+def target_flags(target: str, devices: int = 1) -> tuple[str, ...]:
+    """The device flags for ``target``, or a one-line error naming the known ones.
+
+    ``devices``: how many devices the module drives (`multi_device_flags`); one gives the flags above unchanged.
+    """
     try:
-        return TARGET_FLAGS[target]
+        flags = TARGET_FLAGS[target]
     except KeyError:
         known = ", ".join(TARGET_FLAGS)
         raise SectionmarkError(f"unknown target {target!r}; use one of: {known}") from None
+    return flags if devices == 1 else multi_device_flags(target, devices)
+
+
+def multi_device_flags(target: str, devices: int) -> tuple[str, ...]:
+    """The flags of a module driving ``devices`` local devices: ``--iree-hal-target-device=local[0]`` ... (the
+    devices ``@__device_0`` ... that iree-turbine's ``DeviceAffinity(i)`` and ``transfer_to_logical_device``
+    place work on), each running llvm-cpu executables; run with one ``--device=local-task`` per device.
+    Several devices of another target (or a mix) are not known to run in IREE 3.13 (docs/multi-device.md)."""
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise SectionmarkError(f"devices must be a whole number >= 1, got {devices!r}")
+    if target != "llvm-cpu":
+        raise SectionmarkError(f"devices={devices} compiles for several llvm-cpu devices only (got target {target!r}); "
+                               "give other targets' device flags in extra_args")
+    single, *rest = TARGET_FLAGS[target]
+    return (*(f"{single}[{index}]" for index in range(devices)), *rest)
+
+
+_TARGET_DEVICE_FLAG = "--iree-hal-target-device="
+_DEVICE_SPEC = re.compile(r"^(?:(?P<name>[A-Za-z_][\w.$-]*)=)?(?P<kind>[^=\[]+)(?:\[(?P<ordinal>\d+)\])?$")
+
+
+def device_ordinals(flags: Sequence[str]) -> dict[str, int]:
+    """The runtime device of each device of a module, from its ``--iree-hal-target-device`` flags (in order):
+    ``{global name: ordinal}``. The compiler names the devices ``__device_0`` ... in flag order (or by the
+    flag's ``name=``), and ``local[k]`` is the k-th local device the run is given (``local`` alone, the first),
+    so a module compiled with ``local`` then ``local[0]`` has two device globals on one runtime device."""
+    ordinals = {}
+    specs = [flag[len(_TARGET_DEVICE_FLAG):] for flag in flags if flag.startswith(_TARGET_DEVICE_FLAG)]
+    for index, spec in enumerate(specs):
+        match = _DEVICE_SPEC.match(spec)
+        if match is None:
+            continue
+        name = match.group("name") or f"__device_{index}"
+        ordinals[name] = int(match.group("ordinal") or 0)
+    return ordinals
