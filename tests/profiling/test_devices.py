@@ -113,7 +113,7 @@ def test_report_of_the_kept_profile_is_the_run(two_devices, tmp_path):
     for name in ("table", "json", "csv"):
         assert again.render(name)
     with pytest.raises(SectionmarkError, match="several devices is not drawn yet"):
-        again.render("perfetto")
+        again.render("chart")
 
 
 def test_one_device_readers_refuse_a_profile_of_several(two_devices):

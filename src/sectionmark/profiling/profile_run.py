@@ -52,7 +52,7 @@ class ProfileRun(ProfileOutputs):
     _events: Optional[Attribution] = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self._identity = _identity(self.profile_path)
+        self._identity = file_identity(self.profile_path)
         if self.scratch is not None:
             atexit.register(self.close)  # a run never closed still leaves nothing behind
 
@@ -80,7 +80,7 @@ class ProfileRun(ProfileOutputs):
         on the first view that draws them, then kept."""
         if self._events is None:
             try:
-                unchanged = _identity(self.profile_path) == self._identity
+                unchanged = file_identity(self.profile_path) == self._identity
             except OSError:
                 unchanged = False
             if not unchanged:
@@ -111,6 +111,7 @@ class ProfileRun(ProfileOutputs):
     _repr_html_ = display.inline_html
 
 
-def _identity(path: Path) -> tuple[int, int, int]:
+def file_identity(path: Path) -> tuple[int, int, int]:
+    """What tells a file changed or was replaced since it was read: inode, size, modification time."""
     status = os.stat(path)
     return status.st_ino, status.st_size, status.st_mtime_ns

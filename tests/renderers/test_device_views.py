@@ -1,0 +1,91 @@
+"""The views of a run on several devices: a Perfetto track group, a Tracy GPU context and an HTML lane per device.
+
+Real stack: `TWO_DEVICES` (a matmul split over two local-task devices) compiled with `sm.compile(devices=2)`,
+profiled with `sm.profile(devices=[...])` under iree-benchmark-module; each view's figures are checked per device
+against the one oracle of that device's events (`section_oracle` over `iree-profile export`'s rows).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from tiny_profiles import TWO_DEVICES, export_rows, section_oracle
+
+import sectionmark as sm
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.device_run import DeviceRun
+from sectionmark.workflows.measure import report
+
+pytest.importorskip("iree.compiler")
+
+DEVICES = ["local-task", "local-task"]
+ITERATIONS, WARMUP = 4, 1
+
+
+@pytest.fixture(scope="module")
+def two_devices(tmp_path_factory):
+    """(compiled module, kept .ireeprof, the run, iree-profile export's rows of the profile)."""
+    folder = tmp_path_factory.mktemp("device-views")
+    compiled = sm.compile(TWO_DEVICES, devices=2, quiet=True)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((64, 128), np.float32), rng.standard_normal((128, 64), np.float32)]
+    kept = folder / "two.ireeprof"
+    run = sm.profile(compiled, args, devices=DEVICES, iterations=ITERATIONS, warmup=WARMUP, keep_profile=kept,
+                     quiet=True)
+    rows = export_rows(kept)
+    assert rows is not None
+    yield compiled, kept, run, rows
+    run.close()
+
+
+def device_commands(section_map, ordinal):
+    """(export key, command index) -> the map's shares of that dispatch, for the command buffers of a device."""
+    shares = {}
+    for buffer in section_map.command_buffers:
+        if buffer.device == ordinal:
+            for index, command in enumerate(buffer.commands):
+                if command.op == "dispatch":
+                    shares.setdefault((command.key, index), command.shares)
+    return shares
+
+
+def test_perfetto_has_a_track_group_per_device_and_each_device_busy_time_per_section(two_devices):
+    compiled, _kept, run, rows = two_devices
+    assert isinstance(run, DeviceRun)
+    trace = json.loads(run.render("perfetto"))["traceEvents"]
+    processes = {event["pid"]: event["args"]["name"] for event in trace if event["name"] == "process_name"}
+    assert sorted(processes.values()) == ["device 0 (local-task)", "device 1 (local-task)"]
+    for device in run.devices:
+        pid = next(pid for pid, name in processes.items() if name.startswith(f"device {device.ordinal} "))
+        shares = device_commands(compiled.section_map, device.ordinal)
+        per_section: dict[tuple, float] = defaultdict(float)
+        slices = [event for event in trace if event.get("pid") == pid and event.get("cat") == "dispatch"]
+        for event in slices:
+            for share in shares[(event["name"], event["args"]["command_index"])]:
+                per_section[share.path] += share.weight * event["dur"] * 1e3
+        _calls, oracle = section_oracle(rows, compiled.section_map, WARMUP, device=device.ordinal,
+                                        calls=ITERATIONS + WARMUP)
+        assert {path for path, ns in oracle.items() if ns} == set(per_section)
+        for path, ns in oracle.items():  # the trace's microseconds, back in ns
+            assert abs(per_section[path] - ns) < 1e-3 * len(slices) + 1, (device.ordinal, path)
+        assert abs(sum(event["dur"] for event in slices) * 1e3 - device.session.total_ns) < 1e-3 * len(slices) + 1
+        # The device's section slices are sections it ran (a fused dispatch is drawn in its heaviest section).
+        sections = {tuple(event["args"]["path"]) for event in trace if event.get("pid") == pid
+                    and event.get("cat") == "section"}
+        assert sections and sections <= {path for path, ns in oracle.items() if ns}
+
+
+def test_a_report_of_the_kept_profile_draws_the_same_trace(two_devices):
+    compiled, kept, run, _rows = two_devices
+    again = report(kept, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP, device="local-task")
+    assert isinstance(again, DeviceRun)
+    assert again.render("perfetto") == run.render("perfetto")
+
+
+def test_outputs_still_per_device_are_one_error_line(two_devices):
+    _compiled, _kept, run, _rows = two_devices
+    with pytest.raises(SectionmarkError, match="several devices is not drawn yet"):
+        run.render("chart")
