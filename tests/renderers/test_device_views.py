@@ -12,11 +12,13 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from shared_tools import CSVEXPORT, csvexport
 from tiny_profiles import TWO_DEVICES, export_rows, section_oracle
 
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.device_run import DeviceRun
+from sectionmark.readers.tracy_capture import read_capture
 from sectionmark.workflows.measure import report
 
 pytest.importorskip("iree.compiler")
@@ -89,3 +91,43 @@ def test_outputs_still_per_device_are_one_error_line(two_devices):
     _compiled, _kept, run, _rows = two_devices
     with pytest.raises(SectionmarkError, match="several devices is not drawn yet"):
         run.render("chart")
+
+
+def measured_dispatches(rows, ordinal):
+    """That device's measured dispatch rows of iree-profile export (its executions after the warmup calls')."""
+    events = [r for r in rows if r.get("record_type") == "host_execution_event"
+              and r.get("physical_device_ordinal") == ordinal]
+    executes = sorted(r["submission_id"] for r in events if r.get("op") == "execute")
+    per_call = len(executes) // (ITERATIONS + WARMUP)
+    measured = set(executes[WARMUP * per_call:])
+    return [r for r in events if r.get("op") == "dispatch" and r["submission_id"] in measured]
+
+
+def test_tracy_has_a_gpu_context_per_device_with_its_own_dispatches(two_devices, tmp_path):
+    _compiled, _kept, run, rows = two_devices
+    path = run.save(tmp_path / "two.tracy")
+    contexts = read_capture(path).gpu_contexts
+    names = [context.name for context in contexts]
+    assert names == ["device 0: local-task queue 0: sections", "device 1: local-task queue 0: sections"], names
+    keys = {key for r in rows if r.get("record_type") == "host_execution_event" for key in [r.get("key")] if key}
+    for device, context in zip(run.devices, contexts):
+        drawn: dict[str, list[int]] = defaultdict(list)
+        for zone in context.zones:
+            if zone.name in keys:
+                drawn[zone.name].append(zone.end_ns - zone.start_ns)
+        expected: dict[str, list[int]] = defaultdict(list)
+        for r in measured_dispatches(rows, device.ordinal):
+            expected[r["key"]].append(r["duration_ns"])
+        assert {key: (len(v), sum(v)) for key, v in drawn.items()} == \
+            {key: (len(v), sum(v)) for key, v in expected.items()}, device.ordinal
+    if CSVEXPORT is not None:  # Tracy's own reader: the same zones per name (of every context: it names none)
+        counted: dict[str, list[int]] = defaultdict(list)
+        for name, _file, _start, duration in csvexport(path, "-g"):
+            if name in keys:
+                counted[name].append(int(duration))
+        every: dict[str, list[int]] = defaultdict(list)
+        for device in run.devices:
+            for r in measured_dispatches(rows, device.ordinal):
+                every[r["key"]].append(r["duration_ns"])
+        assert {key: (len(v), sum(v)) for key, v in counted.items()} == \
+            {key: (len(v), sum(v)) for key, v in every.items()}
