@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+import chromium
 import numpy as np
 import pytest
 from shared_tools import CSVEXPORT, csvexport
@@ -131,3 +132,44 @@ def test_tracy_has_a_gpu_context_per_device_with_its_own_dispatches(two_devices,
                 every[r["key"]].append(r["duration_ns"])
         assert {key: (len(v), sum(v)) for key, v in counted.items()} == \
             {key: (len(v), sum(v)) for key, v in every.items()}
+
+
+def test_html_report_in_chromium_has_a_lane_per_device_and_every_section(two_devices, tmp_path):
+    chromium.require_chromium()
+    _compiled, _kept, run, _rows = two_devices
+    page = run.save(tmp_path / "two.html")
+    loaded = chromium.load(page)
+    assert loaded.console == []  # no error, no CSP violation (a request would be one)
+    found = chromium.elements(loaded.dom)
+    root = found[0]
+    assert root.attributes["data-resources"] == "0" and "data-problems" not in root.attributes  # nothing fetched
+    lanes = [element.attributes["data-device"] for element in found if element.attributes.get("class") == "device-lane"]
+    assert lanes == ["0", "1"]
+    # The lanes draw one call: each device's dispatch bars are its events of that call.
+    call = int(next(element for element in found if element.attributes.get("class") == "device-lanes")
+               .attributes["data-call"])
+    events = run.events()
+    for device in run.devices:
+        bars = [element for element in found if element.attributes.get("class") == "device-dispatch"
+                and element.attributes["data-device"] == str(device.ordinal)]
+        assert len(bars) == int((events[device.ordinal].event_calls == call).sum()) > 0
+    queue = {element.attributes["data-kind"] for element in found if element.attributes.get("class") == "device-queue"}
+    assert "command_buffer" in queue
+    # The sections table has a column per device and every section; the split a bar part per device and part.
+    headers = [element.text for element in found if element.tag == "th"]
+    assert {"Busy/call dev 0", "Busy/call dev 1"} <= set(headers)
+    shown = " ".join(element.text for element in found)
+    assert all(name in shown for name in ("Half 0", "Half 1", "Join"))
+    parts = [(element.attributes["data-part"]) for element in found if element.attributes.get("class") == "split-part"]
+    assert len(parts) == 2 * 5
+    tabs = [element.text for element in found if element.tag == "button" and element.text.startswith("device")]
+    assert tabs == ["device 0 (local-task)", "device 1 (local-task)"]
+
+
+def test_waiting_is_what_the_others_ran_less_what_the_device_ran():
+    from sectionmark.renderers.devices_html import _subtract, _union
+
+    others = _union([(0, 10), (5, 20), (30, 40)])
+    assert others == [(0, 20), (30, 40)]
+    assert _subtract(others, [(2, 4), (15, 35)]) == [(0, 2), (4, 15), (35, 40)]
+    assert _subtract(others, []) == others and _subtract(others, [(0, 50)]) == []
