@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from invariants import assert_profile_invariants
-from tiny_profiles import TWO_DEVICES, export_rows, section_oracle
+from tiny_profiles import TWO_DEVICES, export_rows, profile_two_devices, section_oracle
 
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
@@ -31,14 +31,7 @@ ITERATIONS, WARMUP = 4, 1
 @pytest.fixture(scope="module")
 def two_devices(tmp_path_factory):
     """(compiled module, kept .ireeprof, the DeviceProfile of the run)."""
-    folder = tmp_path_factory.mktemp("devices")
-    compiled = sm.compile(TWO_DEVICES, devices=2, quiet=True)
-    rng = np.random.default_rng(0)
-    args = [rng.standard_normal((64, 128), np.float32), rng.standard_normal((128, 64), np.float32)]
-    kept = folder / "two.ireeprof"
-    result = sm.profile(compiled, args, devices=DEVICES, iterations=ITERATIONS, warmup=WARMUP, keep_profile=kept,
-                        quiet=True)
-    return compiled, kept, result
+    return profile_two_devices(tmp_path_factory.mktemp("devices"), ITERATIONS, WARMUP)
 
 
 def test_the_map_says_which_device_runs_each_command_buffer(two_devices):

@@ -11,12 +11,10 @@ import json
 from collections import defaultdict
 
 import chromium
-import numpy as np
 import pytest
 from shared_tools import CSVEXPORT, csvexport
-from tiny_profiles import TWO_DEVICES, export_rows, section_oracle
+from tiny_profiles import export_rows, profile_two_devices, section_oracle
 
-import sectionmark as sm
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.device_run import DeviceRun
 from sectionmark.readers.tracy_capture import read_capture
@@ -24,20 +22,13 @@ from sectionmark.workflows.measure import report
 
 pytest.importorskip("iree.compiler")
 
-DEVICES = ["local-task", "local-task"]
 ITERATIONS, WARMUP = 4, 1
 
 
 @pytest.fixture(scope="module")
 def two_devices(tmp_path_factory):
     """(compiled module, kept .ireeprof, the run, iree-profile export's rows of the profile)."""
-    folder = tmp_path_factory.mktemp("device-views")
-    compiled = sm.compile(TWO_DEVICES, devices=2, quiet=True)
-    rng = np.random.default_rng(0)
-    args = [rng.standard_normal((64, 128), np.float32), rng.standard_normal((128, 64), np.float32)]
-    kept = folder / "two.ireeprof"
-    run = sm.profile(compiled, args, devices=DEVICES, iterations=ITERATIONS, warmup=WARMUP, keep_profile=kept,
-                     quiet=True)
+    compiled, kept, run = profile_two_devices(tmp_path_factory.mktemp("device-views"), ITERATIONS, WARMUP)
     rows = export_rows(kept)
     assert rows is not None
     yield compiled, kept, run, rows
@@ -173,3 +164,19 @@ def test_waiting_is_what_the_others_ran_less_what_the_device_ran():
     assert others == [(0, 20), (30, 40)]
     assert _subtract(others, [(2, 4), (15, 35)]) == [(0, 2), (4, 15), (35, 40)]
     assert _subtract(others, []) == others and _subtract(others, [(0, 50)]) == []
+
+
+def test_report_command_draws_the_views_of_a_kept_profile(two_devices, tmp_path):
+    from sectionmark.cli import main
+
+    compiled, kept, _run, _rows = two_devices
+    vmfb = compiled.save(tmp_path / "two.vmfb")
+    trace, page = tmp_path / "two.perfetto.json", tmp_path / "two.html"
+    assert main(["report", str(kept), "--map", str(vmfb), "--calls", str(ITERATIONS + WARMUP), "--warmup", str(WARMUP),
+                 "--perfetto", str(trace), "--html", str(page)]) == 0
+    processes = [event["args"]["name"] for event in json.loads(trace.read_text())["traceEvents"]
+                 if event["name"] == "process_name"]
+    assert processes == ["device 0", "device 1"]  # a recorded profile does not know its IREE devices
+    assert page.read_text().count("class=\"device-lane\"") == 2
+    assert main(["report", str(kept), "--map", str(vmfb), "--chart", str(tmp_path / "c.png")]) == 1
+    assert not (tmp_path / "c.png").exists()

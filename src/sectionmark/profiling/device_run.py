@@ -13,18 +13,15 @@ the process exits); `sectionmark.report` one reading the user's own file.
 
 from __future__ import annotations
 
-import atexit
-import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import numpy as np
 
-from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import Attribution, attribute
 from sectionmark.profiling.devices import DeviceProfile, device_section_map
-from sectionmark.profiling.profile_run import ReadArguments, file_identity
+from sectionmark.profiling.profile_run import KeptProfile, ReadArguments
 from sectionmark.readers.sources import open_device_sources
 from sectionmark.section_map import SectionMap
 
@@ -45,7 +42,7 @@ def device_events(path: Path, section_map: SectionMap, read_as: ReadArguments) -
 
 
 @dataclass(eq=False)
-class DeviceRun(DeviceProfile):
+class DeviceRun(DeviceProfile, KeptProfile):
     """A `DeviceProfile` and where its events are: ``profile_path`` read with ``section_map`` as the figures were
     (``read_as``)."""
 
@@ -63,35 +60,13 @@ class DeviceRun(DeviceProfile):
                    section_map=section_map, read_as=read_as, scratch=scratch)
 
     def __post_init__(self) -> None:
-        self._identity = file_identity(self.profile_path)
-        if self.scratch is not None:
-            atexit.register(self.close)  # a run never closed still leaves nothing behind
-
-    def __enter__(self) -> "DeviceRun":
-        return self
-
-    def __exit__(self, *_exception: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Let the events go and remove the scratch copy of the profile this run owns (none for a user's file)."""
-        self._events = None
-        if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
-            atexit.unregister(self.close)
-            self.scratch = None
+        self._keep_profile()
 
     def events(self) -> dict[int, Attribution]:
         """Each device's measured events, by ordinal: read from the profile file on the first view that draws
         them, then kept."""
         if self._events is None:
-            try:
-                unchanged = file_identity(self.profile_path) == self._identity
-            except OSError:
-                unchanged = False
-            if not unchanged:
-                raise SectionmarkError(f"{self.profile_path}: the profile changed or went away since it was read "
-                                       "(or its run was closed); read it again to draw its events")
+            self._check_unchanged()
             self._events = device_events(self.profile_path, self.section_map, self.read_as)
         return self._events
 
