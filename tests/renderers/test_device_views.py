@@ -15,6 +15,7 @@ import pytest
 from shared_tools import CSVEXPORT, csvexport
 from tiny_profiles import export_rows, profile_two_devices, section_oracle
 
+import sectionmark as sm
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.device_run import DeviceRun
 from sectionmark.readers.tracy_capture import read_capture
@@ -180,3 +181,43 @@ def test_report_command_draws_the_views_of_a_kept_profile(two_devices, tmp_path)
     assert page.read_text().count("class=\"device-lane\"") == 2
     assert main(["report", str(kept), "--map", str(vmfb), "--chart", str(tmp_path / "c.png")]) == 1
     assert not (tmp_path / "c.png").exists()
+
+
+# ------------------------------------------------------------------ compare, device by device
+
+
+def test_compare_of_two_runs_on_several_devices_is_device_by_device(two_devices, tmp_path):
+    from sectionmark.cli import main
+    from sectionmark.profiling.device_compare import DeviceComparison
+
+    _compiled, _kept, run, _rows = two_devices
+    same = sm.compare(run, run)
+    assert isinstance(same, DeviceComparison) and [device.ordinal for device in same.devices] == [0, 1]
+    for device, changes in zip(run.devices, same.devices):
+        ran = {row.path: row.busy_ns / run.calls for row in device.session.sections if row.dispatches}
+        compared = {row.path: row.a_ns for row in changes.comparison.sections if row.path in ran}
+        assert compared.keys() == ran.keys() and all(abs(compared[path] - ran[path]) < 1e-6 for path in ran)
+        assert all(row.a_ns == row.b_ns and row.verdict != "slower" for row in changes.comparison.sections)
+    # B: device 1's "Half 1" three times slower in every call (its JSON edited), device 0 unchanged.
+    a = run.save(tmp_path / "a.json")
+    document = json.loads(a.read_text())
+    for row in document["devices"][1]["profile"]["sections"]:
+        if row["name"] == "Half 1":
+            row["samples"] = [3 * value for value in row["samples"]]
+            row["busy_ns"] *= 3
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(document))
+    changed = sm.compare(a, b, min_change=10)
+    verdicts = {(device.ordinal, row.name): row.verdict for device in changed.devices
+                for row in device.comparison.sections}
+    assert verdicts[(1, "Half 1")] == "slower" and verdicts[(0, "Half 1")] != "slower"
+    table = tmp_path / "c.csv"
+    assert main(["compare", str(a), str(b), "--csv", str(table), "--fail-if-slower", "50"]) == 1
+    lines = table.read_text().splitlines()
+    assert lines[0].startswith("device,section,") and {line.split(",")[0] for line in lines[1:]} == {"0", "1"}
+
+
+def test_compare_of_several_devices_with_one_is_one_error_line(two_devices):
+    _compiled, _kept, run, _rows = two_devices
+    with pytest.raises(SectionmarkError, match="is a profile of several devices and B of one"):
+        sm.compare(run, run.device(0))
