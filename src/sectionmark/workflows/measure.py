@@ -46,17 +46,15 @@ def profile(compiled_or_vmfb_path: "CompiledProgram", args: Sequence[Any] = ...,
             iterations: int = ..., warmup: int = ..., *, section_map: Optional[SectionMap] = ...,
             keep_profile: Optional[Union[str, Path]] = ..., keep_profile_inputs: Sequence[Union[str, Path]] = ...,
             quiet: bool = ..., timeout: Optional[float] = ..., parameters: Parameters = ..., runs: int = ...,
-            workers: Optional[int] = ..., cost: bool = ..., devices: None = ...) -> ProfileRun: ...
-@overload
-def profile(compiled_or_vmfb_path: Union["CompiledProgram", str, "os.PathLike[str]"], args: Sequence[Any] = ...,
-            function: str = ..., device: str = ..., iterations: int = ..., warmup: int = ..., *,
-            devices: Sequence[str], **options: Any) -> DeviceProfile: ...
+            workers: Optional[int] = ..., cost: bool = ...,
+            devices: Optional[Sequence[str]] = ...) -> Union[ProfileRun, DeviceProfile]: ...
 @overload
 def profile(compiled_or_vmfb_path: Union[str, "os.PathLike[str]"], args: Sequence[Any] = ..., function: str = ...,
             device: str = ..., iterations: int = ..., warmup: int = ..., *, section_map: Optional[SectionMap] = ...,
             keep_profile: Optional[Union[str, Path]] = ..., keep_profile_inputs: Sequence[Union[str, Path]] = ...,
             quiet: bool = ..., timeout: Optional[float] = ..., parameters: Parameters = ..., runs: int = ...,
-            workers: Optional[int] = ..., cost: bool = ..., devices: None = ...) -> ProfileRun: ...
+            workers: Optional[int] = ..., cost: bool = ...,
+            devices: Optional[Sequence[str]] = ...) -> Union[ProfileRun, DeviceProfile]: ...
 def profile(
     compiled_or_vmfb_path: Union[Any, str, Path],
     args: Sequence[Any] = (),
