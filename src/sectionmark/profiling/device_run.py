@@ -47,7 +47,7 @@ class DeviceRun(DeviceProfile, KeptProfile):
     (``read_as``)."""
 
     profile_path: Optional[Path] = None
-    section_map: Optional[SectionMap] = None
+    section_map: Optional[SectionMap] = field(default=None, repr=False)
     read_as: ReadArguments = ReadArguments()
     scratch: Optional[Path] = None  # a folder this run owns (its profile's scratch copy): removed by `close`
     _identity: Optional[tuple[int, int, int]] = field(default=None, repr=False)

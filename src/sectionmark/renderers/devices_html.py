@@ -88,10 +88,11 @@ def split_svg(profile: DeviceProfile) -> str:
                    "</text>")
         for part in DEVICE_TIME_PARTS:
             ns = getattr(time, f"{part}_ns")
-            length = width * ns / time.window_ns if time.window_ns else 0.0
             share = ns / time.window_ns if time.window_ns else 0.0
-            out.append(f"<rect class=\"split-part\" data-part=\"{part}\" x=\"{x:.2f}\" y=\"{y}\" width=\"{length:.2f}\" "
-                       f"height=\"{ROW_HEIGHT}\" fill=\"{PART_COLORS[part]}\"><title>{_text(device_name(device))}: "
+            length = width * share
+            out.append(f"<rect class=\"split-part\" data-part=\"{part}\" x=\"{x:.2f}\" y=\"{y}\" "
+                       f"width=\"{length:.2f}\" height=\"{ROW_HEIGHT}\" fill=\"{PART_COLORS[part]}\">"
+                       f"<title>{_text(device_name(device))}: "
                        f"{part} {format_ns(ns / max(profile.calls, 1))} per call ({share:.1%})</title></rect>")
             x += length
         out.append("</g>")

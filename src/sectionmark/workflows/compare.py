@@ -144,7 +144,8 @@ def _device_profile(data: Any) -> Optional[DeviceProfile]:
                 and isinstance(entry.get("profile"), dict)):
             raise SectionmarkError("a profile of several devices whose 'devices' holds an entry without its "
                                    "'ordinal' and 'profile'")
-        sessions.append(DeviceSession(entry["ordinal"], entry.get("device"), ProfileSession.from_json(entry["profile"])))
+        session = ProfileSession.from_json(entry["profile"])
+        sessions.append(DeviceSession(entry["ordinal"], entry.get("device"), session))
     if not sessions:
         raise SectionmarkError("a profile of several devices with no device")
     return DeviceProfile(sessions, device_sections(sessions), sessions[0].session.calls, data.get("function"))
