@@ -221,3 +221,21 @@ def test_compare_of_several_devices_with_one_is_one_error_line(two_devices):
     _compiled, _kept, run, _rows = two_devices
     with pytest.raises(SectionmarkError, match="is a profile of several devices and B of one"):
         sm.compare(run, run.device(0))
+
+
+def test_a_huge_call_merges_each_device_bars_keeping_every_dispatch(two_devices, monkeypatch):
+    """Merged or not, each device's bars count every dispatch of the call (these devices' dispatches of a call
+    are of different sections: `merge_bars` itself is tested on one device's many, tests/renderers/test_html.py)."""
+    from sectionmark.renderers import devices_html
+
+    _compiled, _kept, run, _rows = two_devices
+    monkeypatch.setattr(devices_html, "MAX_BARS", 0)
+    found = chromium.elements(run.render("html"))
+    call = int(next(element for element in found if element.attributes.get("class") == "device-lanes")
+               .attributes["data-call"])
+    events = run.events()
+    for device in run.devices:
+        bars = [element for element in found if element.attributes.get("class") == "device-dispatch"
+                and element.attributes["data-device"] == str(device.ordinal)]
+        counts = [int(bar.attributes["data-count"]) for bar in bars]
+        assert sum(counts) == int((events[device.ordinal].event_calls == call).sum()) > 0

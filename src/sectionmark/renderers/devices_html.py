@@ -31,7 +31,7 @@ from sectionmark.profiling.devices import DEVICE_TIME_PARTS, DeviceProfile, comm
 from sectionmark.profiling.queue_time import QUEUE_ROWS, ROW_OF_EVENT_TYPE
 from sectionmark.profiling.timeline import dispatch_label, session_colors
 from sectionmark.renderers.devices import TRANSFER_NOTE, device_name, sections_table, times_table
-from sectionmark.renderers.html import TIMELINE_WIDTH, Tab, page, rich_table_html, shown_calls
+from sectionmark.renderers.html import MAX_BARS, TIMELINE_WIDTH, Tab, merge_bars, page, rich_table_html, shown_calls
 from sectionmark.renderers.table import format_ns
 from sectionmark.section_map import css_color
 
@@ -143,7 +143,7 @@ def lanes_svg(profile: DeviceProfile, events: dict[int, Attribution]) -> str:
         out.append(f"<g class=\"device-lane\" data-device=\"{device.ordinal}\">"
                    f"<text x=\"0\" y=\"{y + 12}\" font-weight=\"bold\">{_text(name)}</text>")
         rows: list[int] = []  # per dispatch row, the end of its last bar
-        bars = []
+        bars = []  # as `merge_bars` takes them: [start, end, section path, row, export key, sections, dispatches]
         chosen = np.flatnonzero(np.minimum(attribution.event_calls, max(attribution.calls, 1) - 1) == call)
         for index in chosen[np.argsort(attribution.events["start_ns"][chosen], kind="stable")]:
             event = attribution.events[index]
@@ -152,10 +152,14 @@ def lanes_svg(profile: DeviceProfile, events: dict[int, Attribution]) -> str:
             rows[row:row + 1] = [end]
             path, sections = dispatch_label(attribution.compositions[
                 attribution.slots[attribution.event_slots[index]].composition])
-            key = attribution.keys[event["key"]]
-            bars.append(rect("device-dispatch", begin, end, y + 18 + row * (ROW_HEIGHT + ROW_GAP), css_color(
-                colors[path]), f"{name}: {key}\n{sections}\n{format_ns(end - begin)}",
-                f" data-device=\"{device.ordinal}\" data-section=\"{_text(sections)}\""))
+            bars.append([begin, end, path, row, attribution.keys[event["key"]], sections, 1])
+        if len(bars) > MAX_BARS:  # a huge call stays a light page, as one device's timeline does
+            bars = merge_bars(bars)
+        bars = [rect("device-dispatch", begin, end, y + 18 + row * (ROW_HEIGHT + ROW_GAP), css_color(colors[path]),
+                     f"{name}: " + (f"{key}\n" if count == 1 else f"{count} dispatches\n")
+                     + f"{sections}\n{format_ns(end - begin)}",
+                     f" data-device=\"{device.ordinal}\" data-section=\"{_text(sections)}\" data-count=\"{count}\"")
+                for begin, end, path, row, key, sections, count in bars]
         out.append(f"<text x=\"12\" y=\"{y + 30}\">dispatches</text>")
         out += bars
         y += 18 + max(len(rows), 1) * (ROW_HEIGHT + ROW_GAP)
@@ -201,15 +205,17 @@ def _union(intervals: list[Interval]) -> list[Interval]:
 
 
 def _subtract(intervals: list[Interval], removed: list[Interval]) -> list[Interval]:
-    """``intervals`` less ``removed`` (both sorted and disjoint)."""
-    out = []
+    """``intervals`` less ``removed`` (both sorted and disjoint), in one pass over both."""
+    out, first = [], 0
     for begin, end in intervals:
-        for cut_begin, cut_end in removed:
-            if cut_end <= begin or cut_begin >= end:
-                continue
-            if cut_begin > begin:
-                out.append((begin, cut_begin))
-            begin = max(begin, cut_end)
+        while first < len(removed) and removed[first][1] <= begin:
+            first += 1
+        cut = first
+        while cut < len(removed) and removed[cut][0] < end:
+            if removed[cut][0] > begin:
+                out.append((begin, removed[cut][0]))
+            begin = max(begin, removed[cut][1])
+            cut += 1
         if begin < end:
             out.append((begin, end))
     return out
