@@ -73,6 +73,11 @@ def test_every_section_is_on_the_device_that_ran_it(two_devices):
                     expected.setdefault(share.path, set()).add(buffer.device)
     by_path = {row.path: row for row in result.sections}
     assert expected and all(set(by_path[path].ran_on) == devices for path, devices in expected.items())
+    for device in result.devices:  # a section that ran elsewhere says where, on a device it did not run on
+        for row in device.session.sections:
+            elsewhere = sorted(expected.get(row.path, set()) - {device.ordinal})
+            if row.path and not row.dispatches and elsewhere:
+                assert row.note == f"no dispatches on this device: it ran on device {', '.join(map(str, elsewhere))}"
     for row in result.sections:
         assert row.total_busy_ns == sum(device.session.sections[[r.path for r in device.session.sections]
                                                                 .index(row.path)].busy_ns

@@ -233,4 +233,17 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
                        for (_o, _a, totals), window in zip(read, own)]
             for device, time in zip(sessions, split_device_time(spans, compute, windows)):
                 device.time = time
-    return DeviceProfile(sessions, device_sections(sessions), calls_measured, function)
+    sections = device_sections(sessions)
+    _note_other_devices(sessions, sections)
+    return DeviceProfile(sessions, sections, calls_measured, function)
+
+
+def _note_other_devices(devices: list[DeviceSession], sections: list[DeviceSectionRow]) -> None:
+    """A section that ran no dispatch on a device but did on others says so in that device's table (its note
+    would say why it ran nowhere)."""
+    ran_on = {row.path: row.ran_on for row in sections}
+    for device in devices:
+        for stats in device.session.sections:
+            others = [ordinal for ordinal in ran_on.get(stats.path, []) if ordinal != device.ordinal]
+            if stats.path and not stats.dispatches and others:
+                stats.note = f"no dispatches on this device: it ran on device {', '.join(map(str, others))}"
