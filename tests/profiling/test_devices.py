@@ -178,3 +178,11 @@ def test_dispatches_outside_executions_are_refused():
     device_0 = spans((EXECUTE, 0, 100, 0))
     with pytest.raises(SectionmarkError, match="outside its command-buffer"):
         split_device_time([device_0], [np.array([101])], common_windows([device_0], 1))
+
+
+def test_a_device_whose_events_the_map_cannot_place_is_named(two_devices):
+    _compiled, kept, _result = two_devices
+    one_device = sm.compile(TWO_DEVICES.replace("@__device_1", "@__device_0"), quiet=True)
+    with pytest.raises(SectionmarkError, match=r"^device \d: .*(map|fingerprint|executable function)") as error:
+        report(kept, one_device.section_map)
+    assert "\n" not in str(error.value)

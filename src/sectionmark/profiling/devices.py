@@ -212,11 +212,14 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
         name = devices[ordinal] if devices is not None and ordinal < len(devices) else None
         device_map = device_section_map(section_map, ordinal)
         try:
-            attribution, totals = attributed_totals(source, device_map, calls=calls, warmup=warmup,
-                                                    function=function)
-        except SectionmarkError as problem:
-            raise source.explain(problem) from None
-        session = ProfileSession.from_totals(attribution, totals, device_map, function, workers, name)
+            try:
+                attribution, totals = attributed_totals(source, device_map, calls=calls, warmup=warmup,
+                                                        function=function)
+            except SectionmarkError as problem:
+                raise source.explain(problem) from None
+            session = ProfileSession.from_totals(attribution, totals, device_map, function, workers, name)
+        except SectionmarkError as problem:  # which device's events it is about
+            raise SectionmarkError(f"device {ordinal}: {problem}") from None
         read.append((ordinal, attribution, totals))
         sessions.append(DeviceSession(ordinal, name, session))
     counts = {attribution.calls for _ordinal, attribution, _totals in read}
