@@ -126,6 +126,16 @@ def test_tracy_has_a_gpu_context_per_device_with_its_own_dispatches(two_devices,
             {key: (len(v), sum(v)) for key, v in every.items()}
 
 
+def lane_bars(run, found):
+    """Per device of ``run``: (its dispatch bars in the page's lanes, its dispatches in the call they draw)."""
+    call = int(next(element for element in found if element.attributes.get("class") == "device-lanes")
+               .attributes["data-call"])
+    events = run.events()
+    return [([element for element in found if element.attributes.get("class") == "device-dispatch"
+              and element.attributes["data-device"] == str(device.ordinal)],
+             int((events[device.ordinal].event_calls == call).sum())) for device in run.devices]
+
+
 def test_html_report_in_chromium_has_a_lane_per_device_and_every_section(two_devices, tmp_path):
     chromium.require_chromium()
     _compiled, _kept, run, _rows = two_devices
@@ -138,13 +148,8 @@ def test_html_report_in_chromium_has_a_lane_per_device_and_every_section(two_dev
     lanes = [element.attributes["data-device"] for element in found if element.attributes.get("class") == "device-lane"]
     assert lanes == ["0", "1"]
     # The lanes draw one call: each device's dispatch bars are its events of that call.
-    call = int(next(element for element in found if element.attributes.get("class") == "device-lanes")
-               .attributes["data-call"])
-    events = run.events()
-    for device in run.devices:
-        bars = [element for element in found if element.attributes.get("class") == "device-dispatch"
-                and element.attributes["data-device"] == str(device.ordinal)]
-        assert len(bars) == int((events[device.ordinal].event_calls == call).sum()) > 0
+    for bars, dispatches in lane_bars(run, found):
+        assert len(bars) == dispatches > 0
     queue = {element.attributes["data-kind"] for element in found if element.attributes.get("class") == "device-queue"}
     assert "command_buffer" in queue
     # The sections table has a column per device and every section; the split a bar part per device and part.
@@ -232,11 +237,5 @@ def test_a_huge_call_merges_each_device_bars_keeping_every_dispatch(two_devices,
     _compiled, _kept, run, _rows = two_devices
     monkeypatch.setattr(devices_html, "MAX_BARS", 0)
     found = chromium.elements(run.render("html"))
-    call = int(next(element for element in found if element.attributes.get("class") == "device-lanes")
-               .attributes["data-call"])
-    events = run.events()
-    for device in run.devices:
-        bars = [element for element in found if element.attributes.get("class") == "device-dispatch"
-                and element.attributes["data-device"] == str(device.ordinal)]
-        counts = [int(bar.attributes["data-count"]) for bar in bars]
-        assert sum(counts) == int((events[device.ordinal].event_calls == call).sum()) > 0
+    for bars, dispatches in lane_bars(run, found):
+        assert sum(int(bar.attributes["data-count"]) for bar in bars) == dispatches > 0
