@@ -139,9 +139,6 @@ def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         if is_recording(args.vmfb):
             raise SectionmarkError("a recording replays on one device: give one --device")
         _check_device_outputs(args)
-        if "perfetto" in rendered_outputs(args) and args.keep_profile is None:
-            raise SectionmarkError("--perfetto of several devices draws the kept profile's events: add "
-                                   "--keep-profile FILE")
         result = profile(args.vmfb, _load_inputs(args.input), function=args.function or "main", devices=devices,
                          iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
                          keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters,
@@ -196,15 +193,15 @@ def _recorded_session(args: argparse.Namespace, profile: str) -> "ProfileSession
 
 
 def _check_device_outputs(args: argparse.Namespace) -> None:
-    """Refuse, before any work, what a profile of several devices does not draw yet (its table, --json, --csv and
-    --perfetto it does; `sectionmark.renderers.devices`)."""
+    """Refuse, before any work, what a profile of several devices does not draw yet (`sectionmark.renderers.devices`
+    FORMATS: its table, --json, --csv, --html, --perfetto and --tracy it does)."""
     from sectionmark.renderers.devices import FORMATS
 
     asked = [f"--{name}" for name in rendered_outputs(args) if name not in FORMATS]
     asked += [option for option, given in (("--sites", args.sites), ("--by", args.by)) if given]
     if asked:
         raise SectionmarkError(f"{', '.join(asked)} of a profile of several devices is not drawn yet "
-                               "(its table, --json, --csv and --perfetto are)")
+                               "(its table, --json, --csv, --html, --perfetto and --tracy are)")
 
 
 def report_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
@@ -287,7 +284,8 @@ MODULE_OPTIONS = {"input": "--input", "rounds": "--rounds", "iterations": "-n", 
 
 def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.profiling.compare import SectionChange
-    from sectionmark.renderers.compare import render_csv, render_json, render_table
+    from sectionmark.profiling.device_compare import DeviceComparison
+    from sectionmark.renderers import compare as compare_outputs, device_compare
     from sectionmark.workflows.compare import compare
     from sectionmark.workflows.interleave import is_module
 
@@ -307,21 +305,26 @@ def compare_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         _refuse_options(args, MODULE_OPTIONS, "two profiles (they are for two modules, run alternately)")
         comparison = compare(*_compared_profiles(args), function=args.function, **options)
     comparison.a, comparison.b = args.a, args.b
+    # Two runs on several devices: device by device.
+    outputs = device_compare if isinstance(comparison, DeviceComparison) else compare_outputs
     written = []
-    for path, text in ((args.json, render_json), (args.csv, render_csv)):
+    for path, text in ((args.json, outputs.render_json), (args.csv, outputs.render_csv)):
         if path is not None:
             written.append(write_atomic(path, text(comparison).encode("utf-8"), inputs=inputs))
-    _print(render_table(comparison), end="")
+    _print(outputs.render_table(comparison), end="")
     for path in written:
         _print(f"wrote {path}")
     if args.fail_if_slower is not None:
-        slower = comparison.slower_than(args.fail_if_slower)
+        found = comparison.slower_than(args.fail_if_slower)
+        slower = ([(f"device {ordinal}: ", row) for ordinal, row in found] if isinstance(comparison, DeviceComparison)
+                  else [("", row) for row in found])
         if slower:
-            sections = [row for row in slower if isinstance(row, SectionChange)]
-            components = [row for row in slower if not isinstance(row, SectionChange)]
+            sections = [(where, row) for where, row in slower if isinstance(row, SectionChange)]
+            components = [(where, row) for where, row in slower if not isinstance(row, SectionChange)]
             counts = " and ".join(f"{len(rows)} {kind}{'s' * (len(rows) != 1)}"
                                   for rows, kind in ((sections, "section"), (components, "component")) if rows)
-            listed = "; ".join(prefix + ", ".join(f"{row.name} ({row.change_percent:+.1f}%)" for row in rows)
+            listed = "; ".join(prefix + ", ".join(f"{where}{row.name} ({row.change_percent:+.1f}%)"
+                                                  for where, row in rows)
                                for rows, prefix in ((sections, ""), (components, "components: ")) if rows)
             raise SectionmarkError(f"{counts} slower by more than {args.fail_if_slower:g}%: {listed}")
 

@@ -65,6 +65,8 @@ EXCEPTIONS = {
     ("sectionmark.profiling.profile_run", "sectionmark.renderers"),
     # Several ranks' profiles (a RankReport) render through the same registry, looked up when called.
     ("sectionmark.profiling.ranks", "sectionmark.renderers"),
+    # A run on several devices likewise, with each device's events for the views that draw them.
+    ("sectionmark.profiling.device_run", "sectionmark.renderers"),
     # A replay's per-function profiles render through the same registry, looked up when called.
     ("sectionmark.workflows.replay", "sectionmark.renderers"),
     # A several-device profile renders its table, JSON and CSV through the same outputs, looked up when called.

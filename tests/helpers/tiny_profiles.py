@@ -93,6 +93,22 @@ KEY_0 = "main_dispatch_0_matmul_64x64x64_f32"
 KEY_1 = "main_dispatch_1_matmul_64x64x64_f32"
 
 
+def profile_two_devices(folder: Path, iterations: int, warmup: int):
+    """`TWO_DEVICES` compiled for two devices (`sm.compile(devices=2)`) and profiled on two local-task devices,
+    its profile kept in ``folder``: (compiled module, kept .ireeprof, the run)."""
+    import numpy as np
+
+    import sectionmark as sm
+
+    compiled = sm.compile(TWO_DEVICES, devices=2, quiet=True)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((64, 128), np.float32), rng.standard_normal((128, 64), np.float32)]
+    kept = folder / "two.ireeprof"
+    run = sm.profile(compiled, args, devices=["local-task", "local-task"], iterations=iterations, warmup=warmup,
+                     keep_profile=kept, quiet=True)
+    return compiled, kept, run
+
+
 def compile_plain(text: str, path: Path) -> Path:
     import iree.compiler
 

@@ -40,15 +40,14 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.profiling.attribute import Attribution, attribute
+from sectionmark.profiling.attribute import Attribution
 from sectionmark.profiling.event_fold import EventTotals
 from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, QUEUE_SPAN_DTYPE,
                                               ROW_OF_EVENT_TYPE, TRANSFER, call_windows, measured_windows, partition_time,
                                               union_by_window)
 from sectionmark.profiling.read import attributed_totals
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.readers.checks import by_submission_and_start
-from sectionmark.readers.sources import EventSource, open_device_sources
+from sectionmark.readers.sources import EventSource
 from sectionmark.section_map import SectionMap
 from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
@@ -104,9 +103,6 @@ class DeviceProfile:
     sections: list[DeviceSectionRow]
     calls: int
     function: Optional[str] = None
-    # The profile file and how it was read (calls, warmup), for the outputs that draw every event (Perfetto); None
-    # when the file is not kept (`sm.profile` without ``keep_profile``).
-    source: Optional[tuple[Path, SectionMap, Optional[int], int]] = field(default=None, repr=False)
 
     def device(self, ordinal: int) -> ProfileSession:
         """One device's session (every output of a one-device profile draws it)."""
@@ -120,20 +116,7 @@ class DeviceProfile:
         """The table, JSON or CSV of every device (`sectionmark.renderers.devices`), looked up when called."""
         from sectionmark import renderers
 
-        if renderers.get(format).events and "events" not in options:
-            options["events"] = self.events()
         return renderers.render_devices(self, format, **options)
-
-    def events(self) -> list[Attribution]:
-        """Each device's attributed events (by `devices` order), read again from the profile file: for the
-        outputs that draw every event."""
-        if self.source is None:
-            raise SectionmarkError("this profile of several devices kept no profile file to draw its events from: "
-                                   "profile with keep_profile=FILE (--keep-profile), or report that file")
-        path, section_map, calls, warmup = self.source
-        sources = open_device_sources(path, section_map, self.function)
-        return [device_events(sources[device.ordinal], device_section_map(section_map, device.ordinal), calls=calls,
-                              warmup=warmup, function=self.function) for device in self.devices]
 
     def table(self) -> str:
         return self.render("table")
@@ -205,17 +188,6 @@ def _union(spans: list[np.ndarray], starts: np.ndarray, ends: np.ndarray) -> np.
     order = np.argsort(every["start_ns"], kind="stable")
     return union_by_window(every["start_ns"][order].astype(np.int64), every["end_ns"][order].astype(np.int64),
                            starts, ends)
-
-
-def device_events(source: EventSource, section_map: SectionMap, *, calls: Optional[int], warmup: int,
-                  function: Optional[str]) -> Attribution:
-    """One device's events, every window of its source kept and attributed (`attribute`): what a view that
-    draws every event needs (its memory grows with the events, as a whole read's does)."""
-    layout = source.layout()
-    dispatches = [part.copy() for part, _executed in source.windows()]  # the windows' rows are reused
-    whole = replace(source.profile(), dispatches=by_submission_and_start(np.concatenate(dispatches))
-                    if dispatches else layout.dispatches)
-    return attribute(whole, section_map, calls=calls, warmup=warmup, function=function)
 
 
 def device_section_map(section_map: SectionMap, ordinal: int) -> SectionMap:

@@ -18,7 +18,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import display
@@ -38,30 +38,23 @@ class ReadArguments:
     function: Optional[str] = None
 
 
-@dataclass(eq=False)
-class ProfileRun(ProfileOutputs):
-    """A run's ``session`` and where its events are: ``profile_path`` read with ``section_map`` the way the
-    figures were (``read_as``)."""
+class KeptProfile:
+    """What a run whose views read their events from its profile file does with the file (`ProfileRun`; the
+    several-device `sectionmark.profiling.device_run.DeviceRun`): it checks the file has not changed before
+    reading the events, and removes the scratch copy it owns on `close`. The class using it defines the fields
+    ``profile_path``, ``scratch``, ``_identity`` and ``_events``."""
 
-    session: ProfileSession
     profile_path: Path
-    section_map: SectionMap
-    read_as: ReadArguments = ReadArguments()
-    scratch: Optional[Path] = None  # a folder this run owns (its profile's scratch copy): removed by `close`
-    _identity: Optional[tuple[int, int, int]] = field(default=None, repr=False)
-    _events: Optional[Attribution] = field(default=None, repr=False)
+    scratch: Optional[Path]
+    _identity: Optional[tuple[int, int, int]]
+    _events: Any
 
-    def __post_init__(self) -> None:
-        self._identity = _identity(self.profile_path)
+    def _keep_profile(self) -> None:
+        self._identity = file_identity(self.profile_path)
         if self.scratch is not None:
             atexit.register(self.close)  # a run never closed still leaves nothing behind
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "session":  # copy/pickle probe before the fields are set
-            raise AttributeError(name)
-        return getattr(self.session, name)
-
-    def __enter__(self) -> "ProfileRun":
+    def __enter__(self: _Run) -> _Run:
         return self
 
     def __exit__(self, *_exception: object) -> None:
@@ -75,17 +68,46 @@ class ProfileRun(ProfileOutputs):
             atexit.unregister(self.close)
             self.scratch = None
 
+    def _check_unchanged(self) -> None:
+        """One error line when the profile file changed or went away since the figures were read from it."""
+        try:
+            unchanged = file_identity(self.profile_path) == self._identity
+        except OSError:
+            unchanged = False
+        if not unchanged:
+            raise SectionmarkError(f"{self.profile_path}: the profile changed or went away since it was read "
+                                   "(or its run was closed); read it again to draw its events")
+
+
+_Run = TypeVar("_Run", bound=KeptProfile)
+
+
+@dataclass(eq=False)
+class ProfileRun(ProfileOutputs, KeptProfile):
+    """A run's ``session`` and where its events are: ``profile_path`` read with ``section_map`` the way the
+    figures were (``read_as``)."""
+
+    session: ProfileSession
+    profile_path: Path
+    section_map: SectionMap
+    read_as: ReadArguments = ReadArguments()
+    scratch: Optional[Path] = None  # a folder this run owns (its profile's scratch copy): removed by `close`
+    _identity: Optional[tuple[int, int, int]] = field(default=None, repr=False)
+    _events: Optional[Attribution] = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._keep_profile()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "session":  # copy/pickle probe before the fields are set
+            raise AttributeError(name)
+        return getattr(self.session, name)
+
     def events(self) -> Attribution:
         """Every measured event of the run, attributed as the figures were: read from the profile file (whole)
         on the first view that draws them, then kept."""
         if self._events is None:
-            try:
-                unchanged = _identity(self.profile_path) == self._identity
-            except OSError:
-                unchanged = False
-            if not unchanged:
-                raise SectionmarkError(f"{self.profile_path}: the profile changed or went away since it was read "
-                                       "(or its run was closed); read it again to draw its events")
+            self._check_unchanged()
             read_as = self.read_as
             self._events = attribute(read_events(self.profile_path, self.section_map, read_as.function),
                                      self.section_map, calls=read_as.calls, warmup=read_as.warmup,
@@ -111,6 +133,7 @@ class ProfileRun(ProfileOutputs):
     _repr_html_ = display.inline_html
 
 
-def _identity(path: Path) -> tuple[int, int, int]:
+def file_identity(path: Path) -> tuple[int, int, int]:
+    """What tells a file changed or was replaced since it was read: inode, size, modification time."""
     status = os.stat(path)
     return status.st_ino, status.st_size, status.st_mtime_ns

@@ -104,6 +104,11 @@ def render_table(comparison: Comparison, width: int = 140) -> str:
 def render_csv(comparison: Comparison) -> str:
     """One row per section (``kind`` "section"), then per component (``kind`` "component": its name in
     ``section``, ``path`` empty); empty cells where a figure does not exist (a section in one profile only)."""
+    return csv_text(CSV_COLUMNS, csv_rows(comparison))
+
+
+def csv_rows(comparison: Comparison) -> list[list]:
+    """The CSV's rows (`render_csv`), in ``CSV_COLUMNS`` order."""
     def cell(value: Optional[float], digits: int) -> object:
         return "" if value is None else round(value) if digits == 0 else round(value, digits)
 
@@ -112,11 +117,11 @@ def render_csv(comparison: Comparison) -> str:
                 cell(row.high, 6), cell(row.change_percent, 3), row.a_calls, row.b_calls, cell(row.coverage, 6),
                 row.a_runs, row.b_runs, cell(row.bound, 3)]
 
-    return csv_text(CSV_COLUMNS, [
+    return [
         *([row.name, json.dumps(list(row.path), ensure_ascii=False), *figures(row), "section", row.basis]
           for row in comparison.sections),
         *([row.name, "", *figures(row), "component", row.basis] for row in comparison.components),
-    ])
+    ]
 
 
 def render_json(comparison: Comparison) -> str:

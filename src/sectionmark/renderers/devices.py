@@ -1,4 +1,5 @@
-"""The outputs of a run on several devices (`sectionmark.profiling.devices.DeviceProfile`): table, JSON and CSV.
+"""The outputs of a run on several devices (`sectionmark.profiling.devices.DeviceProfile`): table, JSON, CSV, and
+the views that draw every device's events (``VIEWS``: Perfetto, HTML, Tracy).
 
 * table: the sections across devices (busy per call on each device, their
   sum, and the devices a section ran on), where each device's time went per
@@ -13,16 +14,19 @@
 * Perfetto: a process (track group) per device, its queues' tracks under it
   (`sectionmark.renderers.perfetto.render_devices`), from each device's events.
 
-Other outputs (HTML, Tracy, charts) draw one device at a time: a
-several-device profile asks for them with one error line, naming the way to
-one device's (``prof.device(1)``).
+The views that draw events (a track group per device in Perfetto, a GPU
+context per device in Tracy, a lane per device in the HTML report) live beside
+their one-device forms (``VIEWS``). Other outputs (charts, graph, kernels) draw
+one device at a time: a several-device profile asks for them with one error
+line, naming the way to one device's (``prof.device(1)``).
 """
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from rich.console import Console
 from rich.table import Table
@@ -31,13 +35,17 @@ from rich.text import Text
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.devices import DEVICE_TIME_PARTS, DeviceProfile, DeviceSession
-from sectionmark.renderers import csv_out, perfetto, table
+from sectionmark.renderers import csv_out, table
 from sectionmark.renderers.csv_format import csv_text
 from sectionmark.renderers.json_out import profile_document
 from sectionmark.section_path import format_path, printable
 
 DEVICES_JSON_VERSION = 3
-FORMATS = ("table", "json", "csv", "perfetto")
+FORMATS = ("table", "json", "csv", "perfetto", "html", "tracy")
+# The views that draw every device's events: each module's ``render_devices(profile, events=..., **options)``
+# (``events``: each device's `Attribution`, by ordinal, which `sectionmark.profiling.device_run.DeviceRun` reads).
+VIEWS = {"perfetto": "sectionmark.renderers.perfetto", "html": "sectionmark.renderers.devices_html",
+         "tracy": "sectionmark.renderers.tracy_out"}
 
 
 def device_name(device: DeviceSession) -> str:
@@ -52,15 +60,36 @@ def render(profile: DeviceProfile, format: str, **options: Any) -> Union[str, by
         return render_json(profile)
     if format == "csv":
         return render_csv(profile)
-    if format == "perfetto":
-        return perfetto.render_devices(profile, options["events"])
-    raise SectionmarkError(f"--{format} of a profile of several devices is not drawn yet (table, json, csv and "
-                           "perfetto are); draw one device's with prof.device(ORDINAL).save(...)")
+    if format in VIEWS:
+        return importlib.import_module(VIEWS[format]).render_devices(profile, **options)
+    raise SectionmarkError(f"--{format} of a profile of several devices is not drawn yet ({', '.join(FORMATS)} "
+                           "are); draw one device's with prof.device(ORDINAL).save(...)")
 
 
 def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> str:
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    console.print(sections_table(profile))
+    times = times_table(profile)
+    if times is not None:
+        console.print(times)
+        console.print(TRANSFER_NOTE)
+    else:
+        console.print("each device's time split: not known (the profile has no queue operations of every call)")
+    text = buffer.getvalue()
+    for device in profile.devices:
+        text += f"\n── {device_name(device)} ──\n" + table.render(device.session, width=width if "width" in options
+                                                                      else None, **options)
+    return text
+
+
+TRANSFER_NOTE = ("transfer: command-buffer time with no dispatch running (the copies to and from other devices, "
+                 "untimed one by one on CPU, and barriers) + queue copies; waiting: idle while another device ran")
+
+
+def sections_table(profile: DeviceProfile) -> Table:
+    """The sections across devices: busy per call on each device, their sum, the devices each ran on (the table's
+    and the HTML report's)."""
     calls = max(profile.calls, 1)
     sections = Table(title=f"sections across {len(profile.devices)} devices: {profile.calls} calls",
                      title_justify="left")
@@ -72,26 +101,24 @@ def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> st
     for row in profile.sections:
         sections.add_row(Text(printable(format_path(row.path))), *(table.format_ns(busy / calls) for busy in row.busy_ns),
                          table.format_ns(row.total_busy_ns / calls), ", ".join(map(str, row.ran_on)) or "-")
-    console.print(sections)
-    if all(device.time is not None for device in profile.devices):
-        times = Table(title="each device's time per call (compute + transfer + queue + waiting + idle = the call's "
-                            "window)", title_justify="left")
-        times.add_column("Device")
-        for part in (*DEVICE_TIME_PARTS, "window", "overlap"):
-            times.add_column(part, justify="right")
-        for device in profile.devices:
-            time = device.time
-            values = (*(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS), time.window_ns, time.overlap_ns)
-            times.add_row(device_name(device), *(table.format_ns(value / calls) for value in values))
-        console.print(times)
-        console.print("transfer: command-buffer time with no dispatch running (the copies to and from other devices, "
-                      "untimed one by one on CPU, and barriers) + queue copies; waiting: idle while another device ran")
-    else:
-        console.print("each device's time split: not known (the profile has no queue operations of every call)")
-    text = buffer.getvalue()
+    return sections
+
+
+def times_table(profile: DeviceProfile) -> Optional[Table]:
+    """Each device's time per call split into `DEVICE_TIME_PARTS`, its window and overlap; None when not known."""
+    if not all(device.time is not None for device in profile.devices):
+        return None
+    calls = max(profile.calls, 1)
+    times = Table(title="each device's time per call (compute + transfer + queue + waiting + idle = the call's "
+                        "window)", title_justify="left")
+    times.add_column("Device")
+    for part in (*DEVICE_TIME_PARTS, "window", "overlap"):
+        times.add_column(part, justify="right")
     for device in profile.devices:
-        text += f"\n── {device_name(device)} ──\n" + table.render(device.session, **options)
-    return text
+        time = device.time
+        values = (*(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS), time.window_ns, time.overlap_ns)
+        times.add_row(device_name(device), *(table.format_ns(value / calls) for value in values))
+    return times
 
 
 def render_json(profile: DeviceProfile) -> str:

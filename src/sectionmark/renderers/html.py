@@ -85,8 +85,9 @@ def render_replay(replay: "ReplayProfile", title: Optional[str] = None) -> str:
     return page(tabs, title or "sectionmark profile of a recording: " + ", ".join(tab.name for tab in tabs))
 
 
-def page(tabs: list[Tab], title: str) -> str:
-    """The whole document: tab bar (when there are several), one section per tab, data, style and script."""
+def page(tabs: list[Tab], title: str, overview: str = "") -> str:
+    """The whole document: ``overview`` (markup above the tabs: a run on several devices' views across them),
+    tab bar (when there are several), one section per tab, data, style and script."""
     data = {"tabs": [_tab_data(tab.session, tab.events) for tab in tabs]}
     bar = ("<nav class=\"tabs\">" + "".join(f"<button type=\"button\">{_text(tab.name)}</button>" for tab in tabs)
            + "</nav>") if len(tabs) > 1 else ""
@@ -98,7 +99,7 @@ def page(tabs: list[Tab], title: str) -> str:
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{policy}\">"
             f"<title>{_text(title)}</title><style>{style}</style></head><body>"
-            f"<h1>{_text(title)}</h1>{bar}{body}"
+            f"<h1>{_text(title)}</h1>{overview}{bar}{body}"
             f"<script type=\"application/json\" id=\"sm-data\">{script_json(data)}</script>"
             f"<script>{script}</script></body></html>\n")
 

@@ -1,6 +1,8 @@
 """Perfetto / Chrome trace (JSON trace-event format), opens in ui.perfetto.dev.
 
-One process per profiled function (a replay's functions in one trace); per queue a thread whose slices are the
+One process per profiled function (a replay's functions in one trace), or per device of a run on several
+(`render_devices`: "device 1 (local-task)", each device's dispatches in their sections); per queue a thread
+whose slices are the
 section spans enclosing their dispatches, plus one thread per overflow lane for
 dispatches that ran concurrently (see `sectionmark.profiling.timeline`).
 Each slice's ``args.color`` is its section's colour in every view
@@ -74,12 +76,15 @@ def render_replay(replay: "ReplayProfile") -> str:
                    for entry in replay.functions if entry.profile is not None])
 
 
-def render_devices(profile: "DeviceProfile", events: list[Attribution]) -> str:
-    """A run on several devices as one trace, a process (a track group) per device: their events share the
-    host clock, so a device waiting for another shows as the gap under the other's slices."""
-    return _trace([(f"sectionmark: device {device.ordinal}" + (f" ({device.device})" if device.device else ""),
-                    session_timelines(device.session, device_events), session_colors(device.session))
-                   for device, device_events in zip(profile.devices, events)])
+def render_devices(profile: "DeviceProfile", events: Optional[dict[int, Attribution]] = None) -> str:
+    """A run on several devices as one trace: a process (track group) per device, named by its ordinal and IREE
+    device, holding its queues' tracks; ``events``: each device's, by ordinal (`sectionmark.DeviceRun` passes
+    them). The devices share the host clock, so their tracks line up in time."""
+    from sectionmark.renderers.devices import device_name
+
+    events = events or {}
+    return _trace([(device_name(device), session_timelines(device.session, events.get(device.ordinal)),
+                    session_colors(device.session)) for device in profile.devices])
 
 
 def _trace(processes: list[Process]) -> str:

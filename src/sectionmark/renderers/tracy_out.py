@@ -57,6 +57,7 @@ from sectionmark.tracy.binding import (SOURCE_LOCATIONS, GpuTimeData, GpuZoneBeg
 from sectionmark.section_path import SectionPath
 
 if TYPE_CHECKING:
+    from sectionmark.profiling.devices import DeviceProfile
     from sectionmark.workflows.replay import ReplayProfile
 
 try:  # the send loop in C (setup.py builds it when a compiler is present)
@@ -117,6 +118,20 @@ def render_replay(replay: "ReplayProfile", timeout: float = 300.0) -> bytes:
     """One capture of a replay: each function's tracks, named ``function: track``, on the replay's one clock."""
     return _capture(tracks_document([(f"{entry.function}: ", entry.profile, None) for entry in replay.functions
                                      if entry.profile is not None]), timeout)
+
+
+def render_devices(profile: "DeviceProfile", timeout: float = 300.0,
+                   events: Optional[dict[int, Attribution]] = None) -> bytes:
+    """One capture of a run on several devices: a GPU context per device and queue, named ``device 1: local-task
+    queue 0: sections``, its zones the device's dispatches in their sections; ``events``: each device's, by
+    ordinal (`sectionmark.DeviceRun` passes them). The devices share the host clock, so one replay places them
+    all; the frames step through the calls of the first device."""
+    events = events or {}
+    document = tracks_document([(f"device {device.ordinal}: ", device.session, events.get(device.ordinal))
+                                for device in profile.devices])
+    first = f"device {profile.devices[0].ordinal}: "
+    document["frames"] = sorted({at for at, text in document["messages"] if text.startswith(first)})
+    return _capture(document, timeout)
 
 
 def _capture(document: dict, timeout: float) -> bytes:

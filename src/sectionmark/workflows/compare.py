@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union, overload
 from sectionmark.artifacts.files import read_json
 from sectionmark.errors import SectionmarkError, wrong_type
 from sectionmark.profiling.compare import CONFIDENCE, RESAMPLES, SEED, Comparison, checked_times, compare_sessions
+from sectionmark.profiling.device_compare import DeviceComparison, compare_devices
+from sectionmark.profiling.devices import DeviceProfile, DeviceSession, device_sections
 from sectionmark.profiling.profile_run import ProfileRun
 from sectionmark.profiling.section_time import MAX_SAMPLES, call_samples
 from sectionmark.profiling.session import ProfileSession
@@ -26,12 +28,12 @@ from sectionmark.workflows.replay import ReplayProfile
 if TYPE_CHECKING:
     from sectionmark.compiler.pipeline import CompiledProgram
 
-Profiled = Union[ProfileSession, ProfileRun, str, "os.PathLike[str]"]
+Profiled = Union[ProfileSession, ProfileRun, DeviceProfile, str, "os.PathLike[str]"]
 
 
 @overload
 def compare(a: Profiled, b: Profiled, *, function: Optional[str] = ..., resamples: int = ..., confidence: float = ...,
-            seed: int = ..., min_change: Optional[float] = ...) -> Comparison: ...
+            seed: int = ..., min_change: Optional[float] = ...) -> Union[Comparison, DeviceComparison]: ...
 @overload
 def compare(a: "CompiledProgram", b: "CompiledProgram", args: Sequence[Any] = ..., *, function: Optional[str] = ...,
             resamples: int = ..., confidence: float = ..., seed: int = ..., min_change: Optional[float] = ...,
@@ -41,7 +43,7 @@ def compare(a: "CompiledProgram", b: "CompiledProgram", args: Sequence[Any] = ..
 def compare(a: Union[ProfileSession, Any, str, Path], b: Union[ProfileSession, Any, str, Path],
             args: Sequence[Any] = (), *, function: Optional[str] = None, resamples: int = RESAMPLES,
             confidence: float = CONFIDENCE, seed: int = SEED, min_change: Optional[float] = None,
-            **run_options: Any) -> Comparison:
+            **run_options: Any) -> Union[Comparison, DeviceComparison]:
     """Compare ``b`` against ``a``, per section and per component (by name): busy time per call in A and B, the
     ratio B/A, its interval, and "faster"/"slower" only when the interval lies beyond ``min_change`` percent
     (None: 10 over rounds, 25 over runs; `sectionmark.profiling.compare`).
@@ -55,7 +57,9 @@ def compare(a: Union[ProfileSession, Any, str, Path], b: Union[ProfileSession, A
     recording's replay JSON (``sectionmark profile RECORDING --json F``:
     ``function``'s profile, `load_profile`); the interval is then over their
     runs (``--runs``) when both have several, else over the calls of one run,
-    whose verdict only goes beyond the drift between runs.
+    whose verdict only goes beyond the drift between runs. Two profiles of
+    several devices (runs, or their JSON) give a `DeviceComparison`: device
+    by device.
     """
     from sectionmark.workflows.interleave import compare_modules, is_module
 
@@ -71,18 +75,29 @@ def compare(a: Union[ProfileSession, Any, str, Path], b: Union[ProfileSession, A
         given = ["args" if args else "", *run_options]
         raise SectionmarkError(f"{', '.join(name for name in given if name)}: only for two modules (compiled programs "
                                "or .vmfb paths), not profiles")
-    return compare_sessions(load_profile(a, function), load_profile(b, function), labels=labels, **options)
+    first, second = load_profile(a, function), load_profile(b, function)
+    several = [isinstance(profile, DeviceProfile) for profile in (first, second)]
+    if any(several):
+        if not all(several):
+            raise SectionmarkError(f"{labels[several.index(True)]} is a profile of several devices and "
+                                   f"{labels[several.index(False)]} of one: compare one device's "
+                                   "(prof.device(ORDINAL))")
+        return compare_devices(first, second, labels=labels, **options)
+    return compare_sessions(first, second, labels=labels, **options)
 
 
-def load_profile(source: Profiled, function: Optional[str] = None) -> ProfileSession:
+def load_profile(source: Profiled, function: Optional[str] = None) -> Union[ProfileSession, DeviceProfile]:
     """A session as is, a profile JSON file read back, or one function's profile from a recording's replay JSON
-    (``function``, or the one function of the replay that ran dispatches); an error names the file.
+    (``function``, or the one function of the replay that ran dispatches); an error names the file. A profile of
+    several devices (a `DeviceProfile`, or its JSON) is one too: device by device (`compare_devices`).
 
     ``function`` given for a profile JSON of another function is an error too: the comparison would not be
     of what was asked for.
     """
     if isinstance(source, ProfileRun):
         return source.session
+    if isinstance(source, DeviceProfile):
+        return source
     if isinstance(source, ProfileSession):
         return source
     if not isinstance(source, (str, os.PathLike)):
@@ -94,6 +109,9 @@ def load_profile(source: Profiled, function: Optional[str] = None) -> ProfileSes
             _thin_samples(document)
         if isinstance(data, dict) and data.get("kind") == "replay":
             return _replayed_function(ReplayProfile.from_json(data), function)
+        devices = _device_profile(data)
+        if devices is not None:
+            return devices
         session = ProfileSession.from_json(data)
         if function is not None and session.function is not None and session.function != function:
             raise SectionmarkError(f"a profile of function {session.function!r}, not {function!r}")
@@ -104,11 +122,33 @@ def load_profile(source: Profiled, function: Optional[str] = None) -> ProfileSes
 
 
 def _profile_documents(data: Any) -> list[dict]:
-    """The profile documents of a file: itself, or each function's of a replay JSON."""
+    """The profile documents of a file: itself, each function's of a replay JSON, or each device's of a profile
+    of several devices."""
     if isinstance(data, dict) and data.get("kind") == "replay" and isinstance(data.get("functions"), list):
         return [entry["profile"] for entry in data["functions"]
                 if isinstance(entry, dict) and isinstance(entry.get("profile"), dict)]
+    if isinstance(data, dict) and isinstance(data.get("devices"), list):
+        return [entry["profile"] for entry in data["devices"]
+                if isinstance(entry, dict) and isinstance(entry.get("profile"), dict)]
     return [data] if isinstance(data, dict) else []
+
+
+def _device_profile(data: Any) -> Optional[DeviceProfile]:
+    """A profile of several devices read back from its JSON (docs/profile-json.md "Several devices"): each
+    device's session from its profile document; None for any other document."""
+    if not (isinstance(data, dict) and isinstance(data.get("devices"), list)):
+        return None
+    sessions = []
+    for entry in data["devices"]:
+        if not (isinstance(entry, dict) and isinstance(entry.get("ordinal"), int)
+                and isinstance(entry.get("profile"), dict)):
+            raise SectionmarkError("a profile of several devices whose 'devices' holds an entry without its "
+                                   "'ordinal' and 'profile'")
+        session = ProfileSession.from_json(entry["profile"])
+        sessions.append(DeviceSession(entry["ordinal"], entry.get("device"), session))
+    if not sessions:
+        raise SectionmarkError("a profile of several devices with no device")
+    return DeviceProfile(sessions, device_sections(sessions), sessions[0].session.calls, data.get("function"))
 
 
 def _thin_samples(document: dict) -> None:

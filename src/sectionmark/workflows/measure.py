@@ -21,6 +21,7 @@ from sectionmark.errors import SectionmarkError, SectionmarkTypeError
 from sectionmark.outputs import check_output_path, copy_output
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import public_function
+from sectionmark.profiling.device_run import DeviceRun
 from sectionmark.profiling.devices import DeviceProfile, read_device_profile
 from sectionmark.profiling.profile_run import ProfileRun, ReadArguments
 from sectionmark.profiling.read import read_session
@@ -186,9 +187,15 @@ def _profile_devices(compiled_or_vmfb_path: Union[Any, str, Path], args: Sequenc
         result = read_device_profile(open_device_sources(run.profile_path, section_map, function), section_map,
                                      calls=run.calls, warmup=run.warmup, function=function, workers=run_workers,
                                      devices=devices)
-    if keep_profile is not None:  # the views that draw every event read it again
-        result.source = (Path(keep_profile), section_map, run.calls, run.warmup)
-    return result
+        # The views that draw every event read them from the profile: the run keeps it in a folder of its own.
+        kept = owned_folder(PROFILE_FOLDER_PREFIX)
+        try:
+            profile_path = Path(shutil.move(str(run.profile_path), kept / run.profile_path.name))
+            return DeviceRun.of(result, profile_path, section_map, ReadArguments(run.calls, run.warmup, function),
+                                scratch=kept)
+        except BaseException:
+            shutil.rmtree(kept, ignore_errors=True)
+            raise
 
 
 def check_devices(devices: Sequence[str]) -> None:
@@ -236,8 +243,7 @@ def report(
     if len(sources) > 1:  # one process drove several devices: each device's session, and the views across them
         result = read_device_profile(sources, section_map, calls=calls, warmup=warmup, function=function,
                                      workers=workers, devices=None if device is None else [device] * len(sources))
-        result.source = (path, section_map, calls, warmup)
-        return result
+        return DeviceRun.of(result, path, section_map, ReadArguments(calls, warmup, function))
     session = read_session(sources[0], section_map, calls=calls, warmup=warmup, function=function, workers=workers,
                            device=device)
     return ProfileRun(session, path, section_map, ReadArguments(calls, warmup, function))
