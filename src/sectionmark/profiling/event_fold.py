@@ -17,7 +17,7 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import Attribution
-from sectionmark.profiling.queue_time import DispatchUnion, union_by_window
+from sectionmark.profiling.queue_time import CallWindows, union_by_window
 from sectionmark.profiling.section_time import (EventSums, add_event_sums, empty_event_sums, slot_compositions,
                                                 union_length, wall_parts)
 
@@ -29,14 +29,14 @@ class EventTotals:
     sums: EventSums
     wall: np.ndarray  # [compositions]: wall time (each event's part of the union, `wall_parts`)
     total_wall: int  # the union of all measured events' intervals
-    # Per call window (starts, ends: int64 arrays): the union of the dispatch intervals inside it (call time).
-    dispatch_union: DispatchUnion
+    call_windows: Optional[CallWindows]  # the measured calls' windows (`measured_windows`); None: calls without one
+    dispatch_union: Optional[np.ndarray]  # [call windows]: the union of the dispatch intervals inside each (call time)
 
 
 class EventFold:
     """The running sums of measured events added a window at a time, and the sweep carried across windows."""
 
-    def __init__(self, attribution: Attribution, call_windows: Optional[tuple[np.ndarray, np.ndarray]]):
+    def __init__(self, attribution: Attribution, call_windows: Optional[CallWindows]):
         self._attribution = attribution
         self._slot_composition = slot_compositions(attribution)
         compositions = len(attribution.compositions)
@@ -45,7 +45,7 @@ class EventFold:
         self._wall = np.zeros(compositions)
         self._total_wall = 0
         self._call_windows = call_windows
-        self._call_union = np.zeros(0 if call_windows is None else len(call_windows[0]), np.int64)
+        self._call_union = np.zeros(0 if call_windows is None else len(call_windows.starts), np.int64)
         # Events swept but not yet final: (start, end, composition) of the union blocks still open.
         self._carry = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
         self._last_final_end: Optional[int] = None  # the end of the last block made final
@@ -112,7 +112,8 @@ class EventFold:
             sorted_starts, sorted_ends = parts_starts[order], parts_ends[order]
             self._total_wall += union_length(sorted_starts, sorted_ends)
         if self._call_windows is not None:
-            self._call_union += union_by_window(sorted_starts, sorted_ends, *self._call_windows)
+            self._call_union += union_by_window(sorted_starts, sorted_ends, self._call_windows.starts,
+                                                self._call_windows.ends)
         final_end = int(parts_ends.max())
         self._last_final_end = final_end if self._last_final_end is None else max(final_end, self._last_final_end)
         self._carry = (starts[~final], ends[~final], compositions[~final]) if not every else (
@@ -128,15 +129,11 @@ class EventFold:
         # Disjoint events in order: each one's wall part is its whole duration, summed as its busy time is.
         wall = sums.busy.copy() if sums.disjoint else self._wall
         total_wall = sums.total_ns if sums.disjoint else self._total_wall
-        call_union = self._call_union
-
-        def dispatch_union(_window_starts: np.ndarray, _window_ends: np.ndarray) -> np.ndarray:
-            return call_union  # summed over the same call windows, block by block
-
-        return EventTotals(sums, wall, total_wall, dispatch_union)
+        windows = self._call_windows
+        return EventTotals(sums, wall, total_wall, windows, None if windows is None else self._call_union)
 
 
-def fold_events(attribution: Attribution, call_windows: Optional[tuple[np.ndarray, np.ndarray]]) -> EventTotals:
+def fold_events(attribution: Attribution, call_windows: Optional[CallWindows]) -> EventTotals:
     """`EventTotals` of the events an attribution holds (one window)."""
     fold = EventFold(attribution, call_windows)
     fold.add(attribution.events, attribution.event_slots, attribution.event_calls, None)

@@ -61,9 +61,8 @@ def attributed_totals(source: EventSource, section_map: SectionMap, *, calls: Op
     # Where each submission's dispatches may start at the earliest: no later submission's start before it.
     execution_starts = submissions["start_ns"].astype(np.int64)
     later_starts = np.minimum.accumulate(execution_starts[::-1])[::-1] if len(submissions) else execution_starts
-    windows = measured_windows(attribution.queue_spans, measured_calls)
-    fold = EventFold(attribution, None if windows is None else (windows.starts, windows.ends))
-    submission_ids = submissions["submission"]
+    fold = EventFold(attribution, measured_windows(attribution.queue_spans, measured_calls))
+    submission_ids = np.ascontiguousarray(submissions["submission"])  # once, not per window
     yielded, first_left = np.zeros(len(submission_ids), bool), 0  # submissions read; the first one not yet
     for dispatches, executed in source.windows():
         yielded[np.searchsorted(submission_ids, executed["submission"])] = True

@@ -121,17 +121,24 @@ class DispatchStream:
             if (ran >= len(layout_ids)).any() or executed_ranks[ran].any() or (ran[1:] == ran[:-1]).any():
                 raise SectionmarkError(f"{self.path}: the profile changed while it was read")
             executed_ranks[ran] = True
-            rank = np.minimum(np.searchsorted(layout_ids, dispatches["submission"]), len(layout_ids) - 1)
-            known = layout_ids[rank] == dispatches["submission"]
+            # Each run of dispatches of one submission (IREE writes them together) looked up once, not each event.
+            dispatch_ids = dispatches["submission"]
+            heads = np.flatnonzero(np.concatenate([[len(dispatch_ids) > 0], dispatch_ids[1:] != dispatch_ids[:-1]]))
+            head_ids = dispatch_ids[heads]
+            rank = np.minimum(np.searchsorted(layout_ids, head_ids), len(layout_ids) - 1)
+            known = layout_ids[rank] == head_ids
             before = known & executed_before[rank]
             if before.any():
-                raise corrupt(self.path, f"a dispatch of submission {int(dispatches['submission'][before][0])} is "
+                raise corrupt(self.path, f"a dispatch of submission {int(head_ids[before][0])} is "
                               "recorded after its execution")
             done = known & executed_ranks[rank]
             executed_before[ran] = True
-            if done.all():
-                complete, pending = dispatches, np.zeros(0, DISPATCH_DTYPE)
+            waiting = int(np.argmin(done)) if not done.all() else len(done)  # the first run whose execution is not read
+            if not done[waiting:].any():  # the usual case: only the last runs wait (slices, not copies)
+                split = int(heads[waiting]) if waiting < len(heads) else len(dispatches)
+                complete, pending = dispatches[:split], dispatches[split:].copy()
             else:
+                done = np.repeat(done, np.diff(heads, append=len(dispatch_ids)))
                 complete, pending = dispatches[done], dispatches[~done]
             # The rows are a view of the reused buffer: valid until the next window is read.
             yield self._checked(complete, executed), executed
