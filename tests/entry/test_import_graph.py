@@ -62,7 +62,7 @@ EXCEPTIONS = {
     # below at run time as well).
     ("sectionmark.profiling.session", "sectionmark.renderers"),
     # A run renders its session through the same registry, with its events for the views that draw them.
-    ("sectionmark.profiling.profile_run", "sectionmark.renderers"),
+    ("sectionmark.profiling.read", "sectionmark.renderers"),
     # A replay's per-function profiles render through the same registry, looked up when called.
     ("sectionmark.workflows.replay", "sectionmark.renderers"),
     # Jupyter's hooks of the results (repr, inline HTML) ask the registry for the notebook view when called.

@@ -54,22 +54,22 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.section_path import SectionPath
 from sectionmark.profiling.attribute import Attribution
-from sectionmark.profiling.event_fold import EventTotals, fold_events
 from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time_and_memory, measured_windows
 from sectionmark.profiling import display
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.section_time import (
     CompositionSums,
     EventSums,
+    EventTotals,
     call_starts,
+    fold_events,
     section_paths,
     section_rows,
     section_spans,
     section_traffic,
     weight_matrices,
 )
-from sectionmark.profiling.run_variation import RunVariation
-from sectionmark.profiling.stats import ProfilerCost, SectionStats, SiteStats, Traffic
+from sectionmark.profiling.stats import ProfilerCost, RunVariation, SectionStats, SiteStats, Traffic
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
 from sectionmark.serialization import json_field
 
@@ -176,7 +176,7 @@ class ProfileSession(ProfileOutputs):
     shown_run: Optional[int] = None
     total_runs: Optional[RunSpread] = None  # total busy ns per call in each run
     # A profile of one run: how much such figures moved between runs on this machine, as an earlier profile of
-    # several runs measured it (sectionmark.profiling.run_variation); None: none did, or several runs here.
+    # several runs measured it (`sectionmark.workflows.measure`); None: none did, or several runs here.
     run_variation: Optional[RunVariation] = None
     # Section name -> the colour its code gave it (the map's `SectionMap.colors`); every view colours sections
     # with `sectionmark.section_map.section_colors` over these and the rows' order. Empty in older JSON.

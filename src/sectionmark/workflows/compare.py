@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union, overload
 from sectionmark.artifacts.files import read_json
 from sectionmark.errors import SectionmarkError, wrong_type
 from sectionmark.profiling.compare import CONFIDENCE, RESAMPLES, SEED, Comparison, checked_times, compare_sessions
-from sectionmark.profiling.profile_run import ProfileRun
+from sectionmark.profiling.read import ProfileRun
 from sectionmark.profiling.section_time import MAX_SAMPLES, call_samples
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_path import format_path
