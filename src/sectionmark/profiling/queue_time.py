@@ -171,9 +171,17 @@ def partition_time(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, row_c
     if len(window_starts) <= WINDOWS_PER_PASS:
         return _partition(starts, ends, rows, row_count, window_starts, window_ends)
     parts = []
+    # The intervals reaching into a pass's windows found by two binary searches among the starts, not a test of
+    # every interval per pass: one ending after the first window's start starts after it less the longest length.
+    order = np.argsort(starts, kind="stable")
+    sorted_starts = starts[order]
+    longest = max(int((ends - starts).max()), 0) if len(starts) else 0
     for begin in range(0, len(window_starts), WINDOWS_PER_PASS):
         chunk = slice(begin, begin + WINDOWS_PER_PASS)
-        reaching = (ends > window_starts[chunk][0]) & (starts < window_ends[chunk].max())
+        first, last = int(window_starts[chunk][0]), int(window_ends[chunk].max())
+        candidates = np.sort(order[np.searchsorted(sorted_starts, first - longest, "right"):
+                                   np.searchsorted(sorted_starts, last, "left")])
+        reaching = candidates[(ends[candidates] > first) & (starts[candidates] < last)]  # in their order
         parts.append(_partition(starts[reaching], ends[reaching], rows[reaching], row_count, window_starts[chunk],
                                 window_ends[chunk]))
     return np.concatenate(parts)
