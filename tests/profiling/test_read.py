@@ -167,6 +167,23 @@ def test_executions_written_out_of_submission_order_give_the_same_session(plain_
         assert as_json(windowed(path, 11, 3)) == as_json(expected)
 
 
+@pytest.mark.parametrize("window", [1, 3, 1 << 16])
+def test_queue_operations_written_out_of_start_order_are_checked_in_their_order(plain_run, tmp_path, monkeypatch,
+                                                                                window):
+    """The last allocation moved to start before the one written first (the first pass sorts queue operations by
+    start): the windows find each one the first pass found, and the file reads as it reads whole."""
+    blob = bytearray(plain_run[1].read_bytes())
+    allocations = event_offsets(bytes(blob), ALLOCA)
+    first, last = allocations[0], allocations[-1]
+    length = field_of(blob, last, "end_host_time_ns") - field_of(blob, last, "start_host_time_ns")
+    set_event(blob, last, "start_host_time_ns", field_of(blob, first, "start_host_time_ns") - 1)
+    set_event(blob, last, "end_host_time_ns", field_of(blob, first, "start_host_time_ns") - 1 + length)
+    path = tmp_path / "allocation-moved.ireeprof"
+    path.write_bytes(bytes(blob))
+    monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+    assert as_json(windowed(path, 11, 3)) == as_json(whole(path, 11, 3))
+
+
 @pytest.mark.parametrize("event_type", [EXECUTE, ALLOCA])
 @pytest.mark.parametrize("window", [1, 3, 1 << 16])
 def test_a_profile_changed_between_the_two_passes_is_refused(plain_run, tmp_path, monkeypatch, event_type, window):

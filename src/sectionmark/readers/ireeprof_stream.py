@@ -235,7 +235,7 @@ def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarr
     order = sort_order(queue_ops, "start_ns", "submission")
     rows = None
     if order is not None:
-        rows = np.empty(len(order), np.int64)
+        rows = np.empty(len(order), np.int32 if len(order) < 1 << 31 else np.int64)  # 4 bytes per operation
         rows[order] = np.arange(len(order))
         queue_ops = queue_ops[order]
     return sorted_by(submissions, "submission"), queue_ops, rows
