@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
+import resource
 import subprocess
 import sys
 import tempfile
@@ -134,6 +135,13 @@ def timed(function) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
+def cpu_seconds(who: int) -> float:
+    """User + system CPU seconds of this process (RUSAGE_SELF) or of its waited-for children (RUSAGE_CHILDREN):
+    unlike wall time, barely moved by other work on a busy machine."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_benchmark_tool(command: list[str]) -> tuple[float, float]:
     """(wall seconds of the tool, the median of its own time of each call in ms)."""
     start = time.perf_counter()
@@ -159,13 +167,16 @@ def measure(profile_path: Path, map_path: Path, calls: int, repeat: int) -> None
     def end_to_end() -> ProfileSession:  # as `sectionmark report` reads it
         return report(profile_path, section_map, calls=calls)
 
+    cpu_before = cpu_seconds(resource.RUSAGE_SELF)
     first, session = timed(end_to_end)
+    first_cpu = cpu_seconds(resource.RUSAGE_SELF) - cpu_before
     peak_kb = memory_kb("VmHWM")
     events = sum(site.dispatches for site in session.sites)
     timing = session.call_time
     del session
     best = min([timed(end_to_end)[0] for _ in range(repeat)], default=first)
-    print(json.dumps({"first_s": first, "best_s": best, "events": events, "before_mb": before_kb / 1024,
+    print(json.dumps({"first_s": first, "first_cpu_s": first_cpu, "best_s": best, "events": events,
+                      "before_mb": before_kb / 1024,
                       "peak_mb": peak_kb / 1024,
                       "call_time": None if timing is None else {
                           "call": timing.call_ns, "dispatch": timing.dispatch_ns, "gap": timing.command_buffer_gap_ns,
@@ -186,12 +197,17 @@ def fresh_process(profile_path: Path, calls: int, repeat: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def iree_profile_dispatch(profile_path: Path, repeat: int) -> tuple[float, float]:
-    """(first, best of ``repeat`` more) wall seconds of ``iree-profile dispatch`` on the file."""
+def iree_profile_dispatch(profile_path: Path, repeat: int) -> tuple[float, float, float]:
+    """(first, best of ``repeat`` more) wall seconds of ``iree-profile dispatch`` on the file, and the CPU seconds
+    of the first."""
     tool = str(find_tool("iree-profile"))
-    times = [timed(lambda: subprocess.run([tool, "dispatch", str(profile_path)], capture_output=True, check=True))[0]
-             for _ in range(repeat + 1)]
-    return times[0], min(times[1:], default=times[0])
+    times, cpu = [], []
+    for _ in range(repeat + 1):
+        cpu_before = cpu_seconds(resource.RUSAGE_CHILDREN)
+        times.append(timed(lambda: subprocess.run([tool, "dispatch", str(profile_path)], capture_output=True,
+                                                  check=True))[0])
+        cpu.append(cpu_seconds(resource.RUSAGE_CHILDREN) - cpu_before)
+    return times[0], min(times[1:], default=times[0]), cpu[0]
 
 
 def measured(profile_path: Path, calls: int, options: argparse.Namespace, peaks: list[float], what: str) -> dict:
@@ -199,13 +215,15 @@ def measured(profile_path: Path, calls: int, options: argparse.Namespace, peaks:
     (``peaks``: the peak RSS of each profile measured so far, the first one the reference)."""
     size_mb = profile_path.stat().st_size / 1e6
     ours = fresh_process(profile_path, calls, options.repeat)
-    dispatch_first, dispatch_best = iree_profile_dispatch(profile_path, options.repeat)
+    dispatch_first, dispatch_best, dispatch_cpu = iree_profile_dispatch(profile_path, options.repeat)
     events = ours["events"]
     peaks.append(ours["peak_mb"])
     print(f"profile: {events:,} dispatch events, {what}, {size_mb:.0f} MB .ireeprof")
     print(f"  cold (a fresh process's first run: read .ireeprof + attribute + session): {ours['first_s']:.3f} s "
           f"= {events / ours['first_s'] / 1e6:.2f} M events/s; iree-profile dispatch cold {dispatch_first:.3f} s "
           f"({ours['first_s'] / dispatch_first:.1f}x)")
+    print(f"  cold CPU (user + system): {ours['first_cpu_s']:.3f} s; iree-profile dispatch cold {dispatch_cpu:.3f} s "
+          f"({ours['first_cpu_s'] / dispatch_cpu:.1f}x)")
     print(f"  best of {options.repeat}: {ours['best_s']:.3f} s = {events / ours['best_s'] / 1e6:.2f} M events/s; "
           f"iree-profile dispatch {dispatch_best:.3f} s ({ours['best_s'] / dispatch_best:.1f}x)")
     print(f"  peak RSS {ours['peak_mb']:.0f} MB ({ours['before_mb']:.0f} MB before reading: Python, numpy, "

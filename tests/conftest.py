@@ -14,12 +14,12 @@ from tiny_profiles import TWO_MATMULS, compile_plain, hand_map
 @pytest.fixture(autouse=True)
 def private_run_variation_cache(tmp_path_factory, monkeypatch):
     """Profiles of several runs keep their run-to-run variation in the user's cache, and one-run profiles read it
-    (sectionmark.profiling.run_variation): the suite keeps its own, so that it neither writes the developer's
+    (sectionmark.workflows.measure): the suite keeps its own, so that it neither writes the developer's
     cache nor depends on what that holds."""
-    from sectionmark.profiling import run_variation
+    from sectionmark.workflows import measure
 
     path = tmp_path_factory.getbasetemp() / "run-variation-cache" / "run-variation.json"
-    monkeypatch.setattr(run_variation, "cache_path", lambda: path)
+    monkeypatch.setattr(measure, "cache_path", lambda: path)
 
 
 @pytest.fixture(scope="session")

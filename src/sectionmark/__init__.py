@@ -36,7 +36,7 @@ _LAZY = {
     "SectionedExport": ("sectionmark.importers.exported", "SectionedExport"),
     "CompiledProgram": ("sectionmark.compiler.pipeline", "CompiledProgram"),
     "ProfileSession": ("sectionmark.profiling.session", "ProfileSession"),
-    "ProfileRun": ("sectionmark.profiling.profile_run", "ProfileRun"),
+    "ProfileRun": ("sectionmark.profiling.read", "ProfileRun"),
     "torch": ("sectionmark.importers.torch", None),
     "jax": ("sectionmark.importers.jax", None),
     "compile": ("sectionmark.compiler.pipeline", "compile"),

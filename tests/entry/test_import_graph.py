@@ -62,7 +62,7 @@ EXCEPTIONS = {
     # below at run time as well).
     ("sectionmark.profiling.session", "sectionmark.renderers"),
     # A run renders its session through the same registry, with its events for the views that draw them.
-    ("sectionmark.profiling.profile_run", "sectionmark.renderers"),
+    ("sectionmark.profiling.read", "sectionmark.renderers"),
     # Several ranks' profiles (a RankReport) render through the same registry, looked up when called.
     ("sectionmark.profiling.ranks", "sectionmark.renderers"),
     # A run on several devices likewise, with each device's events for the views that draw them.

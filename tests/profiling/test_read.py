@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_ireeprof_fast import swapped_dispatches
-from test_readers import BUNDLE_CASES, DISPATCH, EXECUTE, event_offsets, field_of, set_event
+from test_readers import ALLOCA, BUNDLE_CASES, DISPATCH, EXECUTE, event_offsets, field_of, set_event
 from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
@@ -165,6 +165,42 @@ def test_executions_written_out_of_submission_order_give_the_same_session(plain_
     for window in (1, 2, 4, 1 << 16):
         monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
         assert as_json(windowed(path, 11, 3)) == as_json(expected)
+
+
+@pytest.mark.parametrize("window", [1, 3, 1 << 16])
+def test_queue_operations_written_out_of_start_order_are_checked_in_their_order(plain_run, tmp_path, monkeypatch,
+                                                                                window):
+    """The last allocation moved to start before the one written first (the first pass sorts queue operations by
+    start): the windows find each one the first pass found, and the file reads as it reads whole."""
+    blob = bytearray(plain_run[1].read_bytes())
+    allocations = event_offsets(bytes(blob), ALLOCA)
+    first, last = allocations[0], allocations[-1]
+    length = field_of(blob, last, "end_host_time_ns") - field_of(blob, last, "start_host_time_ns")
+    set_event(blob, last, "start_host_time_ns", field_of(blob, first, "start_host_time_ns") - 1)
+    set_event(blob, last, "end_host_time_ns", field_of(blob, first, "start_host_time_ns") - 1 + length)
+    path = tmp_path / "allocation-moved.ireeprof"
+    path.write_bytes(bytes(blob))
+    monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+    assert as_json(windowed(path, 11, 3)) == as_json(whole(path, 11, 3))
+
+
+@pytest.mark.parametrize("event_type", [EXECUTE, ALLOCA])
+@pytest.mark.parametrize("window", [1, 3, 1 << 16])
+def test_a_profile_changed_between_the_two_passes_is_refused(plain_run, tmp_path, monkeypatch, event_type, window):
+    """The windows read an execution or a queue operation (an allocation) other than the first pass found (the
+    file was rewritten in between): one error line, whichever window reads it."""
+    path = tmp_path / "changing.ireeprof"
+    shutil.copy(plain_run[1], path)
+    monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+    source = open_source(path, hand_map())
+    source.layout()  # the first pass
+    blob = bytearray(path.read_bytes())
+    offset = event_offsets(bytes(blob), event_type)[-1]
+    set_event(blob, offset, "end_host_time_ns", field_of(blob, offset, "end_host_time_ns") + 1)
+    with open(path, "r+b") as file:  # in place: the open source reads the same file
+        file.write(bytes(blob))
+    with pytest.raises(SectionmarkError, match="the profile changed while it was read"):
+        read_session(source, hand_map(), calls=11, warmup=3)
 
 
 @pytest.mark.parametrize("passes", ["C", "numpy"])

@@ -16,22 +16,23 @@ import numpy as np
 import pytest
 from test_runs import A, B, runs_of
 
-from sectionmark.profiling import run_variation
-from sectionmark.profiling.run_variation import RunVariation, note_run_variation
 from sectionmark.profiling.runs import combine_runs
 from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import RunVariation
+from sectionmark.workflows import measure  # the machine's run-variation cache
+from sectionmark.workflows.measure import note_run_variation
 from sectionmark.renderers.table import render
 
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
     """Each test its own cache (the suite's conftest keeps one apart from the user's for all tests)."""
-    monkeypatch.setattr(run_variation, "cache_path", lambda: tmp_path / "cache" / "sectionmark" / "run-variation.json")
+    monkeypatch.setattr(measure, "cache_path", lambda: tmp_path / "cache" / "sectionmark" / "run-variation.json")
     return tmp_path / "cache"
 
 
 def cache_path():
-    return run_variation.cache_path()
+    return measure.cache_path()
 
 
 def _made_here(session: ProfileSession, device: str = "local-task", workers=2, module="m.vmfb") -> ProfileSession:
@@ -139,11 +140,11 @@ def test_an_unwritable_cache_costs_the_profile_nothing(private_cache):
     several = _made_here(combine_runs(runs_of([0.9, 1.0, 1.2])))
     note_run_variation(several)  # no error
     assert private_cache.read_text() == "a file where the cache folder would be"
-    assert run_variation.recall(_made_here(runs_of([1.0])[0])) is None
+    assert measure.recall(_made_here(runs_of([1.0])[0])) is None
 
 
 def test_the_cache_is_per_host_in_the_user_cache_folder(monkeypatch, tmp_path):
     monkeypatch.undo()  # the real cache_path, under a private XDG_CACHE_HOME
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(run_variation.socket, "gethostname", lambda: "build box/7")
-    assert run_variation.cache_path() == tmp_path / "xdg" / "sectionmark" / "run-variation-build_box_7.json"
+    monkeypatch.setattr(measure.socket, "gethostname", lambda: "build box/7")
+    assert measure.cache_path() == tmp_path / "xdg" / "sectionmark" / "run-variation-build_box_7.json"

@@ -2,7 +2,8 @@
 
 Attribution places each dispatch event in the map's slots (`attribute`),
 `read` folds a profile's events into the session a window at a time
-(`event_fold`, `section_time`), `session` and `stats` are the data model,
+(with `section_time`'s sums) and returns the run that keeps the file,
+`session` and `stats` are the data model,
 and the views computed from it (components, kernels, runs, compare,
 roofline, timelines) each live in their own module. Running a module under
 the profiler is a workflow (`sectionmark.workflows.measure`).

@@ -415,7 +415,7 @@ def attributed_events(dispatches: np.ndarray, runtime_ids: np.ndarray, bases: np
         slot, call = np.empty(len(dispatches), np.int32), np.empty(len(dispatches), np.int32)
         first_measured, measured, *failures = passes.attribute_events(
             np.ascontiguousarray(dispatches, DISPATCH_DTYPE), runtime_ids, bases, flat, slot_keys,
-            np.ascontiguousarray(submission_ids), call_of_submission.astype(np.int64), warmup, slot, call)
+            np.ascontiguousarray(submission_ids), np.ascontiguousarray(call_of_submission, np.int64), warmup, slot, call)
         return (slot, call), _EventFailures(*failures, first_measured=first_measured, measured=measured)
 
     dense = searchsorted_runs(runtime_ids, dispatches["command_buffer"])

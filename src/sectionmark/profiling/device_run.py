@@ -21,7 +21,7 @@ import numpy as np
 
 from sectionmark.profiling.attribute import Attribution, attribute
 from sectionmark.profiling.devices import DeviceProfile, device_section_map
-from sectionmark.profiling.profile_run import KeptProfile, ReadArguments
+from sectionmark.profiling.read import KeptProfile, ReadArguments
 from sectionmark.readers.sources import open_device_sources
 from sectionmark.section_map import SectionMap
 

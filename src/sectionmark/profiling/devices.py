@@ -41,9 +41,9 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.profiling.attribute import Attribution
-from sectionmark.profiling.event_fold import EventTotals
+from sectionmark.profiling.section_time import EventTotals
 from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, QUEUE_SPAN_DTYPE,
-                                              ROW_OF_EVENT_TYPE, TRANSFER, call_windows, measured_windows, partition_time,
+                                              ROW_OF_EVENT_TYPE, TRANSFER, call_windows, partition_time,
                                               union_by_window)
 from sectionmark.profiling.read import attributed_totals
 from sectionmark.profiling.session import ProfileSession
@@ -228,12 +228,11 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
                                "give the number of calls")
     calls_measured = counts.pop()
     spans = [attribution.queue_spans for _ordinal, attribution, _totals in read]
-    own = [measured_windows(part, calls_measured) for part in spans]
+    own = [totals.call_windows for _ordinal, _attribution, totals in read]  # each device's, as its fold found them
     if all(window is not None for window in own):
         windows = common_windows(spans, calls_measured)
         if all(((window.starts >= windows[0]) & (window.ends <= windows[1])).all() for window in own):
-            compute = [totals.dispatch_union(window.starts, window.ends)
-                       for (_o, _a, totals), window in zip(read, own)]
+            compute = [totals.dispatch_union for _ordinal, _attribution, totals in read]
             for device, time in zip(sessions, split_device_time(spans, compute, windows)):
                 device.time = time
     sections = device_sections(sessions)

@@ -33,7 +33,7 @@ its time-weighted average over the call window.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import numpy as np
 
@@ -171,9 +171,17 @@ def partition_time(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, row_c
     if len(window_starts) <= WINDOWS_PER_PASS:
         return _partition(starts, ends, rows, row_count, window_starts, window_ends)
     parts = []
+    # The intervals reaching into a pass's windows found by two binary searches among the starts, not a test of
+    # every interval per pass: one ending after the first window's start starts after it less the longest length.
+    order = np.argsort(starts, kind="stable")
+    sorted_starts = starts[order]
+    longest = max(int((ends - starts).max()), 0) if len(starts) else 0
     for begin in range(0, len(window_starts), WINDOWS_PER_PASS):
         chunk = slice(begin, begin + WINDOWS_PER_PASS)
-        reaching = (ends > window_starts[chunk][0]) & (starts < window_ends[chunk].max())
+        first, last = int(window_starts[chunk][0]), int(window_ends[chunk].max())
+        candidates = np.sort(order[np.searchsorted(sorted_starts, first - longest, "right"):
+                                   np.searchsorted(sorted_starts, last, "left")])
+        reaching = candidates[(ends[candidates] > first) & (starts[candidates] < last)]  # in their order
         parts.append(_partition(starts[reaching], ends[reaching], rows[reaching], row_count, window_starts[chunk],
                                 window_ends[chunk]))
     return np.concatenate(parts)
@@ -290,7 +298,7 @@ def _levels_in(times: np.ndarray, level: np.ndarray, integral: np.ndarray, windo
 
 
 @dataclass
-class _Windows:
+class CallWindows:
     """The measured calls' windows (call_windows) and which queue spans are theirs."""
 
     starts: np.ndarray
@@ -300,14 +308,14 @@ class _Windows:
     measured: Union[slice, np.ndarray]
 
 
-def measured_windows(spans: np.ndarray, calls: int) -> Optional[_Windows]:
+def measured_windows(spans: np.ndarray, calls: int) -> Optional[CallWindows]:
     """The windows of the measured calls; None unless every call has a span."""
     call = spans["call"]
     mask = (call >= 0) & (call < calls)
     measured = slice(None) if mask.all() else mask
     if not len(spans) or not mask.any() or not np.bincount(call[measured], minlength=calls).all():
         return None
-    return _Windows(*call_windows(spans["start_ns"][measured], spans["end_ns"][measured], call[measured], calls),
+    return CallWindows(*call_windows(spans["start_ns"][measured], spans["end_ns"][measured], call[measured], calls),
                     measured)
 
 
@@ -317,22 +325,14 @@ def measured_call_starts(spans: np.ndarray, calls: int) -> Optional[np.ndarray]:
     return None if windows is None else windows.starts
 
 
-DispatchUnion = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (window starts, ends) -> dispatch union in each
-
-
-def call_time_and_memory(dispatch_union: DispatchUnion, spans: np.ndarray, memory: np.ndarray,
-                         calls: int, allocations: Optional[np.ndarray] = None) -> tuple[Optional[CallTime],
+def call_time_and_memory(windows: Optional[CallWindows], dispatch_union: Optional[np.ndarray], spans: np.ndarray,
+                         memory: np.ndarray, allocations: Optional[np.ndarray] = None) -> tuple[Optional[CallTime],
                                                                                      Optional[DeviceMemory]]:
-    """``call_time`` and ``device_memory`` of the same calls, finding their windows once. ``dispatch_union``:
-    the union of the dispatch intervals inside each of the calls' windows (`dispatch_union_of` the events);
-    ``allocations``: the queue allocations where they are kept apart from ``memory`` (`Profile.allocations`)."""
-    windows = measured_windows(spans, calls)
+    """``call_time`` and ``device_memory`` of the measured calls, over their ``windows`` (`measured_windows`, found
+    once by the caller). ``dispatch_union``: the union of the dispatch intervals inside each window
+    (`union_by_window`, summed as the events are read); ``allocations``: the queue allocations where they are kept
+    apart from ``memory`` (`Profile.allocations`)."""
     return _call_time(dispatch_union, spans, windows), _device_memory(memory, windows, allocations)
-
-
-def dispatch_union_of(starts: np.ndarray, ends: np.ndarray) -> DispatchUnion:
-    """The ``dispatch_union`` of dispatch intervals held in memory (`union_by_window`)."""
-    return lambda window_starts, window_ends: union_by_window(starts, ends, window_starts, window_ends)
 
 
 def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.ndarray, calls: int) -> Optional[CallTime]:
@@ -341,7 +341,9 @@ def call_time(dispatch_starts: np.ndarray, dispatch_ends: np.ndarray, spans: np.
     ``spans``: QUEUE_SPAN_DTYPE, command-buffer executions and other queue
     operations of all calls (warmup calls have negative call numbers).
     """
-    return _call_time(dispatch_union_of(dispatch_starts, dispatch_ends), spans, measured_windows(spans, calls))
+    windows = measured_windows(spans, calls)
+    union = None if windows is None else union_by_window(dispatch_starts, dispatch_ends, windows.starts, windows.ends)
+    return _call_time(union, spans, windows)
 
 
 def device_memory(memory: np.ndarray, spans: np.ndarray, calls: int) -> Optional[DeviceMemory]:
@@ -349,13 +351,12 @@ def device_memory(memory: np.ndarray, spans: np.ndarray, calls: int) -> Optional
     return _device_memory(memory, measured_windows(spans, calls))
 
 
-def _call_time(dispatch_union: DispatchUnion, spans: np.ndarray, windows: Optional[_Windows]) -> Optional[CallTime]:
+def _call_time(dispatch: Optional[np.ndarray], spans: np.ndarray, windows: Optional[CallWindows]) -> Optional[CallTime]:
     if windows is None:
         return None
     window_starts, window_ends, measured = windows.starts, windows.ends, windows.measured
     rows = ROW_OF_EVENT_TYPE[spans["type"]]
     parts = partition_time(spans["start_ns"], spans["end_ns"], rows, len(QUEUE_ROWS), window_starts, window_ends)
-    dispatch = dispatch_union(window_starts, window_ends)
     per_call = window_ends - window_starts
     p50, p95 = np.percentile(per_call, [50, 95])
     types = spans["type"][measured]
@@ -376,7 +377,7 @@ def _call_time(dispatch_union: DispatchUnion, spans: np.ndarray, windows: Option
     )
 
 
-def _device_memory(memory: np.ndarray, windows: Optional[_Windows],
+def _device_memory(memory: np.ndarray, windows: Optional[CallWindows],
                    allocations: Optional[np.ndarray] = None) -> Optional[DeviceMemory]:
     with_stats = (memory["flags"] & MEMORY_POOL_STATS) != 0
     if not with_stats.any() or windows is None:

@@ -54,23 +54,22 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.section_path import SectionPath
 from sectionmark.profiling.attribute import Attribution
-from sectionmark.profiling.event_fold import EventTotals, fold_events
-from sectionmark.profiling.queue_time import (CallTime, DeviceMemory, call_time_and_memory, measured_call_starts,
-                                              measured_windows)
+from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time_and_memory, measured_windows
 from sectionmark.profiling import display
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.section_time import (
     CompositionSums,
     EventSums,
+    EventTotals,
     call_starts,
+    fold_events,
     section_paths,
     section_rows,
     section_spans,
     section_traffic,
     weight_matrices,
 )
-from sectionmark.profiling.run_variation import RunVariation
-from sectionmark.profiling.stats import ProfilerCost, SectionStats, SiteStats, Traffic
+from sectionmark.profiling.stats import ProfilerCost, RunVariation, SectionStats, SiteStats, Traffic
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap, Share
 from sectionmark.serialization import json_field
 
@@ -177,7 +176,7 @@ class ProfileSession(ProfileOutputs):
     shown_run: Optional[int] = None
     total_runs: Optional[RunSpread] = None  # total busy ns per call in each run
     # A profile of one run: how much such figures moved between runs on this machine, as an earlier profile of
-    # several runs measured it (sectionmark.profiling.run_variation); None: none did, or several runs here.
+    # several runs measured it (`sectionmark.workflows.measure`); None: none did, or several runs here.
     run_variation: Optional[RunVariation] = None
     # Section name -> the colour its code gave it (the map's `SectionMap.colors`); every view colours sections
     # with `sectionmark.section_map.section_colors` over these and the rows' order. Empty in older JSON.
@@ -191,8 +190,7 @@ class ProfileSession(ProfileOutputs):
         """The session of the events ``attribution`` holds, which it keeps (a replay's function: its views draw
         them). ``workers``: local-task's worker count during the run, for utilization (None: unknown);
         ``device``: the IREE device the run measured, named in the outputs (None: unknown)."""
-        windows = measured_windows(attribution.queue_spans, attribution.calls)
-        totals = fold_events(attribution, None if windows is None else (windows.starts, windows.ends))
+        totals = fold_events(attribution, measured_windows(attribution.queue_spans, attribution.calls))
         return cls.from_totals(attribution, totals, section_map, function, workers, device, events=attribution)
 
     @classmethod
@@ -216,7 +214,7 @@ class ProfileSession(ProfileOutputs):
                             workers)
         # A call's first dispatch is the first of its compositions' first dispatches.
         starts_of_calls = call_starts(sums.first_start.min(axis=1, initial=np.iinfo(np.int64).max),
-                                      measured_call_starts(attribution.queue_spans, attribution.calls))
+                                      None if totals.call_windows is None else totals.call_windows.starts)
         for row, start, end in zip(rows, *section_spans(sums.first_start, sums.last_end, starts_of_calls,
                                                         weights.member)):
             row.start_ns, row.end_ns = start, end
@@ -234,8 +232,8 @@ class ProfileSession(ProfileOutputs):
                 f"internal error: sections cover {covered_busy:.0f} ns of {total_busy:.0f} ns busy "
                 f"and {covered_wall:.0f} ns of {total_wall} ns wall dispatch time"
             )
-        timing, memory = call_time_and_memory(totals.dispatch_union, attribution.queue_spans, attribution.memory,
-                                              attribution.calls, attribution.allocations)
+        timing, memory = call_time_and_memory(totals.call_windows, totals.dispatch_union, attribution.queue_spans,
+                                              attribution.memory, attribution.allocations)
         sites = _sites(attribution, section_map, sums)
         for row, traffic, working_set in zip(rows, *section_traffic(sites, paths)):
             row.traffic, row.working_set_bytes = traffic, working_set

@@ -8,8 +8,9 @@ are computed is in `sectionmark.profiling.section_time` and the session's
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, ClassVar, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from sectionmark.profiling.runs import RunSpread, median_interval
 from sectionmark.section_path import UNMARKED, SectionPath, format_path
 from sectionmark.section_map import Binding
 from sectionmark.serialization import json_field
+
+if TYPE_CHECKING:
+    from sectionmark.profiling.session import ProfileSession
 
 
 @dataclass
@@ -238,3 +242,40 @@ class SiteStats:
     flops: Optional[float] = None  # estimated FLOPs per execution (from the section map)
     rule: Optional[str] = None  # how the map weighed its sections: "cost", "op-count" or "root"; None: not in the map
 
+
+@dataclass
+class RunVariation:
+    """What an earlier profile of several runs measured on this machine: coefficients of variation (sample
+    standard deviation / mean) across its runs, of the total busy time per call and of each section's."""
+
+    runs: int  # K, the runs it had
+    total_cv: float
+    median_section_cv: float
+    worst_section_cv: float
+    device: str
+    workers: Optional[int]  # local-task's workers; None: another device
+    module: Optional[str]  # the module's file name; None: compiled in that process
+    measured_at: str  # UTC, ISO 8601 to the second
+
+    @classmethod
+    def of(cls, session: "ProfileSession") -> Optional["RunVariation"]:
+        """The variation a profile of several runs measured; None for one run (or an unknown device)."""
+        if session.total_runs is None or session.device is None:
+            return None
+        section_cvs = [row.runs.coefficient_of_variation for row in session.sections
+                       if row.runs is not None and row.path and row.busy_ns > 0]
+        if not section_cvs:
+            return None
+        return cls(runs=session.runs, total_cv=session.total_runs.coefficient_of_variation,
+                   median_section_cv=float(np.median(section_cvs)), worst_section_cv=float(max(section_cvs)),
+                   device=session.device, workers=session.workers, module=session.module,
+                   measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+    @property
+    def key(self) -> str:
+        return self.key_for(self.device, self.workers)
+
+    @staticmethod
+    def key_for(device: str, workers: Optional[int]) -> str:
+        """The machine's variations are kept per device and local-task worker count."""
+        return f"{device} workers={workers}" if workers is not None else device

@@ -136,12 +136,15 @@ def records_at(data: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.nda
 
     Records of a bundle sit at any byte alignment, so ``data`` is viewed as one
     record starting at every byte (stride 1) and indexed once: no per-chunk
-    Python work and no intermediate copy of the chunks.
+    Python work and no intermediate copy of the chunks. A record with fields is
+    gathered as its raw bytes and then viewed with its fields: one copy of each
+    record, where numpy would copy it field by field (four times slower).
     """
     if not len(offsets):
         return np.zeros(0, dtype)
-    every_byte = np.ndarray((len(data) - dtype.itemsize + 1,), dtype, buffer=data, strides=(1,))
-    return every_byte[offsets]
+    raw = np.dtype((np.void, dtype.itemsize)) if dtype.names else dtype
+    every_byte = np.ndarray((len(data) - dtype.itemsize + 1,), raw, buffer=data, strides=(1,))
+    return every_byte[offsets].view(dtype) if dtype.names else every_byte[offsets]
 
 
 class RecordPositions:

@@ -316,8 +316,14 @@ def checked_profile(
 def sorted_by(table: np.ndarray, first: str, second: Optional[str] = None) -> np.ndarray:
     """``table`` stably sorted by its ``first`` field, then ``second``; itself when it is in that order already
     (profiles nearly always are: no copy)."""
+    order = sort_order(table, first, second)
+    return table if order is None else table[order]
+
+
+def sort_order(table: np.ndarray, first: str, second: Optional[str] = None) -> Optional[np.ndarray]:
+    """The rows of ``table`` in `sorted_by`'s order; None when they are in it already."""
     a = table[first]
     b = table[second] if second else np.zeros(len(table), np.int8)
     if len(table) < 2 or ((a[1:] > a[:-1]) | ((a[1:] == a[:-1]) & (b[1:] >= b[:-1]))).all():
-        return table
-    return table[np.lexsort((b, a))]
+        return None
+    return np.lexsort((b, a))

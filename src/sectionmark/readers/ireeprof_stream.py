@@ -31,7 +31,7 @@ from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, d
 from sectionmark.readers.bundle_records import (HOST_EVENT, MEMORY_EVENT, RecordPositions, UnsupportedLayout,
                                                 records_at, release_pages)
 from sectionmark.readers.checks import (by_submission_and_start, check_links, check_times, check_unique, corrupt,
-                                        exports_by_executable, recorded_commands, sorted_by)
+                                        exports_by_executable, recorded_commands, sort_order, sorted_by)
 from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, EVENT_DISPATCH, EVENT_EXECUTE,
                                              MAX_TIMESTAMP_NS, MEMORY_DTYPE, MEMORY_POOL_STATS, QUEUE_ALLOCA,
                                              QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, native)
@@ -52,6 +52,8 @@ class DispatchStream:
         self._memory = np.zeros(0, MEMORY_DTYPE)  # read with the host events (`_MemoryLevels`)
         self._allocations = np.zeros(0, ALLOCATION_DTYPE)
         self._layout: Optional[Profile] = None
+        # Per queue operation in file order: its row of the layout's (sorted) queue operations; None: the same.
+        self._queue_op_rows: Optional[np.ndarray] = None
 
     @property
     def path(self) -> Path:
@@ -63,7 +65,7 @@ class DispatchStream:
         submits one or a few; each window's pages are given back after it)."""
         if self._layout is None:
             bundle = self._bundle
-            submissions, queue_ops = _executions_and_operations(bundle)
+            submissions, queue_ops, self._queue_op_rows = _executions_and_operations(bundle)
             self._layout = Profile(np.zeros(0, DISPATCH_DTYPE), submissions, bundle.keys, self.command_buffers,
                                    exports_by_executable(bundle.functions), queue_ops, np.zeros(0, MEMORY_DTYPE),
                                    allocations=np.zeros(0, ALLOCATION_DTYPE), provenance=Provenance("bundle"))
@@ -81,9 +83,10 @@ class DispatchStream:
         bundle, layout = self._bundle, self.layout()
         positions = bundle.host_event_positions()
         total = len(positions)
-        # Untouched rows of np.empty cost no memory: these grow only by the executions and queue operations read.
-        submissions, queue_ops = np.empty(total, SUBMISSION_DTYPE), np.empty(total, QUEUE_OP_DTYPE)
-        done_submissions = done_queue_ops = 0
+        # A window's executions and queue operations, checked against the layout's as they are read (not kept).
+        window_size = min(total, HOST_EVENTS_WINDOW)
+        submissions, queue_ops = np.empty(window_size, SUBMISSION_DTYPE), np.empty(window_size, QUEUE_OP_DTYPE)
+        done_queue_ops = 0
         pending = np.zeros(0, DISPATCH_DTYPE)
         layout_ids = layout.submissions["submission"]
         # Per submission of the layout: its execution read (executed_before: in an earlier window; executed_ranks:
@@ -103,12 +106,12 @@ class DispatchStream:
             memory.take(data, covered)
             offsets, covered = window - covered, end
             (added, new_submissions, new_queue_ops), firsts = _split(
-                bundle, data, offsets, [rows[len(pending):], submissions[done_submissions:], queue_ops[done_queue_ops:]])
+                bundle, data, offsets, [rows[len(pending):], submissions, queue_ops])
             if max(firsts) >= 0:
                 raise_host_event_error(self.path, records_at(data, offsets[[first for first in firsts
                                                                             if first >= 0]], HOST_EVENT), firsts)
-            executed = submissions[done_submissions : done_submissions + new_submissions]
-            done_submissions += new_submissions
+            self._check_unchanged(queue_ops[:new_queue_ops], done_queue_ops)
+            executed = submissions[:new_submissions]
             done_queue_ops += new_queue_ops
             ids = executed["submission"]
             dispatches = rows[: len(pending) + added]
@@ -118,20 +121,28 @@ class DispatchStream:
             # IREE writes a submission's execution when it ends: several in flight may end out of order.
             executed = executed if (ids[1:] > ids[:-1]).all() else sorted_by(executed, "submission")
             ran = np.searchsorted(layout_ids, executed["submission"])
-            if (ran >= len(layout_ids)).any() or executed_ranks[ran].any() or (ran[1:] == ran[:-1]).any():
+            if ((ran >= len(layout_ids)).any() or executed_ranks[ran].any() or (ran[1:] == ran[:-1]).any()
+                    or not np.array_equal(layout.submissions[ran], executed)):
                 raise SectionmarkError(f"{self.path}: the profile changed while it was read")
             executed_ranks[ran] = True
-            rank = np.minimum(np.searchsorted(layout_ids, dispatches["submission"]), len(layout_ids) - 1)
-            known = layout_ids[rank] == dispatches["submission"]
+            # Each run of dispatches of one submission (IREE writes them together) looked up once, not each event.
+            dispatch_ids = dispatches["submission"]
+            heads = np.flatnonzero(np.concatenate([[len(dispatch_ids) > 0], dispatch_ids[1:] != dispatch_ids[:-1]]))
+            head_ids = dispatch_ids[heads]
+            rank = np.minimum(np.searchsorted(layout_ids, head_ids), len(layout_ids) - 1)
+            known = layout_ids[rank] == head_ids
             before = known & executed_before[rank]
             if before.any():
-                raise corrupt(self.path, f"a dispatch of submission {int(dispatches['submission'][before][0])} is "
+                raise corrupt(self.path, f"a dispatch of submission {int(head_ids[before][0])} is "
                               "recorded after its execution")
             done = known & executed_ranks[rank]
             executed_before[ran] = True
-            if done.all():
-                complete, pending = dispatches, np.zeros(0, DISPATCH_DTYPE)
+            waiting = int(np.argmin(done)) if not done.all() else len(done)  # the first run whose execution is not read
+            if not done[waiting:].any():  # the usual case: only the last runs wait (slices, not copies)
+                split = int(heads[waiting]) if waiting < len(heads) else len(dispatches)
+                complete, pending = dispatches[:split], dispatches[split:].copy()
             else:
+                done = np.repeat(done, np.diff(heads, append=len(dispatch_ids)))
                 complete, pending = dispatches[done], dispatches[~done]
             # The rows are a view of the reused buffer: valid until the next window is read.
             yield self._checked(complete, executed), executed
@@ -141,12 +152,21 @@ class DispatchStream:
         bundle.close()
         self._file.close()
         self._buffer = np.empty(0, np.uint8)
-        submissions, queue_ops = submissions[:done_submissions], queue_ops[:done_queue_ops]
-        check_times(self.path, pending, submissions, queue_ops, self._memory, host_events_plausible=True)
+        # Every execution and queue operation read again was the layout's (checked window by window): the
+        # layout's tables are those the windows read, sorted.
+        check_times(self.path, pending, layout.submissions, layout.queue_ops, self._memory, host_events_plausible=True)
         if len(pending):
             raise corrupt(self.path, "profile has dispatches outside any queue submission (incomplete profile?)")
-        if not (np.array_equal(sorted_by(submissions, "submission"), layout.submissions)
-                and np.array_equal(sorted_by(queue_ops, "start_ns", "submission"), layout.queue_ops)):
+        if not executed_ranks.all() or done_queue_ops != len(layout.queue_ops):
+            raise SectionmarkError(f"{self.path}: the profile changed while it was read")
+
+    def _check_unchanged(self, queue_ops: np.ndarray, done: int) -> None:
+        """The queue operations ``queue_ops``, read after ``done`` others, are the layout's (the file did not
+        change between the passes)."""
+        expected = self.layout().queue_ops
+        rows = (slice(done, done + len(queue_ops)) if self._queue_op_rows is None
+                else self._queue_op_rows[done : done + len(queue_ops)])
+        if done + len(queue_ops) > len(expected) or not np.array_equal(expected[rows], queue_ops):
             raise SectionmarkError(f"{self.path}: the profile changed while it was read")
 
     def _read(self, start: int, end: int) -> np.ndarray:
@@ -171,10 +191,11 @@ class DispatchStream:
 _U32 = np.dtype("<u4")  # a record's length (its first field) or type (4 bytes in)
 
 
-def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarray]:
+def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
     """The bundle's command-buffer executions (SUBMISSION_DTYPE, by submission) and other queue operations
-    (QUEUE_OP_DTYPE, by start): each window of the mapped file's host events searched for the records that are
-    not dispatches (in C when built), then those few copied. Every host event's (stream, event id) is unique, as
+    (QUEUE_OP_DTYPE, by start), and each queue operation's row among them in file order (None: the same): each
+    window of the mapped file's host events searched for the records that are not dispatches (in C when built),
+    then those few copied. Every host event's (stream, event id) is unique, as
     the whole read checks it: IREE writes them increasing, which this pass confirms from the same cache lines; a
     file where they are not is checked whole. A record of another length is a layout this reader does not know
     (`UnsupportedLayout`, before any window). A record failing another check is left to `windows`, which names
@@ -211,7 +232,13 @@ def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarr
         check_unique(bundle.path, "a host execution event", identities["stream"], identities["event_id"])
     submissions = np.concatenate(executions) if executions else np.zeros(0, SUBMISSION_DTYPE)
     queue_ops = np.concatenate(operations) if operations else np.zeros(0, QUEUE_OP_DTYPE)
-    return sorted_by(submissions, "submission"), sorted_by(queue_ops, "start_ns", "submission")
+    order = sort_order(queue_ops, "start_ns", "submission")
+    rows = None
+    if order is not None:
+        rows = np.empty(len(order), np.int32 if len(order) < 1 << 31 else np.int64)  # 4 bytes per operation
+        rows[order] = np.arange(len(order))
+        queue_ops = queue_ops[order]
+    return sorted_by(submissions, "submission"), queue_ops, rows
 
 
 _IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])
@@ -298,9 +325,8 @@ class _MemoryLevels:
         if times[-1] >= MAX_TIMESTAMP_NS or times.min() < 0:
             raise corrupt(self._path, "a memory event's time is implausible")
         self._last_event, self._last_time = (int(devices[-1]), int(event_ids[-1])), int(times[-1])
-        for table, chosen in ((self._levels_kept, rows[_level_changes(rows, self._levels)]),
-                              (self._allocations, rows[["time_ns", "length"]][rows["type"] == QUEUE_ALLOCA])):
-            table.append(chosen)
+        self._levels_kept.append(rows[_level_changes(rows, self._levels)])
+        self._allocations.append_fields(rows, rows["type"] == QUEUE_ALLOCA)
 
     def kept(self) -> tuple[np.ndarray, np.ndarray]:
         """(the memory events kept, the queue allocations)."""
@@ -318,6 +344,15 @@ class _Rows:
     def append(self, rows: np.ndarray) -> None:
         self._table[self._count : self._count + len(rows)] = rows
         self._count += len(rows)
+
+    def append_fields(self, rows: np.ndarray, chosen: np.ndarray) -> None:
+        """The fields of the table's dtype of the ``chosen`` rows (a mask) of ``rows``: gathered field by field,
+        not as a view of a few fields of whole rows (which copies slowly)."""
+        count = int(np.count_nonzero(chosen))
+        added = self._table[self._count : self._count + count]
+        for name in self._table.dtype.names:
+            added[name] = rows[name][chosen]
+        self._count += count
 
     def rows(self) -> np.ndarray:
         return self._table[: self._count]

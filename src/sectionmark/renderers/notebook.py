@@ -27,7 +27,7 @@ from sectionmark.renderers.compare import build_table
 from sectionmark.renderers.html import render_replay, rich_table_html
 from sectionmark.renderers.table import format_ns
 from sectionmark.profiling.compare import FASTER, SLOWER, Comparison
-from sectionmark.profiling.profile_run import ProfileRun
+from sectionmark.profiling.read import ProfileRun
 from sectionmark.profiling.roofline import Peak
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_path import format_path

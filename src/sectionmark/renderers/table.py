@@ -37,10 +37,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sectionmark.profiling.run_variation import RunVariation
 from sectionmark.profiling.runs import RunSpread
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.profiling.stats import ProfilerCost, SectionStats, Traffic
+from sectionmark.profiling.stats import ProfilerCost, RunVariation, SectionStats, Traffic
 from sectionmark.section_path import UNMARKED, format_path, printable
 
 SHARED_MARK = "*"
@@ -283,7 +282,7 @@ def run_lines(session: ProfileSession) -> list[str]:
 
 def one_run_line(variation: Optional[RunVariation]) -> str:
     """How much a one-run profile's figures move between runs: as an earlier --runs profile measured it on this
-    machine (`sectionmark.profiling.run_variation`), or said not to be measured."""
+    machine (`sectionmark.workflows.measure`), or said not to be measured."""
     if variation is None:
         return ("run-to-run variation not measured (one run, and no --runs profile on this machine, device and "
                 "workers yet): --runs 5 (runs=5) shows how much these figures move between runs, and later one-run "

@@ -19,7 +19,7 @@ from sectionmark.errors import SectionmarkError, wrong_type
 from sectionmark.profiling.compare import CONFIDENCE, RESAMPLES, SEED, Comparison, checked_times, compare_sessions
 from sectionmark.profiling.device_compare import DeviceComparison, compare_devices
 from sectionmark.profiling.devices import DeviceProfile, DeviceSession, device_sections
-from sectionmark.profiling.profile_run import ProfileRun
+from sectionmark.profiling.read import ProfileRun
 from sectionmark.profiling.section_time import MAX_SAMPLES, call_samples
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_path import format_path

@@ -11,34 +11,40 @@ view that draws every event reads them from.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union, overload
 
 from sectionmark.artifacts import module_file, module_file_and_map, read_section_map
+from sectionmark import serialization
+from sectionmark.artifacts.files import read_regular
 from sectionmark.artifacts.scratch import PREFIX, owned_folder, scratch_folder
 from sectionmark.errors import SectionmarkError, SectionmarkTypeError
-from sectionmark.outputs import check_output_path, copy_output
+from sectionmark.outputs import check_output_path, copy_output, write_atomic
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import public_function
 from sectionmark.profiling.device_run import DeviceRun
 from sectionmark.profiling.devices import DeviceProfile, read_device_profile
-from sectionmark.profiling.profile_run import ProfileRun, ReadArguments
-from sectionmark.profiling.read import read_session
-from sectionmark.profiling.run_variation import note_run_variation
+from sectionmark.profiling.read import ProfileRun, ReadArguments, read_session
 from sectionmark.profiling.runs import combine_runs
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.profiling.stats import RunVariation
 from sectionmark.readers.sources import open_device_sources, open_source
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 from sectionmark.workflows.runner import DEFAULT_TIMEOUT_S, device_driver, local_task_workers, run_profile
 
 if TYPE_CHECKING:  # for type checkers only: the compiler is a later import, never needed to profile a file
-    import os
-
     from sectionmark.compiler.pipeline import CompiledProgram
 
 __all__ = ["profile", "report"]
 
 PROFILE_FOLDER_PREFIX = PREFIX + "profile-"  # a run's kept profile (`ProfileRun.scratch`)
+RUN_VARIATION_CACHE_VERSION = 1
+_RUN_VARIATION_CACHE_LIMIT = 1 << 20  # bytes: a few entries per device and worker count, far under this
 
 
 @overload
@@ -258,3 +264,77 @@ def _check_function(function: str, section_map: SectionMap) -> None:
         raise SectionmarkError(f"the section map has no function {function!r} (it has: {', '.join(sorted(known))})")
 
 
+# ---------------------------------------------------------------------------- the machine's run-to-run variation
+# How much one run's figures move between runs on this machine, measured by an earlier ``--runs K`` profile.
+#
+# A profile of one run cannot say how much its figures would move if the tool ran again: that takes several
+# runs (`sectionmark.profiling.runs`), and profiling every time K-fold is too slow for a default. So every
+# profile of K >= 2 runs leaves what it measured in the user's cache, per host, device and worker count: the
+# coefficient of variation (CV) across its runs of the total busy time per call, the median and the worst of
+# the sections' CVs, K, the module and when. A profile of one run on the same host, device and workers then
+# says, under its table, how much such figures moved there (`RunVariation`, the session's
+# ``run_variation``), naming the profile that measured it; with none cached it says that the variation was not
+# measured, and how to measure it. Measured, never assumed: nothing is shown that no run on this machine
+# measured.
+#
+# The cache (``$XDG_CACHE_HOME`` or ``~/.cache``, ``sectionmark/run-variation-HOST.json``) is an input like any
+# other: read bounded and without blocking, checked as strictly as the profile JSON; one that cannot be read or
+# does not check is ignored (and replaced by the next ``--runs`` profile); a cache that cannot be written costs
+# the profile nothing.
+
+
+def cache_path() -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"run-variation-{socket.gethostname()}")
+    return root / "sectionmark" / f"{name}.json"
+
+
+def _read_cache() -> dict[str, RunVariation]:
+    """The cached variations by device and workers; {} when there is no cache or it does not check."""
+    try:
+        data = json.loads(read_regular(cache_path(), "run-variation cache", _RUN_VARIATION_CACHE_LIMIT))
+        serialization.check_version(data, RUN_VARIATION_CACHE_VERSION, "run-variation cache", "it is measured again")
+        entries = data.get("entries")
+        if not isinstance(entries, list):
+            return {}
+        found = {}
+        for index, entry in enumerate(entries):
+            variation = serialization.from_json(RunVariation, entry, f"entries[{index}]")
+            if variation.runs >= 2 and all(value >= 0 for value in (variation.total_cv, variation.median_section_cv,
+                                                                     variation.worst_section_cv)):
+                found[variation.key] = variation
+        return found
+    except (SectionmarkError, ValueError, RecursionError, OSError):
+        return {}
+
+
+def remember(session: ProfileSession) -> None:
+    """Store what a profile of several runs measured (replacing the entry of its device and workers). A cache
+    that cannot be written is left as it is: the profile does not depend on it."""
+    variation = RunVariation.of(session)
+    if variation is None:
+        return
+    entries = _read_cache()
+    entries[variation.key] = variation
+    document = {"version": RUN_VARIATION_CACHE_VERSION, "entries": [serialization.to_json(entry) for entry in entries.values()]}
+    try:
+        cache_path().parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(cache_path(), json.dumps(document, indent=1) + "\n")
+    except (SectionmarkError, OSError):
+        pass
+
+
+def recall(session: ProfileSession) -> Optional[RunVariation]:
+    """What an earlier profile of several runs measured on this host for the device and workers of ``session``
+    (a profile of one run); None when none did."""
+    if session.device is None or session.total_runs is not None:
+        return None
+    return _read_cache().get(RunVariation.key_for(session.device, session.workers))
+
+
+def note_run_variation(session: ProfileSession) -> None:
+    """After a profile: store its variation (several runs), or attach the one measured earlier (one run)."""
+    if session.total_runs is not None:
+        remember(session)
+    else:
+        session.run_variation = recall(session)
