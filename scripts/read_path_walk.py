@@ -62,8 +62,11 @@ class Walk:
             self.follow(argument)
 
     def follow(self, value: Any) -> None:
-        """Carry ``value`` and what it is made of one level down: its attributes, or its items."""
-        members = list(value) if isinstance(value, (tuple, list)) else list(getattr(value, "__dict__", {}).values())
+        """Carry ``value`` and what it is made of one level down: its attributes, or its items (a dict's values)."""
+        if isinstance(value, (tuple, list)):
+            members = list(value)
+        else:
+            members = list((value if isinstance(value, dict) else getattr(value, "__dict__", {})).values())
         for item in [value, *members]:
             if isinstance(item, Path):
                 self.paths.add(str(item))
