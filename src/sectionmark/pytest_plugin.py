@@ -14,7 +14,8 @@ section's time per call of each run in the history store under this
 session's run (id, git commit, machine, date; `sectionmark.workflows.history`).
 With ``--sectionmark-compare [RUN]`` or a ``--sectionmark-fail SECTION:PCT%``
 gate, each section is judged against the history (the last runs on this
-machine, or run RUN alone) by `regression_verdict`; a gated section judged
+machine, or run RUN alone) by `regression_verdicts`, each run's whole-run
+factor taken out (what load does to a run); a gated section judged
 slower by more than PCT fails the test with one line naming it. The workers
 of one session (pytest-xdist) record under its run id, handed to each when it
 starts; ``SECTIONMARK_RUN_ID`` names the run instead (several CI jobs of one
@@ -30,7 +31,7 @@ from typing import Any, Optional
 import pytest
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.regression import SLOWER, Gate, RegressionVerdict, parse_gate, regression_verdict
+from sectionmark.profiling.regression import SLOWER, Gate, RegressionVerdict, parse_gate, regression_verdicts
 from sectionmark.renderers.table import format_ns
 from sectionmark.section_path import decode_path, format_path
 from sectionmark.workflows.history import DEFAULT_STORE, HistoryStore, Run, new_run_id, section_values, this_run
@@ -138,10 +139,11 @@ class SectionProfiler:
                 store.record(settings.run, test, session)
                 if settings.compare is None:
                     return session
-                verdicts = {section: regression_verdict(store.history(test, section, settings.run, only), values,
-                                                        min((gate.threshold_percent for gate in settings.gates
-                                                             if gate.applies_to(_path(section))), default=0.0))
-                            for section, (values, _calls) in section_values(session).items()}
+                new = {section: values for section, (values, _calls) in section_values(session).items()}
+                verdicts = regression_verdicts(
+                    {section: store.history(test, section, settings.run, only) for section in new}, new,
+                    {section: min((gate.threshold_percent for gate in settings.gates
+                                   if gate.applies_to(_path(section))), default=0.0) for section in new})
         except SectionmarkError as error:
             pytest.fail(f"sectionmark: {error}", pytrace=False)
         settings.lines += [f"{test}: {_describe(section, verdict)}" for section, verdict in verdicts.items()
@@ -168,5 +170,7 @@ def _describe(section: str, verdict: RegressionVerdict) -> str:
     if verdict.history is None:
         return f"{name}: no history"
     change = f" {verdict.ratio:.2f}x" if verdict.ratio is not None else ""
+    how = ("at the history's whole-run speed" if verdict.scaled
+           else f"no whole-run scale: judged beyond {verdict.bound:g}%")
     return (f"{name}{change} {verdict.verdict} (runs {format_ns(verdict.new[0])}-{format_ns(verdict.new[1])} vs "
-            f"history {format_ns(verdict.history[0])}-{format_ns(verdict.history[1])} per call)")
+            f"history {format_ns(verdict.history[0])}-{format_ns(verdict.history[1])} per call, {how})")

@@ -91,14 +91,15 @@ def test_one_run_a_side_is_a_verdict_only_beyond_the_drift_between_runs():
     assert [(row.low, row.high) for row in again.sections] == [(row.low, row.high) for row in comparison.sections]
 
 
-def rounds_of(means: dict[SectionPath, Sequence[float]], seed: int = 0) -> ProfileSession:
+def rounds_of(means: dict[SectionPath, Sequence[float]], seed: int = 0,
+              declared: Sequence[SectionPath] = ()) -> ProfileSession:
     """One session per round (each section's mean per call given per round, 1% noise between its 10 calls),
-    combined as `sm.compare` combines the rounds of one module."""
+    combined as `sm.compare` combines the rounds of one module (or as `--runs` combines runs)."""
     count = len(next(iter(means.values())))
     return combine_runs([per_call_session({path: noisy(values[round_index], calls=10, spread=0.01,
                                                        seed=seed + 7 * round_index + index)
                                            if values[round_index] else np.zeros(10)  # ran, in no measurable time
-                                           for index, (path, values) in enumerate(means.items())})
+                                           for index, (path, values) in enumerate(means.items())}, declared)
                          for round_index in range(count)])
 
 
@@ -114,19 +115,68 @@ def test_paired_rounds_cancel_a_drift_that_hits_both_modules():
     assert paired[B].verdict == SLOWER and 1.95 < paired[B].low < paired[B].ratio < paired[B].high < 2.05
     assert paired[A].coverage == pytest.approx(1 - 2 * 11 / 1024)  # 2nd lowest to 2nd highest of 10
     assert paired[A].a_ns == pytest.approx(np.median(a.section(A).runs.values_ns))
-    # the same runs unpaired: the drift is in the interval
-    unpaired = {row.path: row for row in compare_sessions(a, b).sections}
-    assert unpaired[A].basis == RUNS and unpaired[A].low < 0.85 and unpaired[A].high > 1.15
-    assert unpaired[A].verdict == NO_CHANGE and (unpaired[A].bound, paired[A].bound) == (RUNS_MIN_CHANGE, MIN_CHANGE)
+    # the same runs unpaired: the drift is in the interval; two leaf sections give no whole-run scale, so only a
+    # change beyond the drift bound would be a verdict
+    unpaired = compare_sessions(a, b)
+    rows = {row.path: row for row in unpaired.sections}
+    assert rows[A].basis == RUNS and rows[A].low < 0.85 and rows[A].high > 1.15
+    assert rows[A].verdict == rows[B].verdict == WITHIN_DRIFT
+    assert (rows[A].bound, paired[A].bound) == (DRIFT_BOUND, MIN_CHANGE)
+    assert unpaired.whole_run is None and unpaired.note.startswith("fewer than 3 leaf sections")
+
+
+FOUR = {("P", "X"): 10_000, ("P", "Y"): 20_000, ("Q",): 15_000, ("R",): 5_000}  # four leaves, P their parent
+NESTED = [("P",), *FOUR]
+
+
+def runs_of(drift: Sequence[float], changed: Optional[dict[SectionPath, float]] = None,
+            seed: int = 0) -> ProfileSession:
+    """A profile of ``len(drift)`` runs of the four leaves, every section of run i slowed by ``drift[i]`` (what
+    load does to a whole run), the leaves in ``changed`` that many times their work."""
+    return rounds_of({path: np.asarray(drift) * ns * (changed or {}).get(path, 1.0) for path, ns in FOUR.items()},
+                     seed=seed, declared=NESTED)
 
 
 def test_profiles_taken_apart_need_a_larger_change_over_their_runs():
-    """Two profiles 20% apart with steady runs: beyond the rounds' 10%, not the 25% two profiles can drift apart by
-    as wholes; a minimum change given applies to both."""
-    a, b = rounds_of({A: np.full(5, 10_000.0)}), rounds_of({A: np.full(5, 12_000.0)}, seed=9)
-    assert [compare_sessions(a, b, paired=paired).sections[0].verdict for paired in (True, False)] == [
-        SLOWER, NO_CHANGE]
-    assert compare_sessions(a, b, min_change=15).sections[0].verdict == SLOWER
+    """Two profiles with X 20% slower, steady runs: beyond the rounds' 10%, not the 25% left of the drift between
+    profiles taken apart; a minimum change given applies to both."""
+    a, b = runs_of(np.ones(5)), runs_of(np.ones(5), {("P", "X"): 1.2}, seed=9)
+    verdicts = [{row.path: row.verdict for row in compare_sessions(a, b, paired=paired).sections}
+                for paired in (True, False)]
+    assert [verdict[("P", "X")] for verdict in verdicts] == [SLOWER, NO_CHANGE]
+    assert {row.path: row.verdict for row in compare_sessions(a, b, min_change=15).sections}[("P", "X")] == SLOWER
+
+
+def test_a_whole_run_slowed_by_load_is_taken_out_of_profiles_taken_apart():
+    """B's three runs ran 1.6-1.9x slower as wholes (every section alike: load): no section changed, and the note
+    says the whole run moved. One leaf doing 2x the work under the same load: it and its parent are slower, the
+    rest no change."""
+    a, loaded = runs_of([1.0, 1.05, 0.97]), [1.8, 1.6, 1.9]
+    same = compare_sessions(a, runs_of(loaded, seed=50))
+    assert {row.verdict for row in [*same.sections, *same.components] if row.ratio is not None} == {NO_CHANGE}
+    assert {row.basis for row in same.sections if row.ratio is not None} == {RUNS}
+    assert 1.6 < same.whole_run[0] < 1.9 and f"as wholes took {same.whole_run[0]:.2f}x" in same.note
+    assert same.sections[1].b_ns == pytest.approx(np.median(loaded) * 10_000, rel=0.02)  # the times as measured
+    changed = compare_sessions(a, runs_of(loaded, {("P", "Y"): 2.0}, seed=60))
+    verdicts = {row.name: row.verdict for row in changed.sections}
+    assert verdicts == {"P": SLOWER, "P / X": NO_CHANGE, "P / Y": SLOWER, "Q": NO_CHANGE, "R": NO_CHANGE,
+                        "(unmarked)": NO_DISPATCHES}
+    assert {row.name: row.verdict for row in changed.components}["Y"] == SLOWER
+    assert 1.95 < {row.name: row for row in changed.sections}["P / Y"].ratio < 2.05
+    # half the leaves doubled looks like a whole run doubled: the others look faster (what saved profiles cannot
+    # tell apart); the note says the whole run moved
+    most = compare_sessions(a, runs_of(np.ones(3), {("P", "Y"): 2.0, ("Q",): 2.0, ("R",): 2.0}, seed=70))
+    assert {row.name: row.verdict for row in most.sections}["P / X"] == FASTER and "as wholes" in most.note
+
+
+def test_a_profile_of_few_leaf_sections_has_no_scale():
+    """Two leaves: a whole-run drift of 1.8x is within the drift bound, never slower; 4x the work is slower."""
+    a = rounds_of({A: np.full(3, 10_000.0), B: np.full(3, 10_000.0)})
+    drifted = compare_sessions(a, rounds_of({A: np.full(3, 18_000.0), B: np.full(3, 18_000.0)}, seed=5))
+    assert {row.verdict for row in drifted.sections if row.ratio is not None} == {WITHIN_DRIFT}
+    assert drifted.slower_than(10) == [] and drifted.note.startswith("fewer than 3 leaf sections")
+    changed = compare_sessions(a, rounds_of({A: np.full(3, 10_000.0), B: np.full(3, 40_000.0)}, seed=6))
+    assert {row.path: row.verdict for row in changed.sections}[B] == SLOWER
 
 
 def test_one_disturbed_round_moves_neither_end_of_the_interval():

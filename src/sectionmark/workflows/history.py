@@ -35,7 +35,7 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.profiling.regression import NO_HISTORY, RegressionVerdict, regression_verdict
+from sectionmark.profiling.regression import NO_HISTORY, RegressionVerdict, regression_verdicts
 from sectionmark.profiling.runs import median_interval
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.section_path import encode_path
@@ -264,13 +264,22 @@ class HistoryPoint:
     changed: bool  # the verdict differs from the previous run's (the first run with a history never counts)
 
 
-def section_series(results: Sequence[SectionResult], threshold_percent: float) -> list[HistoryPoint]:
-    """The points of one section's ``results`` (oldest first), each judged against its own history."""
-    points: list[HistoryPoint] = []
+def test_series(results: Sequence[SectionResult], threshold_percent: float) -> dict[str, list[HistoryPoint]]:
+    """The points of each section of one test's ``results`` (oldest first): each run's sections judged together
+    against the runs before it, as the gate judged them (`regression_verdicts`)."""
+    by_section: dict[str, list[SectionResult]] = {}
     for result in results:
-        low, high, _coverage = median_interval(result.values_ns)
-        verdict = regression_verdict(history_values(results, result.run), result.values_ns, threshold_percent)
-        previous = points[-1].verdict.verdict if points else NO_HISTORY
-        changed = previous != NO_HISTORY and verdict.verdict != previous
-        points.append(HistoryPoint(result, float(np.median(result.values_ns)), low, high, verdict, changed))
+        by_section.setdefault(result.section, []).append(result)
+    points: dict[str, list[HistoryPoint]] = {section: [] for section in by_section}
+    for run in dict.fromkeys(result.run for result in results):
+        present = {section: result for section, rows in by_section.items() for result in rows if result.run == run}
+        verdicts = regression_verdicts({section: history_values(by_section[section], run) for section in present},
+                                       {section: result.values_ns for section, result in present.items()},
+                                       dict.fromkeys(present, threshold_percent))
+        for section, result in present.items():
+            low, high, _coverage = median_interval(result.values_ns)
+            previous = points[section][-1].verdict.verdict if points[section] else NO_HISTORY
+            changed = previous != NO_HISTORY and verdicts[section].verdict != previous
+            points[section].append(HistoryPoint(result, float(np.median(result.values_ns)), low, high,
+                                                verdicts[section], changed))
     return points
