@@ -156,6 +156,7 @@ def test_a_whole_run_slowed_by_load_is_taken_out_of_profiles_taken_apart():
     assert {row.verdict for row in [*same.sections, *same.components] if row.ratio is not None} == {NO_CHANGE}
     assert {row.basis for row in same.sections if row.ratio is not None} == {RUNS}
     assert 1.6 < same.whole_run[0] < 1.9 and f"as wholes took {same.whole_run[0]:.2f}x" in same.note
+    assert json.loads(render_json(same))["whole_run"] == pytest.approx(list(same.whole_run), rel=1e-6)
     assert same.sections[1].b_ns == pytest.approx(np.median(loaded) * 10_000, rel=0.02)  # the times as measured
     changed = compare_sessions(a, runs_of(loaded, {("P", "Y"): 2.0}, seed=60))
     verdicts = {row.name: row.verdict for row in changed.sections}
@@ -167,6 +168,25 @@ def test_a_whole_run_slowed_by_load_is_taken_out_of_profiles_taken_apart():
     # tell apart); the note says the whole run moved
     most = compare_sessions(a, runs_of(np.ones(3), {("P", "Y"): 2.0, ("Q",): 2.0, ("R",): 2.0}, seed=70))
     assert {row.name: row.verdict for row in most.sections}["P / X"] == FASTER and "as wholes" in most.note
+
+
+def test_rounds_take_out_a_drift_between_the_two_runs_of_a_round_and_keep_a_change_of_everything():
+    """Rounds where B's run ran up to 1.6x slower or faster than A's beside it (load changed within the round):
+    as measured, the parent P of a doubled leaf (1.67x) is not beyond 10% in the second lowest round; with each
+    run's whole-run factor taken out it is, and the unchanged rows stay no change. A module twice as slow in every
+    section (nothing for a scale to tell) is still slower, from the ratios as measured."""
+    within = np.array([1.0, 1.6, 0.6, 1.0, 1.5, 0.7, 1.3, 0.65, 1.0, 1.4])
+    a = runs_of(DRIFT)
+    changed = compare_sessions(a, runs_of(DRIFT * within, {("P", "Y"): 2.0}, seed=80), paired=True)
+    rows = {row.name: row for row in changed.sections}
+    assert {name: row.verdict for name, row in rows.items()} == {
+        "P": SLOWER, "P / X": NO_CHANGE, "P / Y": SLOWER, "Q": NO_CHANGE, "R": NO_CHANGE, "(unmarked)": NO_DISPATCHES}
+    assert rows["P"].scaled and rows["P"].basis == ROUNDS and 1.6 < rows["P"].low < rows["P"].high < 1.75
+    assert float(np.sort(within)[1] * 50 / 30) < 1 + MIN_CHANGE / 100  # as measured: no verdict for P
+    assert not rows["Q"].scaled and changed.whole_run is None  # no verdict either way: shown as measured
+    everything = compare_sessions(a, runs_of(DRIFT, dict.fromkeys(FOUR, 2.0), seed=90), paired=True)
+    assert {row.verdict for row in everything.sections if row.ratio is not None} == {SLOWER}
+    assert not any(row.scaled for row in everything.sections)
 
 
 def test_a_profile_of_few_leaf_sections_has_no_scale():
@@ -319,15 +339,16 @@ def test_outputs_table_csv_json():
     assert (mlp["basis"], mlp["a_runs"], float(mlp["coverage"])) == (ROUNDS, "10", pytest.approx(1 - 22 / 1024))
     assert float(mlp["bound"]) == MIN_CHANGE
     data = json.loads(render_json(comparison))
-    assert (data["version"], data["min_change"], data["drift_bound"], data["rounds"]) == (2, None, DRIFT_BOUND,
+    assert (data["version"], data["min_change"], data["drift_bound"], data["rounds"]) == (3, None, DRIFT_BOUND,
                                                                                           10)
+    assert (data["whole_run"], data["unscaled_runs"]) == (None, False)  # rounds: nothing to scale
     assert data["note"] is None and data["sections"][4]["name"] == "Block 1 / MLP"
     assert data["sections"][4]["verdict"] == SLOWER
     assert data["sections"][4]["change_percent"] == pytest.approx((comparison.sections[4].ratio - 1) * 100)
     assert {row["name"]: row["verdict"] for row in data["components"]}["MLP"] == SLOWER
     assert set(data["components"][0]) == {"name", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "coverage",
                                           "bound", "a_calls", "b_calls", "a_runs", "b_runs", "a_sections",
-                                          "b_sections", "change_percent", "basis"}
+                                          "b_sections", "change_percent", "basis", "scaled"}
     assert {row["bound"] for row in data["sections"] if row["ratio"]} == {MIN_CHANGE}
     single = compare_sessions(per_call_session({A: noisy(10_000)}), per_call_session({A: noisy(10_000, seed=3)}))
     assert json.loads(render_json(single))["note"] == single.note and f"note: {single.note[:40]}" in render_table(

@@ -69,7 +69,7 @@ from sectionmark.profiling.runs import median_interval
 from sectionmark.profiling.section_time import MAX_SAMPLES, call_samples
 from sectionmark.profiling.session import ProfileSession
 
-COMPARISON_JSON_VERSION = 2
+COMPARISON_JSON_VERSION = 3  # 3: whole_run and unscaled_runs (runs scaled by their whole-run factor)
 RESAMPLES = 2000
 RESAMPLE_BLOCK = 250  # resamples drawn at a time: at most 250 x MAX_SAMPLES indices in memory
 CONFIDENCE = 0.95
@@ -112,6 +112,7 @@ class Change:
     a_runs: int = 1  # runs (or rounds) compared
     b_runs: int = 1
     basis: str = CALLS  # "rounds" (paired), "runs" or "calls": what the interval is over
+    scaled: bool = False  # the interval is of run values divided by their runs' whole-run factors (`run_scale`)
 
     @property
     def change_percent(self) -> Optional[float]:
@@ -306,7 +307,7 @@ def compare_sessions(a: ProfileSession, b: ProfileSession, *, labels: Sequence[s
         if percent is not None and not 0 <= percent <= 1e6:
             raise SectionmarkError(f"the {name} must be a percentage from 0 to 1,000,000, got {percent}")
     figures = [_section_figures(label, session) for label, session in zip(labels, (a, b))]
-    scales = None if paired else _run_scales(*figures)
+    scales = _run_scales(*figures)
     judge = _Judge(min_change, drift_bound, resamples, confidence, np.random.default_rng(seed), paired, scales)
     sections = judge.rows(*figures, lambda path, verdict: SectionChange(path=path, verdict=verdict))
     component_figures = [_component_figures(session, rows) for session, rows in zip((a, b), figures)]
@@ -315,9 +316,9 @@ def compare_sessions(a: ProfileSession, b: ProfileSession, *, labels: Sequence[s
         b_sections=_size(component_figures[1], name)))
     return Comparison(a=labels[0], b=labels[1], resamples=resamples, confidence=confidence, seed=seed,
                       min_change=min_change, drift_bound=drift_bound, sections=sections, components=component_changes,
-                      whole_run=None if scales is None else shift_interval(*scales, confidence)[:3],
-                      unscaled_runs=any(row.basis == RUNS and row.verdict == WITHIN_DRIFT
-                                        for row in [*sections, *component_changes]))
+                      whole_run=None if scales is None or paired else shift_interval(*scales, confidence)[:3],
+                      unscaled_runs=scales is None and any(row.basis == RUNS
+                                                           for row in [*sections, *component_changes]))
 
 
 def _run_scales(rows_a: dict[SectionPath, _Figures],
@@ -386,9 +387,8 @@ class _Judge:
             change.coverage = self.confidence
         elif self.paired and len(row_a.runs) == len(row_b.runs):
             change.basis, change.bound = ROUNDS, MIN_CHANGE if self.min_change is None else self.min_change
-            ratios = paired_ratios(row_a.runs, row_b.runs)
-            change.ratio = float(np.median(ratios))
-            change.low, change.high, change.coverage = median_interval(ratios, self.confidence)
+            self.judge_rounds(change, row_a.runs, row_b.runs)
+            return
         elif self.scales is not None:
             change.basis, change.bound = RUNS, RUNS_MIN_CHANGE if self.min_change is None else self.min_change
             change.ratio, change.low, change.high, change.coverage = shift_interval(
@@ -397,10 +397,31 @@ class _Judge:
             change.basis, change.bound = RUNS, max(self.min_change or 0.0, self.drift_bound)
             change.ratio, change.low, change.high, change.coverage = shift_interval(row_a.runs, row_b.runs,
                                                                                     self.confidence)
-        factor = 1 + change.bound / 100
+        change.scaled = change.basis == RUNS and self.scales is not None
         within = change.basis == CALLS or (change.basis == RUNS and self.scales is None)
-        change.verdict = (SLOWER if change.low > factor else FASTER if change.high * factor < 1
-                          else WITHIN_DRIFT if within else NO_CHANGE)
+        change.verdict = _verdict(change.low, change.high, change.bound) or (WITHIN_DRIFT if within else NO_CHANGE)
+
+    def judge_rounds(self, change: Change, runs_a: np.ndarray, runs_b: np.ndarray) -> None:
+        """Over the rounds' paired ratios as measured; when those give no verdict and the runs have scales, over
+        the paired ratios of the scaled runs (a drift between the two runs of one round taken out too). One of
+        them "slower" and the other "faster" is no change."""
+        kinds = [(False, paired_ratios(runs_a, runs_b))]
+        if self.scales is not None:
+            kinds.append((True, paired_ratios(scaled(runs_a, self.scales[0]), scaled(runs_b, self.scales[1]))))
+        intervals = [median_interval(ratios, self.confidence) for _scaled, ratios in kinds]
+        verdicts = [_verdict(low, high, change.bound) for low, high, _coverage in intervals]
+        given = {verdict for verdict in verdicts if verdict is not None}
+        chosen = verdicts.index(next(iter(given))) if len(given) == 1 else 0
+        change.scaled, ratios = kinds[chosen]
+        change.ratio = float(np.median(ratios))
+        change.low, change.high, change.coverage = intervals[chosen]
+        change.verdict = verdicts[chosen] if len(given) == 1 else NO_CHANGE
+
+
+def _verdict(low: float, high: float, bound: float) -> Optional[str]:
+    """"slower" when the interval lies above 1 + bound/100, "faster" when below its inverse, else None."""
+    factor = 1 + bound / 100
+    return SLOWER if low > factor else FASTER if high * factor < 1 else None
 
 
 def _section_figures(label: str, session: ProfileSession) -> dict[SectionPath, _Figures]:
