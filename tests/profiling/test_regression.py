@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.compare import DRIFT_BOUND
+from sectionmark.profiling.compare import DRIFT_BOUND, RUNS_MIN_CHANGE
 from sectionmark.profiling.regression import (FASTER, NO_CHANGE, NO_HISTORY, SLOWER, Gate, parse_gate,
                                               regression_verdict, regression_verdicts)
 
@@ -69,6 +69,11 @@ def test_one_section_twice_as_slow_under_load_is_slower_and_only_it():
     verdicts = regression_verdicts(profile_values(HISTORY_DRIFT), new, dict.fromkeys(new, 10.0))
     assert {section for section, verdict in verdicts.items() if verdict.verdict != NO_CHANGE} == {"Light"}
     assert verdicts["Light"].verdict == SLOWER and verdicts["Light"].ratio == pytest.approx(2.0, rel=0.03)
+    # scaled runs of sessions taken apart keep some drift: a gate under 25% is judged at 25%
+    assert verdicts["Light"].bound == RUNS_MIN_CHANGE == 25.0
+    small = profile_values([1.8, 1.7, 1.9], {"Light": 1.2})
+    assert regression_verdicts(profile_values(HISTORY_DRIFT), small, dict.fromkeys(small, 10.0))["Light"].verdict == (
+        NO_CHANGE)
 
 
 def test_without_three_leaves_only_a_change_beyond_the_drift_of_whole_runs_is_slower():

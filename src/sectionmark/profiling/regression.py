@@ -20,9 +20,10 @@ every section alike (`sectionmark.profiling.run_scale`). So the sections of
 one profile are judged together (`regression_verdicts`): each run value,
 of the history and of the new runs, is divided by its run's scale (the
 median over the leaf sections of their time against the history's), and
-the rule above applies to those. A profile with fewer than 3 leaf sections
-has no scale: its absolute values are judged, and only a change beyond the
-drift of whole runs (``DRIFT_BOUND``, 100%) can be slower. Pure functions of
+the rule above applies to those, with the threshold raised to 25% at least
+(``RUNS_MIN_CHANGE``: what is left of the drift). A profile with fewer than
+3 leaf sections has no scale: its absolute values are judged, and only a
+change beyond the drift of whole runs (``DRIFT_BOUND``, 100%) can be slower. Pure functions of
 numbers: tests build them by hand.
 """
 
@@ -34,7 +35,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.compare import DRIFT_BOUND
+from sectionmark.profiling.compare import DRIFT_BOUND, RUNS_MIN_CHANGE
 from sectionmark.profiling.run_scale import leaf_paths, run_scales, scaled
 from sectionmark.profiling.runs import median_interval
 from sectionmark.section_path import SectionPath, decode_path
@@ -78,8 +79,9 @@ def regression_verdicts(history: Mapping[str, Sequence[float]], new: Mapping[str
                         thresholds: Mapping[str, float]) -> dict[str, RegressionVerdict]:
     """Every section of one profile (``new``: its run values per encoded path, "" the unmarked time) against its
     ``history`` (the run values recorded before, runs in the same order for every section), at its threshold
-    (percent): over the runs scaled by their whole-run factor when the leaf sections allow one, else over the
-    absolute values beyond ``DRIFT_BOUND`` at least."""
+    (percent): over the runs scaled by their whole-run factor when the leaf sections allow one, beyond
+    ``RUNS_MIN_CHANGE`` at least (what is left of the drift of runs taken apart, as `sectionmark compare` judges
+    saved profiles), else over the absolute values beyond ``DRIFT_BOUND`` at least."""
     paths = {section: decode_path(section) if section else () for section in new}
     leaves = set(leaf_paths(paths.values()))
     scales = run_scales(history, new, [section for section, path in paths.items() if path in leaves])
@@ -88,7 +90,7 @@ def regression_verdicts(history: Mapping[str, Sequence[float]], new: Mapping[str
         past = list(history.get(section, ()))
         if scales is not None and len(past) == len(scales[0]) and len(values) == len(scales[1]):
             verdict = regression_verdict(list(scaled(past, scales[0])), list(scaled(values, scales[1])),
-                                         thresholds[section])
+                                         max(thresholds[section], RUNS_MIN_CHANGE))
             verdicts[section] = RegressionVerdict(verdict.verdict, verdict.ratio, verdict.history, verdict.new,
                                                   verdict.bound, scaled=True)
         else:
