@@ -164,10 +164,16 @@ def test_a_whole_run_slowed_by_load_is_taken_out_of_profiles_taken_apart():
                         "(unmarked)": NO_DISPATCHES}
     assert {row.name: row.verdict for row in changed.components}["Y"] == SLOWER
     assert 1.95 < {row.name: row for row in changed.sections}["P / Y"].ratio < 2.05
-    # half the leaves doubled looks like a whole run doubled: the others look faster (what saved profiles cannot
-    # tell apart); the note says the whole run moved
+    # a section whose time did not follow its run's (R: the same under load, as the first section of a call that
+    # waits for the workers): against the rest of its run it looks 1.8x faster, as measured it did not move: no
+    # verdict either way
+    fixed = compare_sessions(a, runs_of(loaded, {("R",): 1 / 1.8}, seed=65))
+    row = {row.name: row for row in fixed.sections}["R"]
+    assert row.verdict == NO_CHANGE and row.scaled and row.high < 0.8
+    # most leaves doubled looks like a whole run doubled, which saved profiles cannot tell from load: the note says
+    # the whole run moved; the verdicts say nothing either way (X looks faster against its run, not as measured)
     most = compare_sessions(a, runs_of(np.ones(3), {("P", "Y"): 2.0, ("Q",): 2.0, ("R",): 2.0}, seed=70))
-    assert {row.name: row.verdict for row in most.sections}["P / X"] == FASTER and "as wholes" in most.note
+    assert {row.verdict for row in most.sections if row.ratio is not None} == {NO_CHANGE} and "as wholes" in most.note
 
 
 def test_rounds_take_out_a_drift_between_the_two_runs_of_a_round_and_keep_a_change_of_everything():

@@ -76,6 +76,16 @@ def test_one_section_twice_as_slow_under_load_is_slower_and_only_it():
         NO_CHANGE)
 
 
+def test_a_section_that_did_not_follow_its_runs_load_is_not_slower():
+    """The history recorded under load (every section 1.8x) but Light, whose time did not move (as the first
+    section of a call, which waits for the workers, can): against the rest of its quiet new runs Light looks 1.8x
+    slower, as measured it is not: no change."""
+    history = profile_values([1.8] * 9, {"Light": 1 / 1.8})
+    new = profile_values([1.0, 1.02, 0.99])
+    verdicts = regression_verdicts(history, new, dict.fromkeys(new, 10.0))
+    assert verdicts["Light"].verdict == NO_CHANGE and verdicts["Light"].ratio > 1.7 and verdicts["Light"].scaled
+
+
 def test_without_three_leaves_only_a_change_beyond_the_drift_of_whole_runs_is_slower():
     history = {"Heavy": [100.0] * 9, "Light": [30.0] * 9}
     drifted = {"Heavy": [180.0] * 3, "Light": [54.0] * 3}

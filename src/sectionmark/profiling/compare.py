@@ -393,35 +393,46 @@ class _Judge:
             change.basis, change.bound = RUNS, RUNS_MIN_CHANGE if self.min_change is None else self.min_change
             change.ratio, change.low, change.high, change.coverage = shift_interval(
                 scaled(row_a.runs, self.scales[0]), scaled(row_b.runs, self.scales[1]), self.confidence)
+            change.scaled = True
+            measured = shift_interval(row_a.runs, row_b.runs, self.confidence)[0]
+            change.verdict = agreed_verdict(_verdict(change.low, change.high, change.bound), measured, change.bound) or (
+                NO_CHANGE)
+            return
         else:  # runs a whole load may have slowed alike: only beyond the drift bound
             change.basis, change.bound = RUNS, max(self.min_change or 0.0, self.drift_bound)
             change.ratio, change.low, change.high, change.coverage = shift_interval(row_a.runs, row_b.runs,
                                                                                     self.confidence)
-        change.scaled = change.basis == RUNS and self.scales is not None
-        within = change.basis == CALLS or (change.basis == RUNS and self.scales is None)
-        change.verdict = _verdict(change.low, change.high, change.bound) or (WITHIN_DRIFT if within else NO_CHANGE)
+        change.verdict = _verdict(change.low, change.high, change.bound) or WITHIN_DRIFT
 
     def judge_rounds(self, change: Change, runs_a: np.ndarray, runs_b: np.ndarray) -> None:
         """Over the rounds' paired ratios as measured; when those give no verdict and the runs have scales, over
-        the paired ratios of the scaled runs (a drift between the two runs of one round taken out too). One of
-        them "slower" and the other "faster" is no change."""
-        kinds = [(False, paired_ratios(runs_a, runs_b))]
-        if self.scales is not None:
-            kinds.append((True, paired_ratios(scaled(runs_a, self.scales[0]), scaled(runs_b, self.scales[1]))))
-        intervals = [median_interval(ratios, self.confidence) for _scaled, ratios in kinds]
-        verdicts = [_verdict(low, high, change.bound) for low, high, _coverage in intervals]
-        given = {verdict for verdict in verdicts if verdict is not None}
-        chosen = verdicts.index(next(iter(given))) if len(given) == 1 else 0
-        change.scaled, ratios = kinds[chosen]
-        change.ratio = float(np.median(ratios))
-        change.low, change.high, change.coverage = intervals[chosen]
-        change.verdict = verdicts[chosen] if len(given) == 1 else NO_CHANGE
+        the paired ratios of the scaled runs (a drift between the two runs of one round taken out too), a verdict
+        only where the measured median ratio lies beyond the bound the same way (`agreed_verdict`)."""
+        measured = paired_ratios(runs_a, runs_b)
+        change.ratio = float(np.median(measured))
+        change.low, change.high, change.coverage = median_interval(measured, self.confidence)
+        verdict = _verdict(change.low, change.high, change.bound)
+        if verdict is None and self.scales is not None:
+            ratios = paired_ratios(scaled(runs_a, self.scales[0]), scaled(runs_b, self.scales[1]))
+            low, high, coverage = median_interval(ratios, self.confidence)
+            verdict = agreed_verdict(_verdict(low, high, change.bound), change.ratio, change.bound)
+            if verdict is not None:
+                change.ratio, change.low, change.high, change.coverage = float(np.median(ratios)), low, high, coverage
+                change.scaled = True
+        change.verdict = verdict or NO_CHANGE
 
 
 def _verdict(low: float, high: float, bound: float) -> Optional[str]:
     """"slower" when the interval lies above 1 + bound/100, "faster" when below its inverse, else None."""
     factor = 1 + bound / 100
     return SLOWER if low > factor else FASTER if high * factor < 1 else None
+
+
+def agreed_verdict(verdict: Optional[str], measured_ratio: float, bound: float) -> Optional[str]:
+    """A verdict over scaled runs, kept only where the ratio as measured (its median) lies beyond the bound the
+    same way: a section whose time does not follow its run's (the first of a call, which also waits for the
+    workers to wake) can look changed against the rest of its run while its own time did not move."""
+    return verdict if verdict is not None and verdict == _verdict(measured_ratio, measured_ratio, bound) else None
 
 
 def _section_figures(label: str, session: ProfileSession) -> dict[SectionPath, _Figures]:

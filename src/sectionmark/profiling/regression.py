@@ -21,7 +21,9 @@ one profile are judged together (`regression_verdicts`): each run value,
 of the history and of the new runs, is divided by its run's scale (the
 median over the leaf sections of their time against the history's), and
 the rule above applies to those, with the threshold raised to 25% at least
-(``RUNS_MIN_CHANGE``: what is left of the drift). A profile with fewer than
+(``RUNS_MIN_CHANGE``: what is left of the drift), and a verdict stands only
+where the medians as measured differ beyond it the same way (a section whose
+time does not follow its run's can look changed against the rest of it). A profile with fewer than
 3 leaf sections has no scale: its absolute values are judged, and only a
 change beyond the drift of whole runs (``DRIFT_BOUND``, 100%) can be slower. Pure functions of
 numbers: tests build them by hand.
@@ -29,13 +31,14 @@ numbers: tests build them by hand.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.compare import DRIFT_BOUND, RUNS_MIN_CHANGE
+from sectionmark.profiling.compare import DRIFT_BOUND, RUNS_MIN_CHANGE, agreed_verdict
 from sectionmark.profiling.run_scale import leaf_paths, run_scales, scaled
 from sectionmark.profiling.runs import median_interval
 from sectionmark.section_path import SectionPath, decode_path
@@ -91,7 +94,10 @@ def regression_verdicts(history: Mapping[str, Sequence[float]], new: Mapping[str
         if scales is not None and len(past) == len(scales[0]) and len(values) == len(scales[1]):
             verdict = regression_verdict(list(scaled(past, scales[0])), list(scaled(values, scales[1])),
                                          max(thresholds[section], RUNS_MIN_CHANGE))
-            verdicts[section] = RegressionVerdict(verdict.verdict, verdict.ratio, verdict.history, verdict.new,
+            measured = float(np.median(values)) / float(np.median(past)) if np.median(past) > 0 else math.inf
+            kept = agreed_verdict(verdict.verdict if verdict.verdict in (SLOWER, FASTER) else None, measured,
+                                  verdict.bound)
+            verdicts[section] = RegressionVerdict(kept or NO_CHANGE, verdict.ratio, verdict.history, verdict.new,
                                                   verdict.bound, scaled=True)
         else:
             verdicts[section] = regression_verdict(past, values, max(thresholds[section], DRIFT_BOUND))
