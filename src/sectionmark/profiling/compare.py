@@ -14,13 +14,16 @@ What the verdict rests on, best first (``Change.basis``):
   test over rounds; 10 rounds: their second lowest to second highest ratio,
   97.9%). A drift slower than a round hits both modules of the round.
 * ``runs`` — two profiles of several runs each (``--runs K``): each run
-  value divided by its run's scale (`sectionmark.profiling.run_scale`: the
-  median over the leaf sections of their time against A's, so that a load
-  which slowed a whole run, every section alike, is taken out), then the
-  ratios of every B run to every A run; the shown ratio is their median (the
-  Hodges–Lehmann estimate on a log scale), the interval from the Mann–Whitney
-  distribution (`shift_interval`; 3 runs each: the lowest to highest of the 9
-  ratios, 90%). The whole runs' factor is the comparison's ``whole_run``.
+  value divided by its run's scale (`sectionmark.profiling.run_scale`: where
+  most leaf sections' times against A's agree, so that a load which slowed a
+  whole run, every section alike, is taken out), then the ratios of every B
+  run to every A run; the shown ratio is their median (the Hodges–Lehmann
+  estimate on a log scale), the interval from the Mann–Whitney distribution
+  (`shift_interval`; 3 runs each: the lowest to highest of the 9 ratios,
+  90%); a verdict only where the median of the ratios as measured lies
+  beyond the bound the same way (`agreed_verdict`). The whole runs' factor
+  is the comparison's ``whole_run``. Rounds are judged as measured first,
+  then, failing a verdict, scaled the same way (`_Judge.judge_rounds`).
   With fewer than 3 leaf sections there is no scale: the absolute ratios are
   judged beyond ``DRIFT_BOUND`` only ("within drift" inside it).
 * ``calls`` — a profile of one run on either side: a bootstrap of the per-call
@@ -69,7 +72,7 @@ from sectionmark.profiling.runs import median_interval
 from sectionmark.profiling.section_time import MAX_SAMPLES, call_samples
 from sectionmark.profiling.session import ProfileSession
 
-COMPARISON_JSON_VERSION = 3  # 3: whole_run and unscaled_runs (runs scaled by their whole-run factor)
+COMPARISON_JSON_VERSION = 3  # 3: whole_run, unscaled_runs and each row's scaled (runs scaled by their whole-run factor)
 RESAMPLES = 2000
 RESAMPLE_BLOCK = 250  # resamples drawn at a time: at most 250 x MAX_SAMPLES indices in memory
 CONFIDENCE = 0.95
@@ -183,7 +186,8 @@ class Comparison:
             ratio, low, high = self.whole_run
             notes.append(f"B's runs as wholes took {ratio:.2f}x A's ({low:.2f}-{high:.2f}), every section alike: a "
                          "change of the machine's load, or of most sections alike, which profiles taken apart cannot "
-                         "tell apart; each verdict is a section's change against the rest of its run")
+                         "tell apart; a verdict needs a section's change both against the rest of its run and as "
+                         "measured (compare the modules to judge a change of everything)")
         if any(row.verdict == WITHIN_DRIFT for row in [*self.sections, *self.components]):
             why = ("fewer than 3 leaf sections, so no whole-run factor to take out" if self.unscaled_runs
                    else "one run on a side")
