@@ -172,7 +172,8 @@ def gate_once(directory: Path, base: Path, module: Path, args, paired: bool, hog
         base, args, iterations=ITERATIONS, warmup=3)
     if not paired:
         shutil.rmtree(store.parent / "modules")
-    gated = SectionProfiler(Settings(store, directory, "gated", FIRST_RUN, gates), "bench")
+    settings = Settings(store, directory, "gated", FIRST_RUN, gates)
+    gated = SectionProfiler(settings, "bench")
     try:
         if hog:
             with Hog():
@@ -180,7 +181,11 @@ def gate_once(directory: Path, base: Path, module: Path, args, paired: bool, hog
         else:
             gated(module, args, iterations=ITERATIONS, warmup=3)
     except pytest.fail.Exception as failure:
+        if "slower than its history" not in str(failure):
+            print(f"  gate: not a verdict: {failure}", file=sys.stderr, flush=True)
         return set(re.findall(r"(?:: |; )([^;:]+?) \d+\.\d+x slower", str(failure)))
+    for line in settings.lines:  # what the gate judged changed without failing on it
+        print(f"  gate passed, judged: {line}", file=sys.stderr, flush=True)
     return set()
 
 
