@@ -77,7 +77,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"the history store (SQLite; default: ini sectionmark_history, else {DEFAULT_STORE} under "
                          "the rootdir)")
     group.addoption("--sectionmark-compare", nargs="?", const=FIRST_RUN, metavar="RUN",
-                    help="judge each recorded section against the last runs recorded on this machine, or against run "
+                    help="judge each recorded section against the last run recorded on this machine (its module "
+                         "run alternately with the new one when kept; else the last runs' values), or against run "
                          "RUN (its id, its number in `sectionmark history`, or 'last')")
     group.addoption("--sectionmark-fail", action="append", default=[], metavar="SECTION:PCT%",
                     help="fail a test whose SECTION ('Block 0/MLP'; '*': any) is slower than its history by more "
