@@ -9,11 +9,22 @@ temporary directory. Each experiment is repeated ``--comparisons`` times (20):
 * ``modules``: `sm.compare` of the two .vmfb files, run alternately
   (default rounds and calls: 10 rounds of one 20-call run of each, random order);
 * ``runs 3``: two saved profiles of 3 runs each (``sm.profile(runs=3)``,
-  20 calls, profiled one after the other: A's runs, then B's), compared;
+  20 calls, profiled one after the other: A's runs, then B's), compared
+  (each run's whole-run factor taken out, `sectionmark.profiling.run_scale`);
 * ``one run``: two saved profiles of one run each (the verdict only beyond the
   drift bound); for the same module, the largest |B/A - 1| of a row whose
   interval (over its calls) excludes 1 is the drift the bound is checked
   against: what the calls alone would have called a change.
+
+* ``gate``: the pytest plugin's gate (`sectionmark.pytest_plugin.SectionProfiler`,
+  the fixture's own code, ``--sectionmark-fail '*:10%'``): a fresh store, one
+  session of the base module recorded (3 runs, its module kept), then one
+  session of the same or the wider module gated against it, paired (the kept
+  module and the new one run alternately, 10 rounds of 20 calls); and
+  ``gate-runs``: the same with the kept module deleted, so the gate judges 3
+  fresh runs against the 3 recorded (the fallback). Beside the hog, in the
+  second half, only the gated session runs: the load changes between the
+  recorded session and the judged one, the drift a history sees.
 
 Printed per experiment and pair (same / 2x wider): how many comparisons had
 any section or component "slower" or "faster" where none should, how many
@@ -22,7 +33,7 @@ expected to be slower was (Block 1 / MLP, its parent Block 1, the components
 MLP and Block 1). Then the compare of two hand-made 1,000,000-call profiles
 (a subprocess of the CLI: seconds and peak RSS).
 
-Usage: python benchmarks/bench_compare.py [--comparisons 20] [--no-hog] [--only modules,runs3,onerun,long]
+Usage: python benchmarks/bench_compare.py [--comparisons 20] [--no-hog] [--only modules,runs3,onerun,gate,gate-runs,long]
 """
 
 from __future__ import annotations
@@ -37,10 +48,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import re
+import shutil
+
 import numpy as np
+import pytest
 
 import sectionmark as sm
 from sectionmark.profiling.compare import FASTER, SLOWER, Comparison
+from sectionmark.profiling.regression import parse_gate
+from sectionmark.pytest_plugin import FIRST_RUN, SectionProfiler, Settings
 
 EXPECTED_SLOWER = {("section", "Block 1 / MLP"), ("section", "Block 1"), ("component", "MLP"),
                    ("component", "Block 1")}
@@ -142,6 +159,60 @@ def experiment(name: str, compare_once, comparisons: int, hog: bool) -> None:
         print(line + f" [{time.time() - started:.0f} s]", flush=True)
 
 
+EXPECTED_GATED = {"Block 1 / MLP", "Block 1"}  # the gate judges sections (components are not gated)
+
+
+def gate_once(directory: Path, base: Path, module: Path, args, paired: bool, hog: bool) -> set[str]:
+    """One recorded session of ``base``, then one of ``module`` gated at 10% against it (beside a hog when ``hog``):
+    the sections the gate failed on (an empty set: it passed)."""
+    store = directory / "store" / "history.sqlite"
+    shutil.rmtree(store.parent, ignore_errors=True)
+    gates = [parse_gate("*:10%")]
+    SectionProfiler(Settings(store, directory, "recorded", FIRST_RUN, gates), "bench")(
+        base, args, iterations=ITERATIONS, warmup=3)
+    if not paired:
+        shutil.rmtree(store.parent / "modules")
+    settings = Settings(store, directory, "gated", FIRST_RUN, gates)
+    gated = SectionProfiler(settings, "bench")
+    try:
+        if hog:
+            with Hog():
+                gated(module, args, iterations=ITERATIONS, warmup=3)
+        else:
+            gated(module, args, iterations=ITERATIONS, warmup=3)
+    except pytest.fail.Exception as failure:
+        if "slower than its history" not in str(failure):
+            print(f"  gate: not a verdict: {failure}", file=sys.stderr, flush=True)
+        return set(re.findall(r"(?:: |; )([^;:]+?) \d+\.\d+x slower", str(failure)))
+    for line in settings.lines:  # what the gate judged changed without failing on it
+        print(f"  gate passed, judged: {line}", file=sys.stderr, flush=True)
+    return set()
+
+
+def gate_experiment(name: str, directory: Path, base: Path, modules: dict, args, paired: bool, comparisons: int,
+                    hog: bool) -> None:
+    """`gate_once` ``comparisons`` times per pair; false alarms and detections printed."""
+    for pair in ("same", "2x"):
+        false_alarms, hits, started = 0, Counter(), time.time()
+        wrong: Counter = Counter()
+        for index in range(comparisons):
+            loaded = hog and index >= comparisons // 2
+            failed = gate_once(directory, base, modules[pair], args, paired, loaded)
+            expected = EXPECTED_GATED if pair == "2x" else set()
+            false_alarms += bool(failed - expected)
+            wrong.update(failed - expected)
+            hits.update(failed & expected)
+            print(f"  {name} {pair} #{index + 1}{' (hog)' if loaded else ''}: failed on {sorted(failed) or 'none'}",
+                  file=sys.stderr, flush=True)
+        line = (f"{name:9s} {pair:4s}: {comparisons} gated sessions ({comparisons // 2 if hog else 0} beside a CPU "
+                f"hog), failing on a section that should not fail: {false_alarms}")
+        if pair == "2x":
+            line += "; failed on: " + ", ".join(f"{row} {hits[row]}/{comparisons}" for row in sorted(EXPECTED_GATED))
+        if wrong:
+            line += f"; wrongly: {dict(wrong)}"
+        print(line + f" [{time.time() - started:.0f} s]", flush=True)
+
+
 def long_profiles(directory: Path, x: Path, base: Path) -> None:
     """Two profiles of 1,000,000 calls (a real profile's JSON with 10^6 per-call samples a section), compared by
     the CLI in a subprocess: its seconds and peak RSS."""
@@ -179,7 +250,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--comparisons", type=int, default=20)
     parser.add_argument("--no-hog", action="store_true", help="no CPU hog in the second half")
-    parser.add_argument("--only", default="long,modules,runs3,onerun")
+    parser.add_argument("--only", default="long,modules,runs3,onerun,gate,gate-runs")
     options = parser.parse_args()
     only = options.only.split(",")
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as scratch:
@@ -199,6 +270,10 @@ def main() -> None:
                     sm.profile(base, args=args, iterations=ITERATIONS, runs=runs, quiet=True),
                     sm.profile(modules[pair], args=args, iterations=ITERATIONS, runs=runs, quiet=True)),
                     options.comparisons, not options.no_hog)
+        for name, paired in (("gate", True), ("gate-runs", False)):
+            if name in only:
+                gate_experiment(name, directory, base, modules, args, paired, options.comparisons,
+                                not options.no_hog)
 
 
 if __name__ == "__main__":

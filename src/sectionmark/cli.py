@@ -340,8 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "profile (default: any)")
     compare.add_argument("--min-change", type=percent, metavar="PCT",
                          help=f"slower/faster only when the interval lies beyond this change (default: {MIN_CHANGE:g} "
-                         f"over rounds, {RUNS_MIN_CHANGE:g} over runs: profiles taken apart drift as wholes; 0: any "
-                         "interval excluding 1)")
+                         f"over rounds, {RUNS_MIN_CHANGE:g} over runs, each run's whole-run factor taken out: what is left of "
+                         "the drift of profiles taken apart; 0: any interval excluding 1)")
     compare.add_argument("--fail-if-slower", type=percent, metavar="PCT",
                          help="exit 1 when a section or component is judged slower by more than PCT percent "
                          "(B/A > 1 + PCT/100)")

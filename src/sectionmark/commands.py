@@ -377,17 +377,18 @@ def slice_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 def history_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.renderers.history import render_html, render_png, render_text
     from sectionmark.section_path import decode_path, encode_path
-    from sectionmark.workflows.history import HistoryStore, section_series, sections_of
+    from sectionmark.workflows.history import HistoryStore, sections_of, test_series
 
     section = encode_path(decode_path(args.section)) if args.section is not None else None
     with HistoryStore(args.store, create=False) as store:
-        results = store.results(args.test, section)
-    if not results:
+        results = store.results(args.test)  # every section: a run's sections are judged together
+    if not any(section in (None, result.section) for result in results):
         wanted = " and ".join(f"{option} {value!r}" for option, value in (("--test", args.test),
                                                                          ("--section", args.section)) if value)
         raise SectionmarkError(f"{args.store}: no recorded results" + (f" for {wanted}" if wanted else ""))
-    series = [(test, name, section_series([r for r in results if (r.test, r.section) == (test, name)], args.threshold))
-              for test, name in sections_of(results)]
+    judged = {test: test_series([r for r in results if r.test == test], args.threshold)
+              for test in dict.fromkeys(r.test for r in results)}
+    series = [(test, name, judged[test][name]) for test, name in sections_of(results) if section in (None, name)]
     written = None
     if args.html is not None:
         written = write_atomic(args.html, render_html(series), inputs=inputs)

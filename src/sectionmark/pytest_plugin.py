@@ -8,14 +8,19 @@ fixture::
     def test_model_speed(sectionmark_profile):
         prof = sectionmark_profile(compiled, args=(x,))   # 3 fresh runs of the profiler, recorded
 
-Each call profiles the program ``runs`` times (fresh processes: the
-between-run variation, `sectionmark.profiling.runs`) and records every
-section's time per call of each run in the history store under this
-session's run (id, git commit, machine, date; `sectionmark.workflows.history`).
-With ``--sectionmark-compare [RUN]`` or a ``--sectionmark-fail SECTION:PCT%``
-gate, each section is judged against the history (the last runs on this
-machine, or run RUN alone) by `regression_verdict`; a gated section judged
-slower by more than PCT fails the test with one line naming it. The workers
+Each call records every section's time per call of each fresh run of the
+profiler in the history store under this session's run (id, git commit,
+machine, date; `sectionmark.workflows.history`), and keeps a copy of the
+module. With ``--sectionmark-compare [RUN]`` or a ``--sectionmark-fail
+SECTION:PCT%`` gate, the verdict is paired when it can be: the module the
+compared run profiled (the last run on this machine, or run RUN) still kept,
+it and the module under test run alternately, ``rounds`` rounds
+(`sectionmark.workflows.interleave`), and each section is judged over the
+rounds' paired ratios, so that load, however it changes, hits both alike.
+Without that copy (or for options the rounds do not take), ``runs`` fresh
+runs are judged against the recorded runs (`regression_verdicts`, each
+run's whole-run factor taken out). A gated section judged slower by more
+than PCT fails the test with one line naming it. The workers
 of one session (pytest-xdist) record under its run id, handed to each when it
 starts; ``SECTIONMARK_RUN_ID`` names the run instead (several CI jobs of one
 pipeline recording as one run).
@@ -30,14 +35,17 @@ from typing import Any, Optional
 import pytest
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.regression import SLOWER, Gate, RegressionVerdict, parse_gate, regression_verdict
+from sectionmark.profiling.compare import (DEFAULT_ROUNDS, NO_CHANGE, NO_DISPATCHES, SLOWER, Comparison,
+                                           compare_sessions)
+from sectionmark.profiling.regression import Gate, RegressionVerdict, parse_gate, regression_verdicts
 from sectionmark.renderers.table import format_ns
-from sectionmark.section_path import decode_path, format_path
+from sectionmark.section_path import decode_path, encode_path, format_path
 from sectionmark.workflows.history import DEFAULT_STORE, HistoryStore, Run, new_run_id, section_values, this_run
 
 DEFAULT_RUNS = 3  # fresh runs of the profiler per recorded profile: the figures a between-run verdict needs
 FIRST_RUN = "history"  # --sectionmark-compare without RUN: the last runs recorded on this machine
 WORKER_RUN_ID = "sectionmark_run_id"  # the key of the session's run id in an xdist worker's input
+PAIRED_OPTIONS = frozenset({"function", "device", "workers", "parameters", "timeout"})  # what the rounds take
 
 
 @dataclass
@@ -69,7 +77,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"the history store (SQLite; default: ini sectionmark_history, else {DEFAULT_STORE} under "
                          "the rootdir)")
     group.addoption("--sectionmark-compare", nargs="?", const=FIRST_RUN, metavar="RUN",
-                    help="judge each recorded section against the last runs recorded on this machine, or against run "
+                    help="judge each recorded section against the last run recorded on this machine (its module "
+                         "run alternately with the new one when kept; else the last runs' values), or against run "
                          "RUN (its id, its number in `sectionmark history`, or 'last')")
     group.addoption("--sectionmark-fail", action="append", default=[], metavar="SECTION:PCT%",
                     help="fail a test whose SECTION ('Block 0/MLP'; '*': any) is slower than its history by more "
@@ -119,35 +128,59 @@ class SectionProfiler:
         self.test = test
 
     def __call__(self, program: Any, args: Any = (), *, name: Optional[str] = None, runs: int = DEFAULT_RUNS,
-                 iterations: int = 10, warmup: int = 2, **options: Any) -> Any:
-        """Profile ``program`` (a `CompiledProgram` or .vmfb path) with `sectionmark.profile` ``runs`` times, record
-        each section under this test (``name``: one of several profiles of a test), and judge it against the
-        history; returns the `ProfileSession`. ``options`` go to `sectionmark.profile` (function, device, ...)."""
+                 rounds: int = DEFAULT_ROUNDS, iterations: int = 10, warmup: int = 2, **options: Any) -> Any:
+        """Profile ``program`` (a `CompiledProgram` or .vmfb path), record each section under this test (``name``:
+        one of several profiles of a test), and judge it: beside the compared run's module, ``rounds`` rounds run
+        alternately, when that module is kept; else ``runs`` fresh runs against the recorded runs. Returns the
+        `ProfileSession` (of the rounds or the runs). ``options`` go to `sectionmark.profile` (function, device,
+        ...)."""
+        from sectionmark.workflows.interleave import interleaved_sessions
         from sectionmark.workflows.measure import profile
 
         if runs < 2:
             pytest.fail("sectionmark_profile: runs must be at least 2 (the verdict is between runs)", pytrace=False)
         test = self.test + (f"[{name}]" if name else "")
         settings = self.settings
+        paired: Optional[Comparison] = None
         try:
             with HistoryStore(settings.store) as store:  # opened first: a bad store fails before minutes of profiling
                 only = None if settings.compare in (None, FIRST_RUN) else store.find_run(settings.compare)
-                with profile(program, args, iterations=iterations, warmup=warmup, runs=runs, quiet=True,
-                             **options) as run:
-                    session = run.session
-                store.record(settings.run, test, session)
+                baseline = store.baseline(test, settings.run, only) if settings.compare is not None else None
+                copy = store.module_copy(baseline[1]) if baseline is not None and set(options) <= PAIRED_OPTIONS \
+                    else None
+                module = store.keep_module(program)
+                if copy is not None:
+                    sessions = interleaved_sessions(copy, program, args, rounds=rounds, iterations=iterations,
+                                                    warmup=warmup, quiet=True, **options)
+                    paired = compare_sessions(*sessions, labels=(f"run {baseline[0].number}", "this run"), paired=True)
+                    session = sessions[1]
+                else:
+                    with profile(program, args, iterations=iterations, warmup=warmup, runs=runs, quiet=True,
+                                 **options) as run:
+                        session = run.session
+                store.record(settings.run, test, session, module)
                 if settings.compare is None:
                     return session
-                verdicts = {section: regression_verdict(store.history(test, section, settings.run, only), values,
-                                                        min((gate.threshold_percent for gate in settings.gates
-                                                             if gate.applies_to(_path(section))), default=0.0))
-                            for section, (values, _calls) in section_values(session).items()}
+                new = {section: values for section, (values, _calls) in section_values(session).items()}
+                thresholds = {section: min((gate.threshold_percent for gate in settings.gates
+                                            if gate.applies_to(_path(section))), default=0.0) for section in new}
+                verdicts = None if paired is not None else regression_verdicts(
+                    {section: store.history(test, section, settings.run, only) for section in new}, new, thresholds)
         except SectionmarkError as error:
             pytest.fail(f"sectionmark: {error}", pytrace=False)
-        settings.lines += [f"{test}: {_describe(section, verdict)}" for section, verdict in verdicts.items()
-                           if verdict.verdict != "no change"]
-        failed = [_describe(section, verdict) for section, verdict in verdicts.items()
-                  if verdict.verdict == SLOWER and any(gate.applies_to(_path(section)) for gate in settings.gates)]
+        if paired is not None:
+            judged = {encode_path(row.path): _describe_paired(row, paired.a) for row in paired.sections
+                      if row.verdict not in (NO_CHANGE, NO_DISPATCHES)}
+            slower = [encode_path(row.path) for row in paired.sections if row.verdict == SLOWER
+                      and row.ratio > 1 + thresholds.get(encode_path(row.path), 0.0) / 100]
+        else:
+            assert verdicts is not None
+            judged = {section: _describe(section, verdict) for section, verdict in verdicts.items()
+                      if verdict.verdict != NO_CHANGE}
+            slower = [section for section, verdict in verdicts.items() if verdict.verdict == SLOWER]
+        settings.lines += [f"{test}: {line}" for line in judged.values()]
+        failed = [judged[section] for section in slower if any(gate.applies_to(_path(section))
+                                                               for gate in settings.gates)]
         if failed:
             pytest.fail("sectionmark: slower than its history: " + "; ".join(failed), pytrace=False)
         return session
@@ -163,10 +196,18 @@ def _path(section: str):
     return decode_path(section) if section else ()
 
 
+def _describe_paired(row: Any, baseline: str) -> str:
+    """One section judged over rounds run alternately with the module of run ``baseline``."""
+    return (f"{row.name} {row.ratio:.2f}x {row.verdict} ({row.a_runs} rounds run alternately with the module of "
+            f"{baseline}: {row.low:.2f}x-{row.high:.2f}x)" if row.ratio is not None else f"{row.name}: {row.verdict}")
+
+
 def _describe(section: str, verdict: RegressionVerdict) -> str:
     name = format_path(_path(section)) or "(unmarked)"
     if verdict.history is None:
         return f"{name}: no history"
     change = f" {verdict.ratio:.2f}x" if verdict.ratio is not None else ""
+    how = ("at the history's whole-run speed" if verdict.scaled
+           else f"no whole-run scale: judged beyond {verdict.bound:g}%")
     return (f"{name}{change} {verdict.verdict} (runs {format_ns(verdict.new[0])}-{format_ns(verdict.new[1])} vs "
-            f"history {format_ns(verdict.history[0])}-{format_ns(verdict.history[1])} per call)")
+            f"history {format_ns(verdict.history[0])}-{format_ns(verdict.history[1])} per call, {how})")

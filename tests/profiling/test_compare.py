@@ -91,14 +91,15 @@ def test_one_run_a_side_is_a_verdict_only_beyond_the_drift_between_runs():
     assert [(row.low, row.high) for row in again.sections] == [(row.low, row.high) for row in comparison.sections]
 
 
-def rounds_of(means: dict[SectionPath, Sequence[float]], seed: int = 0) -> ProfileSession:
+def rounds_of(means: dict[SectionPath, Sequence[float]], seed: int = 0,
+              declared: Sequence[SectionPath] = ()) -> ProfileSession:
     """One session per round (each section's mean per call given per round, 1% noise between its 10 calls),
-    combined as `sm.compare` combines the rounds of one module."""
+    combined as `sm.compare` combines the rounds of one module (or as `--runs` combines runs)."""
     count = len(next(iter(means.values())))
     return combine_runs([per_call_session({path: noisy(values[round_index], calls=10, spread=0.01,
                                                        seed=seed + 7 * round_index + index)
                                            if values[round_index] else np.zeros(10)  # ran, in no measurable time
-                                           for index, (path, values) in enumerate(means.items())})
+                                           for index, (path, values) in enumerate(means.items())}, declared)
                          for round_index in range(count)])
 
 
@@ -114,19 +115,94 @@ def test_paired_rounds_cancel_a_drift_that_hits_both_modules():
     assert paired[B].verdict == SLOWER and 1.95 < paired[B].low < paired[B].ratio < paired[B].high < 2.05
     assert paired[A].coverage == pytest.approx(1 - 2 * 11 / 1024)  # 2nd lowest to 2nd highest of 10
     assert paired[A].a_ns == pytest.approx(np.median(a.section(A).runs.values_ns))
-    # the same runs unpaired: the drift is in the interval
-    unpaired = {row.path: row for row in compare_sessions(a, b).sections}
-    assert unpaired[A].basis == RUNS and unpaired[A].low < 0.85 and unpaired[A].high > 1.15
-    assert unpaired[A].verdict == NO_CHANGE and (unpaired[A].bound, paired[A].bound) == (RUNS_MIN_CHANGE, MIN_CHANGE)
+    # the same runs unpaired: the drift is in the interval; two leaf sections give no whole-run scale, so only a
+    # change beyond the drift bound would be a verdict
+    unpaired = compare_sessions(a, b)
+    rows = {row.path: row for row in unpaired.sections}
+    assert rows[A].basis == RUNS and rows[A].low < 0.85 and rows[A].high > 1.15
+    assert rows[A].verdict == rows[B].verdict == WITHIN_DRIFT
+    assert (rows[A].bound, paired[A].bound) == (DRIFT_BOUND, MIN_CHANGE)
+    assert unpaired.whole_run is None and unpaired.note.startswith("fewer than 3 leaf sections")
+
+
+FOUR = {("P", "X"): 10_000, ("P", "Y"): 20_000, ("Q",): 15_000, ("R",): 5_000}  # four leaves, P their parent
+NESTED = [("P",), *FOUR]
+
+
+def runs_of(drift: Sequence[float], changed: Optional[dict[SectionPath, float]] = None,
+            seed: int = 0) -> ProfileSession:
+    """A profile of ``len(drift)`` runs of the four leaves, every section of run i slowed by ``drift[i]`` (what
+    load does to a whole run), the leaves in ``changed`` that many times their work."""
+    return rounds_of({path: np.asarray(drift) * ns * (changed or {}).get(path, 1.0) for path, ns in FOUR.items()},
+                     seed=seed, declared=NESTED)
 
 
 def test_profiles_taken_apart_need_a_larger_change_over_their_runs():
-    """Two profiles 20% apart with steady runs: beyond the rounds' 10%, not the 25% two profiles can drift apart by
-    as wholes; a minimum change given applies to both."""
-    a, b = rounds_of({A: np.full(5, 10_000.0)}), rounds_of({A: np.full(5, 12_000.0)}, seed=9)
-    assert [compare_sessions(a, b, paired=paired).sections[0].verdict for paired in (True, False)] == [
-        SLOWER, NO_CHANGE]
-    assert compare_sessions(a, b, min_change=15).sections[0].verdict == SLOWER
+    """Two profiles with X 20% slower, steady runs: beyond the rounds' 10%, not the 25% left of the drift between
+    profiles taken apart; a minimum change given applies to both."""
+    a, b = runs_of(np.ones(5)), runs_of(np.ones(5), {("P", "X"): 1.2}, seed=9)
+    verdicts = [{row.path: row.verdict for row in compare_sessions(a, b, paired=paired).sections}
+                for paired in (True, False)]
+    assert [verdict[("P", "X")] for verdict in verdicts] == [SLOWER, NO_CHANGE]
+    assert {row.path: row.verdict for row in compare_sessions(a, b, min_change=15).sections}[("P", "X")] == SLOWER
+
+
+def test_a_whole_run_slowed_by_load_is_taken_out_of_profiles_taken_apart():
+    """B's three runs ran 1.6-1.9x slower as wholes (every section alike: load): no section changed, and the note
+    says the whole run moved. One leaf doing 2x the work under the same load: it and its parent are slower, the
+    rest no change."""
+    a, loaded = runs_of([1.0, 1.05, 0.97]), [1.8, 1.6, 1.9]
+    same = compare_sessions(a, runs_of(loaded, seed=50))
+    assert {row.verdict for row in [*same.sections, *same.components] if row.ratio is not None} == {NO_CHANGE}
+    assert {row.basis for row in same.sections if row.ratio is not None} == {RUNS}
+    assert 1.6 < same.whole_run[0] < 1.9 and f"as wholes took {same.whole_run[0]:.2f}x" in same.note
+    assert json.loads(render_json(same))["whole_run"] == pytest.approx(list(same.whole_run), rel=1e-6)
+    assert same.sections[1].b_ns == pytest.approx(np.median(loaded) * 10_000, rel=0.02)  # the times as measured
+    changed = compare_sessions(a, runs_of(loaded, {("P", "Y"): 2.0}, seed=60))
+    verdicts = {row.name: row.verdict for row in changed.sections}
+    assert verdicts == {"P": SLOWER, "P / X": NO_CHANGE, "P / Y": SLOWER, "Q": NO_CHANGE, "R": NO_CHANGE,
+                        "(unmarked)": NO_DISPATCHES}
+    assert {row.name: row.verdict for row in changed.components}["Y"] == SLOWER
+    assert 1.95 < {row.name: row for row in changed.sections}["P / Y"].ratio < 2.05
+    # a section whose time did not follow its run's (R: the same under load, as the first section of a call that
+    # waits for the workers): against the rest of its run it looks 1.8x faster, as measured it did not move: no
+    # verdict either way
+    fixed = compare_sessions(a, runs_of(loaded, {("R",): 1 / 1.8}, seed=65))
+    row = {row.name: row for row in fixed.sections}["R"]
+    assert row.verdict == NO_CHANGE and row.scaled and row.high < 0.8
+    # most leaves doubled looks like a whole run doubled, which saved profiles cannot tell from load: the note says
+    # the whole run moved; the verdicts say nothing either way (X looks faster against its run, not as measured)
+    most = compare_sessions(a, runs_of(np.ones(3), {("P", "Y"): 2.0, ("Q",): 2.0, ("R",): 2.0}, seed=70))
+    assert {row.verdict for row in most.sections if row.ratio is not None} == {NO_CHANGE} and "as wholes" in most.note
+
+
+def test_rounds_take_out_a_drift_between_the_two_runs_of_a_round_and_keep_a_change_of_everything():
+    """Rounds where B's run ran up to 1.6x slower or faster than A's beside it (load changed within the round):
+    as measured, the parent P of a doubled leaf (1.67x) is not beyond 10% in the second lowest round; with each
+    run's whole-run factor taken out it is, and the unchanged rows stay no change. A module twice as slow in every
+    section (nothing for a scale to tell) is still slower, from the ratios as measured."""
+    within = np.array([1.0, 1.6, 0.6, 1.0, 1.5, 0.7, 1.3, 0.65, 1.0, 1.4])
+    a = runs_of(DRIFT)
+    changed = compare_sessions(a, runs_of(DRIFT * within, {("P", "Y"): 2.0}, seed=80), paired=True)
+    rows = {row.name: row for row in changed.sections}
+    assert {name: row.verdict for name, row in rows.items()} == {
+        "P": SLOWER, "P / X": NO_CHANGE, "P / Y": SLOWER, "Q": NO_CHANGE, "R": NO_CHANGE, "(unmarked)": NO_DISPATCHES}
+    assert rows["P"].scaled and rows["P"].basis == ROUNDS and 1.6 < rows["P"].low < rows["P"].high < 1.75
+    assert float(np.sort(within)[1] * 50 / 30) < 1 + MIN_CHANGE / 100  # as measured: no verdict for P
+    assert not rows["Q"].scaled and changed.whole_run is None  # no verdict either way: shown as measured
+    everything = compare_sessions(a, runs_of(DRIFT, dict.fromkeys(FOUR, 2.0), seed=90), paired=True)
+    assert {row.verdict for row in everything.sections if row.ratio is not None} == {SLOWER}
+    assert not any(row.scaled for row in everything.sections)
+
+
+def test_a_profile_of_few_leaf_sections_has_no_scale():
+    """Two leaves: a whole-run drift of 1.8x is within the drift bound, never slower; 4x the work is slower."""
+    a = rounds_of({A: np.full(3, 10_000.0), B: np.full(3, 10_000.0)})
+    drifted = compare_sessions(a, rounds_of({A: np.full(3, 18_000.0), B: np.full(3, 18_000.0)}, seed=5))
+    assert {row.verdict for row in drifted.sections if row.ratio is not None} == {WITHIN_DRIFT}
+    assert drifted.slower_than(10) == [] and drifted.note.startswith("fewer than 3 leaf sections")
+    changed = compare_sessions(a, rounds_of({A: np.full(3, 10_000.0), B: np.full(3, 40_000.0)}, seed=6))
+    assert {row.path: row.verdict for row in changed.sections}[B] == SLOWER
 
 
 def test_one_disturbed_round_moves_neither_end_of_the_interval():
@@ -269,15 +345,16 @@ def test_outputs_table_csv_json():
     assert (mlp["basis"], mlp["a_runs"], float(mlp["coverage"])) == (ROUNDS, "10", pytest.approx(1 - 22 / 1024))
     assert float(mlp["bound"]) == MIN_CHANGE
     data = json.loads(render_json(comparison))
-    assert (data["version"], data["min_change"], data["drift_bound"], data["rounds"]) == (2, None, DRIFT_BOUND,
+    assert (data["version"], data["min_change"], data["drift_bound"], data["rounds"]) == (3, None, DRIFT_BOUND,
                                                                                           10)
+    assert (data["whole_run"], data["unscaled_runs"]) == (None, False)  # rounds: nothing to scale
     assert data["note"] is None and data["sections"][4]["name"] == "Block 1 / MLP"
     assert data["sections"][4]["verdict"] == SLOWER
     assert data["sections"][4]["change_percent"] == pytest.approx((comparison.sections[4].ratio - 1) * 100)
     assert {row["name"]: row["verdict"] for row in data["components"]}["MLP"] == SLOWER
     assert set(data["components"][0]) == {"name", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "coverage",
                                           "bound", "a_calls", "b_calls", "a_runs", "b_runs", "a_sections",
-                                          "b_sections", "change_percent", "basis"}
+                                          "b_sections", "change_percent", "basis", "scaled"}
     assert {row["bound"] for row in data["sections"] if row["ratio"]} == {MIN_CHANGE}
     single = compare_sessions(per_call_session({A: noisy(10_000)}), per_call_session({A: noisy(10_000, seed=3)}))
     assert json.loads(render_json(single))["note"] == single.note and f"note: {single.note[:40]}" in render_table(

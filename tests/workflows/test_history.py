@@ -178,3 +178,48 @@ def test_a_run_names_the_git_commit_and_the_machine(tmp_path, monkeypatch):
     monkeypatch.setenv(RUN_ID_VARIABLE, "ci-1234")
     run_now = this_run(tmp_path, new_run_id())
     assert run_now.run_id == "ci-1234" and run_now.commit == head + "-dirty" and "(" in run_now.machine
+
+
+def test_modules_are_kept_by_content_and_the_baseline_is_the_last_run_on_this_machine(tmp_path):
+    """The module a profile ran is kept once per content beside the store; a test's baseline is the module of the
+    last run before on the same machine (or of the run asked for); a deleted copy is none."""
+    vmfb = tmp_path / "model.vmfb"
+    vmfb.write_bytes(b"module one")
+    (tmp_path / "model.sections.json").write_text("{}", encoding="utf-8")  # a sidecar map travels with it
+    with HistoryStore(tmp_path / "store" / "history.sqlite") as store:
+        first = store.keep_module(vmfb)
+        assert store.keep_module(str(vmfb)) == first and store.keep_module(object()) is None
+        assert store.module_copy(first).read_bytes() == b"module one"
+        assert (store.modules / f"{first}.sections.json").read_text(encoding="utf-8") == "{}"
+        store.record(run(1), "t", three_runs(), first)
+        vmfb.write_bytes(b"module two")
+        second = store.keep_module(vmfb)
+        assert second != first and sorted(path.name for path in store.modules.glob("*.vmfb")) == sorted(
+            [f"{first}.vmfb", f"{second}.vmfb"])
+        store.record(run(2), "t", three_runs(seed=5), second)
+        store.record(run(3, machine="other (arm64)"), "t", three_runs(seed=7), first)
+        store.record(run(4), "t", three_runs(seed=9))  # recorded without a module
+        current = run(5)
+        assert store.baseline("t", current) == (store.find_run("run-2"), second)
+        assert store.baseline("t", current, only=store.find_run("run-1")) == (store.find_run("run-1"), first)
+        assert store.baseline("t", current, only=store.find_run("run-4")) is None
+        assert store.baseline("other test", current) is None
+        store.module_copy(second).unlink()
+        assert store.module_copy(second) is None
+
+
+def test_a_store_of_schema_1_is_migrated_and_keeps_its_runs(tmp_path):
+    from sectionmark.workflows.history import MIGRATIONS
+
+    path = tmp_path / "history.sqlite"
+    connection = sqlite3.connect(path)
+    connection.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    for statement in MIGRATIONS[1]:
+        connection.execute(statement)
+    connection.execute("INSERT INTO schema_version (version) VALUES (1)")
+    connection.execute("INSERT INTO runs (run_id, git_commit, machine, date) VALUES ('old', NULL, 'box', '2026')")
+    connection.commit()
+    connection.close()
+    with HistoryStore(path) as store:
+        assert [run.run_id for run in store.runs()] == ["old"] and store.baseline("t", run(1)) is None
+        assert store.connection.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 2

@@ -13,11 +13,19 @@ What the verdict rests on, best first (``Change.basis``):
   from order statistics (`sectionmark.profiling.runs.median_interval`: a sign
   test over rounds; 10 rounds: their second lowest to second highest ratio,
   97.9%). A drift slower than a round hits both modules of the round.
-* ``runs`` — two profiles of several runs each (``--runs K``): the ratios of
-  every B run to every A run; the shown ratio is their median (the
-  Hodges–Lehmann estimate on a log scale), the interval from the Mann–Whitney
-  distribution (`shift_interval`; 3 runs each: the lowest to highest of the 9
-  ratios, 90%). It sees the drift between runs, not paired.
+* ``runs`` — two profiles of several runs each (``--runs K``): each run
+  value divided by its run's scale (`sectionmark.profiling.run_scale`: where
+  most leaf sections' times against A's agree, so that a load which slowed a
+  whole run, every section alike, is taken out), then the ratios of every B
+  run to every A run; the shown ratio is their median (the Hodges–Lehmann
+  estimate on a log scale), the interval from the Mann–Whitney distribution
+  (`shift_interval`; 3 runs each: the lowest to highest of the 9 ratios,
+  90%); a verdict only where the median of the ratios as measured lies
+  beyond the bound the same way (`agreed_verdict`). The whole runs' factor
+  is the comparison's ``whole_run``. Rounds are judged as measured first,
+  then, failing a verdict, scaled the same way (`_Judge.judge_rounds`).
+  With fewer than 3 leaf sections there is no scale: the absolute ratios are
+  judged beyond ``DRIFT_BOUND`` only ("within drift" inside it).
 * ``calls`` — a profile of one run on either side: a bootstrap of the per-call
   samples (A and B resampled independently, seeded). It cannot see the drift
   between runs, so it is a verdict only beyond ``DRIFT_BOUND`` (a same-module
@@ -27,11 +35,11 @@ What the verdict rests on, best first (``Change.basis``):
 "slower" when the interval's low end exceeds 1 + bound / 100, "faster" when
 its high end is below 1 / (1 + bound / 100), else "no change" (``Change.bound``:
 what the basis cannot see). Over rounds ``min_change`` (10%): a real but tiny
-difference, or a bias common to all rounds, is not called a change. Over runs
-``RUNS_MIN_CHANGE`` (25%): two profiles taken apart drift as wholes, which
-their runs do not show (measured up to 24% between two 3-run profiles of one
-module, benchmarks/bench_compare.py); ``min_change`` given replaces both.
-Over calls ``DRIFT_BOUND``.
+difference, or a bias common to all rounds, is not called a change. Over
+scaled runs ``RUNS_MIN_CHANGE`` (what is left of the drift between profiles
+taken apart once the whole run's factor is out, measured by
+benchmarks/bench_compare.py); ``min_change`` given replaces both. Over calls,
+and over unscaled runs, ``DRIFT_BOUND``.
 
 Sections are matched by path. A section declared in one profile only is
 listed as such ("only in A" / "only in B"); one that ran no dispatch in
@@ -59,18 +67,19 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.section_path import SectionPath, format_path
 from sectionmark.profiling import display
 from sectionmark.profiling.components import components, outermost
+from sectionmark.profiling.run_scale import leaf_paths, run_scales, scaled
 from sectionmark.profiling.runs import median_interval
 from sectionmark.profiling.section_time import MAX_SAMPLES, call_samples
 from sectionmark.profiling.session import ProfileSession
 
-COMPARISON_JSON_VERSION = 2
+COMPARISON_JSON_VERSION = 3  # 3: whole_run, unscaled_runs and each row's scaled (runs scaled by their whole-run factor)
 RESAMPLES = 2000
 RESAMPLE_BLOCK = 250  # resamples drawn at a time: at most 250 x MAX_SAMPLES indices in memory
 CONFIDENCE = 0.95
 SEED = 0
 MIN_CHANGE = 10.0  # percent beyond which an interval over rounds is a change (benchmarks/bench_compare.py)
-RUNS_MIN_CHANGE = 25.0  # the same over the runs of two profiles taken apart (their drift as wholes: 24% measured)
-DRIFT_BOUND = 100.0  # percent two single runs of one module differed by, at most, on a loaded machine (docs/cli.md)
+RUNS_MIN_CHANGE = 25.0  # the same over the scaled runs of two profiles taken apart (benchmarks/bench_compare.py)
+DRIFT_BOUND = 100.0  # percent two runs of one module differed by as wholes, at most, on a loaded machine (docs/cli.md)
 # Two modules run alternately (sectionmark.workflows.interleave): rounds of one run of each.
 # 10 rounds: the interval runs from the second lowest to the second highest ratio (97.9%), so one round disturbed
 # on either side (a stalled run) moves neither end.
@@ -106,6 +115,7 @@ class Change:
     a_runs: int = 1  # runs (or rounds) compared
     b_runs: int = 1
     basis: str = CALLS  # "rounds" (paired), "runs" or "calls": what the interval is over
+    scaled: bool = False  # the interval is of run values divided by their runs' whole-run factors (`run_scale`)
 
     @property
     def change_percent(self) -> Optional[float]:
@@ -155,6 +165,10 @@ class Comparison:
     components: list[ComponentChange] = field(default_factory=list)
     rounds: Optional[int] = None  # the modules were run alternately: rounds of one run each
     calls_per_round: Optional[int] = None
+    # Over runs: B's runs as wholes against A's (their scales, `run_scale`): (ratio, low, high) of the Mann-Whitney
+    # interval; None when the runs were not scaled (rounds, calls, or fewer than 3 leaf sections)
+    whole_run: Optional[tuple[float, float, float]] = None
+    unscaled_runs: bool = False  # rows over runs judged without a scale (fewer than 3 leaf sections)
 
     def slower_than(self, percent: float) -> list[Change]:
         """Sections, then components, judged slower whose ratio exceeds 1 + ``percent`` / 100 (what
@@ -164,12 +178,25 @@ class Comparison:
 
     @property
     def note(self) -> Optional[str]:
-        """Why some rows have no verdict, and how to get one; None when every row has one."""
-        if not any(row.verdict == WITHIN_DRIFT for row in [*self.sections, *self.components]):
-            return None
-        return (f"one run on a side: a change under {self.drift_bound:g}% cannot be told from the drift between runs "
-                "('within drift'); for a verdict profile both with --runs 3 or more, or compare the modules "
-                "themselves (sectionmark compare A.vmfb B.vmfb --input ...: interleaved rounds)")
+        """What the verdicts cannot see (a whole run's change, rows within drift), and how to get more; None when
+        there is nothing to say."""
+        notes = []
+        if self.whole_run is not None and not 1 / (1 + RUNS_MIN_CHANGE / 100) <= self.whole_run[0] <= (
+                1 + RUNS_MIN_CHANGE / 100):
+            ratio, low, high = self.whole_run
+            notes.append(f"B's runs as wholes took {ratio:.2f}x A's ({low:.2f}-{high:.2f}), every section alike: a "
+                         "change of the machine's load, or of most sections alike, which profiles taken apart cannot "
+                         "tell apart; a verdict needs a section's change both against the rest of its run and as "
+                         "measured (compare the modules to judge a change of everything)")
+        if any(row.verdict == WITHIN_DRIFT for row in [*self.sections, *self.components]):
+            why = ("fewer than 3 leaf sections, so no whole-run factor to take out" if self.unscaled_runs
+                   else "one run on a side")
+            notes.append(f"{why}: a change under {self.drift_bound:g}% cannot be told from the drift between runs "
+                         "('within drift'); for a verdict " + ("" if self.unscaled_runs else
+                                                                "profile both with --runs 3 or more, or ")
+                         + "compare the modules themselves (sectionmark compare A.vmfb B.vmfb --input ...: "
+                         "interleaved rounds)")
+        return "; ".join(notes) or None
 
     def to_json(self) -> dict[str, Any]:
         """Versioned JSON (docs/cli.md, `sectionmark compare --json`)."""
@@ -283,15 +310,29 @@ def compare_sessions(a: ProfileSession, b: ProfileSession, *, labels: Sequence[s
     for name, percent in (("minimum change", min_change), ("drift bound", drift_bound)):
         if percent is not None and not 0 <= percent <= 1e6:
             raise SectionmarkError(f"the {name} must be a percentage from 0 to 1,000,000, got {percent}")
-    judge = _Judge(min_change, drift_bound, resamples, confidence, np.random.default_rng(seed), paired)
     figures = [_section_figures(label, session) for label, session in zip(labels, (a, b))]
+    scales = _run_scales(*figures)
+    judge = _Judge(min_change, drift_bound, resamples, confidence, np.random.default_rng(seed), paired, scales)
     sections = judge.rows(*figures, lambda path, verdict: SectionChange(path=path, verdict=verdict))
     component_figures = [_component_figures(session, rows) for session, rows in zip((a, b), figures)]
     component_changes = judge.rows(*component_figures, lambda name, verdict: ComponentChange(
         name=name, verdict=verdict, a_sections=_size(component_figures[0], name),
         b_sections=_size(component_figures[1], name)))
     return Comparison(a=labels[0], b=labels[1], resamples=resamples, confidence=confidence, seed=seed,
-                      min_change=min_change, drift_bound=drift_bound, sections=sections, components=component_changes)
+                      min_change=min_change, drift_bound=drift_bound, sections=sections, components=component_changes,
+                      whole_run=None if scales is None or paired else shift_interval(*scales, confidence)[:3],
+                      unscaled_runs=scales is None and any(row.basis == RUNS
+                                                           for row in [*sections, *component_changes]))
+
+
+def _run_scales(rows_a: dict[SectionPath, _Figures],
+                rows_b: dict[SectionPath, _Figures]) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """Each run's scale on both sides (`run_scale.run_scales` over A's leaf sections); None without runs on both
+    sides or with too few leaves."""
+    runs_a, runs_b = ({path: row.runs for path, row in rows.items() if row.runs is not None} for rows in (rows_a, rows_b))
+    if not runs_a or not runs_b:
+        return None
+    return run_scales(runs_a, runs_b, leaf_paths(rows_a))
 
 
 def _size(figures: dict[Any, _Figures], key: Any) -> int:
@@ -308,6 +349,7 @@ class _Judge:
     confidence: float
     rng: np.random.Generator
     paired: bool
+    scales: Optional[tuple[np.ndarray, np.ndarray]]  # each run's scale of A and of B (None: not scaled)
 
     def rows(self, rows_a: dict[Any, _Figures], rows_b: dict[Any, _Figures], make) -> list:
         """One change per row of A (its order), then per row only B has."""
@@ -349,16 +391,52 @@ class _Judge:
             change.coverage = self.confidence
         elif self.paired and len(row_a.runs) == len(row_b.runs):
             change.basis, change.bound = ROUNDS, MIN_CHANGE if self.min_change is None else self.min_change
-            ratios = paired_ratios(row_a.runs, row_b.runs)
-            change.ratio = float(np.median(ratios))
-            change.low, change.high, change.coverage = median_interval(ratios, self.confidence)
-        else:
+            self.judge_rounds(change, row_a.runs, row_b.runs)
+            return
+        elif self.scales is not None:
             change.basis, change.bound = RUNS, RUNS_MIN_CHANGE if self.min_change is None else self.min_change
+            change.ratio, change.low, change.high, change.coverage = shift_interval(
+                scaled(row_a.runs, self.scales[0]), scaled(row_b.runs, self.scales[1]), self.confidence)
+            change.scaled = True
+            measured = shift_interval(row_a.runs, row_b.runs, self.confidence)[0]
+            change.verdict = agreed_verdict(_verdict(change.low, change.high, change.bound), measured, change.bound) or (
+                NO_CHANGE)
+            return
+        else:  # runs a whole load may have slowed alike: only beyond the drift bound
+            change.basis, change.bound = RUNS, max(self.min_change or 0.0, self.drift_bound)
             change.ratio, change.low, change.high, change.coverage = shift_interval(row_a.runs, row_b.runs,
                                                                                     self.confidence)
-        factor = 1 + change.bound / 100
-        change.verdict = (SLOWER if change.low > factor else FASTER if change.high * factor < 1
-                          else WITHIN_DRIFT if change.basis == CALLS else NO_CHANGE)
+        change.verdict = _verdict(change.low, change.high, change.bound) or WITHIN_DRIFT
+
+    def judge_rounds(self, change: Change, runs_a: np.ndarray, runs_b: np.ndarray) -> None:
+        """Over the rounds' paired ratios as measured; when those give no verdict and the runs have scales, over
+        the paired ratios of the scaled runs (a drift between the two runs of one round taken out too), a verdict
+        only where the measured median ratio lies beyond the bound the same way (`agreed_verdict`)."""
+        measured = paired_ratios(runs_a, runs_b)
+        change.ratio = float(np.median(measured))
+        change.low, change.high, change.coverage = median_interval(measured, self.confidence)
+        verdict = _verdict(change.low, change.high, change.bound)
+        if verdict is None and self.scales is not None:
+            ratios = paired_ratios(scaled(runs_a, self.scales[0]), scaled(runs_b, self.scales[1]))
+            low, high, coverage = median_interval(ratios, self.confidence)
+            verdict = agreed_verdict(_verdict(low, high, change.bound), change.ratio, change.bound)
+            if verdict is not None:
+                change.ratio, change.low, change.high, change.coverage = float(np.median(ratios)), low, high, coverage
+                change.scaled = True
+        change.verdict = verdict or NO_CHANGE
+
+
+def _verdict(low: float, high: float, bound: float) -> Optional[str]:
+    """"slower" when the interval lies above 1 + bound/100, "faster" when below its inverse, else None."""
+    factor = 1 + bound / 100
+    return SLOWER if low > factor else FASTER if high * factor < 1 else None
+
+
+def agreed_verdict(verdict: Optional[str], measured_ratio: float, bound: float) -> Optional[str]:
+    """A verdict over scaled runs, kept only where the ratio as measured (its median) lies beyond the bound the
+    same way: a section whose time does not follow its run's (the first of a call, which also waits for the
+    workers to wake) can look changed against the rest of its run while its own time did not move."""
+    return verdict if verdict is not None and verdict == _verdict(measured_ratio, measured_ratio, bound) else None
 
 
 def _section_figures(label: str, session: ProfileSession) -> dict[SectionPath, _Figures]:

@@ -25,7 +25,7 @@ from sectionmark.renderers.table import format_ns
 from sectionmark.section_path import printable
 
 CSV_COLUMNS = ["section", "path", "verdict", "a_ns", "b_ns", "ratio", "low", "high", "change_percent", "a_calls",
-               "b_calls", "coverage", "a_runs", "b_runs", "bound", "kind", "basis"]
+               "b_calls", "coverage", "a_runs", "b_runs", "bound", "kind", "basis", "scaled"]
 VERDICT_STYLES = {SLOWER: "red", FASTER: "green"}
 
 
@@ -49,9 +49,10 @@ def method_caption(comparison: Comparison) -> str:
                          f"median B/A of the rounds and its sign-test interval ({row.coverage:.1%}); slower/faster: "
                          f"beyond {row.bound:g}%")
         elif row.basis == RUNS:
+            how = ("fewer than 3 leaf sections: no whole-run factor to take out" if comparison.unscaled_runs
+                   else "each run's whole-run factor taken out")
             parts.append(f"interval: runs ({row.a_runs} of A, {row.b_runs} of B), median B/A of every pair and its "
-                         f"rank-test interval ({row.coverage:.1%}); slower/faster: beyond {row.bound:g}% (profiles "
-                         "taken apart drift as wholes)")
+                         f"rank-test interval ({row.coverage:.1%}); slower/faster: beyond {row.bound:g}% ({how})")
         else:
             parts.append(f"interval: bootstrap of the calls of one run, {comparison.resamples} resamples, seed "
                          f"{comparison.seed} ({comparison.confidence:.0%}); slower/faster: beyond {row.bound:g}% "
@@ -118,9 +119,9 @@ def csv_rows(comparison: Comparison) -> list[list]:
                 row.a_runs, row.b_runs, cell(row.bound, 3)]
 
     return [
-        *([row.name, json.dumps(list(row.path), ensure_ascii=False), *figures(row), "section", row.basis]
-          for row in comparison.sections),
-        *([row.name, "", *figures(row), "component", row.basis] for row in comparison.components),
+        *([row.name, json.dumps(list(row.path), ensure_ascii=False), *figures(row), "section", row.basis,
+           row.scaled] for row in comparison.sections),
+        *([row.name, "", *figures(row), "component", row.basis, row.scaled] for row in comparison.components),
     ]
 
 

@@ -2,7 +2,7 @@
 
 Every point is one recorded run (a test session): the median of its fresh
 runs' busy time per call, with the interval of that median, and its verdict
-against the runs before it (`sectionmark.workflows.history.section_series`,
+against the runs before it (`sectionmark.workflows.history.test_series`,
 the pytest gate's rule). A run whose verdict differs from the previous run's
 is marked: where a section started (or stopped) being slower. The HTML page
 draws the same points as SVG with no script and a policy that allows

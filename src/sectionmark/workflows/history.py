@@ -5,7 +5,11 @@ the commit of the project (git, when there is one), the machine and the date.
 Under a run, each recorded profile (a test, and a name when a test records
 several) keeps, per section, its busy time per call in each fresh run of the
 profiled tool (`sectionmark.profiling.runs`): the figures a verdict on
-between-run variation needs (`sectionmark.profiling.regression`).
+between-run variation needs (`sectionmark.profiling.regression`), and which
+module it profiled: a copy of each module, by its content's digest, lies in
+``modules/`` beside the store, so that a later session can run the module of
+an earlier one beside its own, alternately (the pytest gate's paired
+verdict; a copy deleted only takes that verdict away).
 
 Safe with concurrent writers (pytest-xdist workers, parallel CI jobs on one
 checkout): write-ahead logging, a busy timeout, and every write in one
@@ -18,6 +22,7 @@ with one error line and left exactly as it was.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -29,21 +34,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.outputs import PathLike
-from sectionmark.profiling.regression import NO_HISTORY, RegressionVerdict, regression_verdict
+from sectionmark.outputs import PathLike, write_atomic
+from sectionmark.profiling.regression import NO_HISTORY, RegressionVerdict, regression_verdicts
 from sectionmark.profiling.runs import median_interval
 from sectionmark.profiling.session import ProfileSession
+from sectionmark.section_map import sidecar_path
 from sectionmark.section_path import encode_path
 
 DEFAULT_STORE = Path(".sectionmark") / "history.sqlite"
 RUN_ID_VARIABLE = "SECTIONMARK_RUN_ID"  # a run id shared by the processes of one session (xdist workers, CI jobs)
 BUSY_TIMEOUT_S = 60.0
 HISTORY_RUNS = 5  # a verdict's history: the last runs recorded before on the same machine
+MODULES_FOLDER = "modules"  # beside the store: one copy of each profiled module, named by its content's digest
 # Schema changes, by the version they bring the store to: each list runs once, in one transaction.
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -51,6 +58,10 @@ MIGRATIONS: dict[int, list[str]] = {
         " date TEXT NOT NULL)",
         "CREATE TABLE results (run INTEGER NOT NULL REFERENCES runs(id), test TEXT NOT NULL, section TEXT NOT NULL,"
         " values_ns TEXT NOT NULL, calls INTEGER NOT NULL, device TEXT, PRIMARY KEY (run, test, section))",
+    ],
+    2: [  # the module each recorded profile ran (its copy: MODULES_FOLDER/<digest>.vmfb)
+        "CREATE TABLE modules (run INTEGER NOT NULL REFERENCES runs(id), test TEXT NOT NULL, digest TEXT NOT NULL,"
+        " PRIMARY KEY (run, test))",
     ],
 }
 SCHEMA_VERSION = max(MIGRATIONS)
@@ -186,9 +197,53 @@ class HistoryStore:
 
     # ------------------------------------------------------------------ writing
 
-    def record(self, run: Run, test: str, session: ProfileSession) -> None:
-        """Every section of ``session`` under ``run`` and ``test``, in one transaction (a run id met again adds to
-        that run: the xdist workers of one session share it)."""
+    @property
+    def modules(self) -> Path:
+        return self.path.parent / MODULES_FOLDER
+
+    def keep_module(self, program: Any) -> Optional[str]:
+        """Copy the module ``program`` (a compiled program or a .vmfb path) into `modules` unless a copy of the same
+        content is there; its digest, or None for anything else. The copy is written whole or not at all (its
+        sidecar map first), so concurrent sessions keeping one module both succeed."""
+        if hasattr(program, "vmfb"):
+            data, sidecar = bytes(program.vmfb), None
+        elif isinstance(program, (str, os.PathLike)) and Path(program).is_file():
+            data, sidecar = Path(program).read_bytes(), sidecar_path(Path(program))
+        else:
+            return None
+        digest = hashlib.sha256(data).hexdigest()[:32]
+        copy = self.modules / f"{digest}.vmfb"
+        if not copy.exists():
+            self.modules.mkdir(parents=True, exist_ok=True)
+            if sidecar is not None and sidecar.is_file():
+                write_atomic(sidecar_path(copy), sidecar.read_bytes())
+            write_atomic(copy, data)
+        return digest
+
+    def module_copy(self, digest: str) -> Optional[Path]:
+        """The kept copy of module ``digest``; None when it is gone."""
+        copy = self.modules / f"{digest}.vmfb"
+        return copy if copy.is_file() else None
+
+    def baseline(self, test: str, current: Run, only: Optional[Run] = None) -> Optional[tuple[Run, str]]:
+        """The run and module digest ``test`` is compared with: run ``only``'s, else that of the last run recorded
+        before ``current`` on its machine with a module; None when there is none."""
+        rows = self.connection.execute(
+            "SELECT runs.id, run_id, git_commit, machine, date, digest FROM modules JOIN runs ON runs.id = modules.run"
+            " WHERE modules.test = ? ORDER BY runs.id DESC", (test,)).fetchall()
+        for number, run_id, commit, machine, date, digest in rows:
+            run = Run(run_id, commit, machine, date, number)
+            if only is not None:
+                if run_id == only.run_id:
+                    return run, digest
+            elif machine == current.machine and run_id != current.run_id:
+                return run, digest
+        return None
+
+    def record(self, run: Run, test: str, session: ProfileSession, module: Optional[str] = None) -> None:
+        """Every section of ``session`` under ``run`` and ``test``, and the digest of the module it ran (`keep_module`)
+        when given, in one transaction (a run id met again adds to that run: the xdist workers of one session
+        share it)."""
         rows = section_values(session)
         with self._transaction() as connection:
             connection.execute("INSERT OR IGNORE INTO runs (run_id, git_commit, machine, date) VALUES (?, ?, ?, ?)",
@@ -198,6 +253,9 @@ class HistoryStore:
                 "INSERT OR REPLACE INTO results (run, test, section, values_ns, calls, device) VALUES (?, ?, ?, ?, ?, ?)",
                 [(number, test, section, json.dumps(values), calls, session.device)
                  for section, (values, calls) in rows.items()])
+            if module is not None:
+                connection.execute("INSERT OR REPLACE INTO modules (run, test, digest) VALUES (?, ?, ?)",
+                                   (number, test, module))
 
     # ------------------------------------------------------------------ reading
 
@@ -264,13 +322,22 @@ class HistoryPoint:
     changed: bool  # the verdict differs from the previous run's (the first run with a history never counts)
 
 
-def section_series(results: Sequence[SectionResult], threshold_percent: float) -> list[HistoryPoint]:
-    """The points of one section's ``results`` (oldest first), each judged against its own history."""
-    points: list[HistoryPoint] = []
+def test_series(results: Sequence[SectionResult], threshold_percent: float) -> dict[str, list[HistoryPoint]]:
+    """The points of each section of one test's ``results`` (oldest first): each run's sections judged together
+    against the runs before it, as the gate judged them (`regression_verdicts`)."""
+    by_section: dict[str, list[SectionResult]] = {}
     for result in results:
-        low, high, _coverage = median_interval(result.values_ns)
-        verdict = regression_verdict(history_values(results, result.run), result.values_ns, threshold_percent)
-        previous = points[-1].verdict.verdict if points else NO_HISTORY
-        changed = previous != NO_HISTORY and verdict.verdict != previous
-        points.append(HistoryPoint(result, float(np.median(result.values_ns)), low, high, verdict, changed))
+        by_section.setdefault(result.section, []).append(result)
+    points: dict[str, list[HistoryPoint]] = {section: [] for section in by_section}
+    for run in dict.fromkeys(result.run for result in results):
+        present = {section: result for section, rows in by_section.items() for result in rows if result.run == run}
+        verdicts = regression_verdicts({section: history_values(by_section[section], run) for section in present},
+                                       {section: result.values_ns for section, result in present.items()},
+                                       dict.fromkeys(present, threshold_percent))
+        for section, result in present.items():
+            low, high, _coverage = median_interval(result.values_ns)
+            previous = points[section][-1].verdict.verdict if points[section] else NO_HISTORY
+            changed = previous != NO_HISTORY and verdicts[section].verdict != previous
+            points[section].append(HistoryPoint(result, float(np.median(result.values_ns)), low, high,
+                                                verdicts[section], changed))
     return points

@@ -25,6 +25,7 @@ from sectionmark.profiling.compare import (CONFIDENCE, DEFAULT_ITERATIONS, DEFAU
                                            RESAMPLES, SEED, Comparison, compare_sessions)
 from sectionmark.workflows.runner import DEFAULT_TIMEOUT_S
 from sectionmark.profiling.runs import combine_runs
+from sectionmark.profiling.session import ProfileSession
 
 
 def is_module(source: Any) -> bool:
@@ -59,6 +60,23 @@ def compare_modules(
     one line per round on stderr unless ``quiet``. The other options are
     `sectionmark.profiling.profile`'s, the same for both modules.
     """
+    sessions = interleaved_sessions(a, b, args, function=function, device=device, rounds=rounds,
+                                    iterations=iterations, warmup=warmup, workers=workers, parameters=parameters,
+                                    timeout=timeout, quiet=quiet, seed=seed)
+    comparison = compare_sessions(*sessions, labels=labels, resamples=resamples, confidence=confidence, seed=seed,
+                                  min_change=min_change, paired=True)
+    comparison.rounds, comparison.calls_per_round = rounds, iterations
+    return comparison
+
+
+def interleaved_sessions(a: Union[Any, str, Path], b: Union[Any, str, Path], args: Sequence[Any] = (), *,
+                         function: str = "main", device: str = "local-task", rounds: int = DEFAULT_ROUNDS,
+                         iterations: int = DEFAULT_ITERATIONS, warmup: int = DEFAULT_WARMUP,
+                         workers: Optional[int] = None, parameters: Parameters = None,
+                         timeout: Optional[float] = DEFAULT_TIMEOUT_S, quiet: bool = False,
+                         seed: int = SEED) -> tuple[ProfileSession, ProfileSession]:
+    """The rounds of `compare_modules` (its options), before they are compared: one session of A's runs and one of
+    B's, run i of each from round i (`compare_sessions(..., paired=True)` judges them)."""
     if not 2 <= rounds <= MAX_ROUNDS:
         raise SectionmarkError(f"need between 2 and {MAX_ROUNDS:,} rounds, got {rounds}")
     modules = (a, b)
@@ -76,7 +94,4 @@ def compare_modules(
                               for side in (0, 1))
             print(f"compare: round {round_index + 1} of {rounds} ({' then '.join('AB'[side] for side in order)}): "
                   f"{times} per call", file=sys.stderr, flush=True)
-    comparison = compare_sessions(combine_runs(runs[0]), combine_runs(runs[1]), labels=labels, resamples=resamples,
-                                  confidence=confidence, seed=seed, min_change=min_change, paired=True)
-    comparison.rounds, comparison.calls_per_round = rounds, iterations
-    return comparison
+    return combine_runs(runs[0]), combine_runs(runs[1])
