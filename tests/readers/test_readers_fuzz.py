@@ -326,3 +326,25 @@ def test_input_mutants_load_whole_or_fail(tmp_path, data):
         assert str(error) and "\n" not in str(error)
     else:  # accepted: the header describes exactly the data that follows it
         assert array.nbytes == len(blob) - blob.index(b"\n") - 1
+
+
+@pytest.mark.parametrize("length", [0, 159, 161, 1 << 31])
+def test_a_memory_event_of_another_record_length_is_read_through_the_export(plain_run, fuzz_map, baseline, tmp_path,
+                                                                           length):
+    """A memory event's record length unknown to the reader makes it read the file as iree-profile exports it (or
+    refuse it in one line) before any window is summed: found only when the windows reach it, it escaped as
+    UnsupportedLayout (a saved Hypothesis example of the test above)."""
+    original = plain_run[1].read_bytes()
+    memory_events = layout.fixed_records(original, "memory-events")
+    assert memory_events, "the profile records memory events"
+    blob = bytearray(original)
+    layout.write(blob, memory_events[len(memory_events) // 2] + layout.MEMORY_EVENT[1]["record_length"][0], 4, length)
+    path = tmp_path / "memory-length.ireeprof"
+    path.write_bytes(bytes(blob))
+    try:
+        session = profiling.report(path, fuzz_map, warmup=WARMUP)
+    except SectionmarkError as error:  # what iree-profile says of it, in one line
+        assert "memory-events" in str(error) and "\n" not in str(error)
+        return
+    assert_profile_invariants(session)
+    assert_oracle(session, export_rows(path), fuzz_map)

@@ -226,6 +226,7 @@ def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarr
             part = np.zeros(len(rows), dtype)
             fill_columns(part, rows, np.arange(len(rows)))
             table.append(part)
+    _check_memory_event_lengths(bundle)
     if not increasing:  # written out of order: unique all the same? (the whole read's check and line)
         identities = np.concatenate([_identities(bundle.data, positions[begin : begin + HOST_EVENTS_WINDOW])
                                      for begin in range(0, len(positions), HOST_EVENTS_WINDOW)])
@@ -239,6 +240,19 @@ def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarr
         rows[order] = np.arange(len(order))
         queue_ops = queue_ops[order]
     return sorted_by(submissions, "submission"), queue_ops, rows
+
+
+def _check_memory_event_lengths(bundle: OpenBundle) -> None:
+    """`UnsupportedLayout` before any window when a memory event has another record length (a layout this reader
+    does not know), as for the host events: found only while the windows read them, it would come after some of
+    the profile was summed, too late to read the file through the export instead."""
+    positions = RecordPositions(bundle.chunks["memory-events"], MEMORY_EVENT.itemsize)
+    last = bundle.data.size - MEMORY_EVENT.itemsize
+    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
+        window = positions[begin : begin + HOST_EVENTS_WINDOW]
+        window = window[(window >= 0) & (window <= last)]  # outside the file: the windows' error line names it
+        if (records_at(bundle.data, window, _U32) != MEMORY_EVENT.itemsize).any():
+            raise UnsupportedLayout("memory event record length differs from the known layout")
 
 
 _IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])
