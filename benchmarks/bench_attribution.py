@@ -22,7 +22,10 @@
    dispatch starting halfway through the one before's last, as pipelined calls run), so union blocks reach
    across the reader's windows: the one read path carries its sweep over, in the same bounded memory.
 
+4. ``--devices N``: several devices against one (`bench_devices.py`, run with the same options).
+
 Usage: python benchmarks/bench_attribution.py [--events 1000000,10000000] [--dispatches 50] [--repeat 3] [--pipelined]
+       python benchmarks/bench_attribution.py --devices 8 [--events 100000,400000] [--dispatches 48] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -221,9 +224,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="best of N after the cold run")
     parser.add_argument("--pipelined", action="store_true",
                         help="also measure each profile with its submissions moved to overlap in time")
+    parser.add_argument("--devices", type=int, help="several local-task devices against one instead "
+                        "(benchmarks/bench_devices.py; the other options are passed on to it)")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child process of fresh_process
     parser.add_argument("--map", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--calls", type=int, help=argparse.SUPPRESS)
+    options, _ = parser.parse_known_args()
+    if options.devices is not None:  # its own benchmark, in its own process: the same options
+        raise SystemExit(subprocess.run([sys.executable, str(Path(__file__).with_name("bench_devices.py")),
+                                         *sys.argv[1:]]).returncode)
     options = parser.parse_args()
     if options.measure is not None:
         measure(options.measure, options.map, options.calls, options.repeat)

@@ -68,6 +68,7 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy --no-cost   # skip the profiler-cost rounds: about half the time
   sectionmark profile model.vmfb --input x.npy --by name --kernels kernels.txt --graph graph.svg
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
+  sectionmark profile split.vmfb --input x.npy --device local-task --device local-task --json devices.json   # sm.compile(devices=2)
   sectionmark profile model.vmfb --input x.npy --parameters model=model.irpa
   sectionmark profile recording/ -n 5 --warmup 1 --json replay.json   # saved by rec.save("recording")
   sectionmark profile recording/ --csv replay.csv --perfetto replay.perfetto.json   # every function in one file
@@ -269,9 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--no-cost", action="store_true",
                          help="skip measuring the profiler's own cost (paired unprofiled and profiled rounds before "
                          "the profile): about half the time of a short profile")
-    profile.add_argument("--device", default="local-task",
+    profile.add_argument("--device", action="append", default=None,
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
-                         "vulkan: its device-timed dispatch events (docs/gpu.md)")
+                         "vulkan: its device-timed dispatch events (docs/gpu.md). Repeat it for a module compiled for "
+                         "several devices (--device local-task --device local-task: docs/multi-device.md)")
     profile.add_argument("--timeout", type=whole_number_in(1, 7 * 24 * 3600), default=3600, metavar="S",
                          help="give up when the profiled tool runs longer than S seconds (default: 3600)")
     profile.add_argument("--keep-profile", metavar="FILE",

@@ -133,6 +133,18 @@ def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.workflows.measure import profile
     from sectionmark.workflows.record import is_recording
 
+    devices = args.device or ["local-task"]
+    args.device = devices[0]
+    if len(devices) > 1:
+        if is_recording(args.vmfb):
+            raise SectionmarkError("a recording replays on one device: give one --device")
+        _check_device_outputs(args)
+        result = profile(args.vmfb, _load_inputs(args.input), function=args.function or "main", devices=devices,
+                         iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
+                         keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters,
+                         runs=args.runs, workers=args.workers)
+        _write_outputs(result, args, inputs)
+        return
     if args.roofline is not None:  # refused before the run, not after it
         from sectionmark.workflows.peak import check_device
 
@@ -180,14 +192,30 @@ def _recorded_session(args: argparse.Namespace, profile: str) -> "ProfileSession
                   workers=args.workers)
 
 
+def _check_device_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, what a profile of several devices does not draw yet (its table, --json and --csv
+    it does; `sectionmark.renderers.devices`)."""
+    from sectionmark.renderers.devices import FORMATS
+
+    asked = [f"--{name}" for name in rendered_outputs(args) if name not in FORMATS]
+    asked += [option for option, given in (("--sites", args.sites), ("--by", args.by)) if given]
+    if asked:
+        raise SectionmarkError(f"{', '.join(asked)} of a profile of several devices is not drawn yet "
+                               "(its table, --json and --csv are)")
+
+
 def report_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     from sectionmark.readers.tracy_live import APPROXIMATION_NOTE, is_live_capture_file
+    from sectionmark.profiling.devices import DeviceProfile
 
     if len(args.profile) > 1:
         _report_ranks(args, inputs)
         return
     profile = args.profile[0]
-    _write_outputs(_recorded_session(args, profile), args, inputs)
+    result = _recorded_session(args, profile)
+    if isinstance(result, DeviceProfile):
+        _check_device_outputs(args)
+    _write_outputs(result, args, inputs)
     if is_live_capture_file(profile):
         _print(APPROXIMATION_NOTE)
 

@@ -89,6 +89,9 @@ class CommandBuffer:
     index: int
     function: str
     commands: list[Command] = field(default_factory=list)
+    # The ordinal of the device it runs on, in a module compiled for several (the order of --device); absent in a
+    # module of one device, or where the compiler does not name it (docs/section-map.md).
+    device: Optional[int] = json_field(default=None, omit_none=True, bounds=(0, 1 << 16))
 
     def signature(self) -> list[tuple[str, Optional[str]]]:
         """The ``(op, key)`` sequence used to match runtime command buffers."""

@@ -25,6 +25,7 @@ import sectionmark.compiler as smc
 from sectionmark.compiler.targets import target_flags
 from sectionmark.locations import strip_sectionmark_names
 from nanogpt_builders import jax_gpt, torch_gpt
+from tiny_profiles import TWO_DEVICES
 from test_compiler import dump, executables, fused_source, run, vm_call_count
 
 
@@ -116,6 +117,22 @@ def _cnn():
     torch.manual_seed(0)
     model = CNN().eval()
     return model, (torch.randn(1, 8, 16, 16),)
+
+
+def test_two_device_module_matches_the_plain_multi_device_pipeline(tmp_path):
+    """``sm.compile(devices=2)``: the executables of the plain pipeline with the same multi-device flags (the
+    flags a user of iree-turbine spells: ``--iree-hal-target-device=local[0] --iree-hal-target-device=local[1]``),
+    the same outputs; one executable per device in the module, both listed."""
+    import iree.compiler
+
+    source = tmp_path / "two.mlir"  # a file, as a user compiles one: its name is in the executables' debug info
+    source.write_text(TWO_DEVICES)
+    ours = sm.compile(source, devices=2, quiet=True)
+    plain = iree.compiler.compile_file(str(source), extra_args=[*target_flags("llvm-cpu", 2), "--iree-input-type=auto"])
+    assert target_flags("llvm-cpu", 2)[:2] == ("--iree-hal-target-device=local[0]", "--iree-hal-target-device=local[1]")
+    assert_same_executables(ours.vmfb, plain, tmp_path)
+    spelled = sm.compile(TWO_DEVICES, extra_args=["--iree-hal-target-device=local[1]"], quiet=True)  # by hand
+    assert {b.device for b in spelled.section_map.command_buffers} == {0, 1}
 
 
 @pytest.mark.parametrize("build", [lambda: torch_gpt(True), _cnn], ids=["nanogpt", "cnn"])

@@ -67,6 +67,8 @@ EXCEPTIONS = {
     ("sectionmark.profiling.ranks", "sectionmark.renderers"),
     # A replay's per-function profiles render through the same registry, looked up when called.
     ("sectionmark.workflows.replay", "sectionmark.renderers"),
+    # A several-device profile renders its table, JSON and CSV through the same outputs, looked up when called.
+    ("sectionmark.profiling.devices", "sectionmark.renderers"),
     # Jupyter's hooks of the results (repr, inline HTML) ask the registry for the notebook view when called.
     ("sectionmark.profiling.display", "sectionmark.renderers"),
 }

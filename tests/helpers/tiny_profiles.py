@@ -10,14 +10,45 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from sectionmark.section_path import SectionPath
 from sectionmark.artifacts import tools
-from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
+from sectionmark.section_map import COMMAND_OPS, Command, CommandBuffer, SectionMap, Share
 
 CPU_FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
              "--iree-llvmcpu-target-cpu=host"]
+
+# A matmul split in halves over two devices (`sm.compile(..., devices=2)`): "Half 1"'s operands are copied to
+# device 1 (@__device_1), which multiplies them; its product comes back to device 0 for the "Join". Three command
+# buffers: device 0's slice copy, device 1's copies and matmul, device 0's matmul fused with the join's add.
+TWO_DEVICES = """
+module @two {
+func.func @main(%a: tensor<64x128xf32> {iree.abi.affinity = #hal.device.promise<@__device_0>},
+                %b: tensor<128x64xf32> {iree.abi.affinity = #hal.device.promise<@__device_0>})
+    -> (tensor<64x64xf32> {iree.abi.affinity = #hal.device.promise<@__device_0>}) {
+  %a0 = tensor.extract_slice %a[0, 0] [64, 64] [1, 1] : tensor<64x128xf32> to tensor<64x64xf32> loc(#h0)
+  %a1 = tensor.extract_slice %a[0, 64] [64, 64] [1, 1] : tensor<64x128xf32> to tensor<64x64xf32> loc(#h1)
+  %b0 = tensor.extract_slice %b[0, 0] [64, 64] [1, 1] : tensor<128x64xf32> to tensor<64x64xf32> loc(#h0)
+  %b1 = tensor.extract_slice %b[64, 0] [64, 64] [1, 1] : tensor<128x64xf32> to tensor<64x64xf32> loc(#h1)
+  %a1t = flow.tensor.transfer %a1 : tensor<64x64xf32> to #hal.device.promise<@__device_1> loc(#h1)
+  %b1t = flow.tensor.transfer %b1 : tensor<64x64xf32> to #hal.device.promise<@__device_1> loc(#h1)
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<64x64xf32>
+  %f0 = linalg.fill ins(%z : f32) outs(%e0 : tensor<64x64xf32>) -> tensor<64x64xf32> loc(#h0)
+  %m0 = linalg.matmul ins(%a0, %b0 : tensor<64x64xf32>, tensor<64x64xf32>) outs(%f0 : tensor<64x64xf32>) -> tensor<64x64xf32> loc(#h0)
+  %e1 = tensor.empty() : tensor<64x64xf32>
+  %f1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<64x64xf32>) -> tensor<64x64xf32> loc(#h1)
+  %m1 = linalg.matmul ins(%a1t, %b1t : tensor<64x64xf32>, tensor<64x64xf32>) outs(%f1 : tensor<64x64xf32>) -> tensor<64x64xf32> loc(#h1)
+  %m1b = flow.tensor.transfer %m1 : tensor<64x64xf32> to #hal.device.promise<@__device_0> loc(#j)
+  %s = arith.addf %m0, %m1b : tensor<64x64xf32> loc(#j)
+  return %s : tensor<64x64xf32>
+}
+}
+#h0 = loc("sectionmark:Half 0")
+#h1 = loc("sectionmark:Half 1")
+#j = loc("sectionmark:Join")
+"""
 
 # Two dispatches on IREE 3.13: matmul (the fill fuses in) and exp+matmul fused.
 TWO_MATMULS = """
@@ -103,23 +134,52 @@ class Inconsistent(Exception):
     """Rows that no correct reader may turn into a table."""
 
 
-def section_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int) -> tuple[int, dict[SectionPath, float]]:
+def section_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int, device: Optional[int] = None,
+                   calls: Optional[int] = None) -> tuple[int, dict[SectionPath, float]]:
     """(measured calls, exclusive busy ns per path) from ireeperf-jsonl rows, in plain Python.
 
     One submission per call (these modules submit one command buffer per call),
     one static command buffer in the map; raises Inconsistent where an event
-    contradicts the map or its own row.
+    contradicts the map or its own row. ``device``: only that device's events (its
+    ``physical_device_ordinal``), each runtime command buffer placed in the map's
+    command buffer of that device recording the same commands; ``calls``: the calls
+    made (warmup included), for a device that submits several command buffers per call.
     """
-    events = [r for r in rows if r.get("record_type") == "host_execution_event"]
+    events = [r for r in rows if r.get("record_type") == "host_execution_event"
+              and (device is None or r.get("physical_device_ordinal") == device)]
     executes = sorted(r["submission_id"] for r in events if r.get("op") == "execute")
-    measured = set(executes[warmup_calls:])
-    commands = section_map.command_buffers[0].commands
+    per_call = len(executes) // calls if calls else 1
+    measured = set(executes[warmup_calls * per_call:])
+    buffers = _device_buffers(rows, section_map, device)
     totals: dict[SectionPath, float] = {}
     for r in events:
         if r.get("op") != "dispatch" or r["submission_id"] not in measured:
             continue
+        commands = buffers(r["command_buffer_id"])
         if not 0 <= r["command_index"] < len(commands) or commands[r["command_index"]].key != r["key"]:
             raise Inconsistent(f"event {r.get('event_id')} is not the map's command {r['command_index']}")
         for share in commands[r["command_index"]].shares or [Share((), 1.0)]:
             totals[share.path] = totals.get(share.path, 0.0) + share.weight * r["duration_ns"]
-    return len(executes) - warmup_calls, totals
+    return len(executes) // per_call - warmup_calls, totals
+
+
+def _device_buffers(rows: list[dict], section_map: SectionMap, device: Optional[int]) -> Callable[[int], list[Command]]:
+    """The map's commands of each runtime command buffer: the map's only one, or for ``device`` the map's command
+    buffer of that device whose (op, key) sequence the runtime buffer's recorded operations have."""
+    if device is None:
+        return lambda _buffer: section_map.command_buffers[0].commands
+    recorded: dict[int, list[tuple[int, str, Optional[str]]]] = {}
+    for r in rows:
+        if r.get("record_type") == "command_operation" and r.get("op") in COMMAND_OPS:
+            recorded.setdefault(r["command_buffer_id"], []).append(
+                (r["command_index"], r["op"], r.get("key") if r["op"] == "dispatch" else None))
+    static = {tuple((c.op, c.key if c.op == "dispatch" else None) for c in buffer.commands): buffer.commands
+              for buffer in section_map.command_buffers if buffer.device == device}
+
+    def commands(buffer: int) -> list[Command]:
+        signature = tuple((op, key) for _index, op, key in sorted(recorded.get(buffer, [])))
+        if signature not in static:
+            raise Inconsistent(f"command buffer {buffer} is no command buffer of device {device} in the map")
+        return static[signature]
+
+    return commands

@@ -54,11 +54,15 @@ class CommandRecorder:
         self.site_ids = site_ids  # each site's location, as `flow.number_sites` set it, and its id
         self.debug_groups = debug_groups
         self.buffers: list[CommandBuffer] = []
+        self._devices: list[str] = []  # the module's device globals, set by `run`
         self._buffer_of: dict[ir.Value, CommandBuffer] = {}
 
     def run(self, module: ir.Operation) -> list[CommandBuffer]:
-        for function in module.regions[0].blocks[0].operations:
-            function = function.operation
+        operations = [op.operation for op in module.regions[0].blocks[0].operations]
+        # The module's devices in declaration order: the runtime's device ordinals (the order of --device).
+        self._devices = [ir.StringAttr(op.attributes["sym_name"]).value for op in operations
+                         if op.name == "util.global" and str(ir.TypeAttr(op.attributes["type"]).value) == "!hal.device"]
+        for function in operations:
             if function.regions and function.name != "hal.executable":
                 self._visit_regions(function, _user_function(function_name(function)))
         return self.buffers
@@ -101,10 +105,24 @@ class CommandRecorder:
     def _buffer(self, value: ir.Value, function: str) -> CommandBuffer:
         buffer = self._buffer_of.get(value)
         if buffer is None:
-            buffer = CommandBuffer(index=len(self.buffers), function=function)
+            buffer = CommandBuffer(index=len(self.buffers), function=function, device=self._device_of(value))
             self.buffers.append(buffer)
             self._buffer_of[value] = buffer
         return buffer
+
+    def _device_of(self, buffer: ir.Value) -> Optional[int]:
+        """The ordinal of the device a command buffer is created on, in a module of several devices (None in a
+        module of one, or where the device is not a global the compiler names: chosen at run time)."""
+        if len(self._devices) < 2:
+            return None
+        create = _defining_op(buffer)
+        if create is None or create.name != "hal.command_buffer.create":
+            return None
+        load = _defining_op(create.operands[0])
+        if load is None or load.name != "util.global.load":
+            return None
+        name = ir.FlatSymbolRefAttr(load.attributes["global"]).value
+        return self._devices.index(name) if name in self._devices else None
 
     def _command(self, op: ir.Operation, kind: str) -> Command:
         # The profile's key of a non-dispatch command is its op name.

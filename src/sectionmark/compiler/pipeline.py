@@ -89,17 +89,20 @@ class CompiledProgram:
 
 @overload
 def compile(source: SectionedExport, target: str = ..., extra_args: Sequence[str] = ..., markers: bool = ...,
-            debug_groups: Optional[bool] = ..., input_type: Optional[str] = ...) -> CompiledProgram: ...
+            debug_groups: Optional[bool] = ..., input_type: Optional[str] = ..., *, quiet: bool = ...,
+            devices: int = ...) -> CompiledProgram: ...
 @overload
 def compile(source: "ExportOutput", target: str = ..., extra_args: Sequence[str] = ..., markers: bool = ...,
-            debug_groups: Optional[bool] = ..., input_type: Optional[str] = ...) -> CompiledProgram: ...
+            debug_groups: Optional[bool] = ..., input_type: Optional[str] = ..., *, quiet: bool = ...,
+            devices: int = ...) -> CompiledProgram: ...
 @overload
 def compile(source: "SectionSlice", target: str = ..., extra_args: Sequence[str] = ..., markers: bool = ...,
-            debug_groups: Optional[bool] = ..., input_type: Optional[str] = ...) -> CompiledProgram: ...
+            debug_groups: Optional[bool] = ..., input_type: Optional[str] = ..., *, quiet: bool = ...,
+            devices: int = ...) -> CompiledProgram: ...
 @overload
 def compile(source: Union[str, "os.PathLike[str]"], target: str = ..., extra_args: Sequence[str] = ...,
-            markers: bool = ..., debug_groups: Optional[bool] = ..., input_type: Optional[str] = ...
-            ) -> CompiledProgram: ...
+            markers: bool = ..., debug_groups: Optional[bool] = ..., input_type: Optional[str] = ..., *,
+            quiet: bool = ..., devices: int = ...) -> CompiledProgram: ...
 
 
 def compile(
@@ -111,6 +114,7 @@ def compile(
     input_type: Optional[str] = None,
     *,
     quiet: bool = False,
+    devices: int = 1,
 ) -> CompiledProgram:
     """Compile ``source`` for ``target``.
 
@@ -126,12 +130,14 @@ def compile(
     except on CUDA and ROCm, whose IREE 3.13 runtime crashes on them
     (`sectionmark.compiler.targets.WITHOUT_DEBUG_GROUPS`). On a terminal a
     progress line shows the phase and the time elapsed (`sectionmark.progress`);
-    ``quiet=True`` hides it.
+    ``quiet=True`` hides it. ``devices=N``: a module driving N local devices (``--iree-hal-target-device=local[0]``
+    ... ``local[N-1]``: the ``@__device_i`` of ``#hal.device.promise`` affinities and of iree-turbine's
+    ``DeviceAffinity``), profiled with ``sm.profile(..., devices=["local-task"] * N)`` (docs/multi-device.md).
     """
     export = as_sectioned_export(source)
     if input_type is None:
         input_type = export.input_type if export is not None else "auto"
-    flags = [*target_flags(target), f"--iree-input-type={input_type}", *extra_args]
+    flags = [*target_flags(target, devices), f"--iree-input-type={input_type}", *extra_args]
     return compile_with_flags(export if export is not None else source, flags, target, markers, debug_groups,
                               quiet=quiet)
 

@@ -58,10 +58,28 @@ def debug_groups_by_default(target: str) -> bool:
     return target not in WITHOUT_DEBUG_GROUPS
 
 
-def target_flags(target: str) -> tuple[str, ...]:
-    """The device flags for ``target``, or a one-line error naming the known ones."""
+def target_flags(target: str, devices: int = 1) -> tuple[str, ...]:
+    """The device flags for ``target``, or a one-line error naming the known ones.
+
+    ``devices``: how many devices the module drives (`multi_device_flags`); one gives the flags above unchanged.
+    """
     try:
-        return TARGET_FLAGS[target]
+        flags = TARGET_FLAGS[target]
     except KeyError:
         known = ", ".join(TARGET_FLAGS)
         raise SectionmarkError(f"unknown target {target!r}; use one of: {known}") from None
+    return flags if devices == 1 else multi_device_flags(target, devices)
+
+
+def multi_device_flags(target: str, devices: int) -> tuple[str, ...]:
+    """The flags of a module driving ``devices`` local devices: ``--iree-hal-target-device=local[0]`` ... (the
+    devices ``@__device_0`` ... that iree-turbine's ``DeviceAffinity(i)`` and ``transfer_to_logical_device``
+    place work on), each running llvm-cpu executables; run with one ``--device=local-task`` per device.
+    Several devices of another target (or a mix) are not known to run in IREE 3.13 (docs/multi-device.md)."""
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise SectionmarkError(f"devices must be a whole number >= 1, got {devices!r}")
+    if target != "llvm-cpu":
+        raise SectionmarkError(f"devices={devices} compiles for several llvm-cpu devices only (got target {target!r}); "
+                               "give other targets' device flags in extra_args")
+    single, *rest = TARGET_FLAGS[target]
+    return (*(f"{single}[{index}]" for index in range(devices)), *rest)

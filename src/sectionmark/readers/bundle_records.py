@@ -338,10 +338,14 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
         & (header_size + headers["type_length"] + headers["name_length"] + headers["payload_length"] == record_length)
     )
     known_type = np.isin(record_type, (_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END))
+    # One session per device (a process driving several devices writes a begin for each, then their chunks,
+    # then an end for each): the first record begins one, any other begin comes before every end, and each
+    # begin has its end.
     first = np.arange(len(headers)) == 0
-    begin_ok = (record_type == _RECORD_SESSION_BEGIN) == first
-    ended = record_type == _RECORD_SESSION_END
-    after_end = np.concatenate([[0], np.cumsum(ended)[:-1]]) > 0 if len(headers) else np.zeros(0, bool)
+    began, ended = record_type == _RECORD_SESSION_BEGIN, record_type == _RECORD_SESSION_END
+    ends_before = np.concatenate([[0], np.cumsum(ended)[:-1]]) > 0 if len(headers) else np.zeros(0, bool)
+    begin_ok = (began | ~first) & ~(began & (ends_before | (np.cumsum(began) > max(int(ended.sum()), 1))))
+    after_end = ends_before & ~ended
     chunk = (record_type == _RECORD_CHUNK) & lengths_ok & known_type & begin_ok & ~after_end
     bad_chunk = chunk & (kinds < 0)
     failing = (after_end | ~lengths_ok | ~known_type | ~begin_ok | (headers["chunk_flags"] & _CHUNK_TRUNCATED != 0)
@@ -379,7 +383,7 @@ def _raise_record_error(path: Path, offset: int, header: np.void, after_end: boo
     if not known_type:
         raise corrupt(path, f"unknown record type {header['record_type']} at byte {offset}")
     if not begin_ok:
-        raise corrupt(path, f"the session begin record must come first, and once (byte {offset})")
+        raise corrupt(path, f"the session begin record must come first, and once per device (byte {offset})")
     if header["chunk_flags"] & _CHUNK_TRUNCATED:
         raise SectionmarkError(f"{path}: the profiler truncated a chunk, so times would be incomplete")
     if header["record_type"] == _RECORD_SESSION_END:

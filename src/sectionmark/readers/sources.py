@@ -29,6 +29,8 @@ from sectionmark.readers.event_model import Profile, RecordedCommand
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.readers.bundle_events import open_bundle
 from sectionmark.readers.bundle_records import BUNDLE_MAGIC
+from sectionmark.readers.devices import (DeviceDispatchStream, device_bundles, profile_devices,
+                                        several_devices_error)
 from sectionmark.readers.ireeprof_stream import DispatchStream
 from sectionmark.section_map import SectionMap
 
@@ -78,17 +80,40 @@ class WholeProfile:
 def open_source(path: Union[str, Path], section_map: SectionMap, function: Optional[str] = None) -> EventSource:
     """The events of a recorded profile: .ireeprof (host- or device-timed), ireeperf-jsonl, or a .tracy capture
     (its GPU dispatch zones, or a live capture's worker-thread zones; ``section_map`` and ``function`` place
-    them). A file that is none of these, or breaks its format, is one error line."""
+    them). A file that is none of these, or breaks its format, is one error line; so is a profile of several
+    devices (`open_device_sources` reads it)."""
+    return _open(path, section_map, function, several_devices=False)[0]
+
+
+def open_device_sources(path: Union[str, Path], section_map: SectionMap,
+                        function: Optional[str] = None) -> dict[int, EventSource]:
+    """The events of each device of a recorded profile, by device ordinal: a host-timed .ireeprof of a process
+    that drove several devices gives one source per device (`sectionmark.readers.devices`), read as every
+    host-timed bundle is; any other profile is device 0's."""
+    return _open(path, section_map, function, several_devices=True)
+
+
+def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[str],
+          several_devices: bool) -> dict[int, EventSource]:
     path = Path(path)
     if path.suffix == ".tracy":  # a capture by its name: a damaged one gets the capture reader's error
-        return WholeProfile(read_events(path, section_map, function))
+        return {0: WholeProfile(read_events(path, section_map, function))}
     file = open_regular(path, "profile")
     try:
         head = file.read(4)
         if head == BUNDLE_MAGIC:
             bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size)
+            devices = profile_devices(bundle)
+            if len(devices) > 1 and not several_devices:
+                raise several_devices_error(path, devices)
+            if len(devices) > 1:
+                sources = {device: _DeviceStream(DeviceDispatchStream(each, os.fdopen(os.dup(file.fileno()), "rb")))
+                           for device, each in device_bundles(bundle).items()}
+                bundle.close()
+                file.close()
+                return sources
             if not bundle.device_timed:
-                return _Stream(DispatchStream(bundle, file))  # it reads the events from the file, and closes it
+                return {0: _Stream(DispatchStream(bundle, file))}  # it reads the events from the file, and closes it
             bundle.close()
     except UnsupportedLayout:
         head = BUNDLE_MAGIC  # read_profile reads it through iree-profile's export
@@ -97,8 +122,8 @@ def open_source(path: Union[str, Path], section_map: SectionMap, function: Optio
         raise
     file.close()
     if head != BUNDLE_MAGIC and head[:1] != b"{":  # a capture by its first bytes, or an error line
-        return WholeProfile(read_events(path, section_map, function))
-    return WholeProfile(read_profile(path))
+        return {0: WholeProfile(read_events(path, section_map, function))}
+    return {0: WholeProfile(read_profile(path))}
 
 
 class _Stream:
@@ -130,6 +155,14 @@ class _Stream:
             read_profile(self._stream.path)
         except SectionmarkError as whole:
             return whole
+        return problem
+
+
+class _DeviceStream(_Stream):
+    """One device's events of a profile of several devices: its problems are its own (the whole read of the file,
+    which `_Stream.explain` asks, reads one device's events only)."""
+
+    def explain(self, problem: SectionmarkError) -> SectionmarkError:
         return problem
 
 

@@ -234,6 +234,13 @@ def save(
     return write_atomic(path, output.encode("utf-8") if isinstance(output, str) else output, inputs=inputs)
 
 
+def render_devices(profile: Any, format: str, **options: Any) -> Union[str, bytes]:
+    """A profile of several devices (`sectionmark.profiling.devices.DeviceProfile`) in ``format``: its outputs are
+    `sectionmark.renderers.devices`, imported when called like every renderer module (it imports the profile)."""
+    get(format)  # an unknown name is the registry's error line
+    return importlib.import_module("sectionmark.renderers.devices").render(profile, format, **options)
+
+
 def notebook_view(result: Any, form: str) -> str:
     """What Jupyter shows for a profile, a replay or a comparison: ``form`` "text" (a one-line summary, its
     ``__repr__``) or "html" (the inline report, its ``_repr_html_``): `sectionmark.renderers.notebook`, imported

@@ -21,11 +21,12 @@ from sectionmark.errors import SectionmarkError, SectionmarkTypeError
 from sectionmark.outputs import check_output_path, copy_output
 from sectionmark.parameters import Parameters, parameter_specs
 from sectionmark.profiling.attribute import public_function
+from sectionmark.profiling.devices import DeviceProfile, read_device_profile
 from sectionmark.profiling.profile_run import ProfileRun, ReadArguments
 from sectionmark.profiling.read import read_session
 from sectionmark.profiling.run_variation import note_run_variation
 from sectionmark.profiling.runs import combine_runs
-from sectionmark.readers.sources import open_source
+from sectionmark.readers.sources import open_device_sources, open_source
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
 from sectionmark.workflows.runner import DEFAULT_TIMEOUT_S, device_driver, local_task_workers, run_profile
 
@@ -44,13 +45,15 @@ def profile(compiled_or_vmfb_path: "CompiledProgram", args: Sequence[Any] = ...,
             iterations: int = ..., warmup: int = ..., *, section_map: Optional[SectionMap] = ...,
             keep_profile: Optional[Union[str, Path]] = ..., keep_profile_inputs: Sequence[Union[str, Path]] = ...,
             quiet: bool = ..., timeout: Optional[float] = ..., parameters: Parameters = ..., runs: int = ...,
-            workers: Optional[int] = ..., cost: bool = ...) -> ProfileRun: ...
+            workers: Optional[int] = ..., cost: bool = ...,
+            devices: Optional[Sequence[str]] = ...) -> Union[ProfileRun, DeviceProfile]: ...
 @overload
 def profile(compiled_or_vmfb_path: Union[str, "os.PathLike[str]"], args: Sequence[Any] = ..., function: str = ...,
             device: str = ..., iterations: int = ..., warmup: int = ..., *, section_map: Optional[SectionMap] = ...,
             keep_profile: Optional[Union[str, Path]] = ..., keep_profile_inputs: Sequence[Union[str, Path]] = ...,
             quiet: bool = ..., timeout: Optional[float] = ..., parameters: Parameters = ..., runs: int = ...,
-            workers: Optional[int] = ..., cost: bool = ...) -> ProfileRun: ...
+            workers: Optional[int] = ..., cost: bool = ...,
+            devices: Optional[Sequence[str]] = ...) -> Union[ProfileRun, DeviceProfile]: ...
 def profile(
     compiled_or_vmfb_path: Union[Any, str, Path],
     args: Sequence[Any] = (),
@@ -68,7 +71,8 @@ def profile(
     runs: int = 1,
     workers: Optional[int] = None,
     cost: bool = True,
-) -> ProfileRun:
+    devices: Optional[Sequence[str]] = None,
+) -> Union[ProfileRun, DeviceProfile]:
     """Call ``function`` ``warmup + iterations`` times under the profiler; per-section times.
 
     ``compiled_or_vmfb_path``: a ``sectionmark.CompiledProgram`` or a
@@ -94,7 +98,16 @@ def profile(
     `ProfileSession.profiler_cost`); False skips them, about halving the time a short profile takes.
     The run returned keeps the profile its figures come from in a folder of its own until it is closed
     (`ProfileRun.close`, or its ``with`` block), for the outputs that draw every event.
+    ``devices``: the IREE devices of a module compiled for several (``sm.compile(..., devices=N)``), in the
+    order of its devices (``["local-task", "local-task"]``); the result is then a `DeviceProfile`: each device's
+    session and the views across them (docs/multi-device.md). iree-benchmark-module records every device (one
+    profiling session each); ``device``, ``runs`` and ``cost`` are those of one device only.
     """
+    if devices is not None:
+        return _profile_devices(compiled_or_vmfb_path, args, function, list(devices), iterations, warmup,
+                                section_map=section_map, keep_profile=keep_profile,
+                                keep_profile_inputs=keep_profile_inputs, quiet=quiet, timeout=timeout,
+                                parameters=parameters, runs=runs, workers=workers)
     if runs < 1:
         raise SectionmarkError(f"need runs >= 1 (got {runs})")
     specs = parameter_specs(parameters)
@@ -143,6 +156,49 @@ def profile(
             raise
 
 
+def _profile_devices(compiled_or_vmfb_path: Union[Any, str, Path], args: Sequence[Any], function: str,
+                     devices: list[str], iterations: int, warmup: int, *, section_map: Optional[SectionMap],
+                     keep_profile: Optional[Union[str, Path]], keep_profile_inputs: Sequence[Union[str, Path]],
+                     quiet: bool, timeout: Optional[float], parameters: Parameters, runs: int,
+                     workers: Optional[int]) -> DeviceProfile:
+    """`profile` on several devices: one run of iree-benchmark-module with a ``--device`` each, every device's
+    events read and attributed by the one read path (`read_device_profile`)."""
+    check_devices(devices)
+    if runs != 1:
+        raise SectionmarkError("runs > 1 of several devices is not supported yet: profile with runs=1")
+    specs = parameter_specs(parameters)
+    if keep_profile is not None:
+        module_files = [compiled_or_vmfb_path] if isinstance(compiled_or_vmfb_path, (str, Path)) else []
+        protected = [*keep_profile_inputs, *module_files]
+        check_output_path(keep_profile, protected)
+    with scratch_folder() as directory:
+        if section_map is None:
+            vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory)
+        else:
+            vmfb = module_file(compiled_or_vmfb_path, directory)
+        run = run_profile(vmfb, args, directory / "run1", function=function, device=devices[0],
+                          extra_devices=devices[1:], iterations=iterations, warmup=warmup, quiet=quiet,
+                          timeout=timeout, parameters=specs, argument_types=section_map.argument_types(function),
+                          framework=section_map.framework, workers=workers)
+        if keep_profile is not None:
+            copy_output(run.profile_path, keep_profile, protected)
+        run_workers = local_task_workers(workers)
+        return read_device_profile(open_device_sources(run.profile_path, section_map, function), section_map,
+                                   calls=run.calls, warmup=run.warmup, function=function, workers=run_workers,
+                                   devices=devices)
+
+
+def check_devices(devices: Sequence[str]) -> None:
+    """Several devices are profiled on local-task (IREE 3.13 cannot mix drivers in one process, and its other
+    drivers' profiles of several devices are not read yet): one error line otherwise."""
+    if len(devices) < 2:
+        raise SectionmarkError(f"devices= names the devices of a module compiled for several (got {len(devices)}); "
+                               "for one device use device=")
+    others = sorted({device for device in devices if device_driver(device) != "local-task"})
+    if others:
+        raise SectionmarkError(f"several devices are profiled on local-task only (got {', '.join(others)})")
+
+
 def report(
     profile_path: Union[str, Path],
     section_map: Union[SectionMap, str, Path],
@@ -151,8 +207,9 @@ def report(
     warmup: int = 0,
     function: Optional[str] = None,
     workers: Optional[int] = None, device: Optional[str] = None,
-) -> ProfileRun:
+) -> Union[ProfileRun, DeviceProfile]:
     """Per-section times of a recorded profile: .ireeprof, exported ireeperf-jsonl, or a .tracy capture.
+    A .ireeprof of a process that drove several devices gives a `DeviceProfile` (docs/multi-device.md).
 
     ``section_map``: a SectionMap, a .vmfb (embedded map or sidecar) or a
     .sections.json. ``calls``: calls made during the profile (inferred from
@@ -172,8 +229,12 @@ def report(
     if function is not None:
         _check_function(function, section_map)
     path = Path(profile_path)
-    session = read_session(open_source(path, section_map, function), section_map, calls=calls, warmup=warmup,
-                           function=function, workers=workers, device=device)
+    sources = open_device_sources(path, section_map, function)
+    if len(sources) > 1:  # one process drove several devices: each device's session, and the views across them
+        return read_device_profile(sources, section_map, calls=calls, warmup=warmup, function=function,
+                                   workers=workers, devices=None if device is None else [device] * len(sources))
+    session = read_session(sources[0], section_map, calls=calls, warmup=warmup, function=function, workers=workers,
+                           device=device)
     return ProfileRun(session, path, section_map, ReadArguments(calls, warmup, function))
 
 

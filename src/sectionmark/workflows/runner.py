@@ -134,8 +134,11 @@ def benchmark_command(
     parameters: Sequence[tuple[str, Path]] = (),
     imported: Sequence[Path] = (),
     workers: Optional[int] = None,
+    extra_devices: Sequence[str] = (),
 ) -> list[str]:
     """The iree-benchmark-module command line for ``device``; no measurement without a path.
+    ``extra_devices``: the devices after the first of a module compiled for several (``--device`` each, in order:
+    the profile records one session per device).
 
     CUDA/HIP: the tracing runtime's tool with dispatch zones on (the capture
     around it writes ``profile_path``); other devices: the plain tool with
@@ -151,6 +154,7 @@ def benchmark_command(
     command = [
         str(find_tool("iree-benchmark-module", tracing=traced)),
         f"--device={device}",
+        *[f"--device={extra}" for extra in extra_devices],
         *tool_flags(parameters),
         *[f"--module={module}" for module in imported],
         f"--module={vmfb}",
@@ -233,13 +237,15 @@ def run_profile(
     measure_cost: bool = False,
     workers: Optional[int] = None,
     progress: str = "",
+    extra_devices: Sequence[str] = (),
 ) -> ProfileRun:
     """Run ``function`` ``warmup + iterations`` times measured; return the .ireeprof or .tracy.
 
     ``argument_types``, ``framework``: how ``args`` become the function's
     flat arguments (`sectionmark.arguments.flatten_arguments`). ``workers``:
     local-task's most workers (None: one per physical core; refused on other
-    devices). ``progress``: said after the status line (``run 2 of 5``).
+    devices). ``progress``: said after the status line (``run 2 of 5``). ``extra_devices``: the devices after
+    ``device`` of a module compiled for several (`benchmark_command`).
 
     ``timeout``: seconds the tool may run (None: no limit) before it is ended
     with one error line, so that a hung tool never hangs the caller.
@@ -263,7 +269,7 @@ def run_profile(
     calls = iterations + warmup
     inputs = write_inputs(args, directory, argument_types, framework)
     command = benchmark_command(vmfb, function, inputs, device=device, calls=calls, profile_path=profile_path,
-                                parameters=parameters, imported=imported, workers=workers)
+                                parameters=parameters, imported=imported, workers=workers, extra_devices=extra_devices)
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
     cost = None
     if measure_cost and not traced:

@@ -1,0 +1,249 @@
+"""A run on several devices: each device's session, the sections across devices, and where each device's time went.
+
+One process driving several devices records one profiling session per device
+in one file (`sectionmark.readers.devices`). Each device's events are read and
+attributed by the one path every profile takes (`sectionmark.profiling.read`),
+so each device's session is exactly a one-device session of that device's
+events: its busy time per section is the sum of its own dispatch events, its
+coverage is checked on its own events. On top of them, here:
+
+* the sections across devices (`DeviceSectionRow`): each section's busy and
+  wall time on every device, and their sums. A section may span devices;
+* where each device's time went in each measured call (`DeviceTime`,
+  `split_device_time`). A call's window is the stretch from the first queue
+  operation of that call on any device to the last one's end (the calls'
+  windows clipped not to overlap, as one device's are). Each nanosecond of it
+  goes, for each device, to exactly one of:
+  ``compute`` (a dispatch of the device ran), ``transfer`` (inside one of its
+  command-buffer executions with no dispatch running: the copies of a tensor
+  to or from another device, which local-task records as copy commands inside
+  command buffers and does not time one by one, with the barriers between
+  them; plus its queue fills, copies, updates, reads and writes),
+  ``queue`` (its allocations and other queue operations), ``waiting`` (the
+  device ran nothing while another device did) and ``idle`` (no device ran
+  anything). So compute + transfer + queue + waiting + idle = the call's
+  window, on every device, exactly (integer nanoseconds from the same events);
+  ``overlap`` is the time the device ran something while another device ran
+  something too.
+
+Everything here is plain data and pure functions over numpy arrays (unit-tested on hand-built data in
+tests/profiling/test_devices.py); `read_device_profile` is the only function that reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Optional, Union
+
+import numpy as np
+
+from sectionmark.errors import SectionmarkError
+from sectionmark.outputs import PathLike
+from sectionmark.profiling.attribute import Attribution
+from sectionmark.profiling.event_fold import EventTotals
+from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, QUEUE_SPAN_DTYPE,
+                                              ROW_OF_EVENT_TYPE, TRANSFER, call_windows, measured_windows, partition_time,
+                                              union_by_window)
+from sectionmark.profiling.read import attributed_totals
+from sectionmark.profiling.session import ProfileSession
+from sectionmark.readers.sources import EventSource
+from sectionmark.section_map import SectionMap
+from sectionmark.section_path import SectionPath
+from sectionmark.serialization import json_field
+
+DEVICE_TIME_PARTS = ("compute", "transfer", "queue", "waiting", "idle")
+
+
+@dataclass
+class DeviceTime:
+    """Where one device's time went over the measured calls' windows (module docstring): ns summed over the calls,
+    and per call."""
+
+    compute_ns: int
+    transfer_ns: int
+    queue_ns: int
+    waiting_ns: int
+    idle_ns: int
+    window_ns: int  # the calls' windows: the five parts above add up to it exactly
+    overlap_ns: int  # time it ran something while another device ran something too
+    per_call: list[list[int]] = field(default_factory=list)  # [call] -> the five parts, in DEVICE_TIME_PARTS order
+
+
+@dataclass
+class DeviceSession:
+    """One device of the run: its ordinal (the order of ``--device``), its IREE device, its session."""
+
+    ordinal: int
+    device: Optional[str]
+    session: ProfileSession
+    time: Optional[DeviceTime] = None  # None when the calls' windows are not known (no queue operations)
+
+
+@dataclass
+class DeviceSectionRow:
+    """A section across devices: its busy and wall time on each device (ns over the measured calls; 0 where it
+    did not run) and their sums."""
+
+    path: SectionPath
+    busy_ns: list[float] = json_field(rounded=True)  # by device, in `DeviceProfile.devices` order
+    wall_ns: list[float] = json_field(rounded=True)
+    ran_on: list[int] = field(default_factory=list)  # the ordinals of the devices where it ran dispatches
+
+    @property
+    def total_busy_ns(self) -> float:
+        return float(sum(self.busy_ns))
+
+
+@dataclass
+class DeviceProfile:
+    """A profiled run on several devices: each device's session and the views across them."""
+
+    devices: list[DeviceSession]
+    sections: list[DeviceSectionRow]
+    calls: int
+    function: Optional[str] = None
+
+    def device(self, ordinal: int) -> ProfileSession:
+        """One device's session (every output of a one-device profile draws it)."""
+        for device in self.devices:
+            if device.ordinal == ordinal:
+                return device.session
+        known = ", ".join(str(device.ordinal) for device in self.devices)
+        raise SectionmarkError(f"the profile has no device {ordinal} (it has: {known})")
+
+    def render(self, format: str, **options: Any) -> Union[str, bytes]:
+        """The table, JSON or CSV of every device (`sectionmark.renderers.devices`), looked up when called."""
+        from sectionmark import renderers
+
+        return renderers.render_devices(self, format, **options)
+
+    def table(self) -> str:
+        return self.render("table")
+
+    def save(self, path: PathLike, format: Optional[str] = None, *, inputs: Iterable[PathLike] = (),
+             **options: Any) -> Path:
+        """Write the table (.txt), JSON (.json) or CSV (.csv) of every device to ``path``, all at once."""
+        from sectionmark import renderers
+
+        return renderers.save(self, path, format, inputs=inputs, **options)
+
+
+def device_sections(devices: list[DeviceSession]) -> list[DeviceSectionRow]:
+    """Every section of any device's session (in the first order met, "(unmarked)" last), with its busy and wall
+    time on each device."""
+    rows: dict[SectionPath, DeviceSectionRow] = {}
+    for index, device in enumerate(devices):
+        for stats in device.session.sections:
+            row = rows.setdefault(stats.path, DeviceSectionRow(stats.path, [0.0] * len(devices),
+                                                               [0.0] * len(devices)))
+            row.busy_ns[index], row.wall_ns[index] = stats.busy_ns, stats.wall_ns
+            if stats.dispatches:
+                row.ran_on.append(device.ordinal)
+    return sorted(rows.values(), key=lambda row: row.path == ())  # stable: unmarked last
+
+
+def common_windows(spans: list[np.ndarray], calls: int) -> tuple[np.ndarray, np.ndarray]:
+    """The windows of the measured calls across devices: from the first queue operation of the call on any device
+    to the last one's end, clipped not to overlap (`call_windows`)."""
+    measured = [part[(part["call"] >= 0) & (part["call"] < calls)] for part in spans]
+    every = np.concatenate(measured)
+    return call_windows(every["start_ns"].astype(np.int64), every["end_ns"].astype(np.int64),
+                        every["call"].astype(np.int64), calls)
+
+
+def split_device_time(spans: list[np.ndarray], compute: list[np.ndarray], windows: tuple[np.ndarray, np.ndarray]
+                      ) -> list[DeviceTime]:
+    """Each device's `DeviceTime` in ``windows`` (per call: starts, ends): ``spans``, each device's queue spans
+    (QUEUE_SPAN_DTYPE: its executions and other queue operations); ``compute``, the union of its dispatch
+    intervals in each window (int64 per call). Exact: the parts of every call add up to its window."""
+    starts, ends = windows
+    length = ends - starts
+    busy_by_device, parts_by_device = [], []
+    for part in spans:
+        parts = partition_time(part["start_ns"], part["end_ns"], ROW_OF_EVENT_TYPE[part["type"]], len(QUEUE_ROWS),
+                               starts, ends).astype(np.int64)
+        parts_by_device.append(parts)
+        busy_by_device.append(length - parts[:, len(QUEUE_ROWS)])
+    any_busy = _union(spans, starts, ends)
+    times = []
+    for index, (parts, busy, dispatch) in enumerate(zip(parts_by_device, busy_by_device, compute)):
+        dispatch = np.asarray(dispatch, np.int64)
+        executions = parts[:, COMMAND_BUFFER]
+        if (dispatch > executions).any():
+            raise SectionmarkError("internal error: a device's dispatches reach outside its command-buffer "
+                                   "executions in a call's window")
+        per_call = np.stack([dispatch, executions - dispatch + parts[:, TRANSFER],
+                             parts[:, ALLOCATION] + parts[:, OTHER_QUEUE], any_busy - busy, length - any_busy], axis=1)
+        others = _union(spans[:index] + spans[index + 1:], starts, ends)
+        overlap = busy + others - any_busy  # |A ∩ B| = |A| + |B| - |A ∪ B|
+        times.append(DeviceTime(*(int(value) for value in per_call.sum(axis=0)), window_ns=int(length.sum()),
+                                overlap_ns=int(overlap.sum()), per_call=per_call.tolist()))
+    return times
+
+
+def _union(spans: list[np.ndarray], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window, the length of the union of every span of ``spans`` (several devices' queue spans)."""
+    every = np.concatenate(spans) if spans else np.zeros(0, QUEUE_SPAN_DTYPE)
+    order = np.argsort(every["start_ns"], kind="stable")
+    return union_by_window(every["start_ns"][order].astype(np.int64), every["end_ns"][order].astype(np.int64),
+                           starts, ends)
+
+
+def device_section_map(section_map: SectionMap, ordinal: int) -> SectionMap:
+    """The map a device's events are placed in: its command buffers where the map says which device runs each
+    (`CommandBuffer.device`), so that buffers of several devices recording the same commands for different
+    sections (each device's layer of a pipeline) are told apart; the whole map where it does not say."""
+    if all(buffer.device is None for buffer in section_map.command_buffers):
+        return section_map
+    return replace(section_map, command_buffers=[buffer for buffer in section_map.command_buffers
+                                                 if buffer.device in (None, ordinal)])
+
+
+def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap, *, calls: Optional[int] = None,
+                        warmup: int = 0, function: Optional[str] = None, workers: Optional[int] = None,
+                        devices: Optional[list[str]] = None) -> DeviceProfile:
+    """The `DeviceProfile` of each device's events (``sources``, by ordinal: `open_device_sources`), each read and
+    attributed as one device's profile is (`sectionmark.profiling.read`). ``devices``: the IREE devices, in
+    ordinal order (``--device``), to name them."""
+    read: list[tuple[int, Attribution, EventTotals]] = []
+    sessions = []
+    for ordinal, source in sorted(sources.items()):
+        name = devices[ordinal] if devices is not None and ordinal < len(devices) else None
+        device_map = device_section_map(section_map, ordinal)
+        try:
+            attribution, totals = attributed_totals(source, device_map, calls=calls, warmup=warmup,
+                                                    function=function)
+        except SectionmarkError as problem:
+            raise source.explain(problem) from None
+        session = ProfileSession.from_totals(attribution, totals, device_map, function, workers, name)
+        read.append((ordinal, attribution, totals))
+        sessions.append(DeviceSession(ordinal, name, session))
+    counts = {attribution.calls for _ordinal, attribution, _totals in read}
+    if len(counts) > 1:
+        raise SectionmarkError(f"the devices' profiles have different numbers of measured calls ({sorted(counts)}); "
+                               "give the number of calls")
+    calls_measured = counts.pop()
+    spans = [attribution.queue_spans for _ordinal, attribution, _totals in read]
+    own = [measured_windows(part, calls_measured) for part in spans]
+    if all(window is not None for window in own):
+        windows = common_windows(spans, calls_measured)
+        if all(((window.starts >= windows[0]) & (window.ends <= windows[1])).all() for window in own):
+            compute = [totals.dispatch_union(window.starts, window.ends)
+                       for (_o, _a, totals), window in zip(read, own)]
+            for device, time in zip(sessions, split_device_time(spans, compute, windows)):
+                device.time = time
+    sections = device_sections(sessions)
+    _note_other_devices(sessions, sections)
+    return DeviceProfile(sessions, sections, calls_measured, function)
+
+
+def _note_other_devices(devices: list[DeviceSession], sections: list[DeviceSectionRow]) -> None:
+    """A section that ran no dispatch on a device but did on others says so in that device's table (its note
+    would say why it ran nowhere)."""
+    ran_on = {row.path: row.ran_on for row in sections}
+    for device in devices:
+        for stats in device.session.sections:
+            others = [ordinal for ordinal in ran_on.get(stats.path, []) if ordinal != device.ordinal]
+            if stats.path and not stats.dispatches and others:
+                stats.note = f"no dispatches on this device: it ran on device {', '.join(map(str, others))}"

@@ -1,0 +1,110 @@
+"""The outputs of a run on several devices (`sectionmark.profiling.devices.DeviceProfile`): table, JSON and CSV.
+
+* table: the sections across devices (busy per call on each device, their
+  sum, and the devices a section ran on), where each device's time went per
+  call (compute / transfer / queue / waiting / idle, adding up to the call's
+  window, and the overlap with the other devices), then each device's own
+  section table under its heading;
+* JSON (version 3, docs/profile-json.md): ``devices``, each with its ordinal,
+  IREE device, time split and its whole profile document (what a one-device
+  profile's JSON is); ``sections`` across devices with per-device lists;
+* CSV: a leading ``device`` column (the ordinal) before a one-device profile's
+  columns (`sectionmark.renderers.csv_out`), one block of rows per device.
+
+Other outputs (Perfetto, HTML, Tracy, charts) draw one device at a time: a
+several-device profile asks for them with one error line, naming the way to
+one device's (``prof.device(1)``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any, Union
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from sectionmark import serialization
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.devices import DEVICE_TIME_PARTS, DeviceProfile, DeviceSession
+from sectionmark.renderers import csv_out, table
+from sectionmark.renderers.csv_format import csv_text
+from sectionmark.renderers.json_out import profile_document
+from sectionmark.section_path import format_path, printable
+
+DEVICES_JSON_VERSION = 3
+FORMATS = ("table", "json", "csv")
+
+
+def device_name(device: DeviceSession) -> str:
+    return f"device {device.ordinal}" + (f" ({device.device})" if device.device else "")
+
+
+def render(profile: DeviceProfile, format: str, **options: Any) -> Union[str, bytes]:
+    """``profile`` in ``format`` (one of ``FORMATS``); any other is one error line."""
+    if format == "table":
+        return render_table(profile, **options)
+    if format == "json":
+        return render_json(profile)
+    if format == "csv":
+        return render_csv(profile)
+    raise SectionmarkError(f"--{format} of a profile of several devices is not drawn yet (table, json and csv are); "
+                           "draw one device's with prof.device(ORDINAL).save(...)")
+
+
+def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> str:
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    calls = max(profile.calls, 1)
+    sections = Table(title=f"sections across {len(profile.devices)} devices: {profile.calls} calls",
+                     title_justify="left")
+    sections.add_column("Section")
+    for device in profile.devices:
+        sections.add_column(f"Busy/call dev {device.ordinal}", justify="right")
+    sections.add_column("Busy/call all", justify="right")
+    sections.add_column("Ran on", justify="right")
+    for row in profile.sections:
+        sections.add_row(Text(printable(format_path(row.path))), *(table.format_ns(busy / calls) for busy in row.busy_ns),
+                         table.format_ns(row.total_busy_ns / calls), ", ".join(map(str, row.ran_on)) or "-")
+    console.print(sections)
+    if all(device.time is not None for device in profile.devices):
+        times = Table(title="each device's time per call (compute + transfer + queue + waiting + idle = the call's "
+                            "window)", title_justify="left")
+        times.add_column("Device")
+        for part in (*DEVICE_TIME_PARTS, "window", "overlap"):
+            times.add_column(part, justify="right")
+        for device in profile.devices:
+            time = device.time
+            values = (*(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS), time.window_ns, time.overlap_ns)
+            times.add_row(device_name(device), *(table.format_ns(value / calls) for value in values))
+        console.print(times)
+        console.print("transfer: command-buffer time with no dispatch running (the copies to and from other devices, "
+                      "untimed one by one on CPU, and barriers) + queue copies; waiting: idle while another device ran")
+    else:
+        console.print("each device's time split: not known (the profile has no queue operations of every call)")
+    text = buffer.getvalue()
+    for device in profile.devices:
+        text += f"\n── {device_name(device)} ──\n" + table.render(device.session, width=width if "width" in options
+                                                                      else None, **options)
+    return text
+
+
+def render_json(profile: DeviceProfile) -> str:
+    document = {
+        "version": DEVICES_JSON_VERSION,
+        "calls": profile.calls,
+        "function": profile.function,
+        "devices": [{"ordinal": device.ordinal, "device": device.device,
+                     "time": None if device.time is None else serialization.to_json(device.time),
+                     "profile": profile_document(device.session)} for device in profile.devices],
+        "sections": [{"name": format_path(row.path), **serialization.to_json(row),
+                      "total_busy_ns": round(row.total_busy_ns)} for row in profile.sections],
+    }
+    return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
+
+
+def render_csv(profile: DeviceProfile) -> str:
+    return csv_text(["device", *csv_out.COLUMNS], ([device.ordinal, *row] for device in profile.devices
+                                                   for row in csv_out.csv_rows(device.session)))

@@ -1,0 +1,187 @@
+"""Several devices in one process: a matmul split over two local-task devices, profiled and read per device.
+
+Real stack: `sm.compile(devices=2)` of `TWO_DEVICES`, `sm.profile(devices=[...])` under iree-benchmark-module,
+each device's figures checked against the one oracle (`section_oracle`, per device) and the invariants of every
+session; then the reader's refusals, and the split of each device's time on hand-built spans.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from invariants import assert_profile_invariants
+from tiny_profiles import TWO_DEVICES, export_rows, section_oracle
+
+import sectionmark as sm
+from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.devices import DEVICE_TIME_PARTS, common_windows, split_device_time
+from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
+from sectionmark.readers.bundle_events import open_bundle
+from sectionmark.readers.bundle_records import HOST_EVENT
+from sectionmark.readers.devices import chunk_devices
+from sectionmark.readers.sources import open_source
+from sectionmark.workflows.measure import report
+
+pytest.importorskip("iree.compiler")
+
+DEVICES = ["local-task", "local-task"]
+ITERATIONS, WARMUP = 4, 1
+
+
+@pytest.fixture(scope="module")
+def two_devices(tmp_path_factory):
+    """(compiled module, kept .ireeprof, the DeviceProfile of the run)."""
+    folder = tmp_path_factory.mktemp("devices")
+    compiled = sm.compile(TWO_DEVICES, devices=2, quiet=True)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((64, 128), np.float32), rng.standard_normal((128, 64), np.float32)]
+    kept = folder / "two.ireeprof"
+    result = sm.profile(compiled, args, devices=DEVICES, iterations=ITERATIONS, warmup=WARMUP, keep_profile=kept,
+                        quiet=True)
+    return compiled, kept, result
+
+
+def test_the_map_says_which_device_runs_each_command_buffer(two_devices):
+    compiled, _kept, _result = two_devices
+    devices = [buffer.device for buffer in compiled.section_map.command_buffers]
+    assert sorted(set(devices)) == [0, 1], devices
+    one_device = sm.compile(TWO_DEVICES.replace("@__device_1", "@__device_0"), quiet=True)
+    assert all(buffer.device is None for buffer in one_device.section_map.command_buffers)
+    assert '"device"' not in str(one_device.section_map.to_json())
+
+
+def test_each_device_equals_the_oracle_of_its_own_events(two_devices):
+    compiled, kept, result = two_devices
+    rows = export_rows(kept)
+    assert rows is not None
+    assert {r["physical_device_ordinal"] for r in rows if r.get("record_type") == "host_execution_event"} == {0, 1}
+    assert [device.ordinal for device in result.devices] == [0, 1]
+    for device in result.devices:
+        session = device.session
+        assert_profile_invariants(session)  # coverage exact on each device, among the rest
+        assert session.total_ns == sum(row.busy_ns for row in session.sections if len(row.path) == 1) \
+            + session.unmarked_ns
+        calls, oracle = section_oracle(rows, compiled.section_map, WARMUP, device=device.ordinal,
+                                       calls=ITERATIONS + WARMUP)
+        assert calls == session.calls == ITERATIONS
+        ran = {row.path: row for row in session.sections if row.dispatches}
+        assert set(ran) == {path for path, ns in oracle.items() if ns}, device.ordinal
+        for path, ns in oracle.items():
+            assert abs(ran[path].exclusive_ns - ns) < 1, (device.ordinal, path)  # to the ns
+
+
+def test_every_section_is_on_the_device_that_ran_it(two_devices):
+    compiled, _kept, result = two_devices
+    expected: dict[tuple, set[int]] = {}
+    for buffer in compiled.section_map.command_buffers:
+        for command in buffer.commands:
+            if command.op == "dispatch":
+                for share in command.shares:
+                    expected.setdefault(share.path, set()).add(buffer.device)
+    by_path = {row.path: row for row in result.sections}
+    assert expected and all(set(by_path[path].ran_on) == devices for path, devices in expected.items())
+    for device in result.devices:  # a section that ran elsewhere says where, on a device it did not run on
+        for row in device.session.sections:
+            elsewhere = sorted(expected.get(row.path, set()) - {device.ordinal})
+            if row.path and not row.dispatches and elsewhere:
+                assert row.note == f"no dispatches on this device: it ran on device {', '.join(map(str, elsewhere))}"
+    for row in result.sections:
+        assert row.total_busy_ns == sum(device.session.sections[[r.path for r in device.session.sections]
+                                                                .index(row.path)].busy_ns
+                                        for device in result.devices)
+
+
+def test_each_device_time_adds_up_to_every_call_window(two_devices):
+    _compiled, _kept, result = two_devices
+    times = [device.time for device in result.devices]
+    assert all(time is not None for time in times)
+    per_call = np.array([time.per_call for time in times])  # [device, call, part]
+    windows = per_call.sum(axis=2)
+    assert (windows == windows[0]).all()  # every device's parts add up to the same window of each call
+    for device, time in zip(result.devices, times):
+        parts = [getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS]
+        assert sum(parts) == time.window_ns == int(windows[0].sum())
+        assert min(parts) >= 0 and 0 <= time.overlap_ns <= time.window_ns
+        assert time.compute_ns == device.session.call_time.dispatch_ns
+        assert time.transfer_ns > 0  # every device copies: the halves go to device 1 and back
+
+
+def test_report_of_the_kept_profile_is_the_run(two_devices, tmp_path):
+    compiled, kept, result = two_devices
+    again = report(kept, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    def figures(profile):  # the run knows its worker count (utilization), a recorded profile does not
+        return [[(row.path, row.busy_ns, row.wall_ns, row.calls, row.dispatches) for row in device.session.sections]
+                for device in profile.devices]
+
+    assert figures(again) == figures(result)
+    assert [d.time for d in again.devices] == [d.time for d in result.devices]
+    for name in ("table", "json", "csv"):
+        assert again.render(name)
+    with pytest.raises(SectionmarkError, match="several devices is not drawn yet"):
+        again.render("perfetto")
+
+
+def test_one_device_readers_refuse_a_profile_of_several(two_devices):
+    compiled, kept, _result = two_devices
+    with pytest.raises(SectionmarkError, match="records 2 devices"):
+        open_source(kept, compiled.section_map)
+
+
+def test_a_chunk_mixing_devices_is_one_error_line(two_devices, tmp_path):
+    compiled, kept, _result = two_devices
+    blob = bytearray(kept.read_bytes())
+    with kept.open("rb") as file:
+        bundle = open_bundle(kept, file, len(blob))
+        chunks = bundle.chunks["host-execution-events"]
+        devices = chunk_devices(bundle, "host-execution-events")
+        bundle.close()
+    # The second host event of a chunk of device 1 says device 0.
+    chunk = int(np.flatnonzero((devices == 1) & (chunks.lengths >= 2 * HOST_EVENT.itemsize))[0])
+    device_at = int(chunks.starts[chunk]) + HOST_EVENT.itemsize + HOST_EVENT.fields["device"][1]
+    blob[device_at:device_at + 4] = (0).to_bytes(4, "little")
+    edited = tmp_path / "mixed.ireeprof"
+    edited.write_bytes(bytes(blob))
+    with pytest.raises(SectionmarkError, match="holds events of devices 1 and 0"):
+        report(edited, compiled.section_map)
+
+
+def test_several_devices_on_another_driver_are_refused_before_running(two_devices):
+    compiled, _kept, _result = two_devices
+    with pytest.raises(SectionmarkError, match="local-task only"):
+        sm.profile(compiled, [], devices=["local-task", "vulkan"])
+    with pytest.raises(SectionmarkError, match="llvm-cpu devices only"):
+        sm.compile(TWO_DEVICES, target="vulkan-spirv", devices=2)
+
+
+# ------------------------------------------------------------------ the split of each device's time, hand-built
+
+EXECUTE, ALLOCA, COPY = 3, 9, 4
+
+
+def spans(*rows: tuple[int, int, int, int]) -> np.ndarray:
+    """Queue spans (type, start, end, call)."""
+    table = np.zeros(len(rows), QUEUE_SPAN_DTYPE)
+    for index, (kind, start, end, call) in enumerate(rows):
+        table[index] = (kind, start, end, 0, call)
+    return table
+
+
+def test_split_device_time_by_hand():
+    # Call 0: device 0 runs [0, 100) (60 ns of dispatches), device 1 [50, 200) (100 ns) then allocates [200, 210).
+    # Call 1: device 0 runs [300, 320) (all dispatch), device 1 copies on its queue [330, 340); idle [320, 330).
+    device_0 = spans((EXECUTE, 0, 100, 0), (EXECUTE, 300, 320, 1))
+    device_1 = spans((EXECUTE, 50, 200, 0), (ALLOCA, 200, 210, 0), (COPY, 330, 340, 1))
+    windows = common_windows([device_0, device_1], 2)
+    assert windows[0].tolist() == [0, 300] and windows[1].tolist() == [210, 340]
+    first, second = split_device_time([device_0, device_1], [np.array([60, 20]), np.array([100, 0])], windows)
+    assert first.per_call == [[60, 40, 0, 110, 0], [20, 0, 0, 10, 10]]
+    assert second.per_call == [[100, 50, 10, 50, 0], [0, 10, 0, 20, 10]]
+    assert first.overlap_ns == second.overlap_ns == 50  # [50, 100)
+    for time in (first, second):
+        assert sum(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS) == time.window_ns == 250
+
+
+def test_dispatches_outside_executions_are_refused():
+    device_0 = spans((EXECUTE, 0, 100, 0))
+    with pytest.raises(SectionmarkError, match="outside its command-buffer"):
+        split_device_time([device_0], [np.array([101])], common_windows([device_0], 1))
