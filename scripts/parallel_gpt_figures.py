@@ -11,14 +11,15 @@ from pathlib import Path
 
 import numpy as np
 from parallel_gpt import export_arguments, pipeline_gpt, tensor_parallel_gpt
-from two_devices import RUNTIME_DEVICES, compile_for_two_devices, dispatches_per_device
+from two_devices import RUNTIME_DEVICES, dispatches_per_device
 
 import sectionmark as sm
 
 for build in (tensor_parallel_gpt, pipeline_gpt):
     model, reference = build()
     args, arg_device = export_arguments()
-    compiled = compile_for_two_devices(sm.torch.export(model, args=args, arg_device=arg_device, quiet=True))
+    compiled = sm.compile(sm.torch.export(model, args=args, arg_device=arg_device, quiet=True), devices=2,
+                          quiet=True)
     result = sm.load(compiled, devices=RUNTIME_DEVICES).main(args[0].numpy()).to_host()
     error = np.abs(result - reference(*args).detach().numpy()).max()
     with tempfile.TemporaryDirectory() as directory:
