@@ -180,3 +180,15 @@ def read_events(path: Union[str, Path], section_map: SectionMap, function: Optio
     if is_live_capture(capture):
         return live_capture_profile(capture, section_map, function=function)
     return capture_profile(capture, section_map, function=function)
+
+
+def read_device_events(path: Union[str, Path], section_map: SectionMap) -> dict[int, Profile]:
+    """Every event of each device of a recorded profile, read whole, by device ordinal (`open_device_sources`):
+    for the views that split a device's events before attributing them (a replay's calls per function)."""
+    profiles = {}
+    for ordinal, source in open_device_sources(path, section_map).items():
+        layout = source.layout()
+        windows = [dispatches.copy() for dispatches, _submissions in source.windows()]  # a window's rows are reused
+        dispatches = np.concatenate(windows) if windows else layout.dispatches
+        profiles[ordinal] = replace(source.profile(), dispatches=dispatches)
+    return profiles
