@@ -139,6 +139,9 @@ def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
         if is_recording(args.vmfb):
             raise SectionmarkError("a recording replays on one device: give one --device")
         _check_device_outputs(args)
+        if "perfetto" in rendered_outputs(args) and args.keep_profile is None:
+            raise SectionmarkError("--perfetto of several devices draws the kept profile's events: add "
+                                   "--keep-profile FILE")
         result = profile(args.vmfb, _load_inputs(args.input), function=args.function or "main", devices=devices,
                          iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
                          keep_profile_inputs=inputs, timeout=args.timeout, parameters=args.parameters,
@@ -193,15 +196,15 @@ def _recorded_session(args: argparse.Namespace, profile: str) -> "ProfileSession
 
 
 def _check_device_outputs(args: argparse.Namespace) -> None:
-    """Refuse, before any work, what a profile of several devices does not draw yet (its table, --json and --csv
-    it does; `sectionmark.renderers.devices`)."""
+    """Refuse, before any work, what a profile of several devices does not draw yet (its table, --json, --csv and
+    --perfetto it does; `sectionmark.renderers.devices`)."""
     from sectionmark.renderers.devices import FORMATS
 
     asked = [f"--{name}" for name in rendered_outputs(args) if name not in FORMATS]
     asked += [option for option, given in (("--sites", args.sites), ("--by", args.by)) if given]
     if asked:
         raise SectionmarkError(f"{', '.join(asked)} of a profile of several devices is not drawn yet "
-                               "(its table, --json and --csv are)")
+                               "(its table, --json, --csv and --perfetto are)")
 
 
 def report_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:

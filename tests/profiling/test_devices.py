@@ -7,6 +7,8 @@ session; then the reader's refusals, and the split of each device's time on hand
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import numpy as np
 import pytest
 from invariants import assert_profile_invariants
@@ -19,6 +21,7 @@ from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.readers.bundle_events import open_bundle
 from sectionmark.readers.bundle_records import HOST_EVENT
 from sectionmark.readers.devices import chunk_devices
+from sectionmark.readers.event_model import DISPATCH_DTYPE
 from sectionmark.readers.sources import open_source
 from sectionmark.workflows.measure import report
 
@@ -47,6 +50,11 @@ def test_the_map_says_which_device_runs_each_command_buffer(two_devices):
     assert sorted(set(devices)) == [0, 1], devices
     one_device = sm.compile(TWO_DEVICES.replace("@__device_1", "@__device_0"), quiet=True)
     assert all(buffer.device is None for buffer in one_device.section_map.command_buffers)
+    # local[0] and local[1] after llvm-cpu's own `local`: three device globals, @__device_1 being local[0], the
+    # first runtime device; the map says where the work runs, not the global's place.
+    three = sm.compile(TWO_DEVICES, extra_args=["--iree-hal-target-device=local[0]",
+                                                "--iree-hal-target-device=local[1]"], quiet=True)
+    assert [buffer.device for buffer in three.section_map.command_buffers] == [0] * len(devices)
     assert '"device"' not in str(one_device.section_map.to_json())
 
 
@@ -118,7 +126,22 @@ def test_report_of_the_kept_profile_is_the_run(two_devices, tmp_path):
     for name in ("table", "json", "csv"):
         assert again.render(name)
     with pytest.raises(SectionmarkError, match="several devices is not drawn yet"):
-        again.render("perfetto")
+        again.render("html")
+
+
+def test_perfetto_has_a_track_group_per_device(two_devices):
+    _compiled, _kept, result = two_devices
+    trace = json.loads(result.render("perfetto"))["traceEvents"]
+    processes = {event["pid"]: event["args"]["name"] for event in trace if event.get("name") == "process_name"}
+    assert sorted(processes.values()) == ["sectionmark: device 0 (local-task)", "sectionmark: device 1 (local-task)"]
+    by_name = {name: pid for pid, name in processes.items()}
+    for device in result.devices:
+        pid = by_name[f"sectionmark: device {device.ordinal} (local-task)"]
+        slices = [event for event in trace if event.get("ph") == "X" and event["pid"] == pid]
+        dispatches = sum(site.dispatches for site in device.session.sites)
+        assert dispatches and len(slices) >= dispatches  # its dispatches (and its sections around them)
+    with pytest.raises(SectionmarkError, match="kept no profile file"):
+        dataclasses.replace(result, source=None).render("perfetto")
 
 
 def test_one_device_readers_refuse_a_profile_of_several(two_devices):
@@ -185,3 +208,45 @@ def test_dispatches_outside_executions_are_refused():
     device_0 = spans((EXECUTE, 0, 100, 0))
     with pytest.raises(SectionmarkError, match="outside its command-buffer"):
         split_device_time([device_0], [np.array([101])], common_windows([device_0], 1))
+
+
+def test_a_device_whose_events_the_map_cannot_place_is_named(two_devices):
+    _compiled, kept, _result = two_devices
+    one_device = sm.compile(TWO_DEVICES.replace("@__device_1", "@__device_0"), quiet=True)
+    with pytest.raises(SectionmarkError, match=r"^device \d: .*(map|fingerprint|executable function)") as error:
+        report(kept, one_device.section_map)
+    assert "\n" not in str(error.value)
+
+
+def test_each_device_places_its_events_in_its_own_command_buffers():
+    """Two devices recording the same commands for different sections (each its pipeline stage): one device's
+    events are placed in its own buffer, not refused as an ambiguous map."""
+    from sectionmark.profiling.attribute import SlotMatcher
+    from sectionmark.profiling.devices import device_section_map
+    from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
+
+    def stage(index: int, device) -> CommandBuffer:
+        return CommandBuffer(index, "main", [Command("dispatch", "k", site=index, shares=[Share((f"Stage {index}",),
+                                                                                                1.0)])], device=device)
+
+    both = SectionMap(sections=[("Stage 0",), ("Stage 1",)], sites=[], command_buffers=[stage(0, 0), stage(1, 1)])
+    recorded = {7: [(0, "dispatch", "k")]}
+    with pytest.raises(SectionmarkError, match="ambiguous"):
+        SlotMatcher(both, None, ["k"]).lookup(np.array([(1, 7, 0, 0, 1, 0, 0, 1, 0, 0)], DISPATCH_DTYPE), recorded)
+    for ordinal in (0, 1):
+        own = device_section_map(both, ordinal)
+        assert [buffer.index for buffer in own.command_buffers] == [ordinal]
+        matcher = SlotMatcher(own, None, ["k"])
+        matcher.lookup(np.array([(1, 7, 0, 0, ordinal, 0, 0, 1, 0, 0)], DISPATCH_DTYPE), recorded)
+        assert matcher.buffer_matches == {7: ordinal}
+    unknown = SectionMap(sections=both.sections, sites=[], command_buffers=[stage(0, None), stage(1, None)])
+    assert device_section_map(unknown, 1) is unknown
+
+
+def test_device_ordinals_follow_the_target_device_flags():
+    from sectionmark.compiler.targets import device_ordinals
+
+    flag = "--iree-hal-target-device="
+    assert device_ordinals([f"{flag}local", f"{flag}local[0]", f"{flag}local[1]", "--other"]) == {
+        "__device_0": 0, "__device_1": 0, "__device_2": 1}
+    assert device_ordinals([f"{flag}device_a=local[1]", f"{flag}device_b=local[0]"]) == {"device_a": 1, "device_b": 0}

@@ -49,8 +49,11 @@ END_GROUP = "hal.command_buffer.end_debug_group"
 class CommandRecorder:
     """Walks a hal-phase module once; see the module docstring."""
 
-    def __init__(self, sites: dict[int, DispatchSite], site_ids: dict[ir.Attribute, int], debug_groups: bool):
+    def __init__(self, sites: dict[int, DispatchSite], site_ids: dict[ir.Attribute, int], debug_groups: bool,
+                 device_ordinals: Optional[dict[str, int]] = None):
         self.sites = sites
+        # Each device global's runtime device (`targets.device_ordinals`); its place among the globals otherwise.
+        self.device_ordinals = device_ordinals or {}
         self.site_ids = site_ids  # each site's location, as `flow.number_sites` set it, and its id
         self.debug_groups = debug_groups
         self.buffers: list[CommandBuffer] = []
@@ -111,8 +114,8 @@ class CommandRecorder:
         return buffer
 
     def _device_of(self, buffer: ir.Value) -> Optional[int]:
-        """The ordinal of the device a command buffer is created on, in a module of several devices (None in a
-        module of one, or where the device is not a global the compiler names: chosen at run time)."""
+        """The runtime device a command buffer is created on, in a module of several devices (None in a module of
+        one, or where the device is not a global the compiler names: chosen at run time)."""
         if len(self._devices) < 2:
             return None
         create = _defining_op(buffer)
@@ -122,7 +125,9 @@ class CommandRecorder:
         if load is None or load.name != "util.global.load":
             return None
         name = ir.FlatSymbolRefAttr(load.attributes["global"]).value
-        return self._devices.index(name) if name in self._devices else None
+        if name not in self._devices:
+            return None
+        return self.device_ordinals.get(name, self._devices.index(name))
 
     def _command(self, op: ir.Operation, kind: str) -> Command:
         # The profile's key of a non-dispatch command is its op name.

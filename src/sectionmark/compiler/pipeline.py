@@ -26,7 +26,7 @@ from sectionmark.compiler.embed import embed_section_map, module_fingerprint
 from sectionmark.compiler.flow import number_sites, restore_executable_locations, weigh_sites
 from sectionmark.compiler.hal import CommandRecorder
 from sectionmark.compiler.phases import PhasedCompilation, generic_op_views
-from sectionmark.compiler.targets import debug_groups_by_default, target_flags
+from sectionmark.compiler.targets import debug_groups_by_default, device_ordinals, target_flags
 from sectionmark.errors import SectionmarkError, wrong_type
 from sectionmark.markers.colors import declared_colors
 from sectionmark.importers.exported import SectionedExport, as_sectioned_export, declare_section, module_sections
@@ -200,7 +200,8 @@ def _compile(source: Source, flags: Sequence[str], target: str, markers: bool, d
             if export is not None and export.path_aliases:
                 declared = [export.full_path(path) for path in declared]  # parents first again in _sections
                 sites = [_with_full_paths(site, export.full_path) for site in sites]
-            buffers = CommandRecorder({site.id: site for site in sites}, site_ids, debug_groups).run(module)
+            buffers = CommandRecorder({site.id: site for site in sites}, site_ids, debug_groups,
+                                      device_ordinals(flags)).run(module)
             sections = _sections(declared, sites, buffers)
             section_map = SectionMap(
                 sections=sections, command_buffers=buffers, sites=sites, target=target,

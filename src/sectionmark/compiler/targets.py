@@ -8,6 +8,9 @@ spelling. ``extra_args`` come after these flags, so users can override them
 
 from __future__ import annotations
 
+import re
+from typing import Sequence
+
 from sectionmark.errors import SectionmarkError
 
 TARGET_FLAGS: dict[str, tuple[str, ...]] = {
@@ -83,3 +86,23 @@ def multi_device_flags(target: str, devices: int) -> tuple[str, ...]:
                                "give other targets' device flags in extra_args")
     single, *rest = TARGET_FLAGS[target]
     return (*(f"{single}[{index}]" for index in range(devices)), *rest)
+
+
+_TARGET_DEVICE_FLAG = "--iree-hal-target-device="
+_DEVICE_SPEC = re.compile(r"^(?:(?P<name>[A-Za-z_][\w.$-]*)=)?(?P<kind>[^=\[]+)(?:\[(?P<ordinal>\d+)\])?$")
+
+
+def device_ordinals(flags: Sequence[str]) -> dict[str, int]:
+    """The runtime device of each device of a module, from its ``--iree-hal-target-device`` flags (in order):
+    ``{global name: ordinal}``. The compiler names the devices ``__device_0`` ... in flag order (or by the
+    flag's ``name=``), and ``local[k]`` is the k-th local device the run is given (``local`` alone, the first),
+    so a module compiled with ``local`` then ``local[0]`` has two device globals on one runtime device."""
+    ordinals = {}
+    specs = [flag[len(_TARGET_DEVICE_FLAG):] for flag in flags if flag.startswith(_TARGET_DEVICE_FLAG)]
+    for index, spec in enumerate(specs):
+        match = _DEVICE_SPEC.match(spec)
+        if match is None:
+            continue
+        name = match.group("name") or f"__device_{index}"
+        ordinals[name] = int(match.group("ordinal") or 0)
+    return ordinals

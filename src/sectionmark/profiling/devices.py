@@ -40,14 +40,15 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.profiling.attribute import Attribution
+from sectionmark.profiling.attribute import Attribution, attribute
 from sectionmark.profiling.event_fold import EventTotals
 from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, QUEUE_SPAN_DTYPE,
                                               ROW_OF_EVENT_TYPE, TRANSFER, call_windows, measured_windows, partition_time,
                                               union_by_window)
 from sectionmark.profiling.read import attributed_totals
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.readers.sources import EventSource
+from sectionmark.readers.checks import by_submission_and_start
+from sectionmark.readers.sources import EventSource, open_device_sources
 from sectionmark.section_map import SectionMap
 from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
@@ -103,6 +104,9 @@ class DeviceProfile:
     sections: list[DeviceSectionRow]
     calls: int
     function: Optional[str] = None
+    # The profile file and how it was read (calls, warmup), for the outputs that draw every event (Perfetto); None
+    # when the file is not kept (`sm.profile` without ``keep_profile``).
+    source: Optional[tuple[Path, SectionMap, Optional[int], int]] = field(default=None, repr=False)
 
     def device(self, ordinal: int) -> ProfileSession:
         """One device's session (every output of a one-device profile draws it)."""
@@ -116,7 +120,20 @@ class DeviceProfile:
         """The table, JSON or CSV of every device (`sectionmark.renderers.devices`), looked up when called."""
         from sectionmark import renderers
 
+        if renderers.get(format).events and "events" not in options:
+            options["events"] = self.events()
         return renderers.render_devices(self, format, **options)
+
+    def events(self) -> list[Attribution]:
+        """Each device's attributed events (by `devices` order), read again from the profile file: for the
+        outputs that draw every event."""
+        if self.source is None:
+            raise SectionmarkError("this profile of several devices kept no profile file to draw its events from: "
+                                   "profile with keep_profile=FILE (--keep-profile), or report that file")
+        path, section_map, calls, warmup = self.source
+        sources = open_device_sources(path, section_map, self.function)
+        return [device_events(sources[device.ordinal], device_section_map(section_map, device.ordinal), calls=calls,
+                              warmup=warmup, function=self.function) for device in self.devices]
 
     def table(self) -> str:
         return self.render("table")
@@ -190,6 +207,17 @@ def _union(spans: list[np.ndarray], starts: np.ndarray, ends: np.ndarray) -> np.
                            starts, ends)
 
 
+def device_events(source: EventSource, section_map: SectionMap, *, calls: Optional[int], warmup: int,
+                  function: Optional[str]) -> Attribution:
+    """One device's events, every window of its source kept and attributed (`attribute`): what a view that
+    draws every event needs (its memory grows with the events, as a whole read's does)."""
+    layout = source.layout()
+    dispatches = [part.copy() for part, _executed in source.windows()]  # the windows' rows are reused
+    whole = replace(source.profile(), dispatches=by_submission_and_start(np.concatenate(dispatches))
+                    if dispatches else layout.dispatches)
+    return attribute(whole, section_map, calls=calls, warmup=warmup, function=function)
+
+
 def device_section_map(section_map: SectionMap, ordinal: int) -> SectionMap:
     """The map a device's events are placed in: its command buffers where the map says which device runs each
     (`CommandBuffer.device`), so that buffers of several devices recording the same commands for different
@@ -212,11 +240,14 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
         name = devices[ordinal] if devices is not None and ordinal < len(devices) else None
         device_map = device_section_map(section_map, ordinal)
         try:
-            attribution, totals = attributed_totals(source, device_map, calls=calls, warmup=warmup,
-                                                    function=function)
-        except SectionmarkError as problem:
-            raise source.explain(problem) from None
-        session = ProfileSession.from_totals(attribution, totals, device_map, function, workers, name)
+            try:
+                attribution, totals = attributed_totals(source, device_map, calls=calls, warmup=warmup,
+                                                        function=function)
+            except SectionmarkError as problem:
+                raise source.explain(problem) from None
+            session = ProfileSession.from_totals(attribution, totals, device_map, function, workers, name)
+        except SectionmarkError as problem:  # which device's events it is about
+            raise SectionmarkError(f"device {ordinal}: {problem}") from None
         read.append((ordinal, attribution, totals))
         sessions.append(DeviceSession(ordinal, name, session))
     counts = {attribution.calls for _ordinal, attribution, _totals in read}

@@ -9,9 +9,11 @@
   IREE device, time split and its whole profile document (what a one-device
   profile's JSON is); ``sections`` across devices with per-device lists;
 * CSV: a leading ``device`` column (the ordinal) before a one-device profile's
-  columns (`sectionmark.renderers.csv_out`), one block of rows per device.
+  columns (`sectionmark.renderers.csv_out`), one block of rows per device;
+* Perfetto: a process (track group) per device, its queues' tracks under it
+  (`sectionmark.renderers.perfetto.render_devices`), from each device's events.
 
-Other outputs (Perfetto, HTML, Tracy, charts) draw one device at a time: a
+Other outputs (HTML, Tracy, charts) draw one device at a time: a
 several-device profile asks for them with one error line, naming the way to
 one device's (``prof.device(1)``).
 """
@@ -29,13 +31,13 @@ from rich.text import Text
 from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.devices import DEVICE_TIME_PARTS, DeviceProfile, DeviceSession
-from sectionmark.renderers import csv_out, table
+from sectionmark.renderers import csv_out, perfetto, table
 from sectionmark.renderers.csv_format import csv_text
 from sectionmark.renderers.json_out import profile_document
 from sectionmark.section_path import format_path, printable
 
 DEVICES_JSON_VERSION = 3
-FORMATS = ("table", "json", "csv")
+FORMATS = ("table", "json", "csv", "perfetto")
 
 
 def device_name(device: DeviceSession) -> str:
@@ -50,8 +52,10 @@ def render(profile: DeviceProfile, format: str, **options: Any) -> Union[str, by
         return render_json(profile)
     if format == "csv":
         return render_csv(profile)
-    raise SectionmarkError(f"--{format} of a profile of several devices is not drawn yet (table, json and csv are); "
-                           "draw one device's with prof.device(ORDINAL).save(...)")
+    if format == "perfetto":
+        return perfetto.render_devices(profile, options["events"])
+    raise SectionmarkError(f"--{format} of a profile of several devices is not drawn yet (table, json, csv and "
+                           "perfetto are); draw one device's with prof.device(ORDINAL).save(...)")
 
 
 def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> str:
@@ -86,8 +90,7 @@ def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> st
         console.print("each device's time split: not known (the profile has no queue operations of every call)")
     text = buffer.getvalue()
     for device in profile.devices:
-        text += f"\n── {device_name(device)} ──\n" + table.render(device.session, width=width if "width" in options
-                                                                      else None, **options)
+        text += f"\n── {device_name(device)} ──\n" + table.render(device.session, **options)
     return text
 
 

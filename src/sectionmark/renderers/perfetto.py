@@ -21,6 +21,7 @@ from sectionmark.section_map import css_color
 from sectionmark.section_path import SectionPath
 
 if TYPE_CHECKING:
+    from sectionmark.profiling.devices import DeviceProfile
     from sectionmark.workflows.replay import ReplayProfile
 
 
@@ -71,6 +72,14 @@ def render_replay(replay: "ReplayProfile") -> str:
     so the calls appear in the order the program made them."""
     return _trace([(f"sectionmark: {entry.function}", session_timelines(entry.profile), session_colors(entry.profile))
                    for entry in replay.functions if entry.profile is not None])
+
+
+def render_devices(profile: "DeviceProfile", events: list[Attribution]) -> str:
+    """A run on several devices as one trace, a process (a track group) per device: their events share the
+    host clock, so a device waiting for another shows as the gap under the other's slices."""
+    return _trace([(f"sectionmark: device {device.ordinal}" + (f" ({device.device})" if device.device else ""),
+                    session_timelines(device.session, device_events), session_colors(device.session))
+                   for device, device_events in zip(profile.devices, events)])
 
 
 def _trace(processes: list[Process]) -> str:

@@ -183,9 +183,12 @@ def _profile_devices(compiled_or_vmfb_path: Union[Any, str, Path], args: Sequenc
         if keep_profile is not None:
             copy_output(run.profile_path, keep_profile, protected)
         run_workers = local_task_workers(workers)
-        return read_device_profile(open_device_sources(run.profile_path, section_map, function), section_map,
-                                   calls=run.calls, warmup=run.warmup, function=function, workers=run_workers,
-                                   devices=devices)
+        result = read_device_profile(open_device_sources(run.profile_path, section_map, function), section_map,
+                                     calls=run.calls, warmup=run.warmup, function=function, workers=run_workers,
+                                     devices=devices)
+    if keep_profile is not None:  # the views that draw every event read it again
+        result.source = (Path(keep_profile), section_map, run.calls, run.warmup)
+    return result
 
 
 def check_devices(devices: Sequence[str]) -> None:
@@ -231,8 +234,10 @@ def report(
     path = Path(profile_path)
     sources = open_device_sources(path, section_map, function)
     if len(sources) > 1:  # one process drove several devices: each device's session, and the views across them
-        return read_device_profile(sources, section_map, calls=calls, warmup=warmup, function=function,
-                                   workers=workers, devices=None if device is None else [device] * len(sources))
+        result = read_device_profile(sources, section_map, calls=calls, warmup=warmup, function=function,
+                                     workers=workers, devices=None if device is None else [device] * len(sources))
+        result.source = (path, section_map, calls, warmup)
+        return result
     session = read_session(sources[0], section_map, calls=calls, warmup=warmup, function=function, workers=workers,
                            device=device)
     return ProfileRun(session, path, section_map, ReadArguments(calls, warmup, function))
