@@ -47,8 +47,7 @@ from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_
                                               union_by_window)
 from sectionmark.profiling.read import attributed_totals
 from sectionmark.profiling.session import ProfileSession
-from sectionmark.readers.checks import by_submission_and_start
-from sectionmark.readers.sources import EventSource, open_device_sources
+from sectionmark.readers.sources import EventSource, open_device_sources, whole_profile
 from sectionmark.section_map import SectionMap
 from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
@@ -211,11 +210,7 @@ def device_events(source: EventSource, section_map: SectionMap, *, calls: Option
                   function: Optional[str]) -> Attribution:
     """One device's events, every window of its source kept and attributed (`attribute`): what a view that
     draws every event needs (its memory grows with the events, as a whole read's does)."""
-    layout = source.layout()
-    dispatches = [part.copy() for part, _executed in source.windows()]  # the windows' rows are reused
-    whole = replace(source.profile(), dispatches=by_submission_and_start(np.concatenate(dispatches))
-                    if dispatches else layout.dispatches)
-    return attribute(whole, section_map, calls=calls, warmup=warmup, function=function)
+    return attribute(whole_profile(source), section_map, calls=calls, warmup=warmup, function=function)
 
 
 def device_section_map(section_map: SectionMap, ordinal: int) -> SectionMap:

@@ -16,11 +16,12 @@ from sectionmark.renderers import csv_out, devices
 from sectionmark.renderers.csv_format import csv_text
 
 REPLAY_DEVICES_JSON_VERSION = 1
+FORMATS = ("table", "json", "csv")
 
 
 def render(replay: Any, format: str, **options: Any) -> Union[str, bytes]:
-    """``replay`` (a `DeviceReplayProfile`) in ``format`` (a format of `devices.FORMATS`); any other: one error line."""
-    if format not in devices.FORMATS:
+    """``replay`` (a `DeviceReplayProfile`) in ``format`` (one of ``FORMATS``); any other: one error line."""
+    if format not in FORMATS:
         raise SectionmarkError(f"--{format} of a replay on several devices is not drawn yet (table, json and csv are); "
                                "draw one function's device with prof.function(NAME).device(ORDINAL).save(...)")
     if format == "json":
