@@ -23,6 +23,7 @@ from tiny_profiles import export_rows, section_oracle
 from two_devices import RUNTIME_DEVICES
 
 import sectionmark as sm
+from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.devices import DEVICE_TIME_PARTS
 from sectionmark.workflows.record import Recording
@@ -163,6 +164,19 @@ def test_outputs_of_the_replay_on_several_devices(replayed, tmp_path):
     with pytest.raises(SectionmarkError, match="of a replay on several devices is not drawn yet"):
         result.render("perfetto")
     assert result.function("decode") is result.functions[1].profile
+
+
+def test_a_saved_recording_replays_on_its_devices_from_the_command_line(recorded, tmp_path, capsys):
+    saved = recorded.recording.save(tmp_path / "recording")
+    out = tmp_path / "replay.json"
+    assert main(["profile", str(saved), "-n", "1", "--warmup", "0", "--json", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert document["kind"] == "replay-devices" and [f["function"] for f in document["functions"]] == ["prefill",
+                                                                                                        "decode"]
+    assert "── decode: 3 calls per replay, 1 measured replay ──" in capsys.readouterr().out
+    assert main(["profile", str(saved), "--html", str(tmp_path / "r.html")]) != 0
+    assert capsys.readouterr().err.strip().endswith(
+        "--html of a replay on several devices is not drawn yet (its table, --json and --csv are)")
 
 
 def test_a_saved_recording_replays_on_its_devices(recorded, tmp_path):
