@@ -23,6 +23,7 @@ from tiny_profiles import export_rows, section_oracle
 from two_devices import RUNTIME_DEVICES
 
 import sectionmark as sm
+from sectionmark.compiler.targets import target_flags
 from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.devices import DEVICE_TIME_PARTS
@@ -39,8 +40,9 @@ RTOL, ATOL = 1e-4, 1e-5  # compiled float32 against eager torch
 def program():
     model = cached_parallel_gpt()
     prompt = torch.randint(0, KV_CONFIG.vocab_size, (1, KV_PROMPT), generator=torch.Generator().manual_seed(2))
-    compiled = sm.compile(export_cached_parallel_gpt(model, prompt), devices=2, quiet=True)
-    return SimpleNamespace(model=model, prompt=prompt, compiled=compiled)
+    exported = export_cached_parallel_gpt(model, prompt)
+    return SimpleNamespace(model=model, prompt=prompt, exported=exported,
+                           compiled=sm.compile(exported, devices=2, quiet=True))
 
 
 def generate(run, prompt: torch.Tensor, cache: list) -> tuple[list, list[int]]:
@@ -97,6 +99,24 @@ def test_every_decode_step_takes_both_devices_caches_from_the_call_before(record
     assert [call.function for call in calls] == ["prefill"] + ["decode"] * DECODE_STEPS
     for index, call in enumerate(calls[1:], start=1):
         assert call.arguments[2:] == tuple(ResultArgument(index - 1, result) for result in range(1, 5))
+
+
+def test_the_caches_never_move_only_what_the_model_moves(program):
+    """Each function's program (IREE's flow level) transfers exactly what the model moves per call (the
+    activations and positions to device 1, the halves' products back): no cache is moved, on return or on
+    the next call's arguments, so the state stays on the device that wrote it."""
+    import iree.compiler
+
+    flow = iree.compiler.compile_str(program.exported.mlir, extra_args=[*target_flags("llvm-cpu", devices=2),
+                                                                      "--iree-input-type=torch", "--compile-to=flow"])
+    text = flow.decode() if isinstance(flow, bytes) else flow
+    cache_type = "tensor<1x{}x{}x{}xf32>".format(KV_CONFIG.n_head // 2, KV_CONFIG.block_size,
+                                                 KV_CONFIG.n_embd // KV_CONFIG.n_head)
+    for function in ("prefill", "decode"):
+        start = text.index(f"@{function}$async(")
+        body = text[start:text.find("util.func public", start + 1)]
+        transfers = [line for line in body.splitlines() if "flow.tensor.transfer" in line]
+        assert len(transfers) == 5 and not any(cache_type in line for line in transfers), transfers
 
 
 def test_each_function_on_each_device_equals_the_oracle_of_its_own_events(program, replayed):
