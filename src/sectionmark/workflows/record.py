@@ -452,6 +452,9 @@ def record(module: LoadedModule) -> Recording:
             for step in range(32):
                 logits, *kv = module.decode(next_token(logits), *kv)
         prof = rec.profile(iterations=5)   # per-function profiles (ReplayProfile)
+
+    A module loaded on several devices (``sm.load(compiled, devices=[...])``) is replayed on them:
+    ``rec.profile()`` then gives a `DeviceReplayProfile` (docs/multi-device.md "Recording").
     """
     if not isinstance(module, LoadedModule):
         raise SectionmarkError(f"sm.record needs a module from sm.load, got {type(module).__name__}")
