@@ -45,7 +45,8 @@ for build in (tensor_parallel_gpt, pipeline_gpt):
         exclusive = {row.path: row.exclusive_ns for row in device.session.sections}
         worst = max(abs(exclusive.get(path, 0.0) - ns) for path, ns in oracle.items())
         time = device.time
-        exact = all(sum(parts) == sum(profile.devices[0].time.per_call[call]) for call, parts in enumerate(time.per_call))
+        windows = [sum(parts) for parts in profile.devices[0].time.per_call]
+        exact = [sum(parts) for parts in time.per_call] == windows
         parts = ", ".join(f"{part} {getattr(time, f'{part}_ns') / ITERATIONS / 1e3:.1f}" for part in DEVICE_TIME_PARTS)
         print(f"  device {device.ordinal}: {len(oracle)} sections with dispatches, max |busy - export| {worst:.3f} ns, "
               f"coverage error {device.session.coverage_error}, parts = window every call: {exact} "

@@ -148,7 +148,8 @@ def section_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int,
     buffer is placed in; with ``device``), its calls counted alone (a replay's calls of several functions).
     """
     buffers = _device_buffers(rows, section_map, device)
-    events = [r for r in rows if r.get("record_type") == "host_execution_event" and r.get("op") in ("execute", "dispatch")
+    events = [r for r in rows
+              if r.get("record_type") == "host_execution_event" and r.get("op") in ("execute", "dispatch")
               and (device is None or r.get("physical_device_ordinal") == device)
               and (function is None or buffers(r["command_buffer_id"]).function == function)]
     executes = sorted(r["submission_id"] for r in events if r.get("op") == "execute")
