@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import write_atomic
@@ -135,9 +135,10 @@ def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 
     devices = args.device or ["local-task"]
     args.device = devices[0]
+    if len(devices) > 1 and is_recording(args.vmfb):
+        _write_outputs(_replayed(args, devices), args, inputs)
+        return
     if len(devices) > 1:
-        if is_recording(args.vmfb):
-            raise SectionmarkError("a recording replays on one device: give one --device")
         _check_device_outputs(args)
         result = profile(args.vmfb, _load_inputs(args.input), function=args.function or "main", devices=devices,
                          iterations=args.iterations, warmup=args.warmup, keep_profile=args.keep_profile,
@@ -161,18 +162,23 @@ def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     _write_outputs(result, args, inputs)
 
 
-def _replayed(args: argparse.Namespace) -> Union["ProfileSession", "ReplayProfile"]:
+def _replayed(args: argparse.Namespace, devices: Optional[list[str]] = None) -> Any:
     """Replay a saved recording: every function's profile, or with --function that function's.
 
     The outputs that show one function at a time (the graph) are refused without --function before the
-    replay runs.
+    replay runs. A recording of a module on several devices replays on them (or on ``devices``, the --device
+    given): each function's several-device profile, whose table, --json and --csv are drawn.
     """
     from sectionmark.renderers import get
     from sectionmark.workflows.record import Recording
 
     if args.input:
         raise SectionmarkError("a recording replays its own inputs: drop --input")
-    recording = Recording.load(args.vmfb, device=args.device, parameters=args.parameters or None)
+    recording = Recording.load(args.vmfb, device=args.device, parameters=args.parameters or None, devices=devices)
+    if recording.devices is not None:
+        from sectionmark.renderers.replay_devices import FORMATS
+
+        _check_device_outputs(args, FORMATS, "a replay on several devices")
     if args.function is not None and args.function not in recording.sequence:
         raise SectionmarkError(f"the recording never called {args.function!r} (it called: "
                                f"{', '.join(recording.functions)})")
@@ -192,16 +198,19 @@ def _recorded_session(args: argparse.Namespace, profile: str) -> "ProfileSession
                   workers=args.workers)
 
 
-def _check_device_outputs(args: argparse.Namespace) -> None:
-    """Refuse, before any work, what a profile of several devices does not draw yet (`sectionmark.renderers.devices`
-    FORMATS: its table, --json, --csv, --html, --perfetto and --tracy it does)."""
-    from sectionmark.renderers.devices import FORMATS
+def _check_device_outputs(args: argparse.Namespace, formats: Optional[Sequence[str]] = None,
+                          what: str = "a profile of several devices") -> None:
+    """Refuse, before any work, what ``what`` does not draw yet: the outputs not in ``formats`` (by default a
+    profile of several devices' FORMATS: `sectionmark.renderers.devices`)."""
+    if formats is None:
+        from sectionmark.renderers.devices import FORMATS as formats
 
-    asked = [f"--{name}" for name in rendered_outputs(args) if name not in FORMATS]
+    asked = [f"--{name}" for name in rendered_outputs(args) if name not in formats]
     asked += [option for option, given in (("--sites", args.sites), ("--by", args.by)) if given]
     if asked:
-        raise SectionmarkError(f"{', '.join(asked)} of a profile of several devices is not drawn yet "
-                               "(its table, --json, --csv, --html, --perfetto and --tracy are)")
+        drawn = ["its table", *(f"--{name}" for name in formats if name != "table")]
+        raise SectionmarkError(f"{', '.join(asked)} of {what} is not drawn yet "
+                               f"({', '.join(drawn[:-1])} and {drawn[-1]} are)")
 
 
 def report_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:

@@ -71,6 +71,8 @@ EXCEPTIONS = {
     ("sectionmark.workflows.replay", "sectionmark.renderers"),
     # A several-device profile renders its table, JSON and CSV through the same outputs, looked up when called.
     ("sectionmark.profiling.devices", "sectionmark.renderers"),
+    # A replay on several devices renders each function's several-device outputs the same way, looked up when called.
+    ("sectionmark.workflows.replay_devices", "sectionmark.renderers"),
     # Jupyter's hooks of the results (repr, inline HTML) ask the registry for the notebook view when called.
     ("sectionmark.profiling.display", "sectionmark.renderers"),
 }

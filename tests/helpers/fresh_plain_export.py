@@ -23,7 +23,7 @@ from iree.turbine import aot
 import sectionmark as sm
 from hf_models import MAX_LEN, CachedLM, Logits, empty_cache, tiny_gpt2, tiny_llama
 from parallel_gpt import export_arguments, pipeline_gpt
-from two_devices import TWO_CPU_DEVICES, compile_for_two_devices
+from two_devices import TWO_CPU_DEVICES
 from sectionmark.compiler.targets import target_flags
 from sectionmark.locations import strip_sectionmark_names
 
@@ -33,7 +33,7 @@ results = {}
 
 tokens, arg_device = export_arguments()
 output = aot.export(pipeline_gpt()[0], args=tokens, arg_device=arg_device)
-compiled = compile_for_two_devices(output)
+compiled = sm.compile(output, devices=2)
 results["several devices"] = [list(path) for path in compiled.section_map.sections]
 (out / "devices_ours.vmfb").write_bytes(compiled.vmfb)
 (out / "devices_plain.vmfb").write_bytes(iree.compiler.compile_str(

@@ -153,3 +153,106 @@ def tensor_parallel_gpt(marked: bool = True) -> tuple[GPT, GPT]:
         block.attn = ParallelAttention(block.attn, parallel.section, CONFIG.n_embd)
         block.mlp = ParallelMLP(block.mlp, parallel.section)
     return parallel.eval(), model
+
+
+# ------------------------------------------------------------------ prefill + decode with a KV cache on both devices
+
+KV_CONFIG = GPTConfig(vocab_size=128, block_size=16, n_layer=1, n_head=4, n_embd=32, seq_len=4)
+KV_PROMPT = KV_CONFIG.seq_len
+
+
+class CachedParallelGPT(nn.Module):
+    """The tensor-parallel GPT (`tensor_parallel_gpt`, `KV_CONFIG`: one block) with a fixed-size KV cache: each
+    device keeps the keys and values of its own heads (``[1, heads / 2, block_size, head size]``), written at the
+    call's positions and returned, so that prefill and every decode step pass it along where it lives.
+
+    ``forward(tokens, positions, keys0, values0, keys1, values1)`` -> (logits, the four caches written).
+    """
+
+    def __init__(self, parallel: GPT):
+        super().__init__()
+        self.model = parallel
+
+    def forward(self, idx, positions, keys0, values0, keys1, values1):
+        model, block = self.model, self.model.blocks[0]
+        with model.section("Embedding"):
+            x = model.wte(idx) + model.wpe(positions)
+        with model.section(block.name):
+            with model.section("Layer Norm"):
+                h = block.ln_1(x)
+            attended, caches = self._attention(block.attn, h, positions, [(keys0, values0), (keys1, values1)])
+            x = x + attended
+            with model.section("Layer Norm"):
+                h = block.ln_2(x)
+            x = x + block.mlp(h)
+        with model.section("Layer Norm"):
+            x = model.ln_f(x)
+        with model.section("LM Head"):
+            return (model.lm_head(x), *caches)
+
+    def _attention(self, attention: ParallelAttention, x, positions, caches):
+        """`ParallelAttention` over each device's cache: its heads' keys and values written at ``positions``, every
+        slot up to each query's position attended to (each device computes its own mask from its positions)."""
+        B, T, C = x.shape
+        section, size = self.model.section, C // 2 // attention.n_head
+        with section("Self Attention"):
+            with section("QKV"):
+                shards = [(x, positions), (to_device(1, x), to_device(1, positions))]
+                written, scores, values = [], [], []
+                for device, ((shard, where), (keys, cached)) in enumerate(zip(shards, caches)):
+                    q, k, v = F.linear(shard, attention.qkv_weight[device], attention.qkv_bias[device]).split(C // 2, 2)
+                    q, k, v = (t.view(B, T, attention.n_head, size).transpose(1, 2) for t in (q, k, v))
+                    slots = where[None, None, :, None].expand(k.shape)
+                    keys, cached = keys.scatter(2, slots, k), cached.scatter(2, slots, v)
+                    written += [keys, cached]
+                    scores.append((q @ keys.transpose(-2, -1)) * (1.0 / math.sqrt(size)))
+                    values.append(cached)
+            with section("Attention Softmax"):
+                weights = []
+                for att, (_shard, where) in zip(scores, shards):
+                    later = torch.arange(att.shape[-1])[None, :] > where[:, None]
+                    weights.append(F.softmax(att.masked_fill(later, float("-inf")), dim=-1))
+            with section("Projection"):
+                partial = [F.linear((att @ v).transpose(1, 2).contiguous().view(B, T, C // 2),
+                                    attention.proj_weight[d]) for d, (att, v) in enumerate(zip(weights, values))]
+                return partial[0] + to_device(0, partial[1]) + attention.proj_bias, written
+
+
+def empty_kv_cache() -> list[torch.Tensor]:
+    """Zero keys and values of each device's heads: keys0, values0, keys1, values1."""
+    shape = (1, KV_CONFIG.n_head // 2, KV_CONFIG.block_size, KV_CONFIG.n_embd // KV_CONFIG.n_head)
+    return [torch.zeros(shape) for _ in range(4)]
+
+
+def cached_parallel_gpt(marked: bool = True) -> CachedParallelGPT:
+    """`CachedParallelGPT` of the demo GPT at `KV_CONFIG`, its attention and MLP split as `tensor_parallel_gpt`'s."""
+    model = GPT(KV_CONFIG, marked=marked).eval()
+    for block in model.blocks:
+        block.attn = ParallelAttention(block.attn, model.section, KV_CONFIG.n_embd)
+        block.mlp = ParallelMLP(block.mlp, model.section)
+    return CachedParallelGPT(model).eval()
+
+
+def export_cached_parallel_gpt(model: CachedParallelGPT, tokens: torch.Tensor):
+    """prefill (the prompt ``tokens``) and decode (one token) of ``model`` as two functions of one export
+    (``aot.FxProgramsBuilder``), tokens and positions on device 0, each device's cache on that device."""
+    import sectionmark as sm
+    from iree.turbine import aot
+    from iree.turbine.aot import DeviceAffinity
+
+    placement = {index: DeviceAffinity(device) for index, device in enumerate([0, 0, 0, 0, 1, 1])}
+    builder = aot.FxProgramsBuilder(model)
+    cache = empty_kv_cache()
+    with sm.torch.sections():
+
+        @builder.export_program(name="prefill", args=(tokens, torch.arange(tokens.shape[1]), *cache),
+                                arg_device=placement)
+        def prefill(module, idx, positions, keys0, values0, keys1, values1):
+            return module(idx, positions, keys0, values0, keys1, values1)
+
+        @builder.export_program(name="decode", args=(tokens[:, :1], torch.tensor([tokens.shape[1]]), *cache),
+                                arg_device=placement)
+        def decode(module, idx, positions, keys0, values0, keys1, values1):
+            return module(idx, positions, keys0, values0, keys1, values1)
+
+    return sm.torch.export(builder, quiet=True)

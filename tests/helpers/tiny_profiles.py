@@ -151,7 +151,7 @@ class Inconsistent(Exception):
 
 
 def section_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int, device: Optional[int] = None,
-                   calls: Optional[int] = None) -> tuple[int, dict[SectionPath, float]]:
+                   calls: Optional[int] = None, function: Optional[str] = None) -> tuple[int, dict[SectionPath, float]]:
     """(measured calls, exclusive busy ns per path) from ireeperf-jsonl rows, in plain Python.
 
     One submission per call (these modules submit one command buffer per call),
@@ -159,19 +159,23 @@ def section_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int,
     contradicts the map or its own row. ``device``: only that device's events (its
     ``physical_device_ordinal``), each runtime command buffer placed in the map's
     command buffer of that device recording the same commands; ``calls``: the calls
-    made (warmup included), for a device that submits several command buffers per call.
+    made (warmup included), for a device that submits several command buffers per call; ``function``: only the
+    events of that function's command buffers (the map's ``function`` of the buffer each event's runtime command
+    buffer is placed in; with ``device``), its calls counted alone (a replay's calls of several functions).
     """
-    events = [r for r in rows if r.get("record_type") == "host_execution_event"
-              and (device is None or r.get("physical_device_ordinal") == device)]
+    buffers = _device_buffers(rows, section_map, device)
+    events = [r for r in rows
+              if r.get("record_type") == "host_execution_event" and r.get("op") in ("execute", "dispatch")
+              and (device is None or r.get("physical_device_ordinal") == device)
+              and (function is None or buffers(r["command_buffer_id"]).function == function)]
     executes = sorted(r["submission_id"] for r in events if r.get("op") == "execute")
     per_call = len(executes) // calls if calls else 1
     measured = set(executes[warmup_calls * per_call:])
-    buffers = _device_buffers(rows, section_map, device)
     totals: dict[SectionPath, float] = {}
     for r in events:
         if r.get("op") != "dispatch" or r["submission_id"] not in measured:
             continue
-        commands = buffers(r["command_buffer_id"])
+        commands = buffers(r["command_buffer_id"]).commands
         if not 0 <= r["command_index"] < len(commands) or commands[r["command_index"]].key != r["key"]:
             raise Inconsistent(f"event {r.get('event_id')} is not the map's command {r['command_index']}")
         for share in commands[r["command_index"]].shares or [Share((), 1.0)]:
@@ -179,20 +183,20 @@ def section_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int,
     return len(executes) // per_call - warmup_calls, totals
 
 
-def _device_buffers(rows: list[dict], section_map: SectionMap, device: Optional[int]) -> Callable[[int], list[Command]]:
-    """The map's commands of each runtime command buffer: the map's only one, or for ``device`` the map's command
-    buffer of that device whose (op, key) sequence the runtime buffer's recorded operations have."""
+def _device_buffers(rows: list[dict], section_map: SectionMap, device: Optional[int]) -> Callable[[int], CommandBuffer]:
+    """The map's command buffer of each runtime command buffer: the map's only one, or for ``device`` the map's
+    command buffer of that device whose (op, key) sequence the runtime buffer's recorded operations have."""
     if device is None:
-        return lambda _buffer: section_map.command_buffers[0].commands
+        return lambda _buffer: section_map.command_buffers[0]
     recorded: dict[int, list[tuple[int, str, Optional[str]]]] = {}
     for r in rows:
         if r.get("record_type") == "command_operation" and r.get("op") in COMMAND_OPS:
             recorded.setdefault(r["command_buffer_id"], []).append(
                 (r["command_index"], r["op"], r.get("key") if r["op"] == "dispatch" else None))
-    static = {tuple((c.op, c.key if c.op == "dispatch" else None) for c in buffer.commands): buffer.commands
+    static = {tuple((c.op, c.key if c.op == "dispatch" else None) for c in buffer.commands): buffer
               for buffer in section_map.command_buffers if buffer.device == device}
 
-    def commands(buffer: int) -> list[Command]:
+    def commands(buffer: int) -> CommandBuffer:
         signature = tuple((op, key) for _index, op, key in sorted(recorded.get(buffer, [])))
         if signature not in static:
             raise Inconsistent(f"command buffer {buffer} is no command buffer of device {device} in the map")

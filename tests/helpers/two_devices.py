@@ -1,8 +1,9 @@
 """Two CPU devices in one process, as the tests compile, run and profile them (issue M, docs/multi-device.md).
 
-Until ``sm.compile`` takes ``devices=``, `compile_for_two_devices` compiles an export with exactly the device
-flags a plain user passes; `dispatches_per_device` is the oracle of where the work ran: IREE's own export of
-an iree-benchmark-module profile of both devices.
+The tests compile with ``sm.compile(export, devices=2)``, whose flags are `TWO_CPU_DEVICES` (what a plain
+user passes, and what the plain pipeline of the byte-identity checks compiles with);
+`dispatches_per_device` is the oracle of where the work ran: IREE's own export of an iree-benchmark-module
+profile of both devices.
 """
 
 from __future__ import annotations
@@ -10,13 +11,11 @@ from __future__ import annotations
 import subprocess
 from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from sectionmark.artifacts.tools import find_tool
-from sectionmark.compiler.pipeline import CompiledProgram, compile_with_flags
-from sectionmark.importers.exported import as_sectioned_export
 from sectionmark.section_map import SectionMap
 from tiny_profiles import export_rows
 
@@ -24,17 +23,6 @@ from tiny_profiles import export_rows
 TWO_CPU_DEVICES = ("--iree-hal-target-device=local[0]", "--iree-hal-target-device=local[1]",
                    "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host")
 RUNTIME_DEVICES = ["local-task", "local-task"]
-
-
-def compile_for_two_devices(export: Any) -> CompiledProgram:
-    """sectionmark's compile of an export (torch or JAX) with exactly `TWO_CPU_DEVICES`.
-
-    Not ``sm.compile(export, extra_args=TWO_CPU_DEVICES)``: that keeps llvm-cpu's own
-    ``--iree-hal-target-device=local`` in front, so @__device_0 is ``local``, @__device_1 is
-    ``local[0]`` and ``local[1]`` is never used: both run on the first device.
-    """
-    input_type = as_sectioned_export(export).input_type
-    return compile_with_flags(export, [*TWO_CPU_DEVICES, f"--iree-input-type={input_type}"], "llvm-cpu", quiet=True)
 
 
 def dispatches_per_device(vmfb: Path, inputs: Sequence[np.ndarray], directory: Path,

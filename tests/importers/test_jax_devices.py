@@ -15,7 +15,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from test_byte_identity import assert_same_executables, plain_compile  # noqa: E402
-from two_devices import (RUNTIME_DEVICES, TWO_CPU_DEVICES, compile_for_two_devices,  # noqa: E402
+from two_devices import (RUNTIME_DEVICES, TWO_CPU_DEVICES,  # noqa: E402
                          dispatches_of_sections, dispatches_per_device)
 
 import sectionmark as sm  # noqa: E402
@@ -50,7 +50,7 @@ def test_explicit_placement_runs_on_two_devices_with_its_sections(tmp_path):
         exported = sm.jax.export(split_matmul, *args, quiet=True)
     assert list(exported.sections) == SECTIONS
     assert exported.mlir.count("flow.tensor.transfer") == 2
-    compiled = compile_for_two_devices(exported)
+    compiled = sm.compile(exported, devices=2, quiet=True)
     assert compiled.section_map.reached == SECTIONS
 
     result = sm.load(compiled, devices=RUNTIME_DEVICES).main(*args).to_host()

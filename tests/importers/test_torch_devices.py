@@ -7,6 +7,12 @@ span both devices too), the module runs in-process on two devices (``sm.load(dev
 model's numerics, its work runs on both devices (iree-benchmark-module's profile of each device), and its
 executables are those of the plain multi-device pipeline (plain ``aot.export``, ``iree.compiler``, the same
 flags), byte for byte.
+
+Issue M's acceptance on both GPTs: profiled on two local-task devices (``sm.profile(devices=[...])``), each
+device's busy time per section equals the sum of its own dispatches' ``host_execution_event`` durations in
+``iree-profile export`` (`section_oracle` per device, to the ns), coverage is exact on each device, every
+section is on the device that ran it, and each device's compute + transfer + queue + waiting + idle is the
+call's window on every call, exactly.
 """
 
 from __future__ import annotations
@@ -19,17 +25,21 @@ import torch
 from iree.turbine import aot
 from parallel_gpt import PIPELINE_STAGES, export_arguments, gpt_sections, pipeline_gpt, tensor_parallel_gpt
 from test_byte_identity import assert_same_executables, plain_compile
-from two_devices import (RUNTIME_DEVICES, TWO_CPU_DEVICES, compile_for_two_devices, dispatches_of_sections,
-                         dispatches_per_device)
+from invariants import assert_profile_invariants
+from tiny_profiles import export_rows, section_oracle
+from two_devices import RUNTIME_DEVICES, TWO_CPU_DEVICES, dispatches_of_sections, dispatches_per_device
 
 import sectionmark as sm
+from sectionmark.compiler.targets import target_flags
 from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.devices import DEVICE_TIME_PARTS
 from sectionmark.importers.exported import find_sections
 from sectionmark.locations import strip_sectionmark_names
 
 # Compiled float32 against eager torch, as for the one-device nanoGPT (largest seen: 6e-7).
 RTOL, ATOL = 1e-4, 1e-5
 CALLS = 2  # profiled
+ITERATIONS, WARMUP = 2, 1  # sm.profile's measured and warm-up calls
 BUILDERS = {"tensor-parallel": tensor_parallel_gpt, "pipeline": pipeline_gpt}
 
 
@@ -40,7 +50,22 @@ def placed(request):
     args, arg_device = export_arguments()
     exported = sm.torch.export(model, args=args, arg_device=arg_device, quiet=True)
     return SimpleNamespace(name=request.param, model=model, reference=reference, args=args, arg_device=arg_device,
-                           exported=exported, compiled=compile_for_two_devices(exported))
+                           exported=exported, compiled=sm.compile(exported, devices=2, quiet=True))
+
+
+@pytest.fixture(scope="module")
+def profiled(placed, tmp_path_factory):
+    """(the several-device profile of ``placed`` on two local-task devices, the rows of its kept .ireeprof)."""
+    kept = tmp_path_factory.mktemp(placed.name) / "run.ireeprof"
+    result = sm.profile(placed.compiled, [placed.args[0].numpy()], devices=RUNTIME_DEVICES, iterations=ITERATIONS,
+                        warmup=WARMUP, keep_profile=kept, quiet=True)
+    rows = export_rows(kept)
+    assert rows is not None
+    return result, rows
+
+
+def test_sm_compile_of_two_devices_is_what_a_plain_user_passes():
+    assert target_flags("llvm-cpu", devices=2) == TWO_CPU_DEVICES
 
 
 def test_every_section_is_in_the_map(placed):
@@ -99,3 +124,55 @@ def test_load_on_several_devices_refuses_what_it_cannot_open(placed):
         sm.load(placed.compiled, device="local-sync", devices=RUNTIME_DEVICES)
     with pytest.raises(SectionmarkError, match="devices= takes a list"):
         sm.load(placed.compiled, devices="local-task")
+
+
+def test_each_device_busy_per_section_equals_its_own_dispatch_events(placed, profiled):
+    result, rows = profiled
+    assert [device.ordinal for device in result.devices] == [0, 1]
+    for device in result.devices:
+        session = device.session
+        assert_profile_invariants(session)
+        assert session.coverage_error == 0, device.ordinal
+        calls, oracle = section_oracle(rows, placed.compiled.section_map, WARMUP, device=device.ordinal,
+                                       calls=ITERATIONS + WARMUP)
+        assert calls == session.calls == ITERATIONS
+        exclusive = {row.path: row.exclusive_ns for row in session.sections}
+        assert {path for path, ns in exclusive.items() if ns} == {path for path, ns in oracle.items() if ns}
+        for path, ns in oracle.items():
+            assert abs(exclusive[path] - ns) < 1, (device.ordinal, path)  # to the ns
+
+
+def test_every_section_is_present_on_the_device_that_ran_it(placed, profiled):
+    result, _rows = profiled
+    placed_on: dict[tuple, set[int]] = {}
+    for buffer in placed.compiled.section_map.command_buffers:
+        for command in buffer.commands:
+            for share in command.shares if command.op == "dispatch" else []:
+                for depth in range(1, len(share.path) + 1):
+                    placed_on.setdefault(share.path[:depth], set()).add(buffer.device)
+    assert set(placed_on) == set(gpt_sections())
+    across = {row.path: row for row in result.sections}
+    for path, devices in placed_on.items():
+        assert set(across[path].ran_on) == devices, path
+        for ordinal in devices:
+            row = next(row for row in result.devices[ordinal].session.sections if row.path == path)
+            assert row.dispatches > 0 and row.busy_ns > 0, (ordinal, path)
+    if placed.name == "pipeline":  # the stages: each block on its own device, the hand-over in "Block 2" on both
+        for device, blocks in PIPELINE_STAGES.items():
+            for index in blocks:
+                assert placed_on[(f"Block {index}", "MLP")] == {device}
+    else:  # every half of every block runs on both devices
+        assert all(devices == {0, 1} for path, devices in placed_on.items() if path[-1] in ("QKV", "MLP"))
+
+
+def test_each_device_time_adds_up_to_the_window_of_every_call(profiled):
+    result, _rows = profiled
+    per_call = np.array([device.time.per_call for device in result.devices])  # [device, call, part]
+    assert per_call.shape == (2, ITERATIONS, len(DEVICE_TIME_PARTS))
+    windows = per_call.sum(axis=2)
+    assert (windows == windows[0]).all() and (windows > 0).all()
+    for device in result.devices:
+        time = device.time
+        assert sum(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS) == time.window_ns
+        assert time.compute_ns == device.session.call_time.dispatch_ns
+        assert time.transfer_ns > 0, device.ordinal  # activations move to the other device and back every call

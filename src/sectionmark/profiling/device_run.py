@@ -13,16 +13,14 @@ the process exits); `sectionmark.report` one reading the user's own file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
-
-import numpy as np
 
 from sectionmark.profiling.attribute import Attribution, attribute
 from sectionmark.profiling.devices import DeviceProfile, device_section_map
 from sectionmark.profiling.read import KeptProfile, ReadArguments
-from sectionmark.readers.sources import open_device_sources
+from sectionmark.readers.sources import open_device_sources, whole_profile
 from sectionmark.section_map import SectionMap
 
 
@@ -32,11 +30,7 @@ def device_events(path: Path, section_map: SectionMap, read_as: ReadArguments) -
     events = {}
     for ordinal, source in sorted(open_device_sources(path, section_map, read_as.function).items()):
         device_map = device_section_map(section_map, ordinal)
-        layout = source.layout()
-        dispatches = [window.copy() for window, _submissions in source.windows()]  # a window's rows are reused
-        profile = replace(source.profile(), dispatches=np.concatenate(dispatches) if dispatches
-                          else layout.dispatches)
-        events[ordinal] = attribute(profile, device_map, calls=read_as.calls, warmup=read_as.warmup,
+        events[ordinal] = attribute(whole_profile(source), device_map, calls=read_as.calls, warmup=read_as.warmup,
                                     function=read_as.function)
     return events
 

@@ -180,3 +180,17 @@ def read_events(path: Union[str, Path], section_map: SectionMap, function: Optio
     if is_live_capture(capture):
         return live_capture_profile(capture, section_map, function=function)
     return capture_profile(capture, section_map, function=function)
+
+
+def read_device_events(path: Union[str, Path], section_map: SectionMap) -> dict[int, Profile]:
+    """Every event of each device of a recorded profile, read whole, by device ordinal (`open_device_sources`):
+    for the views that split a device's events before attributing them (a replay's calls per function)."""
+    return {ordinal: whole_profile(source) for ordinal, source in open_device_sources(path, section_map).items()}
+
+
+def whole_profile(source: EventSource) -> Profile:
+    """Every event of ``source``, its windows kept (its memory grows with the events, as a whole read's does)."""
+    layout = source.layout()
+    windows = [dispatches.copy() for dispatches, _submissions in source.windows()]  # a window's rows are reused
+    return replace(source.profile(), dispatches=by_submission_and_start(np.concatenate(windows)) if windows
+                   else layout.dispatches)

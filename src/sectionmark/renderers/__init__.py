@@ -241,6 +241,13 @@ def render_devices(profile: Any, format: str, **options: Any) -> Union[str, byte
     return importlib.import_module("sectionmark.renderers.devices").render(profile, format, **options)
 
 
+def render_replay_devices(replay: Any, format: str, **options: Any) -> Union[str, bytes]:
+    """A replayed recording on several devices (`sectionmark.workflows.replay_devices.DeviceReplayProfile`) in
+    ``format``: its outputs are `sectionmark.renderers.replay_devices`, imported when called."""
+    get(format)
+    return importlib.import_module("sectionmark.renderers.replay_devices").render(replay, format, **options)
+
+
 def notebook_view(result: Any, form: str) -> str:
     """What Jupyter shows for a profile, a replay or a comparison: ``form`` "text" (a one-line summary, its
     ``__repr__``) or "html" (the inline report, its ``_repr_html_``): `sectionmark.renderers.notebook`, imported

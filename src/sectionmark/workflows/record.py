@@ -9,6 +9,10 @@ results along on the device, runs it under ``iree-benchmark-module`` with
 HAL-native profiling and splits the profile per function
 (`sectionmark.workflows.replay`). ``rec.save(directory)`` keeps everything
 needed to profile it again (``sectionmark profile DIR``) without the program.
+A module loaded on several devices (``sm.load(compiled, devices=[...])``) is
+replayed on them all, one ``--device`` each, its results (a KV cache split over
+the devices) passed along where they live, and profiled per function and per
+device (`sectionmark.workflows.replay_devices`).
 
 What a replay cannot reproduce, by design: control flow is frozen (the host
 values the program computed between calls, such as the next token, are
@@ -40,10 +44,12 @@ from sectionmark.parameters import Parameters, parameter_specs, spec_text
 from sectionmark.workflows.inputs import load_input_array
 from sectionmark.workflows.runner import DEFAULT_TIMEOUT_S, TRACED_DRIVERS, device_driver, run_profile
 from sectionmark.readers.ireeprof import read_profile
+from sectionmark.readers.sources import read_device_events
 from sectionmark.runtime import LoadedModule, open_context
 from sectionmark.section_map import SectionMap, sidecar_path
 from sectionmark.serialization import json_field
 from sectionmark.workflows.replay import ReplayProfile
+from sectionmark.workflows.replay_devices import DeviceReplayProfile
 from sectionmark.workflows.replay_module import Argument, ReplayCall, InputArgument, ResultArgument
 
 RECORDING_VERSION = 1
@@ -93,6 +99,7 @@ class RecordingDescription:
     kind: str = "recording"
     module: str
     device: str
+    devices: Optional[list[str]] = json_field(default=None, omit_none=True)  # a module loaded on several
     parameters: list[str]  # as IREE's --parameters: [SCOPE=]FILE
     inputs: int  # host values, inputs/<index>.npy
     calls: list[RecordedCall]
@@ -111,9 +118,12 @@ class Recording:
     def __init__(self, name: str, vmfb: bytes, section_map: Optional[SectionMap], device: str,
                  parameters: list, calls: Optional[list[ReplayCall]] = None,
                  inputs: Optional[list[np.ndarray]] = None, module: Optional[LoadedModule] = None,
-                 driver: Optional[bytes] = None, directory: Optional[Path] = None):
+                 driver: Optional[bytes] = None, directory: Optional[Path] = None,
+                 devices: Optional[list[str]] = None):
         self.name, self.vmfb, self.section_map = name, vmfb, section_map
         self.device, self.parameters = device, parameters
+        # The devices of a module loaded on several, in the order of its own (``device`` is the first); None: one.
+        self.devices = list(devices) if devices is not None and len(devices) > 1 else None
         self._calls: list[ReplayCall] = calls or []
         self._inputs: list[Any] = inputs or []  # host values; while recording, also (bytes, dtype, shape) copies
         self._noted: list[tuple[str, list, int]] = []  # calls noted since `calls` was last read, see `note`
@@ -218,7 +228,7 @@ class Recording:
 
     def replay(self) -> Union[Any, tuple]:
         """Replay once in this process; the last call's results as host arrays (compare with the recorded run)."""
-        context, (_model, driver_module), _specs = open_context(self.device, self.parameters,
+        context, (_model, driver_module), _specs = open_context(self.devices or self.device, self.parameters,
                                                                  [self.vmfb, self.driver()])
         results = context.modules[driver_module.name]["replay"](*self.inputs)
         if isinstance(results, tuple):
@@ -228,7 +238,8 @@ class Recording:
     def profile(self, iterations: int = 5, warmup: int = 1, *, quiet: bool = False,
                 timeout: Optional[float] = DEFAULT_TIMEOUT_S,
                 keep_profile: Optional[Union[str, Path]] = None, runs: int = 1,
-                workers: Optional[int] = None, device: Optional[str] = None) -> ReplayProfile:
+                workers: Optional[int] = None, device: Optional[str] = None,
+                devices: Optional[Sequence[str]] = None) -> Union[ReplayProfile, DeviceReplayProfile]:
         """Replay the recorded calls ``warmup + iterations`` times under IREE's profiler; per-function profiles.
 
         Each replay starts again from the recorded host inputs, so every replay
@@ -237,9 +248,19 @@ class Recording:
         tool, each function's sections with their spread over the runs;
         local-task's most workers). ``keep_profile``: the first run's profile.
         ``device``: the IREE device to replay on instead of the recorded one
-        (``"vulkan"``; the module must be compiled for it).
+        (``"vulkan"``; the module must be compiled for it). A recording of a module
+        loaded on several devices replays on them (or on ``devices``), each function's
+        result a several-device profile (`DeviceReplayProfile`; ``runs=1``).
         """
-        device = device or self.device
+        devices = list(devices) if devices is not None else self.devices
+        if devices is not None:
+            from sectionmark.workflows.measure import check_devices
+
+            check_devices(devices)
+            if runs != 1:
+                raise SectionmarkError("runs > 1 of a replay on several devices is not supported yet: profile with "
+                                       "runs=1")
+        device = devices[0] if devices is not None else device or self.device
         if self.section_map is None:
             raise SectionmarkError("this module was compiled without markers; it has no section map to report")
         if device_driver(device) in TRACED_DRIVERS:
@@ -261,9 +282,14 @@ class Recording:
                 run = run_profile(replay, self.inputs, directory / f"run{index + 1}", function="replay",
                                   device=device, iterations=iterations, warmup=warmup, quiet=quiet,
                                   timeout=timeout, parameters=self.parameters, imported=[model], workers=workers,
-                                  progress=f"run {index + 1} of {runs}" if runs > 1 else "")
+                                  progress=f"run {index + 1} of {runs}" if runs > 1 else "",
+                                  extra_devices=(devices or [])[1:])
                 if keep_profile is not None and index == 0:
                     copy_output(run.profile_path, keep_profile, protected)
+                if devices is not None:  # each device's events split per function, each function's read across them
+                    return DeviceReplayProfile.build(read_device_events(run.profile_path, self.section_map),
+                                                     self.section_map, self.sequence, replays=iterations,
+                                                     warmup=warmup, devices=devices)
                 profiles.append(ReplayProfile.build(read_profile(run.profile_path), self.section_map, self.sequence,
                                                     replays=iterations, warmup=warmup, device=device))
             return ReplayProfile.combine(profiles)
@@ -308,15 +334,16 @@ class Recording:
 
     def _description(self) -> RecordingDescription:
         return RecordingDescription(
-            module=self.name, device=self.device,
+            module=self.name, device=self.device, devices=self.devices,
             parameters=[spec_text(scope, path) for scope, path in self.parameters], inputs=len(self.inputs),
             calls=[RecordedCall(call.function, [RecordedArgument.of(value) for value in call.arguments], call.results)
                    for call in self.calls])
 
     @classmethod
     def load(cls, directory: Union[str, Path], *, device: Optional[str] = None,
-             parameters: Parameters = None) -> "Recording":
-        """A recording saved by `save`; ``device`` / ``parameters`` replace the recorded ones when given."""
+             parameters: Parameters = None, devices: Optional[Sequence[str]] = None) -> "Recording":
+        """A recording saved by `save`; ``device`` (``devices`` for a module of several) / ``parameters`` replace
+        the recorded ones when given."""
         from sectionmark.artifacts import read_section_map
 
         directory = Path(directory)
@@ -336,8 +363,10 @@ class Recording:
                     raise SectionmarkError(f"malformed recording {directory / RECORDING_FILE}: call {position} "
                                            f"refers to {value}, which it cannot use")
         specs = parameter_specs(description.parameters if parameters is None else parameters)
+        devices = list(devices) if devices is not None else description.devices
         return cls(description.module, vmfb, read_section_map(directory / MODEL_FILE),
-                   device or description.device, specs, calls, inputs, driver=driver, directory=directory)
+                   devices[0] if devices else device or description.device, specs, calls, inputs, driver=driver,
+                   directory=directory, devices=devices)
 
 
 def _checksums(vmfb: bytes, driver: bytes, description: RecordingDescription) -> dict[str, str]:
@@ -423,7 +452,11 @@ def record(module: LoadedModule) -> Recording:
             for step in range(32):
                 logits, *kv = module.decode(next_token(logits), *kv)
         prof = rec.profile(iterations=5)   # per-function profiles (ReplayProfile)
+
+    A module loaded on several devices (``sm.load(compiled, devices=[...])``) is replayed on them:
+    ``rec.profile()`` then gives a `DeviceReplayProfile` (docs/multi-device.md "Recording").
     """
     if not isinstance(module, LoadedModule):
         raise SectionmarkError(f"sm.record needs a module from sm.load, got {type(module).__name__}")
-    return Recording(module.name, module.vmfb, module.section_map, module.device, module.parameters, module=module)
+    return Recording(module.name, module.vmfb, module.section_map, module.device, module.parameters, module=module,
+                     devices=module.devices)

@@ -114,6 +114,23 @@ def function_profile(profile: Profile, call_of_submission: np.ndarray, call_of_o
                                queue_ops=profile.queue_ops[keep_calls[call_of_operation]])
 
 
+def split_by_function(profile: Profile, section_map: SectionMap, sequence: Sequence[str],
+                      replays: int) -> dict[str, Profile]:
+    """Each function's part of a profile of ``replays`` replays of ``sequence`` (`replay_calls`: refused where the
+    profile does not follow the recording), the functions in the order first called."""
+    call_of_submission = replay_calls(profile, section_map, sequence, replays)
+    call_of_operation = operation_calls(profile, call_of_submission)
+    return {function: function_profile(profile, call_of_submission, call_of_operation,
+                                       np.array([name == function for name in sequence] * replays, bool))
+            for function in dict.fromkeys(sequence)}
+
+
+def map_function(section_map: SectionMap, function: str) -> str:
+    """The map's name of a called function (its command buffers' ``function``, ``decode$async`` for ``decode``)."""
+    return next((buffer.function for buffer in section_map.command_buffers
+                 if public_function(buffer.function) == function), function)
+
+
 @dataclass
 class FunctionProfile:
     """One function of a replay: its calls per replay and its per-section profile (None: it ran no dispatch).
@@ -127,8 +144,36 @@ class FunctionProfile:
     profile: Optional[ProfileSession] = json_field(stored=False, default=None)
 
 
+class PerFunction:
+    """What every replay result (``functions``: entries with ``function``, ``calls_per_replay``, ``profile``;
+    ``replays``) says of its functions, whatever each function's profile is."""
+
+    @property
+    def function_names(self) -> list[str]:
+        """The functions of the replay, in the order first called."""
+        return [entry.function for entry in self.functions]
+
+    def _function_profile(self, name: str) -> Any:
+        """The profile of one function's calls (all its calls in all measured replays)."""
+        for entry in self.functions:
+            if entry.function == name:
+                if entry.profile is None:
+                    raise SectionmarkError(f"function {name!r} ran no dispatch in the replay: it has no profile")
+                return entry.profile
+        raise SectionmarkError(f"the recording never called {name!r} (it called: {', '.join(self.function_names)})")
+
+    def heading(self, entry: Any) -> str:
+        """What a function's part of a text output is headed with: its name, then `calls_summary`."""
+        return f"{entry.function}: {self.calls_summary(entry)}"
+
+    def calls_summary(self, entry: Any) -> str:
+        """A function's calls per replay and the measured replays (a heading's, an HTML tab's subtitle)."""
+        calls = f"{entry.calls_per_replay} call{'s' * (entry.calls_per_replay != 1)} per replay"
+        return f"{calls}, {self.replays} measured replay{'s' * (self.replays != 1)}"
+
+
 @dataclass
-class ReplayProfile:
+class ReplayProfile(PerFunction):
     """Per-function profiles of a replayed recording, functions in the order they were first called.
 
     One result of several profiles: it renders through the renderer registry
@@ -149,27 +194,17 @@ class ReplayProfile:
               warmup: int, device: Optional[str] = None) -> "ReplayProfile":
         """Attribute a profile of ``warmup + replays`` replays of ``sequence`` per function; ``device``: the IREE
         device it ran on (named in each function's profile)."""
-        call_of_submission = replay_calls(profile, section_map, sequence, warmup + replays)
-        call_of_operation = operation_calls(profile, call_of_submission)
         functions = []
-        for function in dict.fromkeys(sequence):
-            calls = sum(name == function for name in sequence)
-            keep = np.array([name == function for name in sequence] * (warmup + replays), bool)
-            part = function_profile(profile, call_of_submission, call_of_operation, keep)
+        for function, part in split_by_function(profile, section_map, sequence, warmup + replays).items():
+            calls = sequence.count(function)
             session = None
             if len(part.dispatches):
-                map_name = next((buffer.function for buffer in section_map.command_buffers
-                                 if public_function(buffer.function) == function), function)
                 attribution = attribute(part, section_map, calls=calls * (warmup + replays), warmup=calls * warmup,
-                                        function=map_name)
+                                        function=map_function(section_map, function))
                 session = ProfileSession.build(attribution, section_map, function=function, device=device)
             functions.append(FunctionProfile(function, calls, session))
         return cls(replays=replays, warmup=warmup, calls_per_replay=len(sequence), functions=functions)
 
-    @property
-    def function_names(self) -> list[str]:
-        """The functions of the replay, in the order first called."""
-        return [entry.function for entry in self.functions]
 
     @classmethod
     def combine(cls, runs: Sequence["ReplayProfile"]) -> "ReplayProfile":
@@ -185,21 +220,7 @@ class ReplayProfile:
 
     def function(self, name: str) -> ProfileSession:
         """The ProfileSession of one function's calls (all its calls in all measured replays)."""
-        for entry in self.functions:
-            if entry.function == name:
-                if entry.profile is None:
-                    raise SectionmarkError(f"function {name!r} ran no dispatch in the replay: it has no profile")
-                return entry.profile
-        raise SectionmarkError(f"the recording never called {name!r} (it called: {', '.join(self.function_names)})")
-
-    def heading(self, entry: FunctionProfile) -> str:
-        """What a function's part of a text output is headed with: its name, then `calls_summary`."""
-        return f"{entry.function}: {self.calls_summary(entry)}"
-
-    def calls_summary(self, entry: FunctionProfile) -> str:
-        """A function's calls per replay and the measured replays (a heading's, an HTML tab's subtitle)."""
-        calls = f"{entry.calls_per_replay} call{'s' * (entry.calls_per_replay != 1)} per replay"
-        return f"{calls}, {self.replays} measured replay{'s' * (self.replays != 1)}"
+        return self._function_profile(name)
 
     # ------------------------------------------------------------------ outputs
 

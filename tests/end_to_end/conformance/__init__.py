@@ -30,7 +30,16 @@ flax-linen-scan-remat    Flax linen: Embed, Layers (``nn.scan`` over ``nn.remat`
 flax-training-step       value_and_grad of that model + an SGD update (both in no section)
 flax-nnx-scan            Flax NNX: layers made by ``nnx.vmap``, run by ``nnx.scan``;
                          ``nnx.split`` / ``nnx.merge`` around a pure function
+tensor-parallel-gpt      the demo GPT split over two local-task devices (tests/helpers/parallel_gpt.py:
+                         heads and MLP halves, ``DeviceAffinity`` + ``transfer_to_logical_device``);
+                         Embedding, Block i / Layer Norm, Self Attention / QKV, Attention Softmax,
+                         Projection, MLP; Layer Norm, LM Head
 =======================  =====================================================================
+
+A program of several devices (``Program.devices``) is compiled with ``sm.compile(devices=N)``, run
+with ``sm.load(devices=...)`` and profiled with ``sm.profile(devices=...)``; the same checks hold on
+each device's session (coverage, unmarked time summed over the devices), and its plain pipeline is
+compiled with the same device flags.
 
 Hugging Face models are marked from outside (``recorder.mark_by_spec``: a marking spec per
 model); each model is wrapped so that its forward returns one tensor.

@@ -45,6 +45,7 @@ class Program:
     plain_note: str = "the plain iree-turbine / JAX pipeline"
     rtol: float = 1e-4
     atol: float = 1e-5
+    devices: int = 1  # local-task devices it is compiled for and runs on (several: `sm.compile(devices=N)`)
 
     @property
     def input_type(self) -> str:
@@ -417,6 +418,36 @@ def flax_nnx_scan() -> Program:
     return _jax_program("flax-nnx-scan", forward, (state, x), set(_traced(forward, state, x)))
 
 
+# --------------------------------------------------------------- several devices
+
+
+def tensor_parallel_gpt() -> Program:
+    """The demo GPT split over two devices, tensor-parallel (tests/helpers/parallel_gpt.py): every block's heads
+    and MLP hidden units in halves, placed as iree-turbine users place them (``DeviceAffinity``,
+    ``transfer_to_logical_device``)."""
+    import parallel_gpt
+    from test_byte_identity import _torch_plain_text
+
+    model, reference = parallel_gpt.tensor_parallel_gpt()
+    args, arg_device = parallel_gpt.export_arguments()
+
+    def eager():
+        with torch.no_grad():
+            return [reference(*args).numpy()]
+
+    def plain_text():
+        with sm.torch.sections():  # a plain aot.export keeps the sections in a sections scope, stripped here
+            return _torch_plain_text(model, args, arg_device=arg_device)
+
+    return Program(
+        name="tensor-parallel-gpt", framework="torch",
+        export=lambda: sm.torch.export(model, args=args, arg_device=arg_device, quiet=True),
+        reference=eager, plain_text=plain_text, args=tuple(arg.numpy() for arg in args),
+        expected=set(parallel_gpt.gpt_sections()), devices=2,
+        plain_note="plain aot.export compiled for the same two devices",
+    )
+
+
 PROGRAMS: dict[str, Callable[[], Program]] = {
     "gpt2": gpt2,
     "llama": llama,
@@ -429,4 +460,5 @@ PROGRAMS: dict[str, Callable[[], Program]] = {
     "flax-linen-scan-remat": flax_linen_scan_remat,
     "flax-training-step": flax_training_step,
     "flax-nnx-scan": flax_nnx_scan,
+    "tensor-parallel-gpt": tensor_parallel_gpt,
 }

@@ -10,7 +10,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pytest
@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("flax")
 
 import sectionmark as sm  # noqa: E402
+from sectionmark.compiler.targets import target_flags  # noqa: E402
 from invariants import assert_profile_invariants  # noqa: E402
 from test_byte_identity import assert_same_executables, plain_compile  # noqa: E402
 
@@ -60,10 +61,22 @@ class Built:
     def input_flops(self) -> InputFlops:
         return self._timed("input count", lambda: count_input_flops(self.exported.mlir, self.program.input_type))
 
+    @property
+    def devices(self) -> Optional[list[str]]:
+        """The local-task devices of a program of several (None: one, as sm.load and sm.profile default)."""
+        return ["local-task"] * self.program.devices if self.program.devices > 1 else None
+
     @functools.cached_property
     def profile(self):
+        """The profile (of several devices: a DeviceProfile, each device's session checked alike: `sessions`)."""
         return self._timed("profile", lambda: sm.profile(self.compiled, args=self.program.args, iterations=ITERATIONS,
-                                                         warmup=WARMUP, quiet=True))
+                                                         warmup=WARMUP, quiet=True, devices=self.devices))
+
+    @property
+    def sessions(self) -> list:
+        """The profile's sessions: one, or one per device."""
+        profile = self.profile
+        return [device.session for device in profile.devices] if self.devices else [profile]
 
     def _timed(self, what: str, make):
         start = time.perf_counter()
@@ -134,17 +147,19 @@ def check_unmarked_time(built: Built, tmp_path: Path) -> None:
     """The profile agrees with the input both ways: no unmarked FLOPs in the input => no unmarked time;
     unmarked FLOPs above PROFILED_UNMARKED_FLOOR of all => some unmarked time."""
     counted, profile = built.input_flops, built.profile
-    MEASURED.setdefault(built.program.name, {})["profiled_share"] = profile.unmarked_ns / profile.total_ns
+    unmarked_ns = sum(session.unmarked_ns for session in built.sessions)  # over every device
+    MEASURED.setdefault(built.program.name, {})["profiled_share"] = unmarked_ns / sum(
+        session.total_ns for session in built.sessions)
     if counted.unmarked == 0:
-        assert profile.unmarked_ns == 0, profile.table()
+        assert unmarked_ns == 0, profile.table()
     if counted.unmarked_share > PROFILED_UNMARKED_FLOOR:
-        assert profile.unmarked_ns > 0, profile.table()
+        assert unmarked_ns > 0, profile.table()
 
 
 def check_numerics(built: Built, tmp_path: Path) -> None:
     """The compiled function's outputs equal eager's (torch under no_grad, JAX jitted)."""
     program = built.program
-    result = sm.load(built.compiled).main(*program.args)
+    result = sm.load(built.compiled, devices=built.devices).main(*program.args)
     outputs = [np.asarray(value.to_host()) for value in (result if isinstance(result, (tuple, list)) else [result])]
     expected = program.reference()
     assert len(outputs) == len(expected)
@@ -157,7 +172,8 @@ def check_executables(built: Built, tmp_path: Path) -> None:
     plain_text = built.program.plain_text()
     if built.program.framework == "torch":
         plain_text = same_fx_keys(plain_text, built.exported.mlir)
-    plain = plain_compile(plain_text, built.program.input_type)
+    devices = target_flags("llvm-cpu", devices=built.program.devices)
+    plain = plain_compile(plain_text, built.program.input_type, device_flags=devices)
     try:
         assert_same_executables(built.compiled.vmfb, plain, tmp_path)
     except AssertionError as error:
@@ -185,10 +201,10 @@ def same_fx_keys(plain: str, ours: str) -> str:
 
 def check_coverage(built: Built, tmp_path: Path) -> None:
     """Sections + unmarked = all measured time (busy and wall), wall <= busy: the profile invariants."""
-    profile = built.profile
-    assert_profile_invariants(profile)
-    assert profile.coverage_error <= COVERAGE_ERROR, profile.coverage_error
-    assert profile.calls == ITERATIONS
+    for session in built.sessions:  # each device's, for a program of several
+        assert_profile_invariants(session)
+        assert session.coverage_error <= COVERAGE_ERROR, session.coverage_error
+        assert session.calls == ITERATIONS
 
 
 ORACLE = {"sections": check_sections, "unmarked": check_unmarked, "unmarked-time": check_unmarked_time,
@@ -213,7 +229,7 @@ def built(request) -> Built:
     exported = program.export()
     timings["export"] = time.perf_counter() - start
     start = time.perf_counter()
-    compiled = sm.compile(exported, target="llvm-cpu")
+    compiled = sm.compile(exported, target="llvm-cpu", devices=program.devices)
     timings["compile"] = time.perf_counter() - start
     MEASURED.setdefault(program.name, {})["timings"] = timings
     return Built(program, exported, compiled, timings)
