@@ -24,7 +24,12 @@ coverage is checked on its own events. On top of them, here:
   anything). So compute + transfer + queue + waiting + idle = the call's
   window, on every device, exactly (integer nanoseconds from the same events);
   ``overlap`` is the time the device ran something while another device ran
-  something too.
+  something too;
+* each device's transfer time by section (`sectionmark.profiling.device_transfers`):
+  each command-buffer execution's transfer time goes to the sections of that
+  buffer's copy commands, so a device's sections' transfers add up to its
+  ``transfer`` exactly (`DeviceSectionRow.transfer_ns`). Waiting stays per device:
+  docs/multi-device.md says why.
 
 Everything here is plain data and pure functions over numpy arrays (unit-tested on hand-built data in
 tests/profiling/test_devices.py); `read_device_profile` is the only function that reads.
@@ -34,13 +39,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.profiling.attribute import Attribution, attribute
+from sectionmark.profiling.attribute import (Attribution, SlotMatcher, attribute, attribution_without_events,
+                                             call_numbers)
+from sectionmark.profiling.device_transfers import ExecutionGaps, SectionTransfers, section_transfers, static_buffers
 from sectionmark.profiling.event_fold import EventTotals
 from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, QUEUE_SPAN_DTYPE,
                                               ROW_OF_EVENT_TYPE, TRANSFER, call_windows, measured_windows, partition_time,
@@ -69,6 +76,9 @@ class DeviceTime:
     window_ns: int  # the calls' windows: the five parts above add up to it exactly
     overlap_ns: int  # time it ran something while another device ran something too
     per_call: list[list[int]] = field(default_factory=list)  # [call] -> the five parts, in DEVICE_TIME_PARTS order
+    # The part of ``transfer_ns`` of queue transfers outside command buffers (fills, copies, updates, reads, writes);
+    # the rest is the command-buffer executions' time with no dispatch running (their copies and barriers).
+    queue_transfer_ns: int = 0
 
 
 @dataclass
@@ -79,6 +89,7 @@ class DeviceSession:
     device: Optional[str]
     session: ProfileSession
     time: Optional[DeviceTime] = None  # None when the calls' windows are not known (no queue operations)
+    transfers: Optional[SectionTransfers] = None  # its transfer time by section; None with ``time``
 
 
 @dataclass
@@ -90,6 +101,10 @@ class DeviceSectionRow:
     busy_ns: list[float] = json_field(rounded=True)  # by device, in `DeviceProfile.devices` order
     wall_ns: list[float] = json_field(rounded=True)
     ran_on: list[int] = field(default_factory=list)  # the ordinals of the devices where it ran dispatches
+    # Its transfer time on each device (`sectionmark.profiling.device_transfers`); 0 where it copied nothing.
+    transfer_ns: list[float] = json_field(rounded=True, default_factory=list)
+    # The ordinals of the devices where its transfer time was split with other sections' copies of one execution.
+    transfer_split: list[int] = field(default_factory=list)
 
     @property
     def total_busy_ns(self) -> float:
@@ -195,7 +210,8 @@ def split_device_time(spans: list[np.ndarray], compute: list[np.ndarray], window
         others = _union(spans[:index] + spans[index + 1:], starts, ends)
         overlap = busy + others - any_busy  # |A ∩ B| = |A| + |B| - |A ∪ B|
         times.append(DeviceTime(*(int(value) for value in per_call.sum(axis=0)), window_ns=int(length.sum()),
-                                overlap_ns=int(overlap.sum()), per_call=per_call.tolist()))
+                                overlap_ns=int(overlap.sum()), per_call=per_call.tolist(),
+                                queue_transfer_ns=int(parts[:, TRANSFER].sum())))
     return times
 
 
@@ -236,7 +252,9 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
     ordinal order (``--device``), to name them."""
     read: list[tuple[int, Attribution, EventTotals]] = []
     sessions = []
-    for ordinal, source in sorted(sources.items()):
+    windows_of_calls = _calls_windows_once(sources, section_map, calls, warmup, function)
+    tees = {ordinal: _TransferSweep(source, windows_of_calls) for ordinal, source in sources.items()}
+    for ordinal, source in sorted(tees.items()):
         name = devices[ordinal] if devices is not None and ordinal < len(devices) else None
         device_map = device_section_map(section_map, ordinal)
         try:
@@ -264,9 +282,100 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
                        for (_o, _a, totals), window in zip(read, own)]
             for device, time in zip(sessions, split_device_time(spans, compute, windows)):
                 device.time = time
+            for device, (ordinal, attribution, _totals) in zip(sessions, read):
+                device.transfers = tees[ordinal].transfers(attribution, device_section_map(section_map, ordinal),
+                                                           windows, device.time.queue_transfer_ns)
     sections = device_sections(sessions)
+    _add_transfers(sessions, sections)
     _note_other_devices(sessions, sections)
     return DeviceProfile(sessions, sections, calls_measured, function)
+
+
+def _calls_windows_once(sources: dict[int, EventSource], section_map: SectionMap, calls: Optional[int],
+                        warmup: int, function: Optional[str]) -> Callable[[], Optional[tuple[np.ndarray, np.ndarray]]]:
+    """The calls' windows across devices (`common_windows`) from every device's layout, found once when first
+    asked (before any device's dispatches are read); None where they are not known (read_device_profile then
+    reports no time split: its own checks say why)."""
+    found: list[Optional[tuple[np.ndarray, np.ndarray]]] = []
+
+    def windows() -> Optional[tuple[np.ndarray, np.ndarray]]:
+        if not found:
+            try:
+                spans, counts = [], set()
+                for ordinal, source in sorted(sources.items()):
+                    layout = source.layout()
+                    numbers = call_numbers(layout, calls, warmup)
+                    matcher = SlotMatcher(device_section_map(section_map, ordinal), function, layout.keys)
+                    spans.append(attribution_without_events(layout, matcher, *numbers, warmup).queue_spans)
+                    counts.add(numbers[1])
+                known = len(counts) == 1 and all(measured_windows(part, numbers[1]) is not None for part in spans)
+                found.append(common_windows(spans, counts.pop()) if known else None)
+            except SectionmarkError:
+                found.append(None)
+        return found[0]
+
+    return windows
+
+
+class _TransferSweep:
+    """A device's source whose dispatch windows, as the session reads them, are also swept against its
+    command-buffer executions (`ExecutionGaps`): its transfer time by section comes from the same one read."""
+
+    def __init__(self, source: EventSource, windows_of_calls: Callable[[], Optional[tuple[np.ndarray, np.ndarray]]]):
+        self._source, self._windows_of_calls = source, windows_of_calls
+        self.command_buffers = source.command_buffers
+        self._gaps: Optional[ExecutionGaps] = None
+
+    def layout(self):
+        return self._source.layout()
+
+    def profile(self):
+        return self._source.profile()
+
+    def explain(self, problem: SectionmarkError) -> SectionmarkError:
+        return self._source.explain(problem)
+
+    def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        windows = self._windows_of_calls()
+        self._gaps = None if windows is None else ExecutionGaps(self._source.layout().submissions, windows)
+        for dispatches, executed in self._source.windows():
+            if self._gaps is not None:
+                self._gaps.add(dispatches, executed)
+            yield dispatches, executed
+
+    def transfers(self, attribution: Attribution, section_map: SectionMap, windows: tuple[np.ndarray, np.ndarray],
+                  queue_transfer_ns: int) -> Optional[SectionTransfers]:
+        """The device's transfer time by section in ``windows`` (those its windows were swept in), its
+        executions' time with no dispatch running given to their buffers' copy sections."""
+        if self._gaps is None or not all((mine == theirs).all() for mine, theirs in zip(self._windows_of_calls(),
+                                                                                         windows)):
+            return None
+        executions = self._source.layout().submissions
+        buffers = static_buffers(np.unique(executions["command_buffer"]).tolist(), attribution.buffer_matches,
+                                 self.command_buffers, section_map.command_buffers)
+        return section_transfers(executions, self._gaps.gaps(), buffers, queue_transfer_ns)
+
+
+def _add_transfers(devices: list[DeviceSession], sections: list[DeviceSectionRow]) -> None:
+    """Each section's transfer time on each device (rows added for sections that only copied, and for
+    "(unmarked)" transfers, before it stays last)."""
+    if all(device.transfers is None for device in devices):
+        return
+    rows = {row.path: row for row in sections}
+    for index, device in enumerate(devices):
+        for path, ns in (device.transfers.transfer_ns.items() if device.transfers else ()):
+            row = rows.get(path)
+            if row is None:
+                row = rows[path] = DeviceSectionRow(path, [0.0] * len(devices), [0.0] * len(devices))
+                sections.append(row)
+            if not row.transfer_ns:
+                row.transfer_ns = [0.0] * len(devices)
+            row.transfer_ns[index] = ns
+            if device.transfers and path in device.transfers.split:
+                row.transfer_split.append(device.ordinal)
+    for row in sections:
+        row.transfer_ns = row.transfer_ns or [0.0] * len(devices)
+    sections.sort(key=lambda row: row.path == ())
 
 
 def _note_other_devices(devices: list[DeviceSession], sections: list[DeviceSectionRow]) -> None:
