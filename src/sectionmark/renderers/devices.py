@@ -69,10 +69,18 @@ def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> st
         sections.add_column(f"Busy/call dev {device.ordinal}", justify="right")
     sections.add_column("Busy/call all", justify="right")
     sections.add_column("Ran on", justify="right")
+    with_transfers = any(device.transfers is not None for device in profile.devices)
+    for device in profile.devices if with_transfers else ():
+        sections.add_column(f"Transfer/call dev {device.ordinal}", justify="right")
     for row in profile.sections:
+        transfers = [table.format_ns(ns / calls) + (f" {table.SHARED_MARK}" if device.ordinal in row.transfer_split
+                                                     else "")
+                     for device, ns in zip(profile.devices, row.transfer_ns)] if with_transfers else []
         sections.add_row(Text(printable(format_path(row.path))), *(table.format_ns(busy / calls) for busy in row.busy_ns),
-                         table.format_ns(row.total_busy_ns / calls), ", ".join(map(str, row.ran_on)) or "-")
+                         table.format_ns(row.total_busy_ns / calls), ", ".join(map(str, row.ran_on)) or "-", *transfers)
     console.print(sections)
+    if with_transfers:
+        console.print(transfer_note(profile), highlight=False, markup=False)
     if all(device.time is not None for device in profile.devices):
         times = Table(title="each device's time per call (compute + transfer + queue + waiting + idle = the call's "
                             "window)", title_justify="left")
@@ -94,6 +102,18 @@ def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> st
     return text
 
 
+def transfer_note(profile: DeviceProfile) -> str:
+    """What the transfer columns hold, and how a marked one was split."""
+    note = ("transfer: each command-buffer execution's time with no dispatch running, given to the sections of its "
+            "copy commands; (unmarked): buffers that copy nothing, and queue transfers")
+    split = [device.transfers for device in profile.devices if device.transfers is not None and device.transfers.split]
+    if split:
+        rule = "by the bytes each copies" if all(transfers.by_bytes for transfers in split) else (
+            "equally per copy command (the map gives no copy sizes)")
+        note += f"\n{table.SHARED_MARK} shares an execution's copies with other sections: its time is split {rule}"
+    return note
+
+
 def render_json(profile: DeviceProfile) -> str:
     document = {
         "version": DEVICES_JSON_VERSION,
@@ -109,5 +129,10 @@ def render_json(profile: DeviceProfile) -> str:
 
 
 def render_csv(profile: DeviceProfile) -> str:
-    return csv_text(["device", *csv_out.COLUMNS], ([device.ordinal, *row] for device in profile.devices
-                                                   for row in csv_out.csv_rows(device.session)))
+    """A one-device profile's rows per device, with the section's transfer time on that device (ns over the
+    measured calls; empty where not known) in a last ``transfer_ns`` column."""
+    transfer = {(device.ordinal, json.dumps(list(row.path), ensure_ascii=False)): round(ns) for row in profile.sections
+                for device, ns in zip(profile.devices, row.transfer_ns) if device.transfers is not None}
+    return csv_text(["device", *csv_out.COLUMNS, "transfer_ns"],
+                    ([device.ordinal, *row, transfer.get((device.ordinal, row[1]), 0 if device.transfers else "")]
+                     for device in profile.devices for row in csv_out.csv_rows(device.session)))
