@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 from invariants import assert_profile_invariants
-from tiny_profiles import TWO_DEVICES, export_rows, section_oracle
+from tiny_profiles import TWO_DEVICES, export_rows, section_oracle, transfer_oracle
 
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
@@ -112,6 +112,35 @@ def test_each_device_time_adds_up_to_every_call_window(two_devices):
         assert min(parts) >= 0 and 0 <= time.overlap_ns <= time.window_ns
         assert time.compute_ns == device.session.call_time.dispatch_ns
         assert time.transfer_ns > 0  # every device copies: the halves go to device 1 and back
+
+
+def test_each_section_transfer_equals_the_oracle_and_adds_up_to_the_device(two_devices):
+    """"Half 1" moves its operands to device 1, "Join" its product back: each one's transfer time on each device
+    is its buffers' executions less their dispatches (iree-profile export), and a device's sections' transfers
+    add up to its transfer time."""
+    compiled, kept, result = two_devices
+    rows = export_rows(kept)
+    by_path = {row.path: row for row in result.sections}
+    assert by_path[("Half 1",)].transfer_ns[0] > 0 and by_path[("Half 1",)].transfer_ns[1] > 0
+    assert by_path[("Join",)].transfer_ns[1] > 0
+    for index, device in enumerate(result.devices):
+        oracle = transfer_oracle(rows, compiled.section_map, WARMUP, device.ordinal, ITERATIONS + WARMUP)
+        mine = {row.path: row.transfer_ns[index] for row in result.sections if row.transfer_ns[index]}
+        assert mine.keys() == {path for path, ns in oracle.items() if ns}, device.ordinal
+        for path, ns in oracle.items():
+            assert abs(mine.get(path, 0.0) - ns) < 1e-6, (device.ordinal, path)
+        assert sum(row.transfer_ns[index] for row in result.sections) == device.time.transfer_ns
+    # Device 1's one buffer copies for both sections: split equally (the map gives no copy sizes), marked.
+    assert by_path[("Half 1",)].transfer_split == by_path[("Join",)].transfer_split == [1]
+    text = result.table()
+    assert "Transfer/call dev 1" in text and "split equally per copy command" in text
+    document = json.loads(result.render("json"))
+    assert {s["name"]: s["transfer_ns"] for s in document["sections"]}["Join"] == [
+        0, round(by_path[("Join",)].transfer_ns[1])]
+    csv_lines = result.render("csv").splitlines()
+    assert csv_lines[0].endswith(",transfer_ns")
+    assert any(line.startswith("1,Join,") and line.endswith(f",{round(by_path[('Join',)].transfer_ns[1])}")
+               for line in csv_lines)
 
 
 def test_report_of_the_kept_profile_is_the_run(two_devices, tmp_path):
@@ -250,3 +279,71 @@ def test_device_ordinals_follow_the_target_device_flags():
     assert device_ordinals([f"{flag}local", f"{flag}local[0]", f"{flag}local[1]", "--other"]) == {
         "__device_0": 0, "__device_1": 0, "__device_2": 1}
     assert device_ordinals([f"{flag}device_a=local[1]", f"{flag}device_b=local[0]"]) == {"device_a": 1, "device_b": 0}
+
+
+# ------------------------------------------------------------------ transfers by section, hand-built
+
+
+def copy_buffer(device: int, *copies: tuple[str, object]) -> "CommandBuffer":
+    from sectionmark.section_map import Command, CommandBuffer, Share
+
+    return CommandBuffer(0, "main", [Command("dispatch", "k", site=0, shares=[Share(("Compute",), 1.0)]),
+                                     Command("barrier")]
+                         + [Command("copy", "copy", shares=[Share((name,), 1.0)], binding_bytes=size)
+                            for name, size in copies], device=device)
+
+
+def executions(*rows: tuple[int, int, int, int]) -> np.ndarray:
+    """Executions (submission, command buffer, start, end)."""
+    from sectionmark.readers.event_model import SUBMISSION_DTYPE
+
+    return np.array(list(rows), SUBMISSION_DTYPE)
+
+
+def dispatch_rows(*rows: tuple[int, int, int]) -> np.ndarray:
+    """Dispatches (submission, start, end)."""
+    table = np.zeros(len(rows), DISPATCH_DTYPE)
+    for index, (submission, start, end) in enumerate(rows):
+        table[index]["submission"], table[index]["start_ns"], table[index]["end_ns"] = submission, start, end
+    return table
+
+
+def test_one_section_copies_get_the_whole_execution_gap():
+    from sectionmark.profiling.device_transfers import ExecutionGaps, section_transfers
+
+    runs = executions((1, 7, 0, 100), (2, 7, 200, 300))
+    gaps = ExecutionGaps(runs, (np.array([0, 200]), np.array([150, 300])))
+    gaps.add(dispatch_rows((1, 10, 40), (1, 30, 50)), runs[:1])  # union 40 ns: gap 60
+    gaps.add(dispatch_rows((2, 200, 290)), runs[1:])  # gap 10
+    assert gaps.gaps().tolist() == [60, 10]
+    transfers = section_transfers(runs, gaps.gaps(), {7: copy_buffer(0, ("Half 1", None), ("Half 1", None))}, 5)
+    assert transfers.transfer_ns == {("Half 1",): 70.0, (): 5.0} and not transfers.split
+
+
+def test_two_sections_copies_split_by_bytes_or_equally():
+    from sectionmark.profiling.device_transfers import section_transfers
+
+    runs = executions((1, 7, 0, 100))
+    by_bytes = section_transfers(runs, np.array([90]), {7: copy_buffer(1, ("Half 1", [100]), ("Join", [200]))}, 0)
+    assert by_bytes.transfer_ns == {("Half 1",): 30.0, ("Join",): 60.0}
+    assert by_bytes.split == {("Half 1",), ("Join",)} and by_bytes.by_bytes
+    equally = section_transfers(runs, np.array([90]), {7: copy_buffer(1, ("Half 1", [100]), ("Join", None))}, 0)
+    assert equally.transfer_ns == {("Half 1",): 45.0, ("Join",): 45.0} and not equally.by_bytes
+    nothing = section_transfers(runs, np.array([90]), {7: copy_buffer(1)}, 0)
+    assert nothing.transfer_ns == {(): 90.0}
+
+
+def test_overlapping_executions_and_window_edges_add_up_exactly():
+    from sectionmark.profiling.device_transfers import ExecutionGaps, clip_to_windows, execution_pieces
+
+    starts, ends = execution_pieces(np.array([0, 50, 60]), np.array([100, 120, 80]))
+    assert (starts.tolist(), ends.tolist()) == ([0, 100, 120], [100, 120, 120])  # the first started owns
+    owner, part_starts, part_ends = clip_to_windows(np.array([0, 90]), np.array([100, 130]), np.array([10, 95]),
+                                                    np.array([95, 125]))
+    assert (owner.tolist(), part_starts.tolist(), part_ends.tolist()) == ([0, 0, 1, 1], [10, 95, 90, 95],
+                                                                         [95, 100, 95, 125])
+    runs = executions((1, 7, 0, 100), (2, 7, 50, 120))
+    gaps = ExecutionGaps(runs, (np.array([0]), np.array([110])))
+    gaps.add(dispatch_rows((1, 10, 30), (2, 90, 105)), runs)
+    # Union of executions in the window: 110; dispatch union there: 20 + 15 = 35.
+    assert gaps.gaps().sum() == 110 - 35 and gaps.gaps().tolist() == [100 - 20 - 10, 10 - 5]
