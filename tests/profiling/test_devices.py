@@ -130,10 +130,10 @@ def test_each_section_transfer_equals_the_oracle_and_adds_up_to_the_device(two_d
         for path, ns in oracle.items():
             assert abs(mine.get(path, 0.0) - ns) < 1e-6, (device.ordinal, path)
         assert sum(row.transfer_ns[index] for row in result.sections) == device.time.transfer_ns
-    # Device 1's one buffer copies for both sections: split equally (the map gives no copy sizes), marked.
+    # Device 1's one buffer copies for both sections: split by the bytes each copies, marked.
     assert by_path[("Half 1",)].transfer_split == by_path[("Join",)].transfer_split == [1]
     text = result.table()
-    assert "Transfer/call dev 1" in text and "split equally per copy command" in text
+    assert "Transfer/call dev 1" in text and "split by the bytes each copies" in text
     document = json.loads(result.render("json"))
     assert {s["name"]: s["transfer_ns"] for s in document["sections"]}["Join"] == [
         0, round(by_path[("Join",)].transfer_ns[1])]
@@ -141,6 +141,16 @@ def test_each_section_transfer_equals_the_oracle_and_adds_up_to_the_device(two_d
     assert csv_lines[0].endswith(",transfer_ns")
     assert any(line.startswith("1,Join,") and line.endswith(f",{round(by_path[('Join',)].transfer_ns[1])}")
                for line in csv_lines)
+
+
+def test_the_map_knows_each_copy_size(two_devices):
+    """The bytes the transfers split by: each copy command's length in the map is the length IREE recorded."""
+    compiled, kept, _result = two_devices
+    recorded = sorted(r["length"] for r in export_rows(kept)
+                      if r.get("record_type") == "command_operation" and r.get("op") == "copy")
+    mapped = sorted(size for buffer in compiled.section_map.command_buffers for command in buffer.commands
+                    if command.op == "copy" for size in command.binding_bytes)
+    assert recorded and mapped == recorded
 
 
 def test_report_of_the_kept_profile_is_the_run(two_devices, tmp_path):
