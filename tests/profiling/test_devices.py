@@ -7,7 +7,9 @@ session; then the reader's refusals, and the split of each device's time on hand
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import numpy as np
 import pytest
@@ -133,14 +135,26 @@ def test_each_section_transfer_equals_the_oracle_and_adds_up_to_the_device(two_d
     # Device 1's one buffer copies for both sections: split by the bytes each copies, marked.
     assert by_path[("Half 1",)].transfer_split == by_path[("Join",)].transfer_split == [1]
     text = result.table()
-    assert "Transfer/call dev 1" in text and "split by the bytes each copies" in text
+    assert "Transfer dev 1" in text and "split by the bytes each copies" in text
     document = json.loads(result.render("json"))
     assert {s["name"]: s["transfer_ns"] for s in document["sections"]}["Join"] == [
         0, round(by_path[("Join",)].transfer_ns[1])]
-    csv_lines = result.render("csv").splitlines()
-    assert csv_lines[0].endswith(",transfer_ns")
-    assert any(line.startswith("1,Join,") and line.endswith(f",{round(by_path[('Join',)].transfer_ns[1])}")
-               for line in csv_lines)
+    header, *lines = csv.reader(io.StringIO(result.render("csv")))
+    join = next(line for line in lines if line[:2] == ["1", "Join"])
+    assert int(join[header.index("transfer_ns")]) == round(by_path[("Join",)].transfer_ns[1])
+
+
+def test_each_device_waits_add_up_by_the_section_it_waits_to_run(two_devices):
+    """Device 1 waits for device 0 to send "Half 1"'s operands before it runs Half 1; each device's sections'
+    waits add up to its waiting time."""
+    _compiled, _kept, result = two_devices
+    by_path = {row.path: row for row in result.sections}
+    assert by_path[("Half 1",)].waiting_ns[1] > 0
+    for index, device in enumerate(result.devices):
+        waits = sum(row.waiting_ns[index] for row in result.sections)
+        assert abs(waits - device.time.waiting_ns) < 1e-6 * max(device.time.waiting_ns, 1)
+    assert "Waiting dev 0" in result.table()
+    assert result.render("csv").splitlines()[0].endswith(",transfer_ns,waiting_ns")
 
 
 def test_the_map_knows_each_copy_size(two_devices):
@@ -357,3 +371,29 @@ def test_overlapping_executions_and_window_edges_add_up_exactly():
     gaps.add(dispatch_rows((1, 10, 30), (2, 90, 105)), runs)
     # Union of executions in the window: 110; dispatch union there: 20 + 15 = 35.
     assert gaps.gaps().sum() == 110 - 35 and gaps.gaps().tolist() == [100 - 20 - 10, 10 - 5]
+
+
+def test_a_wait_goes_to_the_section_the_device_waits_to_run():
+    from sectionmark.profiling.device_waits import section_waits, waiting_stretches
+    from sectionmark.section_map import Command, CommandBuffer, Share
+
+    # Call 0 = [0, 100): device 0 runs [0, 40) and [90, 100); device 1 runs [40, 80) then [85, 95).
+    # Device 0 waits [40, 80) (device 1 ran), then idles [80, 85) (nobody ran), waits [85, 90) again: 45 ns, all
+    # before its execution at 90. Device 1 waits [0, 40) for its execution at 40, and [95, 100) with nothing after.
+    device_0 = spans((EXECUTE, 0, 40, 0), (EXECUTE, 90, 100, 0))
+    device_1 = spans((EXECUTE, 40, 80, 0), (EXECUTE, 85, 95, 0))
+    windows = (np.array([0]), np.array([100]))
+    first, second = waiting_stretches([device_0, device_1], windows)
+    assert (first[0].tolist(), first[1].tolist()) == ([40, 85], [80, 90])
+    assert (second[0].tolist(), second[1].tolist()) == ([0, 95], [40, 100])
+    fused = CommandBuffer(0, "main", [Command("barrier"), Command("dispatch", "k", site=0, shares=[
+        Share(("A",), 0.75), Share(("B",), 0.25)])])
+    copying = CommandBuffer(1, "main", [Command("barrier"), Command("copy", "copy", shares=[Share(("C",), 1.0)]),
+                                        Command("dispatch", "k", site=1, shares=[Share(("A",), 1.0)])])
+    zero = section_waits(first, np.array([0, 90]), np.array([0, 0]), [fused, fused])
+    assert zero.waiting_ns == {("A",): 33.75, ("B",): 11.25} and zero.split == {("A",), ("B",)}
+    one = section_waits(second, np.array([40, 85]), np.array([0, 0]), [copying, copying])
+    assert one.waiting_ns == {("C",): 40.0, (): 5.0} and not one.split
+    # A wait before the next call's execution waits for nothing of this call.
+    later = section_waits(second, np.array([40, 120]), np.array([0, 1]), [copying, copying])
+    assert later.waiting_ns == {("C",): 40.0, (): 5.0}

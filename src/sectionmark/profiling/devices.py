@@ -28,8 +28,9 @@ coverage is checked on its own events. On top of them, here:
 * each device's transfer time by section (`sectionmark.profiling.device_transfers`):
   each command-buffer execution's transfer time goes to the sections of that
   buffer's copy commands, so a device's sections' transfers add up to its
-  ``transfer`` exactly (`DeviceSectionRow.transfer_ns`). Waiting stays per device:
-  docs/multi-device.md says why.
+  ``transfer`` exactly (`DeviceSectionRow.transfer_ns`); and its waiting time by
+  section (`sectionmark.profiling.device_waits`): each wait goes to the section
+  the device waits to run, adding up to its ``waiting`` exactly.
 
 Everything here is plain data and pure functions over numpy arrays (unit-tested on hand-built data in
 tests/profiling/test_devices.py); `read_device_profile` is the only function that reads.
@@ -48,6 +49,7 @@ from sectionmark.outputs import PathLike
 from sectionmark.profiling.attribute import (Attribution, SlotMatcher, attribute, attribution_without_events,
                                              call_numbers)
 from sectionmark.profiling.device_transfers import ExecutionGaps, SectionTransfers, section_transfers, static_buffers
+from sectionmark.profiling.device_waits import SectionWaits, section_waits, waiting_stretches
 from sectionmark.profiling.event_fold import EventTotals
 from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, QUEUE_SPAN_DTYPE,
                                               ROW_OF_EVENT_TYPE, TRANSFER, call_windows, measured_windows, partition_time,
@@ -56,7 +58,7 @@ from sectionmark.profiling.read import attributed_totals
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers.checks import by_submission_and_start
 from sectionmark.readers.sources import EventSource, open_device_sources
-from sectionmark.section_map import SectionMap
+from sectionmark.section_map import CommandBuffer, SectionMap
 from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
 
@@ -90,6 +92,7 @@ class DeviceSession:
     session: ProfileSession
     time: Optional[DeviceTime] = None  # None when the calls' windows are not known (no queue operations)
     transfers: Optional[SectionTransfers] = None  # its transfer time by section; None with ``time``
+    waits: Optional[SectionWaits] = None  # its waiting time by section; None with ``time``
 
 
 @dataclass
@@ -105,6 +108,10 @@ class DeviceSectionRow:
     transfer_ns: list[float] = json_field(rounded=True, default_factory=list)
     # The ordinals of the devices where its transfer time was split with other sections' copies of one execution.
     transfer_split: list[int] = field(default_factory=list)
+    # The time each device waited for another to run it (`sectionmark.profiling.device_waits`), and the devices
+    # where that wait was split by the shares of the fused dispatch waited for.
+    waiting_ns: list[float] = json_field(rounded=True, default_factory=list)
+    waiting_split: list[int] = field(default_factory=list)
 
     @property
     def total_busy_ns(self) -> float:
@@ -282,9 +289,18 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
                        for (_o, _a, totals), window in zip(read, own)]
             for device, time in zip(sessions, split_device_time(spans, compute, windows)):
                 device.time = time
-            for device, (ordinal, attribution, _totals) in zip(sessions, read):
-                device.transfers = tees[ordinal].transfers(attribution, device_section_map(section_map, ordinal),
-                                                           windows, device.time.queue_transfer_ns)
+            for device, (ordinal, attribution, _totals), stretches in zip(sessions, read,
+                                                                           waiting_stretches(spans, windows)):
+                executions = sources[ordinal].layout().submissions
+                buffers = static_buffers(np.unique(executions["command_buffer"]).tolist(),
+                                         attribution.buffer_matches, sources[ordinal].command_buffers,
+                                         device_section_map(section_map, ordinal).command_buffers)
+                device.transfers = tees[ordinal].transfers(executions, buffers, windows,
+                                                           device.time.queue_transfer_ns)
+                # The first rows of the queue spans are the executions, in the layout's order (with their calls).
+                device.waits = section_waits(stretches, executions["start_ns"].astype(np.int64),
+                                             attribution.queue_spans["call"][:len(executions)],
+                                             [buffers[runtime_id] for runtime_id in executions["command_buffer"].tolist()])
     sections = device_sections(sessions)
     _add_transfers(sessions, sections)
     _note_other_devices(sessions, sections)
@@ -343,38 +359,38 @@ class _TransferSweep:
                 self._gaps.add(dispatches, executed)
             yield dispatches, executed
 
-    def transfers(self, attribution: Attribution, section_map: SectionMap, windows: tuple[np.ndarray, np.ndarray],
-                  queue_transfer_ns: int) -> Optional[SectionTransfers]:
+    def transfers(self, executions: np.ndarray, buffers: dict[int, Optional[CommandBuffer]],
+                  windows: tuple[np.ndarray, np.ndarray], queue_transfer_ns: int) -> Optional[SectionTransfers]:
         """The device's transfer time by section in ``windows`` (those its windows were swept in), its
-        executions' time with no dispatch running given to their buffers' copy sections."""
+        ``executions``' time with no dispatch running given to their ``buffers``' copy sections."""
         if self._gaps is None or not all((mine == theirs).all() for mine, theirs in zip(self._windows_of_calls(),
                                                                                          windows)):
             return None
-        executions = self._source.layout().submissions
-        buffers = static_buffers(np.unique(executions["command_buffer"]).tolist(), attribution.buffer_matches,
-                                 self.command_buffers, section_map.command_buffers)
         return section_transfers(executions, self._gaps.gaps(), buffers, queue_transfer_ns)
 
 
 def _add_transfers(devices: list[DeviceSession], sections: list[DeviceSectionRow]) -> None:
-    """Each section's transfer time on each device (rows added for sections that only copied, and for
-    "(unmarked)" transfers, before it stays last)."""
-    if all(device.transfers is None for device in devices):
+    """Each section's transfer and waiting time on each device (rows added for sections that only copied or
+    waited, and for "(unmarked)" ones, which stays last); none where no device's time split is known."""
+    if all(device.transfers is None and device.waits is None for device in devices):
         return
     rows = {row.path: row for row in sections}
     for index, device in enumerate(devices):
-        for path, ns in (device.transfers.transfer_ns.items() if device.transfers else ()):
-            row = rows.get(path)
-            if row is None:
-                row = rows[path] = DeviceSectionRow(path, [0.0] * len(devices), [0.0] * len(devices))
-                sections.append(row)
-            if not row.transfer_ns:
-                row.transfer_ns = [0.0] * len(devices)
-            row.transfer_ns[index] = ns
-            if device.transfers and path in device.transfers.split:
-                row.transfer_split.append(device.ordinal)
+        for kind, by_section in (("transfer", device.transfers), ("waiting", device.waits)):
+            if by_section is None:
+                continue
+            for path, ns in getattr(by_section, f"{kind}_ns").items():
+                row = rows.get(path)
+                if row is None:
+                    row = rows[path] = DeviceSectionRow(path, [0.0] * len(devices), [0.0] * len(devices))
+                    sections.append(row)
+                getattr(row, f"{kind}_ns").extend([0.0] * (len(devices) - len(getattr(row, f"{kind}_ns"))))
+                getattr(row, f"{kind}_ns")[index] = ns
+                if path in by_section.split:
+                    getattr(row, f"{kind}_split").append(device.ordinal)
     for row in sections:
-        row.transfer_ns = row.transfer_ns or [0.0] * len(devices)
+        for values in (row.transfer_ns, row.waiting_ns):
+            values.extend([0.0] * (len(devices) - len(values)))
     sections.sort(key=lambda row: row.path == ())
 
 

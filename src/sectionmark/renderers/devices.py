@@ -37,6 +37,7 @@ from sectionmark.renderers.json_out import profile_document
 from sectionmark.section_path import format_path, printable
 
 DEVICES_JSON_VERSION = 3
+TIME_BY_SECTION = {"transfer": "transfers", "waiting": "waits"}  # a section's time on a device: the session's field
 FORMATS = ("table", "json", "csv", "perfetto")
 
 
@@ -69,17 +70,19 @@ def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> st
         sections.add_column(f"Busy/call dev {device.ordinal}", justify="right")
     sections.add_column("Busy/call all", justify="right")
     sections.add_column("Ran on", justify="right")
-    with_transfers = any(device.transfers is not None for device in profile.devices)
-    for device in profile.devices if with_transfers else ():
-        sections.add_column(f"Transfer/call dev {device.ordinal}", justify="right")
+    kinds = [kind for kind in ("transfer", "waiting")
+             if any(getattr(device, TIME_BY_SECTION[kind]) is not None for device in profile.devices)]
+    for kind in kinds:
+        for device in profile.devices:
+            sections.add_column(f"{kind.capitalize()} dev {device.ordinal}", justify="right")
     for row in profile.sections:
-        transfers = [table.format_ns(ns / calls) + (f" {table.SHARED_MARK}" if device.ordinal in row.transfer_split
-                                                     else "")
-                     for device, ns in zip(profile.devices, row.transfer_ns)] if with_transfers else []
+        by_kind = [table.format_ns(ns / calls) + (f" {table.SHARED_MARK}" if device.ordinal in getattr(
+                       row, f"{kind}_split") else "")
+                   for kind in kinds for device, ns in zip(profile.devices, getattr(row, f"{kind}_ns"))]
         sections.add_row(Text(printable(format_path(row.path))), *(table.format_ns(busy / calls) for busy in row.busy_ns),
-                         table.format_ns(row.total_busy_ns / calls), ", ".join(map(str, row.ran_on)) or "-", *transfers)
+                         table.format_ns(row.total_busy_ns / calls), ", ".join(map(str, row.ran_on)) or "-", *by_kind)
     console.print(sections)
-    if with_transfers:
+    if kinds:
         console.print(transfer_note(profile), highlight=False, markup=False)
     if all(device.time is not None for device in profile.devices):
         times = Table(title="each device's time per call (compute + transfer + queue + waiting + idle = the call's "
@@ -103,14 +106,18 @@ def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> st
 
 
 def transfer_note(profile: DeviceProfile) -> str:
-    """What the transfer columns hold, and how a marked one was split."""
-    note = ("transfer: each command-buffer execution's time with no dispatch running, given to the sections of its "
-            "copy commands; (unmarked): buffers that copy nothing, and queue transfers")
+    """What the transfer and waiting columns hold, and how a marked one was split."""
+    note = ("per call: transfer: each command-buffer execution's time with no dispatch running, given to the sections of its "
+            "copy commands ((unmarked): buffers that copy nothing, and queue transfers); waiting: the time the device "
+            "waited for another, given to the section it waited to run ((unmarked): none after it in the call)")
     split = [device.transfers for device in profile.devices if device.transfers is not None and device.transfers.split]
     if split:
         rule = "by the bytes each copies" if all(transfers.by_bytes for transfers in split) else (
             "equally per copy command (the map gives no copy sizes)")
-        note += f"\n{table.SHARED_MARK} shares an execution's copies with other sections: its time is split {rule}"
+        note += f"\n{table.SHARED_MARK} transfer: shares an execution's copies with other sections: its time is split {rule}"
+    if any(device.waits is not None and device.waits.split for device in profile.devices):
+        note += (f"\n{table.SHARED_MARK} waiting: waited to run a fused dispatch of several sections: the wait is split "
+                 "by its shares")
     return note
 
 
@@ -129,10 +136,15 @@ def render_json(profile: DeviceProfile) -> str:
 
 
 def render_csv(profile: DeviceProfile) -> str:
-    """A one-device profile's rows per device, with the section's transfer time on that device (ns over the
-    measured calls; empty where not known) in a last ``transfer_ns`` column."""
-    transfer = {(device.ordinal, json.dumps(list(row.path), ensure_ascii=False)): round(ns) for row in profile.sections
-                for device, ns in zip(profile.devices, row.transfer_ns) if device.transfers is not None}
-    return csv_text(["device", *csv_out.COLUMNS, "transfer_ns"],
-                    ([device.ordinal, *row, transfer.get((device.ordinal, row[1]), 0 if device.transfers else "")]
-                     for device in profile.devices for row in csv_out.csv_rows(device.session)))
+    """A one-device profile's rows per device, with the section's transfer and waiting time on that device (ns
+    over the measured calls; empty where not known) in last ``transfer_ns`` and ``waiting_ns`` columns."""
+    by_path = {json.dumps(list(row.path), ensure_ascii=False): row for row in profile.sections}
+
+    def cells(device: DeviceSession, index: int, path: str) -> list:
+        row = by_path.get(path)
+        return [round(getattr(row, f"{kind}_ns")[index]) if row is not None and getattr(row, f"{kind}_ns") else
+                (0 if getattr(device, field) is not None else "") for kind, field in TIME_BY_SECTION.items()]
+
+    return csv_text(["device", *csv_out.COLUMNS, "transfer_ns", "waiting_ns"],
+                    ([device.ordinal, *row, *cells(device, index, row[1])] for index, device in enumerate(profile.devices)
+                     for row in csv_out.csv_rows(device.session)))
