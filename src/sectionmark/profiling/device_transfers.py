@@ -107,20 +107,27 @@ class ExecutionGaps:
     def __init__(self, executions: np.ndarray, windows: tuple[np.ndarray, np.ndarray]):
         piece_starts, piece_ends = execution_pieces(executions["start_ns"], executions["end_ns"])
         owner, starts, ends = clip_to_windows(piece_starts, piece_ends, *windows)
-        order = np.argsort(starts, kind="stable")
+        # By submission, then start: a window's parts are one run of rows, found by two binary searches.
+        order = np.lexsort((starts, executions["submission"][owner]))
         self._owner, self._starts, self._ends = owner[order], starts[order], ends[order]
         self._submissions = executions["submission"][self._owner]
         self._gaps = np.bincount(self._owner, weights=self._ends - self._starts, minlength=len(executions))
 
     def add(self, dispatches: np.ndarray, executed: np.ndarray) -> None:
-        """The dispatches of the submissions ``executed`` (one reader window)."""
-        if not len(dispatches):
+        """The dispatches of the submissions ``executed`` (one reader window, sorted by submission)."""
+        if not len(dispatches) or not len(executed):
             return
-        mine = np.isin(self._submissions, executed["submission"])
-        if mine.any():
-            covered = partition_time(dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64),
-                                     np.zeros(len(dispatches), np.int64), 1, self._starts[mine], self._ends[mine])
-            self._gaps -= np.bincount(self._owner[mine], weights=covered[:, 0], minlength=len(self._gaps))
+        ids = executed["submission"]
+        rows = slice(int(np.searchsorted(self._submissions, ids[0], side="left")),
+                     int(np.searchsorted(self._submissions, ids[-1], side="right")))
+        mine = np.isin(self._submissions[rows], ids)
+        if not mine.any():
+            return
+        owner, starts, ends = self._owner[rows][mine], self._starts[rows][mine], self._ends[rows][mine]
+        order = np.argsort(starts, kind="stable")  # the windows of `partition_time`: sorted by start
+        covered = partition_time(dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64),
+                                 np.zeros(len(dispatches), np.int64), 1, starts[order], ends[order])
+        self._gaps -= np.bincount(owner[order], weights=covered[:, 0], minlength=len(self._gaps))
 
     def gaps(self) -> np.ndarray:
         return np.rint(self._gaps).astype(np.int64)
