@@ -81,7 +81,11 @@ def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> st
                    for kind in kinds for device, ns in zip(profile.devices, getattr(row, f"{kind}_ns"))]
         sections.add_row(Text(printable(format_path(row.path))), *(table.format_ns(busy / calls) for busy in row.busy_ns),
                          table.format_ns(row.total_busy_ns / calls), ", ".join(map(str, row.ran_on)) or "-", *by_kind)
-    console.print(sections)
+    # Three columns per device with transfers and waits: as wide as they need (a header of ~16 characters and its
+    # borders each), not wrapped into unreadable slivers on a terminal's width.
+    names = max((len(printable(format_path(row.path))) for row in profile.sections), default=7)
+    needed = names + 4 + 18 * (len(sections.columns) - 1)
+    Console(file=buffer, width=max(width, needed), color_system=None, force_terminal=False).print(sections)
     if kinds:
         console.print(transfer_note(profile), highlight=False, markup=False)
     if all(device.time is not None for device in profile.devices):
