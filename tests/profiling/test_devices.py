@@ -176,6 +176,8 @@ def test_report_of_the_kept_profile_is_the_run(two_devices, tmp_path):
 
     assert figures(again) == figures(result)
     assert [d.time for d in again.devices] == [d.time for d in result.devices]
+    assert [(row.path, row.transfer_ns, row.waiting_ns) for row in again.sections] == [
+        (row.path, row.transfer_ns, row.waiting_ns) for row in result.sections]
     for name in ("table", "json", "csv"):
         assert again.render(name)
     with pytest.raises(SectionmarkError, match="several devices is not drawn yet"):

@@ -363,8 +363,8 @@ class _TransferSweep:
                   windows: tuple[np.ndarray, np.ndarray], queue_transfer_ns: int) -> Optional[SectionTransfers]:
         """The device's transfer time by section in ``windows`` (those its windows were swept in), its
         ``executions``' time with no dispatch running given to their ``buffers``' copy sections."""
-        if self._gaps is None or not all((mine == theirs).all() for mine, theirs in zip(self._windows_of_calls(),
-                                                                                         windows)):
+        swept = self._windows_of_calls()
+        if self._gaps is None or swept is None or not all(map(np.array_equal, swept, windows)):
             return None
         return section_transfers(executions, self._gaps.gaps(), buffers, queue_transfer_ns)
 
