@@ -310,7 +310,7 @@ def test_device_ordinals_follow_the_target_device_flags():
 # ------------------------------------------------------------------ transfers by section, hand-built
 
 
-def copy_buffer(device: int, *copies: tuple[str, object]) -> "CommandBuffer":
+def copy_buffer(device: int, *copies: tuple[str, object]):
     from sectionmark.section_map import Command, CommandBuffer, Share
 
     return CommandBuffer(0, "main", [Command("dispatch", "k", site=0, shares=[Share(("Compute",), 1.0)]),

@@ -57,6 +57,7 @@ from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_
 from sectionmark.profiling.read import attributed_totals
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers.checks import by_submission_and_start
+from sectionmark.readers.event_model import Profile
 from sectionmark.readers.sources import EventSource, open_device_sources
 from sectionmark.section_map import CommandBuffer, SectionMap
 from sectionmark.section_path import SectionPath
@@ -342,10 +343,10 @@ class _TransferSweep:
         self.command_buffers = source.command_buffers
         self._gaps: Optional[ExecutionGaps] = None
 
-    def layout(self):
+    def layout(self) -> Profile:
         return self._source.layout()
 
-    def profile(self):
+    def profile(self) -> Profile:
         return self._source.profile()
 
     def explain(self, problem: SectionmarkError) -> SectionmarkError:
@@ -374,23 +375,20 @@ def _add_transfers(devices: list[DeviceSession], sections: list[DeviceSectionRow
     waited, and for "(unmarked)" ones, which stays last); none where no device's time split is known."""
     if all(device.transfers is None and device.waits is None for device in devices):
         return
+    count = len(devices)
+    for row in sections:
+        row.transfer_ns, row.waiting_ns = [0.0] * count, [0.0] * count
     rows = {row.path: row for row in sections}
     for index, device in enumerate(devices):
         for kind, by_section in (("transfer", device.transfers), ("waiting", device.waits)):
-            if by_section is None:
-                continue
-            for path, ns in getattr(by_section, f"{kind}_ns").items():
-                row = rows.get(path)
-                if row is None:
-                    row = rows[path] = DeviceSectionRow(path, [0.0] * len(devices), [0.0] * len(devices))
-                    sections.append(row)
-                getattr(row, f"{kind}_ns").extend([0.0] * (len(devices) - len(getattr(row, f"{kind}_ns"))))
-                getattr(row, f"{kind}_ns")[index] = ns
+            for path, ns in (getattr(by_section, f"{kind}_ns").items() if by_section is not None else ()):
+                if path not in rows:
+                    rows[path] = DeviceSectionRow(path, [0.0] * count, [0.0] * count, transfer_ns=[0.0] * count,
+                                                  waiting_ns=[0.0] * count)
+                    sections.append(rows[path])
+                getattr(rows[path], f"{kind}_ns")[index] = ns
                 if path in by_section.split:
-                    getattr(row, f"{kind}_split").append(device.ordinal)
-    for row in sections:
-        for values in (row.transfer_ns, row.waiting_ns):
-            values.extend([0.0] * (len(devices) - len(values)))
+                    getattr(rows[path], f"{kind}_split").append(device.ordinal)
     sections.sort(key=lambda row: row.path == ())
 
 
