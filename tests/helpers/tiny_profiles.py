@@ -203,3 +203,43 @@ def _device_buffers(rows: list[dict], section_map: SectionMap, device: Optional[
         return static[signature]
 
     return commands
+
+
+def transfer_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int, device: int,
+                    calls: int) -> dict[SectionPath, float]:
+    """Transfer ns per section on ``device`` from ireeperf-jsonl rows, in plain Python: each measured execution's
+    duration less the union of its dispatches' intervals, given to its map buffer's copy sections by the bytes
+    each copy moves (the export's own ``length`` of the buffer's copy operations; "(unmarked)", path (), where it
+    copies nothing). Executions of a device must not overlap."""
+    events = [r for r in rows if r.get("record_type") == "host_execution_event"
+              and r.get("physical_device_ordinal") == device]
+    executes = sorted((r for r in events if r.get("op") == "execute"), key=lambda r: r["submission_id"])
+    measured = executes[warmup_calls * (len(executes) // calls):]
+    spans = sorted((r["start_host_time_ns"], r["end_host_time_ns"]) for r in measured)
+    if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
+        raise Inconsistent(f"executions of device {device} overlap")
+    recorded: dict[int, list[str]] = {}
+    for r in rows:
+        if r.get("record_type") == "command_operation" and r.get("op") in COMMAND_OPS:
+            recorded.setdefault(r["command_buffer_id"], []).append((r["command_index"], r["op"], r.get("length")))
+    totals: dict[SectionPath, float] = {}
+    for execution in measured:
+        dispatches = sorted((r["start_host_time_ns"], r["end_host_time_ns"]) for r in events if r.get("op") == "dispatch"
+                            and r["submission_id"] == execution["submission_id"])
+        covered, reach = 0, None
+        for start, end in dispatches:  # the union of the dispatch intervals
+            start = max(start, reach) if reach is not None else start
+            covered += max(end - start, 0)
+            reach = max(end, reach) if reach is not None else end
+        gap = execution["end_host_time_ns"] - execution["start_host_time_ns"] - covered
+        operations = sorted(recorded[execution["command_buffer_id"]])
+        buffer = next(b for b in section_map.command_buffers if b.device == device
+                      and [c.op for c in b.commands] == [op for _index, op, _length in operations])
+        copies = [c for c in buffer.commands if c.op == "copy"]
+        lengths = [length for _index, op, length in operations if op == "copy"]
+        for copy, length in zip(copies, lengths):
+            for share in copy.shares:
+                totals[share.path] = totals.get(share.path, 0.0) + gap * share.weight * length / sum(lengths)
+        if not copies:
+            totals[()] = totals.get((), 0.0) + gap
+    return totals

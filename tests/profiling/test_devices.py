@@ -7,10 +7,13 @@ session; then the reader's refusals, and the split of each device's time on hand
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import numpy as np
 import pytest
 from invariants import assert_profile_invariants
-from tiny_profiles import TWO_DEVICES, export_rows, profile_two_devices, section_oracle
+from tiny_profiles import TWO_DEVICES, export_rows, profile_two_devices, section_oracle, transfer_oracle
 
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
@@ -105,6 +108,57 @@ def test_each_device_time_adds_up_to_every_call_window(two_devices):
         assert time.transfer_ns > 0  # every device copies: the halves go to device 1 and back
 
 
+def test_each_section_transfer_equals_the_oracle_and_adds_up_to_the_device(two_devices):
+    """"Half 1" moves its operands to device 1, "Join" its product back: each one's transfer time on each device
+    is its buffers' executions less their dispatches (iree-profile export), and a device's sections' transfers
+    add up to its transfer time."""
+    compiled, kept, result = two_devices
+    rows = export_rows(kept)
+    by_path = {row.path: row for row in result.sections}
+    assert by_path[("Half 1",)].transfer_ns[0] > 0 and by_path[("Half 1",)].transfer_ns[1] > 0
+    assert by_path[("Join",)].transfer_ns[1] > 0
+    for index, device in enumerate(result.devices):
+        oracle = transfer_oracle(rows, compiled.section_map, WARMUP, device.ordinal, ITERATIONS + WARMUP)
+        mine = {row.path: row.transfer_ns[index] for row in result.sections if row.transfer_ns[index]}
+        assert mine.keys() == {path for path, ns in oracle.items() if ns}, device.ordinal
+        for path, ns in oracle.items():
+            assert abs(mine.get(path, 0.0) - ns) < 1e-6, (device.ordinal, path)
+        assert sum(row.transfer_ns[index] for row in result.sections) == device.time.transfer_ns
+    # Device 1's one buffer copies for both sections: split by the bytes each copies, marked.
+    assert by_path[("Half 1",)].transfer_split == by_path[("Join",)].transfer_split == [1]
+    text = result.table()
+    assert "Transfer dev 1" in text and "split by the bytes each copies" in text
+    document = json.loads(result.render("json"))
+    assert {s["name"]: s["transfer_ns"] for s in document["sections"]}["Join"] == [
+        0, round(by_path[("Join",)].transfer_ns[1])]
+    header, *lines = csv.reader(io.StringIO(result.render("csv")))
+    join = next(line for line in lines if line[:2] == ["1", "Join"])
+    assert int(join[header.index("transfer_ns")]) == round(by_path[("Join",)].transfer_ns[1])
+
+
+def test_each_device_waits_add_up_by_the_section_it_waits_to_run(two_devices):
+    """Device 1 waits for device 0 to send "Half 1"'s operands before it runs Half 1; each device's sections'
+    waits add up to its waiting time."""
+    _compiled, _kept, result = two_devices
+    by_path = {row.path: row for row in result.sections}
+    assert by_path[("Half 1",)].waiting_ns[1] > 0
+    for index, device in enumerate(result.devices):
+        waits = sum(row.waiting_ns[index] for row in result.sections)
+        assert abs(waits - device.time.waiting_ns) < 1e-6 * max(device.time.waiting_ns, 1)
+    assert "Waiting dev 0" in result.table()
+    assert result.render("csv").splitlines()[0].endswith(",transfer_ns,waiting_ns")
+
+
+def test_the_map_knows_each_copy_size(two_devices):
+    """The bytes the transfers split by: each copy command's length in the map is the length IREE recorded."""
+    compiled, kept, _result = two_devices
+    recorded = sorted(r["length"] for r in export_rows(kept)
+                      if r.get("record_type") == "command_operation" and r.get("op") == "copy")
+    mapped = sorted(size for buffer in compiled.section_map.command_buffers for command in buffer.commands
+                    if command.op == "copy" for size in command.binding_bytes)
+    assert recorded and mapped == recorded
+
+
 def test_report_of_the_kept_profile_is_the_run(two_devices, tmp_path):
     compiled, kept, result = two_devices
     again = report(kept, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
@@ -114,6 +168,8 @@ def test_report_of_the_kept_profile_is_the_run(two_devices, tmp_path):
 
     assert figures(again) == figures(result)
     assert [d.time for d in again.devices] == [d.time for d in result.devices]
+    assert [(row.path, row.transfer_ns, row.waiting_ns) for row in again.sections] == [
+        (row.path, row.transfer_ns, row.waiting_ns) for row in result.sections]
     for name in ("table", "json", "csv"):
         assert again.render(name)
     with pytest.raises(SectionmarkError, match="several devices is not drawn yet"):
@@ -226,3 +282,97 @@ def test_device_ordinals_follow_the_target_device_flags():
     assert device_ordinals([f"{flag}local", f"{flag}local[0]", f"{flag}local[1]", "--other"]) == {
         "__device_0": 0, "__device_1": 0, "__device_2": 1}
     assert device_ordinals([f"{flag}device_a=local[1]", f"{flag}device_b=local[0]"]) == {"device_a": 1, "device_b": 0}
+
+
+# ------------------------------------------------------------------ transfers by section, hand-built
+
+
+def copy_buffer(device: int, *copies: tuple[str, object]):
+    from sectionmark.section_map import Command, CommandBuffer, Share
+
+    return CommandBuffer(0, "main", [Command("dispatch", "k", site=0, shares=[Share(("Compute",), 1.0)]),
+                                     Command("barrier")]
+                         + [Command("copy", "copy", shares=[Share((name,), 1.0)], binding_bytes=size)
+                            for name, size in copies], device=device)
+
+
+def executions(*rows: tuple[int, int, int, int]) -> np.ndarray:
+    """Executions (submission, command buffer, start, end)."""
+    from sectionmark.readers.event_model import SUBMISSION_DTYPE
+
+    return np.array(list(rows), SUBMISSION_DTYPE)
+
+
+def dispatch_rows(*rows: tuple[int, int, int]) -> np.ndarray:
+    """Dispatches (submission, start, end)."""
+    table = np.zeros(len(rows), DISPATCH_DTYPE)
+    for index, (submission, start, end) in enumerate(rows):
+        table[index]["submission"], table[index]["start_ns"], table[index]["end_ns"] = submission, start, end
+    return table
+
+
+def test_one_section_copies_get_the_whole_execution_gap():
+    from sectionmark.profiling.device_transfers import ExecutionGaps, section_transfers
+
+    runs = executions((1, 7, 0, 100), (2, 7, 200, 300))
+    gaps = ExecutionGaps(runs, (np.array([0, 200]), np.array([150, 300])))
+    gaps.add(dispatch_rows((1, 10, 40), (1, 30, 50)), runs[:1])  # union 40 ns: gap 60
+    gaps.add(dispatch_rows((2, 200, 290)), runs[1:])  # gap 10
+    assert gaps.gaps().tolist() == [60, 10]
+    transfers = section_transfers(runs, gaps.gaps(), {7: copy_buffer(0, ("Half 1", None), ("Half 1", None))}, 5)
+    assert transfers.transfer_ns == {("Half 1",): 70.0, (): 5.0} and not transfers.split
+
+
+def test_two_sections_copies_split_by_bytes_or_equally():
+    from sectionmark.profiling.device_transfers import section_transfers
+
+    runs = executions((1, 7, 0, 100))
+    by_bytes = section_transfers(runs, np.array([90]), {7: copy_buffer(1, ("Half 1", [100]), ("Join", [200]))}, 0)
+    assert by_bytes.transfer_ns == {("Half 1",): 30.0, ("Join",): 60.0}
+    assert by_bytes.split == {("Half 1",), ("Join",)} and by_bytes.by_bytes
+    equally = section_transfers(runs, np.array([90]), {7: copy_buffer(1, ("Half 1", [100]), ("Join", None))}, 0)
+    assert equally.transfer_ns == {("Half 1",): 45.0, ("Join",): 45.0} and not equally.by_bytes
+    nothing = section_transfers(runs, np.array([90]), {7: copy_buffer(1)}, 0)
+    assert nothing.transfer_ns == {(): 90.0}
+
+
+def test_overlapping_executions_and_window_edges_add_up_exactly():
+    from sectionmark.profiling.device_transfers import ExecutionGaps, clip_to_windows, execution_pieces
+
+    starts, ends = execution_pieces(np.array([0, 50, 60]), np.array([100, 120, 80]))
+    assert (starts.tolist(), ends.tolist()) == ([0, 100, 120], [100, 120, 120])  # the first started owns
+    owner, part_starts, part_ends = clip_to_windows(np.array([0, 90]), np.array([100, 130]), np.array([10, 95]),
+                                                    np.array([95, 125]))
+    assert (owner.tolist(), part_starts.tolist(), part_ends.tolist()) == ([0, 0, 1, 1], [10, 95, 90, 95],
+                                                                         [95, 100, 95, 125])
+    runs = executions((1, 7, 0, 100), (2, 7, 50, 120))
+    gaps = ExecutionGaps(runs, (np.array([0]), np.array([110])))
+    gaps.add(dispatch_rows((1, 10, 30), (2, 90, 105)), runs)
+    # Union of executions in the window: 110; dispatch union there: 20 + 15 = 35.
+    assert gaps.gaps().sum() == 110 - 35 and gaps.gaps().tolist() == [100 - 20 - 10, 10 - 5]
+
+
+def test_a_wait_goes_to_the_section_the_device_waits_to_run():
+    from sectionmark.profiling.device_waits import section_waits, waiting_stretches
+    from sectionmark.section_map import Command, CommandBuffer, Share
+
+    # Call 0 = [0, 100): device 0 runs [0, 40) and [90, 100); device 1 runs [40, 80) then [85, 95).
+    # Device 0 waits [40, 80) (device 1 ran), then idles [80, 85) (nobody ran), waits [85, 90) again: 45 ns, all
+    # before its execution at 90. Device 1 waits [0, 40) for its execution at 40, and [95, 100) with nothing after.
+    device_0 = spans((EXECUTE, 0, 40, 0), (EXECUTE, 90, 100, 0))
+    device_1 = spans((EXECUTE, 40, 80, 0), (EXECUTE, 85, 95, 0))
+    windows = (np.array([0]), np.array([100]))
+    first, second = waiting_stretches([device_0, device_1], windows)
+    assert (first[0].tolist(), first[1].tolist()) == ([40, 85], [80, 90])
+    assert (second[0].tolist(), second[1].tolist()) == ([0, 95], [40, 100])
+    fused = CommandBuffer(0, "main", [Command("barrier"), Command("dispatch", "k", site=0, shares=[
+        Share(("A",), 0.75), Share(("B",), 0.25)])])
+    copying = CommandBuffer(1, "main", [Command("barrier"), Command("copy", "copy", shares=[Share(("C",), 1.0)]),
+                                        Command("dispatch", "k", site=1, shares=[Share(("A",), 1.0)])])
+    zero = section_waits(first, np.array([0, 90]), np.array([0, 0]), [fused, fused])
+    assert zero.waiting_ns == {("A",): 33.75, ("B",): 11.25} and zero.split == {("A",), ("B",)}
+    one = section_waits(second, np.array([40, 85]), np.array([0, 0]), [copying, copying])
+    assert one.waiting_ns == {("C",): 40.0, (): 5.0} and not one.split
+    # A wait before the next call's execution waits for nothing of this call.
+    later = section_waits(second, np.array([40, 120]), np.array([0, 1]), [copying, copying])
+    assert later.waiting_ns == {("C",): 40.0, (): 5.0}

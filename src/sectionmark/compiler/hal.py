@@ -135,7 +135,9 @@ class CommandRecorder:
             return Command(op=kind, key=kind)
         if kind != "dispatch":
             path = section_path(str(op.location))
-            return Command(op=kind, key=kind, shares=[Share(path, 1.0)] if path else [])
+            # A copy's last operand is its length: the bytes it moves (a copy between devices), when constant.
+            return Command(op=kind, key=kind, shares=[Share(path, 1.0)] if path else [],
+                           binding_bytes=_constants([op.operands[-1]]) if kind == "copy" else None)
         location = op.location
         number = self.site_ids.get(location.attr)
         site = self.sites.get(number if number is not None else site_id(location))  # a merged location: read it

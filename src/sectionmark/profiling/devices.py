@@ -24,7 +24,13 @@ coverage is checked on its own events. On top of them, here:
   anything). So compute + transfer + queue + waiting + idle = the call's
   window, on every device, exactly (integer nanoseconds from the same events);
   ``overlap`` is the time the device ran something while another device ran
-  something too.
+  something too;
+* each device's transfer time by section (`sectionmark.profiling.device_transfers`):
+  each command-buffer execution's transfer time goes to the sections of that
+  buffer's copy commands, so a device's sections' transfers add up to its
+  ``transfer`` exactly (`DeviceSectionRow.transfer_ns`); and its waiting time by
+  section (`sectionmark.profiling.device_waits`): each wait goes to the section
+  the device waits to run, adding up to its ``waiting`` exactly.
 
 Everything here is plain data and pure functions over numpy arrays (unit-tested on hand-built data in
 tests/profiling/test_devices.py); `read_device_profile` is the only function that reads.
@@ -34,21 +40,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.profiling.attribute import Attribution
+from sectionmark.profiling.attribute import Attribution, SlotMatcher, attribution_without_events, call_numbers
+from sectionmark.profiling.device_transfers import ExecutionGaps, SectionTransfers, section_transfers, static_buffers
+from sectionmark.profiling.device_waits import SectionWaits, section_waits, waiting_stretches
 from sectionmark.profiling.section_time import EventTotals
 from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, QUEUE_SPAN_DTYPE,
-                                              ROW_OF_EVENT_TYPE, TRANSFER, call_windows, partition_time,
+                                              ROW_OF_EVENT_TYPE, TRANSFER, call_windows, measured_windows, partition_time,
                                               union_by_window)
 from sectionmark.profiling.read import attributed_totals
 from sectionmark.profiling.session import ProfileSession
+from sectionmark.readers.event_model import Profile
 from sectionmark.readers.sources import EventSource
-from sectionmark.section_map import SectionMap
+from sectionmark.section_map import CommandBuffer, SectionMap
 from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
 
@@ -68,6 +77,9 @@ class DeviceTime:
     window_ns: int  # the calls' windows: the five parts above add up to it exactly
     overlap_ns: int  # time it ran something while another device ran something too
     per_call: list[list[int]] = field(default_factory=list)  # [call] -> the five parts, in DEVICE_TIME_PARTS order
+    # The part of ``transfer_ns`` of queue transfers outside command buffers (fills, copies, updates, reads, writes);
+    # the rest is the command-buffer executions' time with no dispatch running (their copies and barriers).
+    queue_transfer_ns: int = 0
 
 
 @dataclass
@@ -78,6 +90,8 @@ class DeviceSession:
     device: Optional[str]
     session: ProfileSession
     time: Optional[DeviceTime] = None  # None when the calls' windows are not known (no queue operations)
+    transfers: Optional[SectionTransfers] = None  # its transfer time by section; None with ``time``
+    waits: Optional[SectionWaits] = None  # its waiting time by section; None with ``time``
 
 
 @dataclass
@@ -89,6 +103,14 @@ class DeviceSectionRow:
     busy_ns: list[float] = json_field(rounded=True)  # by device, in `DeviceProfile.devices` order
     wall_ns: list[float] = json_field(rounded=True)
     ran_on: list[int] = field(default_factory=list)  # the ordinals of the devices where it ran dispatches
+    # Its transfer time on each device (`sectionmark.profiling.device_transfers`); 0 where it copied nothing.
+    transfer_ns: list[float] = json_field(rounded=True, default_factory=list)
+    # The ordinals of the devices where its transfer time was split with other sections' copies of one execution.
+    transfer_split: list[int] = field(default_factory=list)
+    # The time each device waited for another to run it (`sectionmark.profiling.device_waits`), and the devices
+    # where that wait was split by the shares of the fused dispatch waited for.
+    waiting_ns: list[float] = json_field(rounded=True, default_factory=list)
+    waiting_split: list[int] = field(default_factory=list)
 
     @property
     def total_busy_ns(self) -> float:
@@ -178,7 +200,8 @@ def split_device_time(spans: list[np.ndarray], compute: list[np.ndarray], window
         others = _union(spans[:index] + spans[index + 1:], starts, ends)
         overlap = busy + others - any_busy  # |A ∩ B| = |A| + |B| - |A ∪ B|
         times.append(DeviceTime(*(int(value) for value in per_call.sum(axis=0)), window_ns=int(length.sum()),
-                                overlap_ns=int(overlap.sum()), per_call=per_call.tolist()))
+                                overlap_ns=int(overlap.sum()), per_call=per_call.tolist(),
+                                queue_transfer_ns=int(parts[:, TRANSFER].sum())))
     return times
 
 
@@ -208,7 +231,9 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
     ordinal order (``--device``), to name them."""
     read: list[tuple[int, Attribution, EventTotals]] = []
     sessions = []
-    for ordinal, source in sorted(sources.items()):
+    windows_of_calls = _calls_windows_once(sources, section_map, calls, warmup, function)
+    tees = {ordinal: _TransferSweep(source, windows_of_calls) for ordinal, source in sources.items()}
+    for ordinal, source in sorted(tees.items()):
         name = devices[ordinal] if devices is not None and ordinal < len(devices) else None
         device_map = device_section_map(section_map, ordinal)
         try:
@@ -235,9 +260,106 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
             compute = [totals.dispatch_union for _ordinal, _attribution, totals in read]
             for device, time in zip(sessions, split_device_time(spans, compute, windows)):
                 device.time = time
+            for device, (ordinal, attribution, _totals), stretches in zip(sessions, read,
+                                                                           waiting_stretches(spans, windows)):
+                executions = sources[ordinal].layout().submissions
+                buffers = static_buffers(np.unique(executions["command_buffer"]).tolist(),
+                                         attribution.buffer_matches, sources[ordinal].command_buffers,
+                                         device_section_map(section_map, ordinal).command_buffers)
+                device.transfers = tees[ordinal].transfers(executions, buffers, windows,
+                                                           device.time.queue_transfer_ns)
+                # The first rows of the queue spans are the executions, in the layout's order (with their calls).
+                device.waits = section_waits(stretches, executions["start_ns"].astype(np.int64),
+                                             attribution.queue_spans["call"][:len(executions)],
+                                             [buffers[runtime_id] for runtime_id in executions["command_buffer"].tolist()])
     sections = device_sections(sessions)
+    _add_transfers(sessions, sections)
     _note_other_devices(sessions, sections)
     return DeviceProfile(sessions, sections, calls_measured, function)
+
+
+def _calls_windows_once(sources: dict[int, EventSource], section_map: SectionMap, calls: Optional[int],
+                        warmup: int, function: Optional[str]) -> Callable[[], Optional[tuple[np.ndarray, np.ndarray]]]:
+    """The calls' windows across devices (`common_windows`) from every device's layout, found once when first
+    asked (before any device's dispatches are read); None where they are not known (read_device_profile then
+    reports no time split: its own checks say why)."""
+    found: list[Optional[tuple[np.ndarray, np.ndarray]]] = []
+
+    def windows() -> Optional[tuple[np.ndarray, np.ndarray]]:
+        if not found:
+            try:
+                spans, counts = [], set()
+                for ordinal, source in sorted(sources.items()):
+                    layout = source.layout()
+                    numbers = call_numbers(layout, calls, warmup)
+                    matcher = SlotMatcher(device_section_map(section_map, ordinal), function, layout.keys)
+                    spans.append(attribution_without_events(layout, matcher, *numbers, warmup).queue_spans)
+                    counts.add(numbers[1])
+                known = len(counts) == 1 and all(measured_windows(part, numbers[1]) is not None for part in spans)
+                found.append(common_windows(spans, counts.pop()) if known else None)
+            except SectionmarkError:
+                found.append(None)
+        return found[0]
+
+    return windows
+
+
+class _TransferSweep:
+    """A device's source whose dispatch windows, as the session reads them, are also swept against its
+    command-buffer executions (`ExecutionGaps`): its transfer time by section comes from the same one read."""
+
+    def __init__(self, source: EventSource, windows_of_calls: Callable[[], Optional[tuple[np.ndarray, np.ndarray]]]):
+        self._source, self._windows_of_calls = source, windows_of_calls
+        self.command_buffers = source.command_buffers
+        self._gaps: Optional[ExecutionGaps] = None
+
+    def layout(self) -> Profile:
+        return self._source.layout()
+
+    def profile(self) -> Profile:
+        return self._source.profile()
+
+    def explain(self, problem: SectionmarkError) -> SectionmarkError:
+        return self._source.explain(problem)
+
+    def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        windows = self._windows_of_calls()
+        self._gaps = None if windows is None else ExecutionGaps(self._source.layout().submissions, windows)
+        for dispatches, executed in self._source.windows():
+            if self._gaps is not None:
+                self._gaps.add(dispatches, executed)
+            yield dispatches, executed
+
+    def transfers(self, executions: np.ndarray, buffers: dict[int, Optional[CommandBuffer]],
+                  windows: tuple[np.ndarray, np.ndarray], queue_transfer_ns: int) -> Optional[SectionTransfers]:
+        """The device's transfer time by section in ``windows`` (those its windows were swept in), its
+        ``executions``' time with no dispatch running given to their ``buffers``' copy sections."""
+        swept = self._windows_of_calls()
+        if self._gaps is None or swept is None or not all(map(np.array_equal, swept, windows)):
+            return None
+        return section_transfers(executions, self._gaps.gaps(), buffers, queue_transfer_ns)
+
+
+def _add_transfers(devices: list[DeviceSession], sections: list[DeviceSectionRow]) -> None:
+    """Each section's transfer and waiting time on each device (rows added for sections that only copied or
+    waited, and for "(unmarked)" ones, which stays last); none where no device's time split is known."""
+    if all(device.transfers is None and device.waits is None for device in devices):
+        return
+    count = len(devices)
+    for row in sections:
+        row.transfer_ns, row.waiting_ns = [0.0] * count, [0.0] * count
+    rows = {row.path: row for row in sections}
+    for index, device in enumerate(devices):
+        for kind, by_section in (("transfer", device.transfers), ("waiting", device.waits)):
+            for path, ns in (getattr(by_section, f"{kind}_ns").items() if by_section is not None else ()):
+                if path not in rows:
+                    rows[path] = DeviceSectionRow(path, [0.0] * count, [0.0] * count, transfer_ns=[0.0] * count,
+                                                  waiting_ns=[0.0] * count)
+                    sections.append(rows[path])
+                getattr(rows[path], f"{kind}_ns")[index] = ns
+                if path in by_section.split:
+                    getattr(rows[path], f"{kind}_split").append(device.ordinal)
+    sections.sort(key=lambda row: row.path == ())
 
 
 def _note_other_devices(devices: list[DeviceSession], sections: list[DeviceSectionRow]) -> None:

@@ -46,6 +46,7 @@ FORMATS = ("table", "json", "csv", "perfetto", "html", "tracy")
 # (``events``: each device's `Attribution`, by ordinal, which `sectionmark.profiling.device_run.DeviceRun` reads).
 VIEWS = {"perfetto": "sectionmark.renderers.perfetto", "html": "sectionmark.renderers.devices_html",
          "tracy": "sectionmark.renderers.tracy_out"}
+TIME_BY_SECTION = {"transfer": "transfers", "waiting": "waits"}  # a section's time on a device: the session's field
 
 
 def device_name(device: DeviceSession) -> str:
@@ -69,7 +70,14 @@ def render(profile: DeviceProfile, format: str, **options: Any) -> Union[str, by
 def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> str:
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
-    console.print(sections_table(profile))
+    sections = sections_table(profile)
+    # Three columns per device with transfers and waits: as wide as they need (a header of ~16 characters and its
+    # borders each), not wrapped into unreadable slivers on a terminal's width.
+    names = max((len(printable(format_path(row.path))) for row in profile.sections), default=7)
+    needed = names + 4 + 18 * (len(sections.columns) - 1)
+    Console(file=buffer, width=max(width, needed), color_system=None, force_terminal=False).print(sections)
+    if any(device.transfers is not None or device.waits is not None for device in profile.devices):
+        console.print(transfer_note(profile), highlight=False, markup=False)
     times = times_table(profile)
     if times is not None:
         console.print(times)
@@ -98,9 +106,17 @@ def sections_table(profile: DeviceProfile) -> Table:
         sections.add_column(f"Busy/call dev {device.ordinal}", justify="right")
     sections.add_column("Busy/call all", justify="right")
     sections.add_column("Ran on", justify="right")
+    kinds = [kind for kind in ("transfer", "waiting")
+             if any(getattr(device, TIME_BY_SECTION[kind]) is not None for device in profile.devices)]
+    for kind in kinds:
+        for device in profile.devices:
+            sections.add_column(f"{kind.capitalize()} dev {device.ordinal}", justify="right")
     for row in profile.sections:
+        by_kind = [table.format_ns(ns / calls) + (f" {table.SHARED_MARK}" if device.ordinal in getattr(
+                       row, f"{kind}_split") else "")
+                   for kind in kinds for device, ns in zip(profile.devices, getattr(row, f"{kind}_ns"))]
         sections.add_row(Text(printable(format_path(row.path))), *(table.format_ns(busy / calls) for busy in row.busy_ns),
-                         table.format_ns(row.total_busy_ns / calls), ", ".join(map(str, row.ran_on)) or "-")
+                         table.format_ns(row.total_busy_ns / calls), ", ".join(map(str, row.ran_on)) or "-", *by_kind)
     return sections
 
 
@@ -121,6 +137,22 @@ def times_table(profile: DeviceProfile) -> Optional[Table]:
     return times
 
 
+def transfer_note(profile: DeviceProfile) -> str:
+    """What the transfer and waiting columns hold, and how a marked one was split."""
+    note = ("per call: transfer: each command-buffer execution's time with no dispatch running, given to the sections of its "
+            "copy commands ((unmarked): buffers that copy nothing, and queue transfers); waiting: the time the device "
+            "waited for another, given to the section it waited to run ((unmarked): none after it in the call)")
+    split = [device.transfers for device in profile.devices if device.transfers is not None and device.transfers.split]
+    if split:
+        rule = "by the bytes each copies" if all(transfers.by_bytes for transfers in split) else (
+            "equally per copy command (the map gives no copy sizes)")
+        note += f"\n{table.SHARED_MARK} transfer: shares an execution's copies with other sections: its time is split {rule}"
+    if any(device.waits is not None and device.waits.split for device in profile.devices):
+        note += (f"\n{table.SHARED_MARK} waiting: waited to run a fused dispatch of several sections: the wait is split "
+                 "by its shares")
+    return note
+
+
 def render_json(profile: DeviceProfile) -> str:
     document = {
         "version": DEVICES_JSON_VERSION,
@@ -136,5 +168,15 @@ def render_json(profile: DeviceProfile) -> str:
 
 
 def render_csv(profile: DeviceProfile) -> str:
-    return csv_text(["device", *csv_out.COLUMNS], ([device.ordinal, *row] for device in profile.devices
-                                                   for row in csv_out.csv_rows(device.session)))
+    """A one-device profile's rows per device, with the section's transfer and waiting time on that device (ns
+    over the measured calls; empty where not known) in last ``transfer_ns`` and ``waiting_ns`` columns."""
+    by_path = {json.dumps(list(row.path), ensure_ascii=False): row for row in profile.sections}
+
+    def cells(device: DeviceSession, index: int, path: str) -> list:
+        row = by_path.get(path)
+        return [round(getattr(row, f"{kind}_ns")[index]) if row is not None and getattr(row, f"{kind}_ns") else
+                (0 if getattr(device, field) is not None else "") for kind, field in TIME_BY_SECTION.items()]
+
+    return csv_text(["device", *csv_out.COLUMNS, "transfer_ns", "waiting_ns"],
+                    ([device.ordinal, *row, *cells(device, index, row[1])] for index, device in enumerate(profile.devices)
+                     for row in csv_out.csv_rows(device.session)))
