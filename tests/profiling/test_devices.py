@@ -160,7 +160,7 @@ def test_each_device_split_file_is_that_device_one_device_profile(two_devices, t
     rows = export_rows(kept)
     with kept.open("rb") as file:
         bundle = open_bundle(kept, file, kept.stat().st_size)
-        split = split_devices(bundle, [0, 1], tmp_path)
+        split = split_devices(bundle, file, [0, 1], tmp_path)
         bundle.close()
     assert sorted(split) == [0, 1]
     for device, path in split.items():
@@ -200,7 +200,7 @@ def test_a_chunk_mixing_devices_is_one_error_line(two_devices, tmp_path):
     with kept.open("rb") as file:
         bundle = open_bundle(kept, file, len(blob))
         chunks = bundle.chunks["host-execution-events"]
-        devices = chunk_devices(bundle, "host-execution-events")
+        devices = chunk_devices(kept, bundle.data, chunks, "host-execution-events")
         bundle.close()
     # The second host event of a chunk of device 1 says device 0.
     chunk = int(np.flatnonzero((devices == 1) & (chunks.lengths >= 2 * HOST_EVENT.itemsize))[0])

@@ -22,16 +22,17 @@ with one error line: no event can be written into another device's file.
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
-from typing import Optional
+from typing import BinaryIO
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.bundle_events import HOST_EVENTS_WINDOW, OpenBundle
+from sectionmark.readers.bundle_events import OpenBundle
 from sectionmark.readers.bundle_records import (COMMAND_BUFFER, COMMAND_OPERATION, KNOWN_CHUNKS, KNOWN_CONTENT_TYPES,
-                                                RECORD_WALK_WINDOW, Chunks, RecordPositions, records_at,
+                                                Chunks, RecordPositions, records_at,
                                                 release_pages, walk_records)
 from sectionmark.readers.checks import corrupt
 
@@ -44,7 +45,9 @@ _SESSION_BEGIN, _CHUNK, _SESSION_END = 1, 2, 3
 DEVICE_FIELDS = {"host-execution-events": (152, 64), "memory-events": (160, 64), "queue-events": (104, 64),
                  "devices": (32, 8), "queues": (24, 4), "command-buffers": (48, 40), "clock-correlations": (72, 8)}
 _EVERY_DEVICE, _NO_DEVICE = -1, -2  # a record written to every device's file, to none
-_WRITE_BUFFER = 4 << 20  # bytes buffered per device's file: big sequential writes
+_WRITES_PER_CALL = 1024  # runs of records written per `os.writev` (Linux's IOV_MAX)
+_BLOCK = 16 << 20  # bytes of the file read per step of the split (`split_devices`)
+_EVENT_CHUNKS = ("host-execution-events", "memory-events", "queue-events", "clock-correlations")
 
 
 class RecordTable:
@@ -64,31 +67,32 @@ class RecordTable:
     def chunks(self, chunk_type: str) -> tuple[np.ndarray, Chunks]:
         """The records that are chunks of ``chunk_type``, and their payloads."""
         rows = np.flatnonzero((self.types == _CHUNK) & (self.kinds == KNOWN_CHUNKS.index(chunk_type)))
-        nothing = np.zeros(len(rows), np.uint32)
-        return rows, Chunks(self.payloads[rows], self.payload_lengths[rows], nothing, nothing)
+        return rows, self.chunks_of(rows)
+
+    def chunks_of(self, rows: np.ndarray, start: int = 0) -> Chunks:
+        """The payloads of the chunks ``rows``, their offsets from byte ``start`` of the file."""
+        unknown = np.zeros(len(rows), np.uint32)  # their headers' device and queue: IREE's "any"
+        return Chunks(self.payloads[rows] - start, self.payload_lengths[rows], unknown, unknown)
 
 
-def chunk_devices(bundle: OpenBundle, chunk_type: str, chunks: Optional[Chunks] = None) -> np.ndarray:
-    """The device of each chunk of ``chunk_type`` (one of `DEVICE_FIELDS`; ``chunks``: the bundle's, unless given):
-    its first record's (-1 for an empty chunk). Every record of the chunk is checked to name it, else one error
-    line; in one pass, a window at a time, its pages given back after it."""
-    chunks = bundle.chunks[chunk_type] if chunks is None else chunks
+def chunk_devices(path: Path, data: np.ndarray, chunks: Chunks, chunk_type: str) -> np.ndarray:
+    """The device of each chunk of ``chunk_type`` (one of `DEVICE_FIELDS`) whose payloads ``chunks`` places in
+    ``data``: its first record's (-1 for an empty chunk). Every record of the chunk is checked to name it, else
+    one error line (about ``path``)."""
     itemsize, offset = DEVICE_FIELDS[chunk_type]
-    positions = RecordPositions(chunks, itemsize)
+    positions = RecordPositions(chunks, itemsize)[:]
     devices = np.full(len(chunks.starts), -1, np.int64)
-    filled = np.flatnonzero(chunks.lengths > 0)
-    filled_starts = chunks.starts[filled]
-    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
-        window = positions[begin : begin + HOST_EVENTS_WINDOW]
-        recorded = records_at(bundle.data, window + offset, _U32).astype(np.int64)
-        release_pages(bundle.mapped, int(window[0]), int(window[-1]) + itemsize)
-        chunk = filled[np.searchsorted(filled_starts, window, side="right") - 1]
-        first = window == chunks.starts[chunk]  # a chunk's first record comes before its others
-        devices[chunk[first]] = recorded[first]
-        mixed = recorded != devices[chunk]
-        if mixed.any():
-            raise corrupt(bundle.path, f"a {chunk_type} chunk holds events of devices "
-                          f"{int(devices[chunk[mixed][0]])} and {int(recorded[mixed][0])}")
+    if not len(positions):
+        return devices
+    recorded = records_at(data, positions + offset, _U32).astype(np.int64)
+    counts = chunks.lengths // itemsize
+    filled = counts > 0
+    devices[filled] = recorded[(np.cumsum(counts) - counts)[filled]]  # each chunk's first record's
+    chunk_device = np.repeat(devices, counts)
+    mixed = recorded != chunk_device
+    if mixed.any():
+        raise corrupt(path, f"a {chunk_type} chunk holds events of devices {int(chunk_device[mixed][0])} and "
+                      f"{int(recorded[mixed][0])}")
     return devices
 
 
@@ -109,22 +113,25 @@ def profile_devices(bundle: OpenBundle) -> list[int]:
 _CHUNKS_WINDOW = 4096  # chunks whose first record is read per pass (`profile_devices`)
 
 
-def record_devices(bundle: OpenBundle, table: RecordTable) -> np.ndarray:
-    """The device of each record (`_EVERY_DEVICE` for the executables, their functions and chunks read by no
-    one; the sessions' begins and ends are `session_devices`')."""
+def metadata_devices(bundle: OpenBundle, table: RecordTable) -> np.ndarray:
+    """The device of each record that is known before the events' (`_EVERY_DEVICE` for the executables, their
+    functions and chunks read by no one; `_NO_DEVICE` for the events', found a block at a time): the devices,
+    queues, command buffers and their operations (a few records, read from the mapped file) and the sessions'
+    begins and ends (`session_devices`)."""
     owner = np.full(len(table.offsets), _EVERY_DEVICE, np.int64)
-    for chunk_type in DEVICE_FIELDS:
+    for chunk_type in _EVENT_CHUNKS:
+        owner[table.chunks(chunk_type)[0]] = _NO_DEVICE
+    for chunk_type in ("devices", "queues", "command-buffers"):
         rows, chunks = table.chunks(chunk_type)
-        owner[rows] = chunk_devices(bundle, chunk_type, chunks)
-    buffer_rows, buffer_chunks = table.chunks("command-buffers")
-    buffer_positions = RecordPositions(buffer_chunks, DEVICE_FIELDS["command-buffers"][0])[:]
+        owner[rows] = chunk_devices(bundle.path, bundle.data, chunks, chunk_type)
+    buffer_positions = RecordPositions(table.chunks("command-buffers")[1], DEVICE_FIELDS["command-buffers"][0])[:]
     buffers = records_at(bundle.data, buffer_positions + COMMAND_BUFFER.fields["command_buffer"][1], _U64)
     buffer_devices = records_at(bundle.data, buffer_positions + DEVICE_FIELDS["command-buffers"][1], _U32)
     device_of_buffer = dict(zip(buffers.tolist(), buffer_devices.tolist()))
     rows, chunks = table.chunks("command-operations")
-    positions = RecordPositions(chunks, COMMAND_OPERATION.itemsize)
-    operated = records_at(bundle.data, positions[:] + COMMAND_OPERATION.fields["command_buffer"][1], _U64)
-    chunk = np.searchsorted(chunks.starts, positions[:], side="right") - 1
+    positions = RecordPositions(chunks, COMMAND_OPERATION.itemsize)[:]
+    operated = records_at(bundle.data, positions + COMMAND_OPERATION.fields["command_buffer"][1], _U64)
+    chunk = np.searchsorted(chunks.starts, positions, side="right") - 1
     for index, buffer in zip(chunk.tolist(), operated.tolist()):
         device = device_of_buffer.get(buffer)
         if device is None:
@@ -133,65 +140,92 @@ def record_devices(bundle: OpenBundle, table: RecordTable) -> np.ndarray:
             raise corrupt(bundle.path, f"a command-operations chunk holds commands of devices "
                           f"{int(owner[rows[index]])} and {device}")
         owner[rows[index]] = device
-    owner[table.types != _CHUNK] = _NO_DEVICE  # the sessions' begins and ends: `session_devices`
+    release_pages(bundle.mapped, 0, len(bundle.data))
+    session_devices(table, owner)
     return owner
 
 
-def session_devices(bundle: OpenBundle, table: RecordTable, owner: np.ndarray) -> None:
+def session_devices(table: RecordTable, owner: np.ndarray) -> None:
     """The k-th session begin and end are the k-th device's (IREE writes each device's begin, then its device
     record); where they do not pair so, every device's file gets the first begin and the last end."""
-    devices_rows = np.flatnonzero((table.types == _CHUNK) & (table.kinds == KNOWN_CHUNKS.index("devices")))
-    ordinals = owner[devices_rows]
+    ordinals = owner[table.chunks("devices")[0]]
     for record_type in (_SESSION_BEGIN, _SESSION_END):
         rows = np.flatnonzero(table.types == record_type)
+        owner[rows] = _NO_DEVICE
         if len(rows) == len(ordinals):
             owner[rows] = ordinals
         else:
             owner[rows[0 if record_type == _SESSION_BEGIN else -1]] = _EVERY_DEVICE
 
 
-def split_devices(bundle: OpenBundle, devices: list[int], folder: Path) -> dict[int, Path]:
-    """Write each device's records of ``bundle`` (of ``devices``, its devices with host events) to its own
-    .ireeprof in ``folder``, in one pass over the file: {device: its file}."""
+def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder: Path) -> dict[int, Path]:
+    """Write each device's records of ``bundle`` (open as ``file``; of ``devices``, its devices with host events)
+    to its own .ireeprof in ``folder``, in one pass over the file: {device: its file}.
+
+    The records are walked on the mapped file (their headers), then read a block of `_BLOCK` bytes at a time
+    into one reused buffer (read, not mapped: no page faults, nothing to give back), each block's events'
+    devices found and checked, and each device's runs of records in it written to its file."""
     if bundle.device_timed:
         raise SectionmarkError(f"{bundle.path}: a device-timed profile of several devices cannot be read yet "
                                "(sectionmark reads several CPU devices' host-timed profiles)")
     header_length = int(records_at(bundle.data, np.array([8]), _U32)[0])
     table = RecordTable(bundle, header_length)
-    owner = record_devices(bundle, table)
-    session_devices(bundle, table, owner)
+    owner = metadata_devices(bundle, table)
+    event_rows = {chunk_type: table.chunks(chunk_type)[0] for chunk_type in _EVENT_CHUNKS}
     ends = table.offsets + table.lengths
-    runs = []  # (start, end, device) of each run of consecutive records written to one device's file
-    for device in devices:
-        chosen = np.concatenate([[False], (owner == device) | (owner == _EVERY_DEVICE), [False]])
-        firsts = np.flatnonzero(chosen[1:-1] & ~chosen[:-2])
-        lasts = np.flatnonzero(chosen[1:-1] & ~chosen[2:])
-        runs.append(np.stack([table.offsets[firsts], ends[lasts], np.full(len(firsts), device)], axis=1))
-    every = np.concatenate(runs) if runs else np.zeros((0, 3), np.int64)
-    every = every[np.argsort(every[:, 0], kind="stable")]
+    buffer = np.empty(min(_BLOCK, len(bundle.data)), np.uint8)
     paths = {device: folder / f"device{device}.ireeprof" for device in devices}
-    files = {device: open(path, "wb", buffering=_WRITE_BUFFER) for device, path in paths.items()}
+    files: dict[int, int] = {}
     try:
-        view = memoryview(bundle.mapped)
-        head = bytes(view[:header_length])
-        for file in files.values():
-            file.write(head)
-        released = 0
-        for start, end, device in every.tolist():
-            files[device].write(view[start:end])
-            if end - released >= RECORD_WALK_WINDOW:  # the pages read so far go back
-                release_pages(bundle.mapped, released, end)
-                released = end
-        release_pages(bundle.mapped, released, len(bundle.data))
-        view.release()
-        for file in files.values():
-            length = file.tell()
-            file.seek(_FILE_LENGTH_OFFSET)
-            file.write(_FILE_LENGTH.pack(length))
+        for device, path in paths.items():
+            files[device] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            _write_all(files[device], [memoryview(bundle.data[:header_length].tobytes())])
+        first = 0
+        while first < len(table.offsets):
+            last = max(int(np.searchsorted(ends, table.offsets[first] + _BLOCK, side="right")), first + 1)
+            start, end = int(table.offsets[first]), int(ends[last - 1])
+            data = buffer if end - start <= len(buffer) else np.empty(end - start, np.uint8)  # one huge record
+            if os.preadv(file.fileno(), [data[: end - start]], start) != end - start:
+                raise SectionmarkError(f"{bundle.path}: the profile changed while it was read (it is shorter)")
+            for chunk_type, rows in event_rows.items():
+                inside = rows[np.searchsorted(rows, first) : np.searchsorted(rows, last)]
+                owner[inside] = chunk_devices(bundle.path, data, table.chunks_of(inside, start), chunk_type)
+            _write_runs(files, data, table.offsets[first:last] - start, ends[first:last] - start, owner[first:last])
+            first = last
+        for file_descriptor in files.values():
+            length = os.lseek(file_descriptor, 0, os.SEEK_CUR)
+            os.pwrite(file_descriptor, _FILE_LENGTH.pack(length), _FILE_LENGTH_OFFSET)
     finally:
-        for file in files.values():
-            file.close()
+        for file_descriptor in files.values():
+            os.close(file_descriptor)
     return paths
+
+
+def _write_runs(files: dict[int, int], data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                owner: np.ndarray) -> None:
+    """Write each run of consecutive records (at ``starts``, ``ends`` of ``data``) of a device, or of every device
+    (`_EVERY_DEVICE`), to that device's file (``files``: descriptors), straight from ``data``."""
+    view = memoryview(data)
+    for device, file in files.items():
+        chosen = np.concatenate([[False], (owner == device) | (owner == _EVERY_DEVICE), [False]])
+        firsts = starts[np.flatnonzero(chosen[1:-1] & ~chosen[:-2])].tolist()
+        lasts = ends[np.flatnonzero(chosen[1:-1] & ~chosen[2:])].tolist()
+        for begin in range(0, len(firsts), _WRITES_PER_CALL):
+            _write_all(file, [view[start:end] for start, end in zip(firsts[begin : begin + _WRITES_PER_CALL],
+                                                                     lasts[begin : begin + _WRITES_PER_CALL])])
+    view.release()
+
+
+def _write_all(file: int, parts: list[memoryview]) -> None:
+    """Write ``parts`` to ``file`` in order, whole (`os.writev` may write less than asked)."""
+    first = 0
+    while first < len(parts):
+        written = os.writev(file, parts[first:])
+        while first < len(parts) and written >= len(parts[first]):
+            written -= len(parts[first])
+            first += 1
+        if written:
+            parts[first] = parts[first][written:]
 
 
 def several_devices_error(path: Path, devices: list[int]) -> SectionmarkError:

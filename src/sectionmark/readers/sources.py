@@ -107,7 +107,7 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
             if len(devices) > 1 and not several_devices:
                 raise several_devices_error(path, devices)
             if len(devices) > 1:
-                sources = _device_streams(path, bundle, devices)
+                sources = _device_streams(path, bundle, file, devices)
                 file.close()
                 return sources
             if not bundle.device_timed:
@@ -124,7 +124,7 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
     return {0: WholeProfile(read_profile(path))}
 
 
-def _device_streams(path: Path, bundle: OpenBundle, devices: list[int]) -> dict[int, EventSource]:
+def _device_streams(path: Path, bundle: OpenBundle, file: BinaryIO, devices: list[int]) -> dict[int, EventSource]:
     """Each device's events of a bundle of several (`devices`): the file split into one file per device in a scratch
     folder, each then read as any one-device bundle is. The folder goes when this returns (or fails); the open
     files keep their bytes on disk until each device's stream has read them and closed its file."""
@@ -132,7 +132,7 @@ def _device_streams(path: Path, bundle: OpenBundle, devices: list[int]) -> dict[
     try:
         with scratch_folder(PREFIX + "devices-") as folder:
             try:
-                split = split_devices(bundle, devices, folder)
+                split = split_devices(bundle, file, devices, folder)
             finally:
                 bundle.close()
             sources: dict[int, EventSource] = {}
