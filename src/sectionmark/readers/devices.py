@@ -31,9 +31,9 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.bundle_events import OpenBundle
-from sectionmark.readers.bundle_records import (COMMAND_BUFFER, COMMAND_OPERATION, KNOWN_CHUNKS, KNOWN_CONTENT_TYPES,
-                                                Chunks, RecordPositions, records_at,
-                                                release_pages, walk_records)
+from sectionmark.readers.bundle_records import (COMMAND_BUFFER, COMMAND_OPERATION, HOST_EVENT, KNOWN_CHUNKS,
+                                                KNOWN_CONTENT_TYPES, MEMORY_EVENT, Chunks, RecordPositions,
+                                                records_at, release_pages, walk_records)
 from sectionmark.readers.checks import corrupt
 
 _U32, _U64 = np.dtype("<u4"), np.dtype("<u8")
@@ -42,7 +42,8 @@ _FILE_LENGTH_OFFSET = 16  # of the file header (magic, major, minor, header_leng
 _SESSION_BEGIN, _CHUNK, _SESSION_END = 1, 2, 3
 # Where each record of a chunk type names its device (its physical device ordinal): (record size, field offset);
 # IREE 3.13's record layouts (iree/hal/profile_sink.h).
-DEVICE_FIELDS = {"host-execution-events": (152, 64), "memory-events": (160, 64), "queue-events": (104, 64),
+DEVICE_FIELDS = {"host-execution-events": (HOST_EVENT.itemsize, HOST_EVENT.fields["device"][1]),
+                 "memory-events": (MEMORY_EVENT.itemsize, MEMORY_EVENT.fields["device"][1]), "queue-events": (104, 64),
                  "devices": (32, 8), "queues": (24, 4), "command-buffers": (48, 40), "clock-correlations": (72, 8)}
 _EVERY_DEVICE, _NO_DEVICE = -1, -2  # a record written to every device's file, to none
 _WRITES_PER_CALL = 1024  # runs of records written per `os.writev` (Linux's IOV_MAX)
