@@ -188,6 +188,27 @@ def test_the_split_files_are_gone_after_the_read(two_devices, tmp_path, monkeypa
     assert list(tmp_path.iterdir()) == []
 
 
+def test_no_room_for_the_split_is_one_error_line(two_devices, tmp_path, monkeypatch):
+    """A disk too full for the devices' files (here: a file size limit, its signal ignored) is one error line,
+    and the folder goes."""
+    import resource
+    import signal
+
+    compiled, kept, _result = two_devices
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (kept.stat().st_size // 4, limits[1]))
+    try:
+        with pytest.raises(SectionmarkError, match="cannot write its devices' files in .*free space") as error:
+            report(kept, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
+    assert "\n" not in str(error.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_one_device_readers_refuse_a_profile_of_several(two_devices):
     compiled, kept, _result = two_devices
     with pytest.raises(SectionmarkError, match="records 2 devices"):

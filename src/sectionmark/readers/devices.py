@@ -196,6 +196,10 @@ def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder
         for file_descriptor in files.values():
             length = os.lseek(file_descriptor, 0, os.SEEK_CUR)
             os.pwrite(file_descriptor, _FILE_LENGTH.pack(length), _FILE_LENGTH_OFFSET)
+    except OSError as error:  # a full disk, most likely
+        raise SectionmarkError(f"{bundle.path}: cannot write its devices' files in {folder}: {error.strerror} "
+                               "(reading a profile of several devices needs free space about its size in TMPDIR)"
+                               ) from None
     finally:
         for file_descriptor in files.values():
             os.close(file_descriptor)
