@@ -4,11 +4,14 @@
 Two real profiles with the same dispatches per call, recorded here: a chain of 16x16 matmuls on one
 local-task device, and the same chain split over N local-task devices (each device's part of the chain
 moved there with ``flow.tensor.transfer``, its result moved back to device 0 and summed), run with one
-worker per device (``--task_topology_max_group_count=1``). Each is read by ``sm.report`` (each device's
-events through the one read path, `sectionmark.profiling.devices`) in a fresh process: a cold first run
-with its peak RSS, then the best of R. Printed: events per second of each and their ratio (goal: the N
-devices' speed per event as one device's), peak RSS of each, and the N devices' peak RSS of the larger size as
-a multiple of the smaller's (bounded memory: at most 1.5x).
+worker per device (``--task_topology_max_group_count=1``). Each is read by ``sm.report`` (the N devices'
+profile split by one pass into a one-device file per device, each read by the one read path,
+`sectionmark.readers.devices`, `sectionmark.profiling.devices`) in a fresh process: a cold first run with its
+peak RSS, then the best of R. Printed: events per second of each and their ratio per dispatch event, per host
+event and per byte of profile (goal: the N devices' speed per event as one device's; their profile holds
+more host events and bytes per dispatch: each device's executions, allocations and transfers), peak RSS of
+each, and the peak RSS of the larger size as a multiple of the smaller's, for N devices and for one (goal:
+bounded memory, at most 1.5x, and growing as one device's does).
 
 Usage: python benchmarks/bench_devices.py [--devices 8] [--events 100000,400000] [--dispatches 48] [--repeat 3]
 """
@@ -126,7 +129,8 @@ def recorded(directory: Path, devices: int, events: int, options: argparse.Names
         bundle = open_bundle(profile_path, file, profile_path.stat().st_size)
         figures["records"] = len(bundle.host_event_positions())  # every host event: dispatches, executions, ...
         bundle.close()
-    return figures, profile_path.stat().st_size
+    figures["bytes"] = profile_path.stat().st_size
+    return figures, figures["bytes"]
 
 
 def main() -> None:
@@ -159,14 +163,16 @@ def main() -> None:
                       f"{ours['best_s']:.3f} s = {ours['events'] / ours['best_s'] / 1e6:.2f} M events/s; peak RSS "
                       f"{ours['peak_mb']:.0f} MB ({ours['before_mb']:.0f} MB before reading)")
             one, many = figures[1], figures[options.devices]
-            peaks.append(many["peak_mb"])
+            peaks.append((one["peak_mb"], many["peak_mb"]))
             speed = (many["events"] / many["best_s"]) / (one["events"] / one["best_s"])
             per_record = (many["records"] / many["best_s"]) / (one["records"] / one["best_s"])
+            per_byte = (many["bytes"] / many["best_s"]) / (one["bytes"] / one["best_s"])
             print(f"  {options.devices} devices vs one (best of {options.repeat}): speed per dispatch event "
-                  f"{speed:.2f}x, per host event {per_record:.2f}x (a profile of several devices records more events "
-                  f"per dispatch: each device's executions, allocations and the transfers); peak RSS "
-                  f"{many['peak_mb'] / one['peak_mb']:.2f}x one device's, {many['peak_mb'] / peaks[0]:.2f}x the first "
-                  f"size's of {options.devices} devices (goal: bounded, at most 1.5x)")
+                  f"{speed:.2f}x, per host event {per_record:.2f}x, per byte {per_byte:.2f}x (goal: 1x; a profile of "
+                  f"several devices records more events and bytes per dispatch: each device's executions, "
+                  f"allocations and the transfers); peak RSS {many['peak_mb'] / one['peak_mb']:.2f}x one device's, "
+                  f"{many['peak_mb'] / peaks[0][1]:.2f}x the first size's of {options.devices} devices (one device: "
+                  f"{one['peak_mb'] / peaks[0][0]:.2f}x; goal: bounded, at most 1.5x)")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import tempfile
 import numpy as np
 import pytest
 from invariants import assert_profile_invariants
@@ -21,7 +22,8 @@ from sectionmark.profiling.devices import DEVICE_TIME_PARTS, common_windows, spl
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
 from sectionmark.readers.bundle_events import open_bundle
 from sectionmark.readers.bundle_records import HOST_EVENT
-from sectionmark.readers.devices import chunk_devices
+from sectionmark.profiling.devices import device_section_map
+from sectionmark.readers.devices import chunk_devices, split_devices
 from sectionmark.readers.event_model import DISPATCH_DTYPE
 from sectionmark.readers.sources import open_source
 from sectionmark.workflows.measure import report
@@ -176,6 +178,69 @@ def test_report_of_the_kept_profile_is_the_run(two_devices, tmp_path):
         again.render("chart")
 
 
+def _host_rows(rows: list[dict], device: int) -> list[str]:
+    """The device's host events of an export, less where in the file each was (its record's index)."""
+    return sorted(json.dumps({**row, "source_record_index": None}, sort_keys=True) for row in rows
+                  if row.get("record_type") == "host_execution_event" and row.get("physical_device_ordinal") == device)
+
+
+def test_each_device_split_file_is_that_device_one_device_profile(two_devices, tmp_path):
+    """The split (one pass, a file per device) writes each device's records as a one-device profile: IREE's own
+    export reads it and finds exactly that device's events of the whole file, and the one-device read of it gives
+    that device's figures of the oracle of the whole file."""
+    compiled, kept, result = two_devices
+    rows = export_rows(kept)
+    with kept.open("rb") as file:
+        bundle = open_bundle(kept, file, kept.stat().st_size)
+        split = split_devices(bundle, file, [0, 1], tmp_path)
+        bundle.close()
+    assert sorted(split) == [0, 1]
+    for device, path in split.items():
+        own = export_rows(path)
+        assert own is not None, f"iree-profile refuses device {device}'s file"
+        assert _host_rows(own, device) == _host_rows(rows, device) != []
+        assert {row["physical_device_ordinal"] for row in own if row.get("record_type") == "host_execution_event"} \
+            == {device}
+        session = report(path, device_section_map(compiled.section_map, device), calls=ITERATIONS + WARMUP,
+                         warmup=WARMUP).session
+        calls, oracle = section_oracle(rows, compiled.section_map, WARMUP, device=device, calls=ITERATIONS + WARMUP)
+        assert calls == session.calls == ITERATIONS
+        ran = {row.path: row for row in session.sections if row.dispatches}
+        assert set(ran) == {path for path, ns in oracle.items() if ns}
+        for path, ns in oracle.items():
+            assert abs(ran[path].exclusive_ns - ns) < 1, (device, path)
+        assert [(row.path, row.busy_ns, row.dispatches) for row in session.sections] == [
+            (row.path, row.busy_ns, row.dispatches) for row in result.device(device).sections]
+
+
+def test_the_split_files_are_gone_after_the_read(two_devices, tmp_path, monkeypatch):
+    compiled, kept, _result = two_devices
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    report(kept, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_room_for_the_split_is_one_error_line(two_devices, tmp_path, monkeypatch):
+    """A disk too full for the devices' files (here: a file size limit, its signal ignored) is one error line,
+    and the folder goes."""
+    import resource
+    import signal
+
+    compiled, kept, _result = two_devices
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (kept.stat().st_size // 4, limits[1]))
+    try:
+        with pytest.raises(SectionmarkError, match="cannot write its devices' files in .*free space") as error:
+            report(kept, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
+    assert "\n" not in str(error.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_one_device_readers_refuse_a_profile_of_several(two_devices):
     compiled, kept, _result = two_devices
     with pytest.raises(SectionmarkError, match="records 2 devices"):
@@ -188,7 +253,7 @@ def test_a_chunk_mixing_devices_is_one_error_line(two_devices, tmp_path):
     with kept.open("rb") as file:
         bundle = open_bundle(kept, file, len(blob))
         chunks = bundle.chunks["host-execution-events"]
-        devices = chunk_devices(bundle, "host-execution-events")
+        devices = chunk_devices(kept, bundle.data, chunks, "host-execution-events")
         bundle.close()
     # The second host event of a chunk of device 1 says device 0.
     chunk = int(np.flatnonzero((devices == 1) & (chunks.lengths >= 2 * HOST_EVENT.itemsize))[0])

@@ -1,133 +1,239 @@
-"""The devices of a .ireeprof bundle written by one process driving several devices: one bundle per device.
+"""The devices of a .ireeprof of several devices: the file split into one .ireeprof per device, in one pass.
 
-A process that drives several devices (``iree-benchmark-module --device=local-task --device=local-task``)
-writes one profiling session per device into one file: a session begin each, then the devices' chunks, then
-a session end each. Event, submission and queue ids count per device, so they collide across devices; command
-buffer and executable ids do not (the same executable loaded on two devices gets two ids, both listed with
-their functions). Each chunk of host execution events or memory events holds one device's events (its
-records carry the device's ordinal: the chunk header's own device field is IREE's "any"), and each command
-buffer record names its device.
+A process driving several devices writes every device's records into one
+file, their chunks interleaved every few kB (`sectionmark.readers.devices`).
+Reading each device straight from that file would make N passes over all of
+it, each mapping in and giving back the pages of every device, with windows
+N times wider. Instead, one pass walks the file's records once, finds each
+record's device (from its records' own device fields: every chunk header says
+IREE's "any"), and writes each device's records, in file order, to its own
+file: its session begin and end, its device, queue and command-buffer records
+and command operations, its queue, host-execution and memory events; the
+executables and their functions (which name no device: an executable's id is
+its device's) and chunks of types read by no one go to every device. Each
+device's file is then an ordinary one-device profile, read at one device's
+speed and memory by the one path every profile takes (and readable by IREE's
+own ``iree-profile``); the split costs disk space about the file's size, for as
+long as the devices are read.
 
-So the natural split is per device: `device_bundles` gives, for each device, the bundle with only that
-device's event chunks and command buffers, over the same mapped file. Each is read by the one path every
-host-timed bundle takes (`ireeprof_stream.DispatchStream`, its first pass and its dispatch windows), and
-attributed by the one path every source takes (`sectionmark.profiling.read`): events are keyed by (device,
-event id) by construction. Every record of a chunk is checked to carry its chunk's device (a window at a
-time, its pages given back after it), so no event can be read as another device's.
+Every record of a chunk must name its chunk's device, or the file is refused
+with one error line: no event can be written into another device's file.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import os
+import struct
 from pathlib import Path
-from typing import BinaryIO, Optional
+from typing import BinaryIO
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.bundle_events import HOST_EVENTS_WINDOW, OpenBundle
-from sectionmark.readers.bundle_records import (COMMAND_BUFFER, HOST_EVENT, MEMORY_EVENT, Chunks, RecordPositions,
-                                                fixed_records, records_at, release_pages)
+from sectionmark.readers.bundle_events import OpenBundle
+from sectionmark.readers.bundle_records import (COMMAND_BUFFER, COMMAND_OPERATION, HOST_EVENT, KNOWN_CHUNKS,
+                                                KNOWN_CONTENT_TYPES, MEMORY_EVENT, Chunks, RecordPositions,
+                                                records_at, release_pages, walk_records)
 from sectionmark.readers.checks import corrupt
-from sectionmark.readers.ireeprof_stream import DispatchStream
 
-_U32 = np.dtype("<u4")
-# Where each record names its device (its physical device ordinal): IREE 3.13's record layouts.
-COMMAND_BUFFER_DEVICE_OFFSET = 40
-_DEVICE_OFFSETS = {"host-execution-events": (HOST_EVENT.itemsize, HOST_EVENT.fields["device"][1]),
-                   "memory-events": (MEMORY_EVENT.itemsize, MEMORY_EVENT.fields["device"][1])}
+_U32, _U64 = np.dtype("<u4"), np.dtype("<u8")
+_FILE_LENGTH = struct.Struct("<Q")
+_FILE_LENGTH_OFFSET = 16  # of the file header (magic, major, minor, header_length, flags, file_length)
+_SESSION_BEGIN, _CHUNK, _SESSION_END = 1, 2, 3
+# Where each record of a chunk type names its device (its physical device ordinal): (record size, field offset);
+# IREE 3.13's record layouts (iree/hal/profile_sink.h).
+DEVICE_FIELDS = {"host-execution-events": (HOST_EVENT.itemsize, HOST_EVENT.fields["device"][1]),
+                 "memory-events": (MEMORY_EVENT.itemsize, MEMORY_EVENT.fields["device"][1]), "queue-events": (104, 64),
+                 "devices": (32, 8), "queues": (24, 4), "command-buffers": (48, 40), "clock-correlations": (72, 8)}
+_EVERY_DEVICE, _NO_DEVICE = -1, -2  # a record written to every device's file, to none
+_WRITES_PER_CALL = 1024  # runs of records written per `os.writev` (Linux's IOV_MAX)
+_BLOCK = 16 << 20  # bytes of the file read per step of the split (`split_devices`)
+_EVENT_CHUNKS = ("host-execution-events", "memory-events", "queue-events", "clock-correlations")
 
 
-def chunk_devices(bundle: OpenBundle, chunk_type: str) -> np.ndarray:
-    """The device of each chunk of ``chunk_type`` (one of ``_DEVICE_OFFSETS``): its first record's (-1 for an
-    empty chunk)."""
-    chunks = bundle.chunks[chunk_type]
-    offset = _DEVICE_OFFSETS[chunk_type][1]
+class RecordTable:
+    """Every record of a bundle, walked once: byte offsets, lengths, record types, and for chunks their content type
+    (an index in ``KNOWN_CHUNKS``) and payload."""
+
+    def __init__(self, bundle: OpenBundle, header_length: int):
+        offsets, headers, kinds = walk_records(bundle.mapped, bundle.data, header_length, len(bundle.data),
+                                               KNOWN_CONTENT_TYPES)
+        self.offsets, self.kinds = offsets, kinds  # every record is whole: `open_bundle` checked the file
+        self.lengths = headers["record_length"].astype(np.int64)
+        self.types = headers["record_type"]
+        self.payloads = offsets + (headers["header_size"] + headers["type_length"]
+                                   + headers["name_length"]).astype(np.int64)
+        self.payload_lengths = headers["payload_length"].astype(np.int64)
+
+    def chunks(self, chunk_type: str) -> tuple[np.ndarray, Chunks]:
+        """The records that are chunks of ``chunk_type``, and their payloads."""
+        rows = np.flatnonzero((self.types == _CHUNK) & (self.kinds == KNOWN_CHUNKS.index(chunk_type)))
+        return rows, self.chunks_of(rows)
+
+    def chunks_of(self, rows: np.ndarray, start: int = 0) -> Chunks:
+        """The payloads of the chunks ``rows``, their offsets from byte ``start`` of the file."""
+        unknown = np.zeros(len(rows), np.uint32)  # their headers' device and queue: IREE's "any"
+        return Chunks(self.payloads[rows] - start, self.payload_lengths[rows], unknown, unknown)
+
+
+def chunk_devices(path: Path, data: np.ndarray, chunks: Chunks, chunk_type: str) -> np.ndarray:
+    """The device of each chunk of ``chunk_type`` (one of `DEVICE_FIELDS`) whose payloads ``chunks`` places in
+    ``data``: its first record's (-1 for an empty chunk). Every record of the chunk is checked to name it, else
+    one error line (about ``path``)."""
+    itemsize, offset = DEVICE_FIELDS[chunk_type]
+    positions = RecordPositions(chunks, itemsize)[:]
     devices = np.full(len(chunks.starts), -1, np.int64)
-    for begin in range(0, len(chunks.starts), _CHUNKS_WINDOW):  # a chunk is a page or two: give them back
-        part = slice(begin, begin + _CHUNKS_WINDOW)
-        starts, filled = chunks.starts[part], chunks.lengths[part] > 0
-        devices[part][filled] = records_at(bundle.data, starts[filled] + offset, _U32)
-        release_pages(bundle.mapped, int(starts[0]), int(starts[-1]) + 8)
+    if not len(positions):
+        return devices
+    recorded = records_at(data, positions + offset, _U32).astype(np.int64)
+    counts = chunks.lengths // itemsize
+    filled = counts > 0
+    devices[filled] = recorded[(np.cumsum(counts) - counts)[filled]]  # each chunk's first record's
+    chunk_device = np.repeat(devices, counts)
+    mixed = recorded != chunk_device
+    if mixed.any():
+        raise corrupt(path, f"a {chunk_type} chunk holds events of devices {int(chunk_device[mixed][0])} and "
+                      f"{int(recorded[mixed][0])}")
     return devices
-
-
-_CHUNKS_WINDOW = 4096  # chunks whose first record is read per pass (`chunk_devices`)
 
 
 def profile_devices(bundle: OpenBundle) -> list[int]:
     """The devices whose host events the bundle holds, in ordinal order (``[0]`` for a one-device run; ``[]``
-    when it has no host event)."""
-    devices = chunk_devices(bundle, "host-execution-events")
-    return sorted(set(devices[devices >= 0].tolist()))
+    when it has no host event): each host-execution chunk's first record's."""
+    chunks = bundle.chunks["host-execution-events"]
+    offset = DEVICE_FIELDS["host-execution-events"][1]
+    found: set[int] = set()
+    for begin in range(0, len(chunks.starts), _CHUNKS_WINDOW):  # a chunk is a page or two: give them back
+        part = slice(begin, begin + _CHUNKS_WINDOW)
+        starts = chunks.starts[part][chunks.lengths[part] > 0]
+        found.update(records_at(bundle.data, starts + offset, _U32).tolist())
+        release_pages(bundle.mapped, int(chunks.starts[part][0]), int(chunks.starts[part][-1]) + 8)
+    return sorted(found)
 
 
-def _check_chunk_devices(bundle: OpenBundle, chunk_type: str, devices: np.ndarray) -> None:
-    """Every record of every ``chunk_type`` chunk names its chunk's device (``devices``), else one error line."""
-    chunks = bundle.chunks[chunk_type]
-    itemsize, offset = _DEVICE_OFFSETS[chunk_type]
-    positions = RecordPositions(chunks, itemsize)
-    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
-        window = positions[begin : begin + HOST_EVENTS_WINDOW]
-        recorded = records_at(bundle.data, window + offset, _U32).astype(np.int64)
-        chunk = np.searchsorted(chunks.starts, window, side="right") - 1
-        release_pages(bundle.mapped, int(window[0]), int(window[-1]) + itemsize)
-        mixed = recorded != devices[chunk]
-        if mixed.any():
-            raise corrupt(bundle.path, f"a {chunk_type} chunk holds events of devices {int(devices[chunk[mixed][0]])} "
-                          f"and {int(recorded[mixed][0])}")
+_CHUNKS_WINDOW = 4096  # chunks whose first record is read per pass (`profile_devices`)
 
 
-def _chunks_of(chunks: Chunks, chosen: np.ndarray) -> Chunks:
-    return Chunks(chunks.starts[chosen], chunks.lengths[chosen], chunks.devices[chosen], chunks.queues[chosen])
+def metadata_devices(bundle: OpenBundle, table: RecordTable) -> np.ndarray:
+    """The device of each record that is known before the events' (`_EVERY_DEVICE` for the executables, their
+    functions and chunks read by no one; `_NO_DEVICE` for the events', found a block at a time): the devices,
+    queues, command buffers and their operations (a few records, read from the mapped file) and the sessions'
+    begins and ends (`session_devices`)."""
+    owner = np.full(len(table.offsets), _EVERY_DEVICE, np.int64)
+    for chunk_type in _EVENT_CHUNKS:
+        owner[table.chunks(chunk_type)[0]] = _NO_DEVICE
+    for chunk_type in ("devices", "queues", "command-buffers"):
+        rows, chunks = table.chunks(chunk_type)
+        owner[rows] = chunk_devices(bundle.path, bundle.data, chunks, chunk_type)
+    buffer_positions = RecordPositions(table.chunks("command-buffers")[1], DEVICE_FIELDS["command-buffers"][0])[:]
+    buffers = records_at(bundle.data, buffer_positions + COMMAND_BUFFER.fields["command_buffer"][1], _U64)
+    buffer_devices = records_at(bundle.data, buffer_positions + DEVICE_FIELDS["command-buffers"][1], _U32)
+    device_of_buffer = dict(zip(buffers.tolist(), buffer_devices.tolist()))
+    rows, chunks = table.chunks("command-operations")
+    positions = RecordPositions(chunks, COMMAND_OPERATION.itemsize)[:]
+    operated = records_at(bundle.data, positions + COMMAND_OPERATION.fields["command_buffer"][1], _U64)
+    chunk = np.searchsorted(chunks.starts, positions, side="right") - 1
+    for index, buffer in zip(chunk.tolist(), operated.tolist()):
+        device = device_of_buffer.get(buffer)
+        if device is None:
+            raise corrupt(bundle.path, f"command operations of undeclared command buffer {buffer}")
+        if owner[rows[index]] not in (_EVERY_DEVICE, device):
+            raise corrupt(bundle.path, f"a command-operations chunk holds commands of devices "
+                          f"{int(owner[rows[index]])} and {device}")
+        owner[rows[index]] = device
+    release_pages(bundle.mapped, 0, len(bundle.data))
+    session_devices(table, owner)
+    return owner
 
 
-def device_bundles(bundle: OpenBundle) -> dict[int, OpenBundle]:
-    """Each device's bundle (by ordinal): its host and memory event chunks and its command buffers, over the same
-    mapped file; the functions of every executable stay (an executable's id names its device)."""
+def session_devices(table: RecordTable, owner: np.ndarray) -> None:
+    """The k-th session begin and end are the k-th device's (IREE writes each device's begin, then its device
+    record); where they do not pair so, every device's file gets the first begin and the last end."""
+    ordinals = owner[table.chunks("devices")[0]]
+    for record_type in (_SESSION_BEGIN, _SESSION_END):
+        rows = np.flatnonzero(table.types == record_type)
+        owner[rows] = _NO_DEVICE
+        if len(rows) == len(ordinals):
+            owner[rows] = ordinals
+        else:
+            owner[rows[0 if record_type == _SESSION_BEGIN else -1]] = _EVERY_DEVICE
+
+
+def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder: Path) -> dict[int, Path]:
+    """Write each device's records of ``bundle`` (open as ``file``; of ``devices``, its devices with host events)
+    to its own .ireeprof in ``folder``, in one pass over the file: {device: its file}.
+
+    The records are walked on the mapped file (their headers), then read a block of `_BLOCK` bytes at a time
+    into one reused buffer (read, not mapped: no page faults, nothing to give back), each block's events'
+    devices found and checked, and each device's runs of records in it written to its file."""
     if bundle.device_timed:
         raise SectionmarkError(f"{bundle.path}: a device-timed profile of several devices cannot be read yet "
                                "(sectionmark reads several CPU devices' host-timed profiles)")
-    by_type = {}
-    for chunk_type in _DEVICE_OFFSETS:
-        devices = chunk_devices(bundle, chunk_type)
-        _check_chunk_devices(bundle, chunk_type, devices)
-        by_type[chunk_type] = devices
-    records = fixed_records(bundle.data, bundle.chunks["command-buffers"], COMMAND_BUFFER)
-    buffer_ids = records["command_buffer"].tolist()
-    starts = RecordPositions(bundle.chunks["command-buffers"], COMMAND_BUFFER.itemsize)[:]
-    buffer_devices = records_at(bundle.data, starts + COMMAND_BUFFER_DEVICE_OFFSET, _U32).tolist()
-    device_of_buffer = dict(zip(buffer_ids, buffer_devices))
-    bundles = {}
-    for device in profile_devices(bundle):
-        chunks = dict(bundle.chunks)
-        for chunk_type, devices in by_type.items():
-            chunks[chunk_type] = _chunks_of(bundle.chunks[chunk_type], devices == device)
-        declared = {buffer for buffer in bundle.declared if device_of_buffer.get(buffer) == device}
-        commands = {buffer: recorded for buffer, recorded in bundle.commands.items() if buffer in declared}
-        bundles[device] = replace(bundle, chunks=chunks, declared=declared, commands=commands)
-    return bundles
+    header_length = int(records_at(bundle.data, np.array([8]), _U32)[0])
+    table = RecordTable(bundle, header_length)
+    owner = metadata_devices(bundle, table)
+    event_rows = {chunk_type: table.chunks(chunk_type)[0] for chunk_type in _EVENT_CHUNKS}
+    ends = table.offsets + table.lengths
+    buffer = np.empty(min(_BLOCK, len(bundle.data)), np.uint8)
+    paths = {device: folder / f"device{device}.ireeprof" for device in devices}
+    files: dict[int, int] = {}
+    try:
+        for device, path in paths.items():
+            files[device] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            _write_all(files[device], [memoryview(bundle.data[:header_length].tobytes())])
+        first = 0
+        while first < len(table.offsets):
+            last = max(int(np.searchsorted(ends, table.offsets[first] + _BLOCK, side="right")), first + 1)
+            start, end = int(table.offsets[first]), int(ends[last - 1])
+            data = buffer if end - start <= len(buffer) else np.empty(end - start, np.uint8)  # one huge record
+            if os.preadv(file.fileno(), [data[: end - start]], start) != end - start:
+                raise SectionmarkError(f"{bundle.path}: the profile changed while it was read (it is shorter)")
+            for chunk_type, rows in event_rows.items():
+                inside = rows[np.searchsorted(rows, first) : np.searchsorted(rows, last)]
+                owner[inside] = chunk_devices(bundle.path, data, table.chunks_of(inside, start), chunk_type)
+            _write_runs(files, data, table.offsets[first:last] - start, ends[first:last] - start, owner[first:last])
+            first = last
+        for file_descriptor in files.values():
+            length = os.lseek(file_descriptor, 0, os.SEEK_CUR)
+            os.pwrite(file_descriptor, _FILE_LENGTH.pack(length), _FILE_LENGTH_OFFSET)
+    except OSError as error:  # a full disk, most likely
+        raise SectionmarkError(f"{bundle.path}: cannot write its devices' files in {folder}: {error.strerror} "
+                               "(reading a profile of several devices needs free space about its size in TMPDIR)"
+                               ) from None
+    finally:
+        for file_descriptor in files.values():
+            os.close(file_descriptor)
+    return paths
+
+
+def _write_runs(files: dict[int, int], data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                owner: np.ndarray) -> None:
+    """Write each run of consecutive records (at ``starts``, ``ends`` of ``data``) of a device, or of every device
+    (`_EVERY_DEVICE`), to that device's file (``files``: descriptors), straight from ``data``."""
+    view = memoryview(data)
+    for device, file in files.items():
+        chosen = np.concatenate([[False], (owner == device) | (owner == _EVERY_DEVICE), [False]])
+        firsts = starts[np.flatnonzero(chosen[1:-1] & ~chosen[:-2])].tolist()
+        lasts = ends[np.flatnonzero(chosen[1:-1] & ~chosen[2:])].tolist()
+        for begin in range(0, len(firsts), _WRITES_PER_CALL):
+            _write_all(file, [view[start:end] for start, end in zip(firsts[begin : begin + _WRITES_PER_CALL],
+                                                                     lasts[begin : begin + _WRITES_PER_CALL])])
+    view.release()
+
+
+def _write_all(file: int, parts: list[memoryview]) -> None:
+    """Write ``parts`` to ``file`` in order, whole (`os.writev` may write less than asked)."""
+    first = 0
+    while first < len(parts):
+        written = os.writev(file, parts[first:])
+        while first < len(parts) and written >= len(parts[first]):
+            written -= len(parts[first])
+            first += 1
+        if written:
+            parts[first] = parts[first][written:]
 
 
 def several_devices_error(path: Path, devices: list[int]) -> SectionmarkError:
     """The line for a reader of one device's events given a profile of several devices."""
     return SectionmarkError(f"{path}: the profile records {len(devices)} devices ({', '.join(map(str, devices))}); "
                             "read it per device (sectionmark report / sm.report read each device's events)")
-
-
-class DeviceDispatchStream(DispatchStream):
-    """One device's events of a bundle of several, read as every host-timed bundle's are (`DispatchStream`), but
-    its windows are the mapped file itself, not a read copy: a window of the device's records spans the other
-    devices' chunks between them, so a copy of it would make reading N devices N passes over the whole file.
-    Only the pages of this device's records are touched (mapped in), and given back at the next window; the
-    last window's go with the map."""
-
-    def __init__(self, bundle: OpenBundle, file: BinaryIO):
-        super().__init__(bundle, file)
-        self._mapped_window: Optional[tuple[int, int]] = None  # the bytes the last window mapped in
-
-    def _read(self, start: int, end: int) -> np.ndarray:
-        if self._mapped_window is not None:
-            release_pages(self._bundle.mapped, *self._mapped_window)
-        self._mapped_window = (start, end)
-        return self._bundle.data[start:end]

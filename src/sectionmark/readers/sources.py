@@ -17,20 +17,20 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Optional, Protocol, Union
+from typing import BinaryIO, Iterator, Optional, Protocol, Union
 
 import numpy as np
 
 from sectionmark.artifacts.files import open_regular
+from sectionmark.artifacts.scratch import PREFIX, scratch_folder
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.bundle_records import UnsupportedLayout
 from sectionmark.readers.checks import by_submission_and_start
 from sectionmark.readers.event_model import Profile, RecordedCommand
 from sectionmark.readers.ireeprof import read_profile
-from sectionmark.readers.bundle_events import open_bundle
+from sectionmark.readers.bundle_events import OpenBundle, open_bundle
 from sectionmark.readers.bundle_records import BUNDLE_MAGIC
-from sectionmark.readers.devices import (DeviceDispatchStream, device_bundles, profile_devices,
-                                        several_devices_error)
+from sectionmark.readers.devices import profile_devices, several_devices_error, split_devices
 from sectionmark.readers.ireeprof_stream import DispatchStream
 from sectionmark.section_map import SectionMap
 
@@ -107,9 +107,7 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
             if len(devices) > 1 and not several_devices:
                 raise several_devices_error(path, devices)
             if len(devices) > 1:
-                sources = {device: _DeviceStream(DeviceDispatchStream(each, os.fdopen(os.dup(file.fileno()), "rb")))
-                           for device, each in device_bundles(bundle).items()}
-                bundle.close()
+                sources = _device_streams(path, bundle, file, devices)
                 file.close()
                 return sources
             if not bundle.device_timed:
@@ -124,6 +122,35 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
     if head != BUNDLE_MAGIC and head[:1] != b"{":  # a capture by its first bytes, or an error line
         return {0: WholeProfile(read_events(path, section_map, function))}
     return {0: WholeProfile(read_profile(path))}
+
+
+def _device_streams(path: Path, bundle: OpenBundle, file: BinaryIO, devices: list[int]) -> dict[int, EventSource]:
+    """Each device's events of a bundle of several (`devices`): the file split into one file per device in a scratch
+    folder, each then read as any one-device bundle is. The folder goes when this returns (or fails); the open
+    files keep their bytes on disk until each device's stream has read them and closed its file."""
+    opened: list[tuple[OpenBundle, BinaryIO]] = []
+    try:
+        with scratch_folder(PREFIX + "devices-") as folder:
+            try:
+                split = split_devices(bundle, file, devices, folder)
+            finally:
+                bundle.close()
+            sources: dict[int, EventSource] = {}
+            for device, device_path in split.items():
+                device_file = open_regular(device_path, "profile")
+                try:  # its errors name the profile, not its device's file (`read_device_profile` names the device)
+                    device_bundle = open_bundle(path, device_file, os.fstat(device_file.fileno()).st_size)
+                except BaseException:
+                    device_file.close()
+                    raise
+                opened.append((device_bundle, device_file))
+                sources[device] = _DeviceStream(DispatchStream(device_bundle, device_file))
+    except BaseException:
+        for device_bundle, device_file in opened:
+            device_bundle.close()
+            device_file.close()
+        raise
+    return sources
 
 
 class _Stream:
