@@ -59,6 +59,7 @@ class OpenBundle:
     known_keys: np.ndarray
     declared: set[int]  # the command buffers the profile defines
     commands: dict[int, dict[int, CommandRecord]]  # their recorded commands, by index
+    sessions: int = 1  # profiling sessions: one per device the run drove (`sectionmark.readers.devices` splits them)
 
     def host_event_positions(self) -> RecordPositions:
         return RecordPositions(self.chunks["host-execution-events"], HOST_EVENT.itemsize)
@@ -79,7 +80,7 @@ class OpenBundle:
 
 def open_bundle(path: Path, file: BinaryIO, size: int) -> OpenBundle:
     """Map the bundle, check its header and records (`map_bundle`), decode its functions and command buffers."""
-    mapped, data, chunks = map_bundle(path, file, size)
+    mapped, data, chunks, sessions = map_bundle(path, file, size)
 
     functions = _executable_functions(path, chunks["executable-functions"].views(mapped))
 
@@ -107,7 +108,8 @@ def open_bundle(path: Path, file: BinaryIO, size: int) -> OpenBundle:
     keys = list(dict.fromkeys(functions[pair] for pair in known))
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
-    return OpenBundle(path, mapped, data, chunks, functions, keys, known_codes, known_keys, declared, commands)
+    return OpenBundle(path, mapped, data, chunks, functions, keys, known_codes, known_keys, declared, commands,
+                      sessions)
 
 
 # Host execution events read per pass: the file pages of one window are mapped in at a time and given back

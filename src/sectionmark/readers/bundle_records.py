@@ -297,7 +297,8 @@ def walk_records(mapped: mmap.mmap, data: np.ndarray, start: int, end: int,
 
 
 def map_bundle(path: Path, file: BinaryIO, size: int) -> tuple[mmap.mmap, np.ndarray, dict[str, Chunks]]:
-    """Map the bundle and check its header and records: (the map, its bytes, the payloads of each chunk type used)."""
+    """Map the bundle and check its header and records: (the map, its bytes, the payloads of each chunk type used,
+    its number of profiling sessions: one per device the run drove)."""
     file.seek(0)
     header = file.read(_FILE_HEADER.size)
     if len(header) < _FILE_HEADER.size:
@@ -318,13 +319,13 @@ def map_bundle(path: Path, file: BinaryIO, size: int) -> tuple[mmap.mmap, np.nda
     if len(mapped) < file_length:
         raise corrupt(path, f"truncated: {len(mapped)} of {file_length} bytes")
     data = np.frombuffer(mapped, np.uint8, count=file_length)
-    return mapped, data, _bundle_chunks(path, mapped, data, header_length, file_length)
+    return (mapped, data, *_bundle_chunks(path, mapped, data, header_length, file_length))
 
 
 def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_length: int,
-                   file_length: int) -> dict[str, Chunks]:
+                   file_length: int) -> tuple[dict[str, Chunks], int]:
     """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
-    chunks we use.
+    chunks we use and the number of sessions.
 
     Checked all at once over the table of record headers, reporting the first
     record (in file order) that fails a check, and its first failed check.
@@ -372,8 +373,8 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
         )
     payload_start = complete + (header_size + headers["type_length"] + headers["name_length"]).astype(np.int64)
     payload_length = headers["payload_length"].astype(np.int64)
-    return {name: Chunks(payload_start[rows], payload_length[rows], headers["device"][rows], headers["queue"][rows])
-            for index, name in enumerate(USED_CHUNKS) for rows in [chunk & (kinds == index)]}
+    return ({name: Chunks(payload_start[rows], payload_length[rows], headers["device"][rows], headers["queue"][rows])
+             for index, name in enumerate(USED_CHUNKS) for rows in [chunk & (kinds == index)]}, int(began.sum()))
 
 
 def _raise_record_error(path: Path, offset: int, header: np.void, after_end: bool, lengths_ok: bool,

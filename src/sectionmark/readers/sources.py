@@ -103,7 +103,7 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
         head = file.read(4)
         if head == BUNDLE_MAGIC:
             bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size)
-            devices = profile_devices(bundle)
+            devices = profile_devices(bundle) if bundle.sessions > 1 else [0]  # a session per device
             if len(devices) > 1 and not several_devices:
                 raise several_devices_error(path, devices)
             if len(devices) > 1:
