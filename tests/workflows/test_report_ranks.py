@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 from rank_profiles import SLOW_RANK, WARMUP, WIDE, record_rank_files
+from tiny_profiles import profile_two_devices
 
 import sectionmark as sm
 from sectionmark.cli import main
@@ -80,3 +81,18 @@ def test_a_bad_rank_file_is_one_error_line_naming_it_and_nothing_is_written(rank
     with pytest.raises(SectionmarkError, match=r"^sectionmark.report reads one profile; several ranks' profiles of "
                        r"one module: sectionmark.report_ranks\(paths, map\)$"):
         sm.report(paths, vmfb)
+
+
+def test_a_rank_file_of_several_devices_is_refused_in_one_line_naming_it(tmp_path, capsys):
+    compiled, two, _run = profile_two_devices(tmp_path, iterations=2, warmup=0)
+    compiled.save(tmp_path / "two.vmfb")
+    line = (f"{two}: a profile of 2 devices (0, 1); ranks of runs on several devices are not merged yet: report it "
+            f"alone (sectionmark report {two} --map MAP)")
+    for processes in (1, None):  # read here, and in a process of its own
+        with pytest.raises(SectionmarkError) as refused:
+            sm.report_ranks([two, two], tmp_path / "two.vmfb", processes=processes)
+        assert str(refused.value) == line
+    output = tmp_path / "ranks.json"
+    assert main(["report", str(two), str(two), "--map", str(tmp_path / "two.vmfb"), "--json", str(output)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"sectionmark: error: {line}\n" and captured.out == "" and not output.exists()

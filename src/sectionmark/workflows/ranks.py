@@ -11,7 +11,9 @@ read once. The processes are forks of this one: a fork server or a spawned
 interpreter would run the caller's script again in every process (a script
 without a ``__main__`` guard would start the whole report again), and a
 reading process only runs the read path (numpy and sectionmark's own readers,
-no threads of IREE's). A file that cannot be read stops the report with
+no threads of IREE's). A profile of several devices in one process is refused
+before its events are read (its devices' sessions are not merged across ranks
+yet). A file that cannot be read stops the report with
 one line naming it; the reads still running are let finish and nothing is
 written.
 """
@@ -29,6 +31,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.ranks import RankProfile, RankReport, merge_ranks
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.progress import progress
+from sectionmark.readers.sources import recorded_devices
 from sectionmark.section_map import SectionMap
 from sectionmark.workflows.measure import report
 
@@ -74,8 +77,15 @@ def report_ranks(
 
 
 def read_rank(path: Path, **arguments) -> ProfileSession:
-    """One rank's session, read as `sectionmark.report` reads a file; a failure is one line naming the file."""
+    """One rank's session, read as `sectionmark.report` reads a file; a failure is one line naming the file.
+    A profile of several devices is refused before its events are read: ranks' per-device sessions are not
+    merged yet."""
     try:
+        devices = recorded_devices(path)
+        if len(devices) > 1:
+            raise SectionmarkError(
+                f"{path}: a profile of {len(devices)} devices ({', '.join(map(str, devices))}); ranks of runs on "
+                f"several devices are not merged yet: report it alone (sectionmark report {path} --map MAP)")
         return report(path, **arguments).session
     except SectionmarkError as error:
         message = str(error)
