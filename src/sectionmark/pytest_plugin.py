@@ -17,7 +17,8 @@ compared run profiled (the last run on this machine, or run RUN) still kept,
 it and the module under test run alternately, ``rounds`` rounds
 (`sectionmark.workflows.interleave`), and each section is judged over the
 rounds' paired ratios, so that load, however it changes, hits both alike.
-Without that copy (or for options the rounds do not take), ``runs`` fresh
+Without that copy (or for options the rounds do not take, or when the kept
+module cannot run: other inputs, another function; a note says so), ``runs`` fresh
 runs are judged against the recorded runs (`regression_verdicts`, each
 run's whole-run factor taken out). A gated section judged slower by more
 than PCT fails the test with one line naming it. The workers
@@ -150,11 +151,18 @@ class SectionProfiler:
                     else None
                 module = store.keep_module(program)
                 if copy is not None:
-                    sessions = interleaved_sessions(copy, program, args, rounds=rounds, iterations=iterations,
-                                                    warmup=warmup, quiet=True, **options)
-                    paired = compare_sessions(*sessions, labels=(f"run {baseline[0].number}", "this run"), paired=True)
-                    session = sessions[1]
-                else:
+                    try:
+                        sessions = interleaved_sessions(copy, program, args, rounds=rounds, iterations=iterations,
+                                                        warmup=warmup, quiet=True, **options)
+                    except SectionmarkError as error:  # e.g. the kept module takes other inputs: this run is
+                        settings.lines.append(  # recorded all the same, and the next session's baseline
+                            f"{test}: no rounds beside the module of run {baseline[0].number} ({error}); judged "
+                            "between runs instead")
+                    else:
+                        paired = compare_sessions(*sessions, labels=(f"run {baseline[0].number}", "this run"),
+                                                  paired=True)
+                        session = sessions[1]
+                if paired is None:
                     with profile(program, args, iterations=iterations, warmup=warmup, runs=runs, quiet=True,
                                  **options) as run:
                         session = run.session
