@@ -194,6 +194,15 @@ def test_a_saved_recording_replays_on_its_devices_from_the_command_line(recorded
     assert document["kind"] == "replay-devices" and [f["function"] for f in document["functions"]] == ["prefill",
                                                                                                         "decode"]
     assert "── decode: 3 calls per replay, 1 measured replay ──" in capsys.readouterr().out
+    # Every function's profile is not one to compare; the line says what to compare instead, and that compares.
+    assert main(["compare", str(out), str(out)]) == 1
+    assert capsys.readouterr().err == (
+        f"sectionmark: error: {out}: a replay on several devices (\"kind\": \"replay-devices\": every function's "
+        "profile); compare one function's: sectionmark profile RECORDING --function NAME --json F\n")
+    decode = tmp_path / "decode.json"
+    assert main(["profile", str(saved), "-n", "1", "--warmup", "0", "--function", "decode", "--json", str(decode)]) == 0
+    assert main(["compare", str(decode), str(decode)]) == 0
+    capsys.readouterr()
     assert main(["profile", str(saved), "--html", str(tmp_path / "r.html")]) != 0
     assert capsys.readouterr().err.strip().endswith(
         "--html of a replay on several devices is not drawn yet (its table, --json and --csv are)")

@@ -105,6 +105,10 @@ def load_profile(source: Profiled, function: Optional[str] = None) -> Union[Prof
                          "or modules (CompiledProgram, a .vmfb path)")
     try:
         data = read_json(source, "profile JSON")
+        if isinstance(data, dict) and data.get("kind") == "replay-devices":  # its "devices" are names, not profiles
+            raise SectionmarkError("a replay on several devices (\"kind\": \"replay-devices\": every function's "
+                                   "profile); compare one function's: sectionmark profile RECORDING --function NAME "
+                                   "--json F")
         for document in _profile_documents(data):
             _thin_samples(document)
         if isinstance(data, dict) and data.get("kind") == "replay":
