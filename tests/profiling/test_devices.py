@@ -19,7 +19,7 @@ from tiny_profiles import TWO_DEVICES, export_rows, profile_two_devices, section
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.devices import DEVICE_TIME_PARTS, common_windows, split_device_time
-from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
+from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, union_by_window
 from sectionmark.readers.bundle_events import open_bundle
 from sectionmark.readers.bundle_records import HOST_EVENT
 from sectionmark.profiling.devices import device_section_map
@@ -381,8 +381,8 @@ def test_one_section_copies_get_the_whole_execution_gap():
 
     runs = executions((1, 7, 0, 100), (2, 7, 200, 300))
     gaps = ExecutionGaps(runs, (np.array([0, 200]), np.array([150, 300])))
-    gaps.add(dispatch_rows((1, 10, 40), (1, 30, 50)), runs[:1])  # union 40 ns: gap 60
-    gaps.add(dispatch_rows((2, 200, 290)), runs[1:])  # gap 10
+    gaps.add(dispatch_rows((1, 10, 40), (1, 30, 50)))  # union 40 ns: gap 60
+    gaps.add(dispatch_rows((2, 200, 290)))  # gap 10
     assert gaps.gaps().tolist() == [60, 10]
     transfers = section_transfers(runs, gaps.gaps(), {7: copy_buffer(0, ("Half 1", None), ("Half 1", None))}, 5)
     assert transfers.transfer_ns == {("Half 1",): 70.0, (): 5.0} and not transfers.split
@@ -412,9 +412,35 @@ def test_overlapping_executions_and_window_edges_add_up_exactly():
                                                                          [95, 100, 95, 125])
     runs = executions((1, 7, 0, 100), (2, 7, 50, 120))
     gaps = ExecutionGaps(runs, (np.array([0]), np.array([110])))
-    gaps.add(dispatch_rows((1, 10, 30), (2, 90, 105)), runs)
+    gaps.add(dispatch_rows((1, 10, 30), (2, 90, 105)))
     # Union of executions in the window: 110; dispatch union there: 20 + 15 = 35.
     assert gaps.gaps().sum() == 110 - 35 and gaps.gaps().tolist() == [100 - 20 - 10, 10 - 5]
+
+
+def test_overlapping_executions_read_in_any_windows_give_the_one_window_gaps():
+    """A dispatch of an execution read in a later reader window may run in time an earlier-read execution owns
+    (the first started owns overlapping time): it is taken from that one's gap whatever the windows."""
+    from sectionmark.profiling.device_transfers import ExecutionGaps
+
+    # A [0, 100), B [50, 150), C [140, 200); A owns [0, 100), B [100, 150), C [150, 200).
+    # Call 1: D [300, 400) alone.
+    runs = executions((1, 7, 0, 100), (2, 7, 50, 150), (3, 7, 140, 200), (4, 7, 300, 400))
+    dispatches = dispatch_rows((1, 0, 40), (2, 60, 140), (3, 150, 190), (4, 310, 390))
+    windows = (np.array([0, 300]), np.array([200, 400]))
+    # One reader window: A less [0, 40) and [60, 100); B less [100, 140); C less [150, 190); D less [310, 390).
+    expected = [20, 10, 10, 20]
+    # The device's transfer: the executions' union less the dispatches' union, in each call window.
+    queue = spans(*((EXECUTE, int(run["start_ns"]), int(run["end_ns"]), 0) for run in runs))
+    compute = union_by_window(dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64),
+                              *windows)
+    (time,) = split_device_time([queue], [compute], windows)
+    assert time.transfer_ns == sum(expected) == 60
+    for cuts in ([4], [1, 4], [2, 4], [3, 4], [1, 2, 4], [1, 3, 4], [2, 3, 4], [1, 2, 3, 4]):  # the submissions each reader window ends after
+        gaps, first = ExecutionGaps(runs, windows), 0
+        for last in cuts:
+            gaps.add(dispatches[first:last])
+            first = last
+        assert gaps.gaps().tolist() == expected, cuts
 
 
 def test_a_wait_goes_to_the_section_the_device_waits_to_run():

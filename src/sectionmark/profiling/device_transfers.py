@@ -102,32 +102,29 @@ class ExecutionGaps:
     """Per execution (``executions``: a device's SUBMISSION_DTYPE rows), its time inside the calls' ``windows``
     with no dispatch of its device running (int64 ns): its own part (`execution_pieces`) in the windows less the
     dispatches' union there. The dispatches are added as the device's reader yields them (`EventSource.windows`:
-    whole submissions at a time), each window swept against its own executions only."""
+    whole submissions at a time), each window swept against every part its dispatches reach, whichever
+    execution owns it: where executions overlap, one read in another window may own the time a dispatch ran."""
 
     def __init__(self, executions: np.ndarray, windows: tuple[np.ndarray, np.ndarray]):
         piece_starts, piece_ends = execution_pieces(executions["start_ns"], executions["end_ns"])
         owner, starts, ends = clip_to_windows(piece_starts, piece_ends, *windows)
-        # By submission, then start: a window's parts are one run of rows, found by two binary searches.
-        order = np.lexsort((starts, executions["submission"][owner]))
+        # By start: the parts are disjoint, so their ends are sorted too and a window's reach is two binary searches.
+        order = np.argsort(starts, kind="stable")
         self._owner, self._starts, self._ends = owner[order], starts[order], ends[order]
-        self._submissions = executions["submission"][self._owner]
         self._gaps = np.bincount(self._owner, weights=self._ends - self._starts, minlength=len(executions))
 
-    def add(self, dispatches: np.ndarray, executed: np.ndarray) -> None:
-        """The dispatches of the submissions ``executed`` (one reader window, sorted by submission)."""
-        if not len(dispatches) or not len(executed):
+    def add(self, dispatches: np.ndarray) -> None:
+        """The dispatches of one reader window."""
+        if not len(dispatches):
             return
-        ids = executed["submission"]
-        rows = slice(int(np.searchsorted(self._submissions, ids[0], side="left")),
-                     int(np.searchsorted(self._submissions, ids[-1], side="right")))
-        mine = np.isin(self._submissions[rows], ids)
-        if not mine.any():
+        starts, ends = dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64)
+        rows = slice(int(np.searchsorted(self._ends, starts.min(), side="right")),
+                     int(np.searchsorted(self._starts, ends.max(), side="left")))
+        if rows.start >= rows.stop:
             return
-        owner, starts, ends = self._owner[rows][mine], self._starts[rows][mine], self._ends[rows][mine]
-        order = np.argsort(starts, kind="stable")  # the windows of `partition_time`: sorted by start
-        covered = partition_time(dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64),
-                                 np.zeros(len(dispatches), np.int64), 1, starts[order], ends[order])
-        self._gaps -= np.bincount(owner[order], weights=covered[:, 0], minlength=len(self._gaps))
+        covered = partition_time(starts, ends, np.zeros(len(dispatches), np.int64), 1, self._starts[rows],
+                                 self._ends[rows])
+        self._gaps -= np.bincount(self._owner[rows], weights=covered[:, 0], minlength=len(self._gaps))
 
     def gaps(self) -> np.ndarray:
         return np.rint(self._gaps).astype(np.int64)

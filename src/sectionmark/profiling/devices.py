@@ -327,7 +327,7 @@ class _TransferSweep:
         self._gaps = None if windows is None else ExecutionGaps(self._source.layout().submissions, windows)
         for dispatches, executed in self._source.windows():
             if self._gaps is not None:
-                self._gaps.add(dispatches, executed)
+                self._gaps.add(dispatches)
             yield dispatches, executed
 
     def transfers(self, executions: np.ndarray, buffers: dict[int, Optional[CommandBuffer]],
