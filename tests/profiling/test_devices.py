@@ -151,6 +151,57 @@ def test_each_device_waits_add_up_by_the_section_it_waits_to_run(two_devices):
     assert result.render("csv").splitlines()[0].endswith(",transfer_ns,waiting_ns")
 
 
+def shifted(profile, ns: int):
+    """A device's events, every time ``ns`` later."""
+    from dataclasses import replace
+
+    def moved(table, *fields):
+        table = table.copy()
+        for name in fields:
+            table[name] += ns
+        return table
+
+    return replace(profile, dispatches=moved(profile.dispatches, "start_ns", "end_ns"),
+                   submissions=moved(profile.submissions, "start_ns", "end_ns"),
+                   queue_ops=moved(profile.queue_ops, "start_ns", "end_ns"), memory=moved(profile.memory, "time_ns"),
+                   allocations=None if profile.allocations is None else moved(profile.allocations, "time_ns"))
+
+
+def test_calls_overlapping_across_devices_still_split_each_common_window_exactly(two_devices):
+    """Device 1's call 0 moved to run across the start of device 0's call 1: the common windows are clipped there
+    (device 1's call 0 reaches into window 1), and every device's time is still split, its parts adding up to each
+    common window, its compute the union of its dispatches there (a timeline oracle), its sections' transfers to
+    its transfer."""
+    from sectionmark.profiling.attribute import attribute
+    from sectionmark.profiling.devices import read_device_profile
+    from sectionmark.readers.sources import WholeProfile, read_device_events
+
+    compiled, kept, _result = two_devices
+    profiles = read_device_events(kept, compiled.section_map)
+    spans_of = lambda: [attribute(profile, device_section_map(compiled.section_map, ordinal), calls=ITERATIONS + WARMUP,
+                                  warmup=WARMUP).queue_spans for ordinal, profile in sorted(profiles.items())]
+    starts = [common_windows([part], ITERATIONS) for part in spans_of()]
+    device_1 = starts[1][1][0] - starts[1][0][0]  # its call 0's length
+    profiles[1] = shifted(profiles[1], int(starts[0][0][1] - device_1 // 2 - starts[1][0][0]))
+    windows = common_windows(spans_of(), ITERATIONS)
+    assert windows[1][0] == starts[0][0][1]  # window 0 ends where device 0's call 1 starts, inside device 1's call 0
+    result = read_device_profile({ordinal: WholeProfile(profile) for ordinal, profile in profiles.items()},
+                                 compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    first = int(windows[0][0])
+    for index, device in enumerate(result.devices):
+        assert device.time is not None and device.transfers is not None and device.waits is not None
+        per_call = np.array(device.time.per_call)
+        assert (per_call.sum(axis=1) == windows[1] - windows[0]).all() and (per_call >= 0).all()
+        dispatches = profiles[device.ordinal].dispatches
+        ran = np.zeros(int(windows[1][-1]) - first, bool)
+        for start, end in zip(dispatches["start_ns"].tolist(), dispatches["end_ns"].tolist()):
+            ran[max(start - first, 0):max(end - first, 0)] = True
+        oracle = [int(ran[start - first:end - first].sum()) for start, end in zip(*windows)]
+        assert per_call[:, 0].tolist() == oracle, device.ordinal
+        assert sum(row.transfer_ns[index] for row in result.sections) == pytest.approx(device.time.transfer_ns)
+        assert sum(row.waiting_ns[index] for row in result.sections) == pytest.approx(device.time.waiting_ns)
+
+
 def test_the_map_knows_each_copy_size(two_devices):
     """The bytes the transfers split by: each copy command's length in the map is the length IREE recorded."""
     compiled, kept, _result = two_devices
@@ -441,6 +492,7 @@ def test_overlapping_executions_read_in_any_windows_give_the_one_window_gaps():
             gaps.add(dispatches[first:last])
             first = last
         assert gaps.gaps().tolist() == expected, cuts
+        assert gaps.dispatch_union().tolist() == compute.tolist() == [160, 80]
 
 
 def test_a_wait_goes_to_the_section_the_device_waits_to_run():

@@ -111,7 +111,9 @@ class ExecutionGaps:
         # By start: the parts are disjoint, so their ends are sorted too and a window's reach is two binary searches.
         order = np.argsort(starts, kind="stable")
         self._owner, self._starts, self._ends = owner[order], starts[order], ends[order]
+        self._window = np.searchsorted(windows[0], self._starts, side="right") - 1  # each part's call window
         self._gaps = np.bincount(self._owner, weights=self._ends - self._starts, minlength=len(executions))
+        self._covered = np.zeros(len(windows[0]))  # by call window: the dispatches' time in the parts
 
     def add(self, dispatches: np.ndarray) -> None:
         """The dispatches of one reader window."""
@@ -125,9 +127,19 @@ class ExecutionGaps:
         covered = partition_time(starts, ends, np.zeros(len(dispatches), np.int64), 1, self._starts[rows],
                                  self._ends[rows])
         self._gaps -= np.bincount(self._owner[rows], weights=covered[:, 0], minlength=len(self._gaps))
+        windows = self._window[rows]  # a run of call windows, in order: added in place, not over every window
+        reached = slice(int(windows[0]), int(windows[-1]) + 1)
+        self._covered[reached] += np.bincount(windows - reached.start, weights=covered[:, 0],
+                                              minlength=reached.stop - reached.start)
 
     def gaps(self) -> np.ndarray:
         return np.rint(self._gaps).astype(np.int64)
+
+    def dispatch_union(self) -> np.ndarray:
+        """Per call window (int64 ns): the union of the dispatches added, inside the executions (where every
+        dispatch runs), cut exactly at the windows' edges: a dispatch may reach past its own call's window
+        where another device's next call began, which the windows are clipped at."""
+        return np.rint(self._covered).astype(np.int64)
 
 
 def static_buffers(runtime_ids: Iterable[int], matched: dict[int, int], recorded: dict[int, list[RecordedCommand]],
