@@ -202,6 +202,36 @@ def test_calls_overlapping_across_devices_still_split_each_common_window_exactly
         assert sum(row.waiting_ns[index] for row in result.sections) == pytest.approx(device.time.waiting_ns)
 
 
+def test_a_replayed_function_keeps_a_device_that_only_copied_and_waited(two_devices):
+    """Device 1's dispatches dropped: in the replay's function it only copies and waits. It stays in the
+    function's profile with its transfers and waits, device 0's waiting for it stays waiting (not idle), and the
+    parts still add up to every window."""
+    from dataclasses import replace
+
+    from sectionmark.readers.sources import read_device_events
+    from sectionmark.workflows.replay_devices import DeviceReplayProfile
+
+    compiled, kept, _result = two_devices
+    profiles = read_device_events(kept, compiled.section_map)
+    profiles[1] = replace(profiles[1], dispatches=profiles[1].dispatches[:0])
+    replayed = DeviceReplayProfile.build(profiles, compiled.section_map, ["main"], replays=ITERATIONS, warmup=WARMUP,
+                                         devices=DEVICES)
+    result = replayed.function("main")
+    assert [device.ordinal for device in result.devices] == [0, 1]
+    first, second = (device.time for device in result.devices)
+    assert second.compute_ns == 0 and second.transfer_ns > 0 and first.waiting_ns > 0
+    for index, device in enumerate(result.devices):
+        assert all(sum(parts) == length for parts, length in zip(device.time.per_call,
+                                                                 np.array(first.per_call).sum(axis=1)))
+        assert sum(row.transfer_ns[index] for row in result.sections) == pytest.approx(device.time.transfer_ns)
+        assert sum(row.waiting_ns[index] for row in result.sections) == pytest.approx(device.time.waiting_ns)
+    assert json.loads(result.render("json"))["devices"][1]["time"]["transfer_ns"] == second.transfer_ns
+    with pytest.raises(SectionmarkError, match="ran no dispatch in the replay"):
+        DeviceReplayProfile.build({0: replace(profiles[0], dispatches=profiles[0].dispatches[:0]), 1: profiles[1]},
+                                  compiled.section_map, ["main"], replays=ITERATIONS, warmup=WARMUP,
+                                  devices=DEVICES).function("main")
+
+
 def test_the_map_knows_each_copy_size(two_devices):
     """The bytes the transfers split by: each copy command's length in the map is the length IREE recorded."""
     compiled, kept, _result = two_devices

@@ -46,7 +46,8 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.profiling.attribute import Attribution, SlotMatcher, attribution_without_events, call_numbers
+from sectionmark.profiling.attribute import (NO_DISPATCH_EVENTS, Attribution, SlotMatcher, attribution_without_events,
+                                             call_numbers)
 from sectionmark.profiling.device_transfers import ExecutionGaps, SectionTransfers, section_transfers, static_buffers
 from sectionmark.profiling.device_waits import SectionWaits, section_waits, waiting_stretches
 from sectionmark.profiling.section_time import EventTotals
@@ -241,11 +242,15 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
                                                         function=function)
             except SectionmarkError as problem:
                 raise source.explain(problem) from None
-            session = ProfileSession.from_totals(attribution, totals, device_map, function, workers, name)
+            session = ProfileSession.from_totals(attribution, totals, device_map, function, workers, name,
+                                                 without_dispatches=True)
         except SectionmarkError as problem:  # which device's events it is about
             raise SectionmarkError(f"device {ordinal}: {problem}") from None
         read.append((ordinal, attribution, totals))
         sessions.append(DeviceSession(ordinal, name, session))
+    # A device that ran no dispatch is kept (its transfers and waits), but not every device.
+    if not any(totals.sums.count.sum() for _ordinal, _attribution, totals in read):
+        raise SectionmarkError(NO_DISPATCH_EVENTS)
     counts = {attribution.calls for _ordinal, attribution, _totals in read}
     if len(counts) > 1:
         raise SectionmarkError(f"the devices' profiles have different numbers of measured calls ({sorted(counts)}); "
