@@ -462,8 +462,8 @@ def test_one_section_copies_get_the_whole_execution_gap():
 
     runs = executions((1, 7, 0, 100), (2, 7, 200, 300))
     gaps = ExecutionGaps(runs, (np.array([0, 200]), np.array([150, 300])))
-    gaps.add(dispatch_rows((1, 10, 40), (1, 30, 50)))  # union 40 ns: gap 60
-    gaps.add(dispatch_rows((2, 200, 290)))  # gap 10
+    gaps.add(dispatch_rows((1, 10, 40), (1, 30, 50)), runs[:1])  # union 40 ns: gap 60
+    gaps.add(dispatch_rows((2, 200, 290)), runs[1:])  # gap 10
     assert gaps.gaps().tolist() == [60, 10]
     transfers = section_transfers(runs, gaps.gaps(), {7: copy_buffer(0, ("Half 1", None), ("Half 1", None))}, 5)
     assert transfers.transfer_ns == {("Half 1",): 70.0, (): 5.0} and not transfers.split
@@ -493,7 +493,7 @@ def test_overlapping_executions_and_window_edges_add_up_exactly():
                                                                          [95, 100, 95, 125])
     runs = executions((1, 7, 0, 100), (2, 7, 50, 120))
     gaps = ExecutionGaps(runs, (np.array([0]), np.array([110])))
-    gaps.add(dispatch_rows((1, 10, 30), (2, 90, 105)))
+    gaps.add(dispatch_rows((1, 10, 30), (2, 90, 105)), runs)
     # Union of executions in the window: 110; dispatch union there: 20 + 15 = 35.
     assert gaps.gaps().sum() == 110 - 35 and gaps.gaps().tolist() == [100 - 20 - 10, 10 - 5]
 
@@ -519,10 +519,25 @@ def test_overlapping_executions_read_in_any_windows_give_the_one_window_gaps():
     for cuts in ([4], [1, 4], [2, 4], [3, 4], [1, 2, 4], [1, 3, 4], [2, 3, 4], [1, 2, 3, 4]):  # the submissions each reader window ends after
         gaps, first = ExecutionGaps(runs, windows), 0
         for last in cuts:
-            gaps.add(dispatches[first:last])
+            gaps.add(dispatches[first:last], runs[first:last])
             first = last
         assert gaps.gaps().tolist() == expected, cuts
         assert gaps.dispatch_union().tolist() == compute.tolist() == [160, 80]
+
+
+def test_dispatches_running_at_once_in_different_reader_windows_are_taken_once():
+    """A's dispatch [10, 60) and B's [40, 90) run at once: read in two windows, their union [10, 90) is taken from
+    A's part (A owns [0, 100)) once, not each dispatch's whole length."""
+    from sectionmark.profiling.device_transfers import ExecutionGaps
+
+    runs = executions((1, 7, 0, 100), (2, 7, 20, 100))
+    dispatches = dispatch_rows((1, 10, 60), (2, 40, 90))
+    for cuts in ([2], [1, 2]):
+        gaps, first = ExecutionGaps(runs, (np.array([0]), np.array([100]))), 0
+        for last in cuts:
+            gaps.add(dispatches[first:last], runs[first:last])
+            first = last
+        assert gaps.gaps().tolist() == [20, 0] and gaps.dispatch_union().tolist() == [80], cuts
 
 
 def test_a_wait_goes_to_the_section_the_device_waits_to_run():

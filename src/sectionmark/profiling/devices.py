@@ -333,7 +333,7 @@ class _TransferSweep:
         self.gaps = None if windows is None else ExecutionGaps(self._source.layout().submissions, windows)
         for dispatches, executed in self._source.windows():
             if self.gaps is not None:
-                self.gaps.add(dispatches)
+                self.gaps.add(dispatches, executed)
             yield dispatches, executed
 
 
