@@ -125,6 +125,9 @@ class DeviceProfile:
     sections: list[DeviceSectionRow]
     calls: int
     function: Optional[str] = None
+    # The measured calls' windows across devices (`common_windows`: starts, ends), those the time split is in;
+    # None where not known (no time split, or read back from JSON, which does not hold them).
+    call_windows: Optional[tuple[np.ndarray, np.ndarray]] = field(default=None, repr=False)
 
     def device(self, ordinal: int) -> ProfileSession:
         """One device's session (every output of a one-device profile draws it)."""
@@ -279,7 +282,8 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
     sections = device_sections(sessions)
     _add_transfers(sessions, sections)
     _note_other_devices(sessions, sections)
-    return DeviceProfile(sessions, sections, calls_measured, function)
+    return DeviceProfile(sessions, sections, calls_measured, function,
+                         call_windows=windows)
 
 
 def _calls_windows_once(sources: dict[int, EventSource], section_map: SectionMap, calls: Optional[int],
