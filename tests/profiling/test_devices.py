@@ -19,7 +19,7 @@ from tiny_profiles import TWO_DEVICES, export_rows, profile_two_devices, section
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.devices import DEVICE_TIME_PARTS, common_windows, split_device_time
-from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE
+from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, union_by_window
 from sectionmark.readers.bundle_events import open_bundle
 from sectionmark.readers.bundle_records import HOST_EVENT
 from sectionmark.profiling.devices import device_section_map
@@ -149,6 +149,87 @@ def test_each_device_waits_add_up_by_the_section_it_waits_to_run(two_devices):
         assert abs(waits - device.time.waiting_ns) < 1e-6 * max(device.time.waiting_ns, 1)
     assert "Waiting dev 0" in result.table()
     assert result.render("csv").splitlines()[0].endswith(",transfer_ns,waiting_ns")
+
+
+def shifted(profile, ns: int):
+    """A device's events, every time ``ns`` later."""
+    from dataclasses import replace
+
+    def moved(table, *fields):
+        table = table.copy()
+        for name in fields:
+            table[name] += ns
+        return table
+
+    return replace(profile, dispatches=moved(profile.dispatches, "start_ns", "end_ns"),
+                   submissions=moved(profile.submissions, "start_ns", "end_ns"),
+                   queue_ops=moved(profile.queue_ops, "start_ns", "end_ns"), memory=moved(profile.memory, "time_ns"),
+                   allocations=None if profile.allocations is None else moved(profile.allocations, "time_ns"))
+
+
+def test_calls_overlapping_across_devices_still_split_each_common_window_exactly(two_devices):
+    """Device 1's call 0 moved to run across the start of device 0's call 1: the common windows are clipped there
+    (device 1's call 0 reaches into window 1), and every device's time is still split, its parts adding up to each
+    common window, its compute the union of its dispatches there (a timeline oracle), its sections' transfers to
+    its transfer."""
+    from sectionmark.profiling.attribute import attribute
+    from sectionmark.profiling.devices import read_device_profile
+    from sectionmark.readers.sources import WholeProfile, read_device_events
+
+    compiled, kept, _result = two_devices
+    profiles = read_device_events(kept, compiled.section_map)
+    spans_of = lambda: [attribute(profile, device_section_map(compiled.section_map, ordinal), calls=ITERATIONS + WARMUP,
+                                  warmup=WARMUP).queue_spans for ordinal, profile in sorted(profiles.items())]
+    starts = [common_windows([part], ITERATIONS) for part in spans_of()]
+    device_1 = starts[1][1][0] - starts[1][0][0]  # its call 0's length
+    profiles[1] = shifted(profiles[1], int(starts[0][0][1] - device_1 // 2 - starts[1][0][0]))
+    windows = common_windows(spans_of(), ITERATIONS)
+    assert windows[1][0] == starts[0][0][1]  # window 0 ends where device 0's call 1 starts, inside device 1's call 0
+    result = read_device_profile({ordinal: WholeProfile(profile) for ordinal, profile in profiles.items()},
+                                 compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    first = int(windows[0][0])
+    for index, device in enumerate(result.devices):
+        assert device.time is not None and device.transfers is not None and device.waits is not None
+        per_call = np.array(device.time.per_call)
+        assert (per_call.sum(axis=1) == windows[1] - windows[0]).all() and (per_call >= 0).all()
+        dispatches = profiles[device.ordinal].dispatches
+        ran = np.zeros(int(windows[1][-1]) - first, bool)
+        for start, end in zip(dispatches["start_ns"].tolist(), dispatches["end_ns"].tolist()):
+            ran[max(start - first, 0):max(end - first, 0)] = True
+        oracle = [int(ran[start - first:end - first].sum()) for start, end in zip(*windows)]
+        assert per_call[:, 0].tolist() == oracle, device.ordinal
+        assert sum(row.transfer_ns[index] for row in result.sections) == pytest.approx(device.time.transfer_ns)
+        assert sum(row.waiting_ns[index] for row in result.sections) == pytest.approx(device.time.waiting_ns)
+
+
+def test_a_replayed_function_keeps_a_device_that_only_copied_and_waited(two_devices):
+    """Device 1's dispatches dropped: in the replay's function it only copies and waits. It stays in the
+    function's profile with its transfers and waits, device 0's waiting for it stays waiting (not idle), and the
+    parts still add up to every window."""
+    from dataclasses import replace
+
+    from sectionmark.readers.sources import read_device_events
+    from sectionmark.workflows.replay_devices import DeviceReplayProfile
+
+    compiled, kept, _result = two_devices
+    profiles = read_device_events(kept, compiled.section_map)
+    profiles[1] = replace(profiles[1], dispatches=profiles[1].dispatches[:0])
+    replayed = DeviceReplayProfile.build(profiles, compiled.section_map, ["main"], replays=ITERATIONS, warmup=WARMUP,
+                                         devices=DEVICES)
+    result = replayed.function("main")
+    assert [device.ordinal for device in result.devices] == [0, 1]
+    first, second = (device.time for device in result.devices)
+    assert second.compute_ns == 0 and second.transfer_ns > 0 and first.waiting_ns > 0
+    for index, device in enumerate(result.devices):
+        assert all(sum(parts) == length for parts, length in zip(device.time.per_call,
+                                                                 np.array(first.per_call).sum(axis=1)))
+        assert sum(row.transfer_ns[index] for row in result.sections) == pytest.approx(device.time.transfer_ns)
+        assert sum(row.waiting_ns[index] for row in result.sections) == pytest.approx(device.time.waiting_ns)
+    assert json.loads(result.render("json"))["devices"][1]["time"]["transfer_ns"] == second.transfer_ns
+    with pytest.raises(SectionmarkError, match="ran no dispatch in the replay"):
+        DeviceReplayProfile.build({0: replace(profiles[0], dispatches=profiles[0].dispatches[:0]), 1: profiles[1]},
+                                  compiled.section_map, ["main"], replays=ITERATIONS, warmup=WARMUP,
+                                  devices=DEVICES).function("main")
 
 
 def test_the_map_knows_each_copy_size(two_devices):
@@ -415,6 +496,48 @@ def test_overlapping_executions_and_window_edges_add_up_exactly():
     gaps.add(dispatch_rows((1, 10, 30), (2, 90, 105)), runs)
     # Union of executions in the window: 110; dispatch union there: 20 + 15 = 35.
     assert gaps.gaps().sum() == 110 - 35 and gaps.gaps().tolist() == [100 - 20 - 10, 10 - 5]
+
+
+def test_overlapping_executions_read_in_any_windows_give_the_one_window_gaps():
+    """A dispatch of an execution read in a later reader window may run in time an earlier-read execution owns
+    (the first started owns overlapping time): it is taken from that one's gap whatever the windows."""
+    from sectionmark.profiling.device_transfers import ExecutionGaps
+
+    # A [0, 100), B [50, 150), C [140, 200); A owns [0, 100), B [100, 150), C [150, 200).
+    # Call 1: D [300, 400) alone.
+    runs = executions((1, 7, 0, 100), (2, 7, 50, 150), (3, 7, 140, 200), (4, 7, 300, 400))
+    dispatches = dispatch_rows((1, 0, 40), (2, 60, 140), (3, 150, 190), (4, 310, 390))
+    windows = (np.array([0, 300]), np.array([200, 400]))
+    # One reader window: A less [0, 40) and [60, 100); B less [100, 140); C less [150, 190); D less [310, 390).
+    expected = [20, 10, 10, 20]
+    # The device's transfer: the executions' union less the dispatches' union, in each call window.
+    queue = spans(*((EXECUTE, int(run["start_ns"]), int(run["end_ns"]), 0) for run in runs))
+    compute = union_by_window(dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64),
+                              *windows)
+    (time,) = split_device_time([queue], [compute], windows)
+    assert time.transfer_ns == sum(expected) == 60
+    for cuts in ([4], [1, 4], [2, 4], [3, 4], [1, 2, 4], [1, 3, 4], [2, 3, 4], [1, 2, 3, 4]):  # the submissions each reader window ends after
+        gaps, first = ExecutionGaps(runs, windows), 0
+        for last in cuts:
+            gaps.add(dispatches[first:last], runs[first:last])
+            first = last
+        assert gaps.gaps().tolist() == expected, cuts
+        assert gaps.dispatch_union().tolist() == compute.tolist() == [160, 80]
+
+
+def test_dispatches_running_at_once_in_different_reader_windows_are_taken_once():
+    """A's dispatch [10, 60) and B's [40, 90) run at once: read in two windows, their union [10, 90) is taken from
+    A's part (A owns [0, 100)) once, not each dispatch's whole length."""
+    from sectionmark.profiling.device_transfers import ExecutionGaps
+
+    runs = executions((1, 7, 0, 100), (2, 7, 20, 100))
+    dispatches = dispatch_rows((1, 10, 60), (2, 40, 90))
+    for cuts in ([2], [1, 2]):
+        gaps, first = ExecutionGaps(runs, (np.array([0]), np.array([100]))), 0
+        for last in cuts:
+            gaps.add(dispatches[first:last], runs[first:last])
+            first = last
+        assert gaps.gaps().tolist() == [20, 0] and gaps.dispatch_union().tolist() == [80], cuts
 
 
 def test_a_wait_goes_to_the_section_the_device_waits_to_run():

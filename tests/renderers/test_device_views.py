@@ -136,6 +136,23 @@ def lane_bars(run, found):
              int((events[device.ordinal].event_calls == call).sum())) for device in run.devices]
 
 
+def test_the_lanes_draw_a_call_in_the_windows_of_the_time_split(two_devices):
+    """The profile keeps the calls' windows its time split is in (the common windows of every device's queue
+    operations), and the report draws its call from them: it does not find windows of its own."""
+    import numpy as np
+
+    from sectionmark.profiling.devices import common_windows
+    from sectionmark.renderers.devices_html import call_windows_of
+
+    _compiled, _kept, run, _rows = two_devices
+    events = run.events()
+    expected = common_windows([events[device.ordinal].queue_spans for device in run.devices], run.calls)
+    assert all(map(np.array_equal, run.call_windows, expected))
+    lengths = run.call_windows[1] - run.call_windows[0]
+    assert all(np.sum(device.time.per_call, axis=1).tolist() == lengths.tolist() for device in run.devices)
+    assert call_windows_of(run, events) is run.call_windows
+
+
 def test_html_report_in_chromium_has_a_lane_per_device_and_every_section(two_devices, tmp_path):
     chromium.require_chromium()
     _compiled, _kept, run, _rows = two_devices

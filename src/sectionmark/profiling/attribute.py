@@ -286,6 +286,10 @@ class SlotMatcher:
         return runtime_ids, bases, np.concatenate(tables) if tables else np.zeros(0, np.int32)
 
 
+NO_DISPATCH_EVENTS = ("the profile contains no dispatch events (did the function run any dispatches, and was "
+                      "host-execution profiling on?)")
+
+
 def attribute(
     profile: Profile,
     section_map: SectionMap,
@@ -303,10 +307,7 @@ def attribute(
     that can be told apart and must leave at least one call.
     """
     if not len(profile.dispatches):
-        raise SectionmarkError(
-            "the profile contains no dispatch events (did the function run any dispatches, "
-            "and was host-execution profiling on?)"
-        )
+        raise SectionmarkError(NO_DISPATCH_EVENTS)
     check_fingerprint(profile, section_map)
     matcher = SlotMatcher(section_map, function, profile.keys)
     dispatches = profile.dispatches

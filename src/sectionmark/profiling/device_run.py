@@ -50,8 +50,8 @@ class DeviceRun(DeviceProfile, KeptProfile):
     @classmethod
     def of(cls, profile: DeviceProfile, profile_path: Path, section_map: SectionMap, read_as: ReadArguments,
            scratch: Optional[Path] = None) -> "DeviceRun":
-        return cls(profile.devices, profile.sections, profile.calls, profile.function, profile_path=profile_path,
-                   section_map=section_map, read_as=read_as, scratch=scratch)
+        return cls(profile.devices, profile.sections, profile.calls, profile.function, profile.call_windows,
+                   profile_path=profile_path, section_map=section_map, read_as=read_as, scratch=scratch)
 
     def __post_init__(self) -> None:
         self._keep_profile()

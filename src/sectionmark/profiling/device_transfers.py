@@ -33,7 +33,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from sectionmark.profiling.queue_time import partition_time
+from sectionmark.profiling.queue_time import SubmissionFrontier, partition_time, union_blocks
 from sectionmark.readers.event_model import RecordedCommand
 from sectionmark.section_map import COMMAND_OPS, CommandBuffer
 from sectionmark.section_path import SectionPath
@@ -102,35 +102,59 @@ class ExecutionGaps:
     """Per execution (``executions``: a device's SUBMISSION_DTYPE rows), its time inside the calls' ``windows``
     with no dispatch of its device running (int64 ns): its own part (`execution_pieces`) in the windows less the
     dispatches' union there. The dispatches are added as the device's reader yields them (`EventSource.windows`:
-    whole submissions at a time), each window swept against its own executions only."""
+    whole submissions at a time) and swept against every part they reach, whichever execution owns it (where
+    executions overlap, one read in another window may own the time a dispatch ran): their union's blocks are
+    swept whole, once no later dispatch can start inside them (`SubmissionFrontier`), the others carried on,
+    so dispatches of several windows running at once are counted once."""
 
     def __init__(self, executions: np.ndarray, windows: tuple[np.ndarray, np.ndarray]):
         piece_starts, piece_ends = execution_pieces(executions["start_ns"], executions["end_ns"])
         owner, starts, ends = clip_to_windows(piece_starts, piece_ends, *windows)
-        # By submission, then start: a window's parts are one run of rows, found by two binary searches.
-        order = np.lexsort((starts, executions["submission"][owner]))
+        # By start: the parts are disjoint, so their ends are sorted too and a block's reach is two binary searches.
+        order = np.argsort(starts, kind="stable")
         self._owner, self._starts, self._ends = owner[order], starts[order], ends[order]
-        self._submissions = executions["submission"][self._owner]
+        self._window = np.searchsorted(windows[0], self._starts, side="right") - 1  # each part's call window
         self._gaps = np.bincount(self._owner, weights=self._ends - self._starts, minlength=len(executions))
+        self._covered = np.zeros(len(windows[0]))  # by call window: the dispatches' time in the parts
+        self._frontiers = SubmissionFrontier(executions)
+        self._carried = (np.zeros(0, np.int64), np.zeros(0, np.int64))  # union blocks a later dispatch may reach
 
     def add(self, dispatches: np.ndarray, executed: np.ndarray) -> None:
-        """The dispatches of the submissions ``executed`` (one reader window, sorted by submission)."""
-        if not len(dispatches) or not len(executed):
+        """The dispatches of the submissions ``executed`` (one reader window)."""
+        frontier = self._frontiers.after(executed)
+        starts = np.concatenate([self._carried[0], dispatches["start_ns"].astype(np.int64)])
+        ends = np.concatenate([self._carried[1], dispatches["end_ns"].astype(np.int64)])
+        if not len(starts):
             return
-        ids = executed["submission"]
-        rows = slice(int(np.searchsorted(self._submissions, ids[0], side="left")),
-                     int(np.searchsorted(self._submissions, ids[-1], side="right")))
-        mine = np.isin(self._submissions[rows], ids)
-        if not mine.any():
+        starts, ends = union_blocks(starts, ends)
+        final = slice(None) if frontier is None else ends <= frontier
+        self._sweep(starts[final], ends[final])
+        self._carried = (starts[:0], ends[:0]) if frontier is None else (starts[~final], ends[~final])
+
+    def _sweep(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Take the union blocks ``[start, end)`` (disjoint, in order) from the parts they reach."""
+        if not len(starts):
             return
-        owner, starts, ends = self._owner[rows][mine], self._starts[rows][mine], self._ends[rows][mine]
-        order = np.argsort(starts, kind="stable")  # the windows of `partition_time`: sorted by start
-        covered = partition_time(dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64),
-                                 np.zeros(len(dispatches), np.int64), 1, starts[order], ends[order])
-        self._gaps -= np.bincount(owner[order], weights=covered[:, 0], minlength=len(self._gaps))
+        rows = slice(int(np.searchsorted(self._ends, starts[0], side="right")),
+                     int(np.searchsorted(self._starts, ends[-1], side="left")))
+        if rows.start >= rows.stop:
+            return
+        covered = partition_time(starts, ends, np.zeros(len(starts), np.int64), 1, self._starts[rows],
+                                 self._ends[rows])[:, 0]
+        self._gaps -= np.bincount(self._owner[rows], weights=covered, minlength=len(self._gaps))
+        windows = self._window[rows]  # a run of call windows, in order: added in place, not over every window
+        reached = slice(int(windows[0]), int(windows[-1]) + 1)
+        self._covered[reached] += np.bincount(windows - reached.start, weights=covered,
+                                              minlength=reached.stop - reached.start)
 
     def gaps(self) -> np.ndarray:
         return np.rint(self._gaps).astype(np.int64)
+
+    def dispatch_union(self) -> np.ndarray:
+        """Per call window (int64 ns): the union of the dispatches added, inside the executions (where every
+        dispatch runs), cut exactly at the windows' edges: a dispatch may reach past its own call's window
+        where another device's next call began, which the windows are clipped at."""
+        return np.rint(self._covered).astype(np.int64)
 
 
 def static_buffers(runtime_ids: Iterable[int], matched: dict[int, int], recorded: dict[int, list[RecordedCommand]],

@@ -46,18 +46,18 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.profiling.attribute import Attribution, SlotMatcher, attribution_without_events, call_numbers
+from sectionmark.profiling.attribute import (NO_DISPATCH_EVENTS, Attribution, SlotMatcher, attribution_without_events,
+                                             call_numbers)
 from sectionmark.profiling.device_transfers import ExecutionGaps, SectionTransfers, section_transfers, static_buffers
 from sectionmark.profiling.device_waits import SectionWaits, section_waits, waiting_stretches
 from sectionmark.profiling.section_time import EventTotals
 from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, QUEUE_SPAN_DTYPE,
-                                              ROW_OF_EVENT_TYPE, TRANSFER, call_windows, measured_windows, partition_time,
-                                              union_by_window)
+                                              ROW_OF_EVENT_TYPE, TRANSFER, call_windows, measured_windows, partition_time)
 from sectionmark.profiling.read import attributed_totals
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers.event_model import Profile
 from sectionmark.readers.sources import EventSource
-from sectionmark.section_map import CommandBuffer, SectionMap
+from sectionmark.section_map import SectionMap
 from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
 
@@ -125,6 +125,9 @@ class DeviceProfile:
     sections: list[DeviceSectionRow]
     calls: int
     function: Optional[str] = None
+    # The measured calls' windows across devices (`common_windows`: starts, ends), those the time split is in;
+    # None where not known (no time split, or read back from JSON, which does not hold them).
+    call_windows: Optional[tuple[np.ndarray, np.ndarray]] = field(default=None, repr=False)
 
     def device(self, ordinal: int) -> ProfileSession:
         """One device's session (every output of a one-device profile draws it)."""
@@ -206,11 +209,11 @@ def split_device_time(spans: list[np.ndarray], compute: list[np.ndarray], window
 
 
 def _union(spans: list[np.ndarray], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per window, the length of the union of every span of ``spans`` (several devices' queue spans)."""
+    """Per window, the length of the union of every span of ``spans`` (several devices' queue spans), cut exactly
+    at the windows' edges: one device's span may reach past its call's common window into the next."""
     every = np.concatenate(spans) if spans else np.zeros(0, QUEUE_SPAN_DTYPE)
-    order = np.argsort(every["start_ns"], kind="stable")
-    return union_by_window(every["start_ns"][order].astype(np.int64), every["end_ns"][order].astype(np.int64),
-                           starts, ends)
+    return partition_time(every["start_ns"].astype(np.int64), every["end_ns"].astype(np.int64),
+                          np.zeros(len(every), np.int64), 1, starts, ends)[:, 0]
 
 
 def device_section_map(section_map: SectionMap, ordinal: int) -> SectionMap:
@@ -242,47 +245,52 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
                                                         function=function)
             except SectionmarkError as problem:
                 raise source.explain(problem) from None
-            session = ProfileSession.from_totals(attribution, totals, device_map, function, workers, name)
+            session = ProfileSession.from_totals(attribution, totals, device_map, function, workers, name,
+                                                 without_dispatches=True)
         except SectionmarkError as problem:  # which device's events it is about
             raise SectionmarkError(f"device {ordinal}: {problem}") from None
         read.append((ordinal, attribution, totals))
         sessions.append(DeviceSession(ordinal, name, session))
+    # A device that ran no dispatch is kept (its transfers and waits), but not every device.
+    if not any(totals.sums.count.sum() for _ordinal, _attribution, totals in read):
+        raise SectionmarkError(NO_DISPATCH_EVENTS)
     counts = {attribution.calls for _ordinal, attribution, _totals in read}
     if len(counts) > 1:
         raise SectionmarkError(f"the devices' profiles have different numbers of measured calls ({sorted(counts)}); "
                                "give the number of calls")
     calls_measured = counts.pop()
     spans = [attribution.queue_spans for _ordinal, attribution, _totals in read]
-    own = [totals.call_windows for _ordinal, _attribution, totals in read]  # each device's, as its fold found them
-    if all(window is not None for window in own):
-        windows = common_windows(spans, calls_measured)
-        if all(((window.starts >= windows[0]) & (window.ends <= windows[1])).all() for window in own):
-            compute = [totals.dispatch_union for _ordinal, _attribution, totals in read]
-            for device, time in zip(sessions, split_device_time(spans, compute, windows)):
-                device.time = time
-            for device, (ordinal, attribution, _totals), stretches in zip(sessions, read,
-                                                                           waiting_stretches(spans, windows)):
-                executions = sources[ordinal].layout().submissions
-                buffers = static_buffers(np.unique(executions["command_buffer"]).tolist(),
-                                         attribution.buffer_matches, sources[ordinal].command_buffers,
-                                         device_section_map(section_map, ordinal).command_buffers)
-                device.transfers = tees[ordinal].transfers(executions, buffers, windows,
-                                                           device.time.queue_transfer_ns)
-                # The first rows of the queue spans are the executions, in the layout's order (with their calls).
-                device.waits = section_waits(stretches, executions["start_ns"].astype(np.int64),
-                                             attribution.queue_spans["call"][:len(executions)],
-                                             [buffers[runtime_id] for runtime_id in executions["command_buffer"].tolist()])
+    windows = windows_of_calls()
+    swept = [tees[ordinal].gaps for ordinal, _attribution, _totals in read]
+    # The dispatches' union in the common windows, folded as they were read: exact however calls overlap across
+    # devices (a device's call may end after another's next call began, past its common window's end).
+    if windows is not None and all(gaps is not None for gaps in swept):
+        compute = [gaps.dispatch_union() for gaps in swept]
+        for device, time in zip(sessions, split_device_time(spans, compute, windows)):
+            device.time = time
+        for device, (ordinal, attribution, _totals), stretches, gaps in zip(sessions, read,
+                                                                            waiting_stretches(spans, windows), swept):
+            executions = sources[ordinal].layout().submissions
+            buffers = static_buffers(np.unique(executions["command_buffer"]).tolist(),
+                                     attribution.buffer_matches, sources[ordinal].command_buffers,
+                                     device_section_map(section_map, ordinal).command_buffers)
+            device.transfers = section_transfers(executions, gaps.gaps(), buffers, device.time.queue_transfer_ns)
+            # The first rows of the queue spans are the executions, in the layout's order (with their calls).
+            device.waits = section_waits(stretches, executions["start_ns"].astype(np.int64),
+                                         attribution.queue_spans["call"][:len(executions)],
+                                         [buffers[runtime_id] for runtime_id in executions["command_buffer"].tolist()])
     sections = device_sections(sessions)
     _add_transfers(sessions, sections)
     _note_other_devices(sessions, sections)
-    return DeviceProfile(sessions, sections, calls_measured, function)
+    return DeviceProfile(sessions, sections, calls_measured, function,
+                         call_windows=windows)
 
 
 def _calls_windows_once(sources: dict[int, EventSource], section_map: SectionMap, calls: Optional[int],
                         warmup: int, function: Optional[str]) -> Callable[[], Optional[tuple[np.ndarray, np.ndarray]]]:
     """The calls' windows across devices (`common_windows`) from every device's layout, found once when first
     asked (before any device's dispatches are read); None where they are not known (read_device_profile then
-    reports no time split: its own checks say why)."""
+    reports no time split)."""
     found: list[Optional[tuple[np.ndarray, np.ndarray]]] = []
 
     def windows() -> Optional[tuple[np.ndarray, np.ndarray]]:
@@ -311,7 +319,9 @@ class _TransferSweep:
     def __init__(self, source: EventSource, windows_of_calls: Callable[[], Optional[tuple[np.ndarray, np.ndarray]]]):
         self._source, self._windows_of_calls = source, windows_of_calls
         self.command_buffers = source.command_buffers
-        self._gaps: Optional[ExecutionGaps] = None
+        # The executions' gaps and the dispatches' union in the calls' windows, once the windows were read; None
+        # where those windows are not known.
+        self.gaps: Optional[ExecutionGaps] = None
 
     def layout(self) -> Profile:
         return self._source.layout()
@@ -324,20 +334,11 @@ class _TransferSweep:
 
     def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         windows = self._windows_of_calls()
-        self._gaps = None if windows is None else ExecutionGaps(self._source.layout().submissions, windows)
+        self.gaps = None if windows is None else ExecutionGaps(self._source.layout().submissions, windows)
         for dispatches, executed in self._source.windows():
-            if self._gaps is not None:
-                self._gaps.add(dispatches, executed)
+            if self.gaps is not None:
+                self.gaps.add(dispatches, executed)
             yield dispatches, executed
-
-    def transfers(self, executions: np.ndarray, buffers: dict[int, Optional[CommandBuffer]],
-                  windows: tuple[np.ndarray, np.ndarray], queue_transfer_ns: int) -> Optional[SectionTransfers]:
-        """The device's transfer time by section in ``windows`` (those its windows were swept in), its
-        ``executions``' time with no dispatch running given to their ``buffers``' copy sections."""
-        swept = self._windows_of_calls()
-        if self._gaps is None or swept is None or not all(map(np.array_equal, swept, windows)):
-            return None
-        return section_transfers(executions, self._gaps.gaps(), buffers, queue_transfer_ns)
 
 
 def _add_transfers(devices: list[DeviceSession], sections: list[DeviceSectionRow]) -> None:

@@ -297,6 +297,25 @@ def _levels_in(times: np.ndarray, level: np.ndarray, integral: np.ndarray, windo
     return peak, average
 
 
+class SubmissionFrontier:
+    """Where the dispatches still to come may start at the earliest as a reader yields whole submissions
+    (`EventSource.windows`): a dispatch runs inside its submission's execution, so no later one starts before
+    the earliest start of the submissions from the first not yet read on."""
+
+    def __init__(self, submissions: np.ndarray):
+        starts = submissions["start_ns"].astype(np.int64)
+        self._later_starts = np.minimum.accumulate(starts[::-1])[::-1] if len(starts) else starts
+        self._ids = np.ascontiguousarray(submissions["submission"])  # once, not per window
+        self._yielded, self._first_left = np.zeros(len(self._ids), bool), 0  # submissions read; the first not yet
+
+    def after(self, executed: np.ndarray) -> Optional[int]:
+        """The frontier once the submissions ``executed`` are read too (None: every one is)."""
+        self._yielded[np.searchsorted(self._ids, executed["submission"])] = True
+        left = self._yielded[self._first_left:]
+        self._first_left += len(left) if left.all() else int(np.argmin(left))
+        return int(self._later_starts[self._first_left]) if self._first_left < len(self._later_starts) else None
+
+
 @dataclass
 class CallWindows:
     """The measured calls' windows (call_windows) and which queue spans are theirs."""

@@ -42,7 +42,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.profiling import display
 from sectionmark.profiling.attribute import (Attribution, SlotMatcher, attribute, attribution_without_events,
                                              call_numbers, check_fingerprint, measured_rows, placed_events)
-from sectionmark.profiling.queue_time import measured_windows
+from sectionmark.profiling.queue_time import SubmissionFrontier, measured_windows
 from sectionmark.profiling.section_time import EventFold, EventTotals
 from sectionmark.profiling.session import ProfileOutputs, ProfileSession
 from sectionmark.readers.event_model import Profile
@@ -75,19 +75,11 @@ def attributed_totals(source: EventSource, section_map: SectionMap, *, calls: Op
     matcher = SlotMatcher(section_map, function, layout.keys)
     call_of_submission, measured_calls, exact = call_numbers(layout, calls, warmup)
     attribution = attribution_without_events(layout, matcher, call_of_submission, measured_calls, exact, warmup)
-    submissions = layout.submissions
-    # Where each submission's dispatches may start at the earliest: no later submission's start before it.
-    execution_starts = submissions["start_ns"].astype(np.int64)
-    later_starts = np.minimum.accumulate(execution_starts[::-1])[::-1] if len(submissions) else execution_starts
     fold = EventFold(attribution, measured_windows(attribution.queue_spans, measured_calls))
-    submission_ids = np.ascontiguousarray(submissions["submission"])  # once, not per window
-    yielded, first_left = np.zeros(len(submission_ids), bool), 0  # submissions read; the first one not yet
+    submission_ids = np.ascontiguousarray(layout.submissions["submission"])  # once, not per window
+    frontiers = SubmissionFrontier(layout.submissions)
     for dispatches, executed in source.windows():
-        yielded[np.searchsorted(submission_ids, executed["submission"])] = True
-        left = yielded[first_left:]
-        first_left += len(left) if left.all() else int(np.argmin(left))
-        # No later event starts before the earliest start of the submissions from the first not yet read on.
-        frontier = int(later_starts[first_left]) if first_left < len(later_starts) else None
+        frontier = frontiers.after(executed)
         if not len(dispatches):
             fold.add(dispatches, np.zeros(0, np.int32), np.zeros(0, np.int32), frontier)
             continue

@@ -53,7 +53,7 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.section_path import SectionPath
-from sectionmark.profiling.attribute import Attribution
+from sectionmark.profiling.attribute import NO_DISPATCH_EVENTS, Attribution
 from sectionmark.profiling.queue_time import CallTime, DeviceMemory, call_time_and_memory, measured_windows
 from sectionmark.profiling import display
 from sectionmark.profiling.runs import RunSpread
@@ -196,16 +196,14 @@ class ProfileSession(ProfileOutputs):
     @classmethod
     def from_totals(cls, attribution: Attribution, totals: EventTotals, section_map: SectionMap,
                     function: Optional[str] = None, workers: Optional[int] = None, device: Optional[str] = None,
-                    events: Optional[Attribution] = None) -> "ProfileSession":
+                    events: Optional[Attribution] = None, without_dispatches: bool = False) -> "ProfileSession":
         """The session of the events summed into ``totals`` (`sectionmark.profiling.read`: a window at a time);
         ``attribution``: their slots, calls and queue spans (its events unused); ``events``: the events to keep
-        (`attribution` field), if any."""
+        (`attribution` field), if any. ``without_dispatches``: a session with no dispatch event is not refused
+        (one device of several that only copied and waited)."""
         sums, wall, total_wall = totals.sums, totals.wall, totals.total_wall
-        if not sums.count.sum():
-            raise SectionmarkError(
-                "the profile contains no dispatch events (did the function run any dispatches, "
-                "and was host-execution profiling on?)"
-            )
+        if not sums.count.sum() and not without_dispatches:
+            raise SectionmarkError(NO_DISPATCH_EVENTS)
         compositions = attribution.compositions
         paths = section_paths(section_map.sections, compositions)
         weights = weight_matrices(compositions, paths)

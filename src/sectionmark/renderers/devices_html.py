@@ -11,7 +11,7 @@ Above the tabs (`sectionmark.renderers.html.page`'s ``overview``):
   rows), its queue operations (command-buffer executions, which hold its
   copies to and from the other devices; transfers; allocations) and the time
   it waited while another device ran. The call drawn is the p50 of the calls'
-  windows across devices (`sectionmark.profiling.devices.common_windows`).
+  windows across devices (`DeviceProfile.call_windows`, those of the time split).
 
 Each device's tab is the one-device report of its session and events (section
 tree, its timeline of a call, components, kernels, graph). The lanes are drawn
@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from sectionmark.profiling.attribute import Attribution
-from sectionmark.profiling.devices import DEVICE_TIME_PARTS, DeviceProfile, common_windows
+from sectionmark.profiling.devices import DEVICE_TIME_PARTS, DeviceProfile
 from sectionmark.profiling.queue_time import QUEUE_ROWS, ROW_OF_EVENT_TYPE
 from sectionmark.profiling.timeline import dispatch_label, session_colors
 from sectionmark.renderers.devices import TRANSFER_NOTE, device_name, sections_table, times_table
@@ -104,13 +104,11 @@ def split_svg(profile: DeviceProfile) -> str:
 
 
 def call_windows_of(profile: DeviceProfile, events: dict[int, Attribution]) -> tuple[np.ndarray, np.ndarray]:
-    """Each measured call's window across devices: from the queue operations where every call has some (the
-    windows the time split uses), else from the dispatches."""
+    """Each measured call's window across devices: the windows the time split is in (`DeviceProfile.call_windows`),
+    else from the dispatches."""
+    if profile.call_windows is not None:
+        return profile.call_windows
     calls = max(profile.calls, 1)
-    spans = [events[device.ordinal].queue_spans for device in profile.devices]
-    measured = np.concatenate([part["call"][(part["call"] >= 0) & (part["call"] < calls)] for part in spans])
-    if len(np.unique(measured)) == calls:
-        return common_windows(spans, calls)
     starts, ends = np.full(calls, np.iinfo(np.int64).max), np.full(calls, np.iinfo(np.int64).min)
     for attribution in events.values():
         call = np.minimum(attribution.event_calls, calls - 1)

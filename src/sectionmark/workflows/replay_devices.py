@@ -26,7 +26,7 @@ from sectionmark.workflows.replay import PerFunction, map_function, split_by_fun
 @dataclass
 class DeviceFunctionProfile:
     """One function of a several-device replay: its calls per replay and its profile of every device where it ran
-    dispatches (None: it ran none on any device)."""
+    anything (command buffers or queue operations; None: it ran no dispatch on any device)."""
 
     function: str
     calls_per_replay: int
@@ -54,10 +54,13 @@ class DeviceReplayProfile(PerFunction):
         functions = []
         for function in dict.fromkeys(sequence):
             calls = list(sequence).count(function)
-            sources = {ordinal: WholeProfile(split[function]) for ordinal, split in parts.items()
-                       if len(split[function].dispatches)}
+            # Every device that did anything in the function: one that only copied or waited (no dispatch of
+            # its own) still has its transfers and waits, and the others' waiting for it is not idle.
+            kept = {ordinal: split[function] for ordinal, split in parts.items()
+                    if len(split[function].submissions) or len(split[function].queue_ops)}
             profile = None
-            if sources:
+            if any(len(part.dispatches) for part in kept.values()):
+                sources = {ordinal: WholeProfile(part) for ordinal, part in kept.items()}
                 profile = read_device_profile(sources, section_map, calls=calls * total, warmup=calls * warmup,
                                               function=map_function(section_map, function), devices=devices)
                 profile.function = function
