@@ -13,6 +13,7 @@ import json
 import tempfile
 import numpy as np
 import pytest
+import bundle_layout as layout
 from invariants import assert_profile_invariants
 from tiny_profiles import TWO_DEVICES, export_rows, profile_two_devices, section_oracle, transfer_oracle
 
@@ -25,6 +26,7 @@ from sectionmark.readers.bundle_records import HOST_EVENT
 from sectionmark.profiling.devices import device_section_map
 from sectionmark.readers.devices import chunk_devices, split_devices
 from sectionmark.readers.event_model import DISPATCH_DTYPE
+from sectionmark.readers.ireeprof import read_profile
 from sectionmark.readers.sources import open_source
 from sectionmark.workflows.measure import report
 
@@ -245,6 +247,41 @@ def test_one_device_readers_refuse_a_profile_of_several(two_devices):
     compiled, kept, _result = two_devices
     with pytest.raises(SectionmarkError, match="records 2 devices"):
         open_source(kept, compiled.section_map)
+
+
+def test_the_whole_read_and_export_of_several_devices_are_refused(two_devices, tmp_path):
+    """Read whole (the bundle reader, or IREE's ireeperf-jsonl export), every device's events would be one
+    device's: their submissions numbered as one device's calls. Both are refused, as a one-device reader is."""
+    compiled, kept, _result = two_devices
+    export = tmp_path / "two.jsonl"
+    export.write_text("".join(json.dumps(row) + "\n" for row in export_rows(kept)))
+    for path in (kept, export):
+        with pytest.raises(SectionmarkError, match=r"records 2 devices \(0, 1\); read it per device") as error:
+            read_profile(path)
+        assert "\n" not in str(error.value)
+    with pytest.raises(SectionmarkError, match="records 2 devices"):
+        report(export, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+
+
+def test_a_layout_not_known_in_a_profile_of_several_devices_is_one_error_line(two_devices, tmp_path):
+    """A record layout the reader does not know, found while the devices are split or in one device's file, is
+    one error line: not the file read whole through IREE's export (every device's events as one device's)."""
+    compiled, kept, _result = two_devices
+    blob = kept.read_bytes()
+    queues = tmp_path / "queues.ireeprof"  # a queues chunk of 8 bytes: no whole 24-byte record
+    queues.write_bytes(layout.with_record(blob, "queues", bytes(8)))
+    with pytest.raises(SectionmarkError, match="unsupported profile layout .*; a profile of several devices is read"):
+        report(queues, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    edited = bytearray(blob)  # a host event of device 1 one byte longer than IREE 3.13's
+    size, fields = layout.HOST_EXECUTION_EVENT
+    event = next(at for at in layout.fixed_records(blob, "host-execution-events")
+                 if layout.read(blob, at + fields["physical_device_ordinal"][0], 4) == 1)
+    layout.write(edited, event + fields["record_length"][0], 4, size + 1)
+    longer = tmp_path / "longer.ireeprof"
+    longer.write_bytes(bytes(edited))
+    with pytest.raises(SectionmarkError, match="layout of device 1's events .*several devices") as error:
+        report(longer, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    assert "\n" not in str(error.value)
 
 
 def test_a_chunk_mixing_devices_is_one_error_line(two_devices, tmp_path):

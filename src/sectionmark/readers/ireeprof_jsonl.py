@@ -19,6 +19,7 @@ from sectionmark.artifacts.tools import find_tool, last_useful_line
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.checks import (check_unique, checked_profile, corrupt, define_function,
                                         exports_by_executable, record_command, run_failed, timed_dispatch)
+from sectionmark.readers.devices import several_devices_error
 from sectionmark.readers.device_events import (CLOCK_SAMPLE_DTYPE, DEVICE_DISPATCH_DTYPE, EXECUTE_DTYPE, device_clocks,
                                               device_dispatches, device_executions)
 from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_NAMES, EXPORT_TIMEOUT_S, MAX_JSONL_LINE_BYTES,
@@ -87,6 +88,7 @@ class _JsonlProfile:
         self.memory_ids: list[tuple[int, int]] = []  # (device, event id)
         self.event_ids: list[tuple[int, int]] = []
         self.declared: set[int] = set()
+        self.devices: set[int] = set()  # the physical device ordinals of the events: one, or the file is refused
         self.commands: dict[int, dict[int, CommandRecord]] = {}
         self.functions: dict[tuple[int, int], str] = {}
         self.saw_schema = False
@@ -146,7 +148,8 @@ class _JsonlProfile:
         op, type_value = _text(row, "op"), _int(row, "type_value", _U32)
         if EVENT_NAMES.get(type_value) != op:
             raise _BadRow(f"host execution event op {op[:40]!r} does not match its type_value {type_value}")
-        event_id = _int(row, "event_id", _U64)
+        event_id, device = _int(row, "event_id", _U64), _int(row, "physical_device_ordinal", _U32)
+        self.devices.add(device)
         self.event_ids.append((_int(row, "stream_id", _U64), event_id))
         status = _int(row, "status_code", _U32)
         if status != 0:
@@ -164,7 +167,7 @@ class _JsonlProfile:
             self.submission_rows.append((submission, buffer, start, end))
             return
         self.dispatch_rows.append(
-            (submission, buffer, _int(row, "command_index", _U32), self._key_id(_text(row, "key")), _int(row, "physical_device_ordinal", _U32),
+            (submission, buffer, _int(row, "command_index", _U32), self._key_id(_text(row, "key")), device,
              _int(row, "queue_ordinal", _U32), start, end, _int(row, "tile_duration_sum_ns", (0, _I64[1])),
              _int(row, "tile_count", _U64))
         )
@@ -176,6 +179,7 @@ class _JsonlProfile:
         return key_id
 
     def _dispatch_event(self, row: dict) -> None:
+        self.devices.add(_int(row, "physical_device_ordinal", _U32))
         self.device_dispatch_rows.append(
             (_int(row, "event_id", _U64), _int(row, "submission_id", _U64), _int(row, "command_buffer_id", _U64),
              _int(row, "start_tick", _U64), _int(row, "end_tick", _U64), _int(row, "physical_device_ordinal", _U32),
@@ -200,6 +204,7 @@ class _JsonlProfile:
         if MEMORY_EVENT_NAMES.get(type_value) != kind:
             raise _BadRow(f"memory event type {kind[:40]!r} does not match its event_type_value {type_value}")
         self.memory_ids.append((_int(row, "physical_device_ordinal", _U32), _int(row, "event_id", _U64)))
+        self.devices.add(self.memory_ids[-1][0])
         self.memory_rows.append(
             (_int(row, "host_time_ns", _I64), type_value, _int(row, "flags", _U32), _int(row, "submission_id", _U64),
              _int(row, "allocation_id", _U64), _int(row, "pool_id", _U64), _int(row, "length", _U64),
@@ -211,6 +216,8 @@ class _JsonlProfile:
             raise corrupt(self.path, "no ireeperf-jsonl schema row")
         if not self.ended:
             raise corrupt(self.path, "no session end row")
+        if len(self.devices) > 1:  # each device numbers its own submissions: one table of them all would mix calls
+            raise several_devices_error(self.path, sorted(self.devices))
         streams, events = (np.array(column, np.uint64) for column in zip(*self.event_ids)) if self.event_ids else (
             np.zeros(0, np.uint64), np.zeros(0, np.uint64))
         check_unique(self.path, "a host execution event", streams, events)

@@ -107,7 +107,10 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
             if len(devices) > 1 and not several_devices:
                 raise several_devices_error(path, devices)
             if len(devices) > 1:
-                sources = _device_streams(path, bundle, file, devices)
+                try:
+                    sources = _device_streams(path, bundle, file, devices)
+                except UnsupportedLayout as why:  # IREE's export would read every device's events as one's
+                    raise unknown_layout_of_devices(path, why) from None
                 file.close()
                 return sources
             if not bundle.device_timed:
@@ -144,7 +147,7 @@ def _device_streams(path: Path, bundle: OpenBundle, file: BinaryIO, devices: lis
                     device_file.close()
                     raise
                 opened.append((device_bundle, device_file))
-                sources[device] = _DeviceStream(DispatchStream(device_bundle, device_file))
+                sources[device] = _DeviceStream(DispatchStream(device_bundle, device_file), device)
     except BaseException:
         for device_bundle, device_file in opened:
             device_bundle.close()
@@ -187,10 +190,29 @@ class _Stream:
 
 class _DeviceStream(_Stream):
     """One device's events of a profile of several devices: its problems are its own (the whole read of the file,
-    which `_Stream.explain` asks, reads one device's events only)."""
+    which `_Stream.explain` asks, reads one device's events only), and a layout its stream does not know is an
+    error line (the whole read of the file, `_Stream.layout`'s fallback, would give it every device's events)."""
+
+    def __init__(self, stream: DispatchStream, device: int):
+        super().__init__(stream)
+        self._device = device
+
+    def layout(self) -> Profile:
+        try:
+            return self._stream.layout()
+        except UnsupportedLayout as why:
+            raise unknown_layout_of_devices(self._stream.path, why, self._device) from None
 
     def explain(self, problem: SectionmarkError) -> SectionmarkError:
         return problem
+
+
+def unknown_layout_of_devices(path: Path, why: UnsupportedLayout, device: Optional[int] = None) -> SectionmarkError:
+    """The line for a profile of several devices (of ``device``'s events, when known) in a record layout this
+    reader does not know: IREE's export, which reads such a one-device profile, would mix the devices' events."""
+    whose = "" if device is None else f" of device {device}'s events"
+    return SectionmarkError(f"{path}: unsupported profile layout{whose} ({why}); a profile of several devices is "
+                            "read in the layout sectionmark knows only (IREE 3.13's)")
 
 
 def read_events(path: Union[str, Path], section_map: SectionMap, function: Optional[str] = None) -> Profile:
