@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import tempfile
 import numpy as np
 import pytest
@@ -25,9 +26,11 @@ from sectionmark.readers.bundle_events import open_bundle
 from sectionmark.readers.bundle_records import HOST_EVENT
 from sectionmark.profiling.devices import device_section_map
 from sectionmark.readers.devices import chunk_devices, split_devices
-from sectionmark.readers.event_model import DISPATCH_DTYPE
+from sectionmark.readers.event_model import DISPATCH_DTYPE, EVENT_DISPATCH
 from sectionmark.readers.ireeprof import read_profile
-from sectionmark.readers.sources import open_source
+from sectionmark.profiling.device_run import DeviceRun
+from sectionmark.profiling.read import ReadArguments
+from sectionmark.readers.sources import close_all, open_device_sources, open_source
 from sectionmark.workflows.measure import report
 
 pytest.importorskip("iree.compiler")
@@ -245,8 +248,9 @@ def test_no_room_for_the_split_is_one_error_line(two_devices, tmp_path, monkeypa
 
 def test_one_device_readers_refuse_a_profile_of_several(two_devices):
     compiled, kept, _result = two_devices
-    with pytest.raises(SectionmarkError, match="records 2 devices"):
+    with pytest.raises(SectionmarkError, match="records 2 devices") as error:
         open_source(kept, compiled.section_map)
+    assert _open_files(str(kept)) == [], error.value  # the profile is not left mapped while the error lives
 
 
 def test_the_whole_read_and_export_of_several_devices_are_refused(two_devices, tmp_path):
@@ -282,6 +286,54 @@ def test_a_layout_not_known_in_a_profile_of_several_devices_is_one_error_line(tw
     with pytest.raises(SectionmarkError, match="layout of device 1's events .*several devices") as error:
         report(longer, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
     assert "\n" not in str(error.value)
+
+
+def _open_files(named: str = "sectionmark-devices-") -> list[str]:
+    """The paths of this process's open files whose path holds ``named`` (by default: devices' split files,
+    `sectionmark.readers.devices`)."""
+    found = []
+    for descriptor in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    return [target for target in found if named in target]
+
+
+def test_a_failed_read_of_several_devices_leaves_no_split_file_open(two_devices):
+    """A read of several devices that fails closes every device's file (deleted, its disk space is kept while
+    open, and the error, with the sources in its traceback, may live on)."""
+    compiled, kept, result = two_devices
+    with pytest.raises(SectionmarkError, match="cannot split the profile into 100 calls") as failed_report:
+        report(kept, compiled.section_map, calls=100)
+    assert _open_files() == []
+    run = DeviceRun.of(result, kept, compiled.section_map, ReadArguments(100, WARMUP))
+    with pytest.raises(SectionmarkError, match="cannot split the profile into 100 calls") as failed_events:
+        run.events()
+    assert _open_files() == []
+    assert failed_report.value and failed_events.value  # both errors are still alive here
+
+
+def test_windows_that_stop_on_an_error_close_their_file(two_devices, tmp_path):
+    """A device's windows that meet a failed dispatch close its file as they stop (its error may live on)."""
+    compiled, kept, _result = two_devices
+    blob = bytearray(kept.read_bytes())
+    _size, fields = layout.HOST_EXECUTION_EVENT
+    event = next(at for at in layout.fixed_records(bytes(blob), "host-execution-events")
+                 if layout.read(blob, at + fields["physical_device_ordinal"][0], 4) == 0
+                 and layout.read(blob, at + fields["type"][0], 4) == EVENT_DISPATCH)
+    layout.write(blob, event + fields["status_code"][0], 4, 13)  # device 0's dispatch failed
+    failed = tmp_path / "failed.ireeprof"
+    failed.write_bytes(bytes(blob))
+    sources = open_device_sources(failed, compiled.section_map)
+    try:
+        sources[0].layout()
+        with pytest.raises(SectionmarkError, match="status") as error:
+            for _window in sources[0].windows():
+                pass
+        assert [target for target in _open_files() if "device0" in target] == [], error.value
+    finally:
+        close_all(sources)
 
 
 def test_a_chunk_mixing_devices_is_one_error_line(two_devices, tmp_path):

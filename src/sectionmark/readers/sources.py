@@ -56,6 +56,11 @@ class EventSource(Protocol):
         a read of all its events gives when the file is malformed (a window meets a file's problems in another
         order, and the line a user gets must not depend on it), else ``problem``."""
 
+    def close(self) -> None:
+        """Let the file go now, not when the source is collected: a reader that stops before the windows end
+        (an error, which keeps the source alive as long as its traceback) must not hold a device's split file,
+        deleted but still on disk while open."""
+
 
 class WholeProfile:
     """A profile read whole: one window of all its dispatches."""
@@ -75,6 +80,9 @@ class WholeProfile:
 
     def explain(self, problem: SectionmarkError) -> SectionmarkError:
         return problem  # read whole already: its reader's checks came first
+
+    def close(self) -> None:
+        pass  # read whole already: no file open
 
 
 def open_source(path: Union[str, Path], section_map: SectionMap, function: Optional[str] = None) -> EventSource:
@@ -99,6 +107,7 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
     if path.suffix == ".tracy":  # a capture by its name: a damaged one gets the capture reader's error
         return {0: WholeProfile(read_events(path, section_map, function))}
     file = open_regular(path, "profile")
+    bundle: Optional[OpenBundle] = None
     try:
         head = file.read(4)
         if head == BUNDLE_MAGIC:
@@ -119,6 +128,8 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
     except UnsupportedLayout:
         head = BUNDLE_MAGIC  # read_profile reads it through iree-profile's export
     except BaseException:
+        if bundle is not None:
+            bundle.close()
         file.close()
         raise
     file.close()
@@ -187,6 +198,9 @@ class _Stream:
             return whole
         return problem
 
+    def close(self) -> None:
+        self._stream.close()
+
 
 class _DeviceStream(_Stream):
     """One device's events of a profile of several devices: its problems are its own (the whole read of the file,
@@ -234,7 +248,17 @@ def read_events(path: Union[str, Path], section_map: SectionMap, function: Optio
 def read_device_events(path: Union[str, Path], section_map: SectionMap) -> dict[int, Profile]:
     """Every event of each device of a recorded profile, read whole, by device ordinal (`open_device_sources`):
     for the views that split a device's events before attributing them (a replay's calls per function)."""
-    return {ordinal: whole_profile(source) for ordinal, source in open_device_sources(path, section_map).items()}
+    sources = open_device_sources(path, section_map)
+    try:
+        return {ordinal: whole_profile(source) for ordinal, source in sources.items()}
+    finally:
+        close_all(sources)
+
+
+def close_all(sources: dict[int, EventSource]) -> None:
+    """Close every device's source (`EventSource.close`), whether or not it was read to its end."""
+    for source in sources.values():
+        source.close()
 
 
 def whole_profile(source: EventSource) -> Profile:
