@@ -253,18 +253,25 @@ def test_one_device_readers_refuse_a_profile_of_several(two_devices):
     assert _open_files(str(kept)) == [], error.value  # the profile is not left mapped while the error lives
 
 
-def test_the_whole_read_and_export_of_several_devices_are_refused(two_devices, tmp_path):
+def test_the_whole_read_of_several_devices_is_refused_and_the_export_read_per_device(two_devices, tmp_path):
     """Read whole (the bundle reader, or IREE's ireeperf-jsonl export), every device's events would be one
-    device's: their submissions numbered as one device's calls. Both are refused, as a one-device reader is."""
-    compiled, kept, _result = two_devices
+    device's: their submissions numbered as one device's calls. Both are refused, as a one-device reader is;
+    a report of the export reads each device's rows, and gives the figures of the profile's."""
+    compiled, kept, result = two_devices
     export = tmp_path / "two.jsonl"
     export.write_text("".join(json.dumps(row) + "\n" for row in export_rows(kept)))
     for path in (kept, export):
         with pytest.raises(SectionmarkError, match=r"records 2 devices \(0, 1\); read it per device") as error:
             read_profile(path)
         assert "\n" not in str(error.value)
-    with pytest.raises(SectionmarkError, match="records 2 devices"):
-        report(export, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    exported = report(export, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    again = report(kept, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    assert [device.ordinal for device in exported.devices] == [0, 1]
+    assert [device.session.to_json() for device in exported.devices] == [
+        device.session.to_json() for device in again.devices]
+    assert [device.time for device in exported.devices] == [device.time for device in again.devices]
+    assert [(row.path, row.busy_ns, row.transfer_ns, row.waiting_ns) for row in exported.sections] == [
+        (row.path, row.busy_ns, row.transfer_ns, row.waiting_ns) for row in again.sections]
 
 
 def test_a_layout_not_known_in_a_profile_of_several_devices_is_one_error_line(two_devices, tmp_path):

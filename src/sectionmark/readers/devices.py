@@ -236,5 +236,4 @@ def _write_all(file: int, parts: list[memoryview]) -> None:
 def several_devices_error(path: Path, devices: list[int]) -> SectionmarkError:
     """The line for a reader of one device's events given a profile of several devices."""
     return SectionmarkError(f"{path}: the profile records {len(devices)} devices ({', '.join(map(str, devices))}); "
-                            "read it per device (sectionmark report / sm.report of the .ireeprof read each "
-                            "device's events)")
+                            "read it per device (sectionmark report / sm.report read each device's events)")

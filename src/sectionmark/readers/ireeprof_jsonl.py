@@ -15,6 +15,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional
 
 import numpy as np
 
+from sectionmark.artifacts.files import open_regular
 from sectionmark.artifacts.tools import find_tool, last_useful_line
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.checks import (check_unique, checked_profile, corrupt, define_function,
@@ -38,6 +39,9 @@ IGNORED_JSONL_RECORDS = frozenset(
         "executable_trace",
     }
 )
+# The rows of one device's events: each names it (physical_device_ordinal).
+_DEVICE_ROWS = frozenset({"host_execution_event", "memory_event", "dispatch_event", "clock_correlation",
+                          "queue_event"})
 _U32, _U64 = (0, (1 << 32) - 1), (0, (1 << 64) - 1)
 _I64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -64,7 +68,8 @@ def _text(row: dict, name: str) -> str:
 
 
 class _JsonlProfile:
-    """Accumulates the rows of an ireeperf-jsonl stream."""
+    """Accumulates the rows of an ireeperf-jsonl stream: every device's (one, or it is refused), or ``device``'s
+    events' only and the rows of every device (`_owned`)."""
 
     _READERS = {
         "schema": "_schema", "session": "_session", "diagnostic": "_diagnostic",
@@ -74,8 +79,8 @@ class _JsonlProfile:
         "clock_correlation": "_clock_correlation", "queue_event": "_queue_event",
     }
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, device: Optional[int] = None):
+        self.path, self.device = path, device
         self.keys: list[str] = []
         self.key_ids: dict[str, int] = {}
         self.dispatch_rows: list[tuple] = []
@@ -98,10 +103,17 @@ class _JsonlProfile:
         if not isinstance(row, dict):
             raise _BadRow("a row must be a JSON object")
         kind = _text(row, "record_type")
+        if self.device is not None and not self._owned(kind, row):
+            return
         if kind in self._READERS:
             getattr(self, self._READERS[kind])(row)
         elif kind not in IGNORED_JSONL_RECORDS:
             raise _BadRow(f"unknown record type {kind[:80]!r}")
+
+    def _owned(self, kind: str, row: dict) -> bool:
+        """Whether ``row`` (of type ``kind``) is ``device``'s events' or every device's (the command buffers
+        too: a device's executions name its own, and the others are never executed there)."""
+        return kind not in _DEVICE_ROWS or _int(row, "physical_device_ordinal", _U32) == self.device
 
     def _schema(self, row: dict) -> None:
         if row.get("format") != "ireeperf-jsonl" or row.get("schema_version") not in _JSONL_SCHEMA_VERSIONS:
@@ -244,7 +256,28 @@ class _JsonlProfile:
 
 
 def read_jsonl_lines(path: Path, lines: Iterable[tuple[int, str]]) -> Profile:
-    profile = _JsonlProfile(path)
+    return _jsonl_rows(path, lines).finish()
+
+
+def read_jsonl_devices(path: Path) -> dict[int, Profile]:
+    """Each device's events of an ireeperf-jsonl file, by physical device ordinal, read as a one-device export's
+    (`_JsonlProfile`): the file read once, and once more per device when it has several."""
+    with open_regular(path, "profile") as file:
+        every = _jsonl_rows(path, jsonl_lines(path, file))
+    devices = sorted(every.devices)
+    if len(devices) <= 1:
+        return {0: every.finish()}
+    every, profiles = None, {}  # every device's rows let go before each device's are read
+    for device in devices:
+        with open_regular(path, "profile") as file:
+            profiles[device] = _jsonl_rows(path, jsonl_lines(path, file), device).finish()
+    return profiles
+
+
+def _jsonl_rows(path: Path, lines: Iterable[tuple[int, str]], device: Optional[int] = None) -> _JsonlProfile:
+    """The rows ``lines`` of the file at ``path`` (every device's, or ``device``'s), each checked as it is added;
+    a row that is not well formed is one error line naming it."""
+    profile = _JsonlProfile(path, device)
     for number, line in lines:
         if not line.strip():
             continue
@@ -255,7 +288,7 @@ def read_jsonl_lines(path: Path, lines: Iterable[tuple[int, str]]) -> Profile:
         except (_BadRow, ValueError, KeyError, TypeError, RecursionError) as error:
             what = f"missing field {error}" if isinstance(error, KeyError) else str(error)[:200]
             raise corrupt(path, f"line {number}: {what}") from None
-    return profile.finish()
+    return profile
 
 
 def jsonl_lines(path: Path, stream: BinaryIO) -> Iterator[tuple[int, str]]:

@@ -28,6 +28,7 @@ from sectionmark.readers.bundle_records import UnsupportedLayout
 from sectionmark.readers.checks import by_submission_and_start
 from sectionmark.readers.event_model import Profile, RecordedCommand
 from sectionmark.readers.ireeprof import read_profile
+from sectionmark.readers.ireeprof_jsonl import read_jsonl_devices
 from sectionmark.readers.bundle_events import OpenBundle, open_bundle
 from sectionmark.readers.bundle_records import BUNDLE_MAGIC
 from sectionmark.readers.devices import profile_devices, several_devices_error, split_devices
@@ -97,7 +98,8 @@ def open_device_sources(path: Union[str, Path], section_map: SectionMap,
                         function: Optional[str] = None) -> dict[int, EventSource]:
     """The events of each device of a recorded profile, by device ordinal: a host-timed .ireeprof of a process
     that drove several devices gives one source per device (`sectionmark.readers.devices`), read as every
-    host-timed bundle is; any other profile is device 0's."""
+    host-timed bundle is, and its ireeperf-jsonl export one per device too (`read_jsonl_devices`: its rows name
+    their device); any other profile is device 0's."""
     return _open(path, section_map, function, several_devices=True)
 
 
@@ -135,6 +137,8 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
     file.close()
     if head != BUNDLE_MAGIC and head[:1] != b"{":  # a capture by its first bytes, or an error line
         return {0: WholeProfile(read_events(path, section_map, function))}
+    if head[:1] == b"{" and several_devices:  # an ireeperf-jsonl export: its rows name their device
+        return {device: WholeProfile(profile) for device, profile in read_jsonl_devices(path).items()}
     return {0: WholeProfile(read_profile(path))}
 
 
