@@ -10,9 +10,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import tempfile
 import numpy as np
 import pytest
+import bundle_layout as layout
 from invariants import assert_profile_invariants
 from tiny_profiles import TWO_DEVICES, export_rows, profile_two_devices, section_oracle, transfer_oracle
 
@@ -24,8 +26,11 @@ from sectionmark.readers.bundle_events import open_bundle
 from sectionmark.readers.bundle_records import HOST_EVENT
 from sectionmark.profiling.devices import device_section_map
 from sectionmark.readers.devices import chunk_devices, split_devices
-from sectionmark.readers.event_model import DISPATCH_DTYPE
-from sectionmark.readers.sources import open_source
+from sectionmark.readers.event_model import DISPATCH_DTYPE, EVENT_DISPATCH
+from sectionmark.readers.ireeprof import read_profile
+from sectionmark.profiling.device_run import DeviceRun
+from sectionmark.profiling.read import ReadArguments
+from sectionmark.readers.sources import close_all, open_device_sources, open_source
 from sectionmark.workflows.measure import report
 
 pytest.importorskip("iree.compiler")
@@ -324,8 +329,99 @@ def test_no_room_for_the_split_is_one_error_line(two_devices, tmp_path, monkeypa
 
 def test_one_device_readers_refuse_a_profile_of_several(two_devices):
     compiled, kept, _result = two_devices
-    with pytest.raises(SectionmarkError, match="records 2 devices"):
+    with pytest.raises(SectionmarkError, match="records 2 devices") as error:
         open_source(kept, compiled.section_map)
+    assert _open_files(str(kept)) == [], error.value  # the profile is not left mapped while the error lives
+
+
+def test_the_whole_read_of_several_devices_is_refused_and_the_export_read_per_device(two_devices, tmp_path):
+    """Read whole (the bundle reader, or IREE's ireeperf-jsonl export), every device's events would be one
+    device's: their submissions numbered as one device's calls. Both are refused, as a one-device reader is;
+    a report of the export reads each device's rows, and gives the figures of the profile's."""
+    compiled, kept, result = two_devices
+    export = tmp_path / "two.jsonl"
+    export.write_text("".join(json.dumps(row) + "\n" for row in export_rows(kept)))
+    for path in (kept, export):
+        with pytest.raises(SectionmarkError, match=r"records 2 devices \(0, 1\); read it per device") as error:
+            read_profile(path)
+        assert "\n" not in str(error.value)
+    exported = report(export, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    again = report(kept, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    assert [device.ordinal for device in exported.devices] == [0, 1]
+    assert [device.session.to_json() for device in exported.devices] == [
+        device.session.to_json() for device in again.devices]
+    assert [device.time for device in exported.devices] == [device.time for device in again.devices]
+    assert [(row.path, row.busy_ns, row.transfer_ns, row.waiting_ns) for row in exported.sections] == [
+        (row.path, row.busy_ns, row.transfer_ns, row.waiting_ns) for row in again.sections]
+
+
+def test_a_layout_not_known_in_a_profile_of_several_devices_is_one_error_line(two_devices, tmp_path):
+    """A record layout the reader does not know, found while the devices are split or in one device's file, is
+    one error line: not the file read whole through IREE's export (every device's events as one device's)."""
+    compiled, kept, _result = two_devices
+    blob = kept.read_bytes()
+    queues = tmp_path / "queues.ireeprof"  # a queues chunk of 8 bytes: no whole 24-byte record
+    queues.write_bytes(layout.with_record(blob, "queues", bytes(8)))
+    with pytest.raises(SectionmarkError, match="unsupported profile layout .*; a profile of several devices is read"):
+        report(queues, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    edited = bytearray(blob)  # a host event of device 1 one byte longer than IREE 3.13's
+    size, fields = layout.HOST_EXECUTION_EVENT
+    event = next(at for at in layout.fixed_records(blob, "host-execution-events")
+                 if layout.read(blob, at + fields["physical_device_ordinal"][0], 4) == 1)
+    layout.write(edited, event + fields["record_length"][0], 4, size + 1)
+    longer = tmp_path / "longer.ireeprof"
+    longer.write_bytes(bytes(edited))
+    with pytest.raises(SectionmarkError, match="layout of device 1's events .*several devices") as error:
+        report(longer, compiled.section_map, calls=ITERATIONS + WARMUP, warmup=WARMUP)
+    assert "\n" not in str(error.value)
+
+
+def _open_files(named: str = "sectionmark-devices-") -> list[str]:
+    """The paths of this process's open files whose path holds ``named`` (by default: devices' split files,
+    `sectionmark.readers.devices`)."""
+    found = []
+    for descriptor in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    return [target for target in found if named in target]
+
+
+def test_a_failed_read_of_several_devices_leaves_no_split_file_open(two_devices):
+    """A read of several devices that fails closes every device's file (deleted, its disk space is kept while
+    open, and the error, with the sources in its traceback, may live on)."""
+    compiled, kept, result = two_devices
+    with pytest.raises(SectionmarkError, match="cannot split the profile into 100 calls") as failed_report:
+        report(kept, compiled.section_map, calls=100)
+    assert _open_files() == []
+    run = DeviceRun.of(result, kept, compiled.section_map, ReadArguments(100, WARMUP))
+    with pytest.raises(SectionmarkError, match="cannot split the profile into 100 calls") as failed_events:
+        run.events()
+    assert _open_files() == []
+    assert failed_report.value and failed_events.value  # both errors are still alive here
+
+
+def test_windows_that_stop_on_an_error_close_their_file(two_devices, tmp_path):
+    """A device's windows that meet a failed dispatch close its file as they stop (its error may live on)."""
+    compiled, kept, _result = two_devices
+    blob = bytearray(kept.read_bytes())
+    _size, fields = layout.HOST_EXECUTION_EVENT
+    event = next(at for at in layout.fixed_records(bytes(blob), "host-execution-events")
+                 if layout.read(blob, at + fields["physical_device_ordinal"][0], 4) == 0
+                 and layout.read(blob, at + fields["type"][0], 4) == EVENT_DISPATCH)
+    layout.write(blob, event + fields["status_code"][0], 4, 13)  # device 0's dispatch failed
+    failed = tmp_path / "failed.ireeprof"
+    failed.write_bytes(bytes(blob))
+    sources = open_device_sources(failed, compiled.section_map)
+    try:
+        sources[0].layout()
+        with pytest.raises(SectionmarkError, match="status") as error:
+            for _window in sources[0].windows():
+                pass
+        assert [target for target in _open_files() if "device0" in target] == [], error.value
+    finally:
+        close_all(sources)
 
 
 def test_a_chunk_mixing_devices_is_one_error_line(two_devices, tmp_path):

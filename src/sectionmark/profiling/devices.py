@@ -56,7 +56,7 @@ from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_
 from sectionmark.profiling.read import attributed_totals
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers.event_model import Profile
-from sectionmark.readers.sources import EventSource
+from sectionmark.readers.sources import EventSource, close_all
 from sectionmark.section_map import SectionMap
 from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
@@ -231,7 +231,15 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
                         devices: Optional[list[str]] = None) -> DeviceProfile:
     """The `DeviceProfile` of each device's events (``sources``, by ordinal: `open_device_sources`), each read and
     attributed as one device's profile is (`sectionmark.profiling.read`). ``devices``: the IREE devices, in
-    ordinal order (``--device``), to name them."""
+    ordinal order (``--device``), to name them. Every source is closed when this returns or fails."""
+    try:
+        return _read_devices(sources, section_map, calls, warmup, function, workers, devices)
+    finally:
+        close_all(sources)
+
+
+def _read_devices(sources: dict[int, EventSource], section_map: SectionMap, calls: Optional[int], warmup: int,
+                  function: Optional[str], workers: Optional[int], devices: Optional[list[str]]) -> DeviceProfile:
     read: list[tuple[int, Attribution, EventTotals]] = []
     sessions = []
     windows_of_calls = _calls_windows_once(sources, section_map, calls, warmup, function)
@@ -331,6 +339,9 @@ class _TransferSweep:
 
     def explain(self, problem: SectionmarkError) -> SectionmarkError:
         return self._source.explain(problem)
+
+    def close(self) -> None:
+        self._source.close()
 
     def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         windows = self._windows_of_calls()

@@ -26,6 +26,7 @@ from sectionmark.readers.bundle_records import (CLOCK_SAMPLE, DEVICE_DISPATCH_EV
                                                 Chunks, RecordPositions, UnsupportedLayout, fixed_records, records_at,
                                                 release_pages)
 from sectionmark.readers.checks import KnownOrder, check_unique, checked_profile, corrupt, exports_by_executable
+from sectionmark.readers.devices import profile_devices, several_devices_error
 from sectionmark.readers.device_events import (CLOCK_SAMPLE_DTYPE, DEVICE_DISPATCH_DTYPE, EXECUTE_DTYPE, device_clocks,
                                               device_dispatches, device_executions)
 from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMORY_DTYPE, QUEUE_OP_DTYPE,
@@ -34,6 +35,10 @@ from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMO
 
 def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
     bundle = open_bundle(path, file, size)
+    devices = profile_devices(bundle) if bundle.sessions > 1 else [0]  # a session per device
+    if len(devices) > 1:  # each device numbers its own submissions: one table of them all would mix calls
+        bundle.close()
+        raise several_devices_error(path, devices)
     data, chunks = bundle.data, bundle.chunks
     host = _host_events(path, bundle.mapped, data, chunks["host-execution-events"], bundle.known_codes,
                         bundle.known_keys)

@@ -15,10 +15,12 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional
 
 import numpy as np
 
+from sectionmark.artifacts.files import open_regular
 from sectionmark.artifacts.tools import find_tool, last_useful_line
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.checks import (check_unique, checked_profile, corrupt, define_function,
                                         exports_by_executable, record_command, run_failed, timed_dispatch)
+from sectionmark.readers.devices import several_devices_error
 from sectionmark.readers.device_events import (CLOCK_SAMPLE_DTYPE, DEVICE_DISPATCH_DTYPE, EXECUTE_DTYPE, device_clocks,
                                               device_dispatches, device_executions)
 from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_NAMES, EXPORT_TIMEOUT_S, MAX_JSONL_LINE_BYTES,
@@ -37,6 +39,9 @@ IGNORED_JSONL_RECORDS = frozenset(
         "executable_trace",
     }
 )
+# The rows of one device's events: each names it (physical_device_ordinal).
+_DEVICE_ROWS = frozenset({"host_execution_event", "memory_event", "dispatch_event", "clock_correlation",
+                          "queue_event"})
 _U32, _U64 = (0, (1 << 32) - 1), (0, (1 << 64) - 1)
 _I64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -63,7 +68,8 @@ def _text(row: dict, name: str) -> str:
 
 
 class _JsonlProfile:
-    """Accumulates the rows of an ireeperf-jsonl stream."""
+    """Accumulates the rows of an ireeperf-jsonl stream: every device's (one, or it is refused), or ``device``'s
+    events' only and the rows of every device (`_owned`)."""
 
     _READERS = {
         "schema": "_schema", "session": "_session", "diagnostic": "_diagnostic",
@@ -73,8 +79,8 @@ class _JsonlProfile:
         "clock_correlation": "_clock_correlation", "queue_event": "_queue_event",
     }
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, device: Optional[int] = None):
+        self.path, self.device = path, device
         self.keys: list[str] = []
         self.key_ids: dict[str, int] = {}
         self.dispatch_rows: list[tuple] = []
@@ -87,6 +93,7 @@ class _JsonlProfile:
         self.memory_ids: list[tuple[int, int]] = []  # (device, event id)
         self.event_ids: list[tuple[int, int]] = []
         self.declared: set[int] = set()
+        self.devices: set[int] = set()  # the physical device ordinals of the events: one, or the file is refused
         self.commands: dict[int, dict[int, CommandRecord]] = {}
         self.functions: dict[tuple[int, int], str] = {}
         self.saw_schema = False
@@ -96,10 +103,17 @@ class _JsonlProfile:
         if not isinstance(row, dict):
             raise _BadRow("a row must be a JSON object")
         kind = _text(row, "record_type")
+        if self.device is not None and not self._owned(kind, row):
+            return
         if kind in self._READERS:
             getattr(self, self._READERS[kind])(row)
         elif kind not in IGNORED_JSONL_RECORDS:
             raise _BadRow(f"unknown record type {kind[:80]!r}")
+
+    def _owned(self, kind: str, row: dict) -> bool:
+        """Whether ``row`` (of type ``kind``) is ``device``'s events' or every device's (the command buffers
+        too: a device's executions name its own, and the others are never executed there)."""
+        return kind not in _DEVICE_ROWS or _int(row, "physical_device_ordinal", _U32) == self.device
 
     def _schema(self, row: dict) -> None:
         if row.get("format") != "ireeperf-jsonl" or row.get("schema_version") not in _JSONL_SCHEMA_VERSIONS:
@@ -146,7 +160,8 @@ class _JsonlProfile:
         op, type_value = _text(row, "op"), _int(row, "type_value", _U32)
         if EVENT_NAMES.get(type_value) != op:
             raise _BadRow(f"host execution event op {op[:40]!r} does not match its type_value {type_value}")
-        event_id = _int(row, "event_id", _U64)
+        event_id, device = _int(row, "event_id", _U64), _int(row, "physical_device_ordinal", _U32)
+        self.devices.add(device)
         self.event_ids.append((_int(row, "stream_id", _U64), event_id))
         status = _int(row, "status_code", _U32)
         if status != 0:
@@ -164,7 +179,7 @@ class _JsonlProfile:
             self.submission_rows.append((submission, buffer, start, end))
             return
         self.dispatch_rows.append(
-            (submission, buffer, _int(row, "command_index", _U32), self._key_id(_text(row, "key")), _int(row, "physical_device_ordinal", _U32),
+            (submission, buffer, _int(row, "command_index", _U32), self._key_id(_text(row, "key")), device,
              _int(row, "queue_ordinal", _U32), start, end, _int(row, "tile_duration_sum_ns", (0, _I64[1])),
              _int(row, "tile_count", _U64))
         )
@@ -176,6 +191,7 @@ class _JsonlProfile:
         return key_id
 
     def _dispatch_event(self, row: dict) -> None:
+        self.devices.add(_int(row, "physical_device_ordinal", _U32))
         self.device_dispatch_rows.append(
             (_int(row, "event_id", _U64), _int(row, "submission_id", _U64), _int(row, "command_buffer_id", _U64),
              _int(row, "start_tick", _U64), _int(row, "end_tick", _U64), _int(row, "physical_device_ordinal", _U32),
@@ -200,6 +216,7 @@ class _JsonlProfile:
         if MEMORY_EVENT_NAMES.get(type_value) != kind:
             raise _BadRow(f"memory event type {kind[:40]!r} does not match its event_type_value {type_value}")
         self.memory_ids.append((_int(row, "physical_device_ordinal", _U32), _int(row, "event_id", _U64)))
+        self.devices.add(self.memory_ids[-1][0])
         self.memory_rows.append(
             (_int(row, "host_time_ns", _I64), type_value, _int(row, "flags", _U32), _int(row, "submission_id", _U64),
              _int(row, "allocation_id", _U64), _int(row, "pool_id", _U64), _int(row, "length", _U64),
@@ -211,6 +228,8 @@ class _JsonlProfile:
             raise corrupt(self.path, "no ireeperf-jsonl schema row")
         if not self.ended:
             raise corrupt(self.path, "no session end row")
+        if len(self.devices) > 1:  # each device numbers its own submissions: one table of them all would mix calls
+            raise several_devices_error(self.path, sorted(self.devices))
         streams, events = (np.array(column, np.uint64) for column in zip(*self.event_ids)) if self.event_ids else (
             np.zeros(0, np.uint64), np.zeros(0, np.uint64))
         check_unique(self.path, "a host execution event", streams, events)
@@ -237,7 +256,28 @@ class _JsonlProfile:
 
 
 def read_jsonl_lines(path: Path, lines: Iterable[tuple[int, str]]) -> Profile:
-    profile = _JsonlProfile(path)
+    return _jsonl_rows(path, lines).finish()
+
+
+def read_jsonl_devices(path: Path) -> dict[int, Profile]:
+    """Each device's events of an ireeperf-jsonl file, by physical device ordinal, read as a one-device export's
+    (`_JsonlProfile`): the file read once, and once more per device when it has several."""
+    with open_regular(path, "profile") as file:
+        every = _jsonl_rows(path, jsonl_lines(path, file))
+    devices = sorted(every.devices)
+    if len(devices) <= 1:
+        return {0: every.finish()}
+    every, profiles = None, {}  # every device's rows let go before each device's are read
+    for device in devices:
+        with open_regular(path, "profile") as file:
+            profiles[device] = _jsonl_rows(path, jsonl_lines(path, file), device).finish()
+    return profiles
+
+
+def _jsonl_rows(path: Path, lines: Iterable[tuple[int, str]], device: Optional[int] = None) -> _JsonlProfile:
+    """The rows ``lines`` of the file at ``path`` (every device's, or ``device``'s), each checked as it is added;
+    a row that is not well formed is one error line naming it."""
+    profile = _JsonlProfile(path, device)
     for number, line in lines:
         if not line.strip():
             continue
@@ -248,7 +288,7 @@ def read_jsonl_lines(path: Path, lines: Iterable[tuple[int, str]]) -> Profile:
         except (_BadRow, ValueError, KeyError, TypeError, RecursionError) as error:
             what = f"missing field {error}" if isinstance(error, KeyError) else str(error)[:200]
             raise corrupt(path, f"line {number}: {what}") from None
-    return profile.finish()
+    return profile
 
 
 def jsonl_lines(path: Path, stream: BinaryIO) -> Iterator[tuple[int, str]]:

@@ -75,11 +75,23 @@ class DispatchStream:
         """The profile without its dispatches; its memory events are there once `windows` has ended."""
         return replace(self.layout(), memory=self._memory, allocations=self._allocations)
 
+    def close(self) -> None:
+        """Let the mapped file, the file and the read buffer go (when the windows end, or stop on an error)."""
+        self._bundle.close()
+        self._file.close()
+        self._buffer = np.empty(0, np.uint8)
+
     def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(dispatches, submissions) of successive whole submissions, in the order their executions were written
         (by submission within a window): the dispatches sorted by (submission, start) and checked against their
         submissions (SUBMISSION_DTYPE, sorted). The dispatches are rows of a buffer the next window is read into:
-        copy what must outlive the step."""
+        copy what must outlive the step. The file is closed when they end, or stop."""
+        try:
+            yield from self._windows()
+        finally:
+            self.close()
+
+    def _windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         bundle, layout = self._bundle, self.layout()
         positions = bundle.host_event_positions()
         total = len(positions)
@@ -149,9 +161,6 @@ class DispatchStream:
         if memory.remaining():  # memory events after the last host event
             memory.take(self._read(covered, memory.last_end()), covered)
         self._memory, self._allocations = memory.kept()
-        bundle.close()
-        self._file.close()
-        self._buffer = np.empty(0, np.uint8)
         # Every execution and queue operation read again was the layout's (checked window by window): the
         # layout's tables are those the windows read, sorted.
         check_times(self.path, pending, layout.submissions, layout.queue_ops, self._memory, host_events_plausible=True)

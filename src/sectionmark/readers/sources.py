@@ -28,6 +28,7 @@ from sectionmark.readers.bundle_records import UnsupportedLayout
 from sectionmark.readers.checks import by_submission_and_start
 from sectionmark.readers.event_model import Profile, RecordedCommand
 from sectionmark.readers.ireeprof import read_profile
+from sectionmark.readers.ireeprof_jsonl import read_jsonl_devices
 from sectionmark.readers.bundle_events import OpenBundle, open_bundle
 from sectionmark.readers.bundle_records import BUNDLE_MAGIC
 from sectionmark.readers.devices import profile_devices, several_devices_error, split_devices
@@ -56,6 +57,11 @@ class EventSource(Protocol):
         a read of all its events gives when the file is malformed (a window meets a file's problems in another
         order, and the line a user gets must not depend on it), else ``problem``."""
 
+    def close(self) -> None:
+        """Let the file go now, not when the source is collected: a reader that stops before the windows end
+        (an error, which keeps the source alive as long as its traceback) must not hold a device's split file,
+        deleted but still on disk while open."""
+
 
 class WholeProfile:
     """A profile read whole: one window of all its dispatches."""
@@ -76,6 +82,9 @@ class WholeProfile:
     def explain(self, problem: SectionmarkError) -> SectionmarkError:
         return problem  # read whole already: its reader's checks came first
 
+    def close(self) -> None:
+        pass  # read whole already: no file open
+
 
 def open_source(path: Union[str, Path], section_map: SectionMap, function: Optional[str] = None) -> EventSource:
     """The events of a recorded profile: .ireeprof (host- or device-timed), ireeperf-jsonl, or a .tracy capture
@@ -89,7 +98,8 @@ def open_device_sources(path: Union[str, Path], section_map: SectionMap,
                         function: Optional[str] = None) -> dict[int, EventSource]:
     """The events of each device of a recorded profile, by device ordinal: a host-timed .ireeprof of a process
     that drove several devices gives one source per device (`sectionmark.readers.devices`), read as every
-    host-timed bundle is; any other profile is device 0's."""
+    host-timed bundle is, and its ireeperf-jsonl export one per device too (`read_jsonl_devices`: its rows name
+    their device); any other profile is device 0's."""
     return _open(path, section_map, function, several_devices=True)
 
 
@@ -123,6 +133,7 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
     if path.suffix == ".tracy":  # a capture by its name: a damaged one gets the capture reader's error
         return {0: WholeProfile(read_events(path, section_map, function))}
     file = open_regular(path, "profile")
+    bundle: Optional[OpenBundle] = None
     try:
         head = file.read(4)
         if head == BUNDLE_MAGIC:
@@ -131,7 +142,10 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
             if len(devices) > 1 and not several_devices:
                 raise several_devices_error(path, devices)
             if len(devices) > 1:
-                sources = _device_streams(path, bundle, file, devices)
+                try:
+                    sources = _device_streams(path, bundle, file, devices)
+                except UnsupportedLayout as why:  # IREE's export would read every device's events as one's
+                    raise unknown_layout_of_devices(path, why) from None
                 file.close()
                 return sources
             if not bundle.device_timed:
@@ -140,11 +154,15 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
     except UnsupportedLayout:
         head = BUNDLE_MAGIC  # read_profile reads it through iree-profile's export
     except BaseException:
+        if bundle is not None:
+            bundle.close()
         file.close()
         raise
     file.close()
     if head != BUNDLE_MAGIC and head[:1] != b"{":  # a capture by its first bytes, or an error line
         return {0: WholeProfile(read_events(path, section_map, function))}
+    if head[:1] == b"{" and several_devices:  # an ireeperf-jsonl export: its rows name their device
+        return {device: WholeProfile(profile) for device, profile in read_jsonl_devices(path).items()}
     return {0: WholeProfile(read_profile(path))}
 
 
@@ -168,7 +186,7 @@ def _device_streams(path: Path, bundle: OpenBundle, file: BinaryIO, devices: lis
                     device_file.close()
                     raise
                 opened.append((device_bundle, device_file))
-                sources[device] = _DeviceStream(DispatchStream(device_bundle, device_file))
+                sources[device] = _DeviceStream(DispatchStream(device_bundle, device_file), device)
     except BaseException:
         for device_bundle, device_file in opened:
             device_bundle.close()
@@ -208,13 +226,35 @@ class _Stream:
             return whole
         return problem
 
+    def close(self) -> None:
+        self._stream.close()
+
 
 class _DeviceStream(_Stream):
     """One device's events of a profile of several devices: its problems are its own (the whole read of the file,
-    which `_Stream.explain` asks, reads one device's events only)."""
+    which `_Stream.explain` asks, reads one device's events only), and a layout its stream does not know is an
+    error line (the whole read of the file, `_Stream.layout`'s fallback, would give it every device's events)."""
+
+    def __init__(self, stream: DispatchStream, device: int):
+        super().__init__(stream)
+        self._device = device
+
+    def layout(self) -> Profile:
+        try:
+            return self._stream.layout()
+        except UnsupportedLayout as why:
+            raise unknown_layout_of_devices(self._stream.path, why, self._device) from None
 
     def explain(self, problem: SectionmarkError) -> SectionmarkError:
         return problem
+
+
+def unknown_layout_of_devices(path: Path, why: UnsupportedLayout, device: Optional[int] = None) -> SectionmarkError:
+    """The line for a profile of several devices (of ``device``'s events, when known) in a record layout this
+    reader does not know: IREE's export, which reads such a one-device profile, would mix the devices' events."""
+    whose = "" if device is None else f" of device {device}'s events"
+    return SectionmarkError(f"{path}: unsupported profile layout{whose} ({why}); a profile of several devices is "
+                            "read in the layout sectionmark knows only (IREE 3.13's)")
 
 
 def read_events(path: Union[str, Path], section_map: SectionMap, function: Optional[str] = None) -> Profile:
@@ -236,7 +276,17 @@ def read_events(path: Union[str, Path], section_map: SectionMap, function: Optio
 def read_device_events(path: Union[str, Path], section_map: SectionMap) -> dict[int, Profile]:
     """Every event of each device of a recorded profile, read whole, by device ordinal (`open_device_sources`):
     for the views that split a device's events before attributing them (a replay's calls per function)."""
-    return {ordinal: whole_profile(source) for ordinal, source in open_device_sources(path, section_map).items()}
+    sources = open_device_sources(path, section_map)
+    try:
+        return {ordinal: whole_profile(source) for ordinal, source in sources.items()}
+    finally:
+        close_all(sources)
+
+
+def close_all(sources: dict[int, EventSource]) -> None:
+    """Close every device's source (`EventSource.close`), whether or not it was read to its end."""
+    for source in sources.values():
+        source.close()
 
 
 def whole_profile(source: EventSource) -> Profile:
