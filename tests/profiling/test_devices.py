@@ -68,8 +68,9 @@ def test_each_device_equals_the_oracle_of_its_own_events(two_devices):
     for device in result.devices:
         session = device.session
         assert_profile_invariants(session)  # coverage exact on each device, among the rest
-        assert session.total_ns == sum(row.busy_ns for row in session.sections if len(row.path) == 1) \
-            + session.unmarked_ns
+        # Shares of fused dispatches are fractions: the sum of the top sections is exact to rounding, not bit for bit.
+        assert session.total_ns == pytest.approx(sum(row.busy_ns for row in session.sections if len(row.path) == 1)
+                                                 + session.unmarked_ns, rel=1e-12, abs=1e-6)
         calls, oracle = section_oracle(rows, compiled.section_map, WARMUP, device=device.ordinal,
                                        calls=ITERATIONS + WARMUP)
         assert calls == session.calls == ITERATIONS
