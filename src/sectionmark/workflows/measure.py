@@ -17,7 +17,7 @@ import re
 import shutil
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union, overload
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar, Union, overload
 
 from sectionmark.artifacts import module_file, module_file_and_map, read_section_map
 from sectionmark import serialization
@@ -151,16 +151,8 @@ def profile(
         shown = finished[(session.shown_run or 1) - 1]
         if keep_profile is not None and (session.shown_run or 1) > 1:  # the figures shown are of that run
             copy_output(shown.profile_path, keep_profile, protected)
-        # The run keeps the profile its figures come from (its events, for the views that draw them) in a folder
-        # of its own, which outlives this one until the run is closed.
-        kept = owned_folder(PROFILE_FOLDER_PREFIX)
-        try:
-            profile_path = Path(shutil.move(str(shown.profile_path), kept / shown.profile_path.name))
-            return ProfileRun(session, profile_path, section_map, ReadArguments(shown.calls, shown.warmup, function),
-                              scratch=kept)
-        except BaseException:
-            shutil.rmtree(kept, ignore_errors=True)
-            raise
+        return _kept_by_the_run(shown.profile_path, lambda path, kept: ProfileRun(
+            session, path, section_map, ReadArguments(shown.calls, shown.warmup, function), scratch=kept))
 
 
 def _profile_devices(compiled_or_vmfb_path: Union[Any, str, Path], args: Sequence[Any], function: str,
@@ -193,15 +185,23 @@ def _profile_devices(compiled_or_vmfb_path: Union[Any, str, Path], args: Sequenc
         result = read_device_profile(open_device_sources(run.profile_path, section_map, function), section_map,
                                      calls=run.calls, warmup=run.warmup, function=function, workers=run_workers,
                                      devices=devices)
-        # The views that draw every event read them from the profile: the run keeps it in a folder of its own.
-        kept = owned_folder(PROFILE_FOLDER_PREFIX)
-        try:
-            profile_path = Path(shutil.move(str(run.profile_path), kept / run.profile_path.name))
-            return DeviceRun.of(result, profile_path, section_map, ReadArguments(run.calls, run.warmup, function),
-                                scratch=kept)
-        except BaseException:
-            shutil.rmtree(kept, ignore_errors=True)
-            raise
+        return _kept_by_the_run(run.profile_path, lambda path, kept: DeviceRun.of(
+            result, path, section_map, ReadArguments(run.calls, run.warmup, function), scratch=kept))
+
+
+_Run = TypeVar("_Run")
+
+
+def _kept_by_the_run(profile_path: Path, run_of: Callable[[Path, Path], _Run]) -> _Run:
+    """The run ``run_of(kept profile, its folder)`` keeping the profile its figures come from (its events, for the
+    views that draw them) in a folder of its own, which outlives the scratch folder until the run is closed;
+    nothing is left behind if the run cannot be made."""
+    kept = owned_folder(PROFILE_FOLDER_PREFIX)
+    try:
+        return run_of(Path(shutil.move(str(profile_path), kept / profile_path.name)), kept)
+    except BaseException:
+        shutil.rmtree(kept, ignore_errors=True)
+        raise
 
 
 def check_devices(devices: Sequence[str]) -> None:
