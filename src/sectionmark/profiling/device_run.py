@@ -20,22 +20,16 @@ from typing import Any, Optional, Union
 from sectionmark.profiling.attribute import Attribution, attribute
 from sectionmark.profiling.devices import DeviceProfile, device_section_map
 from sectionmark.profiling.read import KeptProfile, ReadArguments
-from sectionmark.readers.sources import close_all, open_device_sources, whole_profile
+from sectionmark.readers.sources import read_device_events
 from sectionmark.section_map import SectionMap
 
 
 def device_events(path: Path, section_map: SectionMap, read_as: ReadArguments) -> dict[int, Attribution]:
     """Every measured event of each device of the profile at ``path``, by ordinal: each device's events read
     (its windows, joined) and attributed in that device's map (`device_section_map`) as its figures were."""
-    events, sources = {}, open_device_sources(path, section_map, read_as.function)
-    try:
-        for ordinal, source in sorted(sources.items()):
-            device_map = device_section_map(section_map, ordinal)
-            events[ordinal] = attribute(whole_profile(source), device_map, calls=read_as.calls,
-                                        warmup=read_as.warmup, function=read_as.function)
-    finally:
-        close_all(sources)
-    return events
+    return {ordinal: attribute(profile, device_section_map(section_map, ordinal), calls=read_as.calls,
+                               warmup=read_as.warmup, function=read_as.function)
+            for ordinal, profile in sorted(read_device_events(path, section_map, read_as.function).items())}
 
 
 @dataclass(eq=False)

@@ -273,10 +273,12 @@ def read_events(path: Union[str, Path], section_map: SectionMap, function: Optio
     return capture_profile(capture, section_map, function=function)
 
 
-def read_device_events(path: Union[str, Path], section_map: SectionMap) -> dict[int, Profile]:
+def read_device_events(path: Union[str, Path], section_map: SectionMap,
+                       function: Optional[str] = None) -> dict[int, Profile]:
     """Every event of each device of a recorded profile, read whole, by device ordinal (`open_device_sources`):
-    for the views that split a device's events before attributing them (a replay's calls per function)."""
-    sources = open_device_sources(path, section_map)
+    for the views that draw every event (a run's) or split a device's events before attributing them (a replay's
+    calls per function)."""
+    sources = open_device_sources(path, section_map, function)
     try:
         return {ordinal: whole_profile(source) for ordinal, source in sources.items()}
     finally:
