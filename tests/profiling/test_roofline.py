@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from matmul_chain import chain_model
-from test_kernels import binding, hand_built
+from test_kernels import MM, binding, hand_built
 
 from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
@@ -59,6 +59,26 @@ def test_sections_get_bytes_flops_and_time_of_their_sites_and_the_nearer_roof():
     assert bounding_peak(hand_built(), fake_peak()) == fake_peak()  # nothing above it: the peak as measured
     text = roofline_text([mlp, attn], fake_peak())
     assert "ridge 10.00" in text and " 49.2%" in text and "compute" in text and "note:" not in text
+
+
+def test_the_note_names_the_kernel_a_section_ties_to_float_rounding():
+    """MLP is one matmul run 3 times in 1007 ns: the section's rate (3 * flops / 1007) is one rounding above its
+    kernel's (flops / (1007 / 3)); the note names the kernel, as a clean-clone run found it naming the section."""
+    from test_session import synthetic
+
+    from sectionmark.profiling.session import ProfileSession
+
+    attribution, section_map = synthetic([(0, 335, (MM,)), (335, 671, (MM,)), (671, 1007, (MM,))])
+    (matmul,) = section_map.sites
+    matmul.bindings = [binding("input0", "read", [64, 64], read=16384), binding("@w", "read", [64, 64], read=16384),
+                       binding("site 0 #0", "write", [64, 64], written=16384)]
+    matmul.flops = 2 * 64 ** 3
+    session = ProfileSession.build(attribution, section_map, function="main")
+    (section,) = roofline(session, fake_peak())
+    assert section.gflop_per_s > matmul.flops / (1007 / 3)  # the premise: the section is the faster by rounding
+    raised = bounding_peak(session, fake_peak(bandwidth=1.0, gflops=1.0))
+    assert re.search(r"kernel \S+ \(site 0\) ran at [\d.]+ GB/s, above the peak's 1\.0 and kernel \S+ \(site 0\) "
+                     r"ran at [\d.]+ GFLOP/s", raised.raised_by)
 
 
 def test_a_kernel_above_the_peak_becomes_the_ceiling_and_one_line_says_so():
