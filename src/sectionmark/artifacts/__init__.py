@@ -6,7 +6,8 @@ alone) can run and profile modules compiled elsewhere
 (tests/entry/test_import_graph.py checks that none of them imports the compiler).
 
 * `modules`: a compiled object, .vmfb bytes or a .vmfb file, and its section
-  map (embedded, or a sidecar ``.sections.json``);
+  map (embedded, or a sidecar ``.sections.json``), read (the file IREE's
+  benchmark tool runs is written by `sectionmark.workflows.runner`);
 * `files`: opening any file sectionmark reads: regular files only, never
   blocking on a FIFO, never reading past the size a file had when opened;
 * `tools`: the IREE tools and the tracing runtime of the installed
@@ -17,13 +18,7 @@ alone) can run and profile modules compiled elsewhere
 """
 
 from sectionmark.artifacts.files import open_regular, read_regular
-from sectionmark.artifacts.modules import (
-    module_bytes_and_map,
-    module_file,
-    module_file_and_map,
-    read_section_map,
-    sidecar_path,
-)
+from sectionmark.artifacts.modules import module_bytes_and_map, read_section_map, sidecar_path
 from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line, tracing_runtime_library
 
 __all__ = [
@@ -31,8 +26,6 @@ __all__ = [
     "find_tool",
     "last_useful_line",
     "module_bytes_and_map",
-    "module_file",
-    "module_file_and_map",
     "open_regular",
     "read_regular",
     "read_section_map",

@@ -15,14 +15,13 @@ and only regular files are read (`sectionmark.artifacts.files`).
 from __future__ import annotations
 
 import mmap
-import os
 import re
 import struct
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from sectionmark.artifacts.files import open_regular, read_regular
-from sectionmark.errors import SectionmarkError, wrong_type
+from sectionmark.errors import SectionmarkError
 from sectionmark.section_map import EMBEDDED_JSON_START, EMBEDDED_KEY, SectionMap, SectionMapError, sidecar_path
 
 MAX_MAP_BYTES = 256 << 20  # a JSON map larger than this is not a section map (a 2-block GPT: 36 KB)
@@ -73,27 +72,6 @@ def module_bytes_and_map(source: ModuleSource) -> tuple[bytes, Optional[SectionM
         return data, read_section_map(path)
     except SectionmarkError:
         return data, None  # a plain IREE module runs fine without a map
-
-
-def module_file(source: Any, directory: Path) -> Path:
-    """A .vmfb path for IREE's tools: a compiled object is written to ``directory`` first."""
-    if hasattr(source, "vmfb"):
-        path = directory / "module.vmfb"
-        path.write_bytes(source.vmfb)
-        return path
-    if not isinstance(source, (str, os.PathLike)):
-        raise wrong_type("sm.profile", source, "a compiled program (sm.compile) or a .vmfb path")
-    return Path(source)
-
-
-def module_file_and_map(source: Any, directory: Path) -> tuple[Path, SectionMap]:
-    """`module_file` and the map it must be reported with (carried by a compiled object, else read)."""
-    path = module_file(source, directory)
-    if not hasattr(source, "section_map"):
-        return path, read_section_map(path)
-    if source.section_map is None:
-        raise SectionmarkError("this module was compiled without markers; it has no section map to report")
-    return path, source.section_map
 
 
 def _is_module(head: bytes) -> bool:

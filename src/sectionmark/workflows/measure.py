@@ -19,7 +19,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar, Union, overload
 
-from sectionmark.artifacts import module_file, module_file_and_map, read_section_map
+from sectionmark.artifacts import read_section_map
 from sectionmark import serialization
 from sectionmark.artifacts.files import read_regular
 from sectionmark.artifacts.scratch import PREFIX, owned_folder, scratch_folder
@@ -35,7 +35,8 @@ from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import RunVariation
 from sectionmark.readers.sources import open_device_sources, open_source
 from sectionmark.section_map import INITIALIZER_FUNCTION, SectionMap
-from sectionmark.workflows.runner import DEFAULT_TIMEOUT_S, device_driver, local_task_workers, run_profile
+from sectionmark.workflows.runner import (DEFAULT_TIMEOUT_S, device_driver, local_task_workers, module_file_and_map,
+                                          run_profile)
 
 if TYPE_CHECKING:  # for type checkers only: the compiler is a later import, never needed to profile a file
     from sectionmark.compiler.pipeline import CompiledProgram
@@ -123,10 +124,7 @@ def profile(
         protected = [*keep_profile_inputs, *module_files]
         check_output_path(keep_profile, protected)
     with scratch_folder() as directory:  # removed on any end, a signal included; one a kill -9 left, next time
-        if section_map is None:
-            vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory)
-        else:
-            vmfb = module_file(compiled_or_vmfb_path, directory)
+        vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory, section_map)
         # local-task ran here with IREE's topology, so its worker count is known; other drivers have none.
         run_workers = local_task_workers(workers) if device_driver(device) == "local-task" else None
         sessions, finished = [], []
@@ -171,10 +169,7 @@ def _profile_devices(compiled_or_vmfb_path: Union[Any, str, Path], args: Sequenc
         protected = [*keep_profile_inputs, *module_files]
         check_output_path(keep_profile, protected)
     with scratch_folder() as directory:
-        if section_map is None:
-            vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory)
-        else:
-            vmfb = module_file(compiled_or_vmfb_path, directory)
+        vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory, section_map)
         run = run_profile(vmfb, args, directory / "run1", function=function, device=devices[0],
                           extra_devices=devices[1:], iterations=iterations, warmup=warmup, quiet=quiet,
                           timeout=timeout, parameters=specs, argument_types=section_map.argument_types(function),

@@ -39,11 +39,13 @@ import numpy as np
 from rich.console import Console
 
 from sectionmark.arguments import flatten_arguments
+from sectionmark.artifacts.modules import read_section_map
 from sectionmark.compiler.targets import device_driver
-from sectionmark.errors import SectionmarkError
+from sectionmark.errors import SectionmarkError, wrong_type
 from sectionmark.parameters import tool_flags
 from sectionmark.profiling.stats import ProfilerCost
 from sectionmark.artifacts.tools import exit_description, find_tool, last_useful_line, run_tool
+from sectionmark.section_map import SectionMap
 
 PROFILING_MODES = "queue-events,host-execution,executable-metadata,memory-events"
 # What IREE 3.13's Vulkan driver can record (it has no host-execution events).
@@ -109,6 +111,27 @@ def local_task_workers(limit: Optional[int] = None) -> int:
         except OSError:
             cores.add(("cpu", str(cpu)))
     return max(1, min(len(cores), limit or MAX_DEFAULT_WORKERS))
+
+
+def module_file_and_map(source: Any, directory: Path,
+                        section_map: Optional[SectionMap] = None) -> tuple[Path, SectionMap]:
+    """The .vmfb file IREE's tool runs and the map its profile is read with: a compiled program (``sm.compile``'s
+    result) is written to ``directory`` and carries its map; a .vmfb path runs as it is, with the map it embeds or
+    has beside it (`read_section_map`). ``section_map``: the map to use instead of either."""
+    if hasattr(source, "vmfb"):
+        path = directory / "module.vmfb"
+        path.write_bytes(source.vmfb)
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+    else:
+        raise wrong_type("sm.profile", source, "a compiled program (sm.compile) or a .vmfb path")
+    if section_map is not None:
+        return path, section_map
+    if not hasattr(source, "section_map"):
+        return path, read_section_map(path)
+    if source.section_map is None:
+        raise SectionmarkError("this module was compiled without markers; it has no section map to report")
+    return path, source.section_map
 
 
 def write_inputs(
