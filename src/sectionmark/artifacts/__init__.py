@@ -6,8 +6,8 @@ alone) can run and profile modules compiled elsewhere
 (tests/entry/test_import_graph.py checks that none of them imports the compiler).
 
 * `modules`: a compiled object, .vmfb bytes or a .vmfb file, and its section
-  map (embedded, or a sidecar ``.sections.json``), read (the file IREE's
-  benchmark tool runs is written by `sectionmark.workflows.runner`);
+  map (embedded, or a sidecar ``.sections.json``), read; the module file
+  IREE's benchmark tool runs is written by `sectionmark.workflows.runner`;
 * `files`: opening any file sectionmark reads: regular files only, never
   blocking on a FIFO, never reading past the size a file had when opened;
 * `tools`: the IREE tools and the tracing runtime of the installed
