@@ -24,7 +24,7 @@ from typing import Optional
 
 import numpy as np
 
-from sectionmark.readers.arrays import distinct
+from sectionmark.profiling.device_activity import DeviceActivity
 from sectionmark.section_map import CommandBuffer
 from sectionmark.section_path import SectionPath
 
@@ -38,30 +38,17 @@ class SectionWaits:
     split: set[SectionPath]
 
 
-def waiting_stretches(spans: list[np.ndarray], windows: tuple[np.ndarray, np.ndarray]
-                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def waiting_stretches(spans: list[np.ndarray], windows: tuple[np.ndarray, np.ndarray],
+                      activity: Optional[DeviceActivity] = None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per device (``spans``: each device's queue spans, QUEUE_SPAN_DTYPE), the (start, end, call) of each
     stretch inside the calls' ``windows`` (sorted, disjoint) where it runs nothing while another device runs
-    something: elementary stretches cut at every span's and window's ends."""
-    window_starts, window_ends = windows
-    every = np.concatenate([part[name].astype(np.int64) for part in spans for name in ("start_ns", "end_ns")]
-                           + [window_starts.astype(np.int64), window_ends.astype(np.int64)])
-    boundaries = distinct(every)
-    if len(boundaries) < 2:
-        return [(np.zeros(0, np.int64),) * 3 for _part in spans]
-    active = []
-    for part in spans:
-        change = (np.bincount(np.searchsorted(boundaries, part["start_ns"]), minlength=len(boundaries))
-                  - np.bincount(np.searchsorted(boundaries, part["end_ns"]), minlength=len(boundaries)))
-        active.append(np.cumsum(change)[:-1] > 0)
-    starts, ends = boundaries[:-1], boundaries[1:]
-    call = np.searchsorted(window_starts, starts, side="right") - 1
-    inside = (call >= 0) & (starts < window_ends[np.maximum(call, 0)])
-    anyone = np.logical_or.reduce(active)
+    something: elementary stretches cut at every span's and window's ends (``activity``: their sweep, when
+    already made)."""
+    activity = DeviceActivity(spans, windows) if activity is None else activity
     stretches = []
-    for mine in active:
-        waiting = inside & anyone & ~mine
-        stretches.append((starts[waiting], ends[waiting], call[waiting]))
+    for mine in activity.active:
+        waiting = (activity.call >= 0) & (activity.running > 0) & ~mine
+        stretches.append((activity.starts[waiting], activity.ends[waiting], activity.call[waiting]))
     return stretches
 
 
@@ -91,11 +78,17 @@ def section_waits(stretches: tuple[np.ndarray, np.ndarray, np.ndarray], executio
     same_call = has_next & (execution_calls[nexts] == calls) if len(order) else has_next
     awaited = np.where(same_call, nexts, -1)
     lengths = np.bincount(awaited + 1, weights=ends - starts, minlength=len(execution_starts) + 1)
-    result = SectionWaits({}, set())
+    # The waits before each buffer summed first (integer ns: exact), then given to its shares once per buffer, in
+    # the order of their first wait; index 0: no execution after the wait in its call.
+    waited: dict[int, list] = {}  # id of the buffer waited for -> [the buffer, its waits' ns]
     for index in np.flatnonzero(lengths).tolist():
-        shares = awaited_shares(execution_buffers[index - 1]) if index else {(): 1.0}
+        buffer = execution_buffers[index - 1] if index else None
+        waited.setdefault(id(buffer), [buffer, 0.0])[1] += float(lengths[index])
+    result = SectionWaits({}, set())
+    for buffer, ns in waited.values():
+        shares = awaited_shares(buffer)
         for path, part in shares.items():
-            result.waiting_ns[path] = result.waiting_ns.get(path, 0.0) + part * float(lengths[index])
+            result.waiting_ns[path] = result.waiting_ns.get(path, 0.0) + part * ns
         if len(shares) > 1:
             result.split.update(shares)
     return result
