@@ -282,7 +282,15 @@ def test_each_device_split_file_is_that_device_one_device_profile(two_devices, t
         split = split_devices(bundle, file, [0, 1], tmp_path)
         bundle.close()
     assert sorted(split) == [0, 1]
-    for device, path in split.items():
+    for device, written in split.items():
+        path = written.path
+        with path.open("rb") as file:  # the chunks the split gives are those a walk of its file finds
+            walked = open_bundle(path, file, path.stat().st_size)
+            assert walked.sessions == 1 and walked.chunks.keys() == written.chunks.keys()
+            for name, chunks in walked.chunks.items():
+                for field in ("starts", "lengths", "devices", "queues"):
+                    assert getattr(chunks, field).tolist() == getattr(written.chunks[name], field).tolist(), name
+            walked.close()
         own = export_rows(path)
         assert own is not None, f"iree-profile refuses device {device}'s file"
         assert _host_rows(own, device) == _host_rows(rows, device) != []

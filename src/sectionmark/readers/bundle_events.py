@@ -80,8 +80,19 @@ class OpenBundle:
 
 def open_bundle(path: Path, file: BinaryIO, size: int) -> OpenBundle:
     """Map the bundle, check its header and records (`map_bundle`), decode its functions and command buffers."""
-    mapped, data, chunks, sessions = map_bundle(path, file, size)
+    return _decoded(path, *map_bundle(path, file, size))
 
+
+def open_split_bundle(path: Path, file: BinaryIO, chunks: dict[str, Chunks]) -> OpenBundle:
+    """A one-device bundle sectionmark wrote (`sectionmark.readers.devices.split_devices`) from records it checked,
+    whose chunks' payloads it knows (``chunks``, of `USED_CHUNKS`): mapped and decoded as `open_bundle` decodes
+    it, without walking its records again. Its errors name ``path``."""
+    mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    return _decoded(path, mapped, np.frombuffer(mapped, np.uint8), chunks, 1)
+
+
+def _decoded(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: dict[str, Chunks], sessions: int) -> OpenBundle:
+    """The mapped bundle's functions and command buffers decoded."""
     functions = _executable_functions(path, chunks["executable-functions"].views(mapped))
 
     def key_of(executable_id: int, ordinal: int) -> str:

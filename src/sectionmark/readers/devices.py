@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -32,7 +33,7 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.bundle_events import OpenBundle
 from sectionmark.readers.bundle_records import (COMMAND_BUFFER, COMMAND_OPERATION, HOST_EVENT, KNOWN_CHUNKS,
-                                                KNOWN_CONTENT_TYPES, MEMORY_EVENT, Chunks, RecordPositions,
+                                                KNOWN_CONTENT_TYPES, MEMORY_EVENT, USED_CHUNKS, Chunks, RecordPositions,
                                                 records_at, release_pages, walk_records)
 from sectionmark.readers.checks import corrupt
 
@@ -64,6 +65,7 @@ class RecordTable:
         self.payloads = offsets + (headers["header_size"] + headers["type_length"]
                                    + headers["name_length"]).astype(np.int64)
         self.payload_lengths = headers["payload_length"].astype(np.int64)
+        self.devices, self.queues = headers["device"], headers["queue"]  # of the chunk headers: IREE's "any"
 
     def chunks(self, chunk_type: str) -> tuple[np.ndarray, Chunks]:
         """The records that are chunks of ``chunk_type``, and their payloads."""
@@ -72,8 +74,18 @@ class RecordTable:
 
     def chunks_of(self, rows: np.ndarray, start: int = 0) -> Chunks:
         """The payloads of the chunks ``rows``, their offsets from byte ``start`` of the file."""
-        unknown = np.zeros(len(rows), np.uint32)  # their headers' device and queue: IREE's "any"
-        return Chunks(self.payloads[rows] - start, self.payload_lengths[rows], unknown, unknown)
+        return Chunks(self.payloads[rows] - start, self.payload_lengths[rows], self.devices[rows], self.queues[rows])
+
+    def device_chunks(self, owner: np.ndarray, device: int, header_length: int) -> dict[str, Chunks]:
+        """The payloads of each used chunk type (`USED_CHUNKS`) in ``device``'s file of the split: its records
+        (``owner``: each record's device, or every device's) written one after another after the file header."""
+        rows = np.flatnonzero((owner == device) | (owner == _EVERY_DEVICE))
+        lengths = self.lengths[rows]
+        payloads = header_length + np.cumsum(lengths) - lengths + (self.payloads - self.offsets)[rows]
+        chunk, kinds = self.types[rows] == _CHUNK, self.kinds[rows]
+        return {name: Chunks(payloads[chosen], self.payload_lengths[rows][chosen], self.devices[rows][chosen],
+                             self.queues[rows][chosen])
+                for name in USED_CHUNKS for chosen in [chunk & (kinds == KNOWN_CHUNKS.index(name))]}
 
 
 def chunk_devices(path: Path, data: np.ndarray, chunks: Chunks, chunk_type: str) -> np.ndarray:
@@ -159,7 +171,16 @@ def session_devices(table: RecordTable, owner: np.ndarray) -> None:
             owner[rows[0 if record_type == _SESSION_BEGIN else -1]] = _EVERY_DEVICE
 
 
-def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder: Path) -> dict[int, Path]:
+@dataclass
+class DeviceFile:
+    """One device's .ireeprof written by the split, and the payloads of its chunks there (`RecordTable.device_chunks`),
+    with which it is opened without walking its records again (`open_split_bundle`)."""
+
+    path: Path
+    chunks: dict[str, Chunks]
+
+
+def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder: Path) -> dict[int, DeviceFile]:
     """Write each device's records of ``bundle`` (open as ``file``; of ``devices``, its devices with host events)
     to its own .ireeprof in ``folder``, in one pass over the file: {device: its file}.
 
@@ -203,7 +224,8 @@ def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder
     finally:
         for file_descriptor in files.values():
             os.close(file_descriptor)
-    return paths
+    return {device: DeviceFile(path, table.device_chunks(owner, device, header_length))
+            for device, path in paths.items()}
 
 
 def _write_runs(files: dict[int, int], data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
