@@ -45,10 +45,12 @@ def waiting_stretches(spans: list[np.ndarray], windows: tuple[np.ndarray, np.nda
     something: elementary stretches cut at every span's and window's ends (``activity``: their sweep, when
     already made)."""
     activity = DeviceActivity(spans, windows) if activity is None else activity
+    someone = np.flatnonzero((activity.call >= 0) & (activity.running > 0))  # segments where a device runs
+    starts, ends, calls = activity.starts[someone], activity.ends[someone], activity.call[someone]
     stretches = []
     for mine in activity.active:
-        waiting = (activity.call >= 0) & (activity.running > 0) & ~mine
-        stretches.append((activity.starts[waiting], activity.ends[waiting], activity.call[waiting]))
+        waiting = ~mine[someone]
+        stretches.append((starts[waiting], ends[waiting], calls[waiting]))
     return stretches
 
 
@@ -77,18 +79,22 @@ def section_waits(stretches: tuple[np.ndarray, np.ndarray, np.ndarray], executio
     nexts = order[np.minimum(following, max(len(order) - 1, 0))] if len(order) else np.zeros(len(ends), np.int64)
     same_call = has_next & (execution_calls[nexts] == calls) if len(order) else has_next
     awaited = np.where(same_call, nexts, -1)
-    lengths = np.bincount(awaited + 1, weights=ends - starts, minlength=len(execution_starts) + 1)
     # The waits before each buffer summed first (integer ns: exact), then given to its shares once per buffer, in
-    # the order of their first wait; index 0: no execution after the wait in its call.
-    waited: dict[int, list] = {}  # id of the buffer waited for -> [the buffer, its waits' ns]
-    for index in np.flatnonzero(lengths).tolist():
-        buffer = execution_buffers[index - 1] if index else None
-        waited.setdefault(id(buffer), [buffer, 0.0])[1] += float(lengths[index])
+    # the order of their first wait; group 0: no execution after the wait in its call ("(unmarked)", as an
+    # unknown buffer's).
+    groups: dict[int, int] = {id(None): 0}  # id of a buffer -> its group
+    group_of = np.array([groups.setdefault(id(buffer), len(groups)) for buffer in execution_buffers] + [0], np.int64)
+    buffer_of = {group: buffer for buffer in execution_buffers for group in [groups[id(buffer)]]}
+    lengths = np.bincount(awaited + 1, weights=ends - starts, minlength=len(execution_starts) + 1)
+    waited = np.flatnonzero(lengths)
+    waited_groups = group_of[waited - 1]  # index 0 (none after) -> the last row: group 0
+    sums = np.bincount(waited_groups, weights=lengths[waited], minlength=len(groups))
+    firsts, first_rows = np.unique(waited_groups, return_index=True)
     result = SectionWaits({}, set())
-    for buffer, ns in waited.values():
-        shares = awaited_shares(buffer)
+    for group in firsts[np.argsort(first_rows)].tolist():
+        shares = awaited_shares(buffer_of.get(group))
         for path, part in shares.items():
-            result.waiting_ns[path] = result.waiting_ns.get(path, 0.0) + part * ns
+            result.waiting_ns[path] = result.waiting_ns.get(path, 0.0) + part * float(sums[group])
         if len(shares) > 1:
             result.split.update(shares)
     return result
