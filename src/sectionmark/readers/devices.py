@@ -34,7 +34,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.readers.bundle_events import OpenBundle
 from sectionmark.readers.bundle_records import (COMMAND_BUFFER, COMMAND_OPERATION, HOST_EVENT, KNOWN_CHUNKS,
                                                 KNOWN_CONTENT_TYPES, MEMORY_EVENT, USED_CHUNKS, Chunks, RecordPositions,
-                                                records_at, release_pages, walk_records)
+                                                RecordWalk, records_at, release_pages, walk_records)
 from sectionmark.readers.checks import corrupt
 
 _U32, _U64 = np.dtype("<u4"), np.dtype("<u8")
@@ -57,8 +57,11 @@ class RecordTable:
     (an index in ``KNOWN_CHUNKS``) and payload."""
 
     def __init__(self, bundle: OpenBundle, header_length: int):
-        offsets, headers, kinds = walk_records(bundle.mapped, bundle.data, header_length, len(bundle.data),
-                                               KNOWN_CONTENT_TYPES)
+        walk = bundle.records  # open_bundle's walk, kept for a bundle of several sessions
+        if walk is None:
+            walk = RecordWalk(*walk_records(bundle.mapped, bundle.data, header_length, len(bundle.data),
+                                            KNOWN_CONTENT_TYPES))
+        offsets, headers, kinds = walk.offsets, walk.headers, walk.kinds
         self.offsets, self.kinds = offsets, kinds  # every record is whole: `open_bundle` checked the file
         self.lengths = headers["record_length"].astype(np.int64)
         self.types = headers["record_type"]
