@@ -36,7 +36,7 @@ class DeviceActivity:
         call = np.searchsorted(window_starts, self.starts, side="right") - 1
         inside = (call >= 0) & (self.starts < window_ends[np.maximum(call, 0)]) if len(call) else call >= 0
         self.call = np.where(inside, call, -1)
-        self.running = np.sum(self.active, axis=0, dtype=np.int64) if spans else np.zeros(len(self.starts), np.int64)
+        self.running = np.sum(self.active, axis=0, dtype=np.int32) if spans else np.zeros(len(self.starts), np.int32)
 
     def by_window(self, chosen: np.ndarray) -> np.ndarray:
         """Per window (int64 ns): the length of the ``chosen`` segments (a mask) inside it."""

@@ -20,7 +20,7 @@ Pure functions over numpy arrays, unit-tested on hand-built data in tests/profil
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -39,19 +39,17 @@ class SectionWaits:
 
 
 def waiting_stretches(spans: list[np.ndarray], windows: tuple[np.ndarray, np.ndarray],
-                      activity: Optional[DeviceActivity] = None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                      activity: Optional[DeviceActivity] = None) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per device (``spans``: each device's queue spans, QUEUE_SPAN_DTYPE), the (start, end, call) of each
     stretch inside the calls' ``windows`` (sorted, disjoint) where it runs nothing while another device runs
     something: elementary stretches cut at every span's and window's ends (``activity``: their sweep, when
-    already made)."""
+    already made). One device's at a time: they grow with the calls."""
     activity = DeviceActivity(spans, windows) if activity is None else activity
     someone = np.flatnonzero((activity.call >= 0) & (activity.running > 0))  # segments where a device runs
     starts, ends, calls = activity.starts[someone], activity.ends[someone], activity.call[someone]
-    stretches = []
     for mine in activity.active:
         waiting = ~mine[someone]
-        stretches.append((starts[waiting], ends[waiting], calls[waiting]))
-    return stretches
+        yield starts[waiting], ends[waiting], calls[waiting]
 
 
 def awaited_shares(buffer: Optional[CommandBuffer]) -> dict[SectionPath, float]:
