@@ -702,3 +702,21 @@ def test_a_wait_goes_to_the_section_the_device_waits_to_run():
     # A wait before the next call's execution waits for nothing of this call.
     later = section_waits(second, np.array([40, 120]), np.array([0, 1]), [copying, copying])
     assert later.waiting_ns == {("C",): 40.0, (): 5.0}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_covered_length_in_parts_is_the_partition_of_the_blocks(seed):
+    """The blocks' time inside each execution part (`ExecutionGaps`), from their lengths before each edge, is the
+    swept partition's: blocks across parts, inside one, touching an edge, or between parts."""
+    from sectionmark.profiling.device_transfers import covered_length
+    from sectionmark.profiling.queue_time import partition_time
+
+    rng = np.random.default_rng(seed)
+    edges = np.cumsum(rng.integers(0, 20, 400))  # blocks and parts: disjoint, in order (some empty)
+    block_starts, block_ends = edges[0::2], edges[1::2]
+    cuts = np.sort(rng.choice(np.arange(int(edges[-1]) + 30), 120, replace=False))
+    part_starts, part_ends = cuts[0::2], cuts[1::2]
+    before_ends, before_starts = (covered_length(block_starts, block_ends, times) for times in (part_ends, part_starts))
+    covered = before_ends - before_starts
+    swept = partition_time(block_starts, block_ends, np.zeros(len(block_starts), np.int64), 1, part_starts, part_ends)
+    assert covered.tolist() == swept[:, 0].tolist()
