@@ -85,10 +85,14 @@ class RecordTable:
         rows = np.flatnonzero((owner == device) | (owner == _EVERY_DEVICE))
         lengths = self.lengths[rows]
         payloads = header_length + np.cumsum(lengths) - lengths + (self.payloads - self.offsets)[rows]
-        chunk, kinds = self.types[rows] == _CHUNK, self.kinds[rows]
-        return {name: Chunks(payloads[chosen], self.payload_lengths[rows][chosen], self.devices[rows][chosen],
-                             self.queues[rows][chosen])
-                for name in USED_CHUNKS for chosen in [chunk & (kinds == KNOWN_CHUNKS.index(name))]}
+        kinds = np.where(self.types[rows] == _CHUNK, self.kinds[rows], -1)
+        by_kind = np.argsort(kinds, kind="stable")  # each kind's chunks together, in file order
+        bounds = np.searchsorted(kinds[by_kind], [KNOWN_CHUNKS.index(name) + side for name in USED_CHUNKS
+                                                   for side in (0, 1)])
+        payload_lengths, devices, queues = self.payload_lengths[rows], self.devices[rows], self.queues[rows]
+        return {name: Chunks(payloads[chosen], payload_lengths[chosen], devices[chosen], queues[chosen])
+                for name, first, last in zip(USED_CHUNKS, bounds[0::2], bounds[1::2])
+                for chosen in [by_kind[first:last]]}
 
 
 def chunk_devices(path: Path, data: np.ndarray, chunks: Chunks, chunk_type: str) -> np.ndarray:
