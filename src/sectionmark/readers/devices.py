@@ -33,8 +33,8 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.bundle_events import OpenBundle
 from sectionmark.readers.bundle_records import (COMMAND_BUFFER, COMMAND_OPERATION, HOST_EVENT, KNOWN_CHUNKS,
-                                                KNOWN_CONTENT_TYPES, MEMORY_EVENT, USED_CHUNKS, Chunks, RecordPositions,
-                                                RecordWalk, records_at, release_pages, walk_records)
+                                                MEMORY_EVENT, USED_CHUNKS, Chunks, RecordPositions, records_at,
+                                                release_pages)
 from sectionmark.readers.checks import corrupt
 
 _U32, _U64 = np.dtype("<u4"), np.dtype("<u8")
@@ -53,14 +53,13 @@ _EVENT_CHUNKS = ("host-execution-events", "memory-events", "queue-events", "cloc
 
 
 class RecordTable:
-    """Every record of a bundle, walked once: byte offsets, lengths, record types, and for chunks their content type
-    (an index in ``KNOWN_CHUNKS``) and payload."""
+    """Every record of a bundle, as `open_bundle` walked them: byte offsets, lengths, record types, and for chunks
+    their content type (an index in ``KNOWN_CHUNKS``) and payload."""
 
-    def __init__(self, bundle: OpenBundle, header_length: int):
-        walk = bundle.records  # open_bundle's walk, kept for a bundle of several sessions
+    def __init__(self, bundle: OpenBundle):
+        walk = bundle.records  # open_bundle's walk, kept for a bundle of several sessions (the bundles split)
         if walk is None:
-            walk = RecordWalk(*walk_records(bundle.mapped, bundle.data, header_length, len(bundle.data),
-                                            KNOWN_CONTENT_TYPES))
+            raise SectionmarkError(f"internal error: {bundle.path} records one session: there is nothing to split")
         offsets, headers, kinds = walk.offsets, walk.headers, walk.kinds
         self.offsets, self.kinds = offsets, kinds  # every record is whole: `open_bundle` checked the file
         self.lengths = headers["record_length"].astype(np.int64)
@@ -198,7 +197,7 @@ def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder
         raise SectionmarkError(f"{bundle.path}: a device-timed profile of several devices cannot be read yet "
                                "(sectionmark reads several CPU devices' host-timed profiles)")
     header_length = int(records_at(bundle.data, np.array([8]), _U32)[0])
-    table = RecordTable(bundle, header_length)
+    table = RecordTable(bundle)
     owner = metadata_devices(bundle, table)
     event_rows = {chunk_type: table.chunks(chunk_type)[0] for chunk_type in _EVENT_CHUNKS}
     ends = table.offsets + table.lengths
