@@ -254,6 +254,8 @@ def _write_all(file: int, parts: list[memoryview]) -> None:
     first = 0
     while first < len(parts):
         written = os.writev(file, parts[first:])
+        if written == sum(map(len, parts[first:])):  # all of them, as a write to a file nearly always is
+            return
         while first < len(parts) and written >= len(parts[first]):
             written -= len(parts[first])
             first += 1
