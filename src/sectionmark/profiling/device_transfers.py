@@ -33,7 +33,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from sectionmark.profiling.queue_time import SubmissionFrontier, partition_time, union_blocks
+from sectionmark.profiling.queue_time import SubmissionFrontier, union_blocks
 from sectionmark.readers.event_model import RecordedCommand
 from sectionmark.section_map import COMMAND_OPS, CommandBuffer
 from sectionmark.section_path import SectionPath
@@ -98,6 +98,16 @@ def clip_to_windows(starts: np.ndarray, ends: np.ndarray, window_starts: np.ndar
     return owner[keep], part_starts[keep], part_ends[keep]
 
 
+def covered_length(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """For each of ``times``: the length of the blocks ``[start, end)`` (disjoint, in order) before it (int64, exact);
+    the blocks' length inside ``[a, b)`` is its value at b less its value at a."""
+    before = np.concatenate([[0], np.cumsum(ends - starts)])  # the length of the first k blocks
+    started = np.searchsorted(starts, times, side="right")  # the blocks starting at or before each time
+    last = np.maximum(started - 1, 0)
+    beyond = np.where(started > 0, np.maximum(ends[last] - times, 0), 0)  # of the last of them, what lies after it
+    return before[started] - beyond
+
+
 class ExecutionGaps:
     """Per execution (``executions``: a device's SUBMISSION_DTYPE rows), its time inside the calls' ``windows``
     with no dispatch of its device running (int64 ns): its own part (`execution_pieces`) in the windows less the
@@ -139,8 +149,7 @@ class ExecutionGaps:
                      int(np.searchsorted(self._starts, ends[-1], side="left")))
         if rows.start >= rows.stop:
             return
-        covered = partition_time(starts, ends, np.zeros(len(starts), np.int64), 1, self._starts[rows],
-                                 self._ends[rows])[:, 0]
+        covered = covered_length(starts, ends, self._ends[rows]) - covered_length(starts, ends, self._starts[rows])
         self._gaps -= np.bincount(self._owner[rows], weights=covered, minlength=len(self._gaps))
         windows = self._window[rows]  # a run of call windows, in order: added in place, not over every window
         reached = slice(int(windows[0]), int(windows[-1]) + 1)

@@ -20,11 +20,11 @@ Pure functions over numpy arrays, unit-tested on hand-built data in tests/profil
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
-from sectionmark.readers.arrays import distinct
+from sectionmark.profiling.device_activity import DeviceActivity
 from sectionmark.section_map import CommandBuffer
 from sectionmark.section_path import SectionPath
 
@@ -38,31 +38,18 @@ class SectionWaits:
     split: set[SectionPath]
 
 
-def waiting_stretches(spans: list[np.ndarray], windows: tuple[np.ndarray, np.ndarray]
-                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def waiting_stretches(spans: list[np.ndarray], windows: tuple[np.ndarray, np.ndarray],
+                      activity: Optional[DeviceActivity] = None) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per device (``spans``: each device's queue spans, QUEUE_SPAN_DTYPE), the (start, end, call) of each
     stretch inside the calls' ``windows`` (sorted, disjoint) where it runs nothing while another device runs
-    something: elementary stretches cut at every span's and window's ends."""
-    window_starts, window_ends = windows
-    every = np.concatenate([part[name].astype(np.int64) for part in spans for name in ("start_ns", "end_ns")]
-                           + [window_starts.astype(np.int64), window_ends.astype(np.int64)])
-    boundaries = distinct(every)
-    if len(boundaries) < 2:
-        return [(np.zeros(0, np.int64),) * 3 for _part in spans]
-    active = []
-    for part in spans:
-        change = (np.bincount(np.searchsorted(boundaries, part["start_ns"]), minlength=len(boundaries))
-                  - np.bincount(np.searchsorted(boundaries, part["end_ns"]), minlength=len(boundaries)))
-        active.append(np.cumsum(change)[:-1] > 0)
-    starts, ends = boundaries[:-1], boundaries[1:]
-    call = np.searchsorted(window_starts, starts, side="right") - 1
-    inside = (call >= 0) & (starts < window_ends[np.maximum(call, 0)])
-    anyone = np.logical_or.reduce(active)
-    stretches = []
-    for mine in active:
-        waiting = inside & anyone & ~mine
-        stretches.append((starts[waiting], ends[waiting], call[waiting]))
-    return stretches
+    something: elementary stretches cut at every span's and window's ends (``activity``: their sweep, when
+    already made). One device's at a time: they grow with the calls."""
+    activity = DeviceActivity(spans, windows) if activity is None else activity
+    someone = np.flatnonzero((activity.call >= 0) & (activity.running > 0))  # segments where a device runs
+    starts, ends, calls = activity.starts[someone], activity.ends[someone], activity.call[someone]
+    for mine in activity.active:
+        waiting = ~mine[someone]
+        yield starts[waiting], ends[waiting], calls[waiting]
 
 
 def awaited_shares(buffer: Optional[CommandBuffer]) -> dict[SectionPath, float]:
@@ -90,12 +77,22 @@ def section_waits(stretches: tuple[np.ndarray, np.ndarray, np.ndarray], executio
     nexts = order[np.minimum(following, max(len(order) - 1, 0))] if len(order) else np.zeros(len(ends), np.int64)
     same_call = has_next & (execution_calls[nexts] == calls) if len(order) else has_next
     awaited = np.where(same_call, nexts, -1)
+    # The waits before each buffer summed first (integer ns: exact), then given to its shares once per buffer, in
+    # the order of their first wait; group 0: no execution after the wait in its call ("(unmarked)", as an
+    # unknown buffer's).
+    groups: dict[int, int] = {id(None): 0}  # id of a buffer -> its group
+    group_of = np.array([groups.setdefault(id(buffer), len(groups)) for buffer in execution_buffers] + [0], np.int64)
+    buffer_of = {group: buffer for buffer in execution_buffers for group in [groups[id(buffer)]]}
     lengths = np.bincount(awaited + 1, weights=ends - starts, minlength=len(execution_starts) + 1)
+    waited = np.flatnonzero(lengths)
+    waited_groups = group_of[waited - 1]  # index 0 (none after) -> the last row: group 0
+    sums = np.bincount(waited_groups, weights=lengths[waited], minlength=len(groups))
+    firsts, first_rows = np.unique(waited_groups, return_index=True)
     result = SectionWaits({}, set())
-    for index in np.flatnonzero(lengths).tolist():
-        shares = awaited_shares(execution_buffers[index - 1]) if index else {(): 1.0}
+    for group in firsts[np.argsort(first_rows)].tolist():
+        shares = awaited_shares(buffer_of.get(group))
         for path, part in shares.items():
-            result.waiting_ns[path] = result.waiting_ns.get(path, 0.0) + part * float(lengths[index])
+            result.waiting_ns[path] = result.waiting_ns.get(path, 0.0) + part * float(sums[group])
         if len(shares) > 1:
             result.split.update(shares)
     return result

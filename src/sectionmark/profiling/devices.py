@@ -48,11 +48,12 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
 from sectionmark.profiling.attribute import (NO_DISPATCH_EVENTS, Attribution, SlotMatcher, attribution_without_events,
                                              call_numbers)
+from sectionmark.profiling.device_activity import DeviceActivity
 from sectionmark.profiling.device_transfers import ExecutionGaps, SectionTransfers, section_transfers, static_buffers
 from sectionmark.profiling.device_waits import SectionWaits, section_waits, waiting_stretches
 from sectionmark.profiling.section_time import EventTotals
-from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, QUEUE_SPAN_DTYPE,
-                                              ROW_OF_EVENT_TYPE, TRANSFER, call_windows, measured_windows, partition_time)
+from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, ROW_OF_EVENT_TYPE,
+                                              TRANSFER, call_windows, measured_windows, partition_time)
 from sectionmark.profiling.read import attributed_totals
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers.event_model import Profile
@@ -177,22 +178,21 @@ def common_windows(spans: list[np.ndarray], calls: int) -> tuple[np.ndarray, np.
                         every["call"].astype(np.int64), calls)
 
 
-def split_device_time(spans: list[np.ndarray], compute: list[np.ndarray], windows: tuple[np.ndarray, np.ndarray]
-                      ) -> list[DeviceTime]:
+def split_device_time(spans: list[np.ndarray], compute: list[np.ndarray], windows: tuple[np.ndarray, np.ndarray],
+                      activity: Optional[DeviceActivity] = None) -> list[DeviceTime]:
     """Each device's `DeviceTime` in ``windows`` (per call: starts, ends): ``spans``, each device's queue spans
     (QUEUE_SPAN_DTYPE: its executions and other queue operations); ``compute``, the union of its dispatch
-    intervals in each window (int64 per call). Exact: the parts of every call add up to its window."""
+    intervals in each window (int64 per call); ``activity``: the devices' sweep of ``spans`` when already made.
+    Exact: the parts of every call add up to its window."""
     starts, ends = windows
     length = ends - starts
-    busy_by_device, parts_by_device = [], []
-    for part in spans:
+    activity = DeviceActivity(spans, windows) if activity is None else activity
+    any_busy = activity.anyone()
+    times = []
+    for index, (part, dispatch) in enumerate(zip(spans, compute)):
         parts = partition_time(part["start_ns"], part["end_ns"], ROW_OF_EVENT_TYPE[part["type"]], len(QUEUE_ROWS),
                                starts, ends).astype(np.int64)
-        parts_by_device.append(parts)
-        busy_by_device.append(length - parts[:, len(QUEUE_ROWS)])
-    any_busy = _union(spans, starts, ends)
-    times = []
-    for index, (parts, busy, dispatch) in enumerate(zip(parts_by_device, busy_by_device, compute)):
+        busy = length - parts[:, len(QUEUE_ROWS)]
         dispatch = np.asarray(dispatch, np.int64)
         executions = parts[:, COMMAND_BUFFER]
         if (dispatch > executions).any():
@@ -200,20 +200,10 @@ def split_device_time(spans: list[np.ndarray], compute: list[np.ndarray], window
                                    "executions in a call's window")
         per_call = np.stack([dispatch, executions - dispatch + parts[:, TRANSFER],
                              parts[:, ALLOCATION] + parts[:, OTHER_QUEUE], any_busy - busy, length - any_busy], axis=1)
-        others = _union(spans[:index] + spans[index + 1:], starts, ends)
-        overlap = busy + others - any_busy  # |A ∩ B| = |A| + |B| - |A ∪ B|
         times.append(DeviceTime(*(int(value) for value in per_call.sum(axis=0)), window_ns=int(length.sum()),
-                                overlap_ns=int(overlap.sum()), per_call=per_call.tolist(),
+                                overlap_ns=int(activity.overlap(index).sum()), per_call=per_call.tolist(),
                                 queue_transfer_ns=int(parts[:, TRANSFER].sum())))
     return times
-
-
-def _union(spans: list[np.ndarray], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per window, the length of the union of every span of ``spans`` (several devices' queue spans), cut exactly
-    at the windows' edges: one device's span may reach past its call's common window into the next."""
-    every = np.concatenate(spans) if spans else np.zeros(0, QUEUE_SPAN_DTYPE)
-    return partition_time(every["start_ns"].astype(np.int64), every["end_ns"].astype(np.int64),
-                          np.zeros(len(every), np.int64), 1, starts, ends)[:, 0]
 
 
 def device_section_map(section_map: SectionMap, ordinal: int) -> SectionMap:
@@ -274,10 +264,11 @@ def _read_devices(sources: dict[int, EventSource], section_map: SectionMap, call
     # devices (a device's call may end after another's next call began, past its common window's end).
     if windows is not None and all(gaps is not None for gaps in swept):
         compute = [gaps.dispatch_union() for gaps in swept]
-        for device, time in zip(sessions, split_device_time(spans, compute, windows)):
+        activity = DeviceActivity(spans, windows)
+        for device, time in zip(sessions, split_device_time(spans, compute, windows, activity)):
             device.time = time
-        for device, (ordinal, attribution, _totals), stretches, gaps in zip(sessions, read,
-                                                                            waiting_stretches(spans, windows), swept):
+        for device, (ordinal, attribution, _totals), stretches, gaps in zip(
+                sessions, read, waiting_stretches(spans, windows, activity), swept):
             executions = sources[ordinal].layout().submissions
             buffers = static_buffers(np.unique(executions["command_buffer"]).tolist(),
                                      attribution.buffer_matches, sources[ordinal].command_buffers,

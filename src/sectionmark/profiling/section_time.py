@@ -384,8 +384,11 @@ def section_spans(first: np.ndarray, last: np.ndarray, call_starts: np.ndarray,
         section_first[:, runs] = np.minimum(section_first[:, runs], first[:, c, None])
         section_last[:, runs] = np.maximum(section_last[:, runs], last[:, c, None])
     ran = section_first != high
-    return ([Offsets.of(section_first[ran[:, s], s] - call_starts[ran[:, s]]) for s in range(columns)],
-            [Offsets.of(section_last[ran[:, s], s] - call_starts[ran[:, s]]) for s in range(columns)])
+    ever = ran.any(axis=0).tolist()  # a column that never ran (a section of another device's) has no offsets
+    return ([Offsets.of(section_first[ran[:, s], s] - call_starts[ran[:, s]]) if ever[s] else None
+             for s in range(columns)],
+            [Offsets.of(section_last[ran[:, s], s] - call_starts[ran[:, s]]) if ever[s] else None
+             for s in range(columns)])
 
 
 def slot_compositions(attribution: Attribution) -> np.ndarray:

@@ -40,12 +40,18 @@ class CallStats:
     @classmethod
     def of_columns(cls, per_call: np.ndarray) -> list["CallStats"]:
         """The statistics of each column of ``per_call`` ([calls, columns]), all columns in one pass each."""
+        stats = [cls(0.0, 0.0, 0.0, 0.0, 0.0) for _ in range(per_call.shape[1])]
         if not len(per_call):
-            return [cls(0.0, 0.0, 0.0, 0.0, 0.0) for _ in range(per_call.shape[1])]
+            return stats
         columns = np.ascontiguousarray(per_call.T)  # each column's mean summed as one array's: the same bits
+        # A column that never ran (every call 0: a map's section elsewhere, on another device) is all zeros.
+        ran = np.flatnonzero(columns.any(axis=1))
+        columns = columns[ran]
         p50, p95 = np.percentile(columns, [50, 95], axis=1)
-        return [cls(*(float(value) for value in values))
-                for values in zip(columns.mean(axis=1), columns.min(axis=1), columns.max(axis=1), p50, p95)]
+        for column, values in zip(ran.tolist(), zip(columns.mean(axis=1), columns.min(axis=1), columns.max(axis=1),
+                                                    p50, p95)):
+            stats[column] = cls(*(float(value) for value in values))
+        return stats
 
 
 @dataclass

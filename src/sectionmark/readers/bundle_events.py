@@ -12,14 +12,15 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Optional
 
 import numpy as np
 
 from sectionmark.readers.arrays import first_true, strictly_increasing
 from sectionmark.readers.bundle_records import (COMMAND_BUFFER, COMMAND_OPERATION, FUNCTION_HEADER, FUNCTION_HEADER_SIZE,
                                                 FUNCTION_NAME_LENGTH_OFFSET, HOST_EVENT, MEMORY_EVENT, Chunks,
-                                                RecordPositions, UnsupportedLayout, fixed_records, map_bundle, records_at)
+                                                RecordPositions, RecordWalk, UnsupportedLayout, fixed_records,
+                                                map_bundle, records_at)
 from sectionmark.readers.checks import corrupt, define_function, record_command, run_failed, timed_dispatch
 from sectionmark.readers.event_model import (EVENT_DISPATCH, EVENT_EXECUTE, EVENT_NAMES, MEMORY_EVENT_NAMES,
                                              OPERATION_NAMES, CommandRecord, native)
@@ -60,13 +61,14 @@ class OpenBundle:
     declared: set[int]  # the command buffers the profile defines
     commands: dict[int, dict[int, CommandRecord]]  # their recorded commands, by index
     sessions: int = 1  # profiling sessions: one per device the run drove (`sectionmark.readers.devices` splits them)
+    records: Optional[RecordWalk] = None  # every record, kept where there are several sessions (for their split)
 
     def host_event_positions(self) -> RecordPositions:
         return RecordPositions(self.chunks["host-execution-events"], HOST_EVENT.itemsize)
 
     def close(self) -> None:
         """Let the mapped file and the chunk tables go: a reader that has read every event needs neither."""
-        self.chunks, self.data = {}, np.zeros(0, np.uint8)
+        self.chunks, self.data, self.records = {}, np.zeros(0, np.uint8), None
         try:
             self.mapped.close()
         except BufferError:  # a view of the map is still alive: the map goes with the last of them
@@ -80,8 +82,20 @@ class OpenBundle:
 
 def open_bundle(path: Path, file: BinaryIO, size: int) -> OpenBundle:
     """Map the bundle, check its header and records (`map_bundle`), decode its functions and command buffers."""
-    mapped, data, chunks, sessions = map_bundle(path, file, size)
+    return _decoded(path, *map_bundle(path, file, size))
 
+
+def open_split_bundle(path: Path, file: BinaryIO, chunks: dict[str, Chunks]) -> OpenBundle:
+    """A one-device bundle sectionmark wrote (`sectionmark.readers.devices.split_devices`) from records it checked,
+    whose chunks' payloads it knows (``chunks``, of `USED_CHUNKS`): mapped and decoded as `open_bundle` decodes
+    it, without walking its records again. Its errors name ``path``."""
+    mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    return _decoded(path, mapped, np.frombuffer(mapped, np.uint8), chunks, 1, None)
+
+
+def _decoded(path: Path, mapped: mmap.mmap, data: np.ndarray, chunks: dict[str, Chunks], sessions: int,
+             records: Optional[RecordWalk]) -> OpenBundle:
+    """The mapped bundle's functions and command buffers decoded."""
     functions = _executable_functions(path, chunks["executable-functions"].views(mapped))
 
     def key_of(executable_id: int, ordinal: int) -> str:
@@ -109,7 +123,7 @@ def open_bundle(path: Path, file: BinaryIO, size: int) -> OpenBundle:
     known_codes = np.array([(e << 32) | o for e, o in known], dtype=np.uint64)
     known_keys = np.array([keys.index(functions[pair]) for pair in known], dtype=np.uint32)
     return OpenBundle(path, mapped, data, chunks, functions, keys, known_codes, known_keys, declared, commands,
-                      sessions)
+                      sessions, records)
 
 
 # Host execution events read per pass: the file pages of one window are mapped in at a time and given back

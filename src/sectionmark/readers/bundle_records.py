@@ -15,7 +15,7 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Union
+from typing import BinaryIO, Optional, Union
 
 import numpy as np
 
@@ -296,9 +296,21 @@ def walk_records(mapped: mmap.mmap, data: np.ndarray, start: int, end: int,
     return tuple(np.concatenate([part[index] for part in parts]) for index in range(3))
 
 
-def map_bundle(path: Path, file: BinaryIO, size: int) -> tuple[mmap.mmap, np.ndarray, dict[str, Chunks]]:
+@dataclass
+class RecordWalk:
+    """Every record of a bundle (`walk_records`): its byte offset, its header (``RECORD_HEADER_DTYPE``) and the
+    index in ``KNOWN_CHUNKS`` of its content type."""
+
+    offsets: np.ndarray
+    headers: np.ndarray
+    kinds: np.ndarray
+
+
+def map_bundle(path: Path, file: BinaryIO, size: int
+               ) -> tuple[mmap.mmap, np.ndarray, dict[str, Chunks], int, Optional[RecordWalk]]:
     """Map the bundle and check its header and records: (the map, its bytes, the payloads of each chunk type used,
-    its number of profiling sessions: one per device the run drove)."""
+    its number of profiling sessions: one per device the run drove, and for several its records' walk, which the
+    split into devices reads again: `sectionmark.readers.devices`)."""
     file.seek(0)
     header = file.read(_FILE_HEADER.size)
     if len(header) < _FILE_HEADER.size:
@@ -323,7 +335,7 @@ def map_bundle(path: Path, file: BinaryIO, size: int) -> tuple[mmap.mmap, np.nda
 
 
 def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_length: int,
-                   file_length: int) -> tuple[dict[str, Chunks], int]:
+                   file_length: int) -> tuple[dict[str, Chunks], int, Optional[RecordWalk]]:
     """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
     chunks we use and the number of sessions.
 
@@ -373,8 +385,10 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
         )
     payload_start = complete + (header_size + headers["type_length"] + headers["name_length"]).astype(np.int64)
     payload_length = headers["payload_length"].astype(np.int64)
+    sessions = int(began.sum())
     return ({name: Chunks(payload_start[rows], payload_length[rows], headers["device"][rows], headers["queue"][rows])
-             for index, name in enumerate(USED_CHUNKS) for rows in [chunk & (kinds == index)]}, int(began.sum()))
+             for index, name in enumerate(USED_CHUNKS) for rows in [chunk & (kinds == index)]}, sessions,
+            RecordWalk(offsets, headers, kinds) if sessions > 1 else None)
 
 
 def _raise_record_error(path: Path, offset: int, header: np.void, after_end: bool, lengths_ok: bool,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -32,8 +33,8 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.bundle_events import OpenBundle
 from sectionmark.readers.bundle_records import (COMMAND_BUFFER, COMMAND_OPERATION, HOST_EVENT, KNOWN_CHUNKS,
-                                                KNOWN_CONTENT_TYPES, MEMORY_EVENT, Chunks, RecordPositions,
-                                                records_at, release_pages, walk_records)
+                                                MEMORY_EVENT, USED_CHUNKS, Chunks, RecordPositions, records_at,
+                                                release_pages)
 from sectionmark.readers.checks import corrupt
 
 _U32, _U64 = np.dtype("<u4"), np.dtype("<u8")
@@ -52,18 +53,21 @@ _EVENT_CHUNKS = ("host-execution-events", "memory-events", "queue-events", "cloc
 
 
 class RecordTable:
-    """Every record of a bundle, walked once: byte offsets, lengths, record types, and for chunks their content type
-    (an index in ``KNOWN_CHUNKS``) and payload."""
+    """Every record of a bundle, as `open_bundle` walked them: byte offsets, lengths, record types, and for chunks
+    their content type (an index in ``KNOWN_CHUNKS``) and payload."""
 
-    def __init__(self, bundle: OpenBundle, header_length: int):
-        offsets, headers, kinds = walk_records(bundle.mapped, bundle.data, header_length, len(bundle.data),
-                                               KNOWN_CONTENT_TYPES)
+    def __init__(self, bundle: OpenBundle):
+        walk = bundle.records  # open_bundle's walk, kept for a bundle of several sessions (the bundles split)
+        if walk is None:
+            raise SectionmarkError(f"internal error: {bundle.path} records one session: there is nothing to split")
+        offsets, headers, kinds = walk.offsets, walk.headers, walk.kinds
         self.offsets, self.kinds = offsets, kinds  # every record is whole: `open_bundle` checked the file
         self.lengths = headers["record_length"].astype(np.int64)
         self.types = headers["record_type"]
         self.payloads = offsets + (headers["header_size"] + headers["type_length"]
                                    + headers["name_length"]).astype(np.int64)
         self.payload_lengths = headers["payload_length"].astype(np.int64)
+        self.devices, self.queues = headers["device"], headers["queue"]  # of the chunk headers: IREE's "any"
 
     def chunks(self, chunk_type: str) -> tuple[np.ndarray, Chunks]:
         """The records that are chunks of ``chunk_type``, and their payloads."""
@@ -72,8 +76,22 @@ class RecordTable:
 
     def chunks_of(self, rows: np.ndarray, start: int = 0) -> Chunks:
         """The payloads of the chunks ``rows``, their offsets from byte ``start`` of the file."""
-        unknown = np.zeros(len(rows), np.uint32)  # their headers' device and queue: IREE's "any"
-        return Chunks(self.payloads[rows] - start, self.payload_lengths[rows], unknown, unknown)
+        return Chunks(self.payloads[rows] - start, self.payload_lengths[rows], self.devices[rows], self.queues[rows])
+
+    def device_chunks(self, owner: np.ndarray, device: int, header_length: int) -> dict[str, Chunks]:
+        """The payloads of each used chunk type (`USED_CHUNKS`) in ``device``'s file of the split: its records
+        (``owner``: each record's device, or every device's) written one after another after the file header."""
+        rows = np.flatnonzero((owner == device) | (owner == _EVERY_DEVICE))
+        lengths = self.lengths[rows]
+        payloads = header_length + np.cumsum(lengths) - lengths + (self.payloads - self.offsets)[rows]
+        kinds = np.where(self.types[rows] == _CHUNK, self.kinds[rows], -1)
+        by_kind = np.argsort(kinds, kind="stable")  # each kind's chunks together, in file order
+        bounds = np.searchsorted(kinds[by_kind], [KNOWN_CHUNKS.index(name) + side for name in USED_CHUNKS
+                                                   for side in (0, 1)])
+        payload_lengths, devices, queues = self.payload_lengths[rows], self.devices[rows], self.queues[rows]
+        return {name: Chunks(payloads[chosen], payload_lengths[chosen], devices[chosen], queues[chosen])
+                for name, first, last in zip(USED_CHUNKS, bounds[0::2], bounds[1::2])
+                for chosen in [by_kind[first:last]]}
 
 
 def chunk_devices(path: Path, data: np.ndarray, chunks: Chunks, chunk_type: str) -> np.ndarray:
@@ -159,7 +177,16 @@ def session_devices(table: RecordTable, owner: np.ndarray) -> None:
             owner[rows[0 if record_type == _SESSION_BEGIN else -1]] = _EVERY_DEVICE
 
 
-def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder: Path) -> dict[int, Path]:
+@dataclass
+class DeviceFile:
+    """One device's .ireeprof written by the split, and the payloads of its chunks there (`RecordTable.device_chunks`),
+    with which it is opened without walking its records again (`open_split_bundle`)."""
+
+    path: Path
+    chunks: dict[str, Chunks]
+
+
+def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder: Path) -> dict[int, DeviceFile]:
     """Write each device's records of ``bundle`` (open as ``file``; of ``devices``, its devices with host events)
     to its own .ireeprof in ``folder``, in one pass over the file: {device: its file}.
 
@@ -170,7 +197,7 @@ def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder
         raise SectionmarkError(f"{bundle.path}: a device-timed profile of several devices cannot be read yet "
                                "(sectionmark reads several CPU devices' host-timed profiles)")
     header_length = int(records_at(bundle.data, np.array([8]), _U32)[0])
-    table = RecordTable(bundle, header_length)
+    table = RecordTable(bundle)
     owner = metadata_devices(bundle, table)
     event_rows = {chunk_type: table.chunks(chunk_type)[0] for chunk_type in _EVENT_CHUNKS}
     ends = table.offsets + table.lengths
@@ -203,7 +230,8 @@ def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder
     finally:
         for file_descriptor in files.values():
             os.close(file_descriptor)
-    return paths
+    return {device: DeviceFile(path, table.device_chunks(owner, device, header_length))
+            for device, path in paths.items()}
 
 
 def _write_runs(files: dict[int, int], data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
@@ -226,6 +254,8 @@ def _write_all(file: int, parts: list[memoryview]) -> None:
     first = 0
     while first < len(parts):
         written = os.writev(file, parts[first:])
+        if written == sum(map(len, parts[first:])):  # all of them, as a write to a file nearly always is
+            return
         while first < len(parts) and written >= len(parts[first]):
             written -= len(parts[first])
             first += 1

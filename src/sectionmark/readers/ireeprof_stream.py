@@ -262,6 +262,8 @@ def _check_memory_event_lengths(bundle: OpenBundle) -> None:
         window = window[(window >= 0) & (window <= last)]  # outside the file: the windows' error line names it
         if (records_at(bundle.data, window, _U32) != MEMORY_EVENT.itemsize).any():
             raise UnsupportedLayout("memory event record length differs from the known layout")
+        if len(window):  # the pages read, given back: memory events lie all over the file
+            release_pages(bundle.mapped, int(window[0]), int(window[-1]) + MEMORY_EVENT.itemsize)
 
 
 _IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])

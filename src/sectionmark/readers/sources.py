@@ -29,7 +29,7 @@ from sectionmark.readers.checks import by_submission_and_start
 from sectionmark.readers.event_model import Profile, RecordedCommand
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.readers.ireeprof_jsonl import read_jsonl_devices
-from sectionmark.readers.bundle_events import OpenBundle, open_bundle
+from sectionmark.readers.bundle_events import OpenBundle, open_bundle, open_split_bundle
 from sectionmark.readers.bundle_records import BUNDLE_MAGIC
 from sectionmark.readers.devices import profile_devices, several_devices_error, split_devices
 from sectionmark.readers.ireeprof_stream import DispatchStream
@@ -178,10 +178,10 @@ def _device_streams(path: Path, bundle: OpenBundle, file: BinaryIO, devices: lis
             finally:
                 bundle.close()
             sources: dict[int, EventSource] = {}
-            for device, device_path in split.items():
-                device_file = open_regular(device_path, "profile")
+            for device, written in split.items():
+                device_file = open_regular(written.path, "profile")
                 try:  # its errors name the profile, not its device's file (`read_device_profile` names the device)
-                    device_bundle = open_bundle(path, device_file, os.fstat(device_file.fileno()).st_size)
+                    device_bundle = open_split_bundle(path, device_file, written.chunks)
                 except BaseException:
                     device_file.close()
                     raise
