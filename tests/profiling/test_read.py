@@ -6,6 +6,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -63,6 +64,33 @@ def test_windows_of_any_size_give_the_same_session_and_events(plain_run, monkeyp
     assert events.events.tobytes() == kept.events.tobytes()
     assert events.event_slots.tolist() == kept.event_slots.tolist()
     assert events.event_calls.tolist() == kept.event_calls.tolist()
+
+
+def mapped_kb(path: Path) -> Optional[int]:
+    """The resident kB of this process's mappings of the file ``path`` (/proc/self/smaps; None: not mapped)."""
+    total, inside = None, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's first line: address range ... path
+            inside = fields[-1] == str(path)
+        elif inside and fields[0] == "Rss:":
+            total = (total or 0) + int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux's /proc/self/smaps")
+def test_the_first_pass_leaves_no_page_of_the_file_mapped(plain_run):
+    """The first pass (`layout`) gives back every page it mapped, those of the memory events between the host events
+    too (their lengths checked with the host events around them): checked after the pass, they were mapped in
+    again and kept, the whole file of a long profile in the RSS. (One window: the kernel maps a page's
+    neighbours in with it, so a window's pages given back come in again with the next window's of a small file.)"""
+    path = plain_run[1].resolve()
+    source = open_source(path, hand_map())
+    try:
+        source.layout()
+        assert mapped_kb(path) == 0  # mapped (not None), no page resident
+    finally:
+        source.close()
 
 
 def test_report_draws_timelines_from_the_file_and_refuses_a_changed_one(plain_run, tmp_path):

@@ -207,12 +207,15 @@ def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarr
     then those few copied. Every host event's (stream, event id) is unique, as
     the whole read checks it: IREE writes them increasing, which this pass confirms from the same cache lines; a
     file where they are not is checked whole. A record of another length is a layout this reader does not know
-    (`UnsupportedLayout`, before any window). A record failing another check is left to `windows`, which names
-    it."""
+    (`UnsupportedLayout`, before any window); so is a memory event of another length, checked while its page is
+    mapped for the host events around it (`_MemoryLengths`). A record failing another check is left to `windows`,
+    which names it. Each window's pages are given back after it, from where the last window's ended (the pages
+    between two windows too), and every page at the end: none of the file stays mapped."""
     positions = bundle.host_event_positions()
     executions, operations = [], []
     found = np.empty(min(HOST_EVENTS_WINDOW, len(positions)), np.int64)
     increasing, last = True, None
+    memory_lengths, released = _MemoryLengths(bundle), 0
     for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
         window = positions[begin : begin + HOST_EVENTS_WINDOW]
         if native() is not None:
@@ -229,13 +232,20 @@ def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarr
         ends = _identities(bundle.data, window[[0, -1]])
         increasing &= window_increasing and (last is None or tuple(ends[0].tolist()) > last)
         last = tuple(ends[1].tolist())
-        release_pages(bundle.mapped, int(window[0]), int(window[-1]) + HOST_EVENT.itemsize)
+        end = int(window[-1]) + HOST_EVENT.itemsize
+        memory_lengths.check_before(end)
+        release_pages(bundle.mapped, released, end)
+        released = end
         for table, rows, dtype in ((executions, others[others["type"] == EVENT_EXECUTE], SUBMISSION_DTYPE),
                                    (operations, others[others["type"] != EVENT_EXECUTE], QUEUE_OP_DTYPE)):
             part = np.zeros(len(rows), dtype)
             fill_columns(part, rows, np.arange(len(rows)))
             table.append(part)
-    _check_memory_event_lengths(bundle)
+    memory_lengths.check_before(bundle.data.size)  # those after the last host event
+    # All: the kernel maps a page's neighbours in with it, those of windows given back before too.
+    release_pages(bundle.mapped, 0, bundle.data.size)
+    if not memory_lengths.known:
+        raise UnsupportedLayout("memory event record length differs from the known layout")
     if not increasing:  # written out of order: unique all the same? (the whole read's check and line)
         identities = np.concatenate([_identities(bundle.data, positions[begin : begin + HOST_EVENTS_WINDOW])
                                      for begin in range(0, len(positions), HOST_EVENTS_WINDOW)])
@@ -251,17 +261,33 @@ def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarr
     return sorted_by(submissions, "submission"), queue_ops, rows
 
 
-def _check_memory_event_lengths(bundle: OpenBundle) -> None:
-    """`UnsupportedLayout` before any window when a memory event has another record length (a layout this reader
-    does not know), as for the host events: found only while the windows read them, it would come after some of
-    the profile was summed, too late to read the file through the export instead."""
-    positions = RecordPositions(bundle.chunks["memory-events"], MEMORY_EVENT.itemsize)
-    last = bundle.data.size - MEMORY_EVENT.itemsize
-    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
-        window = positions[begin : begin + HOST_EVENTS_WINDOW]
-        window = window[(window >= 0) & (window <= last)]  # outside the file: the windows' error line names it
-        if (records_at(bundle.data, window, _U32) != MEMORY_EVENT.itemsize).any():
-            raise UnsupportedLayout("memory event record length differs from the known layout")
+class _MemoryLengths:
+    """Whether every memory event has the known record length, checked in file order (``check_before``) while the
+    first pass has the host events around them mapped: a memory event of another length is a layout this reader
+    does not know (`UnsupportedLayout` before any window; found only when the windows read it, it would come
+    after some of the profile was summed, too late to read the file through the export). Checked after the pass,
+    each memory event would map its page in once more, and keep it: the whole file in the RSS."""
+
+    def __init__(self, bundle: OpenBundle):
+        self._data, self.known = bundle.data, True
+        self._positions = RecordPositions(bundle.chunks["memory-events"], MEMORY_EVENT.itemsize)
+        self._window, self._next = np.zeros(0, np.int64), 0  # positions looked up, not yet checked; the next's
+
+    def check_before(self, end: int) -> None:
+        """Check the memory events starting before byte ``end`` not checked yet."""
+        last = self._data.size - MEMORY_EVENT.itemsize
+        while True:
+            if not len(self._window):
+                if self._next >= len(self._positions):
+                    return
+                self._window = self._positions[self._next : self._next + HOST_EVENTS_WINDOW]
+                self._next += len(self._window)
+            inside = int(np.searchsorted(self._window, end))
+            if not inside:
+                return
+            checked, self._window = self._window[:inside], self._window[inside:]
+            checked = checked[(checked >= 0) & (checked <= last)]  # outside the file: the windows' error line names it
+            self.known &= not (records_at(self._data, checked, _U32) != MEMORY_EVENT.itemsize).any()
 
 
 _IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])
