@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -64,6 +65,20 @@ def test_windows_of_any_size_give_the_same_session_and_events(plain_run, monkeyp
     assert events.events.tobytes() == kept.events.tobytes()
     assert events.event_slots.tolist() == kept.event_slots.tolist()
     assert events.event_calls.tolist() == kept.event_calls.tolist()
+
+
+def test_a_report_imports_no_masked_arrays(plain_run):
+    """A cold `sectionmark report` spends no time importing numpy.ma (tens of ms, the statistics' np.percentile
+    imported it through np.unique): nothing of the report needs it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from sectionmark.workflows.measure import report; from tiny_profiles import hand_map; "
+            f"report({str(plain_run[1])!r}, hand_map(), calls=11, warmup=3).table(); print('numpy.ma' in sys.modules)")
+    helpers = Path(__file__).parents[1] / "helpers"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path, str(helpers)])})
+    assert result.returncode == 0 and result.stdout.split() == ["False"], result.stderr
 
 
 def mapped_kb(path: Path) -> Optional[int]:
