@@ -270,24 +270,41 @@ class _MemoryLengths:
 
     def __init__(self, bundle: OpenBundle):
         self._data, self.known = bundle.data, True
-        self._positions = RecordPositions(bundle.chunks["memory-events"], MEMORY_EVENT.itemsize)
-        self._window, self._next = np.zeros(0, np.int64), 0  # positions looked up, not yet checked; the next's
+        self._positions = _PositionsInOrder(RecordPositions(bundle.chunks["memory-events"], MEMORY_EVENT.itemsize))
 
     def check_before(self, end: int) -> None:
         """Check the memory events starting before byte ``end`` not checked yet."""
         last = self._data.size - MEMORY_EVENT.itemsize
-        while True:
-            if not len(self._window):
-                if self._next >= len(self._positions):
-                    return
-                self._window = self._positions[self._next : self._next + HOST_EVENTS_WINDOW]
-                self._next += len(self._window)
-            inside = int(np.searchsorted(self._window, end))
-            if not inside:
-                return
-            checked, self._window = self._window[:inside], self._window[inside:]
+        for checked in self._positions.before(end):
             checked = checked[(checked >= 0) & (checked <= last)]  # outside the file: the windows' error line names it
             self.known &= not (records_at(self._data, checked, _U32) != MEMORY_EVENT.itemsize).any()
+
+
+class _PositionsInOrder:
+    """The offsets of records (`RecordPositions`, in file order) handed out in order up to a byte (``before``),
+    looked up ``HOST_EVENTS_WINDOW`` at a time and each lookup used up before the next: a pass takes a few of
+    them per window of host events (the memory events between them), and looking up a window's worth each time
+    cost more than the rest of the pass."""
+
+    def __init__(self, positions: RecordPositions):
+        self._positions, self._looked_up, self._next = positions, np.zeros(0, np.int64), 0
+
+    def remaining(self) -> bool:
+        return bool(len(self._looked_up)) or self._next < len(self._positions)
+
+    def before(self, end: int) -> Iterator[np.ndarray]:
+        """The offsets not handed out yet that are below ``end``, in parts of at most ``HOST_EVENTS_WINDOW``."""
+        while True:
+            if not len(self._looked_up):
+                if self._next >= len(self._positions):
+                    return
+                self._looked_up = self._positions[self._next : self._next + HOST_EVENTS_WINDOW]
+                self._next += len(self._looked_up)
+            inside = int(np.searchsorted(self._looked_up, end))
+            if not inside:
+                return
+            part, self._looked_up = self._looked_up[:inside], self._looked_up[inside:]
+            yield part
 
 
 _IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])
@@ -330,7 +347,7 @@ class _MemoryLevels:
     change the level, two are allocations)."""
 
     def __init__(self, path: Path, positions: RecordPositions):
-        self._path, self._positions, self._next = path, positions, 0
+        self._path, self._positions, self._in_order = path, positions, _PositionsInOrder(positions)
         self._levels_kept = _Rows(len(positions), MEMORY_DTYPE)
         self._allocations = _Rows(len(positions), ALLOCATION_DTYPE)
         self._levels: dict[int, int] = {}  # pool -> its reserved bytes after the last event read
@@ -342,20 +359,15 @@ class _MemoryLevels:
         return min(host_start, int(self._positions[[0]][0])) if len(self._positions) else host_start
 
     def remaining(self) -> bool:
-        return self._next < len(self._positions)
+        return self._in_order.remaining()
 
     def last_end(self) -> int:
         return int(self._positions[[len(self._positions) - 1]][0]) + MEMORY_EVENT.itemsize
 
     def take(self, data: np.ndarray, start: int) -> None:
         """Decode the memory events lying wholly inside ``data``, the file's bytes from ``start`` on."""
-        while self.remaining():
-            window = self._positions[self._next : self._next + HOST_EVENTS_WINDOW]
-            inside = int(np.searchsorted(window, start + len(data) - MEMORY_EVENT.itemsize, side="right"))
-            if not inside:
-                return
-            self._decode(data, window[:inside] - start)
-            self._next += inside
+        for inside in self._in_order.before(start + len(data) - MEMORY_EVENT.itemsize + 1):
+            self._decode(data, inside - start)
 
     def _decode(self, data: np.ndarray, offsets: np.ndarray) -> None:
         rows = np.empty(len(offsets), MEMORY_DTYPE)
