@@ -12,13 +12,13 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Optional
 
 import numpy as np
 
 from sectionmark.readers.arrays import first_true, strictly_increasing
 from sectionmark.readers.bundle_records import (COMMAND_BUFFER, COMMAND_OPERATION, FUNCTION_HEADER, FUNCTION_HEADER_SIZE,
-                                                FUNCTION_NAME_LENGTH_OFFSET, HOST_EVENT, MEMORY_EVENT, Chunks,
+                                                FUNCTION_NAME_LENGTH_OFFSET, HOST_EVENT, MEMORY_EVENT, ChunkVisitor, Chunks,
                                                 RecordPositions, UnsupportedLayout, fixed_records, map_bundle, records_at)
 from sectionmark.readers.checks import corrupt, define_function, record_command, run_failed, timed_dispatch
 from sectionmark.readers.event_model import (EVENT_DISPATCH, EVENT_EXECUTE, EVENT_NAMES, MEMORY_EVENT_NAMES,
@@ -78,9 +78,10 @@ class OpenBundle:
         return bool(len(self.chunks["dispatch-events"].starts))
 
 
-def open_bundle(path: Path, file: BinaryIO, size: int) -> OpenBundle:
-    """Map the bundle, check its header and records (`map_bundle`), decode its functions and command buffers."""
-    mapped, data, chunks, sessions = map_bundle(path, file, size)
+def open_bundle(path: Path, file: BinaryIO, size: int, visit: Optional[ChunkVisitor] = None) -> OpenBundle:
+    """Map the bundle, check its header and records (`map_bundle`, handing each window of the walk to ``visit``),
+    decode its functions and command buffers."""
+    mapped, data, chunks, sessions = map_bundle(path, file, size, visit)
 
     functions = _executable_functions(path, chunks["executable-functions"].views(mapped))
 

@@ -305,8 +305,9 @@ def walk_windows(mapped: mmap.mmap, data: np.ndarray, start: int, end: int,
 
 
 # What `map_bundle` hands a chunk visitor for each window of the walk, while the window's pages are mapped: the
-# file's bytes and, per chunk type used, the payloads (starts, lengths) of its chunks found in the window.
-ChunkVisitor = Callable[[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]], None]
+# file's bytes, per chunk type used the payloads (starts, lengths) of its chunks found in the window, and the
+# profiling sessions (devices) begun so far.
+ChunkVisitor = Callable[[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]], int], None]
 
 
 def map_bundle(path: Path, file: BinaryIO, size: int, visit: Optional[ChunkVisitor] = None) -> tuple[
@@ -409,7 +410,7 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
                                 headers["queue"][rows]))
             found[name] = parts[name][-1][:2]
         if visit is not None:
-            visit(data, found)
+            visit(data, found, len(begins))
         records, ends = records + len(headers), ends + int(ended.sum())
         dropped += sum(headers["dropped"].tolist()) if headers["dropped"].any() else 0
     # A begin past the ends' count has no end of its own (the first one aside: a session that never ended).

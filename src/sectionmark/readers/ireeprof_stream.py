@@ -25,16 +25,16 @@ from typing import BinaryIO, Iterator, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.arrays import first_true, strictly_increasing
-from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, decode_memory_events, fill_columns,
+from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, decode_memory_events,
                                                raise_host_event_error, split_with_numpy)
 from sectionmark.readers.bundle_records import (HOST_EVENT, MEMORY_EVENT, RecordPositions, UnsupportedLayout,
-                                                records_at, release_pages)
+                                                records_at)
 from sectionmark.readers.checks import (by_submission_and_start, check_links, check_times, check_unique, corrupt,
-                                        exports_by_executable, recorded_commands, sort_order, sorted_by)
-from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, EVENT_DISPATCH, EVENT_EXECUTE,
-                                             MAX_TIMESTAMP_NS, MEMORY_DTYPE, MEMORY_POOL_STATS, QUEUE_ALLOCA,
-                                             QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, native)
+                                        exports_by_executable, recorded_commands, sorted_by)
+from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, MAX_TIMESTAMP_NS, MEMORY_DTYPE,
+                                             MEMORY_POOL_STATS, QUEUE_ALLOCA, QUEUE_OP_DTYPE, SUBMISSION_DTYPE,
+                                             Profile, Provenance, native)
+from sectionmark.readers.stream_layout import FirstPass, PositionsInOrder, executions_and_operations
 
 
 class DispatchStream:
@@ -46,8 +46,9 @@ class DispatchStream:
     is made, and a file it refuses is refused here with the same error line.
     """
 
-    def __init__(self, bundle: OpenBundle, file: BinaryIO):
+    def __init__(self, bundle: OpenBundle, file: BinaryIO, first_pass: Optional[FirstPass] = None):
         self._bundle, self._file, self._buffer = bundle, file, np.empty(0, np.uint8)
+        self._first_pass = first_pass  # what the walk's visits found (`stream_layout`), used by `layout` once
         self.command_buffers, self._timed = recorded_commands(bundle.path, bundle.declared, bundle.commands)
         self._memory = np.zeros(0, MEMORY_DTYPE)  # read with the host events (`_MemoryLevels`)
         self._allocations = np.zeros(0, ALLOCATION_DTYPE)
@@ -62,10 +63,12 @@ class DispatchStream:
     def layout(self) -> Profile:
         """The profile without its dispatches and memory events: every submission and queue operation, from a
         first pass over the mapped host events that copies only the records that are not dispatches (a call
-        submits one or a few; each window's pages are given back after it)."""
+        submits one or a few; each window's pages are given back after it), made while the record walk mapped
+        them when `open_bundle` was given the first pass as its visitor (`stream_layout`)."""
         if self._layout is None:
             bundle = self._bundle
-            submissions, queue_ops, self._queue_op_rows = _executions_and_operations(bundle)
+            first_pass, self._first_pass = self._first_pass, None
+            submissions, queue_ops, self._queue_op_rows = executions_and_operations(bundle, first_pass)
             self._layout = Profile(np.zeros(0, DISPATCH_DTYPE), submissions, bundle.keys, self.command_buffers,
                                    exports_by_executable(bundle.functions), queue_ops, np.zeros(0, MEMORY_DTYPE),
                                    allocations=np.zeros(0, ALLOCATION_DTYPE), provenance=Provenance("bundle"))
@@ -197,128 +200,6 @@ class DispatchStream:
         return dispatches
 
 
-_U32 = np.dtype("<u4")  # a record's length (its first field) or type (4 bytes in)
-
-
-def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
-    """The bundle's command-buffer executions (SUBMISSION_DTYPE, by submission) and other queue operations
-    (QUEUE_OP_DTYPE, by start), and each queue operation's row among them in file order (None: the same): each
-    window of the mapped file's host events searched for the records that are not dispatches (in C when built),
-    then those few copied. Every host event's (stream, event id) is unique, as
-    the whole read checks it: IREE writes them increasing, which this pass confirms from the same cache lines; a
-    file where they are not is checked whole. A record of another length is a layout this reader does not know
-    (`UnsupportedLayout`, before any window); so is a memory event of another length, checked while its page is
-    mapped for the host events around it (`_MemoryLengths`). A record failing another check is left to `windows`,
-    which names it. Each window's pages are given back after it, from where the last window's ended (the pages
-    between two windows too), and every page at the end: none of the file stays mapped."""
-    positions = bundle.host_event_positions()
-    executions, operations = [], []
-    found = np.empty(min(HOST_EVENTS_WINDOW, len(positions)), np.int64)
-    increasing, last = True, None
-    memory_lengths, released = _MemoryLengths(bundle), 0
-    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
-        window = positions[begin : begin + HOST_EVENTS_WINDOW]
-        if native() is not None:
-            count, window_increasing, bad_length = native().not_dispatches(bundle.data, window, found)
-            others = records_at(bundle.data, window[found[:count]], HOST_EVENT)
-        else:
-            kinds = records_at(bundle.data, window + HOST_EVENT.fields["type"][1], _U32)
-            others = records_at(bundle.data, window[kinds != EVENT_DISPATCH], HOST_EVENT)
-            identities = _identities(bundle.data, window)
-            window_increasing = strictly_increasing(identities["stream"], identities["event_id"])
-            bad_length = first_true(records_at(bundle.data, window, _U32) != HOST_EVENT.itemsize)
-        if bad_length >= 0:  # a layout this reader does not know: `sources.open_source` reads it through the export
-            raise UnsupportedLayout("record length differs from the known layout")
-        ends = _identities(bundle.data, window[[0, -1]])
-        increasing &= window_increasing and (last is None or tuple(ends[0].tolist()) > last)
-        last = tuple(ends[1].tolist())
-        end = int(window[-1]) + HOST_EVENT.itemsize
-        memory_lengths.check_before(end)
-        release_pages(bundle.mapped, released, end)
-        released = end
-        for table, rows, dtype in ((executions, others[others["type"] == EVENT_EXECUTE], SUBMISSION_DTYPE),
-                                   (operations, others[others["type"] != EVENT_EXECUTE], QUEUE_OP_DTYPE)):
-            part = np.zeros(len(rows), dtype)
-            fill_columns(part, rows, np.arange(len(rows)))
-            table.append(part)
-    memory_lengths.check_before(bundle.data.size)  # those after the last host event
-    # All: the kernel maps a page's neighbours in with it, those of windows given back before too.
-    release_pages(bundle.mapped, 0, bundle.data.size)
-    if not memory_lengths.known:
-        raise UnsupportedLayout("memory event record length differs from the known layout")
-    if not increasing:  # written out of order: unique all the same? (the whole read's check and line)
-        identities = np.concatenate([_identities(bundle.data, positions[begin : begin + HOST_EVENTS_WINDOW])
-                                     for begin in range(0, len(positions), HOST_EVENTS_WINDOW)])
-        check_unique(bundle.path, "a host execution event", identities["stream"], identities["event_id"])
-    submissions = np.concatenate(executions) if executions else np.zeros(0, SUBMISSION_DTYPE)
-    queue_ops = np.concatenate(operations) if operations else np.zeros(0, QUEUE_OP_DTYPE)
-    order = sort_order(queue_ops, "start_ns", "submission")
-    rows = None
-    if order is not None:
-        rows = np.empty(len(order), np.int32 if len(order) < 1 << 31 else np.int64)  # 4 bytes per operation
-        rows[order] = np.arange(len(order))
-        queue_ops = queue_ops[order]
-    return sorted_by(submissions, "submission"), queue_ops, rows
-
-
-class _MemoryLengths:
-    """Whether every memory event has the known record length, checked in file order (``check_before``) while the
-    first pass has the host events around them mapped: a memory event of another length is a layout this reader
-    does not know (`UnsupportedLayout` before any window; found only when the windows read it, it would come
-    after some of the profile was summed, too late to read the file through the export). Checked after the pass,
-    each memory event would map its page in once more, and keep it: the whole file in the RSS."""
-
-    def __init__(self, bundle: OpenBundle):
-        self._data, self.known = bundle.data, True
-        self._positions = _PositionsInOrder(RecordPositions(bundle.chunks["memory-events"], MEMORY_EVENT.itemsize))
-
-    def check_before(self, end: int) -> None:
-        """Check the memory events starting before byte ``end`` not checked yet."""
-        last = self._data.size - MEMORY_EVENT.itemsize
-        for checked in self._positions.before(end):
-            checked = checked[(checked >= 0) & (checked <= last)]  # outside the file: the windows' error line names it
-            self.known &= not (records_at(self._data, checked, _U32) != MEMORY_EVENT.itemsize).any()
-
-
-class _PositionsInOrder:
-    """The offsets of records (`RecordPositions`, in file order) handed out in order up to a byte (``before``),
-    looked up ``HOST_EVENTS_WINDOW`` at a time and each lookup used up before the next: a pass takes a few of
-    them per window of host events (the memory events between them), and looking up a window's worth each time
-    cost more than the rest of the pass."""
-
-    def __init__(self, positions: RecordPositions):
-        self._positions, self._looked_up, self._next = positions, np.zeros(0, np.int64), 0
-
-    def remaining(self) -> bool:
-        return bool(len(self._looked_up)) or self._next < len(self._positions)
-
-    def before(self, end: int) -> Iterator[np.ndarray]:
-        """The offsets not handed out yet that are below ``end``, in parts of at most ``HOST_EVENTS_WINDOW``."""
-        while True:
-            if not len(self._looked_up):
-                if self._next >= len(self._positions):
-                    return
-                self._looked_up = self._positions[self._next : self._next + HOST_EVENTS_WINDOW]
-                self._next += len(self._looked_up)
-            inside = int(np.searchsorted(self._looked_up, end))
-            if not inside:
-                return
-            part, self._looked_up = self._looked_up[:inside], self._looked_up[inside:]
-            yield part
-
-
-_IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])
-
-
-def _identities(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """The (stream, event id) of the host events at ``offsets`` of ``data`` (two fields gathered, not whole
-    records)."""
-    identities = np.empty(len(offsets), _IDENTITY)
-    for name in _IDENTITY.names:
-        identities[name] = records_at(data, offsets + HOST_EVENT.fields[name][1], np.dtype("<u8"))
-    return identities
-
-
 def _split(bundle: OpenBundle, data: np.ndarray, offsets: np.ndarray, outputs: list[np.ndarray]) -> tuple[
         list[int], tuple[int, int, int, int]]:
     """The host events at ``offsets`` of ``data`` into the starts of ``outputs`` (dispatch, submission and
@@ -347,7 +228,7 @@ class _MemoryLevels:
     change the level, two are allocations)."""
 
     def __init__(self, path: Path, positions: RecordPositions):
-        self._path, self._positions, self._in_order = path, positions, _PositionsInOrder(positions)
+        self._path, self._positions, self._in_order = path, positions, PositionsInOrder(positions)
         self._levels_kept = _Rows(len(positions), MEMORY_DTYPE)
         self._allocations = _Rows(len(positions), ALLOCATION_DTYPE)
         self._levels: dict[int, int] = {}  # pool -> its reserved bytes after the last event read
