@@ -34,7 +34,7 @@ from sectionmark.readers.checks import (by_submission_and_start, check_links, ch
 from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, MAX_TIMESTAMP_NS, MEMORY_DTYPE,
                                              MEMORY_POOL_STATS, QUEUE_ALLOCA, QUEUE_OP_DTYPE, SUBMISSION_DTYPE,
                                              Profile, Provenance, native)
-from sectionmark.readers.stream_layout import FirstPass, PositionsInOrder, executions_and_operations
+from sectionmark.readers.stream_layout import FirstPass, PositionsInOrder, Rows, executions_and_operations
 
 
 class DispatchStream:
@@ -229,8 +229,8 @@ class _MemoryLevels:
 
     def __init__(self, path: Path, positions: RecordPositions):
         self._path, self._positions, self._in_order = path, positions, PositionsInOrder(positions)
-        self._levels_kept = _Rows(len(positions), MEMORY_DTYPE)
-        self._allocations = _Rows(len(positions), ALLOCATION_DTYPE)
+        self._levels_kept = Rows(len(positions), MEMORY_DTYPE)
+        self._allocations = Rows(len(positions), ALLOCATION_DTYPE)
         self._levels: dict[int, int] = {}  # pool -> its reserved bytes after the last event read
         self._last_event, self._last_time = (-1, -1), 0
 
@@ -275,29 +275,6 @@ class _MemoryLevels:
         if self.remaining():
             raise corrupt(self._path, "memory events outside the file's records")
         return self._levels_kept.rows(), self._allocations.rows()
-
-
-class _Rows:
-    """A table filled in order, at most ``capacity`` rows: np.empty's rows never written cost no memory."""
-
-    def __init__(self, capacity: int, dtype: np.dtype):
-        self._table, self._count = np.empty(capacity, dtype), 0
-
-    def append(self, rows: np.ndarray) -> None:
-        self._table[self._count : self._count + len(rows)] = rows
-        self._count += len(rows)
-
-    def append_fields(self, rows: np.ndarray, chosen: np.ndarray) -> None:
-        """The fields of the table's dtype of the ``chosen`` rows (a mask) of ``rows``: gathered field by field,
-        not as a view of a few fields of whole rows (which copies slowly)."""
-        count = int(np.count_nonzero(chosen))
-        added = self._table[self._count : self._count + count]
-        for name in self._table.dtype.names:
-            added[name] = rows[name][chosen]
-        self._count += count
-
-    def rows(self) -> np.ndarray:
-        return self._table[: self._count]
 
 
 def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:

@@ -35,8 +35,10 @@ class FirstPass:
     is left to the windows, which name it."""
 
     def __init__(self) -> None:
-        self._executions: list[np.ndarray] = []
-        self._operations: list[np.ndarray] = []
+        # Filled in place (not parts concatenated at the end): the parts of a long profile's walk, interleaved with
+        # its other temporaries, left the heap in pieces that the read's later tables could not use.
+        self._executions: Optional[Rows] = None
+        self._operations: Optional[Rows] = None
         self._increasing, self._last = True, None
         self._host_lengths_known = self._memory_lengths_known = True
         self._visited: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in _SCANNED}
@@ -110,6 +112,9 @@ class FirstPass:
         ends = _identities(data, window[[0, -1]])
         self._increasing &= window_increasing and (self._last is None or tuple(ends[0].tolist()) > self._last)
         self._last = tuple(ends[1].tolist())
+        if self._executions is None or self._operations is None:  # at most a host event per 152 bytes of the file
+            self._executions = Rows(data.size // HOST_EVENT.itemsize + 1, SUBMISSION_DTYPE)
+            self._operations = Rows(data.size // HOST_EVENT.itemsize + 1, QUEUE_OP_DTYPE)
         for table, rows, dtype in ((self._executions, others[others["type"] == EVENT_EXECUTE], SUBMISSION_DTYPE),
                                    (self._operations, others[others["type"] != EVENT_EXECUTE], QUEUE_OP_DTYPE)):
             part = np.zeros(len(rows), dtype)
@@ -135,9 +140,8 @@ class FirstPass:
             identities = np.concatenate([_identities(bundle.data, positions[begin : begin + HOST_EVENTS_WINDOW])
                                          for begin in range(0, len(positions), HOST_EVENTS_WINDOW)])
             check_unique(bundle.path, "a host execution event", identities["stream"], identities["event_id"])
-        executions, operations = self._executions, self._operations
-        submissions = np.concatenate(executions) if executions else np.zeros(0, SUBMISSION_DTYPE)
-        queue_ops = np.concatenate(operations) if operations else np.zeros(0, QUEUE_OP_DTYPE)
+        submissions = self._executions.rows() if self._executions else np.zeros(0, SUBMISSION_DTYPE)
+        queue_ops = self._operations.rows() if self._operations else np.zeros(0, QUEUE_OP_DTYPE)
         order = sort_order(queue_ops, "start_ns", "submission")
         rows = None
         if order is not None:
@@ -185,6 +189,29 @@ class PositionsInOrder:
                 return
             part, self._looked_up = self._looked_up[:inside], self._looked_up[inside:]
             yield part
+
+
+class Rows:
+    """A table filled in order, at most ``capacity`` rows: np.empty's rows never written cost no memory."""
+
+    def __init__(self, capacity: int, dtype: np.dtype):
+        self._table, self._count = np.empty(capacity, dtype), 0
+
+    def append(self, rows: np.ndarray) -> None:
+        self._table[self._count : self._count + len(rows)] = rows
+        self._count += len(rows)
+
+    def append_fields(self, rows: np.ndarray, chosen: np.ndarray) -> None:
+        """The fields of the table's dtype of the ``chosen`` rows (a mask) of ``rows``: gathered field by field,
+        not as a view of a few fields of whole rows (which copies slowly)."""
+        count = int(np.count_nonzero(chosen))
+        added = self._table[self._count : self._count + count]
+        for name in self._table.dtype.names:
+            added[name] = rows[name][chosen]
+        self._count += count
+
+    def rows(self) -> np.ndarray:
+        return self._table[: self._count]
 
 
 _IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])
