@@ -340,8 +340,9 @@ def map_bundle(path: Path, file: BinaryIO, size: int, visit: Optional[ChunkVisit
 
 
 @dataclass
-class _Failure:
-    """A record failing a check of `_bundle_chunks` (the first in file order is raised), with what names it."""
+class _Checked:
+    """A record as `_bundle_chunks` checked it, with what names it: the first failing one (in file order) is
+    raised; every session begin is kept, its end known only after the walk."""
 
     index: int  # among all records
     offset: int
@@ -366,8 +367,8 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
     """
     data = data[:file_length]
     parts: dict[str, list[tuple[np.ndarray, ...]]] = {name: [] for name in USED_CHUNKS}
-    failure: Optional[_Failure] = None
-    begins: list[_Failure] = []  # every session begin, failing or not (few: one per device)
+    failure: Optional[_Checked] = None
+    begins: list[_Checked] = []  # every session begin, failing or not (few: one per device)
     records = ends = dropped = 0
     offsets = np.zeros(0, np.int64)
     for offsets, headers, kinds in walk_windows(mapped, data, header_length, file_length, KNOWN_CONTENT_TYPES):
@@ -392,10 +393,10 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
         failing = (after_end | ~lengths_ok | ~known_type | ~begin_ok
                    | (headers["chunk_flags"] & _CHUNK_TRUNCATED != 0) | (ended & (headers["status"] != 0)) | bad_chunk)
 
-        def failure_at(row: int) -> _Failure:
+        def failure_at(row: int) -> _Checked:
             offset = int(complete[row])
             kind = content_type(data, offset, headers[row], _CONTENT_PREFIX) if bad_chunk[row] else ""
-            return _Failure(records + row, offset, headers[row].copy(), bool(after_end[row]), bool(lengths_ok[row]),
+            return _Checked(records + row, offset, headers[row].copy(), bool(after_end[row]), bool(lengths_ok[row]),
                             bool(known_type[row]), bool(begin_ok[row]), kind)
 
         if failure is None and failing.any():
@@ -414,12 +415,13 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
         records, ends = records + len(headers), ends + int(ended.sum())
         dropped += sum(headers["dropped"].tolist()) if headers["dropped"].any() else 0
     # A begin past the ends' count has no end of its own (the first one aside: a session that never ended).
-    unended = [begin for number, begin in enumerate(begins, 1) if number > max(ends, 1)]
-    for begin in [*unended, *([failure] if failure and failure.index in {begin.index for begin in unended} else [])]:
-        begin.begin_ok = False
-    failures = [found for found in (failure, *unended[:1]) if found is not None]
+    unended = {begin.index for number, begin in enumerate(begins, 1) if number > max(ends, 1)}
+    for checked in [*begins, *([failure] if failure else [])]:
+        checked.begin_ok &= checked.index not in unended
+    failures = [checked for checked in (failure, *(begin for begin in begins if begin.index in unended))
+                if checked is not None]
     if failures:
-        first_failure = min(failures, key=lambda found: found.index)
+        first_failure = min(failures, key=lambda checked: checked.index)
         _raise_record_error(path, first_failure.offset, first_failure.header, first_failure.after_end,
                             first_failure.lengths_ok, first_failure.known_type, first_failure.begin_ok,
                             first_failure.content_type)
