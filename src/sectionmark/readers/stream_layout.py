@@ -198,7 +198,9 @@ class Rows:
         self._table, self._count = np.empty(capacity, dtype), 0
 
     def append(self, rows: np.ndarray) -> None:
-        self._table[self._count : self._count + len(rows)] = rows
+        """``rows`` (of the table's dtype) added: copied as raw records, not field by field (2 to 8 times slower)."""
+        raw = np.dtype((np.void, self._table.dtype.itemsize))
+        self._table[self._count : self._count + len(rows)].view(raw)[...] = rows.view(raw)
         self._count += len(rows)
 
     def append_fields(self, rows: np.ndarray, chosen: np.ndarray) -> None:
