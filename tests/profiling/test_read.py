@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -19,9 +21,13 @@ from sectionmark.profiling.read import read_session
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import session_timelines
 from sectionmark.readers import event_model, ireeprof_bundle, ireeprof_stream
+from sectionmark.readers.bundle_events import open_bundle
+from sectionmark.readers.bundle_records import UnsupportedLayout
 from sectionmark.readers.event_model import native
+from sectionmark.readers.ireeprof_stream import DispatchStream
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.readers.sources import WholeProfile, open_source
+from sectionmark.readers.stream_layout import FirstPass
 from sectionmark.serialization import to_json
 from sectionmark.workflows.measure import report
 
@@ -63,6 +69,76 @@ def test_windows_of_any_size_give_the_same_session_and_events(plain_run, monkeyp
     assert events.events.tobytes() == kept.events.tobytes()
     assert events.event_slots.tolist() == kept.event_slots.tolist()
     assert events.event_calls.tolist() == kept.event_calls.tolist()
+
+
+def test_a_report_imports_no_masked_arrays(plain_run):
+    """A cold `sectionmark report` spends no time importing numpy.ma (tens of ms, the statistics' np.percentile
+    imported it through np.unique): nothing of the report needs it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from sectionmark.workflows.measure import report; from tiny_profiles import hand_map; "
+            f"report({str(plain_run[1])!r}, hand_map(), calls=11, warmup=3).table(); print('numpy.ma' in sys.modules)")
+    helpers = Path(__file__).parents[1] / "helpers"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path, str(helpers)])})
+    assert result.returncode == 0 and result.stdout.split() == ["False"], result.stderr
+
+
+def mapped_kb(path: Path) -> Optional[int]:
+    """The resident kB of this process's mappings of the file ``path`` (/proc/self/smaps; None: not mapped)."""
+    total, inside = None, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's first line: address range ... path
+            inside = fields[-1] == str(path)
+        elif inside and fields[0] == "Rss:":
+            total = (total or 0) + int(fields[1])
+    return total
+
+
+def layout_of(path: Path, during_walk: bool) -> tuple:
+    """The stream's first pass of ``path``: made while the record walk maps the file (`open_bundle` given it as
+    its visitor), or after the walk; (its tables, or its error; whether the walk's pass was used; the kB of the
+    file still mapped after it)."""
+    first_pass = FirstPass() if during_walk else None
+    with open(path, "rb") as file:
+        try:
+            bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size, first_pass and first_pass.visit)
+            used = first_pass is not None and first_pass.covers(bundle)
+            stream = DispatchStream(bundle, file, first_pass)
+            try:
+                layout = stream.layout()
+                return (layout.submissions.tobytes(), layout.queue_ops.tobytes()), used, mapped_kb(path)
+            finally:
+                stream.close()
+        except (SectionmarkError, UnsupportedLayout) as error:
+            return f"{type(error).__name__}: {error}", None, None
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux's /proc/self/smaps")
+@pytest.mark.parametrize("during_walk", [True, False])
+def test_the_first_pass_leaves_no_page_of_the_file_mapped(plain_run, during_walk):
+    """The first pass (`layout`) gives back every page it mapped, those of the memory events between the host events
+    too (their lengths checked with the host events around them): checked after the pass, they were mapped in
+    again and kept, the whole file of a long profile in the RSS. (One window: the kernel maps a page's
+    neighbours in with it, so a window's pages given back come in again with the next window's of a small file.)"""
+    tables, used, mapped = layout_of(plain_run[1].resolve(), during_walk)
+    assert used == during_walk and mapped == 0  # mapped (not None), no page resident
+
+
+@pytest.mark.parametrize("case", ["none", *sorted(BUNDLE_CASES)])
+def test_the_first_pass_made_during_the_walk_is_the_pass_after_it(plain_run, tmp_path, case):
+    """The executions and queue operations the first pass finds while the record walk maps the file are those of
+    the pass after the walk, and a file one refuses the other refuses with the same error (corrupt bundles:
+    the visits' findings are not used, or the walk's error comes first)."""
+    path = tmp_path / "run.ireeprof"
+    path.write_bytes(plain_run[1].read_bytes() if case == "none" else BUNDLE_CASES[case][0](plain_run[1].read_bytes()))
+    during, used, _ = layout_of(path, True)
+    after, _, _ = layout_of(path, False)
+    assert during == after
+    if case == "none":
+        assert used  # the walk's pass, not a second one
 
 
 def test_report_draws_timelines_from_the_file_and_refuses_a_changed_one(plain_run, tmp_path):

@@ -137,3 +137,20 @@ def test_c_and_numpy_union_by_window_alike(seed, monkeypatch):
     monkeypatch.setattr(native, "_passes", None)
     assert with_c == [queue_time.union_by_window(*case, edges[0::2], edges[1::2]).tolist() for case in cases]
     assert with_c[0] == with_c[1] == with_c[2]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_c_and_numpy_wall_parts_alike(seed, monkeypatch):
+    """Overlapping intervals as pipelined calls give them (nearly sorted, far past 2**53 ns), ties, nesting, empty
+    and backwards intervals: the C sweep's parts are numpy's to the bit."""
+    rng = np.random.default_rng(seed)
+    chained = np.cumsum(rng.integers(0, 1000, 300)) + (1 << 60)
+    cases = [(chained, chained + rng.integers(0, 3000, 300)),  # each overlapping the next few
+             (rng.integers(0, 40, 300), rng.integers(0, 40, 300)),  # ties everywhere, some backwards
+             (np.repeat(rng.integers(0, 10**6, 30), 10), np.repeat(rng.integers(10**6, 2 * 10**6, 30), 10)),
+             (np.array([5, 5]), np.array([5, 9])), (np.array([7]), np.array([3]))]
+    for starts, ends in cases:
+        with_c = wall_parts(starts, ends)
+        monkeypatch.setattr(native, "_passes", None)
+        assert with_c.tobytes() == wall_parts(starts, ends).tobytes()
+        monkeypatch.undo()

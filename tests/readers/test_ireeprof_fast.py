@@ -201,6 +201,22 @@ def test_distinct_and_run_lookup_are_unique_and_searchsorted(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def test_percentiles_are_numpys_to_the_bit(seed):
+    """Per-call figures (integer ns, float sums of shares, ties, a NaN) of one call or many: the same values,
+    dtype and shape as np.percentile's; one quantile as np.percentile's of a scalar."""
+    rng = np.random.default_rng(seed)
+    for calls in (1, 2, 3, 20, 101):
+        for values in (rng.integers(0, 1 << 40, (4, calls)), rng.random((4, calls)) * 1e9,
+                       rng.integers(0, 3, (4, calls)) * 0.1, np.where(rng.random((4, calls)) < 0.1, np.nan, 1.5)):
+            for quantiles in ([50, 95], [0, 100, 37.5], [95]):
+                expected, got = np.percentile(values, quantiles, axis=-1), arrays.percentiles(values, quantiles)
+                assert (got.shape, got.dtype, got.tobytes()) == (expected.shape, expected.dtype, expected.tobytes())
+            row = values[0]
+            assert arrays.percentiles(row, [50])[0].tobytes() == np.float64(np.percentile(row, 50)).tobytes()
+            assert arrays.percentiles(row, [50, 95]).tobytes() == np.percentile(row, [50, 95]).tobytes()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_dispatch_order_is_lexsorts(seed):
     rng = np.random.default_rng(seed)
     group, time = grouped_times(rng, 300)

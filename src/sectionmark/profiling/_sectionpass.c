@@ -224,6 +224,68 @@ done:
     return result;
 }
 
+/* wall_parts(starts, ends, start_order, end_order, parts) -> None
+ *
+ * section_time.wall_parts's sweep, one merge of the starts and the ends in time order (``start_order`` and
+ * ``end_order``: their stable argsorts) instead of numpy's sort of both together, counts per boundary and prefix
+ * sums over temporaries of that size. The distinct boundaries cut time into segments; segment k gives
+ * length / (intervals active in it) to each active interval, summed in boundary order as np.cumsum sums
+ * (``prefix``); interval i's part is prefix[its end's boundary] - prefix[its start's], clipped to
+ * [0, its duration] as np.clip clips: the same float64 operations in the same order, so the same bits.
+ * ``parts`` (float64) gets the parts; starts and ends are int64, the orders intp.
+ */
+static PyObject *wall_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer in[4], out[1];
+    if (check_arguments(nargs, 5, "wall_parts") < 0) return NULL;
+    if (acquire(args, in, 4, 0) < 0) return NULL;
+    if (acquire(args + 4, out, 1, 1) < 0) { release(in, 4); return NULL; }
+    PyObject *result = NULL;
+    Py_ssize_t count = in[0].len / 8;
+    if (in[1].len != count * 8 || in[2].len != count * (Py_ssize_t)sizeof(Py_ssize_t) ||
+        in[3].len != count * (Py_ssize_t)sizeof(Py_ssize_t) || out[0].len != count * 8) {
+        PyErr_SetString(PyExc_ValueError, "wall_parts: inconsistent sizes");
+        goto done;
+    }
+    {
+        const int64_t *starts = in[0].buf, *ends = in[1].buf;
+        const Py_ssize_t *start_order = in[2].buf, *end_order = in[3].buf;
+        double *parts = out[0].buf;
+        double *start_prefix = PyMem_Malloc((count ? count : 1) * sizeof(double));
+        if (!start_prefix) { PyErr_NoMemory(); goto done; }
+        Py_ssize_t next_start = 0, next_end = 0;
+        int64_t active = 0, boundary = 0;
+        double prefix = 0.0;
+        for (int first = 1; next_start < count || next_end < count; first = 0) {
+            /* The next boundary: the smallest value not yet reached; the segment before it first. */
+            int64_t value = next_start < count ? starts[start_order[next_start]] : ends[end_order[next_end]];
+            if (next_end < count && ends[end_order[next_end]] < value) value = ends[end_order[next_end]];
+            if (!first) {
+                double length = (double)(value - boundary);
+                prefix = prefix + (active > 0 ? length / (double)active : 0.0);
+            }
+            boundary = value;
+            for (; next_start < count && starts[start_order[next_start]] == value; next_start++, active++)
+                start_prefix[start_order[next_start]] = prefix;
+            for (; next_end < count && ends[end_order[next_end]] == value; next_end++, active--) {
+                Py_ssize_t i = end_order[next_end];
+                parts[i] = prefix;
+            }
+        }
+        for (Py_ssize_t i = 0; i < count; i++) {
+            double part = parts[i] - start_prefix[i], duration = (double)(ends[i] - starts[i]);
+            part = part > 0.0 ? part : 0.0;
+            parts[i] = part < duration ? part : duration;
+        }
+        PyMem_Free(start_prefix);
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    release(in, 4);
+    release(out, 1);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"attribute_events", (PyCFunction)(void (*)(void))attribute_events, METH_FASTCALL,
      "attribute_events(dispatches, runtime_ids, bases, slots, slot_keys, submission_ids, call_of_submission, "
@@ -233,6 +295,8 @@ static PyMethodDef methods[] = {
      "slot_count, tile_cpu, tile_counts, first_start, last_end) -> (total_ns, disjoint, tile_ns, tiles, any_tiles)"},
     {"union_by_window", (PyCFunction)(void (*)(void))union_by_window, METH_FASTCALL,
      "union_by_window(starts, ends, window_starts, window_ends, out) -> sorted"},
+    {"wall_parts", (PyCFunction)(void (*)(void))wall_parts, METH_FASTCALL,
+     "wall_parts(starts, ends, start_order, end_order, parts) -> None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -243,11 +307,11 @@ static struct PyModuleDef module_definition = {
 
 /* The row size this build reads and the version of its functions' arguments: profiling/native.py refuses a
  * stale build whose rows or arguments differ. (Version 1: the arguments these passes took as version 3 of
- * sectionmark.readers._ireeprof, where they were before.) */
+ * sectionmark.readers._ireeprof, where they were before; 2: wall_parts added.) */
 PyMODINIT_FUNC PyInit__sectionpass(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
-                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 1) < 0)) {
+                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 2) < 0)) {
         Py_DECREF(module);
         return NULL;
     }

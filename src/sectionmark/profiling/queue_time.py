@@ -38,7 +38,7 @@ from typing import Optional, Union
 import numpy as np
 
 from sectionmark.profiling.native import native_passes
-from sectionmark.readers.arrays import distinct
+from sectionmark.readers.arrays import distinct, percentiles
 from sectionmark.readers.event_model import EVENT_EXECUTE, EVENT_NAMES, MEMORY_POOL_STATS, QUEUE_ALLOCA
 
 QUEUE_SPAN_DTYPE = np.dtype(
@@ -377,7 +377,7 @@ def _call_time(dispatch: Optional[np.ndarray], spans: np.ndarray, windows: Optio
     rows = ROW_OF_EVENT_TYPE[spans["type"]]
     parts = partition_time(spans["start_ns"], spans["end_ns"], rows, len(QUEUE_ROWS), window_starts, window_ends)
     per_call = window_ends - window_starts
-    p50, p95 = np.percentile(per_call, [50, 95])
+    p50, p95 = percentiles(per_call, [50, 95])
     types = spans["type"][measured]
     transfers = ROW_OF_EVENT_TYPE[types] == TRANSFER
     executes = types == EVENT_EXECUTE

@@ -97,11 +97,11 @@ def wall_parts(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     The boundaries cut time into elementary segments; a segment in which k
     intervals are active gives 1/k of its length to each of them, so the parts
     add up to the union's length and no part exceeds its interval's length.
-    Vectorised (sort, cumulative sums) for millions of events: a prefix sum of
-    length/k over the segments gives each interval's part as
-    ``prefix[end] - prefix[start]``.
+    A prefix sum of length/k over the segments gives each interval's part as
+    ``prefix[end] - prefix[start]``: in C when built (one merge of the starts and the ends, each sorted), else
+    vectorised (sort, cumulative sums) for millions of events; the same numbers.
     """
-    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    starts, ends = np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64)
     if not len(starts):
         return np.zeros(0)
     durations = (ends - starts).astype(np.float64)
@@ -109,6 +109,11 @@ def wall_parts(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         # In order, none overlapping: every part is its whole interval; the sums below are of whole
         # numbers under 2**53, so exact, and would give the same.
         return durations
+    passes = native_passes()
+    if passes is not None:  # stable sorts: near-linear on the nearly sorted starts and ends of a profile
+        parts = np.empty(len(starts))
+        passes.wall_parts(starts, ends, np.argsort(starts, kind="stable"), np.argsort(ends, kind="stable"), parts)
+        return parts
     values = np.concatenate([starts, ends])
     order = np.argsort(values, kind="stable")  # near-linear: starts and ends are each (nearly) sorted already
     ordered = values[order]
@@ -481,35 +486,41 @@ class EventFold:
             return
         durations = ends - starts
         apart = bool((starts[1:] >= ends[:-1]).all() and (durations >= 0).all())  # in order, none overlapping
-        if frontier is None:
-            final = np.ones(len(starts), bool)
-        elif apart:  # each event is a block of its own
-            final = ends <= frontier
-        else:
-            order = np.argsort(starts, kind="stable")
-            reach = np.maximum.accumulate(ends[order])  # the end of the block each event's start lies in, so far
-            block_ends = np.empty(len(starts), np.int64)
-            # An event's block ends where the running reach is first at or below the next start.
-            closes = np.concatenate([reach[:-1] <= starts[order][1:], [True]])
-            block_of = np.cumsum(np.concatenate([[0], closes[:-1]]))
-            block_ends[order] = reach[closes][block_of]
-            final = block_ends <= frontier
-        if not final.any():
-            return
-        every = bool(final.all())
-        parts_starts, parts_ends = (starts, ends) if every else (starts[final], ends[final])
-        parts_compositions = compositions if every else compositions[final]
-        if apart:  # sorted and apart: each one's part of the union is its whole duration
+        if apart:  # each event is a block of its own
+            final = np.ones(len(starts), bool) if frontier is None else ends <= frontier
+            if not final.any():
+                return
+            every = bool(final.all())
+            parts_starts, parts_ends = (starts, ends) if every else (starts[final], ends[final])
+            parts_compositions = compositions if every else compositions[final]
+            # Sorted and apart: each one's part of the union is its whole duration.
             parts = (durations if every else durations[final]).astype(np.float64)
             self._wall += np.bincount(parts_compositions, weights=parts, minlength=len(self._wall))
             self._total_wall += int((parts_ends - parts_starts).sum())
             sorted_starts, sorted_ends = parts_starts, parts_ends
         else:
+            # The union blocks in start order: a block ends where the running reach is at or below the next start.
+            # Their ends never decrease, so the final events (blocks ending at or before the frontier) are the
+            # first ``count`` in start order.
+            order = np.argsort(starts, kind="stable")
+            sorted_starts, reach = starts[order], np.maximum.accumulate(ends[order])
+            closes = np.flatnonzero(np.concatenate([reach[:-1] <= sorted_starts[1:], [True]]))
+            block_ends = reach[closes]
+            blocks = len(closes) if frontier is None else int(np.searchsorted(block_ends, frontier, side="right"))
+            if not blocks:
+                return
+            count = int(closes[blocks - 1]) + 1
+            every = count == len(starts)
+            final = np.ones(len(starts), bool)
+            if not every:
+                final[order[count:]] = False
+            parts_starts, parts_ends = (starts, ends) if every else (starts[final], ends[final])
+            parts_compositions = compositions if every else compositions[final]
             self._wall += np.bincount(parts_compositions, weights=wall_parts(parts_starts, parts_ends),
                                       minlength=len(self._wall))
-            order = np.argsort(parts_starts, kind="stable")
-            sorted_starts, sorted_ends = parts_starts[order], parts_ends[order]
-            self._total_wall += union_length(sorted_starts, sorted_ends)
+            block_starts = sorted_starts[np.concatenate([[0], closes[: blocks - 1] + 1])]
+            self._total_wall += int((block_ends[:blocks] - block_starts).sum())  # the union of the final events
+            sorted_starts, sorted_ends = sorted_starts[:count], ends[order[:count]]
         if self._call_windows is not None:
             self._call_union += union_by_window(sorted_starts, sorted_ends, self._call_windows.starts,
                                                 self._call_windows.ends)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterable, Optional, Sequence
 import numpy as np
 
 from sectionmark.profiling.runs import RunSpread, median_interval
+from sectionmark.readers.arrays import percentiles
 from sectionmark.section_path import UNMARKED, SectionPath, format_path
 from sectionmark.section_map import Binding
 from sectionmark.serialization import json_field
@@ -47,7 +48,7 @@ class CallStats:
         # A column that never ran (every call 0: a map's section elsewhere, on another device) is all zeros.
         ran = np.flatnonzero(columns.any(axis=1))
         columns = columns[ran]
-        p50, p95 = np.percentile(columns, [50, 95], axis=1)
+        p50, p95 = percentiles(columns, [50, 95])
         for column, values in zip(ran.tolist(), zip(columns.mean(axis=1), columns.min(axis=1), columns.max(axis=1),
                                                     p50, p95)):
             stats[column] = cls(*(float(value) for value in values))
@@ -67,7 +68,7 @@ class Offsets:
         """None when there is no call to describe (the section never ran): no made-up 0."""
         if not len(per_call):
             return None
-        return cls(float(per_call.min()), float(np.percentile(per_call, 50)), float(per_call.max()))
+        return cls(float(per_call.min()), float(percentiles(per_call, [50])[0]), float(per_call.max()))
 
 
 @dataclass

@@ -18,8 +18,8 @@ import numpy as np
 
 from sectionmark.readers.arrays import first_true, strictly_increasing
 from sectionmark.readers.bundle_records import (COMMAND_BUFFER, COMMAND_OPERATION, FUNCTION_HEADER, FUNCTION_HEADER_SIZE,
-                                                FUNCTION_NAME_LENGTH_OFFSET, HOST_EVENT, MEMORY_EVENT, Chunks,
-                                                RecordPositions, RecordWalk, UnsupportedLayout, fixed_records,
+                                                FUNCTION_NAME_LENGTH_OFFSET, HOST_EVENT, MEMORY_EVENT, ChunkVisitor,
+                                                Chunks, RecordPositions, RecordWalk, UnsupportedLayout, fixed_records,
                                                 map_bundle, records_at)
 from sectionmark.readers.checks import corrupt, define_function, record_command, run_failed, timed_dispatch
 from sectionmark.readers.event_model import (EVENT_DISPATCH, EVENT_EXECUTE, EVENT_NAMES, MEMORY_EVENT_NAMES,
@@ -80,9 +80,10 @@ class OpenBundle:
         return bool(len(self.chunks["dispatch-events"].starts))
 
 
-def open_bundle(path: Path, file: BinaryIO, size: int) -> OpenBundle:
-    """Map the bundle, check its header and records (`map_bundle`), decode its functions and command buffers."""
-    return _decoded(path, *map_bundle(path, file, size))
+def open_bundle(path: Path, file: BinaryIO, size: int, visit: Optional[ChunkVisitor] = None) -> OpenBundle:
+    """Map the bundle, check its header and records (`map_bundle`, handing each window of the walk to ``visit``),
+    decode its functions and command buffers."""
+    return _decoded(path, *map_bundle(path, file, size, visit))
 
 
 def open_split_bundle(path: Path, file: BinaryIO, chunks: dict[str, Chunks]) -> OpenBundle:

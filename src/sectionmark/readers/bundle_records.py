@@ -15,7 +15,7 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Optional, Union
+from typing import BinaryIO, Callable, Iterator, Optional, Union
 
 import numpy as np
 
@@ -269,31 +269,39 @@ def content_type(data: np.ndarray, offset: int, header: np.void, prefix: str) ->
 
 def walk_records(mapped: mmap.mmap, data: np.ndarray, start: int, end: int,
                  known_types: tuple[bytes, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`_record_table` of ``data[start:end]``, walked ``RECORD_WALK_WINDOW`` bytes at a time, each window's pages
-    given back after it (records are about a page long, so the walk maps in every page of the file).
+    """`_record_table` of ``data[start:end]``, walked ``RECORD_WALK_WINDOW`` bytes at a time (`walk_windows`)."""
+    parts = list(walk_windows(mapped, data, start, end, known_types))
+    return tuple(np.concatenate([part[index] for part in parts]) for index in range(3))
+
+
+def walk_windows(mapped: mmap.mmap, data: np.ndarray, start: int, end: int,
+                 known_types: tuple[bytes, ...]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """`_record_table` of ``data[start:end]`` a window of ``RECORD_WALK_WINDOW`` bytes at a time, in file order:
+    each window's pages are given back once the caller has taken its part (records are about a page long, so the
+    walk maps in every page of the file).
 
     A window's walk lists the records wholly inside it, then stops at the first that is not: one crossing the
     window's end is walked again at the start of the next window (which reaches at least to its end), so only
     the last window can stop at a bad record, where the walk of the whole range stops too.
     """
-    parts, position, reach = [], start, start
+    position, reach = start, start
     while True:
         stop = min(end, max(position + RECORD_WALK_WINDOW, reach))
         offsets, headers, kinds = _record_table(data, position, stop, known_types)
-        release_pages(mapped, position, stop)
         lengths = headers["record_length"].astype(np.int64)
         inside = (lengths >= RECORD_HEADER_SIZE) & (lengths <= stop - offsets[: len(headers)])
         whole = int(np.argmin(inside)) if not inside.all() else len(headers)
-        if stop == end or (whole < len(headers) and lengths[whole] < RECORD_HEADER_SIZE):
-            parts.append((offsets, headers, kinds))  # the end, or a bad length: the whole walk stops there too
-            break
-        parts.append((offsets[:whole], headers[:whole], kinds[:whole]))
+        last = stop == end or (whole < len(headers) and lengths[whole] < RECORD_HEADER_SIZE)
+        # The end, or a bad length: the whole walk stops there too.
+        yield (offsets, headers, kinds) if last else (offsets[:whole], headers[:whole], kinds[:whole])
+        release_pages(mapped, position, stop)
+        if last:
+            return
         if whole == len(offsets):  # every record inside: the next one starts where the last one ends
             position = reach = int(offsets[-1] + lengths[-1])
         else:  # the first record not inside (its header cut, or its end past the window's) starts the next window
             position = int(offsets[whole])
             reach = position + (int(lengths[whole]) if whole < len(headers) else RECORD_HEADER_SIZE)
-    return tuple(np.concatenate([part[index] for part in parts]) for index in range(3))
 
 
 @dataclass
@@ -306,11 +314,19 @@ class RecordWalk:
     kinds: np.ndarray
 
 
-def map_bundle(path: Path, file: BinaryIO, size: int
-               ) -> tuple[mmap.mmap, np.ndarray, dict[str, Chunks], int, Optional[RecordWalk]]:
+# What `map_bundle` hands a chunk visitor for each window of the walk, while the window's pages are mapped: the
+# file's bytes, per chunk type used the payloads (starts, lengths) of its chunks found in the window, and the
+# profiling sessions (devices) begun so far.
+ChunkVisitor = Callable[[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]], int], None]
+
+
+def map_bundle(path: Path, file: BinaryIO, size: int, visit: Optional[ChunkVisitor] = None) -> tuple[
+        mmap.mmap, np.ndarray, dict[str, Chunks], int, Optional[RecordWalk]]:
     """Map the bundle and check its header and records: (the map, its bytes, the payloads of each chunk type used,
     its number of profiling sessions: one per device the run drove, and for several its records' walk, which the
-    split into devices reads again: `sectionmark.readers.devices`)."""
+    split into devices reads again: `sectionmark.readers.devices`). ``visit``: called for each window of the
+    walk with its chunks (`ChunkVisitor`), before the records are all checked: what it finds counts only once
+    this returns."""
     file.seek(0)
     header = file.read(_FILE_HEADER.size)
     if len(header) < _FILE_HEADER.size:
@@ -331,64 +347,117 @@ def map_bundle(path: Path, file: BinaryIO, size: int
     if len(mapped) < file_length:
         raise corrupt(path, f"truncated: {len(mapped)} of {file_length} bytes")
     data = np.frombuffer(mapped, np.uint8, count=file_length)
-    return (mapped, data, *_bundle_chunks(path, mapped, data, header_length, file_length))
+    return (mapped, data, *_bundle_chunks(path, mapped, data, header_length, file_length, visit))
 
 
-def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_length: int,
-                   file_length: int) -> tuple[dict[str, Chunks], int, Optional[RecordWalk]]:
+@dataclass
+class _Checked:
+    """A record as `_bundle_chunks` checked it, with what names it: the first failing one (in file order) is
+    raised; every session begin is kept, its end known only after the walk."""
+
+    index: int  # among all records
+    offset: int
+    header: np.void
+    after_end: bool
+    lengths_ok: bool
+    known_type: bool
+    begin_ok: bool
+    content_type: str  # of a chunk of an unknown type, else ""
+
+
+def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_length: int, file_length: int,
+                   visit: Optional[ChunkVisitor]) -> tuple[dict[str, Chunks], int, Optional[RecordWalk]]:
     """Walk the records of ``data[:file_length]``: check their framing and session, return the payloads of the
     chunks we use and the number of sessions.
 
-    Checked all at once over the table of record headers, reporting the first
-    record (in file order) that fails a check, and its first failed check.
+    Checked window by window over the table of record headers (not kept whole: 120 bytes per record, a long
+    profile's hundreds of thousands), reporting the first record (in file order) that fails a check, and its
+    first failed check. One session per device (a process driving several devices writes a begin for each, then
+    their chunks, then an end for each): the first record begins one, any other begin comes before every end,
+    and each begin has its end (known at the end of the walk: the begins are kept to check it then).
     """
     data = data[:file_length]
-    offsets, headers, kinds = walk_records(mapped, data, header_length, file_length, KNOWN_CONTENT_TYPES)
-    complete = offsets[: len(headers)]
-    record_length, header_size, record_type = (
-        headers["record_length"], headers["header_size"].astype(np.uint64), headers["record_type"])
-    lengths_ok = (  # each part within the record, so that the uint64 sum cannot wrap
-        (header_size >= RECORD_HEADER_SIZE)
-        & (headers["payload_length"] <= record_length)
-        & (record_length <= (file_length - complete).astype(np.uint64))
-        & (header_size + headers["type_length"] + headers["name_length"] + headers["payload_length"] == record_length)
-    )
-    known_type = np.isin(record_type, (_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END))
-    # One session per device (a process driving several devices writes a begin for each, then their chunks,
-    # then an end for each): the first record begins one, any other begin comes before every end, and each
-    # begin has its end.
-    first = np.arange(len(headers)) == 0
-    began, ended = record_type == _RECORD_SESSION_BEGIN, record_type == _RECORD_SESSION_END
-    ends_before = np.concatenate([[0], np.cumsum(ended)[:-1]]) > 0 if len(headers) else np.zeros(0, bool)
-    begin_ok = (began | ~first) & ~(began & (ends_before | (np.cumsum(began) > max(int(ended.sum()), 1))))
-    after_end = ends_before & ~ended
-    chunk = (record_type == _RECORD_CHUNK) & lengths_ok & known_type & begin_ok & ~after_end
-    bad_chunk = chunk & (kinds < 0)
-    failing = (after_end | ~lengths_ok | ~known_type | ~begin_ok | (headers["chunk_flags"] & _CHUNK_TRUNCATED != 0)
-               | (ended & (headers["status"] != 0)) | bad_chunk)
-    if failing.any():
-        index = int(np.argmax(failing))
-        offset = int(complete[index])
-        kind = content_type(data, offset, headers[index], _CONTENT_PREFIX) if bad_chunk[index] else ""
-        _raise_record_error(path, offset, headers[index], after_end[index], lengths_ok[index], known_type[index],
-                            begin_ok[index], kind)
-    if len(complete) < len(offsets):
-        where = "record after the session end" if ended.any() else "truncated record"
-        raise corrupt(path, f"{where} at byte {offsets[-1]}")
-    if not ended.any():
-        raise corrupt(path, "no session end record")
-    if headers["dropped"].any():
-        dropped_records = sum(headers["dropped"].tolist())
-        raise SectionmarkError(
-            f"{path}: the profiler dropped {dropped_records} records, so times would be incomplete; "
-            "profile fewer iterations"
+    parts: dict[str, list[tuple[np.ndarray, ...]]] = {name: [] for name in USED_CHUNKS}
+    failure: Optional[_Checked] = None
+    begins: list[_Checked] = []  # every session begin, failing or not (few: one per device)
+    # The walk's windows while the bundle may hold several sessions (their begins come first): the split into
+    # devices reads the records again (`RecordWalk`).
+    kept: Optional[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
+    records = ends = dropped = 0
+    offsets = np.zeros(0, np.int64)
+    for offsets, headers, kinds in walk_windows(mapped, data, header_length, file_length, KNOWN_CONTENT_TYPES):
+        complete = offsets[: len(headers)]
+        record_length, header_size, record_type = (
+            headers["record_length"], headers["header_size"].astype(np.uint64), headers["record_type"])
+        lengths_ok = (  # each part within the record, so that the uint64 sum cannot wrap
+            (header_size >= RECORD_HEADER_SIZE)
+            & (headers["payload_length"] <= record_length)
+            & (record_length <= (file_length - complete).astype(np.uint64))
+            & (header_size + headers["type_length"] + headers["name_length"] + headers["payload_length"]
+               == record_length)
         )
-    payload_start = complete + (header_size + headers["type_length"] + headers["name_length"]).astype(np.int64)
-    payload_length = headers["payload_length"].astype(np.int64)
-    sessions = int(began.sum())
-    return ({name: Chunks(payload_start[rows], payload_length[rows], headers["device"][rows], headers["queue"][rows])
-             for index, name in enumerate(USED_CHUNKS) for rows in [chunk & (kinds == index)]}, sessions,
-            RecordWalk(offsets, headers, kinds) if sessions > 1 else None)
+        known_type = np.isin(record_type, (_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END))
+        first = np.arange(records, records + len(headers)) == 0
+        began, ended = record_type == _RECORD_SESSION_BEGIN, record_type == _RECORD_SESSION_END
+        ends_before = ends + np.cumsum(ended) - ended > 0
+        begin_ok = (began | ~first) & ~(began & ends_before)  # and the begin's end, checked after the walk
+        after_end = ends_before & ~ended
+        chunk = (record_type == _RECORD_CHUNK) & lengths_ok & known_type & begin_ok & ~after_end
+        bad_chunk = chunk & (kinds < 0)
+        failing = (after_end | ~lengths_ok | ~known_type | ~begin_ok
+                   | (headers["chunk_flags"] & _CHUNK_TRUNCATED != 0) | (ended & (headers["status"] != 0)) | bad_chunk)
+
+        def failure_at(row: int) -> _Checked:
+            offset = int(complete[row])
+            kind = content_type(data, offset, headers[row], _CONTENT_PREFIX) if bad_chunk[row] else ""
+            return _Checked(records + row, offset, headers[row].copy(), bool(after_end[row]), bool(lengths_ok[row]),
+                            bool(known_type[row]), bool(begin_ok[row]), kind)
+
+        if failure is None and failing.any():
+            failure = failure_at(int(np.argmax(failing)))
+        begins += [failure_at(row) for row in np.flatnonzero(began).tolist()]
+        payload_start = complete + (header_size + headers["type_length"] + headers["name_length"]).astype(np.int64)
+        payload_length = headers["payload_length"].astype(np.int64)
+        found = {}
+        for index, name in enumerate(USED_CHUNKS):
+            rows = np.flatnonzero(chunk & (kinds == index))
+            parts[name].append((payload_start[rows], payload_length[rows], headers["device"][rows],
+                                headers["queue"][rows]))
+            found[name] = parts[name][-1][:2]
+        if visit is not None:
+            visit(data, found, len(begins))
+        if kept is not None:
+            kept.append((complete, headers, kinds))
+            if len(begins) <= 1 and chunk.any():  # one device's: the usual, and not kept (a later begin: walked again)
+                kept = None
+        records, ends = records + len(headers), ends + int(ended.sum())
+        dropped += sum(headers["dropped"].tolist()) if headers["dropped"].any() else 0
+    # A begin past the ends' count has no end of its own (the first one aside: a session that never ended).
+    unended = {begin.index for number, begin in enumerate(begins, 1) if number > max(ends, 1)}
+    for checked in [*begins, *([failure] if failure else [])]:
+        checked.begin_ok &= checked.index not in unended
+    failures = [checked for checked in (failure, *(begin for begin in begins if begin.index in unended))
+                if checked is not None]
+    if failures:
+        first_failure = min(failures, key=lambda checked: checked.index)
+        _raise_record_error(path, first_failure.offset, first_failure.header, first_failure.after_end,
+                            first_failure.lengths_ok, first_failure.known_type, first_failure.begin_ok,
+                            first_failure.content_type)
+    if len(offsets) > len(headers):  # the last window's walk stopped at a record whose header is cut short
+        where = "record after the session end" if ends else "truncated record"
+        raise corrupt(path, f"{where} at byte {offsets[-1]}")
+    if not ends:
+        raise corrupt(path, "no session end record")
+    if dropped:
+        raise SectionmarkError(
+            f"{path}: the profiler dropped {dropped} records, so times would be incomplete; profile fewer iterations"
+        )
+    walk = None
+    if len(begins) > 1:
+        walk = RecordWalk(*(walk_records(mapped, data, header_length, file_length, KNOWN_CONTENT_TYPES) if kept is None
+                            else (np.concatenate([window[column] for window in kept]) for column in range(3))))
+    return ({name: Chunks(*(np.concatenate([part[column] for part in parts[name]]) for column in range(4)))
+             for name in USED_CHUNKS}, len(begins), walk)
 
 
 def _raise_record_error(path: Path, offset: int, header: np.void, after_end: bool, lengths_ok: bool,

@@ -25,16 +25,16 @@ from typing import BinaryIO, Iterator, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.arrays import first_true, strictly_increasing
-from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, decode_memory_events, fill_columns,
+from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, decode_memory_events,
                                                raise_host_event_error, split_with_numpy)
 from sectionmark.readers.bundle_records import (HOST_EVENT, MEMORY_EVENT, RecordPositions, UnsupportedLayout,
-                                                records_at, release_pages)
+                                                records_at)
 from sectionmark.readers.checks import (by_submission_and_start, check_links, check_times, check_unique, corrupt,
-                                        exports_by_executable, recorded_commands, sort_order, sorted_by)
-from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, EVENT_DISPATCH, EVENT_EXECUTE,
-                                             MAX_TIMESTAMP_NS, MEMORY_DTYPE, MEMORY_POOL_STATS, QUEUE_ALLOCA,
-                                             QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, native)
+                                        exports_by_executable, recorded_commands, sorted_by)
+from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, MAX_TIMESTAMP_NS, MEMORY_DTYPE,
+                                             MEMORY_POOL_STATS, QUEUE_ALLOCA, QUEUE_OP_DTYPE, SUBMISSION_DTYPE,
+                                             Profile, Provenance, native)
+from sectionmark.readers.stream_layout import FirstPass, PositionsInOrder, Rows, executions_and_operations
 
 
 class DispatchStream:
@@ -46,8 +46,9 @@ class DispatchStream:
     is made, and a file it refuses is refused here with the same error line.
     """
 
-    def __init__(self, bundle: OpenBundle, file: BinaryIO):
+    def __init__(self, bundle: OpenBundle, file: BinaryIO, first_pass: Optional[FirstPass] = None):
         self._bundle, self._file, self._buffer = bundle, file, np.empty(0, np.uint8)
+        self._first_pass = first_pass  # what the walk's visits found (`stream_layout`), used by `layout` once
         self.command_buffers, self._timed = recorded_commands(bundle.path, bundle.declared, bundle.commands)
         self._memory = np.zeros(0, MEMORY_DTYPE)  # read with the host events (`_MemoryLevels`)
         self._allocations = np.zeros(0, ALLOCATION_DTYPE)
@@ -62,10 +63,12 @@ class DispatchStream:
     def layout(self) -> Profile:
         """The profile without its dispatches and memory events: every submission and queue operation, from a
         first pass over the mapped host events that copies only the records that are not dispatches (a call
-        submits one or a few; each window's pages are given back after it)."""
+        submits one or a few; each window's pages are given back after it), made while the record walk mapped
+        them when `open_bundle` was given the first pass as its visitor (`stream_layout`)."""
         if self._layout is None:
             bundle = self._bundle
-            submissions, queue_ops, self._queue_op_rows = _executions_and_operations(bundle)
+            first_pass, self._first_pass = self._first_pass, None
+            submissions, queue_ops, self._queue_op_rows = executions_and_operations(bundle, first_pass)
             self._layout = Profile(np.zeros(0, DISPATCH_DTYPE), submissions, bundle.keys, self.command_buffers,
                                    exports_by_executable(bundle.functions), queue_ops, np.zeros(0, MEMORY_DTYPE),
                                    allocations=np.zeros(0, ALLOCATION_DTYPE), provenance=Provenance("bundle"))
@@ -197,87 +200,6 @@ class DispatchStream:
         return dispatches
 
 
-_U32 = np.dtype("<u4")  # a record's length (its first field) or type (4 bytes in)
-
-
-def _executions_and_operations(bundle: OpenBundle) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
-    """The bundle's command-buffer executions (SUBMISSION_DTYPE, by submission) and other queue operations
-    (QUEUE_OP_DTYPE, by start), and each queue operation's row among them in file order (None: the same): each
-    window of the mapped file's host events searched for the records that are not dispatches (in C when built),
-    then those few copied. Every host event's (stream, event id) is unique, as
-    the whole read checks it: IREE writes them increasing, which this pass confirms from the same cache lines; a
-    file where they are not is checked whole. A record of another length is a layout this reader does not know
-    (`UnsupportedLayout`, before any window). A record failing another check is left to `windows`, which names
-    it."""
-    positions = bundle.host_event_positions()
-    executions, operations = [], []
-    found = np.empty(min(HOST_EVENTS_WINDOW, len(positions)), np.int64)
-    increasing, last = True, None
-    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
-        window = positions[begin : begin + HOST_EVENTS_WINDOW]
-        if native() is not None:
-            count, window_increasing, bad_length = native().not_dispatches(bundle.data, window, found)
-            others = records_at(bundle.data, window[found[:count]], HOST_EVENT)
-        else:
-            kinds = records_at(bundle.data, window + HOST_EVENT.fields["type"][1], _U32)
-            others = records_at(bundle.data, window[kinds != EVENT_DISPATCH], HOST_EVENT)
-            identities = _identities(bundle.data, window)
-            window_increasing = strictly_increasing(identities["stream"], identities["event_id"])
-            bad_length = first_true(records_at(bundle.data, window, _U32) != HOST_EVENT.itemsize)
-        if bad_length >= 0:  # a layout this reader does not know: `sources.open_source` reads it through the export
-            raise UnsupportedLayout("record length differs from the known layout")
-        ends = _identities(bundle.data, window[[0, -1]])
-        increasing &= window_increasing and (last is None or tuple(ends[0].tolist()) > last)
-        last = tuple(ends[1].tolist())
-        release_pages(bundle.mapped, int(window[0]), int(window[-1]) + HOST_EVENT.itemsize)
-        for table, rows, dtype in ((executions, others[others["type"] == EVENT_EXECUTE], SUBMISSION_DTYPE),
-                                   (operations, others[others["type"] != EVENT_EXECUTE], QUEUE_OP_DTYPE)):
-            part = np.zeros(len(rows), dtype)
-            fill_columns(part, rows, np.arange(len(rows)))
-            table.append(part)
-    _check_memory_event_lengths(bundle)
-    if not increasing:  # written out of order: unique all the same? (the whole read's check and line)
-        identities = np.concatenate([_identities(bundle.data, positions[begin : begin + HOST_EVENTS_WINDOW])
-                                     for begin in range(0, len(positions), HOST_EVENTS_WINDOW)])
-        check_unique(bundle.path, "a host execution event", identities["stream"], identities["event_id"])
-    submissions = np.concatenate(executions) if executions else np.zeros(0, SUBMISSION_DTYPE)
-    queue_ops = np.concatenate(operations) if operations else np.zeros(0, QUEUE_OP_DTYPE)
-    order = sort_order(queue_ops, "start_ns", "submission")
-    rows = None
-    if order is not None:
-        rows = np.empty(len(order), np.int32 if len(order) < 1 << 31 else np.int64)  # 4 bytes per operation
-        rows[order] = np.arange(len(order))
-        queue_ops = queue_ops[order]
-    return sorted_by(submissions, "submission"), queue_ops, rows
-
-
-def _check_memory_event_lengths(bundle: OpenBundle) -> None:
-    """`UnsupportedLayout` before any window when a memory event has another record length (a layout this reader
-    does not know), as for the host events: found only while the windows read them, it would come after some of
-    the profile was summed, too late to read the file through the export instead."""
-    positions = RecordPositions(bundle.chunks["memory-events"], MEMORY_EVENT.itemsize)
-    last = bundle.data.size - MEMORY_EVENT.itemsize
-    for begin in range(0, len(positions), HOST_EVENTS_WINDOW):
-        window = positions[begin : begin + HOST_EVENTS_WINDOW]
-        window = window[(window >= 0) & (window <= last)]  # outside the file: the windows' error line names it
-        if (records_at(bundle.data, window, _U32) != MEMORY_EVENT.itemsize).any():
-            raise UnsupportedLayout("memory event record length differs from the known layout")
-        if len(window):  # the pages read, given back: memory events lie all over the file
-            release_pages(bundle.mapped, int(window[0]), int(window[-1]) + MEMORY_EVENT.itemsize)
-
-
-_IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])
-
-
-def _identities(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """The (stream, event id) of the host events at ``offsets`` of ``data`` (two fields gathered, not whole
-    records)."""
-    identities = np.empty(len(offsets), _IDENTITY)
-    for name in _IDENTITY.names:
-        identities[name] = records_at(data, offsets + HOST_EVENT.fields[name][1], np.dtype("<u8"))
-    return identities
-
-
 def _split(bundle: OpenBundle, data: np.ndarray, offsets: np.ndarray, outputs: list[np.ndarray]) -> tuple[
         list[int], tuple[int, int, int, int]]:
     """The host events at ``offsets`` of ``data`` into the starts of ``outputs`` (dispatch, submission and
@@ -306,9 +228,9 @@ class _MemoryLevels:
     change the level, two are allocations)."""
 
     def __init__(self, path: Path, positions: RecordPositions):
-        self._path, self._positions, self._next = path, positions, 0
-        self._levels_kept = _Rows(len(positions), MEMORY_DTYPE)
-        self._allocations = _Rows(len(positions), ALLOCATION_DTYPE)
+        self._path, self._positions, self._in_order = path, positions, PositionsInOrder(positions)
+        self._levels_kept = Rows(len(positions), MEMORY_DTYPE)
+        self._allocations = Rows(len(positions), ALLOCATION_DTYPE)
         self._levels: dict[int, int] = {}  # pool -> its reserved bytes after the last event read
         self._last_event, self._last_time = (-1, -1), 0
 
@@ -318,20 +240,15 @@ class _MemoryLevels:
         return min(host_start, int(self._positions[[0]][0])) if len(self._positions) else host_start
 
     def remaining(self) -> bool:
-        return self._next < len(self._positions)
+        return self._in_order.remaining()
 
     def last_end(self) -> int:
         return int(self._positions[[len(self._positions) - 1]][0]) + MEMORY_EVENT.itemsize
 
     def take(self, data: np.ndarray, start: int) -> None:
         """Decode the memory events lying wholly inside ``data``, the file's bytes from ``start`` on."""
-        while self.remaining():
-            window = self._positions[self._next : self._next + HOST_EVENTS_WINDOW]
-            inside = int(np.searchsorted(window, start + len(data) - MEMORY_EVENT.itemsize, side="right"))
-            if not inside:
-                return
-            self._decode(data, window[:inside] - start)
-            self._next += inside
+        for inside in self._in_order.before(start + len(data) - MEMORY_EVENT.itemsize + 1):
+            self._decode(data, inside - start)
 
     def _decode(self, data: np.ndarray, offsets: np.ndarray) -> None:
         rows = np.empty(len(offsets), MEMORY_DTYPE)
@@ -358,29 +275,6 @@ class _MemoryLevels:
         if self.remaining():
             raise corrupt(self._path, "memory events outside the file's records")
         return self._levels_kept.rows(), self._allocations.rows()
-
-
-class _Rows:
-    """A table filled in order, at most ``capacity`` rows: np.empty's rows never written cost no memory."""
-
-    def __init__(self, capacity: int, dtype: np.dtype):
-        self._table, self._count = np.empty(capacity, dtype), 0
-
-    def append(self, rows: np.ndarray) -> None:
-        self._table[self._count : self._count + len(rows)] = rows
-        self._count += len(rows)
-
-    def append_fields(self, rows: np.ndarray, chosen: np.ndarray) -> None:
-        """The fields of the table's dtype of the ``chosen`` rows (a mask) of ``rows``: gathered field by field,
-        not as a view of a few fields of whole rows (which copies slowly)."""
-        count = int(np.count_nonzero(chosen))
-        added = self._table[self._count : self._count + count]
-        for name in self._table.dtype.names:
-            added[name] = rows[name][chosen]
-        self._count += count
-
-    def rows(self) -> np.ndarray:
-        return self._table[: self._count]
 
 
 def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:

@@ -33,6 +33,7 @@ from sectionmark.readers.bundle_events import OpenBundle, open_bundle, open_spli
 from sectionmark.readers.bundle_records import BUNDLE_MAGIC
 from sectionmark.readers.devices import profile_devices, several_devices_error, split_devices
 from sectionmark.readers.ireeprof_stream import DispatchStream
+from sectionmark.readers.stream_layout import FirstPass
 from sectionmark.section_map import SectionMap
 
 
@@ -137,7 +138,8 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
     try:
         head = file.read(4)
         if head == BUNDLE_MAGIC:
-            bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size)
+            first_pass = FirstPass()  # made while the record walk maps the file (one device's host-timed bundle)
+            bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size, first_pass.visit)
             devices = _bundle_devices(bundle)
             if len(devices) > 1 and not several_devices:
                 raise several_devices_error(path, devices)
@@ -149,7 +151,8 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
                 file.close()
                 return sources
             if not bundle.device_timed:
-                return {0: _Stream(DispatchStream(bundle, file))}  # it reads the events from the file, and closes it
+                # It reads the events from the file, and closes it.
+                return {0: _Stream(DispatchStream(bundle, file, first_pass))}
             bundle.close()
     except UnsupportedLayout:
         head = BUNDLE_MAGIC  # read_profile reads it through iree-profile's export
