@@ -277,10 +277,10 @@ def test_each_device_layout_pass_gives_back_every_page_it_maps_in(two_devices, m
     mapped is RSS that grows with the profile (the 8 devices' files of a 400k-event profile kept 300 MB)."""
     import mmap
 
-    from sectionmark.readers import stream_layout
+    from sectionmark.readers import ireeprof_stream
 
     mapped: set[int] = set()  # the pages read and not given back, by address
-    reads, releases = stream_layout.records_at, stream_layout.release_pages
+    reads, releases = ireeprof_stream.records_at, ireeprof_stream.release_pages
 
     def records_at(data, offsets, dtype):
         addresses = data.ctypes.data + np.asarray(offsets, np.int64)
@@ -293,8 +293,8 @@ def test_each_device_layout_pass_gives_back_every_page_it_maps_in(two_devices, m
         mapped.difference_update(range((base + start) // mmap.PAGESIZE, (base + end - 1) // mmap.PAGESIZE + 1))
         releases(pages, start, end)
 
-    monkeypatch.setattr(stream_layout, "records_at", records_at)
-    monkeypatch.setattr(stream_layout, "release_pages", release_pages)
+    monkeypatch.setattr(ireeprof_stream, "records_at", records_at)
+    monkeypatch.setattr(ireeprof_stream, "release_pages", release_pages)
     compiled, kept, _result = two_devices
     sources = open_device_sources(kept, compiled.section_map)
     try:

@@ -27,7 +27,7 @@ from sectionmark.readers.event_model import native
 from sectionmark.readers.ireeprof_stream import DispatchStream
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.readers.sources import WholeProfile, open_source
-from sectionmark.readers.stream_layout import FirstPass
+from sectionmark.readers.ireeprof_stream import FirstPass
 from sectionmark.serialization import to_json
 from sectionmark.workflows.measure import report
 

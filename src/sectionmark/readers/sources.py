@@ -32,8 +32,7 @@ from sectionmark.readers.ireeprof_jsonl import read_jsonl_devices
 from sectionmark.readers.bundle_events import OpenBundle, open_bundle, open_split_bundle
 from sectionmark.readers.bundle_records import BUNDLE_MAGIC
 from sectionmark.readers.devices import profile_devices, several_devices_error, split_devices
-from sectionmark.readers.ireeprof_stream import DispatchStream
-from sectionmark.readers.stream_layout import FirstPass
+from sectionmark.readers.ireeprof_stream import DispatchStream, FirstPass
 from sectionmark.section_map import SectionMap
 
 
