@@ -76,9 +76,13 @@ def test_the_note_names_the_kernel_a_section_ties_to_float_rounding():
     session = ProfileSession.build(attribution, section_map, function="main")
     (section,) = roofline(session, fake_peak())
     assert section.gflop_per_s > matmul.flops / (1007 / 3)  # the premise: the section is the faster by rounding
-    raised = bounding_peak(session, fake_peak(bandwidth=1.0, gflops=1.0))
+    low = fake_peak(bandwidth=1.0, gflops=1.0)
+    raised = bounding_peak(session, low)
     assert re.search(r"kernel \S+ \(site 0\) ran at [\d.]+ GB/s, above the peak's 1\.0 and kernel \S+ \(site 0\) "
                      r"ran at [\d.]+ GFLOP/s", raised.raised_by)
+    # ... and the ceiling is the section's rate, the fastest: no figure above 100%
+    (row,) = roofline(session, low)
+    assert row.bandwidth_fraction <= 1 and row.compute_fraction <= 1
 
 
 def test_a_kernel_above_the_peak_becomes_the_ceiling_and_one_line_says_so():

@@ -165,28 +165,27 @@ def bounding_peak(session: ProfileSession, peak: Peak, by: str = "name") -> Peak
               if _measured(component.traffic)]
     if not rates:
         return peak
-    bandwidth, compute = _fastest(rates, 0), _fastest(rates, 1)
+    (bandwidth, bandwidth_by), (compute, compute_by) = _fastest(rates, 0), _fastest(rates, 1)
     above = [f"{what} ran at {rate:.1f} {unit}, above the peak's {roof:.1f}"
-             for (rate, what), roof, unit in (((bandwidth[0], bandwidth[2]), peak.bandwidth_gb_per_s, "GB/s"),
-                                              ((compute[1], compute[2]), peak.gflop_per_s, "GFLOP/s"))
+             for rate, what, roof, unit in ((bandwidth, bandwidth_by, peak.bandwidth_gb_per_s, "GB/s"),
+                                            (compute, compute_by, peak.gflop_per_s, "GFLOP/s"))
              if rate > roof]
     if not above:
         return peak
     load = f"{peak.load[0]:.2f}" if peak.load else "?"
     line = (f"note: {' and '.join(above)} (measured {peak.date} at load {load}): that is the ceiling here "
             "('sectionmark peak --refresh' measures again)")
-    return dataclasses.replace(peak, bandwidth_gb_per_s=max(peak.bandwidth_gb_per_s, bandwidth[0]),
-                               gflop_per_s=max(peak.gflop_per_s, compute[1]), raised_by=line)
+    return dataclasses.replace(peak, bandwidth_gb_per_s=max(peak.bandwidth_gb_per_s, bandwidth),
+                               gflop_per_s=max(peak.gflop_per_s, compute), raised_by=line)
 
 
-def _fastest(rates: list[tuple[float, float, str]], index: int) -> tuple[float, float, str]:
-    """The first of ``rates`` (kernels come first) at the fastest ``rates[index]`` to float rounding: a section's or
-    component's rate is an average of its kernels' (time and size split by one weight), so it ties the kernel
-    it ran, computed in another order (``n * flops / busy`` against ``flops / (busy / n)``), and the kernel is the
-    one to name."""
+def _fastest(rates: list[tuple[float, float, str]], index: int) -> tuple[float, str]:
+    """The fastest of ``rates[index]`` (the ceiling: nothing above it) and what to name for it: the first of
+    ``rates`` (kernels come first) that ties it to float rounding. A section's or component's rate is an average
+    of its kernels' (time and size split by one weight), so it ties the kernel it ran, computed in another order
+    (``n * flops / busy`` against ``flops / (busy / n)``), and the kernel is the one to name."""
     fastest = max(rate[index] for rate in rates)
-    return next(rate for rate in rates if rate[index] >= fastest * (1 - 1e-9))
-
+    return fastest, next(rate[2] for rate in rates if rate[index] >= fastest * (1 - 1e-9))
 
 def _measured(traffic: Optional[Traffic]) -> bool:
     return traffic is not None and traffic.time_ns > 0

@@ -23,7 +23,7 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import Attribution, Composition
 from sectionmark.profiling.native import native_passes
-from sectionmark.profiling.queue_time import CallWindows, union_blocks, union_by_window
+from sectionmark.profiling.queue_time import CallWindows, union_by_window
 from sectionmark.profiling.stats import CallStats, Offsets, SectionStats, SiteStats, Traffic
 from sectionmark.section_map import Binding
 from sectionmark.section_path import SectionPath
@@ -416,14 +416,6 @@ def _depth_first(paths: list[SectionPath]) -> list[SectionPath]:
 
     visit(())
     return ordered
-
-
-def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
-    """Total length covered by intervals ``[start, end)``."""
-    if not len(starts):
-        return 0
-    block_starts, block_ends = union_blocks(starts, ends)
-    return int((block_ends - block_starts).sum())
 
 
 @dataclass

@@ -203,7 +203,7 @@ def release_pages(mapped: mmap.mmap, start: int, end: int) -> None:
 
 
 RECORD_HEADER_SIZE = 104
-RECORD_WALK_WINDOW = 64 << 20  # bytes of the file walked for record headers per pass (`walk_records`)
+RECORD_WALK_WINDOW = 64 << 20  # bytes of the file walked for record headers per pass (`walk_windows`)
 _RECORD_LENGTH = struct.Struct("<Q")
 RECORD_HEADER_DTYPE = np.dtype(
     {

@@ -190,7 +190,7 @@ def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder
     """Write each device's records of ``bundle`` (open as ``file``; of ``devices``, its devices with host events)
     to its own .ireeprof in ``folder``, in one pass over the file: {device: its file}.
 
-    The records are walked on the mapped file (their headers), then read a block of `_BLOCK` bytes at a time
+    The records are those `open_bundle` walked (`RecordWalk`), read a block of `_BLOCK` bytes at a time
     into one reused buffer (read, not mapped: no page faults, nothing to give back), each block's events'
     devices found and checked, and each device's runs of records in it written to its file."""
     if bundle.device_timed:

@@ -423,7 +423,7 @@ def _split(bundle: OpenBundle, data: np.ndarray, offsets: np.ndarray, outputs: l
     """The host events at ``offsets`` of ``data`` into the starts of ``outputs`` (dispatch, submission and
     queue-operation tables): the rows added to each, and the first event failing each check (layout, type,
     status, function; -1: none). In C when built. Times are checked as the whole read checks them (its error
-    line); identities were checked by the first pass (`_executions_and_operations`)."""
+    line); identities were checked by the first pass (`FirstPass`)."""
     if native() is not None:
         (*added, bad_length, bad_type, failed, unknown, plausible, _sorted, _increasing) = native().host_events(
             data, offsets, bundle.known_codes, bundle.known_keys, *outputs)
