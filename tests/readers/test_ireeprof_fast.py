@@ -292,3 +292,29 @@ def test_c_and_numpy_link_checks_agree(seed, corruption, monkeypatch):
         assert any(value not in (-1, None) for name, value in results[0].items() if name != "found")
 
 
+
+
+def test_a_stream_table_grows_with_its_rows_and_reserves_no_bound():
+    """The first pass's tables are bounded by the file's size (every host event a submission): reserved at once,
+    a profile larger than the machine's memory asked for half its size in address space, which strict overcommit
+    refuses. A bound of 10**15 rows (32 PB) is taken; rows appended, whole and by field, come back in order."""
+    from sectionmark.readers.event_model import SUBMISSION_DTYPE
+    from sectionmark.readers.ireeprof_stream import Rows
+
+    rng = np.random.default_rng(7)
+    table, expected = Rows(10**15, SUBMISSION_DTYPE), []
+    for size in rng.integers(0, 3000, 40).tolist():
+        rows = np.zeros(size, SUBMISSION_DTYPE)
+        rows["submission"] = rng.integers(0, 1 << 40, size)
+        rows["start_ns"] = rng.integers(0, 1 << 50, size)
+        if size % 2:
+            table.append(rows)
+            expected.append(rows)
+        else:
+            chosen = rng.random(size) < 0.5
+            table.append_fields(rows, chosen)
+            expected.append(rows[chosen])
+    assert table.rows().tobytes() == np.concatenate(expected).tobytes()
+    bounded = Rows(5, SUBMISSION_DTYPE)  # a bound is kept where it is right
+    bounded.append(np.zeros(5, SUBMISSION_DTYPE))
+    assert len(bounded.rows()) == 5

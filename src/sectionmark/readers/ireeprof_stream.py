@@ -216,22 +216,37 @@ class PositionsInOrder:
 
 
 class Rows:
-    """A table filled in order, at most ``capacity`` rows: np.empty's rows never written cost no memory."""
+    """A table filled in order, at most ``capacity`` rows. It grows by doubling as rows come rather than reserving
+    ``capacity`` at once: a bound taken from the file's size (every host event a submission) would reserve about
+    half the file's size in address space, which a machine with strict overcommit, or a profile larger than its
+    memory, refuses."""
+
+    _FIRST = 1 << 12  # rows of the first table
 
     def __init__(self, capacity: int, dtype: np.dtype):
-        self._table, self._count = np.empty(capacity, dtype), 0
+        self._capacity = capacity
+        self._table, self._count = np.empty(min(capacity, self._FIRST), dtype), 0
+
+    def _room(self, added: int) -> np.ndarray:
+        """The table's next ``added`` rows, the table grown first if they do not fit."""
+        needed = self._count + added
+        if needed > len(self._table):
+            grown = np.empty(min(max(needed, 2 * len(self._table)), max(self._capacity, needed)), self._table.dtype)
+            grown[: self._count] = self._table[: self._count]
+            self._table = grown
+        return self._table[self._count : needed]
 
     def append(self, rows: np.ndarray) -> None:
         """``rows`` (of the table's dtype) added: copied as raw records, not field by field (2 to 8 times slower)."""
         raw = np.dtype((np.void, self._table.dtype.itemsize))
-        self._table[self._count : self._count + len(rows)].view(raw)[...] = rows.view(raw)
+        self._room(len(rows)).view(raw)[...] = rows.view(raw)
         self._count += len(rows)
 
     def append_fields(self, rows: np.ndarray, chosen: np.ndarray) -> None:
         """The fields of the table's dtype of the ``chosen`` rows (a mask) of ``rows``: gathered field by field,
         not as a view of a few fields of whole rows (which copies slowly)."""
         count = int(np.count_nonzero(chosen))
-        added = self._table[self._count : self._count + count]
+        added = self._room(count)
         for name in self._table.dtype.names:
             added[name] = rows[name][chosen]
         self._count += count
