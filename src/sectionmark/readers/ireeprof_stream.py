@@ -231,7 +231,7 @@ class Rows:
         """The table's next ``added`` rows, the table grown first if they do not fit."""
         needed = self._count + added
         if needed > len(self._table):
-            grown = np.empty(min(max(needed, 2 * len(self._table)), max(self._capacity, needed)), self._table.dtype)
+            grown = np.empty(max(needed, min(2 * len(self._table), self._capacity)), self._table.dtype)
             grown[: self._count] = self._table[: self._count]
             self._table = grown
         return self._table[self._count : needed]
