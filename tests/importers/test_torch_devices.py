@@ -117,6 +117,19 @@ def test_executables_equal_the_plain_multi_device_pipeline(placed, tmp_path):
     assert_same_executables(placed.compiled.vmfb, plain, tmp_path)
 
 
+def test_cuda_executables_equal_the_plain_multi_device_pipeline(placed, tmp_path):
+    """The same for two CUDA devices (``target="cuda", devices=2``: what ran on the H200,
+    tests/readers/test_tracy_devices.py): the flags a plain user passes, the same executables."""
+    compiled = sm.compile(placed.exported, target="cuda", devices=2, quiet=True)
+    with sm.torch.sections():
+        output = aot.export(placed.model, args=placed.args, arg_device=placed.arg_device)
+    plain_text = strip_sectionmark_names(output.mlir_module.get_asm(enable_debug_info=True))
+    plain = plain_compile(plain_text, "torch", device_flags=("--iree-hal-target-device=cuda[0]",
+                                                             "--iree-hal-target-device=cuda[1]",
+                                                             "--iree-cuda-target=sm_80"))
+    assert_same_executables(compiled.vmfb, plain, tmp_path)
+
+
 def test_load_on_several_devices_refuses_what_it_cannot_open(placed):
     with pytest.raises(SectionmarkError, match="cannot open IREE device 'nothing'"):
         sm.load(placed.compiled, devices=["local-task", "nothing"])

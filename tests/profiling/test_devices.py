@@ -19,6 +19,7 @@ from invariants import assert_profile_invariants
 from tiny_profiles import TWO_DEVICES, export_rows, profile_two_devices, section_oracle, transfer_oracle
 
 import sectionmark as sm
+from sectionmark.compiler.targets import target_flags
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.devices import DEVICE_TIME_PARTS, common_windows, split_device_time
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, union_by_window
@@ -486,10 +487,18 @@ def test_a_chunk_mixing_devices_is_one_error_line(two_devices, tmp_path):
 
 def test_several_devices_on_another_driver_are_refused_before_running(two_devices):
     compiled, _kept, _result = two_devices
-    with pytest.raises(SectionmarkError, match="local-task only"):
+    with pytest.raises(SectionmarkError, match="several devices of one driver only .got local-task, vulkan."):
         sm.profile(compiled, [], devices=["local-task", "vulkan"])
-    with pytest.raises(SectionmarkError, match="llvm-cpu devices only"):
+    with pytest.raises(SectionmarkError, match="profiled on local-task or cuda only .got vulkan."):
+        sm.profile(compiled, [], devices=["vulkan", "vulkan"])
+    with pytest.raises(SectionmarkError, match="several devices of cuda or llvm-cpu .got target 'vulkan-spirv'."):
         sm.compile(TWO_DEVICES, target="vulkan-spirv", devices=2)
+
+
+def test_two_cuda_devices_are_compiled_as_a_plain_user_names_them():
+    """What the tests/data/h200-two-devices modules were compiled with (scripts/gpu_devices/prepare.py)."""
+    assert target_flags("cuda", devices=2) == ("--iree-hal-target-device=cuda[0]", "--iree-hal-target-device=cuda[1]",
+                                               "--iree-cuda-target=sm_80")
 
 
 # ------------------------------------------------------------------ the split of each device's time, hand-built

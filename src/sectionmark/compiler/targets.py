@@ -81,12 +81,17 @@ def multi_device_flags(target: str, devices: int) -> tuple[str, ...]:
     Several devices of another target (or a mix) are not known to run in IREE 3.13 (docs/multi-device.md)."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise SectionmarkError(f"devices must be a whole number >= 1, got {devices!r}")
-    if target != "llvm-cpu":
-        raise SectionmarkError(f"devices={devices} compiles for several llvm-cpu devices only (got target {target!r}); "
+    if target not in MULTI_DEVICE_TARGETS:
+        raise SectionmarkError(f"devices={devices} compiles for several devices of "
+                               f"{' or '.join(sorted(MULTI_DEVICE_TARGETS))} (got target {target!r}); "
                                "give other targets' device flags in extra_args")
     single, *rest = TARGET_FLAGS[target]
     return (*(f"{single}[{index}]" for index in range(devices)), *rest)
 
+
+# The targets whose devices sectionmark compiles several of (``local[0]``, ``cuda[1]``): llvm-cpu run on
+# local-task devices, cuda on CUDA devices (docs/multi-device.md).
+MULTI_DEVICE_TARGETS = frozenset({"llvm-cpu", "cuda"})
 
 _TARGET_DEVICE_FLAG = "--iree-hal-target-device="
 _DEVICE_SPEC = re.compile(r"^(?:(?P<name>[A-Za-z_][\w.$-]*)=)?(?P<kind>[^=\[]+)(?:\[(?P<ordinal>\d+)\])?$")

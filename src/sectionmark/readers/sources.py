@@ -131,7 +131,7 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
           several_devices: bool) -> dict[int, EventSource]:
     path = Path(path)
     if path.suffix == ".tracy":  # a capture by its name: a damaged one gets the capture reader's error
-        return {0: WholeProfile(read_events(path, section_map, function))}
+        return _capture_sources(path, section_map, function, several_devices)
     file = open_regular(path, "profile")
     bundle: Optional[OpenBundle] = None
     try:
@@ -162,7 +162,7 @@ def _open(path: Union[str, Path], section_map: SectionMap, function: Optional[st
         raise
     file.close()
     if head != BUNDLE_MAGIC and head[:1] != b"{":  # a capture by its first bytes, or an error line
-        return {0: WholeProfile(read_events(path, section_map, function))}
+        return _capture_sources(path, section_map, function, several_devices)
     if head[:1] == b"{" and several_devices:  # an ireeperf-jsonl export: its rows name their device
         return {device: WholeProfile(profile) for device, profile in read_jsonl_devices(path).items()}
     return {0: WholeProfile(read_profile(path))}
@@ -260,19 +260,37 @@ def unknown_layout_of_devices(path: Path, why: UnsupportedLayout, device: Option
 
 
 def read_events(path: Union[str, Path], section_map: SectionMap, function: Optional[str] = None) -> Profile:
-    """Every event of a recorded profile or of a Tracy capture's dispatch zones, read whole."""
-    from sectionmark.readers.tracy_capture import is_capture, read_capture
+    """Every event of a recorded profile or of a Tracy capture's dispatch zones, read whole (one device's: a
+    capture of several is one error line, as a bundle of several is)."""
+    from sectionmark.readers.tracy_capture import is_capture
 
     path = Path(path)
     if not is_capture(path):
         return read_profile(path)
-    from sectionmark.readers.tracy_dispatch_zones import capture_profile
+    profiles = _capture_profiles(path, section_map, function)
+    if len(profiles) > 1:
+        raise several_devices_error(path, sorted(profiles))
+    return profiles[0]
+
+
+def _capture_sources(path: Path, section_map: SectionMap, function: Optional[str],
+                     several_devices: bool) -> dict[int, EventSource]:
+    if not several_devices:
+        return {0: WholeProfile(read_events(path, section_map, function))}
+    return {device: WholeProfile(profile) for device, profile in _capture_profiles(path, section_map, function).items()}
+
+
+def _capture_profiles(path: Path, section_map: SectionMap, function: Optional[str]) -> dict[int, Profile]:
+    """A capture's dispatch zones by device: a GPU run's contexts, one per device of a module compiled for several
+    (`capture_device_profiles`), or a live capture's worker-thread zones (one device's)."""
+    from sectionmark.readers.tracy_capture import read_capture
+    from sectionmark.readers.tracy_devices import capture_device_profiles
     from sectionmark.readers.tracy_live import is_live_capture, live_capture_profile
 
     capture = read_capture(path)
     if is_live_capture(capture):
-        return live_capture_profile(capture, section_map, function=function)
-    return capture_profile(capture, section_map, function=function)
+        return {0: live_capture_profile(capture, section_map, function=function)}
+    return capture_device_profiles(capture, section_map, function=function)
 
 
 def read_device_events(path: Union[str, Path], section_map: SectionMap,

@@ -1,0 +1,100 @@
+"""A CUDA run of a module compiled for two devices, read per device from its Tracy capture (issue M item 5).
+
+Recorded on an NVIDIA H200 (tests/data/h200-two-devices/probe.log: scripts/gpu_devices/probe.sh): the tensor-parallel
+and pipeline-parallel GPTs of tests/helpers/parallel_gpt.py compiled for two CUDA devices
+(``sm.compile(..., target="cuda", devices=2)``, their maps beside the captures), run with ``--device=cuda
+--device=cuda`` (two HAL devices on the one GPU) by the tracing iree-benchmark-module under iree-tracy-capture, 23
+calls: what ``sectionmark profile --device cuda --device cuda`` runs. Their logits equalled eager torch's (7e-7).
+
+Each device's figures are checked against Tracy's own reader (csvexport -g: every GPU zone's name, start and
+duration), each zone's device being the GPU context it is in: per device, the sections' busy time plus
+unmarked equals the sum of that device's dispatch zones, to the ns; every section is on the device that ran it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from shared_tools import csvexport, shared_tool
+
+import sectionmark as sm
+from sectionmark.errors import SectionmarkError
+from sectionmark.readers.sources import read_events
+from sectionmark.readers.tracy_capture import read_capture
+from sectionmark.readers.tracy_devices import capture_device_profiles
+from sectionmark.section_map import SectionMap
+
+DATA = Path(__file__).parent.parent / "data" / "h200-two-devices"
+CALLS, WARMUP = 23, 3
+MODULES = ("tp", "pp")
+
+
+def capture_and_map(name: str):
+    return DATA / f"{name}.tracy", SectionMap.load(DATA / f"{name}.sections.json")
+
+
+def dispatch_keys(section_map) -> set[str]:
+    return {command.key for buffer in section_map.command_buffers for command in buffer.commands
+            if command.op == "dispatch"}
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_each_device_busy_equals_its_own_dispatch_zones(name):
+    path, section_map = capture_and_map(name)
+    if shared_tool("tracy-csvexport-0.11.2") is None:
+        pytest.skip("Tracy's csvexport is not in ../shared/tools")
+    run = sm.report(path, section_map, warmup=0, calls=CALLS)
+    keys = dispatch_keys(section_map)
+    # Tracy's own reader: every GPU zone's name, start and duration; the device of a zone is its GPU context.
+    context_of = {(zone.name, zone.start_ns): index for index, context in enumerate(read_capture(path).gpu_contexts)
+                  for zone in context.zones}
+    zones = [(row[0], int(row[2]), int(row[3])) for row in csvexport(path, "-g") if row[0] in keys]
+    assert len(zones) == sum(1 for key in context_of if key[0] in keys)  # every dispatch zone, each in one context
+    per_device = Counter()
+    for zone_name, start, duration in zones:
+        per_device[context_of[(zone_name, start)]] += duration
+    assert [device.ordinal for device in run.devices] == [0, 1]
+    for device in run.devices:
+        session = device.session
+        assert session.calls == CALLS and session.coverage_error == 0, device.ordinal
+        busy = sum(row.exclusive_ns for row in session.sections)  # every call's, "(unmarked)" the last row
+        assert abs(busy - per_device[device.ordinal]) < 1, (device.ordinal, busy, per_device[device.ordinal])
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_section_is_on_the_device_that_ran_it(name):
+    path, section_map = capture_and_map(name)
+    run = sm.report(path, section_map, warmup=WARMUP, calls=CALLS)
+    placed_on: dict[tuple, set[int]] = {}
+    for buffer in section_map.command_buffers:
+        for command in buffer.commands:
+            for share in command.shares if command.op == "dispatch" else []:
+                placed_on.setdefault(tuple(share.path), set()).add(buffer.device)
+    for path_, devices in placed_on.items():
+        for ordinal in devices:
+            row = next(row for row in run.devices[ordinal].session.sections if row.path == path_)
+            assert row.dispatches > 0 and row.busy_ns > 0, (ordinal, path_)
+        for ordinal in {0, 1} - devices:
+            rows = [row for row in run.devices[ordinal].session.sections if row.path == path_]
+            assert not rows or rows[0].exclusive_ns == 0, (ordinal, path_)
+    if name == "pp":  # the pipeline's stages: blocks 0-1 on device 0, blocks 2-3 on device 1
+        assert placed_on[("Block 0", "MLP")] == {0} and placed_on[("Block 3", "MLP")] == {1}
+
+
+def test_the_contexts_must_number_the_devices():
+    path, section_map = capture_and_map("pp")
+    capture = read_capture(path)
+    with pytest.raises(SectionmarkError, match=r"1 GPU context\(s\) with zones for a module compiled for 2 devices"):
+        capture_device_profiles(replace(capture, gpu_contexts=capture.gpu_contexts[:1]), section_map)
+    swapped = replace(capture, gpu_contexts=capture.gpu_contexts[::-1])  # device 1's zones are not device 0's buffers
+    with pytest.raises(SectionmarkError, match=r"^device 0 \(GPU context 1, 'cuda'\): "):
+        capture_device_profiles(swapped, section_map)
+
+
+def test_a_reader_of_one_device_refuses_the_capture_of_two():
+    path, section_map = capture_and_map("tp")
+    with pytest.raises(SectionmarkError, match="the profile records 2 devices"):
+        read_events(path, section_map)
