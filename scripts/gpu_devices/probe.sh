@@ -39,10 +39,7 @@ chmod +x "$LIBS"/* "$TRACY_LIBS"/* 2>/dev/null
 step list-devices 30 "$LIBS/iree-run-module" --list_devices
 
 compare() {  # OUTPUT.npy REFERENCE.npy
-  PYTHONPATH="$WORK/site" "$PY" -c 'import sys, numpy as np
-a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
-print(f"logits {a.shape} against eager {b.shape}: max abs error {np.abs(a - b).max():.3g}")
-sys.exit(0 if a.shape == b.shape and np.abs(a - b).max() < 1e-3 else 1)' "$1" "$2"
+  PYTHONPATH="$WORK/site" "$PY" "$ROOT/scripts/gpu_devices/logits.py" compare "$1" "$2"
 }
 
 capture() {  # NAME MODULE_DIR DEVICE...: the tracing tool under a capture, 23 calls, dispatch zones on
@@ -65,7 +62,7 @@ capture() {  # NAME MODULE_DIR DEVICE...: the tracing tool under a capture, 23 c
 }
 
 export -f compare capture
-export OUT WORK PY LIBS TRACY_LIBS
+export OUT WORK PY LIBS TRACY_LIBS ROOT
 for m in tp pp; do
   dir=$ROOT/.gpu/devices/$m
   step "$m-run" 60 "$LIBS/iree-run-module" --device=cuda --device=cuda --module="$dir/model.vmfb" --function=main \

@@ -51,13 +51,7 @@ profile() {  # MODULE: the several-device profile, every output it draws
       --perfetto run.perfetto.json --tracy sections.tracy > table.txt && cat table.txt
 }
 in_process() {  # MODULE: sm.load on both devices, its logits against eager torch's
-  "$PY" -c 'import sys, numpy as np, sectionmark as sm
-folder = sys.argv[1]
-module = sm.load(folder + "/model.vmfb", devices=[sys.argv[2]] * 2)
-logits = np.asarray(module.main(np.load(folder + "/tokens.npy")).to_host())
-error = np.abs(logits - np.load(folder + "/reference.npy")).max()
-print(f"in-process on two {sys.argv[2]} devices: max abs error against eager {error:.3g}")
-sys.exit(0 if error < 1e-3 else 1)' "$MODULES/$1" "$DEVICE"
+  "$PY" "$ROOT/scripts/gpu_devices/logits.py" in-process "$MODULES/$1" "$DEVICE"
 }
 export -f profile in_process
 export PY ROOT WORK DEVICE MODULES
