@@ -56,7 +56,8 @@ EXAMPLES = {
     "compile": """examples:
   sectionmark compile model.mlir -o model.vmfb --target llvm-cpu
   sectionmark compile gpt.mlir -o gpt-cuda.vmfb --target cuda --input-type torch
-  sectionmark compile model.mlir -o plain.vmfb --no-markers""",
+  sectionmark compile model.mlir -o plain.vmfb --no-markers
+  sectionmark compile split.mlir -o split.vmfb --target cuda --devices 2   # docs/multi-device.md""",
     "profile": """examples:
   sectionmark profile model.vmfb --input x.npy -n 20
   sectionmark profile model.vmfb --input x.npy --html report.html   # one page: tree, timeline, kernels, graph
@@ -236,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("-o", "--output", required=True, help="output .vmfb path")
     compile_.add_argument("--target", default="llvm-cpu", choices=list(TARGET_FLAGS),
                           help="target: %(choices)s (default: %(default)s)")
+    compile_.add_argument("--devices", type=whole_number_in(1, 64), default=1, metavar="N",
+                          help="devices the module drives, placed by its affinities (llvm-cpu or cuda; profile it "
+                          "with one --device each: docs/multi-device.md) (default: 1)")
     compile_.add_argument("--input-type", default="auto", choices=INPUT_TYPES,
                           help="MLIR input dialects: %(choices)s (default: auto, from the MLIR)")
     compile_.add_argument("--no-markers", action="store_true", help="plain IREE compile, no section map")

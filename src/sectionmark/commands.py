@@ -118,7 +118,7 @@ def compile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     if not source.is_file():
         raise SectionmarkError(f"no such MLIR file: {source}")
     compiled = compile(
-        source, target=args.target, extra_args=args.iree_arg, markers=not args.no_markers,
+        source, target=args.target, devices=args.devices, extra_args=args.iree_arg, markers=not args.no_markers,
         debug_groups=False if args.no_debug_groups else None,
         input_type=None if args.input_type == "auto" else args.input_type,
     )

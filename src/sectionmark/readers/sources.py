@@ -275,7 +275,10 @@ def read_events(path: Union[str, Path], section_map: SectionMap, function: Optio
 
 def _capture_sources(path: Path, section_map: SectionMap, function: Optional[str],
                      several_devices: bool) -> dict[int, EventSource]:
-    if not several_devices:
+    """A file taken for a capture (by its name or first bytes): each device's events, or one reader's error line."""
+    from sectionmark.readers.tracy_capture import is_capture
+
+    if not several_devices or not is_capture(path):
         return {0: WholeProfile(read_events(path, section_map, function))}
     return {device: WholeProfile(profile) for device, profile in _capture_profiles(path, section_map, function).items()}
 
