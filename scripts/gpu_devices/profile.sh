@@ -31,7 +31,7 @@ step() {  # NAME LIMIT COMMAND...: output in results/NAME.log, rc and seconds in
   tail -n 12 "$WORK/results/$name.log" | cut -c1-300 | sed 's/^/    /'
   return $rc
 }
-install() {
+install_all() {
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$ROOT"/.whl/iree_base_runtime-*.whl
   for module in ml_dtypes zstandard; do
     "$PY" -c "import $module" 2>/dev/null ||
@@ -53,10 +53,10 @@ profile() {  # MODULE: the several-device profile, every output it draws
 in_process() {  # MODULE: sm.load on both devices, its logits against eager torch's
   "$PY" "$ROOT/scripts/gpu_devices/logits.py" in-process "$MODULES/$1" "$DEVICE"
 }
-export -f profile in_process
+export -f install_all profile in_process
 export PY ROOT WORK DEVICE MODULES
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader | tee "$OUT/summary.txt"
-[ "${SKIP_INSTALL:-0}" = 1 ] || step install 240 install
+[ "${SKIP_INSTALL:-0}" = 1 ] || step install 240 install_all
 for m in tp pp; do
   step "$m-profile" 120 profile "$m"
   step "$m-in-process" 60 in_process "$m"
