@@ -9,6 +9,9 @@ calls: what ``sectionmark profile --device cuda --device cuda`` runs. Their logi
 Each device's figures are checked against Tracy's own reader (csvexport -g: every GPU zone's name, start and
 duration), each zone's device being the GPU context it is in: per device, the sections' busy time plus
 unmarked equals the sum of that device's dispatch zones, to the ns; every section is on the device that ran it.
+Each device's time split (compute / transfer / queue / waiting / idle in each call's window) is checked against the
+capture's own zones: each execution is its command-buffer zone (GPU-timed), the copies between devices are its time
+with no dispatch zone running.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from shared_tools import csvexport, shared_tool
 
 import sectionmark as sm
+from sectionmark.profiling.devices import DEVICE_TIME_PARTS
 from sectionmark.errors import SectionmarkError
 from sectionmark.readers.sources import read_events
 from sectionmark.readers.tracy_capture import read_capture
@@ -98,3 +103,62 @@ def test_a_reader_of_one_device_refuses_the_capture_of_two():
     path, section_map = capture_and_map("tp")
     with pytest.raises(SectionmarkError, match="the profile records 2 devices"):
         read_events(path, section_map)
+
+
+def covered(spans: list[tuple[int, int]], start: int, end: int) -> int:
+    """The length of the union of ``spans`` inside ``[start, end)``."""
+    total, reach = 0, start
+    for first, last in sorted(spans):
+        first, last = max(first, reach), min(last, end)
+        if last > first:
+            total, reach = total + last - first, last
+    return total
+
+
+def zone_oracle(path: Path, calls: int, warmup: int) -> list[list[list[int]]]:
+    """[device][measured call] -> compute, transfer, queue, waiting, idle from the capture's zones alone: each
+    context's command-buffer zones after its first (the initializer's, before the calls) are its calls' executions,
+    the same number each call; a call's window runs from its first execution on any device to its last one's end."""
+    executions, dispatches = [], []
+    for context in read_capture(path).gpu_contexts:
+        roots = [zone for zone in context.zones if zone.parent < 0][1:]
+        per_call = len(roots) // calls
+        assert per_call * calls == len(roots)
+        executions.append([[(zone.start_ns, zone.end_ns) for zone in roots[call * per_call:(call + 1) * per_call]]
+                           for call in range(calls)])
+        dispatches.append([(zone.start_ns, zone.end_ns) for zone in context.zones if zone.parent >= 0])
+    parts = [[] for _ in executions]
+    for call in range(warmup, calls):
+        spans = [span for device in executions for span in device[call]]
+        start, end = min(first for first, _last in spans), max(last for _first, last in spans)
+        anyone = covered(spans, start, end)
+        for device, own in enumerate(executions):
+            busy, compute = covered(own[call], start, end), covered(dispatches[device], start, end)
+            parts[device].append([compute, busy - compute, 0, anyone - busy, end - start - anyone])
+    return parts
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_each_device_time_adds_up_to_the_window_of_every_call(name):
+    """compute + transfer + queue + waiting + idle = each call's window on each device, exactly, and each part is
+    the capture's zones' own (`zone_oracle`); the device that sends its activations to the other has transfer
+    time, given to the sections of its copies."""
+    path, section_map = capture_and_map(name)
+    run = sm.report(path, section_map, warmup=WARMUP, calls=CALLS)
+    per_call = np.array([device.time.per_call for device in run.devices])  # [device, call, part]
+    assert per_call.shape == (2, CALLS - WARMUP, len(DEVICE_TIME_PARTS))
+    starts, ends = run.call_windows
+    assert (per_call.sum(axis=2) == ends - starts).all() and (ends > starts).all()
+    assert per_call.tolist() == zone_oracle(path, CALLS, WARMUP)
+    for index, device in enumerate(run.devices):
+        time = device.time
+        assert sum(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS) == time.window_ns
+        assert time.compute_ns == device.session.call_time.dispatch_ns
+        assert time.transfer_ns > 0 and time.queue_ns == 0, device.ordinal
+        transfers = [row.transfer_ns[index] for row in run.sections]
+        waits = [row.waiting_ns[index] for row in run.sections]
+        assert sum(transfers) == pytest.approx(time.transfer_ns, abs=1e-6 * time.transfer_ns)
+        assert sum(waits) == pytest.approx(time.waiting_ns, abs=1e-6 * time.waiting_ns)
+    if name == "pp":  # device 0 copies block 1's output to device 1, where block 2 reads it: block 2's transfer
+        block_2 = next(row for row in run.sections if row.path == ("Block 2",))
+        assert block_2.transfer_ns[0] == pytest.approx(run.devices[0].time.transfer_ns) and block_2.ran_on == [1]

@@ -242,3 +242,46 @@ def test_driver_zones_beside_dispatches_are_not_dispatches():
     gpu = track("cuda", [[COMMAND_BUFFER_ZONE, 0, 100, [["A", 0, 50, [["k1", 0, 50]]], [FILL_ZONE, 60, 90]]]])
     profile = capture_profile(capture(gpu), map_)
     assert len(profile.dispatches) == 1 and np.all(profile.dispatches["end_ns"] == 50)
+
+
+# ----------------------------------------------------------------------------- executions
+
+
+def test_executions_span_their_command_buffer_zones():
+    """On a GPU run each execution is the driver's command-buffer zone, timed by the GPU: its time with no dispatch
+    running (its fills, copies and barriers) is known, as a HAL profile's executions give it (call time)."""
+    buffer = FUSED_MAP.command_buffers[0]
+    gpu, timed = gpu_run(buffer, [[100, 400, 7, 30, 20], [110, 380, 9, 33, 25]])
+    zones = [(zone.start_ns, zone.end_ns) for zone in gpu.zones if zone.name == COMMAND_BUFFER_ZONE]
+    profile = capture_profile(capture(gpu), FUSED_MAP)
+    assert profile.submissions[["start_ns", "end_ns"]].tolist() == zones
+    assert profile.provenance.timed_submissions and profile.provenance.device_timed
+    timing = report(capture(gpu), FUSED_MAP, calls=2).call_time
+    dispatched = sum(duration for command, duration in timed if command.op == "dispatch")
+    assert timing.call_ns == timing.execute_ns == sum(end - start for start, end in zones)
+    assert timing.dispatch_ns == dispatched and timing.command_buffer_gap_ns == timing.call_ns - dispatched
+    assert timing.idle_ns == 0
+
+
+@pytest.mark.parametrize("zones", [
+    [["A", 0, 10, [["k1", 0, 10]]], ["A", 20, 30, [["k1", 20, 30]]]],  # a replay: no command-buffer zone
+    [[COMMAND_BUFFER_ZONE, 0, 40, [["k1", 5, 10], ["k1", 20, 30]]]],  # two executions matched in one zone
+    [[COMMAND_BUFFER_ZONE, 0, 12, [["k1", 2, 10]]], [COMMAND_BUFFER_ZONE, 14, 18],  # a zone of no dispatch between
+     [COMMAND_BUFFER_ZONE, 20, 32, [["k1", 22, 30]]]],
+], ids=["replay", "shared-zone", "zone-between"])
+def test_executions_without_a_command_buffer_zone_of_their_own_span_their_dispatches(zones):
+    """No queue time is claimed where the zones do not give every execution's own span, or would miss some of the
+    device's command-buffer time."""
+    profile = capture_profile(capture(track("cuda", zones)), section_map([dispatch("k1", (A, 1.0))]))
+    assert not profile.provenance.timed_submissions
+    dispatched = profile.dispatches[["start_ns", "end_ns"]].tolist()
+    assert profile.submissions[["start_ns", "end_ns"]].tolist() == dispatched
+    assert report(capture(track("cuda", zones)), section_map([dispatch("k1", (A, 1.0))]), calls=2).call_time is None
+
+
+def test_command_buffer_zones_outside_the_executions_leave_their_spans():
+    """A zone of no dispatch before the calls (a module initializer's buffer, as on the H200) misses no call's time."""
+    zones = [[COMMAND_BUFFER_ZONE, 0, 5], [COMMAND_BUFFER_ZONE, 10, 22, [["k1", 12, 20]]]]
+    profile = capture_profile(capture(track("cuda", zones)), section_map([dispatch("k1", (A, 1.0))]))
+    assert profile.provenance.timed_submissions
+    assert profile.submissions[["start_ns", "end_ns"]].tolist() == [(10, 22)]

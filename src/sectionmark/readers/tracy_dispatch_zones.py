@@ -19,11 +19,21 @@ section zones around the zone; zones with no section information (lanes,
 modules compiled without debug groups) take the remaining commands of their
 key in recording order. The result is a `Profile` with synthetic ids that
 ``sectionmark.profiling.attribute`` joins like a recorded one.
+
+Each execution's span is the GPU-timed command-buffer zone that holds its
+dispatches, where the driver records one (CUDA, HIP): then the submissions are
+the queue's own executions, timed by the device, and the time inside one with
+no dispatch running (its copies, fills and barriers: the transfers between
+devices of a module compiled for several) is known, as on a HAL profile
+(`Provenance.timed_submissions`). Where executions have no such zone
+(a replay, a live capture), or the matched executions are not one-to-one with
+the zones, or a zone without dispatches lies among them (its time would be
+missed), each execution spans its dispatch zones and no queue time is claimed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
 import numpy as np
@@ -45,13 +55,15 @@ _DRIVER_ZONE_PREFIX = "iree_hal_"
 
 @dataclass(frozen=True)
 class DispatchZone:
-    """One dispatch zone. ``sections``: enclosing section zones, None when its track has none."""
+    """One dispatch zone. ``sections``: enclosing section zones, None when its track has none; ``execution``: the
+    command-buffer zone that holds it (its track's index, start, end), None when none does."""
 
     key: int
     start_ns: int
     end_ns: int
     sections: Optional[SectionPath]
     track: str
+    execution: Optional[tuple[int, int, int]] = None
 
 
 @dataclass(frozen=True)
@@ -86,29 +98,60 @@ def capture_profile(capture: Capture, section_map: SectionMap, *, function: Opti
     buffers = static_buffers(section_map, key_ids, function)
     queues = _queues(capture, key_ids, section_names)
     executions = [execution for number, zones in queues.items() for execution in _match(number, zones, buffers, keys)]
-    return executions_profile(executions, keys)
+    return executions_profile(executions, keys, _command_buffer_zones(capture))
 
 
-def executions_profile(executions: list[Execution], keys: list[str]) -> Profile:
-    """Matched executions as a `Profile` with synthetic ids: one submission per execution, in time order."""
+def executions_profile(executions: list[Execution], keys: list[str],
+                       command_buffer_zones: Iterable[tuple[int, int]] = ()) -> Profile:
+    """Matched executions as a `Profile` with synthetic ids: one submission per execution, in time order, spanning
+    its command-buffer zone where `_zone_spans` finds them all (``command_buffer_zones``: the spans of every such
+    zone of the capture), else its dispatch zones."""
     executions = sorted(executions, key=lambda execution: min(zone.start_ns for _position, zone in execution.placed))
+    zone_spans = _zone_spans(executions, command_buffer_zones)
     rows, submissions, recorded = [], [], {}
     for number, execution in enumerate(executions):
         for position, zone in execution.placed:
             rows.append((number, number, position, zone.key, 0, execution.queue, zone.start_ns, zone.end_ns, 0, 0))
-        starts = [zone.start_ns for _position, zone in execution.placed]
-        ends = [zone.end_ns for _position, zone in execution.placed]
-        submissions.append((number, number, min(starts), max(ends)))
+        if zone_spans is not None:
+            submissions.append((number, number, *zone_spans[number]))
+        else:
+            submissions.append((number, number, min(zone.start_ns for _position, zone in execution.placed),
+                                max(zone.end_ns for _position, zone in execution.placed)))
         recorded[number] = _recorded_commands(execution.buffer.buffer)
     dispatches = np.array(rows, dtype=DISPATCH_DTYPE)
     dispatches = dispatches[np.lexsort((dispatches["start_ns"], dispatches["submission"]))]
+    timed = zone_spans is not None
     return Profile(
         dispatches=dispatches,
         submissions=np.array(submissions, dtype=SUBMISSION_DTYPE),
         keys=keys,
         command_buffers=recorded,
-        provenance=Provenance("tracy", timed_submissions=False),
+        provenance=Provenance("tracy", timed_submissions=timed, device_timed=timed),
     )
+
+
+def _zone_spans(executions: list[Execution],
+                command_buffer_zones: Iterable[tuple[int, int]]) -> Optional[list[tuple[int, int]]]:
+    """Each execution's command-buffer zone (start, end), in the executions' order; None unless every execution's
+    dispatches lie in one zone of their own (the matcher split the zones as the driver ran them), and no other
+    command-buffer zone (one without dispatches: a buffer of copies or fills only) lies between the first
+    execution's start and the last one's end, whose time would be missing from the queue's time."""
+    spans: list[tuple[int, int]] = []
+    seen: set[tuple[int, tuple[int, int, int]]] = set()
+    for execution in executions:
+        zones = {zone.execution for _position, zone in execution.placed}
+        zone = zones.pop() if len(zones) == 1 else None
+        if zone is None or (execution.queue, zone) in seen:
+            return None
+        seen.add((execution.queue, zone))
+        spans.append(zone[1:])
+    if not spans:
+        return None
+    first, last = min(start for start, _end in spans), max(end for _start, end in spans)
+    taken = set(spans)
+    if any(start < last and end > first for start, end in set(command_buffer_zones) - taken):
+        return None
+    return spans
 
 
 # ----------------------------------------------------------------------------- the map
@@ -230,10 +273,12 @@ def _dispatch_zones(
     zones = track.zones
     parents = {zone.parent for zone in zones}
     paths: list[SectionPath] = []
+    roots: list[int] = []  # each zone's outermost enclosing zone (itself at depth 0)
     found = []
     has_sections = False
     for index, zone in enumerate(zones):
         enclosing = paths[zone.parent] if zone.parent >= 0 else ()
+        roots.append(roots[zone.parent] if zone.parent >= 0 else index)
         if index in parents:
             is_section = zone.name in section_names
             has_sections = has_sections or is_section
@@ -242,12 +287,26 @@ def _dispatch_zones(
         paths.append(enclosing)
         key = key_ids.get(zone.name)
         if key is not None:
-            found.append(DispatchZone(key, zone.start_ns, zone.end_ns, enclosing, track.name))
+            root = zones[roots[index]]
+            execution = ((roots[index], root.start_ns, root.end_ns)
+                         if roots[index] != index and _is_command_buffer(root.name) else None)
+            found.append(DispatchZone(key, zone.start_ns, zone.end_ns, enclosing, track.name, execution))
         elif not zone.name.startswith(_DRIVER_ZONE_PREFIX) and zone.name not in section_names:
             unknown[zone.name] = unknown.get(zone.name, 0) + 1
     if not has_sections:
-        found = [DispatchZone(z.key, z.start_ns, z.end_ns, None, z.track) for z in found]
+        found = [replace(z, sections=None) for z in found]
     return found
+
+
+def _is_command_buffer(name: str) -> bool:
+    """A driver's command-buffer execution zone (``iree_hal_cuda_stream_command_buffer``, HIP's alike)."""
+    return name.startswith(_DRIVER_ZONE_PREFIX) and name.endswith("command_buffer")
+
+
+def _command_buffer_zones(capture: Capture) -> list[tuple[int, int]]:
+    """The (start, end) of every command-buffer execution zone of the capture's GPU contexts."""
+    return [(zone.start_ns, zone.end_ns) for track in capture.gpu_contexts for zone in track.zones
+            if zone.parent < 0 and _is_command_buffer(zone.name)]
 
 
 def _some(names: list[str], limit: int = 5) -> str:

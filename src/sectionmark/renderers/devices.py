@@ -92,7 +92,7 @@ def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> st
 
 
 TRANSFER_NOTE = ("transfer: command-buffer time with no dispatch running (the copies to and from other devices, "
-                 "untimed one by one on CPU, and barriers) + queue copies; waiting: idle while another device ran")
+                 "not timed one by one, and barriers) + queue copies; waiting: idle while another device ran")
 
 
 def sections_table(profile: DeviceProfile) -> Table:
