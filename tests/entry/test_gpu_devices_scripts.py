@@ -1,6 +1,6 @@
 """scripts/gpu_devices/: the several-CUDA-device runs' scripts, checked on the CPU.
 
-probe.sh recorded tests/data/h200-two-devices on an H200; profile.sh runs `sectionmark profile --device cuda
+probe.sh recorded tests/readers/h200-two-devices on an H200; profile.sh runs `sectionmark profile --device cuda
 --device cuda` end to end there (tried on a CPU machine with ``GPU_DEVICE=local-task``: its header). Here: their
 Python lints clean and its check of the logits works on hand-made arrays, and the bash parses.
 """

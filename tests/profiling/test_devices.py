@@ -496,7 +496,7 @@ def test_several_devices_on_another_driver_are_refused_before_running(two_device
 
 
 def test_two_cuda_devices_are_compiled_as_a_plain_user_names_them():
-    """What the tests/data/h200-two-devices modules were compiled with (scripts/gpu_devices/prepare.py)."""
+    """What the tests/readers/h200-two-devices modules were compiled with (scripts/gpu_devices/prepare.py)."""
     assert target_flags("cuda", devices=2) == ("--iree-hal-target-device=cuda[0]", "--iree-hal-target-device=cuda[1]",
                                                "--iree-cuda-target=sm_80")
 

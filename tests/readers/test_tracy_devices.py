@@ -1,6 +1,6 @@
 """A CUDA run of a module compiled for two devices, read per device from its Tracy capture (issue M item 5).
 
-Recorded on an NVIDIA H200 (tests/data/h200-two-devices/probe.log: scripts/gpu_devices/probe.sh): the tensor-parallel
+Recorded on an NVIDIA H200 (tests/readers/h200-two-devices/probe.log: scripts/gpu_devices/probe.sh): the tensor-parallel
 and pipeline-parallel GPTs of tests/helpers/parallel_gpt.py compiled for two CUDA devices
 (``sm.compile(..., target="cuda", devices=2)``, their maps beside the captures), run with ``--device=cuda
 --device=cuda`` (two HAL devices on the one GPU) by the tracing iree-benchmark-module under iree-tracy-capture, 23
@@ -32,7 +32,7 @@ from sectionmark.readers.tracy_capture import read_capture
 from sectionmark.readers.tracy_devices import capture_device_profiles
 from sectionmark.section_map import SectionMap
 
-DATA = Path(__file__).parent.parent / "data" / "h200-two-devices"
+DATA = Path(__file__).parent / "h200-two-devices"
 CALLS, WARMUP = 23, 3
 MODULES = ("tp", "pp")
 
