@@ -275,7 +275,7 @@ def _read_devices(sources: dict[int, EventSource], section_map: SectionMap, call
             # The first rows of the queue spans are the executions, in the layout's order (with their calls).
             device.waits = section_waits(stretches, executions["start_ns"].astype(np.int64),
                                          attribution.queue_spans["call"][:len(executions)],
-                                         [buffers[runtime_id] for runtime_id in executions["command_buffer"].tolist()])
+                                         executions["command_buffer"], buffers)
     sections = device_sections(sessions)
     _add_transfers(sessions, sections)
     _note_other_devices(sessions, sections)
