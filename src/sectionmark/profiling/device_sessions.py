@@ -73,8 +73,9 @@ def with_absent_rows(session: ProfileSession, paths: list[SectionPath], totals: 
     own = {row.path: (column, row) for column, row in enumerate(session.sections[:-1])}
     template = absent_row(session.calls, totals.sums.tiles, session.workers)
     columns = [own[path][0] if path in own else -1 for path in paths]
-    session.sections = [own[path][1] if path in own else replace(
-        template, path=path, per_call=replace(template.per_call), shared_with={}, samples=list(template.samples)) for path in paths] + [session.sections[-1]]
+    session.sections = [own[path][1] if path in own else
+                        replace(template, path=path, per_call=replace(template.per_call), shared_with={},
+                                samples=list(template.samples)) for path in paths] + [session.sections[-1]]
     if session.per_call_busy is not None:
         per_call = np.zeros((len(session.per_call_busy), len(paths) + 1), session.per_call_busy.dtype)
         kept = np.flatnonzero(np.array(columns, np.int64) >= 0)
