@@ -86,8 +86,8 @@ def section_waits(stretches: tuple[np.ndarray, np.ndarray, np.ndarray], executio
     runtime_ids, runtime_of = np.unique(execution_buffers, return_inverse=True)
     found = [buffers.get(runtime_id) for runtime_id in runtime_ids.tolist()]
     groups: dict[int, int] = {id(None): 0}  # id of a buffer -> its group
-    group_of = np.append(np.array([groups.setdefault(id(buffer), len(groups)) for buffer in found], np.int64)
-                         [runtime_of.reshape(-1)], 0)
+    group_of_runtime = np.array([groups.setdefault(id(buffer), len(groups)) for buffer in found], np.int64)
+    group_of = np.append(group_of_runtime[runtime_of.reshape(-1)], 0)
     buffer_of = {groups[id(buffer)]: buffer for buffer in found}
     lengths = np.bincount(awaited + 1, weights=ends - starts, minlength=len(execution_starts) + 1)
     waited = np.flatnonzero(lengths)

@@ -46,13 +46,11 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.profiling.attribute import (NO_DISPATCH_EVENTS, Attribution, SlotMatcher, attribution_without_events,
-                                             call_numbers)
+from sectionmark.profiling.attribute import NO_DISPATCH_EVENTS, SlotMatcher, attribution_without_events, call_numbers
 from sectionmark.profiling.device_activity import DeviceActivity
 from sectionmark.profiling.device_sessions import DeviceRead, device_sessions
 from sectionmark.profiling.device_transfers import ExecutionGaps, SectionTransfers, section_transfers, static_buffers
 from sectionmark.profiling.device_waits import SectionWaits, section_waits, waiting_stretches
-from sectionmark.profiling.section_time import EventTotals
 from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, ROW_OF_EVENT_TYPE,
                                               TRANSFER, call_windows, measured_windows, partition_time)
 from sectionmark.profiling.read import attributed_totals
@@ -231,7 +229,6 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
 
 def _read_devices(sources: dict[int, EventSource], section_map: SectionMap, calls: Optional[int], warmup: int,
                   function: Optional[str], workers: Optional[int], devices: Optional[list[str]]) -> DeviceProfile:
-    read: list[tuple[int, Attribution, EventTotals]] = []
     summed: list[DeviceRead] = []
     windows_of_calls = _calls_windows_once(sources, section_map, calls, warmup, function)
     tees = {ordinal: _TransferSweep(source, windows_of_calls) for ordinal, source in sources.items()}
@@ -243,8 +240,8 @@ def _read_devices(sources: dict[int, EventSource], section_map: SectionMap, call
                                                     function=function)
         except SectionmarkError as problem:  # which device's events it is about
             raise SectionmarkError(f"device {ordinal}: {source.explain(problem)}") from None
-        read.append((ordinal, attribution, totals))
         summed.append((ordinal, name, device_map, attribution, totals))
+    read = [(ordinal, attribution, totals) for ordinal, _name, _map, attribution, totals in summed]
     sessions = [DeviceSession(ordinal, name, session) for (ordinal, name, *_rest), session
                 in zip(summed, device_sessions(summed, function, workers))]
     # A device that ran no dispatch is kept (its transfers and waits), but not every device.
