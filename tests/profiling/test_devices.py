@@ -704,12 +704,12 @@ def test_a_wait_goes_to_the_section_the_device_waits_to_run():
         Share(("A",), 0.75), Share(("B",), 0.25)])])
     copying = CommandBuffer(1, "main", [Command("barrier"), Command("copy", "copy", shares=[Share(("C",), 1.0)]),
                                         Command("dispatch", "k", site=1, shares=[Share(("A",), 1.0)])])
-    zero = section_waits(first, np.array([0, 90]), np.array([0, 0]), [fused, fused])
+    zero = section_waits(first, np.array([0, 90]), np.array([0, 0]), np.array([7, 7]), {7: fused})
     assert zero.waiting_ns == {("A",): 33.75, ("B",): 11.25} and zero.split == {("A",), ("B",)}
-    one = section_waits(second, np.array([40, 85]), np.array([0, 0]), [copying, copying])
+    one = section_waits(second, np.array([40, 85]), np.array([0, 0]), np.array([3, 3]), {3: copying})
     assert one.waiting_ns == {("C",): 40.0, (): 5.0} and not one.split
     # A wait before the next call's execution waits for nothing of this call.
-    later = section_waits(second, np.array([40, 120]), np.array([0, 1]), [copying, copying])
+    later = section_waits(second, np.array([40, 120]), np.array([0, 1]), np.array([3, 3]), {3: copying})
     assert later.waiting_ns == {("C",): 40.0, (): 5.0}
 
 

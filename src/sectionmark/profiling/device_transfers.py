@@ -194,9 +194,12 @@ def section_transfers(executions: np.ndarray, gaps: np.ndarray, buffers: dict[in
     """Each execution's transfer time (``gaps``) given to its buffer's copy sections (`copy_weights`); the
     time of buffers that copy nothing (or that the map does not know) and ``queue_transfer_ns`` (the queue
     transfers outside command buffers) to "(unmarked)"."""
-    totals: dict[int, int] = {}
-    for runtime_id, gap in zip(executions["command_buffer"].tolist(), gaps.tolist()):
-        totals[runtime_id] = totals.get(runtime_id, 0) + gap
+    # Each runtime buffer's gaps summed (int64: exact), in the order of its first execution.
+    runtime_ids, firsts, runtime_of = np.unique(executions["command_buffer"], return_index=True, return_inverse=True)
+    sums = np.zeros(len(runtime_ids), np.int64)
+    np.add.at(sums, runtime_of.reshape(-1), np.asarray(gaps, np.int64))
+    order = np.argsort(firsts, kind="stable")
+    totals = dict(zip(runtime_ids[order].tolist(), sums[order].tolist()))
     result = SectionTransfers({}, set())
     unmarked = float(queue_transfer_ns)
     for runtime_id, gap in totals.items():

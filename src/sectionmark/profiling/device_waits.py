@@ -66,10 +66,12 @@ def awaited_shares(buffer: Optional[CommandBuffer]) -> dict[SectionPath, float]:
 
 
 def section_waits(stretches: tuple[np.ndarray, np.ndarray, np.ndarray], execution_starts: np.ndarray,
-                  execution_calls: np.ndarray, execution_buffers: list[Optional[CommandBuffer]]) -> SectionWaits:
+                  execution_calls: np.ndarray, execution_buffers: np.ndarray,
+                  buffers: dict[int, Optional[CommandBuffer]]) -> SectionWaits:
     """A device's waiting ``stretches`` (`waiting_stretches`) given to the section each waits to run: that of the
-    device's next execution in the same call (``execution_*``: its executions' starts, measured calls and map
-    buffers), "(unmarked)" where none follows in the call."""
+    device's next execution in the same call (``execution_*``: its executions' starts, measured calls and runtime
+    command buffers; ``buffers``: the map's buffer of each runtime one), "(unmarked)" where none follows in the
+    call."""
     starts, ends, calls = stretches
     order = np.argsort(execution_starts, kind="stable")
     following = np.searchsorted(execution_starts[order], ends, side="left")  # the first execution from the end on
@@ -80,9 +82,13 @@ def section_waits(stretches: tuple[np.ndarray, np.ndarray, np.ndarray], executio
     # The waits before each buffer summed first (integer ns: exact), then given to its shares once per buffer, in
     # the order of their first wait; group 0: no execution after the wait in its call ("(unmarked)", as an
     # unknown buffer's).
+    # Per runtime buffer, not per execution: a long profile's executions are a few buffers run call after call.
+    runtime_ids, runtime_of = np.unique(execution_buffers, return_inverse=True)
+    found = [buffers.get(runtime_id) for runtime_id in runtime_ids.tolist()]
     groups: dict[int, int] = {id(None): 0}  # id of a buffer -> its group
-    group_of = np.array([groups.setdefault(id(buffer), len(groups)) for buffer in execution_buffers] + [0], np.int64)
-    buffer_of = {group: buffer for buffer in execution_buffers for group in [groups[id(buffer)]]}
+    group_of_runtime = np.array([groups.setdefault(id(buffer), len(groups)) for buffer in found], np.int64)
+    group_of = np.append(group_of_runtime[runtime_of.reshape(-1)], 0)
+    buffer_of = {groups[id(buffer)]: buffer for buffer in found}
     lengths = np.bincount(awaited + 1, weights=ends - starts, minlength=len(execution_starts) + 1)
     waited = np.flatnonzero(lengths)
     waited_groups = group_of[waited - 1]  # index 0 (none after) -> the last row: group 0

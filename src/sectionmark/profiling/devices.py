@@ -46,12 +46,11 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import PathLike
-from sectionmark.profiling.attribute import (NO_DISPATCH_EVENTS, Attribution, SlotMatcher, attribution_without_events,
-                                             call_numbers)
+from sectionmark.profiling.attribute import NO_DISPATCH_EVENTS, SlotMatcher, attribution_without_events, call_numbers
 from sectionmark.profiling.device_activity import DeviceActivity
+from sectionmark.profiling.device_sessions import DeviceRead, device_sessions
 from sectionmark.profiling.device_transfers import ExecutionGaps, SectionTransfers, section_transfers, static_buffers
 from sectionmark.profiling.device_waits import SectionWaits, section_waits, waiting_stretches
-from sectionmark.profiling.section_time import EventTotals
 from sectionmark.profiling.queue_time import (ALLOCATION, COMMAND_BUFFER, OTHER_QUEUE, QUEUE_ROWS, ROW_OF_EVENT_TYPE,
                                               TRANSFER, call_windows, measured_windows, partition_time)
 from sectionmark.profiling.read import attributed_totals
@@ -230,25 +229,21 @@ def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap
 
 def _read_devices(sources: dict[int, EventSource], section_map: SectionMap, calls: Optional[int], warmup: int,
                   function: Optional[str], workers: Optional[int], devices: Optional[list[str]]) -> DeviceProfile:
-    read: list[tuple[int, Attribution, EventTotals]] = []
-    sessions = []
+    summed: list[DeviceRead] = []
     windows_of_calls = _calls_windows_once(sources, section_map, calls, warmup, function)
     tees = {ordinal: _TransferSweep(source, windows_of_calls) for ordinal, source in sources.items()}
     for ordinal, source in sorted(tees.items()):
         name = devices[ordinal] if devices is not None and ordinal < len(devices) else None
         device_map = device_section_map(section_map, ordinal)
         try:
-            try:
-                attribution, totals = attributed_totals(source, device_map, calls=calls, warmup=warmup,
-                                                        function=function)
-            except SectionmarkError as problem:
-                raise source.explain(problem) from None
-            session = ProfileSession.from_totals(attribution, totals, device_map, function, workers, name,
-                                                 without_dispatches=True)
+            attribution, totals = attributed_totals(source, device_map, calls=calls, warmup=warmup,
+                                                    function=function)
         except SectionmarkError as problem:  # which device's events it is about
-            raise SectionmarkError(f"device {ordinal}: {problem}") from None
-        read.append((ordinal, attribution, totals))
-        sessions.append(DeviceSession(ordinal, name, session))
+            raise SectionmarkError(f"device {ordinal}: {source.explain(problem)}") from None
+        summed.append((ordinal, name, device_map, attribution, totals))
+    read = [(ordinal, attribution, totals) for ordinal, _name, _map, attribution, totals in summed]
+    sessions = [DeviceSession(ordinal, name, session) for (ordinal, name, *_rest), session
+                in zip(summed, device_sessions(summed, function, workers))]
     # A device that ran no dispatch is kept (its transfers and waits), but not every device.
     if not any(totals.sums.count.sum() for _ordinal, _attribution, totals in read):
         raise SectionmarkError(NO_DISPATCH_EVENTS)
@@ -277,7 +272,7 @@ def _read_devices(sources: dict[int, EventSource], section_map: SectionMap, call
             # The first rows of the queue spans are the executions, in the layout's order (with their calls).
             device.waits = section_waits(stretches, executions["start_ns"].astype(np.int64),
                                          attribution.queue_spans["call"][:len(executions)],
-                                         [buffers[runtime_id] for runtime_id in executions["command_buffer"].tolist()])
+                                         executions["command_buffer"], buffers)
     sections = device_sections(sessions)
     _add_transfers(sessions, sections)
     _note_other_devices(sessions, sections)
