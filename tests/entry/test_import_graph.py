@@ -482,10 +482,10 @@ def test_runtime_commands_do_not_import_the_compiler(saved_module, tmp_path, com
     assert loaded["iree.compiler"] is False
 
 
-# What the command line itself adds to the modules `sm.profile` and the table need: its parser, its commands, and
-# what the parser shows of the other commands (their defaults, apart from their code).
+# What the command line itself may add to the modules `sm.profile` and the table need: its parser, its commands, and
+# what the parser shows of the other commands (compare's defaults and the compile targets, apart from their code).
 CLI_OWN_MODULES = {"sectionmark.cli", "sectionmark.commands", "sectionmark.profiling.compare_defaults",
-                   "sectionmark.workflows.recording_files"}
+                   "sectionmark.workflows.recording_files", "sectionmark.compiler", "sectionmark.compiler.targets"}
 
 
 def test_the_profile_command_imports_only_what_sm_profile_needs(saved_module, tmp_path):
