@@ -59,6 +59,8 @@ from sectionmark.profiling.compare import FASTER, SLOWER, Comparison
 from sectionmark.profiling.regression import parse_gate
 from sectionmark.pytest_plugin import FIRST_RUN, SectionProfiler, Settings
 
+from load import Hog  # benchmarks/load.py
+
 EXPECTED_SLOWER = {("section", "Block 1 / MLP"), ("section", "Block 1"), ("component", "MLP"),
                    ("component", "Block 1")}
 ITERATIONS = 20
@@ -95,20 +97,6 @@ def build(directory: Path) -> tuple[Path, Path, Path]:
         sm.compile(sm.torch.export(Net(wide), args=(x,))).save(path)
     np.save(directory / "x.npy", x.numpy())
     return *paths, directory / "x.npy"
-
-
-class Hog:
-    """A busy loop on every core while in use (killed by pid after)."""
-
-    def __enter__(self):
-        self.processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                          for _ in range(os.cpu_count() or 1)]
-        return self
-
-    def __exit__(self, *exc):
-        for process in self.processes:
-            process.kill()
-            process.wait()
 
 
 def flagged(comparison: Comparison) -> set[tuple[str, str, str]]:

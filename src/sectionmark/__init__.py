@@ -16,13 +16,13 @@ places each section under it, ``prof.roofline(peak, by="name")`` each component)
 has its views as methods (``prof.components()``, ``prof.kernels()``, ``prof.traffic()``);
 ``tracing`` turns Tracy zones for eager
 sections on and off. Every user-facing failure is a `SectionmarkError` with a
-one-line message. Heavy modules (frameworks, the compiler) load on first use:
-``import sectionmark`` imports none of them.
+one-line message. Every name but the error and `SectionPath` loads its module on first use:
+``import sectionmark`` imports no framework, compiler, marker or numpy, so the command line (a submodule,
+which imports the package first) pays only for the command it runs.
 """
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.lazy import lazy_attributes
-from sectionmark.markers import section
 from sectionmark.section_path import SectionPath
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _LAZY = {
+    "section": ("sectionmark.markers", "section"),  # model code imports it; the command line never needs it
     "SectionedExport": ("sectionmark.importers.exported", "SectionedExport"),
     "CompiledProgram": ("sectionmark.compiler.pipeline", "CompiledProgram"),
     "ProfileSession": ("sectionmark.profiling.session", "ProfileSession"),

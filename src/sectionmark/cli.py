@@ -216,8 +216,8 @@ def _add_report_arguments(parser: argparse.ArgumentParser, several: bool = False
 
 def build_parser() -> argparse.ArgumentParser:
     from sectionmark.compiler.targets import TARGET_FLAGS
-    from sectionmark.profiling.compare import (DEFAULT_ITERATIONS, DEFAULT_ROUNDS, DEFAULT_WARMUP, DRIFT_BOUND,
-                                               MAX_ROUNDS, MIN_CHANGE, RUNS_MIN_CHANGE)
+    from sectionmark.profiling.compare_defaults import (DEFAULT_ITERATIONS, DEFAULT_ROUNDS, DEFAULT_WARMUP,
+                                                        DRIFT_BOUND, MAX_ROUNDS, MIN_CHANGE, RUNS_MIN_CHANGE)
 
     parser = _Parser(
         prog="sectionmark",
@@ -481,7 +481,7 @@ def _slice_io(args: argparse.Namespace) -> PlannedIO:
 
 
 def _profile_io(args: argparse.Namespace) -> PlannedIO:
-    from sectionmark.workflows.record import is_recording, recording_files
+    from sectionmark.workflows.recording_files import is_recording, recording_files
 
     module_inputs = [args.vmfb, *recording_files(args.vmfb)] if is_recording(args.vmfb) else _module_inputs(args.vmfb)
     return [*module_inputs, *args.input], {**_rendered_options(args), "--keep-profile": args.keep_profile}

@@ -131,7 +131,7 @@ def compile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
 def profile_command(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     """Profile a module, or replay a saved recording (per-function profiles): one output path for both."""
     from sectionmark.workflows.measure import profile
-    from sectionmark.workflows.record import is_recording
+    from sectionmark.workflows.recording_files import is_recording
 
     devices = args.device or ["local-task"]
     args.device = devices[0]

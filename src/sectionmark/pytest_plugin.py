@@ -36,8 +36,8 @@ from typing import Any, Optional
 import pytest
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.compare import (DEFAULT_ROUNDS, NO_CHANGE, NO_DISPATCHES, SLOWER, Comparison,
-                                           compare_sessions)
+from sectionmark.profiling.compare import NO_CHANGE, NO_DISPATCHES, SLOWER, Comparison, compare_sessions
+from sectionmark.profiling.compare_defaults import DEFAULT_ROUNDS
 from sectionmark.profiling.regression import Gate, RegressionVerdict, parse_gate, regression_verdicts
 from sectionmark.renderers.table import format_ns
 from sectionmark.section_path import decode_path, encode_path, format_path

@@ -416,6 +416,8 @@ def _modules_loaded(code: str) -> dict:
             "iree.compiler": "iree.compiler" in sys.modules,
             "renderers": sorted(m for m in sys.modules if m.startswith("sectionmark.renderers")),
             "frameworks": sorted(m for m in ("torch", "jax") if m in sys.modules),
+            "sectionmark": sorted(m for m in sys.modules if m.startswith("sectionmark")),
+            "numpy": "numpy" in sys.modules,
         }))
         """
     )
@@ -427,7 +429,7 @@ def _modules_loaded(code: str) -> dict:
 
 def test_importing_sectionmark_and_the_session_loads_no_compiler_framework_or_renderer():
     loaded = _modules_loaded("import sectionmark as sm, sectionmark.profiling; sm.section('x')")
-    assert loaded == {"iree.compiler": False, "renderers": [], "frameworks": []}
+    assert (loaded["iree.compiler"], loaded["renderers"], loaded["frameworks"]) == (False, [], [])
 
 
 @pytest.fixture(scope="module")
@@ -478,6 +480,49 @@ def test_runtime_commands_do_not_import_the_compiler(saved_module, tmp_path, com
         argv = ["tracy-stats", str(replay)]
     loaded = _modules_loaded(f"from sectionmark.cli import main\nmain({argv!r})")
     assert loaded["iree.compiler"] is False
+
+
+# What the command line itself may add to the modules `sm.profile` and the table need: its parser, its commands, and
+# what the parser shows of the other commands (compare's defaults and the compile targets, apart from their code).
+CLI_OWN_MODULES = {"sectionmark.cli", "sectionmark.commands", "sectionmark.profiling.compare_defaults",
+                   "sectionmark.workflows.recording_files", "sectionmark.compiler", "sectionmark.compiler.targets"}
+
+
+def test_the_profile_command_imports_only_what_sm_profile_needs(saved_module, tmp_path):
+    """``sectionmark profile`` pays for no other command: not compare's statistics, not the recording's replay and
+    runtime, not the markers (issue Q: ``--no-cost`` is a short profile, and its imports are most of it)."""
+    import numpy as np
+
+    vmfb, _profile = saved_module
+    for name in ("a", "b"):
+        np.save(tmp_path / f"{name}.npy", np.ones((64, 64), np.float32))
+    inputs = [str(tmp_path / "a.npy"), str(tmp_path / "b.npy")]
+    command = _modules_loaded(
+        f"""
+        from sectionmark.cli import main
+        assert main(['profile', {str(vmfb)!r}, '--input', {inputs[0]!r}, '--input', {inputs[1]!r}, '-n', '1',
+                     '--warmup', '0', '--no-cost']) == 0
+        """
+    )
+    library = _modules_loaded(
+        f"""
+        import sectionmark as sm
+        from sectionmark.workflows.inputs import load_input_array
+        run = sm.profile({str(vmfb)!r}, [load_input_array(path) for path in {inputs!r}], iterations=1, warmup=0,
+                         cost=False)
+        run.render("table")
+        """
+    )
+    assert set(command["sectionmark"]) - set(library["sectionmark"]) <= CLI_OWN_MODULES
+    assert not {"sectionmark.profiling.compare", "sectionmark.workflows.record", "sectionmark.runtime",
+                "sectionmark.markers"} & set(command["sectionmark"])
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["profile", "--help"], ["compare", "--help"]])
+def test_help_imports_no_numpy(argv):
+    """The parser shows every command's options without importing what any of them runs."""
+    loaded = _modules_loaded(f"from sectionmark.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass")
+    assert loaded["numpy"] is False
 
 
 # Folders of tests/ beside the stages: the shared builders and the oracle, whole-stack runs of real model code,

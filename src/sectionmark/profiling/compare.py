@@ -66,6 +66,7 @@ from sectionmark import serialization
 from sectionmark.errors import SectionmarkError
 from sectionmark.section_path import SectionPath, format_path
 from sectionmark.profiling import display
+from sectionmark.profiling.compare_defaults import DRIFT_BOUND, MIN_CHANGE, RUNS_MIN_CHANGE
 from sectionmark.profiling.components import components, outermost
 from sectionmark.profiling.run_scale import leaf_paths, run_scales, scaled
 from sectionmark.profiling.runs import median_interval
@@ -77,16 +78,6 @@ RESAMPLES = 2000
 RESAMPLE_BLOCK = 250  # resamples drawn at a time: at most 250 x MAX_SAMPLES indices in memory
 CONFIDENCE = 0.95
 SEED = 0
-MIN_CHANGE = 10.0  # percent beyond which an interval over rounds is a change (benchmarks/bench_compare.py)
-RUNS_MIN_CHANGE = 25.0  # the same over the scaled runs of two profiles taken apart (benchmarks/bench_compare.py)
-DRIFT_BOUND = 100.0  # percent two runs of one module differed by as wholes, at most, on a loaded machine (docs/cli.md)
-# Two modules run alternately (sectionmark.workflows.interleave): rounds of one run of each.
-# 10 rounds: the interval runs from the second lowest to the second highest ratio (97.9%), so one round disturbed
-# on either side (a stalled run) moves neither end.
-DEFAULT_ROUNDS = 10
-MAX_ROUNDS = 1_000
-DEFAULT_ITERATIONS = 20  # measured calls per run
-DEFAULT_WARMUP = 3
 MAX_TIME_NS = 1e15  # a per-call time beyond 11.6 days is not a measurement
 MAX_CALLS = 10**12  # nor are more calls than a microsecond each would make in 11.6 days
 EXACT_RANK_LIMIT = 10_000  # runs_a x runs_b up to which the Mann-Whitney distribution is counted exactly

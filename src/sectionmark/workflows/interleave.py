@@ -21,8 +21,8 @@ import numpy as np
 from sectionmark.errors import SectionmarkError
 from sectionmark.parameters import Parameters
 from sectionmark.workflows.measure import profile
-from sectionmark.profiling.compare import (CONFIDENCE, DEFAULT_ITERATIONS, DEFAULT_ROUNDS, DEFAULT_WARMUP, MAX_ROUNDS,
-                                           RESAMPLES, SEED, Comparison, compare_sessions)
+from sectionmark.profiling.compare import CONFIDENCE, RESAMPLES, SEED, Comparison, compare_sessions
+from sectionmark.profiling.compare_defaults import DEFAULT_ITERATIONS, DEFAULT_ROUNDS, DEFAULT_WARMUP, MAX_ROUNDS
 from sectionmark.workflows.runner import DEFAULT_TIMEOUT_S
 from sectionmark.profiling.runs import combine_runs
 from sectionmark.profiling.session import ProfileSession

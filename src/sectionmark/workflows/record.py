@@ -42,6 +42,7 @@ from sectionmark.errors import SectionmarkError
 from sectionmark.outputs import check_output_path, copy_output, remove_stale_temporaries, temporary_name
 from sectionmark.parameters import Parameters, parameter_specs, spec_text
 from sectionmark.workflows.inputs import load_input_array
+from sectionmark.workflows.recording_files import DRIVER_FILE, MODEL_FILE, RECORDING_FILE, recording_files
 from sectionmark.workflows.runner import DEFAULT_TIMEOUT_S, TRACED_DRIVERS, device_driver, run_profile
 from sectionmark.readers.ireeprof import read_profile
 from sectionmark.readers.sources import read_device_events
@@ -53,9 +54,6 @@ from sectionmark.workflows.replay_devices import DeviceReplayProfile
 from sectionmark.workflows.replay_module import Argument, ReplayCall, InputArgument, ResultArgument
 
 RECORDING_VERSION = 1
-RECORDING_FILE = "recording.json"
-MODEL_FILE = "model.vmfb"
-DRIVER_FILE = "replay.vmfb"
 MAX_DESCRIPTION_BYTES = 1 << 30  # recording.json: a million calls take about 100 MB
 
 
@@ -399,22 +397,6 @@ def _check_checksums(directory: Path, description: RecordingDescription, vmfb: b
     if driver is not None and recorded.get("replay") != found["replay"]:
         raise SectionmarkError(f"{directory / DRIVER_FILE} does not make the calls {RECORDING_FILE} lists (one of them "
                                "was replaced or edited): record the program again")
-
-
-def recording_files(directory: Union[str, Path]) -> list[Path]:
-    """Every file of a saved recording: what profiling it reads, so what no output of that command may replace.
-
-    The directory is the command's input, but its files are what an output
-    path names (``--json REC/model.vmfb``).
-    """
-    directory = Path(directory)
-    return [directory / RECORDING_FILE, directory / MODEL_FILE, sidecar_path(directory / MODEL_FILE),
-            directory / DRIVER_FILE, *sorted((directory / "inputs").glob("*.npy"))]
-
-
-def is_recording(path: Union[str, Path]) -> bool:
-    """Whether ``path`` is a directory written by `Recording.save`."""
-    return (Path(path) / RECORDING_FILE).is_file()
 
 
 def _read_description(directory: Path) -> RecordingDescription:
