@@ -66,7 +66,7 @@ EXAMPLES = {
   sectionmark profile model.vmfb --input x.npy --table table.txt
   sectionmark profile model.vmfb --input x.npy -n 40 --runs 5 --json runs.json   # median and interval over 5 runs
   sectionmark profile model.vmfb --input x.npy --runs 5 --workers 1   # a busy 2-core machine: less run-to-run noise
-  sectionmark profile model.vmfb --input x.npy --no-cost   # skip the profiler-cost rounds: about half the time
+  sectionmark profile model.vmfb --input x.npy --no-cost   # skip the profiler-cost rounds (10 short tool runs)
   sectionmark profile model.vmfb --input x.npy --by name --kernels kernels.txt --graph graph.svg
   sectionmark profile model-cuda.vmfb --input x.npy --device cuda --keep-profile run.tracy
   sectionmark profile split.vmfb --input x.npy --device local-task --device local-task --json devices.json   # sm.compile(devices=2)
@@ -273,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "cores vary less between runs on a busy machine (docs/cli.md)")
     profile.add_argument("--no-cost", action="store_true",
                          help="skip measuring the profiler's own cost (paired unprofiled and profiled rounds before "
-                         "the profile): about half the time of a short profile")
+                         "the profile: 10 runs of the tool): 0.6x the wall time of the nanoGPT demo's profile (docs/benchmarks.md)")
     profile.add_argument("--device", action="append", default=None,
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
                          "vulkan: its device-timed dispatch events (docs/gpu.md). Repeat it for a module compiled for "

@@ -103,7 +103,8 @@ def profile(
     threads (None: one per physical core; fewer leave cores to the rest of a
     busy machine and vary less between runs, docs/cli.md#run-to-run-variation).
     ``cost``: first measure what the profiler itself costs a call (paired rounds of unprofiled and profiled runs,
-    `ProfileSession.profiler_cost`); False skips them, about halving the time a short profile takes.
+    `ProfileSession.profiler_cost`); False skips them (10 runs of the tool: 0.6x the
+    wall time of the nanoGPT demo's profile, docs/benchmarks.md).
     The run returned keeps the profile its figures come from in a folder of its own until it is closed
     (`ProfileRun.close`, or its ``with`` block), for the outputs that draw every event.
     ``devices``: the IREE devices of a module compiled for several (``sm.compile(..., devices=N)``), in the
