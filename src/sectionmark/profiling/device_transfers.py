@@ -222,15 +222,20 @@ class ExecutionGaps:
         rows = self._rows(dispatches["submission"])
         keep = rows >= 0
         keep[keep] = self._transfers.code[rows[keep]] >= 0
-        rows, starts = rows[keep], dispatches["start_ns"][keep].astype(np.int64)
-        ends, indices = dispatches["end_ns"][keep].astype(np.int64), dispatches["command_index"][keep].astype(np.int64)
-        pieces = [self._whole(np.setdiff1d(copying, rows))]
-        if len(rows):
-            if not ((np.diff(rows) > 0) | ((np.diff(rows) == 0) & (np.diff(starts) >= 0))).all():
-                order = np.lexsort((starts, rows))
-                rows, starts, ends, indices = rows[order], starts[order], ends[order], indices[order]
-            pieces.append(self._between_blocks(rows, starts, ends, indices))
-        self._keep_copy_gaps(*(np.concatenate(column) for column in zip(*pieces)))
+        columns = [dispatches[name] for name in ("start_ns", "end_ns", "command_index")]
+        if not keep.all():
+            rows, columns = rows[keep], [column[keep] for column in columns]
+        starts, ends, indices = (column.astype(np.int64) for column in columns)
+        if not len(rows):
+            self._keep_copy_gaps(*self._whole(copying))
+            return
+        step, later = np.diff(rows), np.diff(starts)
+        if not ((step > 0) | ((step == 0) & (later >= 0))).all():
+            order = np.lexsort((starts, rows))
+            rows, starts, ends, indices = rows[order], starts[order], ends[order], indices[order]
+        ran = rows[np.minimum(np.searchsorted(rows, copying), len(rows) - 1)] == copying  # rows are sorted
+        self._keep_copy_gaps(*(np.concatenate(column) for column in zip(
+            self._whole(copying[~ran]), self._between_blocks(rows, starts, ends, indices))))
 
     def _whole(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Executions with transfer commands and no dispatch: copies all through."""
@@ -245,8 +250,9 @@ class ExecutionGaps:
         group_of = np.repeat(np.arange(len(group_first)), np.diff(np.append(group_first, len(rows))))
         spans = np.maximum.reduceat(ends, group_first) - starts[group_first] + 1
         shift = (np.cumsum(spans) - spans - starts[group_first])[group_of]
-        block_starts, block_ends = union_blocks(starts + shift, ends + shift)
-        first = np.searchsorted(starts + shift, block_starts)  # each block's first dispatch
+        shifted = starts + shift
+        block_starts, block_ends = union_blocks(shifted, ends + shift)
+        first = np.searchsorted(shifted, block_starts)  # each block's first dispatch
         least, greatest = np.minimum.reduceat(indices, first), np.maximum.reduceat(indices, first)
         block_starts, block_ends = block_starts - shift[first], block_ends - shift[first]
         row = rows[first]
