@@ -43,7 +43,6 @@ from sectionmark.section_map import COMMAND_OPS, CommandBuffer
 from sectionmark.section_path import SectionPath
 
 TRANSFER_COMMANDS = ("fill", "copy", "update")  # the recorded commands that move bytes (COMMAND_OPS)
-_INDEX_BITS = 33  # a key's bits for a command index (uint32) or one past the greatest
 
 
 @dataclass
@@ -118,15 +117,22 @@ def covered_length(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> n
 class TransferCommands:
     """Where each execution's command buffer records transfer commands (`TRANSFER_COMMANDS`), from the source's
     recorded commands (``Profile.command_buffers``: runtime buffer id -> (index, op, key)), asked for many
-    executions at once: each buffer with any gets a code (-1: none), its commands' indices are kept as one sorted
-    array of ``code << 33 | index`` keys, so "a transfer between these indices" is two binary searches."""
+    executions at once: each buffer with any gets a code (-1: none) and a run of one array holding, for each
+    command index i (and one past its last command), how many transfer commands it records before i, so "a
+    transfer between these indices" is two look-ups."""
 
     def __init__(self, executions: np.ndarray, recorded: dict[int, list[RecordedCommand]]):
         ids = sorted(runtime_id for runtime_id, commands in recorded.items()
                      if any(op in TRANSFER_COMMANDS for _index, op, _key in commands))
-        self._keys = np.sort(np.array([(code << _INDEX_BITS) | index for code, runtime_id in enumerate(ids)
-                                       for index, op, _key in recorded[runtime_id] if op in TRANSFER_COMMANDS],
-                                      np.int64))
+        runs = []
+        for runtime_id in ids:
+            commands = recorded[runtime_id]
+            run = np.zeros(max(index for index, _op, _key in commands) + 2, np.int64)
+            run[[index + 1 for index, op, _key in commands if op in TRANSFER_COMMANDS]] = 1
+            runs.append(np.cumsum(run))
+        self._last = np.array([len(run) - 1 for run in runs], np.int64)  # by code: its run's last place
+        self._offsets = np.cumsum(self._last + 1) - (self._last + 1)  # by code: where its run begins
+        self._before = np.concatenate(runs) if runs else np.zeros(0, np.int64)
         # By execution: its buffer's code, -1 where it records no transfer command.
         self.code = np.full(len(executions), -1, np.int64)
         if ids:
@@ -137,12 +143,12 @@ class TransferCommands:
     @property
     def any(self) -> bool:
         """Whether any buffer records a transfer command."""
-        return bool(len(self._keys))
+        return bool(len(self._before))
 
     def between(self, code: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-        """Whether buffer ``code`` records a transfer command with index in ``[low, high)`` (by element)."""
-        base = code << _INDEX_BITS
-        return np.searchsorted(self._keys, base + high) > np.searchsorted(self._keys, base + low)
+        """Whether buffer ``code`` (>= 0) records a transfer command with index in ``[low, high)`` (by element)."""
+        base, last = self._offsets[code], self._last[code]
+        return self._before[base + np.clip(high, 0, last)] > self._before[base + np.clip(low, 0, last)]
 
 
 class ExecutionGaps:
@@ -219,49 +225,58 @@ class ExecutionGaps:
         copying = copying[self._transfers.code[copying] >= 0]
         if not len(copying):
             return
-        rows = self._rows(dispatches["submission"])
-        keep = rows >= 0
-        keep[keep] = self._transfers.code[rows[keep]] >= 0
-        columns = [dispatches[name] for name in ("start_ns", "end_ns", "command_index")]
-        if not keep.all():
-            rows, columns = rows[keep], [column[keep] for column in columns]
-        starts, ends, indices = (column.astype(np.int64) for column in columns)
-        if not len(rows):
-            self._keep_copy_gaps(*self._whole(copying))
-            return
-        step, later = np.diff(rows), np.diff(starts)
-        if not ((step > 0) | ((step == 0) & (later >= 0))).all():
-            order = np.lexsort((starts, rows))
-            rows, starts, ends, indices = rows[order], starts[order], ends[order], indices[order]
-        ran = rows[np.minimum(np.searchsorted(rows, copying), len(rows) - 1)] == copying  # rows are sorted
+        submissions = dispatches["submission"]
+        starts, ends, indices = (dispatches[name].astype(np.int64) for name in ("start_ns", "end_ns", "command_index"))
+        same = submissions[1:] == submissions[:-1]
+        if not ((submissions[1:] >= submissions[:-1]).all() and (~same | (starts[1:] >= starts[:-1])).all()):
+            order = np.lexsort((starts, submissions))
+            submissions, starts, ends, indices = submissions[order], starts[order], ends[order], indices[order]
+            same = submissions[1:] == submissions[:-1]
+        # Per submission (a run of its dispatches): its execution row, kept where its buffer records transfers.
+        first = np.flatnonzero(np.concatenate([[True], ~same])) if len(submissions) else np.zeros(0, np.int64)
+        counts, rows = np.diff(np.append(first, len(submissions))), self._rows(submissions[first])
+        kept = rows >= 0
+        kept[kept] = self._transfers.code[rows[kept]] >= 0
+        if not kept.all():
+            keep = np.repeat(kept, counts)
+            starts, ends, indices, rows, counts = starts[keep], ends[keep], indices[keep], rows[kept], counts[kept]
+        ran = np.zeros(len(copying), bool) if not len(rows) else (
+            rows[np.minimum(np.searchsorted(rows, copying), len(rows) - 1)] == copying)  # rows are sorted
         self._keep_copy_gaps(*(np.concatenate(column) for column in zip(
-            self._whole(copying[~ran]), self._between_blocks(rows, starts, ends, indices))))
+            self._whole(copying[~ran]), self._between_blocks(rows, counts, starts, ends, indices))))
 
     def _whole(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Executions with transfer commands and no dispatch: copies all through."""
         return rows, self._exec_starts[rows], self._exec_ends[rows]
 
-    def _between_blocks(self, rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, indices: np.ndarray
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(execution, start, end) of the copy gaps around the union blocks of each execution's dispatches
-        (sorted by execution, then start): the executions are laid end to end, each shifted so that it starts
-        1 ns after the one before ends, so one union of them all never joins two executions' blocks."""
-        group_first = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
-        group_of = np.repeat(np.arange(len(group_first)), np.diff(np.append(group_first, len(rows))))
+    def _between_blocks(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                        indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(execution, start, end) of the copy gaps around the union blocks of each execution's dispatches (runs
+        of ``counts`` dispatches, execution ``rows``, each sorted by start): the executions are laid end to end,
+        each shifted so that it starts 1 ns after the one before ends, so one union of them all never joins two
+        executions' blocks."""
+        if not len(starts):
+            return rows, starts, ends
+        group_first = np.cumsum(counts) - counts
+        group_of = np.repeat(np.arange(len(counts)), counts)
         spans = np.maximum.reduceat(ends, group_first) - starts[group_first] + 1
         shift = (np.cumsum(spans) - spans - starts[group_first])[group_of]
         shifted = starts + shift
         block_starts, block_ends = union_blocks(shifted, ends + shift)
-        first = np.searchsorted(shifted, block_starts)  # each block's first dispatch
-        least, greatest = np.minimum.reduceat(indices, first), np.maximum.reduceat(indices, first)
+        if len(block_starts) == len(shifted):  # each dispatch a block of its own (one after another)
+            first, least, greatest = np.arange(len(shifted)), indices, indices
+        else:
+            first = np.searchsorted(shifted, block_starts)  # each block's first dispatch
+            least, greatest = np.minimum.reduceat(indices, first), np.maximum.reduceat(indices, first)
         block_starts, block_ends = block_starts - shift[first], block_ends - shift[first]
-        row = rows[first]
+        group = group_of[first]
+        row = rows[group]
         code = self._transfers.code[row]
-        leading = np.concatenate([[True], row[1:] != row[:-1]])
+        leading = np.concatenate([[True], group[1:] != group[:-1]])
         trailing = np.append(leading[1:], True)
         inner = ~trailing[:-1] & self._transfers.between(code[:-1], greatest[:-1] + 1, least[1:])
         before = leading & self._transfers.between(code, np.zeros_like(least), least)
-        after = trailing & self._transfers.between(code, greatest + 1, np.full_like(greatest, 1 << 32))
+        after = trailing & self._transfers.between(code, greatest + 1, np.full_like(greatest, np.iinfo(np.int64).max))
         return (np.concatenate([row[:-1][inner], row[before], row[after]]),
                 np.concatenate([block_ends[:-1][inner], self._exec_starts[row[before]], block_ends[after]]),
                 np.concatenate([block_starts[1:][inner], block_starts[before], self._exec_ends[row[after]]]))
