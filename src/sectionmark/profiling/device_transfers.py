@@ -199,10 +199,10 @@ class ExecutionGaps:
 
     def add(self, dispatches: np.ndarray, executed: np.ndarray) -> None:
         """The dispatches of the submissions ``executed`` (one reader window)."""
-        self._add_copy_gaps(dispatches, executed)
+        added = dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64)
+        self._add_copy_gaps(dispatches, executed, *added)
         frontier = self._frontiers.after(executed)
-        starts = np.concatenate([self._carried[0], dispatches["start_ns"].astype(np.int64)])
-        ends = np.concatenate([self._carried[1], dispatches["end_ns"].astype(np.int64)])
+        starts, ends = (np.concatenate([carried, new]) for carried, new in zip(self._carried, added))
         if not len(starts):
             return
         starts, ends = union_blocks(starts, ends)
@@ -216,8 +216,10 @@ class ExecutionGaps:
         found = (self._submissions[at] == submissions) if len(self._submissions) else np.zeros(len(at), bool)
         return np.where(found, at, -1)
 
-    def _add_copy_gaps(self, dispatches: np.ndarray, executed: np.ndarray) -> None:
-        """The copy gaps of the window's executions whose buffers record transfer commands (class docstring)."""
+    def _add_copy_gaps(self, dispatches: np.ndarray, executed: np.ndarray, starts: np.ndarray,
+                       ends: np.ndarray) -> None:
+        """The copy gaps of the window's executions whose buffers record transfer commands (class docstring);
+        ``starts`` and ``ends``: the dispatches' (int64)."""
         if not self._transfers.any or not len(executed):
             return
         copying = self._rows(executed["submission"])
@@ -226,7 +228,7 @@ class ExecutionGaps:
         if not len(copying):
             return
         submissions = dispatches["submission"]
-        starts, ends, indices = (dispatches[name].astype(np.int64) for name in ("start_ns", "end_ns", "command_index"))
+        indices = dispatches["command_index"].astype(np.int64)
         same = submissions[1:] == submissions[:-1]
         if not ((submissions[1:] >= submissions[:-1]).all() and (~same | (starts[1:] >= starts[:-1])).all()):
             order = np.lexsort((starts, submissions))
