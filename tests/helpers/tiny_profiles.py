@@ -205,11 +205,32 @@ def _device_buffers(rows: list[dict], section_map: SectionMap, device: Optional[
     return commands
 
 
+def copy_gaps(start: int, end: int, dispatches: list[tuple[int, int, int]], transfers: list[int]) -> int:
+    """The transfer ns of one execution ``[start, end)``, in plain Python: its time with no dispatch running
+    (``dispatches``: (start, end, command index)) in the gaps that have a transfer command (``transfers``: the
+    buffer's copy/fill/update command indices) between the command indices of the dispatches on either side of
+    them (before the first, after the last); all of it when it ran no dispatch but records transfers."""
+    if not dispatches:
+        return end - start if transfers else 0
+    blocks: list[list[int]] = []  # [start, end, least index, greatest index] of the dispatches' union
+    for d_start, d_end, index in sorted(dispatches):
+        if blocks and d_start <= blocks[-1][1]:
+            block = blocks[-1]
+            block[1], block[2], block[3] = max(block[1], d_end), min(block[2], index), max(block[3], index)
+        else:
+            blocks.append([d_start, d_end, index, index])
+    edges = [(start, blocks[0][0], -1, blocks[0][2])]
+    edges += [(before[1], after[0], before[3], after[2]) for before, after in zip(blocks, blocks[1:])]
+    edges.append((blocks[-1][1], end, blocks[-1][3], 1 << 32))
+    return sum(max(gap_end - gap_start, 0) for gap_start, gap_end, after_index, before_index in edges
+               if any(after_index < index < before_index for index in transfers))
+
+
 def transfer_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int, device: int,
                     calls: int) -> dict[SectionPath, float]:
     """Transfer ns per section on ``device`` from ireeperf-jsonl rows, in plain Python: each measured execution's
-    duration less the union of its dispatches' intervals, given to its map buffer's copy sections by the bytes
-    each copy moves (the export's own ``length`` of the buffer's copy operations; "(unmarked)", path (), where it
+    gaps around its transfer commands (`copy_gaps`), given to its map buffer's copy sections by the bytes each
+    copy moves (the export's own ``length`` of the buffer's copy operations; "(unmarked)", path (), where it
     copies nothing). Executions of a device must not overlap."""
     events = [r for r in rows if r.get("record_type") == "host_execution_event"
               and r.get("physical_device_ordinal") == device]
@@ -224,22 +245,18 @@ def transfer_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int
             recorded.setdefault(r["command_buffer_id"], []).append((r["command_index"], r["op"], r.get("length")))
     totals: dict[SectionPath, float] = {}
     for execution in measured:
-        dispatches = sorted((r["start_host_time_ns"], r["end_host_time_ns"]) for r in events if r.get("op") == "dispatch"
-                            and r["submission_id"] == execution["submission_id"])
-        covered, reach = 0, None
-        for start, end in dispatches:  # the union of the dispatch intervals
-            start = max(start, reach) if reach is not None else start
-            covered += max(end - start, 0)
-            reach = max(end, reach) if reach is not None else end
-        gap = execution["end_host_time_ns"] - execution["start_host_time_ns"] - covered
+        dispatches = [(r["start_host_time_ns"], r["end_host_time_ns"], r["command_index"]) for r in events
+                      if r.get("op") == "dispatch" and r["submission_id"] == execution["submission_id"]]
         operations = sorted(recorded[execution["command_buffer_id"]])
+        transfer = copy_gaps(execution["start_host_time_ns"], execution["end_host_time_ns"], dispatches,
+                             [index for index, op, _length in operations if op in ("copy", "fill", "update")])
         buffer = next(b for b in section_map.command_buffers if b.device == device
                       and [c.op for c in b.commands] == [op for _index, op, _length in operations])
         copies = [c for c in buffer.commands if c.op == "copy"]
         lengths = [length for _index, op, length in operations if op == "copy"]
         for copy, length in zip(copies, lengths):
             for share in copy.shares:
-                totals[share.path] = totals.get(share.path, 0.0) + gap * share.weight * length / sum(lengths)
+                totals[share.path] = totals.get(share.path, 0.0) + transfer * share.weight * length / sum(lengths)
         if not copies:
-            totals[()] = totals.get((), 0.0) + gap
+            totals[()] = totals.get((), 0.0) + transfer
     return totals

@@ -521,9 +521,12 @@ def test_split_device_time_by_hand():
     device_1 = spans((EXECUTE, 50, 200, 0), (ALLOCA, 200, 210, 0), (COPY, 330, 340, 1))
     windows = common_windows([device_0, device_1], 2)
     assert windows[0].tolist() == [0, 300] and windows[1].tolist() == [210, 340]
-    first, second = split_device_time([device_0, device_1], [np.array([60, 20]), np.array([100, 0])], windows)
-    assert first.per_call == [[60, 40, 0, 110, 0], [20, 0, 0, 10, 10]]
-    assert second.per_call == [[100, 50, 10, 50, 0], [0, 10, 0, 20, 10]]
+    # Of the executions' time with no dispatch running in call 0, device 0 copies 30 ns, device 1 20 ns.
+    first, second = split_device_time([device_0, device_1], [np.array([60, 20]), np.array([100, 0])], windows,
+                                      copies=[np.array([30, 0]), np.array([20, 0])])
+    assert first.per_call == [[60, 30, 10, 0, 110, 0], [20, 0, 0, 0, 10, 10]]
+    assert second.per_call == [[100, 20, 30, 10, 50, 0], [0, 10, 0, 0, 20, 10]]
+    assert second.queue_transfer_ns == 10
     assert first.overlap_ns == second.overlap_ns == 50  # [50, 100)
     for time in (first, second):
         assert sum(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS) == time.window_ns == 250
@@ -533,6 +536,8 @@ def test_dispatches_outside_executions_are_refused():
     device_0 = spans((EXECUTE, 0, 100, 0))
     with pytest.raises(SectionmarkError, match="outside its command-buffer"):
         split_device_time([device_0], [np.array([101])], common_windows([device_0], 1))
+    with pytest.raises(SectionmarkError, match="outside its command-buffer"):
+        split_device_time([device_0], [np.array([60])], common_windows([device_0], 1), copies=[np.array([41])])
 
 
 def test_a_device_whose_events_the_map_cannot_place_is_named(two_devices):
@@ -662,7 +667,7 @@ def test_overlapping_executions_read_in_any_windows_give_the_one_window_gaps():
     compute = union_by_window(dispatches["start_ns"].astype(np.int64), dispatches["end_ns"].astype(np.int64),
                               *windows)
     (time,) = split_device_time([queue], [compute], windows)
-    assert time.transfer_ns == sum(expected) == 60
+    assert time.gaps_ns == sum(expected) == 60 and time.transfer_ns == 0  # no buffer records a copy
     for cuts in ([4], [1, 4], [2, 4], [3, 4], [1, 2, 4], [1, 3, 4], [2, 3, 4], [1, 2, 3, 4]):  # the submissions each reader window ends after
         gaps, first = ExecutionGaps(runs, windows), 0
         for last in cuts:
@@ -685,6 +690,91 @@ def test_dispatches_running_at_once_in_different_reader_windows_are_taken_once()
             gaps.add(dispatches[first:last], runs[first:last])
             first = last
         assert gaps.gaps().tolist() == [20, 0] and gaps.dispatch_union().tolist() == [80], cuts
+
+
+# ------------------------------------------------------------------ transfer gaps vs launch and barrier gaps
+
+
+# Buffer 7 records dispatch 0, dispatch 1, a copy (command 2), dispatch 3.
+DISPATCH_DISPATCH_COPY_DISPATCH = {7: [(0, "dispatch", "k"), (1, "dispatch", "k"), (2, "copy", "copy"),
+                                       (3, "dispatch", "k")]}
+
+
+def indexed_dispatches(*rows: tuple[int, int, int, int]) -> np.ndarray:
+    """Dispatches (submission, command index, start, end)."""
+    table = dispatch_rows(*((submission, start, end) for submission, _index, start, end in rows))
+    table["command_index"] = [index for _submission, index, _start, _end in rows]
+    return table
+
+
+def test_only_the_gap_around_a_copy_is_transfer():
+    """Execution [0, 100): dispatch 0 [5, 20), dispatch 1 [25, 40), the copy, dispatch 3 [70, 90). Only [40, 70)
+    has the copy between its neighbours' commands: transfer 30; [0, 5), [20, 25), [90, 100) are launch and
+    barrier gaps: 20."""
+    from sectionmark.profiling.device_transfers import ExecutionGaps, section_transfers
+
+    runs = executions((1, 7, 0, 100))
+    windows = (np.array([0]), np.array([100]))
+    gaps = ExecutionGaps(runs, windows, DISPATCH_DISPATCH_COPY_DISPATCH)
+    gaps.add(indexed_dispatches((1, 3, 70, 90), (1, 0, 5, 20), (1, 1, 25, 40)), runs)  # any order
+    assert gaps.gaps().tolist() == [50] and gaps.transfers().tolist() == [30]
+    assert gaps.transfer_by_window().tolist() == [30]
+    (time,) = split_device_time([spans((EXECUTE, 0, 100, 0))], [gaps.dispatch_union()], windows,
+                                copies=[gaps.transfer_by_window()])
+    assert time.per_call == [[50, 30, 20, 0, 0, 0]]
+    # The section of the copy gets the copy's gap, not the execution's whole time with no dispatch running.
+    transfers = section_transfers(runs, gaps.transfers(), {7: copy_buffer(0, ("Half 1", None))}, 0)
+    assert transfers.transfer_ns == {("Half 1",): 30.0}
+
+
+def test_copies_first_last_inside_a_block_or_alone():
+    """A copy before the first dispatch's command: the leading gap; after the last one's: the trailing gap; between
+    the commands of dispatches that ran at once (one union block): no gap of its own; an execution that only
+    copies: all of it. Several submissions in one reader window, laid end to end, never merge."""
+    from sectionmark.profiling.device_transfers import ExecutionGaps
+
+    recorded = {5: [(0, "fill", None), (1, "dispatch", "k"), (2, "dispatch", "k"), (3, "update", None)],
+                **DISPATCH_DISPATCH_COPY_DISPATCH, 9: [(0, "copy", "copy")]}
+    # 1: fill, [10, 30), [35, 50), update, ends 60: leading 10 + trailing 10. 2 (right after 1): dispatches 0 and
+    # 3 run at once [105, 150) with 1 [110, 120) inside: one block, the copy inside it; [100, 105), [150, 160)
+    # launch gaps. 3: only a copy, [200, 230).
+    runs = executions((1, 5, 0, 60), (2, 7, 100, 160), (3, 9, 200, 230))
+    gaps = ExecutionGaps(runs, (np.array([0]), np.array([230])), recorded)
+    gaps.add(indexed_dispatches((1, 1, 10, 30), (1, 2, 35, 50), (2, 0, 105, 140), (2, 3, 106, 150),
+                                (2, 1, 110, 120)), runs)
+    assert gaps.transfers().tolist() == [20, 0, 30]
+    assert gaps.gaps().tolist() == [25, 15, 30]
+
+
+def test_copy_gaps_cut_at_call_windows_and_read_in_any_windows():
+    """The copy gap [40, 70) across the call windows' edge at 50: 10 ns in call 0, 20 in call 1, however the
+    reader cuts the submissions."""
+    from sectionmark.profiling.device_transfers import ExecutionGaps
+
+    runs = executions((1, 7, 0, 100), (2, 7, 100, 200))
+    dispatches = indexed_dispatches((1, 0, 5, 20), (1, 1, 25, 40), (1, 3, 70, 90), (2, 0, 100, 150),
+                                    (2, 1, 150, 160), (2, 3, 170, 200))
+    for cuts in ([6], [3, 6]):
+        gaps, first = ExecutionGaps(runs, (np.array([0, 50]), np.array([50, 200])), DISPATCH_DISPATCH_COPY_DISPATCH), 0
+        for last in cuts:
+            submissions = np.unique(dispatches[first:last]["submission"])
+            gaps.add(dispatches[first:last], runs[np.isin(runs["submission"], submissions)])
+            first = last
+        assert gaps.transfer_by_window().tolist() == [10, 20 + 10], cuts
+        assert gaps.transfers().tolist() == [30, 10], cuts
+
+
+def test_a_copy_gap_where_another_execution_ran_is_transfer_only_up_to_its_gap():
+    """A [0, 100) copies after its one dispatch [0, 40): its copy gap is [40, 100); B [50, 120), which copies
+    nothing, runs a dispatch [60, 80) in time A owns: A's time with no dispatch running is 40, and so its
+    transfer (min of its copy gaps and its gap)."""
+    from sectionmark.profiling.device_transfers import ExecutionGaps
+
+    recorded = {7: [(0, "dispatch", "k"), (1, "copy", "copy")], 8: [(0, "dispatch", "k")]}
+    runs = executions((1, 7, 0, 100), (2, 8, 50, 120))
+    gaps = ExecutionGaps(runs, (np.array([0]), np.array([120])), recorded)
+    gaps.add(indexed_dispatches((1, 0, 0, 40), (2, 0, 60, 80)), runs)
+    assert gaps.gaps().tolist() == [40, 20] and gaps.transfers().tolist() == [40, 0]
 
 
 def test_a_wait_goes_to_the_section_the_device_waits_to_run():

@@ -9,9 +9,9 @@ calls: what ``sectionmark profile --device cuda --device cuda`` runs. Their logi
 Each device's figures are checked against Tracy's own reader (csvexport -g: every GPU zone's name, start and
 duration), each zone's device being the GPU context it is in: per device, the sections' busy time plus
 unmarked equals the sum of that device's dispatch zones, to the ns; every section is on the device that ran it.
-Each device's time split (compute / transfer / queue / waiting / idle in each call's window) is checked against the
-capture's own zones: each execution is its command-buffer zone (GPU-timed), the copies between devices are its time
-with no dispatch zone running.
+Each device's time split (compute / transfer / gaps / queue / waiting / idle in each call's window) is checked
+against the capture's own zones: each execution is its command-buffer zone (GPU-timed), the copies between devices
+are its time with no dispatch zone running where its buffer records a copy, the rest launch gaps.
 """
 
 from __future__ import annotations
@@ -115,18 +115,50 @@ def covered(spans: list[tuple[int, int]], start: int, end: int) -> int:
     return total
 
 
-def zone_oracle(path: Path, calls: int, warmup: int) -> list[list[list[int]]]:
-    """[device][measured call] -> compute, transfer, queue, waiting, idle from the capture's zones alone: each
-    context's command-buffer zones after its first (the initializer's, before the calls) are its calls' executions,
-    the same number each call; a call's window runs from its first execution on any device to its last one's end."""
-    executions, dispatches = [], []
-    for context in read_capture(path).gpu_contexts:
-        roots = [zone for zone in context.zones if zone.parent < 0][1:]
+def transfer_places(section_map: SectionMap, ordinal: int) -> dict[tuple[str, ...], set[int]]:
+    """Each of device ``ordinal``'s map buffers by its dispatches' keys, in recording order: the places of its
+    transfer commands (copy, fill, update) among them, k where one lies between dispatch k - 1 and dispatch k (0:
+    before the first; the dispatch count: after the last). Buffers recording the same dispatches must agree."""
+    places: dict[tuple[str, ...], set[int]] = {}
+    for buffer in section_map.command_buffers:
+        if buffer.device != ordinal:
+            continue
+        keys, found = [], set()
+        for command in buffer.commands:
+            if command.op == "dispatch":
+                keys.append(command.key)
+            elif command.op in ("copy", "fill", "update"):
+                found.add(len(keys))
+        assert places.setdefault(tuple(keys), found) == found
+    return places
+
+
+def zone_oracle(path: Path, section_map: SectionMap, calls: int, warmup: int) -> list[list[list[int]]]:
+    """[device][measured call] -> compute, transfer, gaps, queue, waiting, idle from the capture's zones and the
+    map's recording order alone: each context's command-buffer zones after its first (the initializer's, before
+    the calls) are its calls' executions, the same number each call; a call's window runs from its first execution
+    on any device to its last one's end. An execution's dispatch zones run one after another (CUDA's one stream):
+    its k-th is its buffer's k-th dispatch command, the buffer being the device's one recording those dispatches;
+    the time between two of them (before the first, after the last) is transfer where the buffer records a transfer
+    command between them, launch and barrier gaps otherwise."""
+    executions, dispatches, copy_gaps = [], [], []
+    for ordinal, context in enumerate(read_capture(path).gpu_contexts):
+        places = transfer_places(section_map, ordinal)
+        roots = [index for index, zone in enumerate(context.zones) if zone.parent < 0][1:]
         per_call = len(roots) // calls
         assert per_call * calls == len(roots)
-        executions.append([[(zone.start_ns, zone.end_ns) for zone in roots[call * per_call:(call + 1) * per_call]]
-                           for call in range(calls)])
+        executions.append([[(context.zones[root].start_ns, context.zones[root].end_ns)
+                            for root in roots[call * per_call:(call + 1) * per_call]] for call in range(calls)])
         dispatches.append([(zone.start_ns, zone.end_ns) for zone in context.zones if zone.parent >= 0])
+        gaps = []
+        for root in roots:
+            execution = context.zones[root]
+            inside = [zone for zone in context.zones if zone.parent == root]
+            assert all(after.start_ns >= before.end_ns for before, after in zip(inside, inside[1:]))
+            edges = [execution.start_ns, *(edge for zone in inside for edge in (zone.start_ns, zone.end_ns)),
+                     execution.end_ns]
+            gaps += [(edges[2 * k], edges[2 * k + 1]) for k in places[tuple(zone.name for zone in inside)]]
+        copy_gaps.append(gaps)
     parts = [[] for _ in executions]
     for call in range(warmup, calls):
         spans = [span for device in executions for span in device[call]]
@@ -134,27 +166,32 @@ def zone_oracle(path: Path, calls: int, warmup: int) -> list[list[list[int]]]:
         anyone = covered(spans, start, end)
         for device, own in enumerate(executions):
             busy, compute = covered(own[call], start, end), covered(dispatches[device], start, end)
-            parts[device].append([compute, busy - compute, 0, anyone - busy, end - start - anyone])
+            transfer = covered(copy_gaps[device], start, end)
+            parts[device].append([compute, transfer, busy - compute - transfer, 0, anyone - busy,
+                                  end - start - anyone])
     return parts
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_each_device_time_adds_up_to_the_window_of_every_call(name):
-    """compute + transfer + queue + waiting + idle = each call's window on each device, exactly, and each part is
-    the capture's zones' own (`zone_oracle`); the device that sends its activations to the other has transfer
-    time, given to the sections of its copies."""
+    """compute + transfer + gaps + queue + waiting + idle = each call's window on each device, exactly, and each part
+    is the capture's zones' own (`zone_oracle`); the device that sends its activations to the other has transfer
+    time, given to the sections of its copies; the launch gaps between kernels are gaps, no section's."""
     path, section_map = capture_and_map(name)
     run = sm.report(path, section_map, warmup=WARMUP, calls=CALLS)
     per_call = np.array([device.time.per_call for device in run.devices])  # [device, call, part]
     assert per_call.shape == (2, CALLS - WARMUP, len(DEVICE_TIME_PARTS))
     starts, ends = run.call_windows
     assert (per_call.sum(axis=2) == ends - starts).all() and (ends > starts).all()
-    assert per_call.tolist() == zone_oracle(path, CALLS, WARMUP)
+    assert per_call.tolist() == zone_oracle(path, section_map, CALLS, WARMUP)
     for index, device in enumerate(run.devices):
         time = device.time
         assert sum(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS) == time.window_ns
         assert time.compute_ns == device.session.call_time.dispatch_ns
-        assert time.transfer_ns > 0 and time.queue_ns == 0, device.ordinal
+        assert time.gaps_ns > 0 and time.queue_ns == 0, device.ordinal  # a launch gap between every two kernels
+        # Transfer only where the device's buffers record copies (pp's device 1 copies nothing).
+        copies = any(transfer_places(section_map, device.ordinal).values())
+        assert (time.transfer_ns > 0) == copies, device.ordinal
         transfers = [row.transfer_ns[index] for row in run.sections]
         waits = [row.waiting_ns[index] for row in run.sections]
         assert sum(transfers) == pytest.approx(time.transfer_ns, abs=1e-6 * time.transfer_ns)
@@ -162,3 +199,4 @@ def test_each_device_time_adds_up_to_the_window_of_every_call(name):
     if name == "pp":  # device 0 copies block 1's output to device 1, where block 2 reads it: block 2's transfer
         block_2 = next(row for row in run.sections if row.path == ("Block 2",))
         assert block_2.transfer_ns[0] == pytest.approx(run.devices[0].time.transfer_ns) and block_2.ran_on == [1]
+        assert run.devices[1].time.transfer_ns == 0

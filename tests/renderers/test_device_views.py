@@ -18,6 +18,7 @@ from tiny_profiles import export_rows, profile_two_devices, section_oracle
 import sectionmark as sm
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.device_run import DeviceRun
+from sectionmark.profiling.devices import DEVICE_TIME_PARTS
 from sectionmark.readers.tracy_capture import read_capture
 from sectionmark.workflows.measure import report
 
@@ -175,7 +176,7 @@ def test_html_report_in_chromium_has_a_lane_per_device_and_every_section(two_dev
     shown = " ".join(element.text for element in found)
     assert all(name in shown for name in ("Half 0", "Half 1", "Join"))
     parts = [(element.attributes["data-part"]) for element in found if element.attributes.get("class") == "split-part"]
-    assert len(parts) == 2 * 5
+    assert parts == [*DEVICE_TIME_PARTS] * 2  # gaps (launches, barriers) beside transfer
     tabs = [element.text for element in found if element.tag == "button" and element.text.startswith("device")]
     assert tabs == ["device 0 (local-task)", "device 1 (local-task)"]
 
@@ -238,6 +239,25 @@ def test_compare_of_two_runs_on_several_devices_is_device_by_device(two_devices,
     assert main(["compare", str(a), str(b), "--csv", str(table), "--fail-if-slower", "50"]) == 1
     lines = table.read_text().splitlines()
     assert lines[0].startswith("device,section,") and {line.split(",")[0] for line in lines[1:]} == {"0", "1"}
+
+
+def test_a_version_3_document_without_gaps_still_compares(two_devices, tmp_path):
+    """A file written before the time split had ``gaps_ns`` (version 3: five parts, gaps inside transfer) reads
+    back as before."""
+    _compiled, _kept, run, _rows = two_devices
+    document = json.loads(run.render("json"))
+    assert document["version"] == 4 and all(len(part) == 6 for device in document["devices"]
+                                            for part in device["time"]["per_call"])
+    for device in document["devices"]:
+        time = device["time"]
+        time["transfer_ns"] += time.pop("gaps_ns")
+        time["per_call"] = [[c, t + g, q, w, i] for c, t, g, q, w, i in time["per_call"]]
+    document["version"] = 3
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(document))
+    compared = sm.compare(old, run.save(tmp_path / "new.json"))
+    assert [device.ordinal for device in compared.devices] == [0, 1]
+    assert all(row.a_ns == row.b_ns for device in compared.devices for row in device.comparison.sections)
 
 
 def test_compare_of_several_devices_with_one_is_one_error_line(two_devices):

@@ -15,14 +15,17 @@ coverage is checked on its own events. On top of them, here:
   windows clipped not to overlap, as one device's are). Each nanosecond of it
   goes, for each device, to exactly one of:
   ``compute`` (a dispatch of the device ran), ``transfer`` (inside one of its
-  command-buffer executions with no dispatch running: the copies of a tensor
-  to or from another device, which local-task records as copy commands inside
-  command buffers and does not time one by one, with the barriers between
-  them; plus its queue fills, copies, updates, reads and writes),
+  command-buffer executions with no dispatch running, where the buffer records
+  a copy, fill or update between the dispatches on either side: the copies of
+  a tensor to or from another device, which neither local-task nor CUDA times
+  one by one (`sectionmark.profiling.device_transfers`); plus its queue fills,
+  copies, updates, reads and writes), ``gaps`` (the rest of its executions'
+  time with no dispatch running: launches and barriers between dispatches),
   ``queue`` (its allocations and other queue operations), ``waiting`` (the
   device ran nothing while another device did) and ``idle`` (no device ran
-  anything). So compute + transfer + queue + waiting + idle = the call's
-  window, on every device, exactly (integer nanoseconds from the same events);
+  anything). So compute + transfer + gaps + queue + waiting + idle = the
+  call's window, on every device, exactly (integer nanoseconds from the same
+  events);
   ``overlap`` is the time the device ran something while another device ran
   something too;
 * each device's transfer time by section (`sectionmark.profiling.device_transfers`):
@@ -61,7 +64,7 @@ from sectionmark.section_map import SectionMap
 from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
 
-DEVICE_TIME_PARTS = ("compute", "transfer", "queue", "waiting", "idle")
+DEVICE_TIME_PARTS = ("compute", "transfer", "gaps", "queue", "waiting", "idle")
 
 
 @dataclass
@@ -71,14 +74,15 @@ class DeviceTime:
 
     compute_ns: int
     transfer_ns: int
+    gaps_ns: int
     queue_ns: int
     waiting_ns: int
     idle_ns: int
-    window_ns: int  # the calls' windows: the five parts above add up to it exactly
+    window_ns: int  # the calls' windows: the six parts above add up to it exactly
     overlap_ns: int  # time it ran something while another device ran something too
-    per_call: list[list[int]] = field(default_factory=list)  # [call] -> the five parts, in DEVICE_TIME_PARTS order
+    per_call: list[list[int]] = field(default_factory=list)  # [call] -> the six parts, in DEVICE_TIME_PARTS order
     # The part of ``transfer_ns`` of queue transfers outside command buffers (fills, copies, updates, reads, writes);
-    # the rest is the command-buffer executions' time with no dispatch running (their copies and barriers).
+    # the rest is the command-buffer executions' time with no dispatch running around their copy commands.
     queue_transfer_ns: int = 0
 
 
@@ -178,26 +182,30 @@ def common_windows(spans: list[np.ndarray], calls: int) -> tuple[np.ndarray, np.
 
 
 def split_device_time(spans: list[np.ndarray], compute: list[np.ndarray], windows: tuple[np.ndarray, np.ndarray],
-                      activity: Optional[DeviceActivity] = None) -> list[DeviceTime]:
+                      activity: Optional[DeviceActivity] = None,
+                      copies: Optional[list[np.ndarray]] = None) -> list[DeviceTime]:
     """Each device's `DeviceTime` in ``windows`` (per call: starts, ends): ``spans``, each device's queue spans
     (QUEUE_SPAN_DTYPE: its executions and other queue operations); ``compute``, the union of its dispatch
-    intervals in each window (int64 per call); ``activity``: the devices' sweep of ``spans`` when already made.
-    Exact: the parts of every call add up to its window."""
+    intervals in each window (int64 per call); ``copies``, the part of its executions' time with no dispatch
+    running that is transfer in each window (`ExecutionGaps.transfer_by_window`; None: none is, all of it is
+    gaps); ``activity``: the devices' sweep of ``spans`` when already made. Exact: the parts of every call add
+    up to its window."""
     starts, ends = windows
     length = ends - starts
     activity = DeviceActivity(spans, windows) if activity is None else activity
     any_busy = activity.anyone()
     times = []
-    for index, (part, dispatch) in enumerate(zip(spans, compute)):
+    copies = [np.zeros(len(starts), np.int64)] * len(spans) if copies is None else copies
+    for index, (part, dispatch, copied) in enumerate(zip(spans, compute, copies)):
         parts = partition_time(part["start_ns"], part["end_ns"], ROW_OF_EVENT_TYPE[part["type"]], len(QUEUE_ROWS),
                                starts, ends).astype(np.int64)
         busy = length - parts[:, len(QUEUE_ROWS)]
         dispatch = np.asarray(dispatch, np.int64)
-        executions = parts[:, COMMAND_BUFFER]
-        if (dispatch > executions).any():
-            raise SectionmarkError("internal error: a device's dispatches reach outside its command-buffer "
-                                   "executions in a call's window")
-        per_call = np.stack([dispatch, executions - dispatch + parts[:, TRANSFER],
+        executions, copied = parts[:, COMMAND_BUFFER], np.asarray(copied, np.int64)
+        if (dispatch + copied > executions).any():
+            raise SectionmarkError("internal error: a device's dispatches and copies reach outside its "
+                                   "command-buffer executions in a call's window")
+        per_call = np.stack([dispatch, copied + parts[:, TRANSFER], executions - dispatch - copied,
                              parts[:, ALLOCATION] + parts[:, OTHER_QUEUE], any_busy - busy, length - any_busy], axis=1)
         times.append(DeviceTime(*(int(value) for value in per_call.sum(axis=0)), window_ns=int(length.sum()),
                                 overlap_ns=int(activity.overlap(index).sum()), per_call=per_call.tolist(),
@@ -260,7 +268,8 @@ def _read_devices(sources: dict[int, EventSource], section_map: SectionMap, call
     if windows is not None and all(gaps is not None for gaps in swept):
         compute = [gaps.dispatch_union() for gaps in swept]
         activity = DeviceActivity(spans, windows)
-        for device, time in zip(sessions, split_device_time(spans, compute, windows, activity)):
+        copies = [gaps.transfer_by_window() for gaps in swept]
+        for device, time in zip(sessions, split_device_time(spans, compute, windows, activity, copies)):
             device.time = time
         for device, (ordinal, attribution, _totals), stretches, gaps in zip(
                 sessions, read, waiting_stretches(spans, windows, activity), swept):
@@ -268,7 +277,8 @@ def _read_devices(sources: dict[int, EventSource], section_map: SectionMap, call
             buffers = static_buffers(np.unique(executions["command_buffer"]).tolist(),
                                      attribution.buffer_matches, sources[ordinal].command_buffers,
                                      device_section_map(section_map, ordinal).command_buffers)
-            device.transfers = section_transfers(executions, gaps.gaps(), buffers, device.time.queue_transfer_ns)
+            device.transfers = section_transfers(executions, gaps.transfers(), buffers,
+                                                  device.time.queue_transfer_ns)
             # The first rows of the queue spans are the executions, in the layout's order (with their calls).
             device.waits = section_waits(stretches, executions["start_ns"].astype(np.int64),
                                          attribution.queue_spans["call"][:len(executions)],
@@ -331,7 +341,8 @@ class _TransferSweep:
 
     def windows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         windows = self._windows_of_calls()
-        self.gaps = None if windows is None else ExecutionGaps(self._source.layout().submissions, windows)
+        self.gaps = None if windows is None else ExecutionGaps(self._source.layout().submissions, windows,
+                                                               self._source.command_buffers)
         for dispatches, executed in self._source.windows():
             if self.gaps is not None:
                 self.gaps.add(dispatches, executed)

@@ -3,10 +3,10 @@ the views that draw every device's events (``VIEWS``: Perfetto, HTML, Tracy).
 
 * table: the sections across devices (busy per call on each device, their
   sum, and the devices a section ran on), where each device's time went per
-  call (compute / transfer / queue / waiting / idle, adding up to the call's
+  call (compute / transfer / gaps / queue / waiting / idle, adding up to the call's
   window, and the overlap with the other devices), then each device's own
   section table under its heading;
-* JSON (version 3, docs/profile-json.md): ``devices``, each with its ordinal,
+* JSON (version 4, docs/profile-json.md): ``devices``, each with its ordinal,
   IREE device, time split and its whole profile document (what a one-device
   profile's JSON is); ``sections`` across devices with per-device lists;
 * CSV: a leading ``device`` column (the ordinal) before a one-device profile's
@@ -40,7 +40,7 @@ from sectionmark.renderers.csv_format import csv_text
 from sectionmark.renderers.json_out import profile_document
 from sectionmark.section_path import format_path, printable
 
-DEVICES_JSON_VERSION = 3
+DEVICES_JSON_VERSION = 4  # 4: the time split's gaps_ns (docs/profile-json.md)
 FORMATS = ("table", "json", "csv", "perfetto", "html", "tracy")
 # The views that draw every device's events: each module's ``render_devices(profile, events=..., **options)``
 # (``events``: each device's `Attribution`, by ordinal, which `sectionmark.profiling.device_run.DeviceRun` reads).
@@ -91,8 +91,10 @@ def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> st
     return text
 
 
-TRANSFER_NOTE = ("transfer: command-buffer time with no dispatch running (the copies to and from other devices, "
-                 "not timed one by one, and barriers) + queue copies; waiting: idle while another device ran")
+TRANSFER_NOTE = ("transfer: command-buffer time with no dispatch running around its copy, fill and update commands "
+                 "(the copies to and from other devices, not timed one by one) + queue copies; gaps: the rest of the "
+                 "command-buffer time with no dispatch running (launches, barriers); waiting: idle while another "
+                 "device ran")
 
 
 def sections_table(profile: DeviceProfile) -> Table:
@@ -125,8 +127,8 @@ def times_table(profile: DeviceProfile) -> Optional[Table]:
     if not all(device.time is not None for device in profile.devices):
         return None
     calls = max(profile.calls, 1)
-    times = Table(title="each device's time per call (compute + transfer + queue + waiting + idle = the call's "
-                        "window)", title_justify="left")
+    times = Table(title="each device's time per call (compute + transfer + gaps + queue + waiting + idle = the "
+                        "call's window)", title_justify="left")
     times.add_column("Device")
     for part in (*DEVICE_TIME_PARTS, "window", "overlap"):
         times.add_column(part, justify="right")
@@ -139,8 +141,9 @@ def times_table(profile: DeviceProfile) -> Optional[Table]:
 
 def transfer_note(profile: DeviceProfile) -> str:
     """What the transfer and waiting columns hold, and how a marked one was split."""
-    note = ("per call: transfer: each command-buffer execution's time with no dispatch running, given to the sections of its "
-            "copy commands ((unmarked): buffers that copy nothing, and queue transfers); waiting: the time the device "
+    note = ("per call: transfer: each command-buffer execution's time with no dispatch running around its copy "
+            "commands, given to the sections of those copies ((unmarked): buffers that only fill or update, and "
+            "queue transfers); launch and barrier gaps are no section's; waiting: the time the device "
             "waited for another, given to the section it waited to run ((unmarked): none after it in the call)")
     split = [device.transfers for device in profile.devices if device.transfers is not None and device.transfers.split]
     if split:

@@ -4,7 +4,7 @@ Above the tabs (`sectionmark.renderers.html.page`'s ``overview``):
 
 * the sections across devices, with a busy-per-call column per device
   (`sectionmark.renderers.devices.sections_table`, the text table's);
-* each device's time split (compute / transfer / queue / waiting / idle per
+* each device's time split (compute / transfer / gaps / queue / waiting / idle per
   call, `times_table`), drawn as one stacked bar per device;
 * one call on every device, one lane per device on the devices' shared host
   clock: the device's dispatches coloured by section (concurrent ones on extra
@@ -38,8 +38,8 @@ from sectionmark.section_map import css_color
 LABEL_WIDTH = 220  # pixels left of the lanes for their names
 ROW_HEIGHT, ROW_GAP = 16, 4
 # The colours of the parts of a device's time (the split's bars, the lanes' queue rows and waiting).
-PART_COLORS = {"compute": "#4c78a8", "transfer": "#f58518", "queue": "#9d9d9d", "waiting": "#e45756",
-               "idle": "#e8e8e8"}
+PART_COLORS = {"compute": "#4c78a8", "transfer": "#f58518", "gaps": "#f2cf5b", "queue": "#9d9d9d",
+               "waiting": "#e45756", "idle": "#e8e8e8"}
 QUEUE_COLORS = {"command_buffer": "#c9c9c9", "transfer": PART_COLORS["transfer"], "allocation": "#9d9d9d",
                 "other_queue": "#9d9d9d"}
 
