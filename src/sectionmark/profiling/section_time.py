@@ -472,10 +472,31 @@ class EventFold:
         self._sweep(frontier)
 
     def _sweep(self, frontier: Optional[int]) -> None:
-        """Sweep the carried events whose union blocks end at or before ``frontier`` (all when None)."""
+        """Sweep the carried events whose union blocks end at or before ``frontier`` (all when None): in C when
+        built (`_sectionpass.fold_sweep`, one pass), else numpy; the same numbers."""
         starts, ends, compositions = self._carry
         if not len(starts):
             return
+        passes = native_passes()
+        windows = self._call_windows
+        arguments = (frontier, self._wall, *((None, None, None) if windows is None else (
+            np.ascontiguousarray(windows.starts, np.int64), np.ascontiguousarray(windows.ends, np.int64),
+            self._call_union)))
+        swept = None if passes is None else passes.fold_sweep(starts, ends, compositions, None, *arguments)
+        if swept is None and passes is not None and (ends >= starts).all():  # not in start order: sorted by numpy
+            swept = passes.fold_sweep(starts, ends, compositions, np.argsort(starts, kind="stable"), *arguments)
+        if swept is None:  # no C pass, or an event ending before it starts
+            self._sweep_numpy(frontier)
+            return
+        kept, union, final_end = swept
+        self._total_wall += union
+        if final_end is not None:
+            self._last_final_end = final_end if self._last_final_end is None else max(final_end, self._last_final_end)
+        self._carry = (starts[:kept], ends[:kept], compositions[:kept])
+
+    def _sweep_numpy(self, frontier: Optional[int]) -> None:
+        """`_sweep` in numpy."""
+        starts, ends, compositions = self._carry
         durations = ends - starts
         apart = bool((starts[1:] >= ends[:-1]).all() and (durations >= 0).all())  # in order, none overlapping
         if apart:  # each event is a block of its own
