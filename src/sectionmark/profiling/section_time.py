@@ -252,9 +252,11 @@ def shared_time(
 
 def section_rows(
     paths: list[SectionPath], compositions: list[Composition], weights: Weights, sums: CompositionSums,
-    workers: Optional[int] = None,
+    workers: Optional[int] = None, per_call_inclusive: Optional[np.ndarray] = None,
 ) -> list[SectionStats]:
     """One row per section column, then the "(unmarked)" row: busy, wall and CPU time split by the same weights.
+    ``per_call_inclusive``: ``sums.busy_by_call @ weights.inclusive`` when the caller keeps it too (made once: a
+    long profile's calls make it one of the session's longest products).
 
     Parallelism divides CPU time by busy time, not by the apportioned wall
     time: a dispatch's tiles run inside its own interval on at most
@@ -262,7 +264,8 @@ def section_rows(
     dispatch overlapping another gets only part of its interval as wall time.
     """
     busy = sums.busy
-    per_call_inclusive = sums.busy_by_call @ weights.inclusive  # calls x columns
+    if per_call_inclusive is None:
+        per_call_inclusive = sums.busy_by_call @ weights.inclusive  # calls x columns
     inclusive, exclusive = busy @ weights.inclusive, busy @ weights.exclusive
     inclusive_wall, exclusive_wall = sums.wall @ weights.inclusive, sums.wall @ weights.exclusive
     dispatches = sums.count @ weights.member
