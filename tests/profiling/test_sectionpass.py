@@ -228,3 +228,25 @@ def test_c_and_numpy_sweeps_carried_across_windows_alike(seed, layout, with_wind
     if layout != "backwards":  # every sweep made in C, after numpy's sort where not in start order
         assert "done" in swept and "declined" not in swept
         assert ("unsorted" in swept) == (layout == "interleaved")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_c_and_numpy_partition_time_alike(seed, monkeypatch):
+    """Queue operations of four rows, overlapping, nested, touching, empty and out of start order (the executions
+    then the other operations, as a profile's spans come), some reaching across window edges; windows with gaps,
+    touching and empty; fields of a table (strided): each window's time per row to the nanosecond."""
+    rng = np.random.default_rng(seed)
+    count = 400
+    spans = np.zeros(count, queue_time.QUEUE_SPAN_DTYPE)
+    spans["start_ns"] = rng.integers(0, 20_000, count)
+    spans["end_ns"] = spans["start_ns"] + rng.choice([0, 1, 50, 400, 3000], count)
+    rows = rng.integers(0, 4, count)
+    edges = np.sort(rng.choice(np.arange(-500, 21_000), 60, replace=False))
+    window_starts, window_ends = edges[0::2].copy(), edges[1::2].copy()
+    window_ends[::7] = window_starts[::7]  # empty windows
+    window_ends[1:-1:5] = window_starts[2::5]  # touching the next
+    arguments = (spans["start_ns"], spans["end_ns"], rows, 4, window_starts, window_ends)
+    with_c = queue_time.partition_time(*arguments)
+    monkeypatch.setattr(native, "_passes", None)
+    assert np.array_equal(with_c, queue_time.partition_time(*arguments))
+    assert np.array_equal(with_c.sum(axis=1), window_ends - window_starts)  # each window's time, all of it

@@ -1,13 +1,16 @@
 /* Profiling's passes over every attributed event: the join of each dispatch to its slot and call
  * (profiling/attribute.py), the session's sums and the wall sweep carried across windows
- * (profiling/section_time.py) and the union of the dispatches per call window (profiling/queue_time.py). numpy
- * needs several passes and temporaries the size of the events for each; these do one. Built when a C compiler is present (setup.py); each Python caller runs its numpy twin when
- * it is not, and tests/profiling/test_sectionpass.py checks that both give identical results.
+ * (profiling/section_time.py), the union of the dispatches per call window and the call windows' split between
+ * queue operations (profiling/queue_time.py; these sweeps over time intervals are in _sweeps.h). numpy needs several
+ * passes and temporaries the size of the events for each; these do one. Built when a C compiler is present
+ * (setup.py); each Python caller runs its numpy twin when it is not, and tests/profiling/test_sectionpass.py checks
+ * that both give identical results.
  *
  * The events are rows of readers.event_model.DISPATCH_DTYPE, as sectionmark.readers._ireeprof writes them.
  * All validation (and every error message) stays in Python.
  */
 #include "../_buffers.h"
+#include "_sweeps.h"
 
 /* attribute_events(dispatches, runtime_ids, bases, slots, slot_keys, submission_ids, call_of_submission, warmup,
  *                  event_slots, event_calls) -> (first measured, measured, unplaced, wrong key, orphan)
@@ -163,45 +166,6 @@ done:
     return result;
 }
 
-/* A column of int64 values: a one-dimensional buffer, contiguous or a field of a structured array. */
-typedef struct { const char *base; Py_ssize_t stride; } column;
-
-static inline int64_t at(column values, Py_ssize_t i) {
-    int64_t value;
-    memcpy(&value, values.base + i * values.stride, 8);
-    return value;
-}
-
-/* The pass of union_by_window over ``count`` intervals sorted by start, adding each window's union into ``sums``
- * (which the caller zeroes or carries); 0 when a start is out of order (``sums`` then partly added). */
-static int union_into(column starts, column ends, Py_ssize_t count, column window_starts, column window_ends,
-                      Py_ssize_t windows, int64_t *sums) {
-    Py_ssize_t window = -1, high = windows;  /* the last window starting at or before the block's start */
-    while (count && window + 1 < high) {  /* found for the first block by bisection: a window of a long profile's
-                                           * events reaches few of its calls */
-        Py_ssize_t middle = window + 1 + (high - window - 1) / 2;
-        if (at(window_starts, middle) <= at(starts, 0)) window = middle; else high = middle;
-    }
-    int64_t reach = 0;  /* the running maximum of the ends, as numpy's union_blocks takes it */
-    for (Py_ssize_t i = 0; i < count;) {
-        int64_t block_start = at(starts, i);
-        if (!i || at(ends, i) > reach) reach = at(ends, i);
-        if (i && block_start < at(starts, i - 1)) return 0;
-        for (i++; i < count && at(starts, i) <= reach; i++) {
-            if (at(starts, i) < at(starts, i - 1)) return 0;
-            if (at(ends, i) > reach) reach = at(ends, i);
-        }
-        while (window + 1 < windows && at(window_starts, window + 1) <= block_start) window++;
-        if (window >= 0 && block_start < at(window_ends, window)) {
-            int64_t window_end = at(window_ends, window);
-            sums[window] += (reach < window_end ? reach : window_end) - block_start;
-        }
-    }
-    return 1;
-}
-
-static column column_of(const Py_buffer *view) { return (column){view->buf, view->strides[0]}; }
-
 /* union_by_window(starts, ends, window_starts, window_ends, out) -> bool
  *
  * queue_time.union_by_window when ``starts`` are sorted: per window (sorted, disjoint), the length of the
@@ -304,224 +268,6 @@ done:
     return result;
 }
 
-/* A binary min-heap of the intervals started and not yet ended: each one's end, position and prefix at its start. */
-typedef struct { int64_t end; Py_ssize_t position; double start_prefix; } started;
-
-static void heap_push(started *heap, Py_ssize_t *size, started item) {
-    Py_ssize_t child = (*size)++;
-    while (child) {
-        Py_ssize_t parent = (child - 1) / 2;
-        if (heap[parent].end <= item.end) break;
-        heap[child] = heap[parent];
-        child = parent;
-    }
-    heap[child] = item;
-}
-
-static started heap_pop(started *heap, Py_ssize_t *size) {
-    started top = heap[0], last = heap[--*size];
-    Py_ssize_t parent = 0, child;
-    while ((child = 2 * parent + 1) < *size) {
-        if (child + 1 < *size && heap[child + 1].end < heap[child].end) child++;
-        if (last.end <= heap[child].end) break;
-        heap[parent] = heap[child];
-        parent = child;
-    }
-    heap[parent] = last;
-    return top;
-}
-
-/* wall_parts over intervals taken in start order (the positions ``order[0 .. count)``, or 0, 1, ... when ``order``
- * is NULL), none ending before it starts: each one's part to ``parts`` at its position. The ends of the intervals
- * started wait in a heap (``heap``: room for ``count``), so the boundaries come as the merge of the sorted starts
- * and ends gives them to the C wall_parts, and the sums are the same to the bit. */
-static void start_order_sweep(const int64_t *starts, const int64_t *ends, const Py_ssize_t *order, Py_ssize_t count,
-                              started *heap, double *parts) {
-    Py_ssize_t next = 0, size = 0;
-    int64_t boundary = 0;
-    double prefix = 0.0;
-    for (int first = 1; next < count || size; first = 0) {
-        int64_t value = next < count ? starts[order ? order[next] : next] : heap[0].end;
-        if (size && heap[0].end < value) value = heap[0].end;
-        if (!first)  /* x / 1.0 is x: most segments have one interval running, spared the division */
-            prefix = prefix + (size > 1 ? (double)(value - boundary) / (double)size
-                               : size ? (double)(value - boundary) : 0.0);
-        boundary = value;
-        for (; next < count && starts[order ? order[next] : next] == value; next++) {
-            Py_ssize_t position = order ? order[next] : next;
-            heap_push(heap, &size, (started){ends[position], position, prefix});
-        }
-        while (size && heap[0].end == value) {  /* clipped to [0, its duration] as wall_parts clips */
-            started done = heap_pop(heap, &size);
-            double part = prefix - done.start_prefix, duration = (double)(done.end - starts[done.position]);
-            part = part > 0.0 ? part : 0.0;
-            parts[done.position] = part < duration ? part : duration;
-        }
-    }
-}
-
-/* fold_sweep(starts, ends, compositions, order, frontier, wall, window_starts, window_ends, call_union)
- *   -> (kept, union ns, last final end) or None
- *
- * section_time.EventFold._sweep in one pass: of the events carried (``starts``, ``ends``, ``compositions``: int64,
- * in the order they came), those whose union blocks end at or before ``frontier`` (every one when it is None) are
- * final: each one's wall part (its duration when every carried event, or every final one with a span under
- * 2**53 ns, is in order and apart; else wall_parts's) summed per composition in their order, as np.bincount sums,
- * then added to ``wall`` (float64); their union per call window added to ``call_union`` (int64; the windows
- * int64; all three None when there are none), as union_by_window gives it. The events left are moved, in their
- * order, to the front of the three arrays. ``order``: the stable argsort of ``starts``, or None while they are
- * sorted. Returned: how many events are left, the length of the final blocks' union, the last end of a final
- * event (None when none is final); None when the pass declines (the starts not sorted and no ``order``, or an
- * event ending before it starts: numpy sweeps those).
- */
-static PyObject *fold_sweep(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer in[5] = {{0}}, windows_in[3] = {{0}};
-    int have_order, have_windows, have_frontier = 0;
-    int64_t frontier = 0;
-    char *room = NULL;
-    PyObject *result = NULL;
-    if (check_arguments(nargs, 9, "fold_sweep") < 0) return NULL;
-    have_order = args[3] != Py_None;
-    have_windows = args[6] != Py_None;
-    if (args[4] != Py_None) {
-        frontier = PyLong_AsLongLong(args[4]);
-        if (frontier == -1 && PyErr_Occurred()) return NULL;
-        have_frontier = 1;
-    }
-    /* starts, ends, compositions (the carry, compacted in place), wall; the order */
-    if (acquire(args, in, 3, 3) < 0) return NULL;
-    if (acquire(args + 5, in + 3, 1, 1) < 0) { release(in, 3); return NULL; }
-    if (have_order && acquire(args + 3, in + 4, 1, 0) < 0) { release(in, 4); return NULL; }
-    if (have_windows && acquire(args + 6, windows_in, 3, 1) < 0) { release(in, 4 + have_order); return NULL; }
-    int64_t *starts = in[0].buf, *ends = in[1].buf, *compositions = in[2].buf;
-    double *wall = in[3].buf;
-    Py_ssize_t count = in[0].len / 8, kinds = in[3].len / 8, windows = have_windows ? windows_in[0].len / 8 : 0;
-    if (in[1].len != count * 8 || in[2].len != count * 8 ||
-        (have_order && in[4].len != count * (Py_ssize_t)sizeof(Py_ssize_t)) ||
-        (have_windows && (windows_in[1].len != windows * 8 || windows_in[2].len != windows * 8))) {
-        PyErr_SetString(PyExc_ValueError, "fold_sweep: inconsistent sizes");
-        goto done;
-    }
-    Py_ssize_t first_overlap = count;  /* the first event starting before the one before it ended */
-    int sorted = 1;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (compositions[i] < 0 || compositions[i] >= kinds) {
-            PyErr_SetString(PyExc_ValueError, "fold_sweep: a composition is out of range");
-            goto done;
-        }
-        if (ends[i] < starts[i]) break;
-        if (i && starts[i] < ends[i - 1] && first_overlap == count) first_overlap = i;
-        if (i && starts[i] < starts[i - 1]) sorted = 0;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (ends[i] < starts[i] || (!sorted && !have_order)) {  /* numpy's to do */
-            result = Py_None;
-            Py_INCREF(result);
-            goto done;
-        }
-    }
-    {
-        const Py_ssize_t *order = sorted ? NULL : in[4].buf;
-#define POSITION(i) (order ? order[i] : (i))
-        /* Union blocks in start order; their ends (the running reach) never decrease, so the final events are
-         * the first ``final`` in start order. */
-        Py_ssize_t final = 0;
-        uint64_t union_ns = 0;
-        int64_t reach = 0;
-        for (Py_ssize_t i = 0; i < count;) {
-            int64_t block_start = starts[POSITION(i)];
-            do {
-                int64_t end = ends[POSITION(i)];
-                if (i == 0 || end > reach) reach = end;
-                i++;
-            } while (i < count && reach > starts[POSITION(i)]);
-            if (have_frontier && reach > frontier) break;
-            final = i;
-            union_ns += (uint64_t)reach - (uint64_t)block_start;
-        }
-        if (!final) {
-            result = Py_BuildValue("nLO", count, 0LL, Py_None);
-            goto done;
-        }
-        size_t n = (size_t)count, size = n * (sizeof(double) + sizeof(started)) + kinds * sizeof(double);
-        if (order) size += n * (2 * 8 + 1);
-        room = PyMem_Malloc(size);
-        if (!room) { PyErr_NoMemory(); goto done; }
-        double *parts = (double *)room, *by_kind = parts + n;
-        started *heap = (started *)(by_kind + kinds);
-        int64_t *sorted_starts = (int64_t *)(heap + n), *sorted_ends = sorted_starts + n;
-        char *is_final = order ? (char *)(sorted_ends + n) : NULL;  /* sorted: the first ``final`` */
-        memset(by_kind, 0, kinds * sizeof(double));
-        if (order) {
-            memset(is_final, 0, n);
-            for (Py_ssize_t i = 0; i < final; i++) is_final[order[i]] = 1;
-        }
-#define FINAL(i) (order ? is_final[i] : (i) < final)
-        /* The final events in their order: in order and apart (all of them, or these with a span under 2**53 ns),
-         * each one's part is its duration. */
-        int in_order = first_overlap == count || (!order && first_overlap >= final);
-        if (order && !in_order) {
-            in_order = 1;
-            for (Py_ssize_t i = 0, previous = -1; i < count && in_order; i++) {
-                if (!is_final[i]) continue;
-                if (previous >= 0 && starts[i] < ends[previous]) in_order = 0;
-                previous = i;
-            }
-        }
-        Py_ssize_t first = 0, last = final - 1;  /* the first and last final event in their order */
-        if (order) {
-            while (!is_final[first]) first++;
-            for (last = count - 1; !is_final[last]; last--) {}
-        }
-        if (first_overlap < count && in_order)
-            in_order = (int64_t)((uint64_t)ends[last] - (uint64_t)starts[first]) < ((int64_t)1 << 53);
-        if (!in_order) start_order_sweep(starts, ends, order, final, heap, parts);
-        int64_t last_end = ends[first];
-        for (Py_ssize_t i = first; i <= last; i++) {
-            if (!FINAL(i)) continue;
-            by_kind[compositions[i]] += in_order ? (double)(ends[i] - starts[i]) : parts[i];
-            if (ends[i] > last_end) last_end = ends[i];
-        }
-        for (Py_ssize_t k = 0; k < kinds; k++) wall[k] += by_kind[k];
-        if (have_windows) {
-            column final_starts = {(const char *)starts, 8}, final_ends = {(const char *)ends, 8};
-            if (order) {
-                for (Py_ssize_t i = 0; i < final; i++) {
-                    sorted_starts[i] = starts[order[i]];
-                    sorted_ends[i] = ends[order[i]];
-                }
-                final_starts.base = (const char *)sorted_starts;
-                final_ends.base = (const char *)sorted_ends;
-            }
-            union_into(final_starts, final_ends, final, (column){windows_in[0].buf, 8},
-                       (column){windows_in[1].buf, 8}, windows, windows_in[2].buf);
-        }
-        Py_ssize_t kept = 0;
-        if (!order) {  /* the events left: those after the final ones */
-            kept = count - final;
-            memmove(starts, starts + final, kept * 8);
-            memmove(ends, ends + final, kept * 8);
-            memmove(compositions, compositions + final, kept * 8);
-        } else {
-            for (Py_ssize_t i = 0; i < count; i++) {
-                if (is_final[i]) continue;
-                starts[kept] = starts[i];
-                ends[kept] = ends[i];
-                compositions[kept] = compositions[i];
-                kept++;
-            }
-        }
-#undef FINAL
-#undef POSITION
-        result = Py_BuildValue("nLL", kept, (long long)union_ns, (long long)last_end);
-    }
-done:
-    PyMem_Free(room);
-    release(in, 4 + have_order);
-    if (have_windows) release(windows_in, 3);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"attribute_events", (PyCFunction)(void (*)(void))attribute_events, METH_FASTCALL,
      "attribute_events(dispatches, runtime_ids, bases, slots, slot_keys, submission_ids, call_of_submission, "
@@ -533,6 +279,8 @@ static PyMethodDef methods[] = {
      "union_by_window(starts, ends, window_starts, window_ends, out) -> sorted"},
     {"wall_parts", (PyCFunction)(void (*)(void))wall_parts, METH_FASTCALL,
      "wall_parts(starts, ends, start_order, end_order, parts) -> None"},
+    {"partition_time", (PyCFunction)(void (*)(void))partition_time, METH_FASTCALL,
+     "partition_time(starts, ends, rows, start_order, window_starts, window_ends, parts) -> bool"},
     {"fold_sweep", (PyCFunction)(void (*)(void))fold_sweep, METH_FASTCALL,
      "fold_sweep(starts, ends, compositions, order, frontier, wall, window_starts, window_ends, call_union) "
      "-> (kept, union_ns, last_end) or None"},
@@ -546,7 +294,7 @@ static struct PyModuleDef module_definition = {
 
 /* The row size this build reads and the version of its functions' arguments: profiling/native.py refuses a
  * stale build whose rows or arguments differ. (Version 1: the arguments these passes took as version 3 of
- * sectionmark.readers._ireeprof, where they were before; 2: wall_parts added; 3: fold_sweep added.) */
+ * sectionmark.readers._ireeprof, where they were before; 2: wall_parts added; 3: fold_sweep and partition_time added.) */
 PyMODINIT_FUNC PyInit__sectionpass(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
