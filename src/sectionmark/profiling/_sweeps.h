@@ -80,8 +80,9 @@ static started heap_pop(started *heap, Py_ssize_t *size) {
  * is NULL), none ending before it starts: each one's part to ``parts`` at its position. The ends of the intervals
  * started wait in a heap (``heap``: room for ``count``), so the boundaries come as the merge of the sorted starts
  * and ends gives them to the C wall_parts, and the sums are the same to the bit. */
-static void start_order_sweep(const int64_t *starts, const int64_t *ends, const Py_ssize_t *order, Py_ssize_t count,
-                              started *heap, double *parts) {
+static inline __attribute__((always_inline)) void start_order_sweep(
+        const int64_t *starts, const int64_t *ends, const Py_ssize_t *order, Py_ssize_t count, started *heap,
+        double *parts) {
     Py_ssize_t next = 0, size = 0;
     int64_t boundary = 0;
     double prefix = 0.0;
@@ -220,7 +221,8 @@ static PyObject *fold_sweep(PyObject *module, PyObject *const *args, Py_ssize_t 
         }
         if (first_overlap < count && in_order)
             in_order = (int64_t)((uint64_t)ends[last] - (uint64_t)starts[first]) < ((int64_t)1 << 53);
-        if (!in_order) start_order_sweep(starts, ends, order, final, heap, parts);
+        if (!in_order && order) start_order_sweep(starts, ends, order, final, heap, parts);
+        if (!in_order && !order) start_order_sweep(starts, ends, NULL, final, heap, parts);  /* made for 0, 1, ... */
         int64_t last_end = ends[first];
         for (Py_ssize_t i = first; i <= last; i++) {
             if (!FINAL(i)) continue;

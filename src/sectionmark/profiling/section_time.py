@@ -383,20 +383,24 @@ def section_spans(first: np.ndarray, last: np.ndarray, call_starts: np.ndarray,
     during a composition's dispatches: every section with a share in it (even of weight 0) and their parents,
     so a fused dispatch counts for each of its sections and a parent's span covers its children's.
     """
-    calls, (compositions, columns) = len(call_starts), member.shape
-    high, low = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    section_first = np.full((calls, columns), high, np.int64)
-    section_last = np.full((calls, columns), low, np.int64)
-    for c in range(compositions):
-        runs = member[c]
-        section_first[:, runs] = np.minimum(section_first[:, runs], first[:, c, None])
-        section_last[:, runs] = np.maximum(section_last[:, runs], last[:, c, None])
-    ran = section_first != high
-    ever = ran.any(axis=0).tolist()  # a column that never ran (a section of another device's) has no offsets
-    return ([Offsets.of(section_first[ran[:, s], s] - call_starts[ran[:, s]]) if ever[s] else None
-             for s in range(columns)],
-            [Offsets.of(section_last[ran[:, s], s] - call_starts[ran[:, s]]) if ever[s] else None
-             for s in range(columns)])
+    high = np.iinfo(np.int64).max
+    # [compositions, calls]: each composition's calls in a row, so that a column's are reduced row by row
+    first_by_composition, last_by_composition = np.ascontiguousarray(first.T), np.ascontiguousarray(last.T)
+    starts: list[Optional[Offsets]] = []
+    ends: list[Optional[Offsets]] = []
+    for column in range(member.shape[1]):
+        runs = np.flatnonzero(member[:, column])
+        section_first = np.minimum.reduce(first_by_composition[runs], axis=0, initial=high)
+        ran = section_first != high  # a column that never ran (a section of another device's) has no offsets
+        if not ran.any():
+            starts.append(None)
+            ends.append(None)
+            continue
+        section_last = np.maximum.reduce(last_by_composition[runs], axis=0)
+        base = call_starts[ran]
+        starts.append(Offsets.of(section_first[ran] - base))
+        ends.append(Offsets.of(section_last[ran] - base))
+    return starts, ends
 
 
 def slot_compositions(attribution: Attribution) -> np.ndarray:
