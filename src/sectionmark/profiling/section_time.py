@@ -464,7 +464,7 @@ class EventFold:
                                  calls=self._attribution.calls, warmup=0, calls_known=True, keys=[],
                                  buffer_matches={})
             self._any_tiles |= add_event_sums(window, self.sums)
-            starts, ends = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64)
+            starts, ends = events["start_ns"], events["end_ns"]  # int64 columns: copied once, into the carry
             if self._last_final_end is not None and starts.min() < self._last_final_end:
                 raise SectionmarkError("internal error: a dispatch starts before the frontier of the profile's "
                                        "submissions")
