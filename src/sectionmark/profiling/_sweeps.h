@@ -80,28 +80,42 @@ static started heap_pop(started *heap, Py_ssize_t *size) {
  * is NULL), none ending before it starts: each one's part to ``parts`` at its position. The ends of the intervals
  * started wait in a heap (``heap``: room for ``count``), so the boundaries come as the merge of the sorted starts
  * and ends gives them to the C wall_parts, and the sums are the same to the bit. */
+static inline double clipped_part(double end_prefix, double start_prefix, int64_t start, int64_t end) {
+    double part = end_prefix - start_prefix, duration = (double)(end - start);
+    part = part > 0.0 ? part : 0.0;  /* clipped to [0, its duration] as wall_parts clips */
+    return part < duration ? part : duration;
+}
+
 static inline __attribute__((always_inline)) void start_order_sweep(
         const int64_t *starts, const int64_t *ends, const Py_ssize_t *order, Py_ssize_t count, started *heap,
         double *parts) {
     Py_ssize_t next = 0, size = 0;
     int64_t boundary = 0;
-    double prefix = 0.0;
+    double prefix = 0.0;  /* never -0.0: adding 0.0 (a segment no interval runs in) leaves it as it is */
     for (int first = 1; next < count || size; first = 0) {
-        int64_t value = next < count ? starts[order ? order[next] : next] : heap[0].end;
+        Py_ssize_t position = next < count ? (order ? order[next] : next) : 0;
+        if (!size && (next + 1 == count || starts[order ? order[next + 1] : next + 1] >= ends[position])) {
+            /* An interval alone (nothing running, the next one starting at or after its end): its start and end
+             * are the next two boundaries, one interval running between them. */
+            double start_prefix = prefix;
+            prefix = prefix + (double)(ends[position] - starts[position]);
+            parts[position] = clipped_part(prefix, start_prefix, starts[position], ends[position]);
+            boundary = ends[position];
+            next++;
+            continue;
+        }
+        int64_t value = next < count ? starts[position] : heap[0].end;
         if (size && heap[0].end < value) value = heap[0].end;
-        if (!first)  /* x / 1.0 is x: most segments have one interval running, spared the division */
-            prefix = prefix + (size > 1 ? (double)(value - boundary) / (double)size
-                               : size ? (double)(value - boundary) : 0.0);
+        if (!first && size)  /* x / 1.0 is x: most segments have one interval running, spared the division */
+            prefix = prefix + (size > 1 ? (double)(value - boundary) / (double)size : (double)(value - boundary));
         boundary = value;
         for (; next < count && starts[order ? order[next] : next] == value; next++) {
-            Py_ssize_t position = order ? order[next] : next;
+            position = order ? order[next] : next;
             heap_push(heap, &size, (started){ends[position], position, prefix});
         }
-        while (size && heap[0].end == value) {  /* clipped to [0, its duration] as wall_parts clips */
+        while (size && heap[0].end == value) {
             started done = heap_pop(heap, &size);
-            double part = prefix - done.start_prefix, duration = (double)(done.end - starts[done.position]);
-            part = part > 0.0 ? part : 0.0;
-            parts[done.position] = part < duration ? part : duration;
+            parts[done.position] = clipped_part(prefix, done.start_prefix, starts[done.position], done.end);
         }
     }
 }
