@@ -1,9 +1,9 @@
 """Profiling's passes over every attributed event in C (`_sectionpass.c`), when setup.py built them.
 
 `attribute.attributed_events`, `section_time.event_sums`, `section_time.wall_parts`,
-`section_time.EventFold`'s sweep carried across windows and `queue_time.union_by_window` each run one C pass
-over the events when `native_passes()` gives the module, else their numpy twin, with the same results
-(tests/profiling/test_sectionpass.py compares them). The readers' C
+`section_time.EventFold`'s sweep carried across windows, `queue_time.union_by_window` and
+`queue_time.partition_time` each run one C pass over the events when `native_passes()` gives the module, else
+their numpy twin, with the same results (tests/profiling/test_sectionpass.py compares them). The readers' C
 passes are apart (`sectionmark.readers.event_model.native`).
 """
 
