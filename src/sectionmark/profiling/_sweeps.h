@@ -76,16 +76,17 @@ static started heap_pop(started *heap, Py_ssize_t *size) {
     return top;
 }
 
-/* wall_parts over intervals taken in start order (the positions ``order[0 .. count)``, or 0, 1, ... when ``order``
- * is NULL), none ending before it starts: each one's part to ``parts`` at its position. The ends of the intervals
- * started wait in a heap (``heap``: room for ``count``), so the boundaries come as the merge of the sorted starts
- * and ends gives them to the C wall_parts, and the sums are the same to the bit. */
+/* An interval's part of the union from the prefix sums at its end and its start. */
 static inline double clipped_part(double end_prefix, double start_prefix, int64_t start, int64_t end) {
     double part = end_prefix - start_prefix, duration = (double)(end - start);
     part = part > 0.0 ? part : 0.0;  /* clipped to [0, its duration] as wall_parts clips */
     return part < duration ? part : duration;
 }
 
+/* wall_parts over intervals taken in start order (the positions ``order[0 .. count)``, or 0, 1, ... when ``order``
+ * is NULL), none ending before it starts: each one's part to ``parts`` at its position. The ends of the intervals
+ * started wait in a heap (``heap``: room for ``count``), so the boundaries come as the merge of the sorted starts
+ * and ends gives them to the C wall_parts, and the sums are the same to the bit. */
 static inline __attribute__((always_inline)) void start_order_sweep(
         const int64_t *starts, const int64_t *ends, const Py_ssize_t *order, Py_ssize_t count, started *heap,
         double *parts) {
