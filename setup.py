@@ -38,7 +38,7 @@ setup(cmdclass={"build_ext": BuildOptionalExtensions}, ext_modules=[
     Extension("sectionmark.readers._ireeprof", ["src/sectionmark/readers/_ireeprof.c"],
               depends=["src/sectionmark/_buffers.h"], optional=True),
     Extension("sectionmark.profiling._sectionpass", ["src/sectionmark/profiling/_sectionpass.c"],
-              depends=["src/sectionmark/_buffers.h"], optional=True),
+              depends=["src/sectionmark/_buffers.h", "src/sectionmark/profiling/_sweeps.h"], optional=True),
     Extension("sectionmark.readers._tracyread", ["src/sectionmark/readers/_tracyread.c"], optional=True),
     Extension("sectionmark.renderers._tracyreplay", ["src/sectionmark/renderers/_tracyreplay.c"], optional=True),
 ])

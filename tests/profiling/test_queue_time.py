@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sectionmark.profiling import queue_time
+from sectionmark.profiling import native, queue_time
 from sectionmark.profiling.queue_time import (
     QUEUE_ALLOCA, QUEUE_SPAN_DTYPE, assign_calls, call_time, call_windows, device_memory, memory_by_window,
     partition_time, union_by_window,
@@ -57,7 +57,9 @@ def test_time_outside_every_window_is_not_counted():
 
 @pytest.mark.parametrize("per_pass", [1, 2, 5])
 def test_windows_partitioned_a_few_at_a_time_give_one_pass_result(monkeypatch, per_pass):
-    """Operations of four rows reaching across windows (clipped windows, a gap, one long span over three)."""
+    """Operations of four rows reaching across windows (clipped windows, a gap, one long span over three); numpy's
+    passes (the C pass takes every window at once)."""
+    monkeypatch.setattr(native, "_passes", None)
     rng = np.random.default_rng(3)
     window_starts = np.array([0, 100, 180, 300, 310, 500, 640])
     window_ends = np.array([100, 180, 250, 310, 450, 640, 700])

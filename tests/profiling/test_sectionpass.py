@@ -1,7 +1,8 @@
 """Profiling's fast passes give exactly what the plain ways give.
 
 Each C pass of ``sectionmark.profiling._sectionpass`` (attribution, the
-session's sums, the dispatch union per call window) equals its numpy twin,
+session's sums, the dispatch union per call window, the wall sweep carried
+across windows) equals its numpy twin,
 switched on and off through `sectionmark.profiling.native`; each numpy shortcut
 equals the straightforward numpy it replaces, on random data shaped like
 profiles. (The readers' passes: tests/readers/test_ireeprof_fast.py.)
@@ -16,7 +17,8 @@ from test_session import synthetic
 
 from sectionmark.profiling import native, queue_time
 from sectionmark.profiling.attribute import attributed_events
-from sectionmark.profiling.section_time import event_sums, wall_parts
+from sectionmark.profiling.queue_time import CallWindows
+from sectionmark.profiling.section_time import EventFold, event_sums, wall_parts
 from sectionmark.readers.event_model import DISPATCH_DTYPE
 
 
@@ -153,3 +155,98 @@ def test_c_and_numpy_wall_parts_alike(seed, monkeypatch):
         monkeypatch.setattr(native, "_passes", None)
         assert with_c.tobytes() == wall_parts(starts, ends).tobytes()
         monkeypatch.undo()
+
+
+def _carried_events(layout: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) in the order a reader yields them: "pipelined": in start order, every 7th overlapping the next
+    few (a call's last dispatch running into the next call's); "interleaved": two submissions at a time listed one
+    after the other though they ran at once (not in start order); "apart": in order, some touching; "far": far
+    past 2**53 ns, gaps of 2**52; "backwards": some ending before they start (the C pass leaves those to numpy)."""
+    count = 600
+    durations = rng.integers(0, 300, count)
+    starts = np.cumsum(durations + rng.integers(0, 60, count)) + 10**9
+    ends = starts + durations
+    if layout == "pipelined":
+        ends[::7] += rng.integers(0, 900, len(ends[::7]))
+    elif layout == "interleaved":  # of every 20 in time, the even ones (one submission) listed first
+        listed = np.arange(count).reshape(-1, 10, 2).transpose(0, 2, 1).reshape(-1)
+        starts, ends = starts[listed], ends[listed]
+    elif layout == "far":
+        starts = starts + (1 << 60) + np.arange(count) * (1 << 52)
+        ends = starts + durations
+        ends[::5] += 400
+    elif layout == "backwards":
+        ends[::11] = starts[::11] - 5
+    return starts, ends
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("layout", ["pipelined", "interleaved", "apart", "far", "backwards"])
+@pytest.mark.parametrize("with_windows", [True, False])
+def test_c_and_numpy_sweeps_carried_across_windows_alike(seed, layout, with_windows, monkeypatch):
+    """EventFold's sweep fed a window at a time, each with a frontier at or below every later event's start (the
+    reader's): each composition's wall, the union and the call windows' dispatch union, to the bit."""
+    rng = np.random.default_rng(seed)
+    starts, ends = _carried_events(layout, rng)
+    parts = [((("A",), 1.0),), ((("A",), 0.5), (("B",), 0.5)), ((("B",), 1.0),)]
+    attribution, _map = synthetic([(int(start), int(end), parts[rng.integers(0, 3)]) for start, end in
+                                   zip(starts, ends)])
+    low, high = int(starts.min()), int(max(starts.max(), ends.max()))
+    edges = np.unique(rng.integers(low - 100, high + 100, 16, dtype=np.int64))[:14]  # 7 call windows
+    windows = CallWindows(edges[0::2], edges[1::2], slice(None)) if with_windows else None
+    cuts = np.unique(np.concatenate([[0, len(starts)], rng.integers(0, len(starts), 12)]))
+    later_starts = np.append(np.minimum.accumulate(starts[::-1])[::-1], np.iinfo(np.int64).max)
+
+    def folded() -> tuple:
+        fold = EventFold(attribution, windows)
+        for begin, end in zip(cuts, cuts[1:]):
+            frontier = None if end == len(starts) else int(later_starts[end]) - int(rng.integers(0, 500))
+            fold.add(attribution.events[begin:end], attribution.event_slots[begin:end],
+                     attribution.event_calls[begin:end], frontier)
+        totals = fold.finish()
+        return (totals.wall.tobytes(), totals.total_wall,
+                None if totals.dispatch_union is None else totals.dispatch_union.tolist())
+
+    swept = []
+
+    class Counted:  # the C passes, noting each sweep's answer: done, or declined (without or with numpy's order)
+        def __getattr__(self, name):
+            return getattr(passes, name)
+
+        def fold_sweep(self, *arguments):
+            result = passes.fold_sweep(*arguments)
+            swept.append("done" if result is not None else "unsorted" if arguments[3] is None else "declined")
+            return result
+
+    passes = native.native_passes()
+    monkeypatch.setattr(native, "_passes", Counted())
+    state = rng.bit_generator.state  # the same frontiers for both
+    with_c = folded()
+    rng.bit_generator.state = state
+    monkeypatch.setattr(native, "_passes", None)
+    assert with_c == folded()
+    if layout != "backwards":  # every sweep made in C, after numpy's sort where not in start order
+        assert "done" in swept and "declined" not in swept
+        assert ("unsorted" in swept) == (layout == "interleaved")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_c_and_numpy_partition_time_alike(seed, monkeypatch):
+    """Queue operations of four rows, overlapping, nested, touching, empty and out of start order (the executions
+    then the other operations, as a profile's spans come), some reaching across window edges; windows with gaps,
+    touching and empty; fields of a table (strided): each window's time per row to the nanosecond."""
+    rng = np.random.default_rng(seed)
+    count = 400
+    spans = np.zeros(count, queue_time.QUEUE_SPAN_DTYPE)
+    spans["start_ns"] = rng.integers(0, 20_000, count)
+    spans["end_ns"] = spans["start_ns"] + rng.choice([0, 1, 50, 400, 3000], count)
+    rows = rng.integers(0, 4, count)
+    edges = np.sort(rng.choice(np.arange(-500, 21_000), 60, replace=False))
+    window_starts, window_ends = edges[0::2].copy(), edges[1::2].copy()
+    window_ends[::7] = window_starts[::7]  # empty windows
+    window_ends[1:-1:5] = window_starts[2::5]  # touching the next
+    arguments = (spans["start_ns"], spans["end_ns"], rows, 4, window_starts, window_ends)
+    with_c = queue_time.partition_time(*arguments)
+    monkeypatch.setattr(native, "_passes", None)
+    assert np.array_equal(with_c, queue_time.partition_time(*arguments))
+    assert np.array_equal(with_c.sum(axis=1), window_ends - window_starts)  # each window's time, all of it

@@ -1,13 +1,16 @@
 /* Profiling's passes over every attributed event: the join of each dispatch to its slot and call
- * (profiling/attribute.py), the session's sums (profiling/section_time.py) and the union of the dispatches per
- * call window (profiling/queue_time.py). numpy needs several passes and temporaries the size of the events for
- * each; these do one. Built when a C compiler is present (setup.py); each Python caller runs its numpy twin when
- * it is not, and tests/profiling/test_sectionpass.py checks that both give identical results.
+ * (profiling/attribute.py), the session's sums and the wall sweep carried across windows
+ * (profiling/section_time.py), the union of the dispatches per call window and the call windows' split between
+ * queue operations (profiling/queue_time.py; these sweeps over time intervals are in _sweeps.h). numpy needs several
+ * passes and temporaries the size of the events for each; these do one. Built when a C compiler is present
+ * (setup.py); each Python caller runs its numpy twin when it is not, and tests/profiling/test_sectionpass.py checks
+ * that both give identical results.
  *
  * The events are rows of readers.event_model.DISPATCH_DTYPE, as sectionmark.readers._ireeprof writes them.
  * All validation (and every error message) stays in Python.
  */
 #include "../_buffers.h"
+#include "_sweeps.h"
 
 /* attribute_events(dispatches, runtime_ids, bases, slots, slot_keys, submission_ids, call_of_submission, warmup,
  *                  event_slots, event_calls) -> (first measured, measured, unplaced, wrong key, orphan)
@@ -163,13 +166,6 @@ done:
     return result;
 }
 
-/* Element ``i`` of a one-dimensional int64 buffer with strides (a field of a structured array). */
-static int64_t at(const Py_buffer *view, Py_ssize_t i) {
-    int64_t value;
-    memcpy(&value, (const char *)view->buf + i * view->strides[0], 8);
-    return value;
-}
-
 /* union_by_window(starts, ends, window_starts, window_ends, out) -> bool
  *
  * queue_time.union_by_window when ``starts`` are sorted: per window (sorted, disjoint), the length of the
@@ -198,23 +194,9 @@ static PyObject *union_by_window(PyObject *module, PyObject *const *args, Py_ssi
         if (in[1].shape[0] != count || in[3].shape[0] != windows || out.len < windows * 8) {
             PyErr_SetString(PyExc_ValueError, "union_by_window: inconsistent sizes");
         } else {
-            int sorted = 1;
             memset(sums, 0, windows * 8);
-            Py_ssize_t window = -1;  /* the last window starting at or before the block's start */
-            for (Py_ssize_t i = 0; i < count && sorted;) {
-                int64_t block_start = at(&in[0], i), reach = at(&in[1], i);
-                if (i && block_start < at(&in[0], i - 1)) { sorted = 0; break; }
-                for (i++; i < count && at(&in[0], i) <= reach; i++) {
-                    if (at(&in[0], i) < at(&in[0], i - 1)) { sorted = 0; break; }
-                    if (at(&in[1], i) > reach) reach = at(&in[1], i);
-                }
-                while (window + 1 < windows && at(&in[2], window + 1) <= block_start) window++;
-                if (window >= 0 && block_start < at(&in[3], window)) {
-                    int64_t window_end = at(&in[3], window);
-                    sums[window] += (reach < window_end ? reach : window_end) - block_start;
-                }
-            }
-            result = sorted ? Py_True : Py_False;
+            result = union_into(column_of(&in[0]), column_of(&in[1]), count, column_of(&in[2]), column_of(&in[3]),
+                                windows, sums) ? Py_True : Py_False;
             Py_INCREF(result);
         }
         PyBuffer_Release(&out);
@@ -297,6 +279,11 @@ static PyMethodDef methods[] = {
      "union_by_window(starts, ends, window_starts, window_ends, out) -> sorted"},
     {"wall_parts", (PyCFunction)(void (*)(void))wall_parts, METH_FASTCALL,
      "wall_parts(starts, ends, start_order, end_order, parts) -> None"},
+    {"partition_time", (PyCFunction)(void (*)(void))partition_time, METH_FASTCALL,
+     "partition_time(starts, ends, rows, start_order, window_starts, window_ends, parts) -> bool"},
+    {"fold_sweep", (PyCFunction)(void (*)(void))fold_sweep, METH_FASTCALL,
+     "fold_sweep(starts, ends, compositions, order, frontier, wall, window_starts, window_ends, call_union) "
+     "-> (kept, union_ns, last_end) or None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -307,11 +294,11 @@ static struct PyModuleDef module_definition = {
 
 /* The row size this build reads and the version of its functions' arguments: profiling/native.py refuses a
  * stale build whose rows or arguments differ. (Version 1: the arguments these passes took as version 3 of
- * sectionmark.readers._ireeprof, where they were before; 2: wall_parts added.) */
+ * sectionmark.readers._ireeprof, where they were before; 2: wall_parts added; 3: fold_sweep and partition_time added.) */
 PyMODINIT_FUNC PyInit__sectionpass(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
-                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 2) < 0)) {
+                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 3) < 0)) {
         Py_DECREF(module);
         return NULL;
     }

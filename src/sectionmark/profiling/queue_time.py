@@ -165,9 +165,18 @@ def partition_time(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, row_c
     Intervals ``[start, end)`` of row ``rows[i]`` (0 takes precedence over 1 ...)
     cut time into elementary segments; a segment goes to the lowest row active
     in it, or to the last column when none is. Each window's columns add up to
-    its length exactly. The windows (sorted, disjoint) are taken ``WINDOWS_PER_PASS`` at a time, each
-    pass with the intervals reaching into them: a segment inside a window is cut and covered only by those.
+    its length exactly. In C when built (one sweep over the intervals in start order), else numpy: the windows
+    (sorted, disjoint) are taken ``WINDOWS_PER_PASS`` at a time, each pass with the intervals reaching into them:
+    a segment inside a window is cut and covered only by those. The same numbers.
     """
+    passes = native_passes()
+    if passes is not None and len(window_starts):
+        parts = np.empty((len(window_starts), row_count + 1), np.int64)
+        if passes.partition_time(np.asarray(starts, np.int64), np.asarray(ends, np.int64),
+                                 np.ascontiguousarray(rows, np.int64), np.argsort(starts, kind="stable"),
+                                 np.ascontiguousarray(window_starts, np.int64),
+                                 np.ascontiguousarray(window_ends, np.int64), parts):
+            return parts
     if len(window_starts) <= WINDOWS_PER_PASS:
         return _partition(starts, ends, rows, row_count, window_starts, window_ends)
     parts = []

@@ -252,9 +252,11 @@ def shared_time(
 
 def section_rows(
     paths: list[SectionPath], compositions: list[Composition], weights: Weights, sums: CompositionSums,
-    workers: Optional[int] = None,
+    workers: Optional[int] = None, per_call_inclusive: Optional[np.ndarray] = None,
 ) -> list[SectionStats]:
     """One row per section column, then the "(unmarked)" row: busy, wall and CPU time split by the same weights.
+    ``per_call_inclusive``: ``sums.busy_by_call @ weights.inclusive`` when the caller keeps it too (made once: a
+    long profile's calls make it one of the session's longest products).
 
     Parallelism divides CPU time by busy time, not by the apportioned wall
     time: a dispatch's tiles run inside its own interval on at most
@@ -262,7 +264,8 @@ def section_rows(
     dispatch overlapping another gets only part of its interval as wall time.
     """
     busy = sums.busy
-    per_call_inclusive = sums.busy_by_call @ weights.inclusive  # calls x columns
+    if per_call_inclusive is None:
+        per_call_inclusive = sums.busy_by_call @ weights.inclusive  # calls x columns
     inclusive, exclusive = busy @ weights.inclusive, busy @ weights.exclusive
     inclusive_wall, exclusive_wall = sums.wall @ weights.inclusive, sums.wall @ weights.exclusive
     dispatches = sums.count @ weights.member
@@ -380,20 +383,24 @@ def section_spans(first: np.ndarray, last: np.ndarray, call_starts: np.ndarray,
     during a composition's dispatches: every section with a share in it (even of weight 0) and their parents,
     so a fused dispatch counts for each of its sections and a parent's span covers its children's.
     """
-    calls, (compositions, columns) = len(call_starts), member.shape
-    high, low = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    section_first = np.full((calls, columns), high, np.int64)
-    section_last = np.full((calls, columns), low, np.int64)
-    for c in range(compositions):
-        runs = member[c]
-        section_first[:, runs] = np.minimum(section_first[:, runs], first[:, c, None])
-        section_last[:, runs] = np.maximum(section_last[:, runs], last[:, c, None])
-    ran = section_first != high
-    ever = ran.any(axis=0).tolist()  # a column that never ran (a section of another device's) has no offsets
-    return ([Offsets.of(section_first[ran[:, s], s] - call_starts[ran[:, s]]) if ever[s] else None
-             for s in range(columns)],
-            [Offsets.of(section_last[ran[:, s], s] - call_starts[ran[:, s]]) if ever[s] else None
-             for s in range(columns)])
+    high = np.iinfo(np.int64).max
+    # [compositions, calls]: each composition's calls in a row, so that a column's are reduced row by row
+    first_by_composition, last_by_composition = np.ascontiguousarray(first.T), np.ascontiguousarray(last.T)
+    starts: list[Optional[Offsets]] = []
+    ends: list[Optional[Offsets]] = []
+    for column in range(member.shape[1]):
+        runs = np.flatnonzero(member[:, column])
+        section_first = np.minimum.reduce(first_by_composition[runs], axis=0, initial=high)
+        ran = section_first != high  # a column that never ran (a section of another device's) has no offsets
+        if not ran.any():
+            starts.append(None)
+            ends.append(None)
+            continue
+        section_last = np.maximum.reduce(last_by_composition[runs], axis=0)
+        base = call_starts[ran]
+        starts.append(Offsets.of(section_first[ran] - base))
+        ends.append(Offsets.of(section_last[ran] - base))
+    return starts, ends
 
 
 def slot_compositions(attribution: Attribution) -> np.ndarray:
@@ -457,7 +464,7 @@ class EventFold:
                                  calls=self._attribution.calls, warmup=0, calls_known=True, keys=[],
                                  buffer_matches={})
             self._any_tiles |= add_event_sums(window, self.sums)
-            starts, ends = events["start_ns"].astype(np.int64), events["end_ns"].astype(np.int64)
+            starts, ends = events["start_ns"], events["end_ns"]  # int64 columns: copied once, into the carry
             if self._last_final_end is not None and starts.min() < self._last_final_end:
                 raise SectionmarkError("internal error: a dispatch starts before the frontier of the profile's "
                                        "submissions")
@@ -472,10 +479,31 @@ class EventFold:
         self._sweep(frontier)
 
     def _sweep(self, frontier: Optional[int]) -> None:
-        """Sweep the carried events whose union blocks end at or before ``frontier`` (all when None)."""
+        """Sweep the carried events whose union blocks end at or before ``frontier`` (all when None): in C when
+        built (`_sectionpass.fold_sweep`, one pass), else numpy; the same numbers."""
         starts, ends, compositions = self._carry
         if not len(starts):
             return
+        passes = native_passes()
+        windows = self._call_windows
+        arguments = (frontier, self._wall, *((None, None, None) if windows is None else (
+            np.ascontiguousarray(windows.starts, np.int64), np.ascontiguousarray(windows.ends, np.int64),
+            self._call_union)))
+        swept = None if passes is None else passes.fold_sweep(starts, ends, compositions, None, *arguments)
+        if swept is None and passes is not None and (ends >= starts).all():  # not in start order: sorted by numpy
+            swept = passes.fold_sweep(starts, ends, compositions, np.argsort(starts, kind="stable"), *arguments)
+        if swept is None:  # no C pass, or an event ending before it starts
+            self._sweep_numpy(frontier)
+            return
+        kept, union, final_end = swept
+        self._total_wall += union
+        if final_end is not None:
+            self._last_final_end = final_end if self._last_final_end is None else max(final_end, self._last_final_end)
+        self._carry = (starts[:kept], ends[:kept], compositions[:kept])
+
+    def _sweep_numpy(self, frontier: Optional[int]) -> None:
+        """`_sweep` in numpy."""
+        starts, ends, compositions = self._carry
         durations = ends - starts
         apart = bool((starts[1:] >= ends[:-1]).all() and (durations >= 0).all())  # in order, none overlapping
         if apart:  # each event is a block of its own

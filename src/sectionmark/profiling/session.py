@@ -208,8 +208,9 @@ class ProfileSession(ProfileOutputs):
         paths = section_paths(section_map.sections, compositions)
         weights = weight_matrices(compositions, paths)
         tiles = sums.tiles
+        per_call_busy = sums.busy_by_call @ weights.inclusive
         rows = section_rows(paths, compositions, weights, CompositionSums(sums.busy_by_call, wall, sums.count, tiles),
-                            workers)
+                            workers, per_call_busy)
         # A call's first dispatch is the first of its compositions' first dispatches.
         starts_of_calls = call_starts(sums.first_start.min(axis=1, initial=np.iinfo(np.int64).max),
                                       None if totals.call_windows is None else totals.call_windows.starts)
@@ -250,7 +251,7 @@ class ProfileSession(ProfileOutputs):
             weight_rule=_weight_rule(split_rules, section_map.weight_rule),
             split_rules=dict(sorted(split_rules.items())),
             attribution=events,
-            per_call_busy=sums.busy_by_call @ weights.inclusive,
+            per_call_busy=per_call_busy,
             call_time=timing,
             memory=memory,
             cpu_ns=tiles.total_ns if tiles else None,
