@@ -216,5 +216,7 @@ def test_a_saved_recording_replays_on_its_devices(recorded, tmp_path):
     np.testing.assert_array_equal(again.replay()[0], recorded.outputs[-1])
     with pytest.raises(SectionmarkError, match="runs > 1 of a replay on several devices"):
         again.profile(runs=2, quiet=True)
-    with pytest.raises(SectionmarkError, match="local-task only"):
+    with pytest.raises(SectionmarkError, match="several devices of one driver only"):
         again.profile(devices=["local-task", "vulkan"], quiet=True)
+    with pytest.raises(SectionmarkError, match="replaying a recording is profiled with IREE's HAL-native profiler"):
+        again.profile(devices=["cuda", "cuda"], quiet=True)  # several CUDA devices profile, but not a replay
