@@ -19,16 +19,8 @@ if ! python3 -c 'import numpy' 2>/dev/null && [ -x /opt/torch/.venv/bin/python3 
 rm -rf "$WORK" && mkdir -p "$WORK/site" "$OUT"
 exec > >(tee "$OUT/probe.log") 2>&1
 START=$(date +%s)
-step() {  # NAME LIMIT COMMAND...: output in $OUT/NAME.log, rc and seconds in summary.txt
-  local name=$1 limit=$2 t0 rc
-  shift 2
-  t0=$(date +%s)
-  timeout -k 5 "$limit" bash -c '"$@"' _ "$@" > "$OUT/$name.log" 2>&1 < /dev/null
-  rc=$?
-  echo "$(printf '%-22s rc=%-4s %4ss' "$name" "$rc" $(( $(date +%s) - t0 )))" | tee -a "$OUT/summary.txt"
-  tail -n 6 "$OUT/$name.log" | cut -c1-300 | sed 's/^/    /'
-  return $rc
-}
+LOGS="$OUT" TAIL=6
+source "$ROOT/scripts/gpu_devices/step.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader | tee "$OUT/gpu.txt"
 "$PY" -VV
 "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$ROOT"/.whl/iree_base_runtime-*.whl

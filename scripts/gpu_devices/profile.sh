@@ -21,16 +21,8 @@ exec > >(tee "$WORK/results/profile.log") 2>&1
 [ "${SKIP_INSTALL:-0}" = 1 ] || export PYTHONPATH="$WORK/sm-site:$WORK/site"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1
 export PATH="$WORK/sm-site/bin:$WORK/site/bin:$PATH"
-step() {  # NAME LIMIT COMMAND...: output in results/NAME.log, rc and seconds in summary.txt
-  local name=$1 limit=$2 t0 rc
-  shift 2
-  t0=$(date +%s)
-  timeout -k 5 "$limit" bash -c '"$@"' _ "$@" > "$WORK/results/$name.log" 2>&1 < /dev/null
-  rc=$?
-  echo "$(printf '%-22s rc=%-4s %4ss' "$name" "$rc" $(( $(date +%s) - t0 )))" | tee -a "$OUT/summary.txt"
-  tail -n 12 "$WORK/results/$name.log" | cut -c1-300 | sed 's/^/    /'
-  return $rc
-}
+LOGS="$WORK/results" TAIL=12
+source "$ROOT/scripts/gpu_devices/step.sh"
 install_all() {
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$ROOT"/.whl/iree_base_runtime-*.whl
   for module in ml_dtypes zstandard; do
