@@ -92,6 +92,18 @@ def test_cost_false_runs_the_profile_alone_and_the_rounds_alternate_otherwise(co
     assert profiled == [False, True, True, False, False, True, True, False, False, True, True]  # U P, P U, ..., the run
 
 
+def test_each_round_runs_one_warmup_and_at_most_five_measured_calls(compiled_two_matmuls, inputs, tool_runs):
+    """The rounds' runs are short whatever the profile's length (a large model's profile is not paid 10 times
+    over); the profile itself makes every call asked."""
+    import sectionmark as sm
+
+    _compiled, vmfb = compiled_two_matmuls
+    sm.profile(vmfb, args=inputs, iterations=30, warmup=4, quiet=True)
+    repetitions = [next(int(flag.split("=")[1]) for flag in command if flag.startswith("--benchmark_repetitions="))
+                   for command in tool_runs]
+    assert repetitions == [1 + 5] * (2 * COST_ROUNDS) + [4 + 30]
+
+
 def test_no_cost_on_the_command_line_leaves_the_cost_out(compiled_two_matmuls, inputs, tmp_path, tool_runs, capsys):
     from sectionmark.cli import main
 

@@ -71,8 +71,12 @@ DEFAULT_TIMEOUT_S = 3600.0
 # Paired rounds that measure the profiler's cost (`measure_profiler_cost`): 5 give the median ratio an interval
 # (the lowest and highest of the 5) that covers it 93.75% of the time, for any distribution of the ratios.
 COST_ROUNDS = 5
-COST_CALLS = 20  # a round's measured calls, and its warmup calls, at most (the profile's, up to this): a median
-# measured call needs no more
+# Each run of a round: one warmup call (the first call loads the executables and takes milliseconds; none when
+# the profile has none) and at most 5 measured calls, whose median is the run's figure. More calls would not
+# narrow the interval, which comes from the rounds, and would make the 10 runs cost a large model's profile many
+# times over (the gpt2-small demo: 80 s with 20 calls a run against 7.5 s for the profile alone).
+COST_WARMUP = 1
+COST_CALLS = 5
 
 
 @dataclass(frozen=True)
@@ -296,7 +300,7 @@ def run_profile(
     console = Console(stderr=True, quiet=quiet or not sys.stderr.isatty())
     cost = None
     if measure_cost and not traced:
-        round_warmup, cost_path = min(warmup, COST_CALLS), directory / "cost.ireeprof"
+        round_warmup, cost_path = min(warmup, COST_WARMUP), directory / "cost.ireeprof"
         round_calls = round_warmup + min(iterations, COST_CALLS)
         commands = [benchmark_command(vmfb, function, inputs, device=device, calls=round_calls, profile_path=path,
                                       parameters=parameters, imported=imported, workers=workers)
