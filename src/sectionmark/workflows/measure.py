@@ -103,8 +103,8 @@ def profile(
     threads (None: one per physical core; fewer leave cores to the rest of a
     busy machine and vary less between runs, docs/cli.md#run-to-run-variation).
     ``cost``: first measure what the profiler itself costs a call (paired rounds of unprofiled and profiled runs,
-    `ProfileSession.profiler_cost`); False skips them (10 runs of the tool: 0.6x the
-    wall time of the nanoGPT demo's profile, docs/benchmarks.md).
+    `ProfileSession.profiler_cost`); False skips them (10 short runs of the tool:
+    0.23x the wall time on the gpt2-small demo, 0.6x on the small one, docs/benchmarks.md).
     The run returned keeps the profile its figures come from in a folder of its own until it is closed
     (`ProfileRun.close`, or its ``with`` block), for the outputs that draw every event.
     ``devices``: the IREE devices of a module compiled for several (``sm.compile(..., devices=N)``), in the
