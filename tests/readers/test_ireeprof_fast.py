@@ -342,3 +342,22 @@ def test_a_stream_table_grows_without_a_second_copy_of_its_rows():
     rows = table.rows()
     assert len(rows) == 64 * len(part) and (rows["time_ns"] == np.tile(part["time_ns"], 64)).all()
     assert peak < rows.nbytes // 8, f"{peak} bytes allocated while growing {rows.nbytes} bytes of rows"
+
+
+def test_a_stream_table_grows_where_the_system_cannot_move_a_mapping():
+    """Without ``mremap`` (macOS) CPython refuses to resize a mapping (SystemError): the table's mapping is then
+    copied into a larger one, its rows kept."""
+    import mmap
+
+    from sectionmark.readers.ireeprof_stream import grown_mapping
+
+    class WithoutMremap(mmap.mmap):
+        def resize(self, newsize: int) -> None:
+            raise SystemError("mmap: resizing not available--no mremap()")
+
+    mapping = WithoutMremap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    mapping[:5] = b"rows!"
+    grown = grown_mapping(mapping, 5, 1 << 16)
+    assert len(grown) == 1 << 16 and grown[:5] == b"rows!" and mapping.closed
+    moved = grown_mapping(grown, 5, 1 << 20)  # where it can move, it is the same mapping, grown
+    assert moved is grown and len(moved) == 1 << 20 and moved[:5] == b"rows!"

@@ -230,8 +230,7 @@ class Rows:
 
     def __init__(self, capacity: int, dtype: np.dtype):
         self._capacity, self._dtype, self._count = capacity, np.dtype(dtype), 0
-        self._mapping = mmap.mmap(-1, max(min(capacity, self._FIRST), 1) * self._dtype.itemsize,
-                                  flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared: no room past its start size
+        self._mapping = anonymous_mapping(max(min(capacity, self._FIRST), 1) * self._dtype.itemsize)
         self._table: np.ndarray = np.frombuffer(self._mapping, self._dtype)
 
     def _room(self, added: int) -> np.ndarray:
@@ -240,7 +239,8 @@ class Rows:
         if needed > len(self._table):
             rows = max(needed, min(2 * len(self._table), self._capacity))
             del self._table  # the mapping's one view: a mapping with views cannot move (BufferError)
-            self._mapping.resize(rows * self._dtype.itemsize)
+            self._mapping = grown_mapping(self._mapping, self._count * self._dtype.itemsize,
+                                          rows * self._dtype.itemsize)
             self._table = np.frombuffer(self._mapping, self._dtype)
         return self._table[self._count : needed]
 
@@ -262,6 +262,24 @@ class Rows:
     def rows(self) -> np.ndarray:
         """The rows added (a view of the mapping, which lives as long as it: no row may be added after)."""
         return self._table[: self._count]
+
+
+def anonymous_mapping(size: int) -> mmap.mmap:
+    """``size`` bytes of private anonymous memory (shared memory could not grow past its first size)."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
+def grown_mapping(mapping: mmap.mmap, used: int, size: int) -> mmap.mmap:
+    """``mapping`` grown to ``size`` bytes, its first ``used`` kept: moved by ``mremap``, or where the system has
+    none (macOS) copied into a new mapping."""
+    try:
+        mapping.resize(size)
+        return mapping
+    except SystemError:  # CPython's "resizing not available--no mremap()"
+        grown = anonymous_mapping(size)
+        grown[:used] = mapping[:used]
+        mapping.close()
+        return grown
 
 
 _IDENTITY = np.dtype([("stream", "<u8"), ("event_id", "<u8")])
