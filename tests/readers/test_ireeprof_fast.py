@@ -318,3 +318,46 @@ def test_a_stream_table_grows_with_its_rows_and_reserves_no_bound():
     bounded = Rows(5, SUBMISSION_DTYPE)  # a bound is kept where it is right
     bounded.append(np.zeros(5, SUBMISSION_DTYPE))
     assert len(bounded.rows()) == 5
+
+
+def test_a_stream_table_grows_without_a_second_copy_of_its_rows():
+    """A table grown by a copy holds its old and new tables at once, and the allocator's heap keeps the old one
+    as a hole (10M events: 16 MB more at the read's peak): the table grows by moving its mapping's pages. What the
+    allocator lends while it grows (traced) stays far below its rows' bytes; the rows come back unchanged."""
+    import tracemalloc
+
+    from sectionmark.readers.event_model import MEMORY_DTYPE
+    from sectionmark.readers.ireeprof_stream import Rows
+
+    part = np.zeros(4096, MEMORY_DTYPE)
+    part["time_ns"] = np.arange(len(part))
+    table = Rows(10**9, MEMORY_DTYPE)
+    tracemalloc.start()
+    try:
+        for _ in range(64):  # 12.6 MB of rows, through five growths
+            table.append(part)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    rows = table.rows()
+    assert len(rows) == 64 * len(part) and (rows["time_ns"] == np.tile(part["time_ns"], 64)).all()
+    assert peak < rows.nbytes // 8, f"{peak} bytes allocated while growing {rows.nbytes} bytes of rows"
+
+
+def test_a_stream_table_grows_where_the_system_cannot_move_a_mapping():
+    """Without ``mremap`` (macOS) CPython refuses to resize a mapping (SystemError): the table's mapping is then
+    copied into a larger one, its rows kept."""
+    import mmap
+
+    from sectionmark.readers.ireeprof_stream import grown_mapping
+
+    class WithoutMremap(mmap.mmap):
+        def resize(self, newsize: int) -> None:
+            raise SystemError("mmap: resizing not available--no mremap()")
+
+    mapping = WithoutMremap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    mapping[:5] = b"rows!"
+    grown = grown_mapping(mapping, 5, 1 << 16)
+    assert len(grown) == 1 << 16 and grown[:5] == b"rows!" and mapping.closed
+    moved = grown_mapping(grown, 5, 1 << 20)  # where it can move, it is the same mapping, grown
+    assert moved is grown and len(moved) == 1 << 20 and moved[:5] == b"rows!"
