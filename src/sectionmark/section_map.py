@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
@@ -352,3 +352,13 @@ def _check_path(path: SectionPath, where: str) -> None:
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def device_section_map(section_map: SectionMap, ordinal: int) -> SectionMap:
+    """The map a device's events are placed in: its command buffers where the map says which device runs each
+    (`CommandBuffer.device`), so that buffers of several devices recording the same commands for different
+    sections (each device's layer of a pipeline) are told apart; the whole map where it does not say."""
+    if all(buffer.device is None for buffer in section_map.command_buffers):
+        return section_map
+    return replace(section_map, command_buffers=[buffer for buffer in section_map.command_buffers
+                                                 if buffer.device in (None, ordinal)])

@@ -25,7 +25,7 @@ from sectionmark.profiling.devices import DEVICE_TIME_PARTS, common_windows, spl
 from sectionmark.profiling.queue_time import QUEUE_SPAN_DTYPE, union_by_window
 from sectionmark.readers.bundle_events import open_bundle
 from sectionmark.readers.bundle_records import HOST_EVENT
-from sectionmark.profiling.devices import device_section_map
+from sectionmark.section_map import device_section_map
 from sectionmark.readers.devices import chunk_devices, split_devices
 from sectionmark.readers.event_model import DISPATCH_DTYPE, EVENT_DISPATCH
 from sectionmark.readers.ireeprof import read_profile
@@ -552,7 +552,7 @@ def test_each_device_places_its_events_in_its_own_command_buffers():
     """Two devices recording the same commands for different sections (each its pipeline stage): one device's
     events are placed in its own buffer, not refused as an ambiguous map."""
     from sectionmark.profiling.attribute import SlotMatcher
-    from sectionmark.profiling.devices import device_section_map
+    from sectionmark.section_map import device_section_map
     from sectionmark.section_map import Command, CommandBuffer, SectionMap, Share
 
     def stage(index: int, device) -> CommandBuffer:

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from sectionmark.profiling.attribute import Attribution, attribute
-from sectionmark.profiling.devices import DeviceProfile, device_section_map
+from sectionmark.profiling.devices import DeviceProfile
 from sectionmark.profiling.read import KeptProfile, ReadArguments
 from sectionmark.readers.sources import read_device_events
-from sectionmark.section_map import SectionMap
+from sectionmark.section_map import SectionMap, device_section_map
 
 
 def device_events(path: Path, section_map: SectionMap, read_as: ReadArguments) -> dict[int, Attribution]:

@@ -41,7 +41,7 @@ tests/profiling/test_devices.py); `read_device_profile` is the only function tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
@@ -60,7 +60,7 @@ from sectionmark.profiling.read import attributed_totals
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.readers.event_model import Profile
 from sectionmark.readers.sources import EventSource, close_all
-from sectionmark.section_map import SectionMap
+from sectionmark.section_map import SectionMap, device_section_map
 from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
 
@@ -211,16 +211,6 @@ def split_device_time(spans: list[np.ndarray], compute: list[np.ndarray], window
                                 overlap_ns=int(activity.overlap(index).sum()), per_call=per_call.tolist(),
                                 queue_transfer_ns=int(parts[:, TRANSFER].sum())))
     return times
-
-
-def device_section_map(section_map: SectionMap, ordinal: int) -> SectionMap:
-    """The map a device's events are placed in: its command buffers where the map says which device runs each
-    (`CommandBuffer.device`), so that buffers of several devices recording the same commands for different
-    sections (each device's layer of a pipeline) are told apart; the whole map where it does not say."""
-    if all(buffer.device is None for buffer in section_map.command_buffers):
-        return section_map
-    return replace(section_map, command_buffers=[buffer for buffer in section_map.command_buffers
-                                                 if buffer.device in (None, ordinal)])
 
 
 def read_device_profile(sources: dict[int, EventSource], section_map: SectionMap, *, calls: Optional[int] = None,

@@ -24,19 +24,13 @@ from sectionmark.readers.event_model import Profile
 from sectionmark.readers.queue_tracks import track_queue
 from sectionmark.readers.tracy_capture import Capture
 from sectionmark.readers.tracy_dispatch_zones import capture_profile
-from sectionmark.section_map import SectionMap
+from sectionmark.section_map import SectionMap, device_section_map
 
 
 def map_devices(section_map: SectionMap) -> list[int]:
     """The device ordinals the map's command buffers run on: several for a module compiled for several devices,
     ``[0]`` for a module of one (whose buffers name no device)."""
     return sorted({buffer.device for buffer in section_map.command_buffers if buffer.device is not None}) or [0]
-
-
-def device_buffers(section_map: SectionMap, ordinal: int) -> SectionMap:
-    """The map with only the command buffers device ``ordinal`` runs (and those that name no device)."""
-    return replace(section_map, command_buffers=[buffer for buffer in section_map.command_buffers
-                                                 if buffer.device in (None, ordinal)])
 
 
 def capture_device_profiles(capture: Capture, section_map: SectionMap, *,
@@ -58,7 +52,7 @@ def capture_device_profiles(capture: Capture, section_map: SectionMap, *,
     for ordinal, context in zip(devices, contexts):
         try:
             profiles[ordinal] = capture_profile(replace(capture, gpu_contexts=[context]),
-                                                device_buffers(section_map, ordinal), function=function)
+                                                device_section_map(section_map, ordinal), function=function)
         except SectionmarkError as problem:
             raise SectionmarkError(f"device {ordinal} (GPU context {context.id}, {context.name!r}): {problem}") from None
     return profiles

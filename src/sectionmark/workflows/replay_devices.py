@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from sectionmark.outputs import PathLike
-from sectionmark.profiling.devices import DeviceProfile, device_section_map, read_device_profile
+from sectionmark.profiling.devices import DeviceProfile, read_device_profile
 from sectionmark.readers.event_model import Profile
 from sectionmark.readers.sources import WholeProfile
-from sectionmark.section_map import SectionMap
+from sectionmark.section_map import SectionMap, device_section_map
 from sectionmark.workflows.replay import PerFunction, map_function, split_by_function
 
 
