@@ -114,6 +114,14 @@ def covered_length(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> n
     return before[started] - beyond
 
 
+def rows_of(sorted_keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The row of each of ``values`` in ``sorted_keys`` (sorted, distinct), -1 where it is not there (int64)."""
+    if not len(sorted_keys):
+        return np.full(len(values), -1, np.int64)
+    at = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
+    return np.where(sorted_keys[at] == values, at, -1).astype(np.int64)
+
+
 class TransferCommands:
     """Where each execution's command buffer records transfer commands (`TRANSFER_COMMANDS`), from the source's
     recorded commands (``Profile.command_buffers``: runtime buffer id -> (index, op, key)), asked for many
@@ -136,9 +144,7 @@ class TransferCommands:
         # By execution: its buffer's code, -1 where it records no transfer command.
         self.code = np.full(len(executions), -1, np.int64)
         if ids:
-            known, buffers = np.array(ids, np.uint64), executions["command_buffer"].astype(np.uint64)
-            at = np.minimum(np.searchsorted(known, buffers), len(known) - 1)
-            self.code = np.where(known[at] == buffers, at, -1).astype(np.int64)
+            self.code = rows_of(np.array(ids, np.uint64), executions["command_buffer"].astype(np.uint64))
 
     @property
     def any(self) -> bool:
@@ -212,9 +218,7 @@ class ExecutionGaps:
 
     def _rows(self, submissions: np.ndarray) -> np.ndarray:
         """The execution row of each submission id (-1 where it is no execution)."""
-        at = np.minimum(np.searchsorted(self._submissions, submissions), max(len(self._submissions) - 1, 0))
-        found = (self._submissions[at] == submissions) if len(self._submissions) else np.zeros(len(at), bool)
-        return np.where(found, at, -1)
+        return rows_of(self._submissions, submissions)
 
     def _add_copy_gaps(self, dispatches: np.ndarray, executed: np.ndarray, starts: np.ndarray,
                        ends: np.ndarray) -> None:
@@ -242,8 +246,7 @@ class ExecutionGaps:
         if not kept.all():
             keep = np.repeat(kept, counts)
             starts, ends, indices, rows, counts = starts[keep], ends[keep], indices[keep], rows[kept], counts[kept]
-        ran = np.zeros(len(copying), bool) if not len(rows) else (
-            rows[np.minimum(np.searchsorted(rows, copying), len(rows) - 1)] == copying)  # rows are sorted
+        ran = rows_of(rows, copying) >= 0  # rows are sorted
         self._keep_copy_gaps(*(np.concatenate(column) for column in zip(
             self._whole(copying[~ran]), self._between_blocks(rows, counts, starts, ends, indices))))
 
