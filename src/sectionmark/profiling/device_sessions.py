@@ -48,7 +48,7 @@ def device_sessions(read: list[DeviceRead], function: Optional[str],
         except SectionmarkError as problem:  # which device's events it is about
             raise SectionmarkError(f"device {ordinal}: {problem}") from None
         if elsewhere:
-            with_absent_rows(session, section_paths(device_map.sections, attribution.compositions), totals)
+            session = with_absent_rows(session, section_paths(device_map.sections, attribution.compositions), totals)
         sessions.append(session)
     return sessions
 
@@ -67,21 +67,24 @@ def ran_sections(attribution: Attribution, totals: EventTotals) -> set[SectionPa
             for depth in range(1, len(path) + 1)}
 
 
-def with_absent_rows(session: ProfileSession, paths: list[SectionPath], totals: EventTotals) -> None:
-    """Give ``session`` a row for each of ``paths`` (the whole map's section columns, in report order) it has
-    none for (`absent_row`), and its per-call busy time a column of zeros for each."""
+def with_absent_rows(session: ProfileSession, paths: list[SectionPath], totals: EventTotals) -> ProfileSession:
+    """``session`` with a row for each of ``paths`` (the whole map's section columns, in report order) it has
+    none for (`absent_row`), and its per-call busy time a column of zeros for each: a new session, the one given
+    left as it was made."""
     own = {row.path: (column, row) for column, row in enumerate(session.sections[:-1])}
     template = absent_row(session.calls, totals.sums.tiles, session.workers)
     columns = [own[path][0] if path in own else -1 for path in paths]
-    session.sections = [own[path][1] if path in own else
-                        replace(template, path=path, per_call=replace(template.per_call), shared_with={},
-                                samples=list(template.samples)) for path in paths] + [session.sections[-1]]
-    if session.per_call_busy is not None:
-        per_call = np.zeros((len(session.per_call_busy), len(paths) + 1), session.per_call_busy.dtype)
+    sections = [own[path][1] if path in own else
+                replace(template, path=path, per_call=replace(template.per_call), shared_with={},
+                        samples=list(template.samples)) for path in paths] + [session.sections[-1]]
+    per_call = session.per_call_busy
+    if per_call is not None:
+        widened = np.zeros((len(per_call), len(paths) + 1), per_call.dtype)
         kept = np.flatnonzero(np.array(columns, np.int64) >= 0)
-        per_call[:, kept] = session.per_call_busy[:, np.array(columns, np.int64)[kept]]
-        per_call[:, -1] = session.per_call_busy[:, -1]
-        session.per_call_busy = per_call
+        widened[:, kept] = per_call[:, np.array(columns, np.int64)[kept]]
+        widened[:, -1] = per_call[:, -1]
+        per_call = widened
+    return replace(session, sections=sections, per_call_busy=per_call)
 
 
 def absent_row(calls: int, tiles: Optional[TileSums], workers: Optional[int]) -> SectionStats:
