@@ -126,8 +126,7 @@ def profile(
         check_output_path(keep_profile, protected)
     with scratch_folder() as directory:  # removed on any end, a signal included; one a kill -9 left, next time
         vmfb, section_map = module_file_and_map(compiled_or_vmfb_path, directory, section_map)
-        # local-task ran here with IREE's topology, so its worker count is known; other drivers have none.
-        run_workers = local_task_workers(workers) if device_driver(device) == "local-task" else None
+        run_workers = workers_of_run(device, workers)
         sessions, finished = [], []
         for index in range(runs):
             run = run_profile(
@@ -177,12 +176,19 @@ def _profile_devices(compiled_or_vmfb_path: Union[Any, str, Path], args: Sequenc
                           framework=section_map.framework, workers=workers)
         if keep_profile is not None:
             copy_output(run.profile_path, keep_profile, protected)
-        run_workers = local_task_workers(workers) if device_driver(devices[0]) == "local-task" else None
         result = read_device_profile(open_device_sources(run.profile_path, section_map, function), section_map,
-                                     calls=run.calls, warmup=run.warmup, function=function, workers=run_workers,
+                                     calls=run.calls, warmup=run.warmup, function=function,
+                                     workers=workers_of_run(devices[0], workers),
                                      devices=devices)
         return _kept_by_the_run(run.profile_path, lambda path, kept: DeviceRun.of(
             result, path, section_map, ReadArguments(run.calls, run.warmup, function), scratch=kept))
+
+
+def workers_of_run(device: str, workers: Optional[int]) -> Optional[int]:
+    """The worker count of a run here on ``device`` (its first, for several devices), for the sections' CPU
+    utilization: local-task ran with IREE's topology (at most ``workers``), so its count is known; other drivers
+    have none (None)."""
+    return local_task_workers(workers) if device_driver(device) == "local-task" else None
 
 
 _Run = TypeVar("_Run")
