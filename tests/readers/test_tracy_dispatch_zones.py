@@ -279,6 +279,28 @@ def test_executions_without_a_command_buffer_zone_of_their_own_span_their_dispat
     assert report(capture(track("cuda", zones)), section_map([dispatch("k1", (A, 1.0))]), calls=2).call_time is None
 
 
+def test_a_contexts_zones_are_compared_with_its_own_executions_only():
+    """One device's two streams (GPU contexts) whose zones overlap in time: a zone of no dispatch of one context (its
+    initializer's buffer, before its own executions) lies among the other context's executions, and is no gap in
+    them: every execution keeps its command-buffer zone (the time split stays known)."""
+    first = track("cuda", [[COMMAND_BUFFER_ZONE, 0, 5], [COMMAND_BUFFER_ZONE, 30, 42, [["k1", 32, 40]]]])
+    second = track("cuda", [[COMMAND_BUFFER_ZONE, 2, 14, [["k1", 4, 12]]],
+                            [COMMAND_BUFFER_ZONE, 20, 28, [["k1", 22, 26]]]], index=1)
+    map_ = section_map([dispatch("k1", (A, 1.0))])
+    profile = capture_profile(capture(first, second), map_)
+    assert profile.provenance.timed_submissions
+    assert profile.submissions[["start_ns", "end_ns"]].tolist() == [(2, 14), (20, 28), (30, 42)]
+    # Within one context, a zone of no dispatch among its executions still leaves their spans (its time is missed).
+    between = track("cuda", [[COMMAND_BUFFER_ZONE, 0, 12, [["k1", 2, 10]]], [COMMAND_BUFFER_ZONE, 14, 18],
+                             [COMMAND_BUFFER_ZONE, 20, 32, [["k1", 22, 30]]]], index=1)
+    assert not capture_profile(capture(first, between), map_).provenance.timed_submissions
+    # A context with no dispatch at all: its zone among the executions' time would be missed from the device's.
+    copies = track("cuda", [[COMMAND_BUFFER_ZONE, 16, 18]], index=1)
+    assert not capture_profile(capture(second, copies), map_).provenance.timed_submissions
+    assert capture_profile(capture(first, track("cuda", [[COMMAND_BUFFER_ZONE, 50, 52]], index=1)),
+                           map_).provenance.timed_submissions
+
+
 def test_command_buffer_zones_outside_the_executions_leave_their_spans():
     """A zone of no dispatch before the calls (a module initializer's buffer, as on the H200) misses no call's time."""
     zones = [[COMMAND_BUFFER_ZONE, 0, 5], [COMMAND_BUFFER_ZONE, 10, 22, [["k1", 12, 20]]]]

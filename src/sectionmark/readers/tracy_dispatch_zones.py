@@ -27,14 +27,16 @@ no dispatch running (its copies, fills and barriers: the transfers between
 devices of a module compiled for several) is known, as on a HAL profile
 (`Provenance.timed_submissions`). Where executions have no such zone
 (a replay, a live capture), or the matched executions are not one-to-one with
-the zones, or a zone without dispatches lies among them (its time would be
-missed), each execution spans its dispatch zones and no queue time is claimed.
+the zones, or a zone without dispatches lies among the executions of its own
+GPU context (its time would be missed; another context's, a stream running at
+the same time, is no gap in this one's), each execution spans its dispatch
+zones and no queue time is claimed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
@@ -96,18 +98,18 @@ def capture_profile(capture: Capture, section_map: SectionMap, *, function: Opti
     keys, key_ids = dispatch_keys(section_map)
     section_names = {name for path in _section_paths(section_map) for name in path}
     buffers = static_buffers(section_map, key_ids, function)
-    queues = _queues(capture, key_ids, section_names)
+    queues, command_buffer_zones = _queues(capture, key_ids, section_names)
     executions = [execution for number, zones in queues.items() for execution in _match(number, zones, buffers, keys)]
-    return executions_profile(executions, keys, _command_buffer_zones(capture))
+    return executions_profile(executions, keys, command_buffer_zones)
 
 
 def executions_profile(executions: list[Execution], keys: list[str],
-                       command_buffer_zones: Iterable[tuple[int, int]] = ()) -> Profile:
+                       command_buffer_zones: Optional[Mapping[int, Iterable[tuple[int, int]]]] = None) -> Profile:
     """Matched executions as a `Profile` with synthetic ids: one submission per execution, in time order, spanning
-    its command-buffer zone where `_zone_spans` finds them all (``command_buffer_zones``: the spans of every such
-    zone of the capture), else its dispatch zones."""
+    its command-buffer zone where `_zone_spans` finds them all (``command_buffer_zones``: by queue, the spans of
+    every such zone of its GPU context), else its dispatch zones."""
     executions = sorted(executions, key=lambda execution: min(zone.start_ns for _position, zone in execution.placed))
-    zone_spans = _zone_spans(executions, command_buffer_zones)
+    zone_spans = _zone_spans(executions, command_buffer_zones or {})
     rows, submissions, recorded = [], [], {}
     for number, execution in enumerate(executions):
         for position, zone in execution.placed:
@@ -131,12 +133,17 @@ def executions_profile(executions: list[Execution], keys: list[str],
 
 
 def _zone_spans(executions: list[Execution],
-                command_buffer_zones: Iterable[tuple[int, int]]) -> Optional[list[tuple[int, int]]]:
+                command_buffer_zones: Mapping[int, Iterable[tuple[int, int]]]) -> Optional[list[tuple[int, int]]]:
     """Each execution's command-buffer zone (start, end), in the executions' order; None unless every execution's
     dispatches lie in one zone of their own (the matcher split the zones as the driver ran them), and no other
-    command-buffer zone (one without dispatches: a buffer of copies or fills only) lies between the first
-    execution's start and the last one's end, whose time would be missing from the queue's time."""
+    command-buffer zone of its queue's GPU context (``command_buffer_zones``, by queue: one without dispatches, a
+    buffer of copies or fills only) lies between that queue's first execution's start and its last one's end,
+    whose time would be missing from the queue's time. Each queue is its own GPU context (a stream of the
+    device): its zones are compared with its own executions only, as another context's run at the same time. A
+    context whose zones hold no dispatch at all (no execution of its own) must have none among the executions'
+    time, whose time would be missing from the device's."""
     spans: list[tuple[int, int]] = []
+    by_queue: dict[int, set[tuple[int, int]]] = {}
     seen: set[tuple[int, tuple[int, int, int]]] = set()
     for execution in executions:
         zones = {zone.execution for _position, zone in execution.placed}
@@ -145,12 +152,15 @@ def _zone_spans(executions: list[Execution],
             return None
         seen.add((execution.queue, zone))
         spans.append(zone[1:])
+        by_queue.setdefault(execution.queue, set()).add(zone[1:])
     if not spans:
         return None
-    first, last = min(start for start, _end in spans), max(end for _start, end in spans)
-    taken = set(spans)
-    if any(start < last and end > first for start, end in set(command_buffer_zones) - taken):
-        return None
+    every = (min(start for start, _end in spans), max(end for _start, end in spans))
+    for queue, zones in command_buffer_zones.items():
+        own = by_queue.get(queue, set())
+        first, last = (min(start for start, _end in own), max(end for _start, end in own)) if own else every
+        if any(start < last and end > first for start, end in set(zones) - own):
+            return None
     return spans
 
 
@@ -221,8 +231,10 @@ def _recorded_commands(buffer: CommandBuffer) -> list[RecordedCommand]:
 # ----------------------------------------------------------------------------- the capture
 
 
-def _queues(capture: Capture, key_ids: dict[str, int], section_names: set[str]) -> dict[int, list[DispatchZone]]:
-    """Dispatch zones per queue, in time order: a replay's tracks of one queue together, other GPU contexts alone.
+def _queues(capture: Capture, key_ids: dict[str, int],
+            section_names: set[str]) -> tuple[dict[int, list[DispatchZone]], dict[int, list[tuple[int, int]]]]:
+    """Dispatch zones per queue, in time order: a replay's tracks of one queue together, other GPU contexts alone;
+    and per queue the (start, end) of its contexts' command-buffer execution zones (`_command_buffer_zones`).
 
     A replay's queues keep their numbers; other GPU contexts (one per device
     stream on a GPU run) take the free numbers from 0, in capture order.
@@ -254,11 +266,14 @@ def _queues(capture: Capture, key_ids: dict[str, int], section_names: set[str]) 
     taken = {queue for queue in replayed if queue is not None}
     free = (number for number in range(len(tracks) + len(taken)) if number not in taken)
     queues: dict[int, list[DispatchZone]] = {}
-    for (_track, zones), queue in zip(tracks, replayed):
-        queues.setdefault(queue if queue is not None else next(free), []).extend(zones)
+    buffer_zones: dict[int, list[tuple[int, int]]] = {}
+    for (track, zones), queue in zip(tracks, replayed):
+        number = queue if queue is not None else next(free)
+        queues.setdefault(number, []).extend(zones)
+        buffer_zones.setdefault(number, []).extend(_command_buffer_zones(track))
     for zones in queues.values():
         zones.sort(key=lambda zone: (zone.start_ns, zone.end_ns))
-    return dict(sorted(queues.items()))
+    return dict(sorted(queues.items())), buffer_zones
 
 
 def _dispatch_zones(
@@ -303,10 +318,9 @@ def _is_command_buffer(name: str) -> bool:
     return name.startswith(_DRIVER_ZONE_PREFIX) and name.endswith("command_buffer")
 
 
-def _command_buffer_zones(capture: Capture) -> list[tuple[int, int]]:
-    """The (start, end) of every command-buffer execution zone of the capture's GPU contexts."""
-    return [(zone.start_ns, zone.end_ns) for track in capture.gpu_contexts for zone in track.zones
-            if zone.parent < 0 and _is_command_buffer(zone.name)]
+def _command_buffer_zones(track: Track) -> list[tuple[int, int]]:
+    """The (start, end) of every command-buffer execution zone of a GPU context."""
+    return [(zone.start_ns, zone.end_ns) for zone in track.zones if zone.parent < 0 and _is_command_buffer(zone.name)]
 
 
 def _some(names: list[str], limit: int = 5) -> str:
