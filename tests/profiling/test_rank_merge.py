@@ -11,7 +11,9 @@ import pytest
 from test_compare import per_call_session
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.ranks import RANKS_JSON_VERSION, RankProfile, merge_ranks
+from sectionmark.profiling.devices import DeviceProfile, DeviceSession, device_sections
+from sectionmark.profiling.ranks import (RANKS_DEVICES_JSON_VERSION, RANKS_JSON_VERSION, DeviceRankReport, RankProfile,
+                                         RankReport, merge_profiles, merge_ranks)
 from sectionmark.renderers import json_out
 
 A, B, C = ("A",), ("B",), ("C",)
@@ -103,3 +105,49 @@ def test_a_format_showing_one_profile_is_refused_for_ranks(tmp_path):
         report.save(tmp_path / "ranks.html")
     assert not list(tmp_path.iterdir())
     assert report.save(tmp_path / "ranks.csv").read_bytes().decode() == report.render("csv")
+
+
+def two_device_rank(device_0: dict, device_1: dict) -> DeviceProfile:
+    """A rank's profile of two devices: each device's hand-built session (per call ns by section), device 1 named."""
+    sessions = [DeviceSession(0, None, per_call_session(device_0)),
+                DeviceSession(1, "cuda", per_call_session(device_1))]
+    return DeviceProfile(sessions, device_sections(sessions), calls=2)
+
+
+def test_ranks_of_several_devices_are_merged_device_by_device():
+    """Device d's sections across the ranks are each rank's device-d session: the straggler of a device is found among
+    that device's figures only (rank 1's device 1 runs B 3x slower; its device 0 is no slower)."""
+    files = ["rank0.tracy", "rank1.tracy"]
+    profiles = [two_device_rank({A: [100, 100]}, {B: [200, 200]}),
+                two_device_rank({A: [90, 110]}, {B: [600, 600]})]
+    report = merge_profiles(files, profiles)
+    assert isinstance(report, DeviceRankReport) and report.rank_files == files
+    assert [(device.ordinal, device.device) for device in report.devices] == [(0, None), (1, "cuda")]
+    assert report.device(0).section(A).per_rank_ns == [100, 100] and report.device(0).section(A).slowest_rank == 0
+    assert report.device(1).section(B).per_rank_ns == [200, 600] and report.device(1).section(B).slowest_rank == 1
+    for index, profile in enumerate(profiles):
+        assert report.ranks[index].profile is profile
+        for device in profile.devices:
+            assert report.device(device.ordinal).ranks[index].session is device.session
+    document = json.loads(report.render("json"))
+    assert (document["version"], document["kind"]) == (RANKS_DEVICES_JSON_VERSION, "ranks-devices")
+    assert document["devices"][1]["ordinal"] == 1 and document["devices"][1]["device"] == "cuda"
+    assert document["ranks"][1]["profile"] == json.loads(profiles[1].render("json"))
+    rows = list(csv.DictReader(io.StringIO(report.render("csv"))))
+    assert [(row["device"], row["section"], row["per_rank_ns"]) for row in rows if row["section"] != "(unmarked)"] == [
+        ("0", "A", "[100, 100]"), ("1", "B", "[200, 600]")]
+    table = report.table()
+    assert table.index("── device 0 ──") < table.index("── device 1 (cuda) ──")
+
+
+def test_ranks_that_recorded_different_devices_are_one_error_line_naming_the_file():
+    two = two_device_rank({A: [100, 100]}, {B: [200, 200]})
+    one = per_call_session({A: [100, 100]})
+    with pytest.raises(SectionmarkError) as refused:
+        merge_profiles(["rank0.ireeprof", "rank1.tracy"], [one, two])
+    assert str(refused.value) == ("rank1.tracy: a profile of 2 devices (0, 1), and rank 0's (rank0.ireeprof) of 1 "
+                                  "device: the ranks of one module record the same devices")
+    three = DeviceProfile([*two.devices, DeviceSession(2, None, one)], [], calls=2)
+    with pytest.raises(SectionmarkError, match=r"^rank2.tracy: a profile of 3 devices \(0, 1, 2\), and rank 0's "):
+        merge_profiles(["rank0.tracy", "rank1.tracy", "rank2.tracy"], [two, two, three])
+    assert isinstance(merge_profiles(["a", "b"], [one, one]), RankReport)  # one device: the ranks report as before

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from rank_profiles import SLOW_RANK, WARMUP, WIDE, record_rank_files
@@ -14,6 +15,7 @@ from tiny_profiles import profile_two_devices
 import sectionmark as sm
 from sectionmark.cli import main
 from sectionmark.errors import SectionmarkError
+from sectionmark.profiling.ranks import RankReport
 from sectionmark.workflows.ranks import report_ranks
 
 pytest.importorskip("iree.compiler")
@@ -83,16 +85,30 @@ def test_a_bad_rank_file_is_one_error_line_naming_it_and_nothing_is_written(rank
         sm.report(paths, vmfb)
 
 
-def test_a_rank_file_of_several_devices_is_refused_in_one_line_naming_it(tmp_path, capsys):
+def test_ranks_of_a_run_on_several_devices_are_each_ranks_own_profile_per_device(tmp_path):
+    """Rank files of a host-timed .ireeprof of two local-task devices (the same run copied as ranks): each device's
+    rows of each rank are that rank's own report's of that device, read here and in processes of their own."""
     compiled, two, _run = profile_two_devices(tmp_path, iterations=2, warmup=0)
-    compiled.save(tmp_path / "two.vmfb")
-    line = (f"{two}: a profile of 2 devices (0, 1); ranks of runs on several devices are not merged yet: report it "
-            f"alone (sectionmark report {two} --map MAP)")
-    for processes in (1, None):  # read here, and in a process of its own
-        with pytest.raises(SectionmarkError) as refused:
-            sm.report_ranks([two, two], tmp_path / "two.vmfb", processes=processes)
-        assert str(refused.value) == line
-    output = tmp_path / "ranks.json"
-    assert main(["report", str(two), str(two), "--map", str(tmp_path / "two.vmfb"), "--json", str(output)]) == 1
-    captured = capsys.readouterr()
-    assert captured.err == f"sectionmark: error: {line}\n" and captured.out == "" and not output.exists()
+    vmfb = compiled.save(tmp_path / "two.vmfb")
+    paths = [Path(shutil.copy(two, tmp_path / f"rank{rank}.ireeprof")) for rank in range(2)]
+    own = [sm.report(path, vmfb) for path in paths]
+    for processes in (1, None):
+        report = sm.report_ranks(paths, vmfb, processes=processes)
+        assert [device.ordinal for device in report.devices] == [0, 1]
+        for index, run in enumerate(own):
+            assert report.ranks[index].profile.render("json") == run.render("json")
+            for device in run.devices:
+                assert report.device(device.ordinal).ranks[index].session.to_json() == device.session.to_json()
+
+
+def test_ranks_of_one_device_captures_are_ranks_of_one_device(rank_files, tmp_path):
+    """A .tracy of one device (the replay of a rank's profile, whose tracks name their queue) is one device's rank."""
+    vmfb, paths = rank_files
+    captures = []
+    for path in paths[:2]:
+        with sm.report(path, vmfb, warmup=WARMUP) as run:
+            captures.append(run.save(tmp_path / f"{path.stem}.tracy"))
+    report = sm.report_ranks(captures, vmfb)
+    assert isinstance(report, RankReport)
+    for index, capture in enumerate(captures):
+        assert report.ranks[index].session.to_json() == sm.report(capture, vmfb).session.to_json()

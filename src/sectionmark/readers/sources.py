@@ -103,26 +103,6 @@ def open_device_sources(path: Union[str, Path], section_map: SectionMap,
     return _open(path, section_map, function, several_devices=True)
 
 
-def recorded_devices(path: Union[str, Path]) -> list[int]:
-    """The device ordinals a profile file records events of, from the container's index (no event is read):
-    several for a host-timed .ireeprof of a process that drove several devices, ``[0]`` for any other file. A
-    damaged .ireeprof is the error line its read would give."""
-    path = Path(path)
-    if path.suffix == ".tracy":
-        return [0]
-    with open_regular(path, "profile") as file:
-        if file.read(4) != BUNDLE_MAGIC:
-            return [0]
-        try:
-            bundle = open_bundle(path, file, os.fstat(file.fileno()).st_size)
-        except UnsupportedLayout:
-            return [0]  # read through iree-profile's export, as one device's
-        try:
-            return _bundle_devices(bundle)
-        finally:
-            bundle.close()
-
-
 def _bundle_devices(bundle: OpenBundle) -> list[int]:
     return profile_devices(bundle) if bundle.sessions > 1 else [0]  # a session per device
 

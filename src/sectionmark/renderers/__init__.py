@@ -48,7 +48,7 @@ from sectionmark.section_path import printable
 
 if TYPE_CHECKING:
     from sectionmark.profiling.session import ProfileSession
-    from sectionmark.profiling.ranks import RankReport
+    from sectionmark.profiling.ranks import DeviceRankReport, RankReport
     from sectionmark.workflows.replay import ReplayProfile
 
 REPLAY_FORMS = ("sections", "csv", "document", "stacked")  # how a renderer writes a replay's per-function profiles
@@ -90,7 +90,7 @@ class Renderer:
                                                             for row in module.csv_rows(entry.profile, **options)))
         return per_function_text(replay, lambda session: self.render(session, **options))
 
-    def render_ranks(self, report: "RankReport", **options: Any) -> Union[str, bytes]:
+    def render_ranks(self, report: Union["RankReport", "DeviceRankReport"], **options: Any) -> Union[str, bytes]:
         """Several ranks' profiles of one module in this format (`sectionmark.renderers.ranks`)."""
         self.check_ranks()
         return self._checked(importlib.import_module("sectionmark.renderers.ranks").FORMS[self.name](report, **options))
@@ -207,7 +207,7 @@ def check_path(renderer: Renderer, path: PathLike, inputs: Iterable[PathLike] = 
 
 
 def save(
-    result: Union["ProfileSession", "ReplayProfile", "RankReport"],
+    result: Union["ProfileSession", "ReplayProfile", "RankReport", "DeviceRankReport"],
     path: PathLike,
     format: Optional[str] = None,
     *,

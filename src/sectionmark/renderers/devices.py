@@ -157,7 +157,12 @@ def transfer_note(profile: DeviceProfile) -> str:
 
 
 def render_json(profile: DeviceProfile) -> str:
-    document = {
+    return json.dumps(devices_document(profile), ensure_ascii=False, indent=1) + "\n"
+
+
+def devices_document(profile: DeviceProfile) -> dict[str, Any]:
+    """The versioned document of a profile of several devices (docs/profile-json.md "Several devices")."""
+    return {
         "version": DEVICES_JSON_VERSION,
         "calls": profile.calls,
         "function": profile.function,
@@ -167,7 +172,6 @@ def render_json(profile: DeviceProfile) -> str:
         "sections": [{"name": format_path(row.path), **serialization.to_json(row),
                       "total_busy_ns": round(row.total_busy_ns)} for row in profile.sections],
     }
-    return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
 
 
 def render_csv(profile: DeviceProfile) -> str:

@@ -11,20 +11,26 @@ The formats that have a ranks form are marked ``ranks=True`` in the registry
   ``sectionmark report`` of that file alone writes it;
 * ``csv``: one row per section, its busy time per call on each rank as a JSON
   list (``per_rank_ns``, in rank order), like ``path``.
+
+Ranks of a run on several devices (`DeviceRankReport`): the table is each
+device's ranks table under its heading; the JSON the ``"ranks-devices"``
+document, each rank's own profile of several devices inside it; the CSV a
+leading ``device`` column (the ordinal), each device's rows in turn.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sectionmark.profiling.ranks import RankReport, SectionAcrossRanks
+from sectionmark.profiling.ranks import DeviceRankReport, RankReport, SectionAcrossRanks
 from sectionmark.renderers.csv_format import csv_text
+from sectionmark.renderers.devices import devices_document
 from sectionmark.renderers.json_out import profile_document
 from sectionmark.renderers.table import format_ns
 from sectionmark.section_path import UNMARKED, printable
@@ -81,6 +87,11 @@ def render_json(report: RankReport) -> str:
 
 def render_csv(report: RankReport) -> str:
     """One row per section (``CSV_COLUMNS``), RFC 4180 line ends."""
+    return csv_text(CSV_COLUMNS, csv_rows(report))
+
+
+def csv_rows(report: RankReport) -> list[list]:
+    """The CSV's rows, one per section (``CSV_COLUMNS``)."""
     rows = []
     for row in report.sections:
         slowest = row.slowest_rank
@@ -90,7 +101,37 @@ def render_csv(report: RankReport) -> str:
                      "" if slowest is None else slowest, "" if slowest is None else report.ranks[slowest].file,
                      "" if ratio is None else f"{ratio:.4f}",
                      json.dumps([None if ns is None else round(ns) for ns in row.per_rank_ns])])
-    return csv_text(CSV_COLUMNS, rows)
+    return rows
 
 
-FORMS: dict[str, Callable[..., str]] = {"table": render_table, "json": render_json, "csv": render_csv}
+def render_device_table(report: DeviceRankReport, width: Optional[int] = None) -> str:
+    """Each device's ranks table (`render_table`) under its heading."""
+    return "\n".join(f"── device {device.ordinal}" + (f" ({printable(device.device)})" if device.device else "")
+                     + " ──\n" + render_table(device.report, width) for device in report.devices)
+
+
+def render_device_json(report: DeviceRankReport) -> str:
+    """The ``"ranks-devices"`` document (`DeviceRankReport.to_json`) with each rank's own profile document, exactly
+    what ``sectionmark report`` of that file alone writes."""
+    document = report.to_json()
+    for written, rank in zip(document["ranks"], report.ranks):
+        written["profile"] = devices_document(rank.profile)
+    return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
+
+
+def render_device_csv(report: DeviceRankReport) -> str:
+    """A leading ``device`` column (the ordinal) before the ranks CSV's columns, each device's rows in turn."""
+    return csv_text(["device", *CSV_COLUMNS], ([device.ordinal, *row] for device in report.devices
+                                               for row in csv_rows(device.report)))
+
+
+def _form(one: Callable[..., str], several: Callable[..., str]) -> Callable[..., str]:
+    """A format's renderer of ranks of one device (``one``) or of several (``several``: a `DeviceRankReport`)."""
+    def render(report: Union[RankReport, DeviceRankReport], **options: Any) -> str:
+        return (several if isinstance(report, DeviceRankReport) else one)(report, **options)
+    return render
+
+
+FORMS: dict[str, Callable[..., str]] = {"table": _form(render_table, render_device_table),
+                                        "json": _form(render_json, render_device_json),
+                                        "csv": _form(render_csv, render_device_csv)}

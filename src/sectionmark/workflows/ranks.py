@@ -11,11 +11,14 @@ read once. The processes are forks of this one: a fork server or a spawned
 interpreter would run the caller's script again in every process (a script
 without a ``__main__`` guard would start the whole report again), and a
 reading process only runs the read path (numpy and sectionmark's own readers,
-no threads of IREE's). A profile of several devices in one process is refused
-before its events are read (its devices' sessions are not merged across ranks
-yet). A file that cannot be read stops the report with
-one line naming it; the reads still running are let finish and nothing is
-written.
+no threads of IREE's). Ranks of a run on several devices (each file a profile
+of several devices: a host-timed .ireeprof, or a CUDA run's Tracy capture of a
+module compiled for several) send back their `DeviceProfile` and are merged
+device by device; how many devices a file records is what its read finds
+(`sectionmark.readers.sources.open_device_sources`, the one place that decides
+it), and ranks that recorded different devices are one error line. A file that
+cannot be read stops the report with one line naming it; the reads still
+running are let finish and nothing is written.
 """
 
 from __future__ import annotations
@@ -23,15 +26,16 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from dataclasses import fields
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from sectionmark.artifacts import read_section_map
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.ranks import RankProfile, RankReport, merge_ranks
+from sectionmark.profiling.devices import DeviceProfile
+from sectionmark.profiling.ranks import DeviceRankReport, RankReport, merge_profiles
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.progress import progress
-from sectionmark.readers.sources import recorded_devices
 from sectionmark.section_map import SectionMap
 from sectionmark.workflows.measure import report
 
@@ -48,7 +52,7 @@ def report_ranks(
     workers: Optional[int] = None,
     processes: Optional[int] = None,
     quiet: bool = False,
-) -> RankReport:
+) -> Union[RankReport, DeviceRankReport]:
     """Profiles of one module recorded by several processes (ranks), reported together.
 
     ``profile_paths``: one profile file per rank, in rank order (rank 0
@@ -56,8 +60,12 @@ def report_ranks(
     warmup=, function=, workers=)`` reads it. Returns a `RankReport`: per
     section, its busy time per call on each rank, their min / median / max and
     the slowest rank (the straggler); ``report.ranks[i].session`` is rank i's
-    own profile. ``processes``: files read at once (None: one per file, up to
-    the machine's cores). ``quiet``: no progress line on the terminal.
+    own profile. Ranks of a run on several devices give a `DeviceRankReport`:
+    ``report.device(d)`` is device d's `RankReport` across the ranks (its
+    ``ranks[i].session`` rank i's session of device d), ``report.ranks[i].profile``
+    rank i's own `DeviceProfile`. ``processes``: files read at once (None: one
+    per file, up to the machine's cores). ``quiet``: no progress line on the
+    terminal.
     """
     paths = [Path(path) for path in profile_paths]
     if not paths:
@@ -70,23 +78,21 @@ def report_ranks(
     arguments = dict(section_map=section_map, calls=calls, warmup=warmup, function=function, workers=workers)
     count = min(len(paths), processes or len(os.sched_getaffinity(0)))
     if count <= 1:
-        sessions = [read_rank(path, **arguments) for path in paths]
+        profiles = [read_rank(path, **arguments) for path in paths]
     else:
-        sessions = _read_in_processes(paths, count, arguments, quiet)
-    return merge_ranks([RankProfile(str(path), session) for path, session in zip(paths, sessions)])
+        profiles = _read_in_processes(paths, count, arguments, quiet)
+    return merge_profiles([str(path) for path in paths], profiles)
 
 
-def read_rank(path: Path, **arguments) -> ProfileSession:
-    """One rank's session, read as `sectionmark.report` reads a file; a failure is one line naming the file.
-    A profile of several devices is refused before its events are read: ranks' per-device sessions are not
-    merged yet."""
+def read_rank(path: Path, **arguments) -> Union[ProfileSession, DeviceProfile]:
+    """One rank's profile, read as `sectionmark.report` reads a file: its session, or for a profile of several
+    devices its `DeviceProfile` (the figures only, not the run that reads its events again for the views); a
+    failure is one line naming the file."""
     try:
-        devices = recorded_devices(path)
-        if len(devices) > 1:
-            raise SectionmarkError(
-                f"{path}: a profile of {len(devices)} devices ({', '.join(map(str, devices))}); ranks of runs on "
-                f"several devices are not merged yet: report it alone (sectionmark report {path} --map MAP)")
-        return report(path, **arguments).session
+        result = report(path, **arguments)
+        if isinstance(result, DeviceProfile):
+            return DeviceProfile(**{field.name: getattr(result, field.name) for field in fields(DeviceProfile)})
+        return result.session
     except SectionmarkError as error:
         message = str(error)
         raise SectionmarkError(message if str(path) in message else f"{path}: {message}") from None
@@ -94,7 +100,8 @@ def read_rank(path: Path, **arguments) -> ProfileSession:
         raise SectionmarkError(f"cannot read {path}: {error.strerror or error}") from None
 
 
-def _read_in_processes(paths: list[Path], count: int, arguments: dict, quiet: bool) -> list[ProfileSession]:
+def _read_in_processes(paths: list[Path], count: int, arguments: dict,
+                       quiet: bool) -> list[Union[ProfileSession, DeviceProfile]]:
     """Each file read in a process of its own, ``count`` at a time; the first failure (or an interrupt) raised
     once the reads running have ended, none started after it."""
     with progress(f"reading {len(paths)} rank profiles in {count} processes", quiet) as step:
