@@ -84,7 +84,8 @@ EXAMPLES = {
   sectionmark report run.ireeprof --map model.vmfb --memory --span      # bytes, GB/s; start and end in the call
   sectionmark report run.tracy --map model-cuda.vmfb --warmup 3
   sectionmark report capture.tracy --map model.vmfb --warmup 1   # live capture (IREE_PY_RUNTIME=tracy, local-task)
-  sectionmark report rank*.ireeprof --map model.vmfb --json ranks.json   # one file per rank: spread, stragglers""",
+  sectionmark report rank*.ireeprof --map model.vmfb --json ranks.json   # one file per rank: spread, stragglers
+  sectionmark report rank0.tracy rank1.tracy --map model-cuda.vmfb --warmup 3   # ranks on several devices: per device""",
     "tracy": """examples:
   sectionmark tracy run.ireeprof --map model.sections.json -o run.tracy
   sectionmark tracy run.ireeprof --map model.vmfb --warmup 3 -o run.tracy
@@ -292,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  description="Join a recorded .ireeprof (or its ireeperf-jsonl export), or the GPU "
                                  "zones of a .tracy capture, with a section map. Several files (one per rank of a "
                                  "data-parallel run of the same module) are read in parallel and reported together: "
-                                 "per section its busy time per call across the ranks and the slowest rank.",
+                                 "per section its busy time per call across the ranks and the slowest rank (device "
+                                 "by device for ranks of a run on several devices: docs/multi-device.md).",
                                  epilog=EXAMPLES["report"], formatter_class=_formatter)
     report.set_defaults(run=report_command, planned_io=_report_io)
     _add_report_arguments(report, several=True)
