@@ -25,11 +25,6 @@ TWO_CPU_DEVICES = ("--iree-hal-target-device=local[0]", "--iree-hal-target-devic
 RUNTIME_DEVICES = ["local-task", "local-task"]
 
 
-def cpu_device_flags(devices: int) -> tuple[str, ...]:
-    """What a plain user passes to compile for ``devices`` CPU devices (`TWO_CPU_DEVICES` for two)."""
-    return (*(f"--iree-hal-target-device=local[{index}]" for index in range(devices)), *TWO_CPU_DEVICES[2:])
-
-
 def dispatches_per_device(vmfb: Path, inputs: Sequence[np.ndarray], directory: Path,
                           calls: int = 2) -> dict[int, Counter]:
     """Profile ``vmfb`` on two local-task devices with iree-benchmark-module (which records every device, where

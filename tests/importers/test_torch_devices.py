@@ -108,18 +108,12 @@ def test_the_work_runs_where_it_is_placed(placed, tmp_path):
 def test_executables_equal_the_plain_multi_device_pipeline(placed, tmp_path):
     """Plain ``aot.export`` in a ``sections`` scope keeps every section; without its names, compiled by
     ``iree.compiler`` with the same device flags, it gives sectionmark's executables."""
-    assert_executables_of_the_plain_pipeline(placed, TWO_CPU_DEVICES, tmp_path)
-
-
-def assert_executables_of_the_plain_pipeline(placed, device_flags: tuple[str, ...], tmp_path) -> None:
-    """``placed.model`` exported by plain ``aot.export`` (in a ``sections`` scope: every section kept), its names
-    stripped, compiled by ``iree.compiler`` with ``device_flags``: ``placed.compiled``'s executables."""
     with sm.torch.sections():
         output = aot.export(placed.model, args=placed.args, arg_device=placed.arg_device)
     text = output.mlir_module.get_asm(enable_debug_info=True)
     assert list(find_sections(text)) == gpt_sections()
     plain_text = strip_sectionmark_names(text)
-    plain = plain_compile(plain_text, "torch", device_flags=device_flags)
+    plain = plain_compile(plain_text, "torch", device_flags=TWO_CPU_DEVICES)
     assert_same_executables(placed.compiled.vmfb, plain, tmp_path)
 
 

@@ -8,8 +8,9 @@ CPU devices (``sm.compile(..., devices=8)``), then profiled on 8 local-task devi
 checks are test_torch_devices.py's for two devices: the eager numerics; each device's busy time per section
 equal to its own dispatches' events in ``iree-profile export`` (`section_oracle`, to the ns) with exact
 coverage; every section on each device that ran it; each device's time parts adding up to every call's window.
-The executables are those of the plain multi-device pipeline, byte for byte (a second compile for 8 devices:
-about 40% of the file's time).
+Not checked here: the executables against the plain multi-device pipeline (test_torch_devices.py checks them for
+two devices): a second compile for 8 devices doubles the file's time on a loaded machine (58 s to compile, 64 s for
+the plain pipeline's). It passed when written (commit 2caad98 of this file).
 """
 
 from __future__ import annotations
@@ -20,16 +21,14 @@ import numpy as np
 import pytest
 from parallel_gpt import export_arguments, tensor_parallel_gpt
 from test_torch_devices import (ATOL, ITERATIONS, RTOL, WARMUP, assert_each_device_busy_is_its_own_dispatch_events,
-                                assert_each_device_time_adds_up, assert_every_section_is_on_the_devices_that_ran_it,
-                                assert_executables_of_the_plain_pipeline)
+                                assert_each_device_time_adds_up, assert_every_section_is_on_the_devices_that_ran_it)
 from tiny_profiles import export_rows
-from two_devices import cpu_device_flags
 
 import sectionmark as sm
 
 DEVICES = 8
 RUNTIME = ["local-task"] * DEVICES
-pytestmark = pytest.mark.slow  # compiles the GPT for 8 devices twice (about 30 s each on a loaded 2-core machine)
+pytestmark = pytest.mark.slow  # compiles the GPT for 8 devices (30-60 s on a loaded 2-core machine)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +82,3 @@ def test_each_device_time_adds_up_to_the_window_of_every_call(placed, profiled):
     result, rows = profiled
     copies = assert_each_device_time_adds_up(result, rows, placed.compiled.section_map, devices=DEVICES)
     assert all(copies.values())  # every device's activations move every call
-
-
-def test_executables_equal_the_plain_multi_device_pipeline(placed, tmp_path):
-    assert_executables_of_the_plain_pipeline(placed, cpu_device_flags(DEVICES), tmp_path)
