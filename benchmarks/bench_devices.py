@@ -146,7 +146,8 @@ def gpt_program(directory: Path, devices: int, options: argparse.Namespace) -> P
     """The tensor-parallel GPT over ``--devices`` devices, compiled for them; for one device the demo GPT it was cut
     from (the same config and weights), unsplit. Its dispatches per call: its map's dispatch commands (every
     command buffer runs once per call)."""
-    sys.path.insert(0, str(HELPERS))
+    if str(HELPERS) not in sys.path:
+        sys.path.insert(0, str(HELPERS))
     from parallel_gpt import export_arguments, tensor_parallel_gpt
 
     split, unsplit = tensor_parallel_gpt(devices=options.devices)
