@@ -22,10 +22,12 @@
    dispatch starting halfway through the one before's last, as pipelined calls run), so union blocks reach
    across the reader's windows: the one read path carries its sweep over, in the same bounded memory.
 
-4. ``--devices N``: several devices against one (`bench_devices.py`, run with the same options).
+4. ``--devices N``: several devices against one (`bench_devices.py`, run with the same options; ``--model gpt``:
+   the 4-layer tensor-parallel GPT split over N devices against the same GPT on one, instead of a matmul chain).
 
 Usage: python benchmarks/bench_attribution.py [--events 1000000,10000000] [--dispatches 50] [--repeat 3] [--pipelined]
        python benchmarks/bench_attribution.py --devices 8 [--events 100000,400000] [--dispatches 48] [--repeat 3]
+       python benchmarks/bench_attribution.py --devices 8 --model gpt [--events 100000,400000] [--repeat 3]
 """
 
 from __future__ import annotations

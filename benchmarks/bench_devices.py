@@ -13,7 +13,15 @@ more host events and bytes per dispatch: each device's executions, allocations a
 each, and the peak RSS of the larger size as a multiple of the smaller's, for N devices and for one (goal:
 bounded memory, at most 1.5x, and growing as one device's does).
 
+``--model gpt``: issue M's named workload instead of the chain: the 4-layer tensor-parallel GPT of
+tests/helpers/parallel_gpt.py split over the N devices (``tensor_parallel_gpt(devices=N)``: every block's heads
+and MLP hidden units in N parts, marked with ``with section``, placed with ``transfer_to_logical_device``) against
+the same GPT unsplit (the demo GPT with the same config and weights) on one device, both run for the same calls:
+the sizes' dispatch events divided by the split GPT's dispatches per call (the unsplit GPT dispatches fewer per
+call, so its profile holds fewer events; the speeds are per event).
+
 Usage: python benchmarks/bench_devices.py [--devices 8] [--events 100000,400000] [--dispatches 48] [--repeat 3]
+       python benchmarks/bench_devices.py --model gpt [--devices 8] [--events 100000,400000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -25,17 +33,29 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 import sectionmark as sm
 from sectionmark.artifacts import read_section_map
+from sectionmark.artifacts.tools import find_tool
 from sectionmark.readers.bundle_events import open_bundle
 from sectionmark.workflows.measure import report
 from sectionmark.workflows.runner import benchmark_command, write_inputs
 
 SIZE = 16
 TENSOR = f"tensor<{SIZE}x{SIZE}xf32>"
+RECORDINGS = 3  # tries at a valid profile (see `recorded`)
+HELPERS = Path(__file__).resolve().parents[1] / "tests" / "helpers"  # parallel_gpt.py, the GPT of --model gpt
+
+
+class Program(NamedTuple):
+    """A compiled module, its saved inputs, and how many dispatches it makes per call (on all its devices)."""
+
+    module: Path
+    inputs: list[Path]
+    dispatches: int
 
 
 def split_chain(devices: int, dispatches: int) -> str:
@@ -113,31 +133,77 @@ def fresh_process(profile_path: Path, module: Path, calls: int, repeat: int) -> 
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def recorded(directory: Path, devices: int, events: int, options: argparse.Namespace) -> tuple[dict, int]:
-    """Compile, run and profile the chain on ``devices`` devices; its figures read in a fresh process."""
+def chain_program(directory: Path, devices: int, options: argparse.Namespace) -> Program:
+    """The chain of ``--dispatches`` matmuls per call split over ``devices`` (`split_chain`), compiled."""
     module = directory / f"chain{devices}.vmfb"
     sm.compile(split_chain(devices, options.dispatches), devices=devices, quiet=True).save(module)
     rng = np.random.default_rng(0)
     inputs = write_inputs([rng.random((SIZE, SIZE), np.float32) * 0.1 for _ in range(2)], directory)
-    calls = -(-events // options.dispatches)
-    profile_path = directory / f"chain{devices}.ireeprof"
-    command = benchmark_command(module, "main", inputs, device="local-task", extra_devices=["local-task"] * (devices - 1),
-                                calls=calls, profile_path=profile_path, workers=1)
-    subprocess.run(command, capture_output=True, check=True)
-    figures = fresh_process(profile_path, module, calls, options.repeat)
+    return Program(module, inputs, options.dispatches)
+
+
+def gpt_program(directory: Path, devices: int, options: argparse.Namespace) -> Program:
+    """The tensor-parallel GPT over ``--devices`` devices, compiled for them; for one device the demo GPT it was cut
+    from (the same config and weights), unsplit. Its dispatches per call: its map's dispatch commands (every
+    command buffer runs once per call)."""
+    if str(HELPERS) not in sys.path:
+        sys.path.insert(0, str(HELPERS))
+    from parallel_gpt import export_arguments, tensor_parallel_gpt
+
+    split, unsplit = tensor_parallel_gpt(devices=options.devices)
+    args, arg_device = export_arguments()
+    if devices == 1:
+        exported = sm.torch.export(unsplit, args=args, quiet=True)
+    else:
+        exported = sm.torch.export(split, args=args, arg_device=arg_device, quiet=True)
+    compiled = sm.compile(exported, devices=devices, quiet=True)
+    module = directory / f"gpt{devices}.vmfb"
+    compiled.save(module)
+    dispatches = sum(command.op == "dispatch" for buffer in compiled.section_map.command_buffers
+                     for command in buffer.commands)
+    return Program(module, write_inputs([args[0].numpy()], directory), dispatches)
+
+
+PROGRAMS = {"chain": chain_program, "gpt": gpt_program}
+
+
+def recorded(directory: Path, devices: int, program: Program, calls: int, options: argparse.Namespace) -> dict:
+    """``program`` profiled for ``calls`` calls on ``devices`` local-task devices; its figures read in a fresh
+    process."""
+    profile_path = directory / f"{program.module.stem}.ireeprof"
+    command = benchmark_command(program.module, "main", program.inputs, device="local-task",
+                                extra_devices=["local-task"] * (devices - 1), calls=calls, profile_path=profile_path,
+                                workers=1)
+    for _attempt in range(RECORDINGS):
+        subprocess.run(command, capture_output=True, check=True)
+        rejected = subprocess.run([str(find_tool("iree-profile")), "summary", str(profile_path)], capture_output=True,
+                                  text=True)
+        if not rejected.returncode:
+            break
+        # iree-benchmark-module of IREE 3.13 now and then writes a profile of several devices that its own reader
+        # rejects (a record header written twice: "profile record extends past file end"); recorded again.
+        print(f"  (the recording on {devices} devices was not a valid profile for iree-profile: "
+              f"{(rejected.stderr.strip() or f'exit status {rejected.returncode}').splitlines()[-1]}; recorded again)")
+    else:
+        raise SystemExit(f"{RECORDINGS} recordings on {devices} devices were not valid profiles")
+    figures = fresh_process(profile_path, program.module, calls, options.repeat)
     with profile_path.open("rb") as file:
         bundle = open_bundle(profile_path, file, profile_path.stat().st_size)
         figures["records"] = len(bundle.host_event_positions())  # every host event: dispatches, executions, ...
         bundle.close()
     figures["bytes"] = profile_path.stat().st_size
-    return figures, figures["bytes"]
+    profile_path.unlink()
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--devices", type=int, default=8, help="local-task devices of the split chain")
+    parser.add_argument("--devices", type=int, default=8, help="local-task devices of the split chain or GPT")
+    parser.add_argument("--model", choices=sorted(PROGRAMS), default="chain",
+                        help="the split program: the matmul chain, or the 4-layer tensor-parallel GPT")
     parser.add_argument("--events", default="100000,400000", help="dispatch events of each profile (about), comma-separated")
-    parser.add_argument("--dispatches", type=int, default=48, help="dispatches per call (a multiple of --devices)")
+    parser.add_argument("--dispatches", type=int, default=48,
+                        help="the chain's dispatches per call (a multiple of --devices)")
     parser.add_argument("--repeat", type=int, default=3, help="best of N after the cold run")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child process of fresh_process
     parser.add_argument("--module", type=Path, help=argparse.SUPPRESS)
@@ -146,15 +212,18 @@ def main() -> None:
     if options.measure is not None:
         measure(options.measure, options.module, options.calls, options.repeat)
         return
-    if options.devices < 2 or options.dispatches % options.devices:
+    if options.devices < 2 or (options.model == "chain" and options.dispatches % options.devices):
         raise SystemExit("need --devices >= 2 and --dispatches a multiple of it")
     sizes = [int(text) for text in options.events.split(",")]
     peaks = []
     with tempfile.TemporaryDirectory(prefix="sectionmark-bench-devices-") as scratch:
+        programs = {devices: PROGRAMS[options.model](Path(scratch), devices, options) for devices in (1, options.devices)}
         for events in sizes:
             figures = {}
+            calls = -(-events // programs[options.devices].dispatches)  # the same calls on one device and on N
             for devices in (1, options.devices):
-                ours, size = recorded(Path(scratch), devices, events, options)
+                ours = recorded(Path(scratch), devices, programs[devices], calls, options)
+                size = ours["bytes"]
                 figures[devices] = ours
                 print(f"{devices} device{'s' * (devices > 1)}: {ours['events']:,} dispatch events of "
                       f"{ours['records']:,} host events ({size / 1e6:.0f} MB .ireeprof, {ours['devices']} "

@@ -1,10 +1,11 @@
-"""The demo's nanoGPT (sectionmark.demo.model_torch) split over two devices, as iree-turbine users split models.
+"""The demo's nanoGPT (sectionmark.demo.model_torch) split over devices, as iree-turbine users split models.
 
 * `pipeline_gpt`: pipeline-parallel, blocks 0-1 on device 0, blocks 2-3 on
   device 1 (the activations move once, inside "Block 2"), the head on device 1.
 * `tensor_parallel_gpt`: tensor-parallel (Megatron-style), every block's
-  attention heads and MLP hidden units in halves, one half per device, joined
-  on device 0 by adding the halves' projections.
+  attention heads and MLP hidden units in equal parts, one part per device
+  (two devices by default: halves; ``devices=8``: issue M's scale, 8 heads),
+  joined on device 0 by adding the parts' projections.
 
 Both are the demo GPT (same weights, same sections, marked as users mark:
 ``with section``), placed with ``transfer_to_logical_device`` and the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -75,39 +77,57 @@ class PipelineGPT(nn.Module):
             return model.lm_head(x)
 
 
-def _halves(weight: torch.Tensor, parts: list[slice], dim: int) -> nn.ParameterList:
+def _parts(size: int, devices: int) -> list[slice]:
+    """``range(size)`` cut into ``devices`` consecutive equal parts, device d's the d-th."""
+    part = size // devices
+    return [slice(device * part, (device + 1) * part) for device in range(devices)]
+
+
+def _cut(weight: torch.Tensor, parts: list[slice], dim: int) -> nn.ParameterList:
     """``weight`` cut along ``dim`` into one parameter per device: ``parts[d]`` are device d's rows or columns
     (copies, so that each device's weights are constants of that device alone, never transferred)."""
     return nn.ParameterList(nn.Parameter(weight.detach().narrow(dim, part.start, part.stop - part.start).clone())
                             for part in parts)
 
 
-class ParallelAttention(nn.Module):
-    """The demo's SelfAttention with heads 0..n/2-1 on device 0 and the others on device 1."""
+def _on_every_device(x: torch.Tensor, devices: int) -> list[torch.Tensor]:
+    """``x`` (on device 0) and its copy moved to each other device, in device order."""
+    return [x, *(to_device(device, x) for device in range(1, devices))]
 
-    def __init__(self, attention: nn.Module, section, n_embd: int):
+
+def _joined(partial: list[torch.Tensor], bias: torch.Tensor) -> torch.Tensor:
+    """The devices' partial projections moved to device 0 and added there in device order, then ``bias``."""
+    total = partial[0]
+    for part in partial[1:]:
+        total = total + to_device(0, part)
+    return total + bias
+
+
+class ParallelAttention(nn.Module):
+    """The demo's SelfAttention with its heads in ``devices`` equal parts, device d running the d-th."""
+
+    def __init__(self, attention: nn.Module, section, n_embd: int, devices: int = 2):
         super().__init__()
-        self.section, self.n_head = section, attention.n_head // 2
-        half = n_embd // 2
-        rows = [[slice(start + device * half, start + (device + 1) * half) for start in (0, n_embd, 2 * n_embd)]
-                for device in (0, 1)]
+        self.section, self.devices, self.n_head = section, devices, attention.n_head // devices
+        rows = [[slice(start + part.start, start + part.stop) for start in (0, n_embd, 2 * n_embd)]
+                for part in _parts(n_embd, devices)]
         self.qkv_weight = nn.ParameterList(nn.Parameter(torch.cat([attention.qkv.weight.detach()[r] for r in part]))
                                            for part in rows)
         self.qkv_bias = nn.ParameterList(nn.Parameter(torch.cat([attention.qkv.bias.detach()[r] for r in part]))
                                          for part in rows)
-        self.proj_weight = _halves(attention.proj.weight, [slice(0, half), slice(half, n_embd)], dim=1)
+        self.proj_weight = _cut(attention.proj.weight, _parts(n_embd, devices), dim=1)
         self.proj_bias = nn.Parameter(attention.proj.bias.detach().clone())
         self.register_buffer("mask", attention.mask.clone())
 
     def forward(self, x):
         B, T, C = x.shape
+        width = C // self.devices  # each device's heads' width
         with self.section("Self Attention"):
             with self.section("QKV"):
-                inputs = [x, to_device(1, x)]
                 scores, values = [], []
-                for device, shard in enumerate(inputs):
-                    q, k, v = F.linear(shard, self.qkv_weight[device], self.qkv_bias[device]).split(C // 2, dim=2)
-                    q, k, v = (t.view(B, T, self.n_head, C // 2 // self.n_head).transpose(1, 2) for t in (q, k, v))
+                for device, shard in enumerate(_on_every_device(x, self.devices)):
+                    q, k, v = F.linear(shard, self.qkv_weight[device], self.qkv_bias[device]).split(width, dim=2)
+                    q, k, v = (t.view(B, T, self.n_head, width // self.n_head).transpose(1, 2) for t in (q, k, v))
                     scores.append((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1))))
                     values.append(v)
             with self.section("Attention Softmax"):
@@ -115,28 +135,28 @@ class ParallelAttention(nn.Module):
                 weights = [F.softmax(att.masked_fill(to_device(device, future) if device else future, float("-inf")),
                                      dim=-1) for device, att in enumerate(scores)]
             with self.section("Projection"):
-                partial = [F.linear((att @ v).transpose(1, 2).contiguous().view(B, T, C // 2), self.proj_weight[d])
+                partial = [F.linear((att @ v).transpose(1, 2).contiguous().view(B, T, width), self.proj_weight[d])
                            for d, (att, v) in enumerate(zip(weights, values))]
-                return partial[0] + to_device(0, partial[1]) + self.proj_bias
+                return _joined(partial, self.proj_bias)
 
 
 class ParallelMLP(nn.Module):
-    """The demo's MLP with its hidden units in halves: the first projection by rows, the second by columns."""
+    """The demo's MLP with its hidden units in ``devices`` equal parts: the first projection cut by rows, the
+    second by columns."""
 
-    def __init__(self, mlp: nn.Module, section):
+    def __init__(self, mlp: nn.Module, section, devices: int = 2):
         super().__init__()
-        self.section = section
-        hidden = mlp.fc.out_features
-        parts = [slice(0, hidden // 2), slice(hidden // 2, hidden)]
-        self.fc_weight, self.fc_bias = _halves(mlp.fc.weight, parts, dim=0), _halves(mlp.fc.bias, parts, dim=0)
-        self.proj_weight = _halves(mlp.proj.weight, parts, dim=1)
+        self.section, self.devices = section, devices
+        parts = _parts(mlp.fc.out_features, devices)
+        self.fc_weight, self.fc_bias = _cut(mlp.fc.weight, parts, dim=0), _cut(mlp.fc.bias, parts, dim=0)
+        self.proj_weight = _cut(mlp.proj.weight, parts, dim=1)
         self.proj_bias = nn.Parameter(mlp.proj.bias.detach().clone())
 
     def forward(self, x):
         with self.section("MLP"):
             partial = [F.linear(F.gelu(F.linear(shard, self.fc_weight[d], self.fc_bias[d])), self.proj_weight[d])
-                       for d, shard in enumerate([x, to_device(1, x)])]
-            return partial[0] + to_device(0, partial[1]) + self.proj_bias
+                       for d, shard in enumerate(_on_every_device(x, self.devices))]
+            return _joined(partial, self.proj_bias)
 
 
 def pipeline_gpt(marked: bool = True) -> tuple[PipelineGPT, GPT]:
@@ -145,13 +165,23 @@ def pipeline_gpt(marked: bool = True) -> tuple[PipelineGPT, GPT]:
     return PipelineGPT(model).eval(), model
 
 
-def tensor_parallel_gpt(marked: bool = True) -> tuple[GPT, GPT]:
-    """The tensor-parallel GPT (the demo GPT with parallel attention and MLP in every block) and the demo GPT."""
-    model = GPT(CONFIG, marked=marked).eval()
+def tensor_parallel_config(devices: int = 2) -> GPTConfig:
+    """The config of the GPT split over ``devices``: `CONFIG` where its 4 heads split evenly (2 devices: the model
+    of the tests, the conformance row and the recorded data), else `CONFIG` with one head per device."""
+    config = CONFIG if CONFIG.n_head % devices == 0 else replace(CONFIG, n_head=devices)
+    if config.n_embd % config.n_head:
+        raise ValueError(f"{devices} devices: {config.n_head} heads do not split the {config.n_embd} channels")
+    return config
+
+
+def tensor_parallel_gpt(marked: bool = True, devices: int = 2) -> tuple[GPT, GPT]:
+    """The tensor-parallel GPT over ``devices`` (the demo GPT at `tensor_parallel_config` with parallel attention
+    and MLP in every block) and the demo GPT it was cut from (the eager reference, the one-device model)."""
+    model = GPT(tensor_parallel_config(devices), marked=marked).eval()
     parallel = copy.deepcopy(model)
     for block in parallel.blocks:
-        block.attn = ParallelAttention(block.attn, parallel.section, CONFIG.n_embd)
-        block.mlp = ParallelMLP(block.mlp, parallel.section)
+        block.attn = ParallelAttention(block.attn, parallel.section, model.config.n_embd, devices)
+        block.mlp = ParallelMLP(block.mlp, parallel.section, devices)
     return parallel.eval(), model
 
 

@@ -141,13 +141,18 @@ def test_load_on_several_devices_refuses_what_it_cannot_open(placed):
 
 def test_each_device_busy_per_section_equals_its_own_dispatch_events(placed, profiled):
     result, rows = profiled
-    assert [device.ordinal for device in result.devices] == [0, 1]
+    assert_each_device_busy_is_its_own_dispatch_events(result, rows, placed.compiled.section_map, devices=2)
+
+
+def assert_each_device_busy_is_its_own_dispatch_events(result, rows: list[dict], section_map, devices: int) -> None:
+    """Each device's profile (exact coverage, the invariants) against `section_oracle` of its own dispatches'
+    events in iree-profile export's rows, to the ns; ``result`` profiled with `WARMUP` and `ITERATIONS`."""
+    assert [device.ordinal for device in result.devices] == list(range(devices))
     for device in result.devices:
         session = device.session
         assert_profile_invariants(session)
         assert session.coverage_error == 0, device.ordinal
-        calls, oracle = section_oracle(rows, placed.compiled.section_map, WARMUP, device=device.ordinal,
-                                       calls=ITERATIONS + WARMUP)
+        calls, oracle = section_oracle(rows, section_map, WARMUP, device=device.ordinal, calls=ITERATIONS + WARMUP)
         assert calls == session.calls == ITERATIONS
         exclusive = {row.path: row.exclusive_ns for row in session.sections}
         assert {path for path, ns in exclusive.items() if ns} == {path for path, ns in oracle.items() if ns}
@@ -157,8 +162,21 @@ def test_each_device_busy_per_section_equals_its_own_dispatch_events(placed, pro
 
 def test_every_section_is_present_on_the_device_that_ran_it(placed, profiled):
     result, _rows = profiled
+    placed_on = assert_every_section_is_on_the_devices_that_ran_it(result, placed.compiled.section_map)
+    if placed.name == "pipeline":  # the stages: each block on its own device, the hand-over in "Block 2" on both
+        for device, blocks in PIPELINE_STAGES.items():
+            for index in blocks:
+                assert placed_on[(f"Block {index}", "MLP")] == {device}
+    else:  # every half of every block runs on both devices
+        assert all(devices == {0, 1} for path, devices in placed_on.items() if path[-1] in ("QKV", "MLP"))
+
+
+def assert_every_section_is_on_the_devices_that_ran_it(result, section_map) -> dict[tuple, set[int]]:
+    """Every GPT section (and each parent) is in ``result``'s rows of each device whose buffers dispatch its work,
+    with dispatches and busy time there, and its row across devices says it ran on exactly those; returns the
+    devices of each section's dispatches, from the map."""
     placed_on: dict[tuple, set[int]] = {}
-    for buffer in placed.compiled.section_map.command_buffers:
+    for buffer in section_map.command_buffers:
         for command in buffer.commands:
             for share in command.shares if command.op == "dispatch" else []:
                 for depth in range(1, len(share.path) + 1):
@@ -170,12 +188,7 @@ def test_every_section_is_present_on_the_device_that_ran_it(placed, profiled):
         for ordinal in devices:
             row = next(row for row in result.devices[ordinal].session.sections if row.path == path)
             assert row.dispatches > 0 and row.busy_ns > 0, (ordinal, path)
-    if placed.name == "pipeline":  # the stages: each block on its own device, the hand-over in "Block 2" on both
-        for device, blocks in PIPELINE_STAGES.items():
-            for index in blocks:
-                assert placed_on[(f"Block {index}", "MLP")] == {device}
-    else:  # every half of every block runs on both devices
-        assert all(devices == {0, 1} for path, devices in placed_on.items() if path[-1] in ("QKV", "MLP"))
+    return placed_on
 
 
 def test_each_device_time_adds_up_to_the_window_of_every_call(placed, profiled):
@@ -184,18 +197,28 @@ def test_each_device_time_adds_up_to_the_window_of_every_call(placed, profiled):
     recording the same commands, which the blocks' alike buffers make ambiguous here), the rest of their time
     with no dispatch running (barriers) is gaps."""
     result, rows = profiled
+    copies = assert_each_device_time_adds_up(result, rows, placed.compiled.section_map, devices=2)
+    # Activations move to the other device every call: every device's buffers record copies (the pipeline's
+    # device 1 only receives: device 0's buffers copy both ways).
+    assert all(copies.values()) or placed.name == "pipeline"
+
+
+def assert_each_device_time_adds_up(result, rows: list[dict], section_map, devices: int) -> dict[int, bool]:
+    """Each device's parts add up to every call's window, the same for every device; its compute is its
+    dispatches' time, its transfer `transfer_oracle`'s (where its buffers record copies, and only there).
+    Returns whether each device's buffers record copies."""
     per_call = np.array([device.time.per_call for device in result.devices])  # [device, call, part]
-    assert per_call.shape == (2, ITERATIONS, len(DEVICE_TIME_PARTS))
+    assert per_call.shape == (devices, ITERATIONS, len(DEVICE_TIME_PARTS))
     windows = per_call.sum(axis=2)
     assert (windows == windows[0]).all() and (windows > 0).all()
+    copies = {}
     for device in result.devices:
         time = device.time
         assert sum(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS) == time.window_ns
         assert time.compute_ns == device.session.call_time.dispatch_ns
-        # Activations move to the other device every call: transfer where the device's buffers record copies
-        # (the pipeline's device 1 only receives: device 0's buffers copy both ways).
-        copies = any(command.op == "copy" for buffer in placed.compiled.section_map.command_buffers
-                     if buffer.device == device.ordinal for command in buffer.commands)
-        assert (time.transfer_ns > 0) == copies and (copies or placed.name == "pipeline"), device.ordinal
-        oracle = transfer_oracle(rows, placed.compiled.section_map, WARMUP, device.ordinal, ITERATIONS + WARMUP)
+        copies[device.ordinal] = any(command.op == "copy" for buffer in section_map.command_buffers
+                                     if buffer.device == device.ordinal for command in buffer.commands)
+        assert (time.transfer_ns > 0) == copies[device.ordinal], device.ordinal
+        oracle = transfer_oracle(rows, section_map, WARMUP, device.ordinal, ITERATIONS + WARMUP)
         assert abs(sum(oracle.values()) - (time.transfer_ns - time.queue_transfer_ns)) < 1e-6, device.ordinal
+    return copies
