@@ -117,16 +117,29 @@ def test_executables_equal_the_plain_multi_device_pipeline(placed, tmp_path):
     assert_same_executables(placed.compiled.vmfb, plain, tmp_path)
 
 
-def test_cuda_executables_equal_the_plain_multi_device_pipeline(placed, tmp_path):
+# What a plain user passes for two GPU devices of each target (by hand, not sectionmark's flags), and the
+# compile options both compiles are given. The GPTs move the causal mask (bool: 8-bit storage) to device 1, which
+# the portable Vulkan baseline cannot store ("failed to legalize operation 'vector.bitcast'"): compiled for a
+# Vulkan GPU with 8-bit storage (``ampere``), as the one-device check does (tests/compiler/test_byte_identity.py).
+PLAIN_GPU_DEVICE_FLAGS = {
+    "cuda": (("--iree-hal-target-device=cuda[0]", "--iree-hal-target-device=cuda[1]", "--iree-cuda-target=sm_80"),
+             ()),
+    "vulkan-spirv": (("--iree-hal-target-device=vulkan[0]", "--iree-hal-target-device=vulkan[1]"),
+                     ("--iree-vulkan-target=ampere",)),
+}
+
+
+@pytest.mark.parametrize("target", sorted(PLAIN_GPU_DEVICE_FLAGS))
+def test_gpu_executables_equal_the_plain_multi_device_pipeline(placed, tmp_path, target):
     """The same for two CUDA devices (``target="cuda", devices=2``: what ran on the H200,
-    tests/readers/test_tracy_devices.py): the flags a plain user passes, the same executables."""
-    compiled = sm.compile(placed.exported, target="cuda", devices=2, quiet=True)
+    tests/readers/test_tracy_devices.py) and two Vulkan devices (``target="vulkan-spirv", devices=2``, what runs
+    on lavapipe: tests/gpu/test_vulkan_devices.py): the flags a plain user passes, the same executables."""
+    device_flags, options = PLAIN_GPU_DEVICE_FLAGS[target]
+    compiled = sm.compile(placed.exported, target=target, devices=2, extra_args=list(options), quiet=True)
     with sm.torch.sections():
         output = aot.export(placed.model, args=placed.args, arg_device=placed.arg_device)
     plain_text = strip_sectionmark_names(output.mlir_module.get_asm(enable_debug_info=True))
-    plain = plain_compile(plain_text, "torch", device_flags=("--iree-hal-target-device=cuda[0]",
-                                                             "--iree-hal-target-device=cuda[1]",
-                                                             "--iree-cuda-target=sm_80"))
+    plain = plain_compile(plain_text, "torch", device_flags=device_flags, extra_args=options)
     assert_same_executables(compiled.vmfb, plain, tmp_path)
 
 
