@@ -25,14 +25,13 @@ import torch
 from iree.turbine import aot
 from parallel_gpt import PIPELINE_STAGES, export_arguments, gpt_sections, pipeline_gpt, tensor_parallel_gpt
 from test_byte_identity import assert_same_executables, plain_compile
-from invariants import assert_profile_invariants
+from invariants import assert_device_time_adds_up, assert_profile_invariants
 from tiny_profiles import export_rows, section_oracle, transfer_oracle
 from two_devices import RUNTIME_DEVICES, TWO_CPU_DEVICES, dispatches_of_sections, dispatches_per_device
 
 import sectionmark as sm
 from sectionmark.compiler.targets import target_flags
 from sectionmark.errors import SectionmarkError
-from sectionmark.profiling.devices import DEVICE_TIME_PARTS
 from sectionmark.importers.exported import find_sections
 from sectionmark.locations import strip_sectionmark_names
 
@@ -197,14 +196,9 @@ def test_each_device_time_adds_up_to_the_window_of_every_call(placed, profiled):
     recording the same commands, which the blocks' alike buffers make ambiguous here), the rest of their time
     with no dispatch running (barriers) is gaps."""
     result, rows = profiled
-    per_call = np.array([device.time.per_call for device in result.devices])  # [device, call, part]
-    assert per_call.shape == (2, ITERATIONS, len(DEVICE_TIME_PARTS))
-    windows = per_call.sum(axis=2)
-    assert (windows == windows[0]).all() and (windows > 0).all()
+    assert_device_time_adds_up(result, ITERATIONS)
     for device in result.devices:
         time = device.time
-        assert sum(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS) == time.window_ns
-        assert time.compute_ns == device.session.call_time.dispatch_ns
         # Activations move to the other device every call: transfer where the device's buffers record copies
         # (the pipeline's device 1 only receives: device 0's buffers copy both ways).
         copies = any(command.op == "copy" for buffer in placed.compiled.section_map.command_buffers
