@@ -101,6 +101,7 @@ def test_each_device_time_says_what_vulkan_events_cannot_tell_apart(two_vulkan, 
         assert device.waits is None  # waiting is not known, so neither is it by section
     text = run.table()
     assert "+ idle + untimed = the call's window" in text and "untimed: a device whose profile times only" in text
+    assert "Waiting dev" not in text and "the section it waited to run" not in text
     document = json.loads(run.render("json"))
     assert document["version"] == 5
     assert [device["time"]["untimed_ns"] for device in document["devices"]] == [d.time.untimed_ns for d in run.devices]

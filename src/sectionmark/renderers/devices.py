@@ -160,8 +160,10 @@ def transfer_note(profile: DeviceProfile) -> str:
     """What the transfer and waiting columns hold, and how a marked one was split."""
     note = ("per call: transfer: each command-buffer execution's time with no dispatch running around its copy "
             "commands, given to the sections of those copies ((unmarked): buffers that only fill or update, and "
-            "queue transfers); launch and barrier gaps are no section's; waiting: the time the device "
-            "waited for another, given to the section it waited to run ((unmarked): none after it in the call)")
+            "queue transfers); launch and barrier gaps are no section's")
+    if any(device.waits is not None for device in profile.devices):
+        note += ("; waiting: the time the device waited for another, given to the section it waited to run "
+                 "((unmarked): none after it in the call)")
     split = [device.transfers for device in profile.devices if device.transfers is not None and device.transfers.split]
     if split:
         rule = "by the bytes each copies" if all(transfers.by_bytes for transfers in split) else (
