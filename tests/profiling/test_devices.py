@@ -485,6 +485,34 @@ def test_a_chunk_mixing_devices_is_one_error_line(two_devices, tmp_path):
         report(edited, compiled.section_map)
 
 
+def test_a_device_record_between_the_sessions_ends_is_its_own(two_devices, tmp_path):
+    """IREE may write a device's last records after another device's session end (Vulkan writes device 1's last
+    clock sample there: tests/gpu/test_vulkan_devices.py): a record between the sessions' ends belongs to a
+    session still open. Device 1's last host-event chunk moved between the ends reads the same; a chunk after
+    the last end is refused."""
+    compiled, kept, _result = two_devices
+    blob = kept.read_bytes()
+    found = layout.records(blob)
+    first_end, last_end = [record for record in found if record.record_type == layout.RECORD_SESSION_END]
+    device_at = HOST_EVENT.fields["device"][1]
+    moved = [record for record in found if record.content_type == "host-execution-events"
+             and layout.read(blob, record.payload + device_at, 4) == 1][-1]
+    piece = blob[moved.offset:moved.offset + moved.length]
+    without = blob[:moved.offset] + blob[moved.offset + moved.length:]
+    at = first_end.offset + first_end.length - moved.length
+    edited = tmp_path / "between.ireeprof"
+    edited.write_bytes(without[:at] + piece + without[at:])
+    assert [record.record_type for record in layout.records(edited.read_bytes())][-3:] == [
+        layout.RECORD_SESSION_END, 2, layout.RECORD_SESSION_END]
+    expected, again = report(kept, compiled.section_map), report(edited, compiled.section_map)
+    assert [[row.busy_ns for row in device.session.sections] for device in again.devices] == [
+        [row.busy_ns for row in device.session.sections] for device in expected.devices]
+    after = tmp_path / "after.ireeprof"
+    after.write_bytes(layout.with_record(blob, "counters", b"", after_end=True))
+    with pytest.raises(SectionmarkError, match="record after the session end"):
+        report(after, compiled.section_map)
+
+
 def test_several_devices_on_another_driver_are_refused_before_running(two_devices):
     compiled, _kept, _result = two_devices
     with pytest.raises(SectionmarkError, match="several devices of one driver only .got local-task, vulkan."):
