@@ -125,7 +125,10 @@ def profile_devices(bundle: OpenBundle) -> list[int]:
     host-execution events) also each dispatch-events chunk's (named in its header) and each queue-events chunk's
     first record's (a device whose command buffers only copy has queue events and no dispatch)."""
     timed_chunks = ("host-execution-events", "queue-events") if bundle.device_timed else ("host-execution-events",)
-    found = set(bundle.chunks["dispatch-events"].devices.tolist())
+    dispatch_devices = bundle.chunks["dispatch-events"].devices
+    if (dispatch_devices == _ANY).any():
+        raise corrupt(bundle.path, "a dispatch-events chunk names no device")
+    found = set(dispatch_devices.tolist())
     for chunk_type in timed_chunks:
         chunks = bundle.chunks[chunk_type]
         offset = DEVICE_FIELDS[chunk_type][1]
@@ -134,8 +137,6 @@ def profile_devices(bundle: OpenBundle) -> list[int]:
             starts = chunks.starts[part][chunks.lengths[part] > 0]
             found.update(records_at(bundle.data, starts + offset, _U32).tolist())
             release_pages(bundle.mapped, int(chunks.starts[part][0]), int(chunks.starts[part][-1]) + 8)
-    if _ANY in found:
-        raise corrupt(bundle.path, "a dispatch-events chunk names no device")
     return sorted(found)
 
 
