@@ -239,8 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("--target", default="llvm-cpu", choices=list(TARGET_FLAGS),
                           help="target: %(choices)s (default: %(default)s)")
     compile_.add_argument("--devices", type=whole_number_in(1, 64), default=1, metavar="N",
-                          help="devices the module drives, placed by its affinities (llvm-cpu or cuda; profile it "
-                          "with one --device each: docs/multi-device.md) (default: 1)")
+                          help="devices the module drives, placed by its affinities (llvm-cpu, cuda or vulkan-spirv; "
+                          "profile it with one --device each: docs/multi-device.md) (default: 1)")
     compile_.add_argument("--input-type", default="auto", choices=INPUT_TYPES,
                           help="MLIR input dialects: %(choices)s (default: auto, from the MLIR)")
     compile_.add_argument("--no-markers", action="store_true", help="plain IREE compile, no section map")
@@ -279,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--device", action="append", default=None,
                          help="IREE device: local-task (default), cuda, hip (also cuda://1 ...); local-sync is refused (docs/cli.md); "
                          "vulkan: its device-timed dispatch events (docs/gpu.md). Repeat it for a module compiled for "
-                         "several devices (--device local-task --device local-task: docs/multi-device.md)")
+                         "several devices (--device local-task --device local-task, --device vulkan --device vulkan: "
+                         "docs/multi-device.md)")
     profile.add_argument("--timeout", type=whole_number_in(1, 7 * 24 * 3600), default=3600, metavar="S",
                          help="give up when the profiled tool runs longer than S seconds (default: 3600)")
     profile.add_argument("--keep-profile", metavar="FILE",

@@ -196,8 +196,20 @@ def _config(devices: list[str]) -> Any:
                     raise SectionmarkError(f"cannot open IREE device {device!r}: {first_line(str(error))}") from None
             opened.append(_opened_devices[key])
     config = rt.Config(device=opened[0])
-    config.default_vm_modules = (rt.create_hal_module(config.vm_instance, devices=opened),)
+    try:
+        config.default_vm_modules = (rt.create_hal_module(config.vm_instance, devices=opened),)
+    except IREE_ERRORS as error:
+        raise SectionmarkError(f"cannot open devices {', '.join(devices)} together: {first_line(str(error))}"
+                               + (_ONE_GROUP_EACH if _ONE_GROUP_EACH_ERROR in str(error) else "")) from None
     return config
+
+
+# IREE 3.13's Python runtime creates each device in a device group of its own; a Vulkan device's queues then
+# belong to that group, and a module of several Vulkan devices cannot group them again (local-task devices can).
+_ONE_GROUP_EACH_ERROR = "queue frontier already assigned"
+_ONE_GROUP_EACH = (" (IREE 3.13's Python runtime opens each Vulkan device in a group of its own: run a module of "
+                   "several Vulkan devices with iree-run-module --device=vulkan --device=vulkan, profile it with "
+                   "sm.profile(devices=[...]); docs/multi-device.md)")
 
 
 def _registration_failure(message: str, specs: list) -> str:

@@ -8,8 +8,10 @@ a declared section without dispatches says so instead of showing zeros.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from sectionmark.profiling.devices import DEVICE_TIME_PARTS, DeviceProfile
 from sectionmark.profiling.section_time import MAX_SAMPLES
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import SectionStats
@@ -175,3 +177,16 @@ def _assert_holds_children(row: SectionStats, children: list[SectionStats], roun
         (row.wall_ns, row.exclusive_wall_ns, sum(child.wall_ns for child in children)),
     ]:
         assert abs(inclusive - exclusive - nested) <= tolerance, (row.name, inclusive, exclusive, nested)
+
+
+def assert_device_time_adds_up(result: DeviceProfile, calls: int) -> None:
+    """A `DeviceProfile`'s time split: each device's parts of every measured call add up to that call's window,
+    the same windows on every device, and its compute is its dispatches' time (`DEVICE_TIME_PARTS`)."""
+    per_call = np.array([device.time.per_call for device in result.devices])  # [device, call, part]
+    assert per_call.shape == (len(result.devices), calls, len(DEVICE_TIME_PARTS))
+    windows = per_call.sum(axis=2)
+    assert (windows == windows[0]).all() and (windows > 0).all()
+    for device in result.devices:
+        time = device.time
+        assert sum(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS) == time.window_ns
+        assert time.compute_ns == device.session.call_time.dispatch_ns, device.ordinal

@@ -183,6 +183,37 @@ def section_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int,
     return len(executes) // per_call - warmup_calls, totals
 
 
+def device_timed_oracle(rows: list[dict], section_map: SectionMap, warmup_calls: int, device: int,
+                        calls: int) -> tuple[int, dict[SectionPath, float]]:
+    """`section_oracle` of a device-timed profile (Vulkan's): (measured calls, exclusive busy ns per path) of
+    ``device``'s ``dispatch_event`` rows (their device-clock ``duration_ns``, as ``iree-profile`` fits it), its
+    calls counted by its queue ``execute`` events (``calls``: the calls made, warmup included). Each event's
+    command is its runtime buffer's recorded operation of ``command_index``, placed among the operations of the
+    map's kinds (Vulkan records the debug groups' profile markers between them)."""
+    buffers = _device_buffers(rows, section_map, device)
+    recorded: dict[int, list[int]] = {}
+    for r in rows:
+        if r.get("record_type") == "command_operation" and r.get("op") in COMMAND_OPS:
+            recorded.setdefault(r["command_buffer_id"], []).append(r["command_index"])
+    position = {(buffer, index): rank for buffer, indices in recorded.items()
+                for rank, index in enumerate(sorted(indices))}
+    executes = sorted(r["submission_id"] for r in rows if r.get("record_type") == "queue_event"
+                      and r.get("op") == "execute" and r.get("physical_device_ordinal") == device)
+    per_call = len(executes) // calls
+    measured = set(executes[warmup_calls * per_call:])
+    totals: dict[SectionPath, float] = {}
+    for r in rows:
+        if (r.get("record_type") != "dispatch_event" or r.get("physical_device_ordinal") != device
+                or r["submission_id"] not in measured):
+            continue
+        command = buffers(r["command_buffer_id"]).commands[position[r["command_buffer_id"], r["command_index"]]]
+        if command.key != r["key"]:
+            raise Inconsistent(f"event {r.get('event_id')} is not the map's command {command}")
+        for share in command.shares or [Share((), 1.0)]:
+            totals[share.path] = totals.get(share.path, 0.0) + share.weight * r["duration_ns"]
+    return len(executes) // per_call - warmup_calls, totals
+
+
 def _device_buffers(rows: list[dict], section_map: SectionMap, device: Optional[int]) -> Callable[[int], CommandBuffer]:
     """The map's command buffer of each runtime command buffer: the map's only one, or for ``device`` the map's
     command buffer of that device whose (op, key) sequence the runtime buffer's recorded operations have."""

@@ -485,20 +485,55 @@ def test_a_chunk_mixing_devices_is_one_error_line(two_devices, tmp_path):
         report(edited, compiled.section_map)
 
 
+def test_a_device_record_between_the_sessions_ends_is_its_own(two_devices, tmp_path):
+    """IREE may write a device's last records after another device's session end (Vulkan writes device 1's last
+    clock sample there: tests/gpu/test_vulkan_devices.py): a record between the sessions' ends belongs to a
+    session still open. Device 1's last host-event chunk moved between the ends reads the same; a chunk after
+    the last end is refused."""
+    compiled, kept, _result = two_devices
+    blob = kept.read_bytes()
+    found = layout.records(blob)
+    first_end, last_end = [record for record in found if record.record_type == layout.RECORD_SESSION_END]
+    device_at = HOST_EVENT.fields["device"][1]
+    moved = [record for record in found if record.content_type == "host-execution-events"
+             and layout.read(blob, record.payload + device_at, 4) == 1][-1]
+    piece = blob[moved.offset:moved.offset + moved.length]
+    without = blob[:moved.offset] + blob[moved.offset + moved.length:]
+    at = first_end.offset + first_end.length - moved.length
+    edited = tmp_path / "between.ireeprof"
+    edited.write_bytes(without[:at] + piece + without[at:])
+    assert [record.record_type for record in layout.records(edited.read_bytes())][-3:] == [
+        layout.RECORD_SESSION_END, 2, layout.RECORD_SESSION_END]
+    expected, again = report(kept, compiled.section_map), report(edited, compiled.section_map)
+    assert [[row.busy_ns for row in device.session.sections] for device in again.devices] == [
+        [row.busy_ns for row in device.session.sections] for device in expected.devices]
+    after = tmp_path / "after.ireeprof"
+    after.write_bytes(layout.with_record(blob, "counters", b"", after_end=True))
+    with pytest.raises(SectionmarkError, match="record after the session end"):
+        report(after, compiled.section_map)
+
+
 def test_several_devices_on_another_driver_are_refused_before_running(two_devices):
     compiled, _kept, _result = two_devices
     with pytest.raises(SectionmarkError, match="several devices of one driver only .got local-task, vulkan."):
         sm.profile(compiled, [], devices=["local-task", "vulkan"])
-    with pytest.raises(SectionmarkError, match="profiled on local-task or cuda only .got vulkan."):
-        sm.profile(compiled, [], devices=["vulkan", "vulkan"])
-    with pytest.raises(SectionmarkError, match="several devices of cuda or llvm-cpu .got target 'vulkan-spirv'."):
-        sm.compile(TWO_DEVICES, target="vulkan-spirv", devices=2)
+    with pytest.raises(SectionmarkError, match="profiled on local-task, cuda, vulkan only .got hip."):
+        sm.profile(compiled, [], devices=["hip", "hip"])
+    with pytest.raises(SectionmarkError, match="of cuda or llvm-cpu or vulkan-spirv .got target 'rocm'."):
+        sm.compile(TWO_DEVICES, target="rocm", devices=2)
 
 
 def test_two_cuda_devices_are_compiled_as_a_plain_user_names_them():
     """What the tests/readers/h200-two-devices modules were compiled with (scripts/gpu_devices/prepare.py)."""
     assert target_flags("cuda", devices=2) == ("--iree-hal-target-device=cuda[0]", "--iree-hal-target-device=cuda[1]",
                                                "--iree-cuda-target=sm_80")
+
+
+def test_two_vulkan_devices_are_compiled_as_a_plain_user_names_them():
+    """What iree-compile is given for two Vulkan devices (run with --device=vulkan twice): docs/multi-device.md."""
+    assert target_flags("vulkan-spirv", devices=2) == (
+        "--iree-hal-target-device=vulkan[0]", "--iree-hal-target-device=vulkan[1]",
+        "--iree-vulkan-target=vp_android_baseline_2022")
 
 
 # ------------------------------------------------------------------ the split of each device's time, hand-built
@@ -524,12 +559,28 @@ def test_split_device_time_by_hand():
     # Of the executions' time with no dispatch running in call 0, device 0 copies 30 ns, device 1 20 ns.
     first, second = split_device_time([device_0, device_1], [np.array([60, 20]), np.array([100, 0])], windows,
                                       copies=[np.array([30, 0]), np.array([20, 0])])
-    assert first.per_call == [[60, 30, 10, 0, 110, 0], [20, 0, 0, 0, 10, 10]]
-    assert second.per_call == [[100, 20, 30, 10, 50, 0], [0, 10, 0, 0, 20, 10]]
+    assert first.per_call == [[60, 30, 10, 0, 110, 0, 0], [20, 0, 0, 0, 10, 10, 0]]
+    assert second.per_call == [[100, 20, 30, 10, 50, 0, 0], [0, 10, 0, 0, 20, 10, 0]]
     assert second.queue_transfer_ns == 10
     assert first.overlap_ns == second.overlap_ns == 50  # [50, 100)
     for time in (first, second):
         assert sum(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS) == time.window_ns == 250
+        assert time.untimed_ns == 0
+
+
+def test_a_device_timed_device_says_what_its_events_cannot_tell_apart():
+    """Vulkan's devices time their dispatches only (their executions spanning them, their queue operations
+    instants): compute, transfer between dispatches and gaps are theirs; their queue, waiting and idle time is
+    untimed, not guessed (the spans of `test_split_device_time_by_hand`, device 1 device-timed)."""
+    device_0 = spans((EXECUTE, 0, 100, 0), (EXECUTE, 300, 320, 1))
+    device_1 = spans((EXECUTE, 50, 200, 0), (ALLOCA, 200, 210, 0), (COPY, 330, 340, 1))
+    windows = common_windows([device_0, device_1], 2)
+    first, second = split_device_time([device_0, device_1], [np.array([60, 20]), np.array([100, 0])], windows,
+                                      copies=[np.array([30, 0]), np.array([20, 0])], dispatches_only=[False, True])
+    assert first.per_call == [[60, 30, 10, 0, 110, 0, 0], [20, 0, 0, 0, 10, 10, 0]]
+    assert second.per_call == [[100, 20, 30, 0, 0, 0, 60], [0, 10, 0, 0, 0, 0, 30]]
+    assert (second.queue_ns, second.waiting_ns, second.idle_ns, second.untimed_ns) == (0, 0, 0, 90)
+    assert sum(getattr(second, f"{part}_ns") for part in DEVICE_TIME_PARTS) == second.window_ns == 250
 
 
 def test_dispatches_outside_executions_are_refused():
@@ -721,7 +772,7 @@ def test_only_the_gap_around_a_copy_is_transfer():
     assert gaps.transfer_by_window().tolist() == [30]
     (time,) = split_device_time([spans((EXECUTE, 0, 100, 0))], [gaps.dispatch_union()], windows,
                                 copies=[gaps.transfer_by_window()])
-    assert time.per_call == [[50, 30, 20, 0, 0, 0]]
+    assert time.per_call == [[50, 30, 20, 0, 0, 0, 0]]
     # The section of the copy gets the copy's gap, not the execution's whole time with no dispatch running.
     transfers = section_transfers(runs, gaps.transfers(), {7: copy_buffer(0, ("Half 1", None))}, 0)
     assert transfers.transfer_ns == {("Half 1",): 30.0}

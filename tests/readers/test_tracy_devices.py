@@ -134,8 +134,8 @@ def transfer_places(section_map: SectionMap, ordinal: int) -> dict[tuple[str, ..
 
 
 def zone_oracle(path: Path, section_map: SectionMap, calls: int, warmup: int) -> list[list[list[int]]]:
-    """[device][measured call] -> compute, transfer, gaps, queue, waiting, idle from the capture's zones and the
-    map's recording order alone: each context's command-buffer zones after its first (the initializer's, before
+    """[device][measured call] -> compute, transfer, gaps, queue, waiting, idle, untimed (0) from the capture's zones
+    and the map's recording order alone: each context's command-buffer zones after its first (the initializer's, before
     the calls) are its calls' executions, the same number each call; a call's window runs from its first execution
     on any device to its last one's end. An execution's dispatch zones run one after another (CUDA's one stream):
     its k-th is its buffer's k-th dispatch command, the buffer being the device's one recording those dispatches;
@@ -168,7 +168,7 @@ def zone_oracle(path: Path, section_map: SectionMap, calls: int, warmup: int) ->
             busy, compute = covered(own[call], start, end), covered(dispatches[device], start, end)
             transfer = covered(copy_gaps[device], start, end)
             parts[device].append([compute, transfer, busy - compute - transfer, 0, anyone - busy,
-                                  end - start - anyone])
+                                  end - start - anyone, 0])  # untimed: none (the zones time the executions)
     return parts
 
 

@@ -242,16 +242,17 @@ def test_compare_of_two_runs_on_several_devices_is_device_by_device(two_devices,
 
 
 def test_a_version_3_document_without_gaps_still_compares(two_devices, tmp_path):
-    """A file written before the time split had ``gaps_ns`` (version 3: five parts, gaps inside transfer) reads
-    back as before."""
+    """A file written before the time split had ``gaps_ns`` (version 3: five parts, gaps inside transfer) and
+    ``untimed_ns`` (version 4) reads back as before."""
     _compiled, _kept, run, _rows = two_devices
     document = json.loads(run.render("json"))
-    assert document["version"] == 4 and all(len(part) == 6 for device in document["devices"]
+    assert document["version"] == 5 and all(len(part) == 7 for device in document["devices"]
                                             for part in device["time"]["per_call"])
     for device in document["devices"]:
         time = device["time"]
         time["transfer_ns"] += time.pop("gaps_ns")
-        time["per_call"] = [[c, t + g, q, w, i] for c, t, g, q, w, i in time["per_call"]]
+        assert time.pop("untimed_ns") == 0  # local-task times every part
+        time["per_call"] = [[c, t + g, q, w, i] for c, t, g, q, w, i, _untimed in time["per_call"]]
     document["version"] = 3
     old = tmp_path / "old.json"
     old.write_text(json.dumps(document))

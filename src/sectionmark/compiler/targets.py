@@ -75,10 +75,11 @@ def target_flags(target: str, devices: int = 1) -> tuple[str, ...]:
 
 
 def multi_device_flags(target: str, devices: int) -> tuple[str, ...]:
-    """The flags of a module driving ``devices`` local devices: ``--iree-hal-target-device=local[0]`` ... (the
-    devices ``@__device_0`` ... that iree-turbine's ``DeviceAffinity(i)`` and ``transfer_to_logical_device``
-    place work on), each running llvm-cpu executables; run with one ``--device=local-task`` per device.
-    Several devices of another target (or a mix) are not known to run in IREE 3.13 (docs/multi-device.md)."""
+    """The flags of a module driving ``devices`` devices of ``target``: ``--iree-hal-target-device=local[0]`` ...
+    (the devices ``@__device_0`` ... that iree-turbine's ``DeviceAffinity(i)`` and ``transfer_to_logical_device``
+    place work on), each running ``target``'s executables; run with one ``--device`` per device (``local-task``,
+    ``cuda``, ``vulkan``). Several devices of another target (or a mix) are not known to run in IREE 3.13
+    (docs/multi-device.md)."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise SectionmarkError(f"devices must be a whole number >= 1, got {devices!r}")
     if target not in MULTI_DEVICE_TARGETS:
@@ -89,9 +90,9 @@ def multi_device_flags(target: str, devices: int) -> tuple[str, ...]:
     return (*(f"{single}[{index}]" for index in range(devices)), *rest)
 
 
-# The targets whose devices sectionmark compiles several of (``local[0]``, ``cuda[1]``): llvm-cpu run on
-# local-task devices, cuda on CUDA devices (docs/multi-device.md).
-MULTI_DEVICE_TARGETS = frozenset({"llvm-cpu", "cuda"})
+# The targets whose devices sectionmark compiles several of (``local[0]``, ``cuda[1]``, ``vulkan[1]``): llvm-cpu
+# run on local-task devices, cuda on CUDA devices, vulkan-spirv on Vulkan devices (docs/multi-device.md).
+MULTI_DEVICE_TARGETS = frozenset({"llvm-cpu", "cuda", "vulkan-spirv"})
 
 _TARGET_DEVICE_FLAG = "--iree-hal-target-device="
 _DEVICE_SPEC = re.compile(r"^(?:(?P<name>[A-Za-z_][\w.$-]*)=)?(?P<kind>[^=\[]+)(?:\[(?P<ordinal>\d+)\])?$")

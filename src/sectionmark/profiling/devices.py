@@ -25,7 +25,15 @@ coverage is checked on its own events. On top of them, here:
   device ran nothing while another device did) and ``idle`` (no device ran
   anything). So compute + transfer + gaps + queue + waiting + idle = the
   call's window, on every device, exactly (integer nanoseconds from the same
-  events);
+  events). A device whose profile times only its dispatches (a GPU's
+  device-timed profile, Vulkan's: no host-execution events, its queue
+  operations mere instants, its executions known only from their first
+  dispatch's start to their last one's end) has one more part, ``untimed``:
+  the rest of the window, where its events cannot tell its copies before its
+  first or after its last dispatch, its queue operations, its waiting and its
+  idle time apart. Its ``queue``, ``waiting`` and ``idle`` are then 0 and
+  ``untimed`` holds them, never guessed; its ``transfer`` is the time between
+  its dispatches around copy commands, and its compute and gaps are exact;
   ``overlap`` is the time the device ran something while another device ran
   something too;
 * each device's transfer time by section (`sectionmark.profiling.device_transfers`):
@@ -64,7 +72,7 @@ from sectionmark.section_map import SectionMap, device_section_map
 from sectionmark.section_path import SectionPath
 from sectionmark.serialization import json_field
 
-DEVICE_TIME_PARTS = ("compute", "transfer", "gaps", "queue", "waiting", "idle")
+DEVICE_TIME_PARTS = ("compute", "transfer", "gaps", "queue", "waiting", "idle", "untimed")
 
 
 @dataclass
@@ -84,6 +92,9 @@ class DeviceTime:
     # The part of ``transfer_ns`` of queue transfers outside command buffers (fills, copies, updates, reads, writes);
     # the rest is the command-buffer executions' time with no dispatch running around their copy commands.
     queue_transfer_ns: int = 0
+    # A device-timed device's time its events do not tell apart (module docstring): its queue, waiting and idle
+    # time, and its copies outside its dispatches' span; 0 on a device whose events time all of them.
+    untimed_ns: int = 0
 
 
 @dataclass
@@ -183,20 +194,23 @@ def common_windows(spans: list[np.ndarray], calls: int) -> tuple[np.ndarray, np.
 
 def split_device_time(spans: list[np.ndarray], compute: list[np.ndarray], windows: tuple[np.ndarray, np.ndarray],
                       activity: Optional[DeviceActivity] = None,
-                      copies: Optional[list[np.ndarray]] = None) -> list[DeviceTime]:
+                      copies: Optional[list[np.ndarray]] = None,
+                      dispatches_only: Optional[list[bool]] = None) -> list[DeviceTime]:
     """Each device's `DeviceTime` in ``windows`` (per call: starts, ends): ``spans``, each device's queue spans
     (QUEUE_SPAN_DTYPE: its executions and other queue operations); ``compute``, the union of its dispatch
     intervals in each window (int64 per call); ``copies``, the part of its executions' time with no dispatch
     running that is transfer in each window (`ExecutionGaps.transfer_by_window`; None: none is, all of it is
-    gaps); ``activity``: the devices' sweep of ``spans`` when already made. Exact: the parts of every call add
-    up to its window."""
+    gaps); ``activity``: the devices' sweep of ``spans`` when already made; ``dispatches_only``: the devices
+    whose events time only their dispatches (`Provenance.dispatches_only`: their queue, waiting and idle time
+    is ``untimed``). Exact: the parts of every call add up to its window."""
     starts, ends = windows
     length = ends - starts
     activity = DeviceActivity(spans, windows) if activity is None else activity
     any_busy = activity.anyone()
     times = []
     copies = [np.zeros(len(starts), np.int64)] * len(spans) if copies is None else copies
-    for index, (part, dispatch, copied) in enumerate(zip(spans, compute, copies)):
+    dispatches_only = [False] * len(spans) if dispatches_only is None else dispatches_only
+    for index, (part, dispatch, copied, untimed) in enumerate(zip(spans, compute, copies, dispatches_only)):
         parts = partition_time(part["start_ns"], part["end_ns"], ROW_OF_EVENT_TYPE[part["type"]], len(QUEUE_ROWS),
                                starts, ends).astype(np.int64)
         busy = length - parts[:, len(QUEUE_ROWS)]
@@ -206,10 +220,15 @@ def split_device_time(spans: list[np.ndarray], compute: list[np.ndarray], window
             raise SectionmarkError("internal error: a device's dispatches and copies reach outside its "
                                    "command-buffer executions in a call's window")
         per_call = np.stack([dispatch, copied + parts[:, TRANSFER], executions - dispatch - copied,
-                             parts[:, ALLOCATION] + parts[:, OTHER_QUEUE], any_busy - busy, length - any_busy], axis=1)
-        times.append(DeviceTime(*(int(value) for value in per_call.sum(axis=0)), window_ns=int(length.sum()),
-                                overlap_ns=int(activity.overlap(index).sum()), per_call=per_call.tolist(),
-                                queue_transfer_ns=int(parts[:, TRANSFER].sum())))
+                             parts[:, ALLOCATION] + parts[:, OTHER_QUEUE], any_busy - busy, length - any_busy,
+                             np.zeros_like(length)], axis=1)
+        if untimed:  # queue, waiting and idle: not told apart by its events
+            per_call[:, -1] = per_call[:, 3:6].sum(axis=1)
+            per_call[:, 3:6] = 0
+        sums = [int(value) for value in per_call.sum(axis=0)]
+        times.append(DeviceTime(*sums[:-1], window_ns=int(length.sum()), overlap_ns=int(activity.overlap(index).sum()),
+                                per_call=per_call.tolist(), queue_transfer_ns=int(parts[:, TRANSFER].sum()),
+                                untimed_ns=sums[-1]))
     return times
 
 
@@ -259,10 +278,13 @@ def _read_devices(sources: dict[int, EventSource], section_map: SectionMap, call
         compute = [gaps.dispatch_union() for gaps in swept]
         activity = DeviceActivity(spans, windows)
         copies = [gaps.transfer_by_window() for gaps in swept]
-        for device, time in zip(sessions, split_device_time(spans, compute, windows, activity, copies)):
+        dispatches_only = [sources[ordinal].layout().provenance.dispatches_only
+                           for ordinal, _attribution, _totals in read]
+        for device, time in zip(sessions, split_device_time(spans, compute, windows, activity, copies,
+                                                            dispatches_only)):
             device.time = time
-        for device, (ordinal, attribution, _totals), stretches, gaps in zip(
-                sessions, read, waiting_stretches(spans, windows, activity), swept):
+        for device, (ordinal, attribution, _totals), stretches, gaps, untimed in zip(
+                sessions, read, waiting_stretches(spans, windows, activity), swept, dispatches_only):
             executions = sources[ordinal].layout().submissions
             buffers = static_buffers(np.unique(executions["command_buffer"]).tolist(),
                                      attribution.buffer_matches, sources[ordinal].command_buffers,
@@ -270,9 +292,10 @@ def _read_devices(sources: dict[int, EventSource], section_map: SectionMap, call
             device.transfers = section_transfers(executions, gaps.transfers(), buffers,
                                                   device.time.queue_transfer_ns)
             # The first rows of the queue spans are the executions, in the layout's order (with their calls).
-            device.waits = section_waits(stretches, executions["start_ns"].astype(np.int64),
-                                         attribution.queue_spans["call"][:len(executions)],
-                                         executions["command_buffer"], buffers)
+            # A device-timed device's waiting is not known (it is untimed): no waits by section.
+            device.waits = None if untimed else section_waits(stretches, executions["start_ns"].astype(np.int64),
+                                                              attribution.queue_spans["call"][:len(executions)],
+                                                              executions["command_buffer"], buffers)
     sections = device_sections(sessions)
     _add_transfers(sessions, sections)
     _note_other_devices(sessions, sections)

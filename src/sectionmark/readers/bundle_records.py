@@ -399,9 +399,11 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
         known_type = np.isin(record_type, (_RECORD_SESSION_BEGIN, _RECORD_CHUNK, _RECORD_SESSION_END))
         first = np.arange(records, records + len(headers)) == 0
         began, ended = record_type == _RECORD_SESSION_BEGIN, record_type == _RECORD_SESSION_END
-        ends_before = ends + np.cumsum(ended) - ended > 0
-        begin_ok = (began | ~first) & ~(began & ends_before)  # and the begin's end, checked after the walk
-        after_end = ends_before & ~ended
+        ended_before = ends + np.cumsum(ended) - ended
+        begin_ok = (began | ~first) & ~(began & (ended_before > 0))  # and the begin's end, checked after the walk
+        # After every session begun has ended (a device's records may follow another's end: Vulkan's last clock
+        # samples of device 1 come after device 0's session end).
+        after_end = (ended_before >= len(begins) + np.cumsum(began)) & ~ended
         chunk = (record_type == _RECORD_CHUNK) & lengths_ok & known_type & begin_ok & ~after_end
         bad_chunk = chunk & (kinds < 0)
         failing = (after_end | ~lengths_ok | ~known_type | ~begin_ok

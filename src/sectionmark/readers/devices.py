@@ -6,9 +6,12 @@ Reading each device straight from that file would make N passes over all of
 it, each mapping in and giving back the pages of every device, with windows
 N times wider. Instead, one pass walks the file's records once, finds each
 record's device (from its records' own device fields: every chunk header says
-IREE's "any"), and writes each device's records, in file order, to its own
-file: its session begin and end, its device, queue and command-buffer records
-and command operations, its queue, host-execution and memory events; the
+IREE's "any", but a device-timed dispatch-events chunk's, whose records have no
+device field: its header names it), and writes each device's records, in file
+order, to its own file: its session begin and end, its device, queue and
+command-buffer records and command operations, its queue, host-execution and
+memory events, or (a GPU's device-timed profile: Vulkan's) its dispatch events
+and clock samples; the
 executables and their functions (which name no device: an executable's id is
 its device's) and chunks of types read by no one go to every device. Each
 device's file is then an ordinary one-device profile, read at one device's
@@ -50,6 +53,7 @@ _EVERY_DEVICE, _NO_DEVICE = -1, -2  # a record written to every device's file, t
 _WRITES_PER_CALL = 1024  # runs of records written per `os.writev` (Linux's IOV_MAX)
 _BLOCK = 16 << 20  # bytes of the file read per step of the split (`split_devices`)
 _EVENT_CHUNKS = ("host-execution-events", "memory-events", "queue-events", "clock-correlations")
+_ANY = 0xFFFFFFFF  # a chunk header's device or queue: IREE's "any"
 
 
 class RecordTable:
@@ -116,16 +120,23 @@ def chunk_devices(path: Path, data: np.ndarray, chunks: Chunks, chunk_type: str)
 
 
 def profile_devices(bundle: OpenBundle) -> list[int]:
-    """The devices whose host events the bundle holds, in ordinal order (``[0]`` for a one-device run; ``[]``
-    when it has no host event): each host-execution chunk's first record's."""
-    chunks = bundle.chunks["host-execution-events"]
-    offset = DEVICE_FIELDS["host-execution-events"][1]
-    found: set[int] = set()
-    for begin in range(0, len(chunks.starts), _CHUNKS_WINDOW):  # a chunk is a page or two: give them back
-        part = slice(begin, begin + _CHUNKS_WINDOW)
-        starts = chunks.starts[part][chunks.lengths[part] > 0]
-        found.update(records_at(bundle.data, starts + offset, _U32).tolist())
-        release_pages(bundle.mapped, int(chunks.starts[part][0]), int(chunks.starts[part][-1]) + 8)
+    """The devices whose events the bundle holds, in ordinal order (``[0]`` for a one-device run; ``[]`` when it
+    has none): each host-execution chunk's first record's; in a device-timed profile (Vulkan's, which has no
+    host-execution events) also each dispatch-events chunk's (named in its header) and each queue-events chunk's
+    first record's (a device whose command buffers only copy has queue events and no dispatch)."""
+    timed_chunks = ("host-execution-events", "queue-events") if bundle.device_timed else ("host-execution-events",)
+    dispatch_devices = bundle.chunks["dispatch-events"].devices
+    if (dispatch_devices == _ANY).any():
+        raise corrupt(bundle.path, "a dispatch-events chunk names no device")
+    found = set(dispatch_devices.tolist())
+    for chunk_type in timed_chunks:
+        chunks = bundle.chunks[chunk_type]
+        offset = DEVICE_FIELDS[chunk_type][1]
+        for begin in range(0, len(chunks.starts), _CHUNKS_WINDOW):  # a chunk is a page or two: give them back
+            part = slice(begin, begin + _CHUNKS_WINDOW)
+            starts = chunks.starts[part][chunks.lengths[part] > 0]
+            found.update(records_at(bundle.data, starts + offset, _U32).tolist())
+            release_pages(bundle.mapped, int(chunks.starts[part][0]), int(chunks.starts[part][-1]) + 8)
     return sorted(found)
 
 
@@ -136,10 +147,13 @@ def metadata_devices(bundle: OpenBundle, table: RecordTable) -> np.ndarray:
     """The device of each record that is known before the events' (`_EVERY_DEVICE` for the executables, their
     functions and chunks read by no one; `_NO_DEVICE` for the events', found a block at a time): the devices,
     queues, command buffers and their operations (a few records, read from the mapped file) and the sessions'
-    begins and ends (`session_devices`)."""
+    begins and ends (`session_devices`), and the device-timed dispatch events (each chunk's header names its
+    device)."""
     owner = np.full(len(table.offsets), _EVERY_DEVICE, np.int64)
     for chunk_type in _EVENT_CHUNKS:
         owner[table.chunks(chunk_type)[0]] = _NO_DEVICE
+    dispatch_rows = table.chunks("dispatch-events")[0]
+    owner[dispatch_rows] = table.devices[dispatch_rows]  # `profile_devices` refused a chunk naming no device
     for chunk_type in ("devices", "queues", "command-buffers"):
         rows, chunks = table.chunks(chunk_type)
         owner[rows] = chunk_devices(bundle.path, bundle.data, chunks, chunk_type)
@@ -193,9 +207,6 @@ def split_devices(bundle: OpenBundle, file: BinaryIO, devices: list[int], folder
     The records are those `open_bundle` walked (`RecordWalk`), read a block of `_BLOCK` bytes at a time
     into one reused buffer (read, not mapped: no page faults, nothing to give back), each block's events'
     devices found and checked, and each device's runs of records in it written to its file."""
-    if bundle.device_timed:
-        raise SectionmarkError(f"{bundle.path}: a device-timed profile of several devices cannot be read yet "
-                               "(sectionmark reads several CPU devices' host-timed profiles)")
     header_length = int(records_at(bundle.data, np.array([8]), _U32)[0])
     table = RecordTable(bundle)
     owner = metadata_devices(bundle, table)

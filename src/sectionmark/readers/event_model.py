@@ -144,6 +144,13 @@ class Provenance:
     # CPU time (tiles) exists, and each execution spans its dispatches (the device does not time executions).
     device_timed: bool = False
 
+    @property
+    def dispatches_only(self) -> bool:
+        """Only the dispatches are timed: a GPU's HAL-native profile (Vulkan's), its executions rebuilt as the spans
+        of their dispatches and its queue operations instants (a Tracy capture's executions are its command-buffer
+        zones, `sectionmark.readers.tracy_dispatch_zones`)."""
+        return self.device_timed and self.reader != "tracy"
+
 
 @dataclass
 class Profile:

@@ -34,7 +34,12 @@ from sectionmark.readers.event_model import (DISPATCH_DTYPE, EVENT_EXECUTE, MEMO
 
 
 def read_bundle(path: Path, file: BinaryIO, size: int) -> Profile:
-    bundle = open_bundle(path, file, size)
+    return read_open_bundle(open_bundle(path, file, size))
+
+
+def read_open_bundle(bundle: OpenBundle) -> Profile:
+    """Every event of an opened bundle of one device (a split device's file too: `open_split_bundle`)."""
+    path = bundle.path
     devices = profile_devices(bundle) if bundle.sessions > 1 else [0]  # a session per device
     if len(devices) > 1:  # each device numbers its own submissions: one table of them all would mix calls
         bundle.close()

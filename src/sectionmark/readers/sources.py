@@ -28,6 +28,7 @@ from sectionmark.readers.bundle_records import UnsupportedLayout
 from sectionmark.readers.checks import by_submission_and_start
 from sectionmark.readers.event_model import Profile, RecordedCommand
 from sectionmark.readers.ireeprof import read_profile
+from sectionmark.readers.ireeprof_bundle import read_open_bundle
 from sectionmark.readers.ireeprof_jsonl import read_jsonl_devices
 from sectionmark.readers.bundle_events import OpenBundle, open_bundle, open_split_bundle
 from sectionmark.readers.bundle_records import BUNDLE_MAGIC
@@ -167,6 +168,13 @@ def _device_streams(path: Path, bundle: OpenBundle, file: BinaryIO, devices: lis
                 except BaseException:
                     device_file.close()
                     raise
+                if device_bundle.device_timed:  # a GPU's dispatch events: read whole, as one device's profile is
+                    try:
+                        sources[device] = WholeProfile(read_open_bundle(device_bundle))
+                    finally:
+                        device_bundle.close()
+                        device_file.close()
+                    continue
                 opened.append((device_bundle, device_file))
                 sources[device] = _DeviceStream(DispatchStream(device_bundle, device_file), device)
     except BaseException:

@@ -3,10 +3,11 @@ the views that draw every device's events (``VIEWS``: Perfetto, HTML, Tracy).
 
 * table: the sections across devices (busy per call on each device, their
   sum, and the devices a section ran on), where each device's time went per
-  call (compute / transfer / gaps / queue / waiting / idle, adding up to the call's
+  call (compute / transfer / gaps / queue / waiting / idle, and untimed where a
+  device-timed profile cannot tell those apart, adding up to the call's
   window, and the overlap with the other devices), then each device's own
   section table under its heading;
-* JSON (version 4, docs/profile-json.md): ``devices``, each with its ordinal,
+* JSON (version 5, docs/profile-json.md): ``devices``, each with its ordinal,
   IREE device, time split and its whole profile document (what a one-device
   profile's JSON is); ``sections`` across devices with per-device lists;
 * CSV: a leading ``device`` column (the ordinal) before a one-device profile's
@@ -40,7 +41,7 @@ from sectionmark.renderers.csv_format import csv_text
 from sectionmark.renderers.json_out import profile_document
 from sectionmark.section_path import format_path, printable
 
-DEVICES_JSON_VERSION = 4  # 4: the time split's gaps_ns (docs/profile-json.md)
+DEVICES_JSON_VERSION = 5  # 4: the time split's gaps_ns; 5: its untimed_ns (docs/profile-json.md)
 FORMATS = ("table", "json", "csv", "perfetto", "html", "tracy")
 # The views that draw every device's events: each module's ``render_devices(profile, events=..., **options)``
 # (``events``: each device's `Attribution`, by ordinal, which `sectionmark.profiling.device_run.DeviceRun` reads).
@@ -81,7 +82,7 @@ def render_table(profile: DeviceProfile, width: int = 140, **options: Any) -> st
     times = times_table(profile)
     if times is not None:
         console.print(times)
-        console.print(TRANSFER_NOTE)
+        console.print(time_note(profile))
     else:
         console.print("each device's time split: not known (the profile has no queue operations of every call)")
     text = buffer.getvalue()
@@ -95,6 +96,10 @@ TRANSFER_NOTE = ("transfer: command-buffer time with no dispatch running around 
                  "(the copies to and from other devices, not timed one by one) + queue copies; gaps: the rest of the "
                  "command-buffer time with no dispatch running (launches, barriers); waiting: idle while another "
                  "device ran")
+UNTIMED_NOTE = ("; untimed: a device whose profile times only its dispatches (Vulkan's device-timed events): the "
+                "rest of its window, its copies before its first or after its last dispatch, queue operations, "
+                "waiting and idle time, which its events do not tell apart (not guessed: its queue, waiting and idle "
+                "are 0)")
 
 
 def sections_table(profile: DeviceProfile) -> Table:
@@ -127,24 +132,38 @@ def times_table(profile: DeviceProfile) -> Optional[Table]:
     if not all(device.time is not None for device in profile.devices):
         return None
     calls = max(profile.calls, 1)
-    times = Table(title="each device's time per call (compute + transfer + gaps + queue + waiting + idle = the "
-                        "call's window)", title_justify="left")
+    parts = shown_parts(profile)
+    times = Table(title=f"each device's time per call ({' + '.join(parts)} = the call's window)", title_justify="left")
     times.add_column("Device")
-    for part in (*DEVICE_TIME_PARTS, "window", "overlap"):
+    for part in (*parts, "window", "overlap"):
         times.add_column(part, justify="right")
     for device in profile.devices:
         time = device.time
-        values = (*(getattr(time, f"{part}_ns") for part in DEVICE_TIME_PARTS), time.window_ns, time.overlap_ns)
+        values = (*(getattr(time, f"{part}_ns") for part in parts), time.window_ns, time.overlap_ns)
         times.add_row(device_name(device), *(table.format_ns(value / calls) for value in values))
     return times
+
+
+def time_note(profile: DeviceProfile) -> str:
+    """What the time split's parts hold (under its table, in the table and the HTML report)."""
+    return TRANSFER_NOTE + (UNTIMED_NOTE if "untimed" in shown_parts(profile) else "")
+
+
+def shown_parts(profile: DeviceProfile) -> tuple[str, ...]:
+    """The parts of the devices' time split a table shows: ``untimed`` only where a device has untimed time."""
+    if any(device.time is not None and device.time.untimed_ns for device in profile.devices):
+        return DEVICE_TIME_PARTS
+    return tuple(part for part in DEVICE_TIME_PARTS if part != "untimed")
 
 
 def transfer_note(profile: DeviceProfile) -> str:
     """What the transfer and waiting columns hold, and how a marked one was split."""
     note = ("per call: transfer: each command-buffer execution's time with no dispatch running around its copy "
             "commands, given to the sections of those copies ((unmarked): buffers that only fill or update, and "
-            "queue transfers); launch and barrier gaps are no section's; waiting: the time the device "
-            "waited for another, given to the section it waited to run ((unmarked): none after it in the call)")
+            "queue transfers); launch and barrier gaps are no section's")
+    if any(device.waits is not None for device in profile.devices):
+        note += ("; waiting: the time the device waited for another, given to the section it waited to run "
+                 "((unmarked): none after it in the call)")
     split = [device.transfers for device in profile.devices if device.transfers is not None and device.transfers.split]
     if split:
         rule = "by the bytes each copies" if all(transfers.by_bytes for transfers in split) else (

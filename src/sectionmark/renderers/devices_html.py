@@ -30,7 +30,7 @@ from sectionmark.profiling.attribute import Attribution
 from sectionmark.profiling.devices import DEVICE_TIME_PARTS, DeviceProfile
 from sectionmark.profiling.queue_time import QUEUE_ROWS, ROW_OF_EVENT_TYPE
 from sectionmark.profiling.timeline import dispatch_label, session_colors
-from sectionmark.renderers.devices import TRANSFER_NOTE, device_name, sections_table, times_table
+from sectionmark.renderers.devices import device_name, sections_table, time_note, times_table
 from sectionmark.renderers.html import MAX_BARS, TIMELINE_WIDTH, Tab, merge_bars, page, rich_table_html, shown_calls
 from sectionmark.renderers.table import format_ns
 from sectionmark.section_map import css_color
@@ -39,7 +39,7 @@ LABEL_WIDTH = 220  # pixels left of the lanes for their names
 ROW_HEIGHT, ROW_GAP = 16, 4
 # The colours of the parts of a device's time (the split's bars, the lanes' queue rows and waiting).
 PART_COLORS = {"compute": "#4c78a8", "transfer": "#f58518", "gaps": "#f2cf5b", "queue": "#9d9d9d",
-               "waiting": "#e45756", "idle": "#e8e8e8"}
+               "waiting": "#e45756", "idle": "#e8e8e8", "untimed": "#b9a6d6"}
 QUEUE_COLORS = {"command_buffer": "#c9c9c9", "transfer": PART_COLORS["transfer"], "allocation": "#9d9d9d",
                 "other_queue": "#9d9d9d"}
 
@@ -67,7 +67,7 @@ def overview(profile: DeviceProfile, events: dict[int, Attribution]) -> str:
         parts.append("<p>Not known: the profile has no queue operations of every call.</p>")
     else:
         parts += [rich_table_html(times, "devices-time", "sortable"), split_svg(profile),
-                  f"<p class=\"hint\">{_text(TRANSFER_NOTE)}</p>"]
+                  f"<p class=\"hint\">{_text(time_note(profile))}</p>"]
     parts.append("<h2>One call on every device</h2>")
     if all(device.ordinal in events for device in profile.devices):
         parts.append(lanes_svg(profile, events))

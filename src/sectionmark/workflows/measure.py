@@ -206,11 +206,11 @@ def _kept_by_the_run(profile_path: Path, run_of: Callable[[Path, Path], _Run]) -
         raise
 
 
-# The drivers whose several devices one run profiles: local-task (a HAL profile with a session per device) and
-# cuda (a Tracy capture with a GPU context per device: `sectionmark.readers.tracy_devices`). IREE 3.13 cannot mix
-# drivers in one process; several Vulkan devices record device-timed profiles, not read per device yet, and
-# several HIP devices were never run.
-SEVERAL_DEVICE_DRIVERS = ("local-task", "cuda")
+# The drivers whose several devices one run profiles: local-task and vulkan (a HAL profile with a session per
+# device, host-timed or device-timed: `sectionmark.readers.devices`) and cuda (a Tracy capture with a GPU context
+# per device: `sectionmark.readers.tracy_devices`). IREE 3.13 cannot mix drivers in one process; several HIP
+# devices were never run.
+SEVERAL_DEVICE_DRIVERS = ("local-task", "cuda", "vulkan")
 
 
 def check_devices(devices: Sequence[str]) -> None:
@@ -223,7 +223,7 @@ def check_devices(devices: Sequence[str]) -> None:
         raise SectionmarkError(f"several devices of one driver only (got {', '.join(drivers)}): IREE 3.13 cannot "
                                "move tensors between devices of different drivers")
     if drivers[0] not in SEVERAL_DEVICE_DRIVERS:
-        raise SectionmarkError(f"several devices are profiled on {' or '.join(SEVERAL_DEVICE_DRIVERS)} only "
+        raise SectionmarkError(f"several devices are profiled on {', '.join(SEVERAL_DEVICE_DRIVERS)} only "
                                f"(got {drivers[0]})")
 
 
