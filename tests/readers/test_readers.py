@@ -490,3 +490,21 @@ def test_object_and_device_inputs_are_refused(tmp_path):
         load_input_array(path)
     with pytest.raises(SectionmarkError, match="not a regular file"):
         load_input_array("/dev/zero")
+
+
+def test_a_record_header_written_twice_in_a_profile_of_several_devices_is_named(tmp_path):
+    """IREE 3.13 now and then writes a record header twice in a profile of several devices (the copy's length
+    runs over the next record): the error names that record, not a session begin whose end the stopped walk
+    never reached (it said "the session begin record must come first" at the second device's begin)."""
+    blob = (Path(__file__).parents[1] / "gpu" / "lavapipe-two-devices" / "two.ireeprof").read_bytes()
+    records = layout.records(blob)
+    assert [record.record_type for record in records].count(1) == 2  # two devices' sessions
+    record = records[len(records) // 2]
+    header = blob[record.offset : record.payload - len(layout.CONTENT_PREFIX) - len(record.content_type)]
+    edited = bytearray(blob[: record.offset] + header + blob[record.offset :])
+    layout.write(edited, *layout.FILE_HEADER_FIELDS["file_length"], len(edited))
+    path = tmp_path / "twice.ireeprof"
+    path.write_bytes(bytes(edited))
+    with pytest.raises(SectionmarkError) as error:
+        profiling.report(path, Path(__file__).parents[1] / "gpu" / "lavapipe-two-devices" / "two.sections.json")
+    assert f"damaged record at byte {record.offset}: its content type is not text" in one_line(error)

@@ -384,6 +384,7 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
     # devices reads the records again (`RecordWalk`).
     kept: Optional[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
     records = ends = dropped = 0
+    broken = False  # a record's lengths stopped the walk
     offsets = np.zeros(0, np.int64)
     for offsets, headers, kinds in walk_windows(mapped, data, header_length, file_length, KNOWN_CONTENT_TYPES):
         complete = offsets[: len(headers)]
@@ -415,6 +416,7 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
             return _Checked(records + row, offset, headers[row].copy(), bool(after_end[row]), bool(lengths_ok[row]),
                             bool(known_type[row]), bool(begin_ok[row]), kind)
 
+        broken |= not lengths_ok.all()
         if failure is None and failing.any():
             failure = failure_at(int(np.argmax(failing)))
         begins += [failure_at(row) for row in np.flatnonzero(began).tolist()]
@@ -434,8 +436,10 @@ def _bundle_chunks(path: Path, mapped: mmap.mmap, data: np.ndarray, header_lengt
                 kept = None
         records, ends = records + len(headers), ends + int(ended.sum())
         dropped += sum(headers["dropped"].tolist()) if headers["dropped"].any() else 0
-    # A begin past the ends' count has no end of its own (the first one aside: a session that never ended).
-    unended = {begin.index for number, begin in enumerate(begins, 1) if number > max(ends, 1)}
+    # A begin past the ends' count has no end of its own (the first one aside: a session that never ended). Not
+    # when a record's lengths broke the walk: the ends after it were never reached, and a record before it is the
+    # error (IREE 3.13 now and then writes a record header twice in a profile of several devices).
+    unended = {begin.index for number, begin in enumerate(begins, 1) if number > max(ends, 1) and not broken}
     for checked in [*begins, *([failure] if failure else [])]:
         checked.begin_ok &= checked.index not in unended
     failures = [checked for checked in (failure, *(begin for begin in begins if begin.index in unended))
@@ -477,4 +481,6 @@ def _raise_record_error(path: Path, offset: int, header: np.void, after_end: boo
         raise SectionmarkError(f"{path}: the profiler truncated a chunk, so times would be incomplete")
     if header["record_type"] == _RECORD_SESSION_END:
         raise SectionmarkError(f"{path}: the profiling session ended with IREE status code {header['status']}")
+    if not content_type.isprintable():  # not a type IREE does not know: bytes of something else where it belongs
+        raise corrupt(path, f"damaged record at byte {offset}: its content type is not text")
     raise corrupt(path, f"unknown chunk type {content_type[:80]!r} at byte {offset}")
