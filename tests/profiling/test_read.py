@@ -141,6 +141,22 @@ def test_the_first_pass_made_during_the_walk_is_the_pass_after_it(plain_run, tmp
         assert used  # the walk's pass, not a second one
 
 
+@pytest.mark.parametrize("case", ["none", *sorted(BUNDLE_CASES)])
+def test_the_first_pass_in_c_finds_what_its_numpy_twin_finds(plain_run, tmp_path, monkeypatch, case):
+    """The first pass's executions and queue operations split and decoded by the C passes (`not_dispatches`, then
+    `host_events` on the records found) are the rows numpy gathers field by field, and a file one refuses the
+    other refuses alike (the windows compare their own rows with these: any byte apart reads as a changed file)."""
+    if native() is None:
+        pytest.skip("the C extension is not built (setup.py)")
+    path = tmp_path / "run.ireeprof"
+    path.write_bytes(plain_run[1].read_bytes() if case == "none" else BUNDLE_CASES[case][0](plain_run[1].read_bytes()))
+    with_c = [layout_of(path, during_walk)[0] for during_walk in (True, False)]
+    monkeypatch.setattr(event_model, "_native", None)
+    assert [layout_of(path, during_walk)[0] for during_walk in (True, False)] == with_c
+    if case == "none":
+        assert all(len(table) for table in with_c[0])  # executions and queue operations both found
+
+
 def test_report_draws_timelines_from_the_file_and_refuses_a_changed_one(plain_run, tmp_path):
     run = report(plain_run[1], hand_map(), calls=11, warmup=3)
     assert run.session.attribution is None and session_timelines(run.session, run.events())

@@ -68,6 +68,8 @@ class FirstPass:
         self._host_lengths_known = self._memory_lengths_known = True
         self._visited: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in _SCANNED}
         self._visiting = True  # off: what the walk shows cannot be read here (several devices, odd chunks)
+        # The C pass's outputs (dispatch, execution, queue-operation rows), reused from window to window.
+        self._scratch: tuple[np.ndarray, ...] = (np.zeros(0, DISPATCH_DTYPE),) * 3
 
     def visit(self, data: np.ndarray, chunks: dict[str, tuple[np.ndarray, np.ndarray]], sessions: int) -> None:
         """`bundle_records.ChunkVisitor`: scan the host events and memory event lengths of a window of the walk."""
@@ -123,13 +125,16 @@ class FirstPass:
         """The host events at byte offsets ``window`` of ``data`` (in file order, after those scanned before)."""
         if not len(window):
             return
+        if self._executions is None or self._operations is None:  # at most a host event per 152 bytes of the file
+            self._executions = Rows(data.size // HOST_EVENT.itemsize + 1, SUBMISSION_DTYPE)
+            self._operations = Rows(data.size // HOST_EVENT.itemsize + 1, QUEUE_OP_DTYPE)
         if native() is not None:
             found = np.empty(len(window), np.int64)
             count, window_increasing, bad_length = native().not_dispatches(data, window, found)
-            others = records_at(data, window[found[:count]], HOST_EVENT)
+            self._append_split(data, window[found[:count]])
         else:
             kinds = records_at(data, window + HOST_EVENT.fields["type"][1], _U32)
-            others = records_at(data, window[kinds != EVENT_DISPATCH], HOST_EVENT)
+            self._append_fields(records_at(data, window[kinds != EVENT_DISPATCH], HOST_EVENT))
             identities = _identities(data, window)
             window_increasing = strictly_increasing(identities["stream"], identities["event_id"])
             bad_length = first_true(records_at(data, window, _U32) != HOST_EVENT.itemsize)
@@ -137,9 +142,22 @@ class FirstPass:
         ends = _identities(data, window[[0, -1]])
         self._increasing &= window_increasing and (self._last is None or tuple(ends[0].tolist()) > self._last)
         self._last = tuple(ends[1].tolist())
-        if self._executions is None or self._operations is None:  # at most a host event per 152 bytes of the file
-            self._executions = Rows(data.size // HOST_EVENT.itemsize + 1, SUBMISSION_DTYPE)
-            self._operations = Rows(data.size // HOST_EVENT.itemsize + 1, QUEUE_OP_DTYPE)
+
+    def _append_split(self, data: np.ndarray, others: np.ndarray) -> None:
+        """The executions and queue operations at byte offsets ``others`` of ``data`` (none a dispatch) added, split
+        and decoded by the windows' own C pass (`_split`: the rows the windows compare with these)."""
+        if len(self._scratch[0]) < len(others):
+            self._scratch = tuple(np.empty(len(others), dtype) for dtype in
+                                  (DISPATCH_DTYPE, SUBMISSION_DTYPE, QUEUE_OP_DTYPE))
+        dispatches, executions, operations = self._scratch
+        empty = np.zeros(0, np.uint64)
+        _, added_executions, added_operations, *_ = native().host_events(
+            data, others, empty, empty.view(np.uint32), dispatches, executions, operations)
+        self._executions.append(executions[:added_executions])
+        self._operations.append(operations[:added_operations])
+
+    def _append_fields(self, others: np.ndarray) -> None:
+        """The executions and queue operations ``others`` (HOST_EVENT records, none a dispatch) added."""
         for table, rows, dtype in ((self._executions, others[others["type"] == EVENT_EXECUTE], SUBMISSION_DTYPE),
                                    (self._operations, others[others["type"] != EVENT_EXECUTE], QUEUE_OP_DTYPE)):
             part = np.zeros(len(rows), dtype)
