@@ -207,6 +207,24 @@ def test_distinct_and_run_lookup_are_unique_and_searchsorted(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def test_same_records_is_array_equal_of_executions_and_queue_operations(seed):
+    """Tables of the packed integer dtypes the windows compare with the first pass's: equal as bytes exactly when
+    numpy finds them equal field by field (one field of one row apart, a row fewer, a slice of a larger table)."""
+    rng = np.random.default_rng(seed)
+    for dtype in (event_model.SUBMISSION_DTYPE, event_model.QUEUE_OP_DTYPE):
+        table = np.zeros(50, dtype)
+        for name in dtype.names:
+            table[name] = rng.integers(0, 1 << 40, len(table))
+        changed = table.copy()
+        changed[rng.integers(len(table))][dtype.names[rng.integers(len(dtype.names))]] += 1
+        larger = np.concatenate([table, table])
+        for first, second in ((table, table.copy()), (table, changed), (table, table[:-1]), (larger[:50], table),
+                              (larger[50:][::-1][::-1], table), (table[::2], larger[:100:2])):
+            assert arrays.same_records(first, second) == np.array_equal(first, second)
+        assert not arrays.same_records(table, changed) and arrays.same_records(larger[50:], table)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_percentiles_are_numpys_to_the_bit(seed):
     """Per-call figures (integer ns, float sums of shares, ties, a NaN) of one call or many: the same values,
     dtype and shape as np.percentile's; one quantile as np.percentile's of a scalar."""

@@ -31,6 +31,13 @@ def searchsorted_runs(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.repeat(np.searchsorted(ids, values[run_starts]), np.diff(np.append(run_starts, len(values))))
 
 
+def same_records(first: np.ndarray, second: np.ndarray) -> bool:
+    """``np.array_equal`` of two tables of one packed dtype of integer fields (a profile's executions and queue
+    operations: no padding byte, no float), compared as their bytes: numpy compares structured rows field by field,
+    each comparison made anew per window."""
+    return first.dtype == second.dtype and first.shape == second.shape and first.tobytes() == second.tobytes()
+
+
 def strictly_increasing(first: np.ndarray, second: np.ndarray) -> bool:
     """Whether the pairs (first, second) strictly increase (then no pair appears twice)."""
     return bool(((first[1:] > first[:-1]) | ((first[1:] == first[:-1]) & (second[1:] > second[:-1]))).all())

@@ -34,7 +34,7 @@ from typing import BinaryIO, Iterator, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.arrays import first_true, strictly_increasing
+from sectionmark.readers.arrays import first_true, same_records, strictly_increasing
 from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, decode_memory_events, fill_columns,
                                                raise_host_event_error, split_with_numpy)
 from sectionmark.readers.bundle_records import (HOST_EVENT, MEMORY_EVENT, Chunks, RecordPositions, UnsupportedLayout,
@@ -415,7 +415,7 @@ class DispatchStream:
             executed = executed if (ids[1:] > ids[:-1]).all() else sorted_by(executed, "submission")
             ran = np.searchsorted(layout_ids, executed["submission"])
             if ((ran >= len(layout_ids)).any() or executed_ranks[ran].any() or (ran[1:] == ran[:-1]).any()
-                    or not np.array_equal(layout.submissions[ran], executed)):
+                    or not same_records(layout.submissions[ran], executed)):
                 raise SectionmarkError(f"{self.path}: the profile changed while it was read")
             executed_ranks[ran] = True
             # Each run of dispatches of one submission (IREE writes them together) looked up once, not each event.
@@ -456,7 +456,7 @@ class DispatchStream:
         expected = self.layout().queue_ops
         rows = (slice(done, done + len(queue_ops)) if self._queue_op_rows is None
                 else self._queue_op_rows[done : done + len(queue_ops)])
-        if done + len(queue_ops) > len(expected) or not np.array_equal(expected[rows], queue_ops):
+        if done + len(queue_ops) > len(expected) or not same_records(expected[rows], queue_ops):
             raise SectionmarkError(f"{self.path}: the profile changed while it was read")
 
     def _read(self, start: int, end: int) -> np.ndarray:
