@@ -367,6 +367,36 @@ def test_memory_events_that_change_no_level_leave_peaks_and_averages_alone(windo
     assert device_memory(kept) == device_memory(events)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_level_changes_in_c_are_its_numpy_twins(seed, monkeypatch):
+    """The memory events changing their pool's level, found in one C pass (`level_changes`) or by numpy, window by
+    window from the levels the windows before left: the same events, the same levels after each window (pools
+    seen before or not, a dozen new at once, levels past int64's range, events without pool figures)."""
+    from sectionmark.readers.event_model import MEMORY_DTYPE, MEMORY_POOL_STATS
+
+    if native() is None:
+        pytest.skip("the C extension is not built (setup.py)")
+    rng = np.random.default_rng(seed)
+    events = np.zeros(300, MEMORY_DTYPE)
+    events["time_ns"] = np.cumsum(rng.integers(0, 30, len(events)))
+    events["pool"] = rng.choice(np.array([5, 9, 1 << 63, *range(100, 112)], np.uint64), len(events))
+    events["flags"] = np.where(rng.random(len(events)) < 0.8, MEMORY_POOL_STATS, 0) | rng.integers(0, 4, len(events))
+    events["pool_reserved"] = rng.choice(np.array([0, 4096, 8192, (1 << 64) - 1, 1 << 63], np.uint64), len(events))
+    windows = [(begin, begin + size) for begin, size in zip(range(0, 300, 60), rng.integers(1, 60, 5).tolist())]
+
+    def changes() -> list:
+        levels = {9: 4096, 7: 0}  # a pool seen before, and one never seen again
+        found = []
+        for begin, end in windows:
+            found.append((ireeprof_stream._level_changes(events[begin:end], levels).tolist(), dict(levels)))
+        return found
+
+    with_c = changes()
+    monkeypatch.setattr(event_model, "_native", None)
+    assert changes() == with_c
+    assert any(any(window) for window, _ in with_c) and not all(all(window) for window, _ in with_c)
+
+
 def test_a_profiled_run_owns_its_profile_until_closed(plain_run, inputs, tmp_path, monkeypatch):
     """sm.profile's run keeps the scratch profile its figures come from, for the views that draw events, in a
     folder of its own: removed by close() or at the end of its with block, never by the garbage collector."""

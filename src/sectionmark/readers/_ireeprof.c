@@ -27,6 +27,9 @@
 #define MEMORY_EVENT_TYPES 12
 #define MAX_TIMESTAMP_NS ((int64_t)1 << 62) /* event_model.MAX_TIMESTAMP_NS */
 #define MAX_EVENT_NS ((int64_t)3600 * 1000000000) /* event_model.MAX_EVENT_NS */
+#define MEMORY_POOL_STATS (1u << 4) /* event_model.MEMORY_POOL_STATS */
+
+#include "_stream.h"
 
 /* Growable array of fixed-size items, for outputs whose length is known only at the end. */
 typedef struct {
@@ -481,49 +484,11 @@ done:
     return result;
 }
 
-/* record_positions(starts, firsts, counts, chunk, begin, positions)
- *
- * The byte offsets (int64, into ``positions``) of records ``begin .. begin + len(positions)`` of chunks of
- * fixed-size records: chunk ``c`` holds records ``firsts[c] ..`` (``counts[c]`` of them, ``(lengths of the chunk)
- * / counts``) from byte ``starts[c]``; ``chunk`` is the one holding record ``begin`` (bundle_records.RecordPositions:
- * one pass, where numpy repeats each chunk's base, makes the indices and adds them).
- */
-static PyObject *record_positions(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer in[3], out[1];
-    if (check_arguments(nargs, 7, "record_positions") < 0) return NULL;
-    Py_ssize_t chunk = PyLong_AsSsize_t(args[3]), begin = PyLong_AsSsize_t(args[4]);
-    Py_ssize_t itemsize = PyLong_AsSsize_t(args[5]);
-    if (PyErr_Occurred()) return NULL;
-    PyObject *buffers[4] = {args[0], args[1], args[2], args[6]};
-    if (acquire(buffers, in, 3, 0) < 0) return NULL;
-    if (acquire(buffers + 3, out, 1, 1) < 0) { release(in, 3); return NULL; }
-    const int64_t *starts = in[0].buf, *firsts = in[1].buf, *counts = in[2].buf;
-    int64_t *positions = out[0].buf;
-    Py_ssize_t chunks = in[0].len / 8, total = out[0].len / 8;
-    PyObject *result = NULL;
-    if (in[1].len / 8 != chunks || in[2].len / 8 != chunks || chunk < 0) {
-        PyErr_SetString(PyExc_ValueError, "record_positions: tables of different lengths, or no chunk");
-        goto done;
-    }
-    for (Py_ssize_t i = 0, record = begin; i < total; i++, record++) {
-        while (chunk < chunks && record >= firsts[chunk] + counts[chunk]) chunk++;
-        if (chunk >= chunks || record < firsts[chunk]) {
-            PyErr_SetString(PyExc_ValueError, "record_positions: a record outside the chunks");
-            goto done;
-        }
-        positions[i] = starts[chunk] + (record - firsts[chunk]) * itemsize;
-    }
-    result = Py_None;
-    Py_INCREF(result);
-done:
-    release(in, 3);
-    release(out, 1);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"record_positions", (PyCFunction)(void (*)(void))record_positions, METH_FASTCALL,
      "record_positions(starts, firsts, counts, chunk, begin, itemsize, positions) -> None"},
+    {"level_changes", (PyCFunction)(void (*)(void))level_changes, METH_FASTCALL,
+     "level_changes(memory, levels, changes) -> None"},
     {"not_dispatches", (PyCFunction)(void (*)(void))not_dispatches, METH_FASTCALL,
      "not_dispatches(data, positions, found) -> (count, increasing, first_bad_length)"},
     {"record_table", record_table, METH_VARARGS,
@@ -552,7 +517,7 @@ static struct PyModuleDef module_definition = {
 /* The row size this build writes and the version of its functions' arguments: readers/event_model.py refuses a
  * stale build whose rows or arguments differ. Version 2: attribution's slot and call are columns, not rows;
  * 3: event_sums also sums tiles and finds each (call, composition)'s first start and last end; 4: attribute_events,
- * event_sums and union_by_window moved to sectionmark.profiling._sectionpass; 5: not_dispatches; 6: record_positions. */
+ * event_sums and union_by_window moved to sectionmark.profiling._sectionpass; 5: not_dispatches; 6: record_positions and level_changes. */
 PyMODINIT_FUNC PyInit__ireeprof(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||

@@ -557,7 +557,11 @@ class _MemoryLevels:
 
 def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:
     """Which of ``events`` (in time order) change their pool's reserved bytes from the pool's previous event (in
-    ``levels``, updated: the pools' bytes after these events) or are a pool's first."""
+    ``levels``, updated: the pools' bytes after these events) or are a pool's first. In one C pass when built."""
+    if native() is not None:
+        changes = np.empty(len(events), bool)
+        native().level_changes(np.ascontiguousarray(events), levels, changes)
+        return changes
     with_stats = (events["flags"] & MEMORY_POOL_STATS) != 0
     pools, reserved = events["pool"], events["pool_reserved"]
     rows = np.flatnonzero(with_stats)
