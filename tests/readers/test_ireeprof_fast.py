@@ -207,6 +207,27 @@ def test_distinct_and_run_lookup_are_unique_and_searchsorted(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def test_rows_gathered_as_raw_records_are_numpys_rows(seed):
+    """`rows_of` (a mask, indices, a slice, none) and `copy_rows` give the rows numpy's structured indexing and
+    assignment give, of the readers' tables, as copies: changing them leaves the table alone."""
+    rng = np.random.default_rng(seed)
+    for dtype in (DISPATCH_DTYPE, event_model.MEMORY_DTYPE, event_model.QUEUE_OP_DTYPE):
+        table = np.zeros(40, dtype)
+        for name in dtype.names:
+            table[name] = rng.integers(0, 1 << 40, len(table))
+        for selection in (rng.random(len(table)) < 0.5, rng.permutation(len(table))[:15], slice(7, 30),
+                          slice(None), np.zeros(0, np.int64)):
+            gathered = arrays.rows_of(table, selection)
+            assert gathered.dtype == dtype and gathered.tobytes() == table[selection].tobytes()
+            if len(gathered):
+                gathered[dtype.names[0]] += 1
+                assert not np.shares_memory(gathered, table)
+        target = np.zeros(len(table) + 5, dtype)
+        arrays.copy_rows(target[5:], table)
+        assert target[5:].tobytes() == table.tobytes() and not target[:5].tobytes().strip(b"\0")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_same_records_is_array_equal_of_executions_and_queue_operations(seed):
     """Tables of the packed integer dtypes the windows compare with the first pass's: equal as bytes exactly when
     numpy finds them equal field by field (one field of one row apart, a row fewer, a slice of a larger table)."""

@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.arrays import distinct, first_true, searchsorted_runs
+from sectionmark.readers.arrays import distinct, first_true, rows_of, searchsorted_runs
 from sectionmark.readers.event_model import (INDIRECT_PARAMETERS, MAX_EVENT_NS, MAX_SESSION_NS, MAX_TIMESTAMP_NS,
                                              CommandRecord, Profile, Provenance, RecordedCommand, native)
 
@@ -258,12 +258,13 @@ def by_submission_and_start(dispatches: np.ndarray, known_sorted: bool = False) 
     if in_order.all():
         return dispatches
     if not (submission[1:] >= submission[:-1]).all():
-        return dispatches[np.lexsort((start, submission))]
+        return rows_of(dispatches, np.lexsort((start, submission)))
     unsorted = distinct(submission[np.flatnonzero(~in_order)])
     first, lengths = np.searchsorted(submission, unsorted), np.searchsorted(submission, unsorted, "right")
     lengths -= first
     rows = np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
-    dispatches[rows] = dispatches[rows[np.lexsort((start[rows], submission[rows]))]]
+    whole = dispatches.view(np.dtype((np.void, dispatches.dtype.itemsize)))  # rows moved as raw records (`rows_of`)
+    whole[rows] = whole[rows[np.lexsort((start[rows], submission[rows]))]]
     return dispatches
 
 
@@ -317,7 +318,7 @@ def sorted_by(table: np.ndarray, first: str, second: Optional[str] = None) -> np
     """``table`` stably sorted by its ``first`` field, then ``second``; itself when it is in that order already
     (profiles nearly always are: no copy)."""
     order = sort_order(table, first, second)
-    return table if order is None else table[order]
+    return table if order is None else rows_of(table, order)
 
 
 def sort_order(table: np.ndarray, first: str, second: Optional[str] = None) -> Optional[np.ndarray]:

@@ -34,7 +34,7 @@ from typing import BinaryIO, Iterator, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.arrays import first_true, same_records, strictly_increasing
+from sectionmark.readers.arrays import copy_rows, first_true, rows_of, same_records, strictly_increasing
 from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, decode_memory_events, fill_columns,
                                                raise_host_event_error, split_with_numpy)
 from sectionmark.readers.bundle_records import (HOST_EVENT, MEMORY_EVENT, Chunks, RecordPositions, UnsupportedLayout,
@@ -190,7 +190,7 @@ class FirstPass:
         if order is not None:
             rows = np.empty(len(order), np.int32 if len(order) < 1 << 31 else np.int64)  # 4 bytes per operation
             rows[order] = np.arange(len(order))
-            queue_ops = queue_ops[order]
+            queue_ops = rows_of(queue_ops, order)
         return sorted_by(submissions, "submission"), queue_ops, rows
 
 
@@ -392,7 +392,7 @@ class DispatchStream:
             window = positions[begin : begin + HOST_EVENTS_WINDOW]
             if len(rows) < len(pending) + len(window):
                 rows = np.empty(len(pending) + len(window), DISPATCH_DTYPE)
-            rows[: len(pending)] = pending
+            copy_rows(rows[: len(pending)], pending)
             # From where the last window's bytes ended: the memory events between host events come with them.
             end = int(window[-1]) + HOST_EVENT.itemsize
             data = self._read(covered, end)
@@ -409,13 +409,13 @@ class DispatchStream:
             ids = executed["submission"]
             dispatches = rows[: len(pending) + added]
             if not len(ids):
-                pending = dispatches.copy()
+                pending = rows_of(dispatches, slice(None))
                 continue
             # IREE writes a submission's execution when it ends: several in flight may end out of order.
             executed = executed if (ids[1:] > ids[:-1]).all() else sorted_by(executed, "submission")
             ran = np.searchsorted(layout_ids, executed["submission"])
             if ((ran >= len(layout_ids)).any() or executed_ranks[ran].any() or (ran[1:] == ran[:-1]).any()
-                    or not same_records(layout.submissions[ran], executed)):
+                    or not same_records(rows_of(layout.submissions, ran), executed)):
                 raise SectionmarkError(f"{self.path}: the profile changed while it was read")
             executed_ranks[ran] = True
             # Each run of dispatches of one submission (IREE writes them together) looked up once, not each event.
@@ -433,10 +433,10 @@ class DispatchStream:
             waiting = int(np.argmin(done)) if not done.all() else len(done)  # the first run whose execution is not read
             if not done[waiting:].any():  # the usual case: only the last runs wait (slices, not copies)
                 split = int(heads[waiting]) if waiting < len(heads) else len(dispatches)
-                complete, pending = dispatches[:split], dispatches[split:].copy()
+                complete, pending = dispatches[:split], rows_of(dispatches, slice(split, None))
             else:
                 done = np.repeat(done, np.diff(heads, append=len(dispatch_ids)))
-                complete, pending = dispatches[done], dispatches[~done]
+                complete, pending = rows_of(dispatches, done), rows_of(dispatches, ~done)
             # The rows are a view of the reused buffer: valid until the next window is read.
             yield self._checked(complete, executed), executed
         if memory.remaining():  # memory events after the last host event
@@ -456,7 +456,7 @@ class DispatchStream:
         expected = self.layout().queue_ops
         rows = (slice(done, done + len(queue_ops)) if self._queue_op_rows is None
                 else self._queue_op_rows[done : done + len(queue_ops)])
-        if done + len(queue_ops) > len(expected) or not same_records(expected[rows], queue_ops):
+        if done + len(queue_ops) > len(expected) or not same_records(rows_of(expected, rows), queue_ops):
             raise SectionmarkError(f"{self.path}: the profile changed while it was read")
 
     def _read(self, start: int, end: int) -> np.ndarray:
@@ -545,7 +545,7 @@ class _MemoryLevels:
         if times[-1] >= MAX_TIMESTAMP_NS or times.min() < 0:
             raise corrupt(self._path, "a memory event's time is implausible")
         self._last_event, self._last_time = (int(devices[-1]), int(event_ids[-1])), int(times[-1])
-        self._levels_kept.append(rows[_level_changes(rows, self._levels)])
+        self._levels_kept.append(rows_of(rows, _level_changes(rows, self._levels)))
         self._allocations.append_fields(rows, rows["type"] == QUEUE_ALLOCA)
 
     def kept(self) -> tuple[np.ndarray, np.ndarray]:
