@@ -254,7 +254,7 @@ def by_submission_and_start(dispatches: np.ndarray, known_sorted: bool = False) 
     if known_sorted:
         return dispatches
     submission, start = dispatches["submission"], dispatches["start_ns"]
-    in_order = (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
+    in_order = in_dispatch_order(dispatches)
     if in_order.all():
         return dispatches
     if not (submission[1:] >= submission[:-1]).all():
@@ -266,6 +266,13 @@ def by_submission_and_start(dispatches: np.ndarray, known_sorted: bool = False) 
     whole = dispatches.view(np.dtype((np.void, dispatches.dtype.itemsize)))  # rows moved as raw records (`rows_of`)
     whole[rows] = whole[rows[np.lexsort((start[rows], submission[rows]))]]
     return dispatches
+
+
+def in_dispatch_order(dispatches: np.ndarray) -> np.ndarray:
+    """Whether each dispatch is in `by_submission_and_start`'s order with the one before it (one fewer than the
+    dispatches)."""
+    submission, start = dispatches["submission"], dispatches["start_ns"]
+    return (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
 
 
 def recorded_commands(path: Path, declared: set[int], commands: dict[int, dict[int, CommandRecord]]

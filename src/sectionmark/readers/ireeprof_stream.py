@@ -40,7 +40,8 @@ from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, d
 from sectionmark.readers.bundle_records import (HOST_EVENT, MEMORY_EVENT, Chunks, RecordPositions, UnsupportedLayout,
                                                 records_at, release_pages)
 from sectionmark.readers.checks import (by_submission_and_start, check_links, check_times, check_unique, corrupt,
-                                        exports_by_executable, recorded_commands, sort_order, sorted_by)
+                                        exports_by_executable, in_dispatch_order, recorded_commands, sort_order,
+                                        sorted_by)
 from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, EVENT_DISPATCH, EVENT_EXECUTE,
                                              MAX_TIMESTAMP_NS, MEMORY_DTYPE, MEMORY_POOL_STATS, QUEUE_ALLOCA,
                                              QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, native)
@@ -380,7 +381,7 @@ class DispatchStream:
         window_size = min(total, HOST_EVENTS_WINDOW)
         submissions, queue_ops = np.empty(window_size, SUBMISSION_DTYPE), np.empty(window_size, QUEUE_OP_DTYPE)
         done_queue_ops = 0
-        pending = np.zeros(0, DISPATCH_DTYPE)
+        pending, pending_in_order = np.zeros(0, DISPATCH_DTYPE), True  # in (submission, start) order
         layout_ids = layout.submissions["submission"]
         # Per submission of the layout: its execution read (executed_before: in an earlier window; executed_ranks:
         # up to this one).
@@ -398,7 +399,7 @@ class DispatchStream:
             data = self._read(covered, end)
             memory.take(data, covered)
             offsets, covered = window - covered, end
-            (added, new_submissions, new_queue_ops), firsts = _split(
+            (added, new_submissions, new_queue_ops), firsts, added_in_order = _split(
                 bundle, data, offsets, [rows[len(pending):], submissions, queue_ops])
             if max(firsts) >= 0:
                 raise_host_event_error(self.path, records_at(data, offsets[[first for first in firsts
@@ -408,8 +409,13 @@ class DispatchStream:
             done_queue_ops += new_queue_ops
             ids = executed["submission"]
             dispatches = rows[: len(pending) + added]
+            # In order as a whole, known without a pass over every row: the pending rows were, the C pass put the
+            # rows it added in order, and the two meet in order.
+            in_order = pending_in_order and added_in_order and bool(
+                in_dispatch_order(dispatches[max(len(pending) - 1, 0) : len(pending) + 1]).all())
             if not len(ids):
                 pending = rows_of(dispatches, slice(None))
+                pending_in_order = in_order or bool(in_dispatch_order(pending).all())
                 continue
             # IREE writes a submission's execution when it ends: several in flight may end out of order.
             executed = executed if (ids[1:] > ids[:-1]).all() else sorted_by(executed, "submission")
@@ -437,8 +443,10 @@ class DispatchStream:
             else:
                 done = np.repeat(done, np.diff(heads, append=len(dispatch_ids)))
                 complete, pending = rows_of(dispatches, done), rows_of(dispatches, ~done)
+            # A part of rows in order is in order.
+            pending_in_order = in_order or bool(in_dispatch_order(pending).all())
             # The rows are a view of the reused buffer: valid until the next window is read.
-            yield self._checked(complete, executed), executed
+            yield self._checked(complete, executed, in_order), executed
         if memory.remaining():  # memory events after the last host event
             memory.take(self._read(covered, memory.last_end()), covered)
         self._memory, self._allocations = memory.kept()
@@ -470,32 +478,35 @@ class DispatchStream:
             raise SectionmarkError(f"{self.path}: the profile changed while it was read (it is shorter)")
         return data
 
-    def _checked(self, dispatches: np.ndarray, executed: np.ndarray) -> np.ndarray:
-        """The dispatches of the submissions ``executed``, sorted and checked against them (`checked_profile`'s
-        link checks, with its error lines)."""
-        dispatches = by_submission_and_start(dispatches)
+    def _checked(self, dispatches: np.ndarray, executed: np.ndarray, in_order: bool) -> np.ndarray:
+        """The dispatches of the submissions ``executed``, sorted (``in_order``: known to be) and checked against
+        them (`checked_profile`'s link checks, with its error lines)."""
+        dispatches = by_submission_and_start(dispatches, in_order)
         check_links(self.path, dispatches, executed, self.command_buffers, self._timed)
         return dispatches
 
 
 def _split(bundle: OpenBundle, data: np.ndarray, offsets: np.ndarray, outputs: list[np.ndarray]) -> tuple[
-        list[int], tuple[int, int, int, int]]:
+        list[int], tuple[int, int, int, int], bool]:
     """The host events at ``offsets`` of ``data`` into the starts of ``outputs`` (dispatch, submission and
-    queue-operation tables): the rows added to each, and the first event failing each check (layout, type,
-    status, function; -1: none). In C when built. Times are checked as the whole read checks them (its error
-    line); identities were checked by the first pass (`FirstPass`)."""
+    queue-operation tables): the rows added to each, the first event failing each check (layout, type, status,
+    function; -1: none), and whether the dispatch rows are known to be in (submission, start) order (the C pass
+    puts them in order as they come, but for rows far from it; numpy leaves them as written). In C when built.
+    Times are checked as the whole read checks them (its error line); identities were checked by the first pass
+    (`FirstPass`)."""
     if native() is not None:
-        (*added, bad_length, bad_type, failed, unknown, plausible, _sorted, _increasing) = native().host_events(
+        (*added, bad_length, bad_type, failed, unknown, plausible, in_order, _increasing) = native().host_events(
             data, offsets, bundle.known_codes, bundle.known_keys, *outputs)
         firsts = (bad_length, bad_type, failed, unknown)
         if plausible or max(firsts) >= 0:
-            return added, firsts
+            return added, firsts, in_order
     else:
+        in_order = False
         added, firsts = split_with_numpy(data, offsets, bundle.known_codes, bundle.known_keys, outputs)
         if max(firsts) >= 0:
-            return added, firsts
+            return added, firsts, in_order
     check_times(bundle.path, *(table[:count] for table, count in zip(outputs, added)), np.zeros(0, MEMORY_DTYPE))
-    return added, firsts
+    return added, firsts, in_order
 
 
 class _MemoryLevels:
