@@ -517,7 +517,8 @@ static struct PyModuleDef module_definition = {
 /* The row size this build writes and the version of its functions' arguments: readers/event_model.py refuses a
  * stale build whose rows or arguments differ. Version 2: attribution's slot and call are columns, not rows;
  * 3: event_sums also sums tiles and finds each (call, composition)'s first start and last end; 4: attribute_events,
- * event_sums and union_by_window moved to sectionmark.profiling._sectionpass; 5: not_dispatches; 6: record_positions and level_changes. */
+ * event_sums and union_by_window moved to sectionmark.profiling._sectionpass; 5: not_dispatches; 6: record_positions
+ * and level_changes (readers/_stream.h). */
 PyMODINIT_FUNC PyInit__ireeprof(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
