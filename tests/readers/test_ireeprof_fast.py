@@ -217,13 +217,13 @@ def test_rows_gathered_as_raw_records_are_numpys_rows(seed):
             table[name] = rng.integers(0, 1 << 40, len(table))
         for selection in (rng.random(len(table)) < 0.5, rng.permutation(len(table))[:15], slice(7, 30),
                           slice(None), np.zeros(0, np.int64)):
-            gathered = arrays.rows_of(table, selection)
+            gathered = checks.rows_of(table, selection)
             assert gathered.dtype == dtype and gathered.tobytes() == table[selection].tobytes()
             if len(gathered):
                 gathered[dtype.names[0]] += 1
                 assert not np.shares_memory(gathered, table)
         target = np.zeros(len(table) + 5, dtype)
-        arrays.copy_rows(target[5:], table)
+        checks.copy_rows(target[5:], table)
         assert target[5:].tobytes() == table.tobytes() and not target[:5].tobytes().strip(b"\0")
 
 
@@ -241,8 +241,8 @@ def test_same_records_is_array_equal_of_executions_and_queue_operations(seed):
         larger = np.concatenate([table, table])
         for first, second in ((table, table.copy()), (table, changed), (table, table[:-1]), (larger[:50], table),
                               (larger[50:][::-1][::-1], table), (table[::2], larger[:100:2])):
-            assert arrays.same_records(first, second) == np.array_equal(first, second)
-        assert not arrays.same_records(table, changed) and arrays.same_records(larger[50:], table)
+            assert checks.same_records(first, second) == np.array_equal(first, second)
+        assert not checks.same_records(table, changed) and checks.same_records(larger[50:], table)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -5,7 +5,7 @@ Shared by the readers' checks, attribution and the queue-time split.
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Sequence
 
 import numpy as np
 
@@ -29,27 +29,6 @@ def searchsorted_runs(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
     if len(run_starts) > len(values) // 4:
         return np.searchsorted(ids, values)
     return np.repeat(np.searchsorted(ids, values[run_starts]), np.diff(np.append(run_starts, len(values))))
-
-
-def rows_of(table: np.ndarray, selection: Union[slice, np.ndarray]) -> np.ndarray:
-    """A copy of ``table[selection]`` (a mask, indices or a slice: copied too) of a structured table, gathered as
-    whole raw records: numpy copies structured rows field by field, 10 to 20 times slower (a window's 30,000
-    dispatches: 1.2 ms against 0.05 ms)."""
-    chosen = table.view(np.dtype((np.void, table.dtype.itemsize)))[selection]
-    return (chosen.copy() if isinstance(selection, slice) else chosen).view(table.dtype)
-
-
-def copy_rows(target: np.ndarray, rows: np.ndarray) -> None:
-    """``target[...] = rows`` for two structured tables of one dtype, copied as raw records (`rows_of`)."""
-    raw = np.dtype((np.void, rows.dtype.itemsize))
-    target.view(raw)[...] = rows.view(raw)
-
-
-def same_records(first: np.ndarray, second: np.ndarray) -> bool:
-    """``np.array_equal`` of two tables of one packed dtype of integer fields (a profile's executions and queue
-    operations: no padding byte, no float), compared as their bytes: numpy compares structured rows field by field,
-    each comparison made anew per window."""
-    return first.dtype == second.dtype and first.shape == second.shape and first.tobytes() == second.tobytes()
 
 
 def strictly_increasing(first: np.ndarray, second: np.ndarray) -> bool:

@@ -3,19 +3,21 @@
 Each reader (`ireeprof_bundle`, `ireeprof_jsonl`) decodes its own format into
 the same tables and calls `checked_profile`, so both refuse the same
 inconsistencies with the same error lines (the list is in
-`sectionmark.readers.ireeprof`'s docstring).
+`sectionmark.readers.ireeprof`'s docstring). With them, the tables' order
+(`sorted_by`) and their rows gathered, copied and compared as raw records
+(`rows_of`, `copy_rows`, `same_records`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.arrays import distinct, first_true, rows_of, searchsorted_runs
+from sectionmark.readers.arrays import distinct, first_true, searchsorted_runs
 from sectionmark.readers.event_model import (INDIRECT_PARAMETERS, MAX_EVENT_NS, MAX_SESSION_NS, MAX_TIMESTAMP_NS,
                                              CommandRecord, Profile, Provenance, RecordedCommand, native)
 
@@ -319,6 +321,27 @@ def checked_profile(
     check_links(path, dispatches, submissions, command_buffers, timed)
     return Profile(dispatches, submissions, keys, command_buffers, exports,
                    sorted_by(queue_ops, "start_ns", "submission"), sorted_by(memory, "time_ns"), provenance=provenance)
+
+
+def rows_of(table: np.ndarray, selection: Union[slice, np.ndarray]) -> np.ndarray:
+    """A copy of ``table[selection]`` (a mask, indices or a slice: copied too) of a structured table, gathered as
+    whole raw records: numpy copies structured rows field by field, 10 to 20 times slower (a window's 30,000
+    dispatches: 1.2 ms against 0.05 ms)."""
+    chosen = table.view(np.dtype((np.void, table.dtype.itemsize)))[selection]
+    return (chosen.copy() if isinstance(selection, slice) else chosen).view(table.dtype)
+
+
+def copy_rows(target: np.ndarray, rows: np.ndarray) -> None:
+    """``target[...] = rows`` for two structured tables of one dtype, copied as raw records (`rows_of`)."""
+    raw = np.dtype((np.void, rows.dtype.itemsize))
+    target.view(raw)[...] = rows.view(raw)
+
+
+def same_records(first: np.ndarray, second: np.ndarray) -> bool:
+    """``np.array_equal`` of two tables of one packed dtype of integer fields (a profile's executions and queue
+    operations: no padding byte, no float), compared as their bytes: numpy compares structured rows field by field,
+    each comparison made anew per window."""
+    return first.dtype == second.dtype and first.shape == second.shape and first.tobytes() == second.tobytes()
 
 
 def sorted_by(table: np.ndarray, first: str, second: Optional[str] = None) -> np.ndarray:

@@ -34,14 +34,14 @@ from typing import BinaryIO, Iterator, Optional
 import numpy as np
 
 from sectionmark.errors import SectionmarkError
-from sectionmark.readers.arrays import copy_rows, first_true, rows_of, same_records, strictly_increasing
+from sectionmark.readers.arrays import first_true, strictly_increasing
 from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, decode_memory_events, fill_columns,
                                                raise_host_event_error, split_with_numpy)
 from sectionmark.readers.bundle_records import (HOST_EVENT, MEMORY_EVENT, Chunks, RecordPositions, UnsupportedLayout,
                                                 records_at, release_pages)
-from sectionmark.readers.checks import (by_submission_and_start, check_links, check_times, check_unique, corrupt,
-                                        exports_by_executable, in_dispatch_order, recorded_commands, sort_order,
-                                        sorted_by)
+from sectionmark.readers.checks import (by_submission_and_start, check_links, check_times, check_unique, copy_rows,
+                                        corrupt, exports_by_executable, in_dispatch_order, recorded_commands, rows_of,
+                                        same_records, sort_order, sorted_by)
 from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, EVENT_DISPATCH, EVENT_EXECUTE,
                                              MAX_TIMESTAMP_NS, MEMORY_DTYPE, MEMORY_POOL_STATS, QUEUE_ALLOCA,
                                              QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, native)
