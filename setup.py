@@ -36,7 +36,7 @@ class BuildOptionalExtensions(build_ext):
 setup(cmdclass={"build_ext": BuildOptionalExtensions}, ext_modules=[
     Extension("sectionmark.markers._zonestack", ["src/sectionmark/markers/_zonestack.c"], optional=True),
     Extension("sectionmark.readers._ireeprof", ["src/sectionmark/readers/_ireeprof.c"],
-              depends=["src/sectionmark/_buffers.h"], optional=True),
+              depends=["src/sectionmark/_buffers.h", "src/sectionmark/readers/_stream.h"], optional=True),
     Extension("sectionmark.profiling._sectionpass", ["src/sectionmark/profiling/_sectionpass.c"],
               depends=["src/sectionmark/_buffers.h", "src/sectionmark/profiling/_sweeps.h"], optional=True),
     Extension("sectionmark.readers._tracyread", ["src/sectionmark/readers/_tracyread.c"], optional=True),

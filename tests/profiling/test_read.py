@@ -141,6 +141,22 @@ def test_the_first_pass_made_during_the_walk_is_the_pass_after_it(plain_run, tmp
         assert used  # the walk's pass, not a second one
 
 
+@pytest.mark.parametrize("case", ["none", *sorted(BUNDLE_CASES)])
+def test_the_first_pass_in_c_finds_what_its_numpy_twin_finds(plain_run, tmp_path, monkeypatch, case):
+    """The first pass's executions and queue operations split and decoded by the C passes (`not_dispatches`, then
+    `host_events` on the records found) are the rows numpy gathers field by field, and a file one refuses the
+    other refuses alike (the windows compare their own rows with these: any byte apart reads as a changed file)."""
+    if native() is None:
+        pytest.skip("the C extension is not built (setup.py)")
+    path = tmp_path / "run.ireeprof"
+    path.write_bytes(plain_run[1].read_bytes() if case == "none" else BUNDLE_CASES[case][0](plain_run[1].read_bytes()))
+    with_c = [layout_of(path, during_walk)[0] for during_walk in (True, False)]
+    monkeypatch.setattr(event_model, "_native", None)
+    assert [layout_of(path, during_walk)[0] for during_walk in (True, False)] == with_c
+    if case == "none":
+        assert all(len(table) for table in with_c[0])  # executions and queue operations both found
+
+
 def test_report_draws_timelines_from_the_file_and_refuses_a_changed_one(plain_run, tmp_path):
     run = report(plain_run[1], hand_map(), calls=11, warmup=3)
     assert run.session.attribution is None and session_timelines(run.session, run.events())
@@ -217,9 +233,28 @@ def test_submissions_overlapping_in_time_are_read_in_windows_too(plain_run, tmp_
 def test_dispatches_written_out_of_order_give_the_same_session(plain_run, tmp_path, monkeypatch):
     """Two records swapped: their event ids no longer increase; they are still unique, so the file is read."""
     path = swapped_dispatches(plain_run, tmp_path)
-    for window in (1, 3, 1 << 16):
+    for window in (1, 2, 3, 4, 5, 1 << 16):  # the two in one window, or the first pending when the second comes
         monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
         assert as_json(windowed(path, 11, 3)) == as_json(whole(path, 11, 3))
+
+
+@pytest.mark.parametrize("passes", ["C", "numpy"])
+def test_windows_give_dispatches_written_out_of_order_sorted(plain_run, tmp_path, monkeypatch, passes):
+    """Two dispatches of one submission written in the other order, in one window or the first one pending when
+    the second comes: each window's dispatches come sorted (the C pass's order of the rows it added, known
+    without a pass over them, checked where they meet the pending ones), as the whole read sorts them."""
+    if passes == "numpy":
+        monkeypatch.setattr(event_model, "_native", None)
+    elif native() is None:
+        pytest.skip("the C extension is not built (setup.py)")
+    path = swapped_dispatches(plain_run, tmp_path)
+    expected = read_profile(path).dispatches
+    for window in (1, 2, 3, 4, 5, 1 << 16):
+        monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+        source = open_source(path, hand_map())
+        source.layout()
+        parts = [dispatches.copy() for dispatches, _ in source.windows()]
+        assert np.concatenate(parts).tobytes() == expected.tobytes(), window
 
 
 def test_executions_written_out_of_submission_order_give_the_same_session(plain_run, tmp_path, monkeypatch):
@@ -349,6 +384,36 @@ def test_memory_events_that_change_no_level_leave_peaks_and_averages_alone(windo
         return [part.tolist() for part in memory_by_window(stats["time_ns"], stats["pool"], stats["pool_reserved"],
                                                             starts, ends)]
     assert device_memory(kept) == device_memory(events)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_level_changes_in_c_are_its_numpy_twins(seed, monkeypatch):
+    """The memory events changing their pool's level, found in one C pass (`level_changes`) or by numpy, window by
+    window from the levels the windows before left: the same events, the same levels after each window (pools
+    seen before or not, a dozen new at once, levels past int64's range, events without pool figures)."""
+    from sectionmark.readers.event_model import MEMORY_DTYPE, MEMORY_POOL_STATS
+
+    if native() is None:
+        pytest.skip("the C extension is not built (setup.py)")
+    rng = np.random.default_rng(seed)
+    events = np.zeros(300, MEMORY_DTYPE)
+    events["time_ns"] = np.cumsum(rng.integers(0, 30, len(events)))
+    events["pool"] = rng.choice(np.array([5, 9, 1 << 63, *range(100, 112)], np.uint64), len(events))
+    events["flags"] = np.where(rng.random(len(events)) < 0.8, MEMORY_POOL_STATS, 0) | rng.integers(0, 4, len(events))
+    events["pool_reserved"] = rng.choice(np.array([0, 4096, 8192, (1 << 64) - 1, 1 << 63], np.uint64), len(events))
+    windows = [(begin, begin + size) for begin, size in zip(range(0, 300, 60), rng.integers(1, 60, 5).tolist())]
+
+    def changes() -> list:
+        levels = {9: 4096, 7: 0}  # a pool seen before, and one never seen again
+        found = []
+        for begin, end in windows:
+            found.append((ireeprof_stream._level_changes(events[begin:end], levels).tolist(), dict(levels)))
+        return found
+
+    with_c = changes()
+    monkeypatch.setattr(event_model, "_native", None)
+    assert changes() == with_c
+    assert any(any(window) for window, _ in with_c) and not all(all(window) for window, _ in with_c)
 
 
 def test_a_profiled_run_owns_its_profile_until_closed(plain_run, inputs, tmp_path, monkeypatch):

@@ -171,8 +171,14 @@ def grouped_times(rng: np.random.Generator, groups: int) -> tuple[np.ndarray, np
     return group, time
 
 
+@pytest.mark.parametrize("passes", ["C", "numpy"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_record_positions_of_any_window_are_those_of_every_record_in_file_order(seed):
+def test_record_positions_of_any_window_are_those_of_every_record_in_file_order(seed, passes, monkeypatch):
+    """A window's offsets made in one C pass (`record_positions`) or by numpy: those of every record."""
+    if passes == "numpy":
+        monkeypatch.setattr(event_model, "_native", None)
+    elif event_model.native() is None:
+        pytest.skip("the C extension is not built (setup.py)")
     rng = np.random.default_rng(seed)
     itemsize = 152
     counts = rng.integers(0, 4, 40)  # empty chunks too, first and last among them
@@ -183,7 +189,7 @@ def test_record_positions_of_any_window_are_those_of_every_record_in_file_order(
     every = [start + k * itemsize for start, count in zip(starts.tolist(), counts.tolist()) for k in range(count)]
     positions = bundle_records.RecordPositions(chunks, itemsize)
     assert len(positions) == len(every) and positions[:].tolist() == every
-    for begin, size in zip(rng.integers(0, len(every), 10).tolist(), rng.integers(1, 9, 10).tolist()):
+    for begin, size in zip(rng.integers(0, len(every), 10).tolist(), rng.integers(1, 3 * max(counts), 10).tolist()):
         assert positions[begin : begin + size].tolist() == every[begin : begin + size]
     picked = sorted(rng.choice(len(every), 5, replace=False).tolist())
     assert positions[picked].tolist() == [every[index] for index in picked]
@@ -198,6 +204,45 @@ def test_distinct_and_run_lookup_are_unique_and_searchsorted(seed):
     runs = np.repeat(group, 8)
     for values in (runs, runs[::-1], rng.permutation(group)):  # long runs (sorted or not), and short ones
         assert np.array_equal(arrays.searchsorted_runs(ids, values), np.searchsorted(ids, values))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rows_gathered_as_raw_records_are_numpys_rows(seed):
+    """`rows_of` (a mask, indices, a slice, none) and `copy_rows` give the rows numpy's structured indexing and
+    assignment give, of the readers' tables, as copies: changing them leaves the table alone."""
+    rng = np.random.default_rng(seed)
+    for dtype in (DISPATCH_DTYPE, event_model.MEMORY_DTYPE, event_model.QUEUE_OP_DTYPE):
+        table = np.zeros(40, dtype)
+        for name in dtype.names:
+            table[name] = rng.integers(0, 1 << 40, len(table))
+        for selection in (rng.random(len(table)) < 0.5, rng.permutation(len(table))[:15], slice(7, 30),
+                          slice(None), np.zeros(0, np.int64)):
+            gathered = checks.rows_of(table, selection)
+            assert gathered.dtype == dtype and gathered.tobytes() == table[selection].tobytes()
+            if len(gathered):
+                gathered[dtype.names[0]] += 1
+                assert not np.shares_memory(gathered, table)
+        target = np.zeros(len(table) + 5, dtype)
+        checks.copy_rows(target[5:], table)
+        assert target[5:].tobytes() == table.tobytes() and not target[:5].tobytes().strip(b"\0")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_same_records_is_array_equal_of_executions_and_queue_operations(seed):
+    """Tables of the packed integer dtypes the windows compare with the first pass's: equal as bytes exactly when
+    numpy finds them equal field by field (one field of one row apart, a row fewer, a slice of a larger table)."""
+    rng = np.random.default_rng(seed)
+    for dtype in (event_model.SUBMISSION_DTYPE, event_model.QUEUE_OP_DTYPE):
+        table = np.zeros(50, dtype)
+        for name in dtype.names:
+            table[name] = rng.integers(0, 1 << 40, len(table))
+        changed = table.copy()
+        changed[rng.integers(len(table))][dtype.names[rng.integers(len(dtype.names))]] += 1
+        larger = np.concatenate([table, table])
+        for first, second in ((table, table.copy()), (table, changed), (table, table[:-1]), (larger[:50], table),
+                              (larger[50:][::-1][::-1], table), (table[::2], larger[:100:2])):
+            assert checks.same_records(first, second) == np.array_equal(first, second)
+        assert not checks.same_records(table, changed) and checks.same_records(larger[50:], table)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -27,6 +27,9 @@
 #define MEMORY_EVENT_TYPES 12
 #define MAX_TIMESTAMP_NS ((int64_t)1 << 62) /* event_model.MAX_TIMESTAMP_NS */
 #define MAX_EVENT_NS ((int64_t)3600 * 1000000000) /* event_model.MAX_EVENT_NS */
+#define MEMORY_POOL_STATS (1u << 4) /* event_model.MEMORY_POOL_STATS */
+
+#include "_stream.h"
 
 /* Growable array of fixed-size items, for outputs whose length is known only at the end. */
 typedef struct {
@@ -482,6 +485,10 @@ done:
 }
 
 static PyMethodDef methods[] = {
+    {"record_positions", (PyCFunction)(void (*)(void))record_positions, METH_FASTCALL,
+     "record_positions(starts, firsts, counts, chunk, begin, itemsize, positions) -> None"},
+    {"level_changes", (PyCFunction)(void (*)(void))level_changes, METH_FASTCALL,
+     "level_changes(memory, levels, changes) -> None"},
     {"not_dispatches", (PyCFunction)(void (*)(void))not_dispatches, METH_FASTCALL,
      "not_dispatches(data, positions, found) -> (count, increasing, first_bad_length)"},
     {"record_table", record_table, METH_VARARGS,
@@ -510,11 +517,12 @@ static struct PyModuleDef module_definition = {
 /* The row size this build writes and the version of its functions' arguments: readers/event_model.py refuses a
  * stale build whose rows or arguments differ. Version 2: attribution's slot and call are columns, not rows;
  * 3: event_sums also sums tiles and finds each (call, composition)'s first start and last end; 4: attribute_events,
- * event_sums and union_by_window moved to sectionmark.profiling._sectionpass; 5: not_dispatches. */
+ * event_sums and union_by_window moved to sectionmark.profiling._sectionpass; 5: not_dispatches; 6: record_positions
+ * and level_changes (readers/_stream.h). */
 PyMODINIT_FUNC PyInit__ireeprof(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
-                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 5) < 0 ||
+                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 6) < 0 ||
                    PyModule_AddIntConstant(module, "DEVICE_DISPATCH_SIZE", DEVICE_DISPATCH_SIZE) < 0)) {
         Py_DECREF(module);
         return NULL;

@@ -156,8 +156,8 @@ class RecordPositions:
         if (chunks.lengths % itemsize).any():
             bad = chunks.lengths[np.argmax(chunks.lengths % itemsize != 0)]
             raise UnsupportedLayout(f"{bad}-byte chunk is not a whole number of records")
-        self._counts = chunks.lengths // itemsize
-        self._starts, self._itemsize = chunks.starts, itemsize
+        self._counts = np.ascontiguousarray(chunks.lengths // itemsize, np.int64)
+        self._starts, self._itemsize = np.ascontiguousarray(chunks.starts, np.int64), itemsize
         self._firsts = np.cumsum(self._counts) - self._counts  # index of each chunk's first record among all
         self._count = int(self._counts.sum())
 
@@ -174,7 +174,12 @@ class RecordPositions:
         if end <= begin:
             return np.zeros(0, np.int64)
         # The chunks the window reaches, each repeated for its records inside the window: one lookup per window.
-        first, last = self._chunk_of(np.array([begin, end - 1]))
+        first, last = self._chunk_of(np.array([begin, end - 1])).tolist()
+        if native() is not None:  # in one pass
+            positions = np.empty(end - begin, np.int64)
+            native().record_positions(self._starts, self._firsts, self._counts, first, begin, self._itemsize,
+                                      positions)
+            return positions
         firsts, counts = self._firsts[first : last + 1], self._counts[first : last + 1]
         inside = np.minimum(firsts + counts, end) - np.maximum(firsts, begin)
         base = np.repeat(self._starts[first : last + 1] - firsts * self._itemsize, np.maximum(inside, 0))

@@ -3,14 +3,16 @@
 Each reader (`ireeprof_bundle`, `ireeprof_jsonl`) decodes its own format into
 the same tables and calls `checked_profile`, so both refuse the same
 inconsistencies with the same error lines (the list is in
-`sectionmark.readers.ireeprof`'s docstring).
+`sectionmark.readers.ireeprof`'s docstring). With them, the tables' order
+(`sorted_by`) and their rows gathered, copied and compared as raw records
+(`rows_of`, `copy_rows`, `same_records`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
@@ -254,17 +256,25 @@ def by_submission_and_start(dispatches: np.ndarray, known_sorted: bool = False) 
     if known_sorted:
         return dispatches
     submission, start = dispatches["submission"], dispatches["start_ns"]
-    in_order = (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
+    in_order = in_dispatch_order(dispatches)
     if in_order.all():
         return dispatches
     if not (submission[1:] >= submission[:-1]).all():
-        return dispatches[np.lexsort((start, submission))]
+        return rows_of(dispatches, np.lexsort((start, submission)))
     unsorted = distinct(submission[np.flatnonzero(~in_order)])
     first, lengths = np.searchsorted(submission, unsorted), np.searchsorted(submission, unsorted, "right")
     lengths -= first
     rows = np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
-    dispatches[rows] = dispatches[rows[np.lexsort((start[rows], submission[rows]))]]
+    whole = dispatches.view(np.dtype((np.void, dispatches.dtype.itemsize)))  # rows moved as raw records (`rows_of`)
+    whole[rows] = whole[rows[np.lexsort((start[rows], submission[rows]))]]
     return dispatches
+
+
+def in_dispatch_order(dispatches: np.ndarray) -> np.ndarray:
+    """Whether each dispatch is in `by_submission_and_start`'s order with the one before it (one fewer than the
+    dispatches)."""
+    submission, start = dispatches["submission"], dispatches["start_ns"]
+    return (submission[1:] > submission[:-1]) | ((submission[1:] == submission[:-1]) & (start[1:] >= start[:-1]))
 
 
 def recorded_commands(path: Path, declared: set[int], commands: dict[int, dict[int, CommandRecord]]
@@ -313,11 +323,32 @@ def checked_profile(
                    sorted_by(queue_ops, "start_ns", "submission"), sorted_by(memory, "time_ns"), provenance=provenance)
 
 
+def rows_of(table: np.ndarray, selection: Union[slice, np.ndarray]) -> np.ndarray:
+    """A copy of ``table[selection]`` (a mask, indices or a slice: copied too) of a structured table, gathered as
+    whole raw records: numpy copies structured rows field by field, 10 to 20 times slower (a window's 30,000
+    dispatches: 1.2 ms against 0.05 ms)."""
+    chosen = table.view(np.dtype((np.void, table.dtype.itemsize)))[selection]
+    return (chosen.copy() if isinstance(selection, slice) else chosen).view(table.dtype)
+
+
+def copy_rows(target: np.ndarray, rows: np.ndarray) -> None:
+    """``target[...] = rows`` for two structured tables of one dtype, copied as raw records (`rows_of`)."""
+    raw = np.dtype((np.void, rows.dtype.itemsize))
+    target.view(raw)[...] = rows.view(raw)
+
+
+def same_records(first: np.ndarray, second: np.ndarray) -> bool:
+    """``np.array_equal`` of two tables of one packed dtype of integer fields (a profile's executions and queue
+    operations: no padding byte, no float), compared as their bytes: numpy compares structured rows field by field,
+    each comparison made anew per window."""
+    return first.dtype == second.dtype and first.shape == second.shape and first.tobytes() == second.tobytes()
+
+
 def sorted_by(table: np.ndarray, first: str, second: Optional[str] = None) -> np.ndarray:
     """``table`` stably sorted by its ``first`` field, then ``second``; itself when it is in that order already
     (profiles nearly always are: no copy)."""
     order = sort_order(table, first, second)
-    return table if order is None else table[order]
+    return table if order is None else rows_of(table, order)
 
 
 def sort_order(table: np.ndarray, first: str, second: Optional[str] = None) -> Optional[np.ndarray]:

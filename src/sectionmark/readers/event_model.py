@@ -48,8 +48,9 @@ DISPATCH_DTYPE = np.dtype(
 # The C code writes DISPATCH_DTYPE rows; the version of its functions' arguments: 2 takes attribution's slot and
 # call as int32 columns beside them (attribute.Attribution), not as wider rows; 3 has event_sums sum the tiles and
 # find the section spans' first starts and last ends too; 4 has only the reading passes (profiling's passes over
-# the attributed events are sectionmark.profiling._sectionpass); 5 adds not_dispatches (a bundle's first pass).
-NATIVE_INTERFACE_VERSION = 5
+# the attributed events are sectionmark.profiling._sectionpass); 5 adds not_dispatches (a bundle's first pass); 6 adds
+# record_positions (the offsets of a window of records).
+NATIVE_INTERFACE_VERSION = 6
 if _native is not None and (getattr(_native, "DISPATCH_SIZE", None), getattr(_native, "INTERFACE_VERSION", None)) != (
         DISPATCH_DTYPE.itemsize, NATIVE_INTERFACE_VERSION):
     _native = None  # a stale build of _ireeprof.c: the numpy passes give the same results

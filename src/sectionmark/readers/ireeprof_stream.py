@@ -39,8 +39,9 @@ from sectionmark.readers.bundle_events import (HOST_EVENTS_WINDOW, OpenBundle, d
                                                raise_host_event_error, split_with_numpy)
 from sectionmark.readers.bundle_records import (HOST_EVENT, MEMORY_EVENT, Chunks, RecordPositions, UnsupportedLayout,
                                                 records_at, release_pages)
-from sectionmark.readers.checks import (by_submission_and_start, check_links, check_times, check_unique, corrupt,
-                                        exports_by_executable, recorded_commands, sort_order, sorted_by)
+from sectionmark.readers.checks import (by_submission_and_start, check_links, check_times, check_unique, copy_rows,
+                                        corrupt, exports_by_executable, in_dispatch_order, recorded_commands, rows_of,
+                                        same_records, sort_order, sorted_by)
 from sectionmark.readers.event_model import (ALLOCATION_DTYPE, DISPATCH_DTYPE, EVENT_DISPATCH, EVENT_EXECUTE,
                                              MAX_TIMESTAMP_NS, MEMORY_DTYPE, MEMORY_POOL_STATS, QUEUE_ALLOCA,
                                              QUEUE_OP_DTYPE, SUBMISSION_DTYPE, Profile, Provenance, native)
@@ -68,6 +69,8 @@ class FirstPass:
         self._host_lengths_known = self._memory_lengths_known = True
         self._visited: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in _SCANNED}
         self._visiting = True  # off: what the walk shows cannot be read here (several devices, odd chunks)
+        # The C pass's outputs (dispatch, execution, queue-operation rows), reused from window to window.
+        self._scratch: tuple[np.ndarray, ...] = (np.zeros(0, DISPATCH_DTYPE),) * 3
 
     def visit(self, data: np.ndarray, chunks: dict[str, tuple[np.ndarray, np.ndarray]], sessions: int) -> None:
         """`bundle_records.ChunkVisitor`: scan the host events and memory event lengths of a window of the walk."""
@@ -123,13 +126,16 @@ class FirstPass:
         """The host events at byte offsets ``window`` of ``data`` (in file order, after those scanned before)."""
         if not len(window):
             return
+        if self._executions is None or self._operations is None:  # at most a host event per 152 bytes of the file
+            self._executions = Rows(data.size // HOST_EVENT.itemsize + 1, SUBMISSION_DTYPE)
+            self._operations = Rows(data.size // HOST_EVENT.itemsize + 1, QUEUE_OP_DTYPE)
         if native() is not None:
             found = np.empty(len(window), np.int64)
             count, window_increasing, bad_length = native().not_dispatches(data, window, found)
-            others = records_at(data, window[found[:count]], HOST_EVENT)
+            self._append_split(data, window[found[:count]])
         else:
             kinds = records_at(data, window + HOST_EVENT.fields["type"][1], _U32)
-            others = records_at(data, window[kinds != EVENT_DISPATCH], HOST_EVENT)
+            self._append_fields(records_at(data, window[kinds != EVENT_DISPATCH], HOST_EVENT))
             identities = _identities(data, window)
             window_increasing = strictly_increasing(identities["stream"], identities["event_id"])
             bad_length = first_true(records_at(data, window, _U32) != HOST_EVENT.itemsize)
@@ -137,9 +143,22 @@ class FirstPass:
         ends = _identities(data, window[[0, -1]])
         self._increasing &= window_increasing and (self._last is None or tuple(ends[0].tolist()) > self._last)
         self._last = tuple(ends[1].tolist())
-        if self._executions is None or self._operations is None:  # at most a host event per 152 bytes of the file
-            self._executions = Rows(data.size // HOST_EVENT.itemsize + 1, SUBMISSION_DTYPE)
-            self._operations = Rows(data.size // HOST_EVENT.itemsize + 1, QUEUE_OP_DTYPE)
+
+    def _append_split(self, data: np.ndarray, others: np.ndarray) -> None:
+        """The executions and queue operations at byte offsets ``others`` of ``data`` (none a dispatch) added, split
+        and decoded by the windows' own C pass (`_split`: the rows the windows compare with these)."""
+        if len(self._scratch[0]) < len(others):
+            self._scratch = tuple(np.empty(len(others), dtype) for dtype in
+                                  (DISPATCH_DTYPE, SUBMISSION_DTYPE, QUEUE_OP_DTYPE))
+        dispatches, executions, operations = self._scratch
+        empty = np.zeros(0, np.uint64)
+        _, added_executions, added_operations, *_ = native().host_events(
+            data, others, empty, empty.view(np.uint32), dispatches, executions, operations)
+        self._executions.append(executions[:added_executions])
+        self._operations.append(operations[:added_operations])
+
+    def _append_fields(self, others: np.ndarray) -> None:
+        """The executions and queue operations ``others`` (HOST_EVENT records, none a dispatch) added."""
         for table, rows, dtype in ((self._executions, others[others["type"] == EVENT_EXECUTE], SUBMISSION_DTYPE),
                                    (self._operations, others[others["type"] != EVENT_EXECUTE], QUEUE_OP_DTYPE)):
             part = np.zeros(len(rows), dtype)
@@ -172,7 +191,7 @@ class FirstPass:
         if order is not None:
             rows = np.empty(len(order), np.int32 if len(order) < 1 << 31 else np.int64)  # 4 bytes per operation
             rows[order] = np.arange(len(order))
-            queue_ops = queue_ops[order]
+            queue_ops = rows_of(queue_ops, order)
         return sorted_by(submissions, "submission"), queue_ops, rows
 
 
@@ -362,7 +381,7 @@ class DispatchStream:
         window_size = min(total, HOST_EVENTS_WINDOW)
         submissions, queue_ops = np.empty(window_size, SUBMISSION_DTYPE), np.empty(window_size, QUEUE_OP_DTYPE)
         done_queue_ops = 0
-        pending = np.zeros(0, DISPATCH_DTYPE)
+        pending, pending_in_order = np.zeros(0, DISPATCH_DTYPE), True  # in (submission, start) order
         layout_ids = layout.submissions["submission"]
         # Per submission of the layout: its execution read (executed_before: in an earlier window; executed_ranks:
         # up to this one).
@@ -374,13 +393,13 @@ class DispatchStream:
             window = positions[begin : begin + HOST_EVENTS_WINDOW]
             if len(rows) < len(pending) + len(window):
                 rows = np.empty(len(pending) + len(window), DISPATCH_DTYPE)
-            rows[: len(pending)] = pending
+            copy_rows(rows[: len(pending)], pending)
             # From where the last window's bytes ended: the memory events between host events come with them.
             end = int(window[-1]) + HOST_EVENT.itemsize
             data = self._read(covered, end)
             memory.take(data, covered)
             offsets, covered = window - covered, end
-            (added, new_submissions, new_queue_ops), firsts = _split(
+            (added, new_submissions, new_queue_ops), firsts, added_in_order = _split(
                 bundle, data, offsets, [rows[len(pending):], submissions, queue_ops])
             if max(firsts) >= 0:
                 raise_host_event_error(self.path, records_at(data, offsets[[first for first in firsts
@@ -390,14 +409,19 @@ class DispatchStream:
             done_queue_ops += new_queue_ops
             ids = executed["submission"]
             dispatches = rows[: len(pending) + added]
+            # In order as a whole, known without a pass over every row: the pending rows were, the C pass put the
+            # rows it added in order, and the two meet in order.
+            in_order = pending_in_order and added_in_order and bool(
+                in_dispatch_order(dispatches[max(len(pending) - 1, 0) : len(pending) + 1]).all())
             if not len(ids):
-                pending = dispatches.copy()
+                pending = rows_of(dispatches, slice(None))
+                pending_in_order = in_order or bool(in_dispatch_order(pending).all())
                 continue
             # IREE writes a submission's execution when it ends: several in flight may end out of order.
             executed = executed if (ids[1:] > ids[:-1]).all() else sorted_by(executed, "submission")
             ran = np.searchsorted(layout_ids, executed["submission"])
             if ((ran >= len(layout_ids)).any() or executed_ranks[ran].any() or (ran[1:] == ran[:-1]).any()
-                    or not np.array_equal(layout.submissions[ran], executed)):
+                    or not same_records(rows_of(layout.submissions, ran), executed)):
                 raise SectionmarkError(f"{self.path}: the profile changed while it was read")
             executed_ranks[ran] = True
             # Each run of dispatches of one submission (IREE writes them together) looked up once, not each event.
@@ -415,12 +439,14 @@ class DispatchStream:
             waiting = int(np.argmin(done)) if not done.all() else len(done)  # the first run whose execution is not read
             if not done[waiting:].any():  # the usual case: only the last runs wait (slices, not copies)
                 split = int(heads[waiting]) if waiting < len(heads) else len(dispatches)
-                complete, pending = dispatches[:split], dispatches[split:].copy()
+                complete, pending = dispatches[:split], rows_of(dispatches, slice(split, None))
             else:
                 done = np.repeat(done, np.diff(heads, append=len(dispatch_ids)))
-                complete, pending = dispatches[done], dispatches[~done]
+                complete, pending = rows_of(dispatches, done), rows_of(dispatches, ~done)
+            # A part of rows in order is in order.
+            pending_in_order = in_order or bool(in_dispatch_order(pending).all())
             # The rows are a view of the reused buffer: valid until the next window is read.
-            yield self._checked(complete, executed), executed
+            yield self._checked(complete, executed, in_order), executed
         if memory.remaining():  # memory events after the last host event
             memory.take(self._read(covered, memory.last_end()), covered)
         self._memory, self._allocations = memory.kept()
@@ -438,7 +464,7 @@ class DispatchStream:
         expected = self.layout().queue_ops
         rows = (slice(done, done + len(queue_ops)) if self._queue_op_rows is None
                 else self._queue_op_rows[done : done + len(queue_ops)])
-        if done + len(queue_ops) > len(expected) or not np.array_equal(expected[rows], queue_ops):
+        if done + len(queue_ops) > len(expected) or not same_records(rows_of(expected, rows), queue_ops):
             raise SectionmarkError(f"{self.path}: the profile changed while it was read")
 
     def _read(self, start: int, end: int) -> np.ndarray:
@@ -452,32 +478,35 @@ class DispatchStream:
             raise SectionmarkError(f"{self.path}: the profile changed while it was read (it is shorter)")
         return data
 
-    def _checked(self, dispatches: np.ndarray, executed: np.ndarray) -> np.ndarray:
-        """The dispatches of the submissions ``executed``, sorted and checked against them (`checked_profile`'s
-        link checks, with its error lines)."""
-        dispatches = by_submission_and_start(dispatches)
+    def _checked(self, dispatches: np.ndarray, executed: np.ndarray, in_order: bool) -> np.ndarray:
+        """The dispatches of the submissions ``executed``, sorted (``in_order``: known to be) and checked against
+        them (`checked_profile`'s link checks, with its error lines)."""
+        dispatches = by_submission_and_start(dispatches, in_order)
         check_links(self.path, dispatches, executed, self.command_buffers, self._timed)
         return dispatches
 
 
 def _split(bundle: OpenBundle, data: np.ndarray, offsets: np.ndarray, outputs: list[np.ndarray]) -> tuple[
-        list[int], tuple[int, int, int, int]]:
+        list[int], tuple[int, int, int, int], bool]:
     """The host events at ``offsets`` of ``data`` into the starts of ``outputs`` (dispatch, submission and
-    queue-operation tables): the rows added to each, and the first event failing each check (layout, type,
-    status, function; -1: none). In C when built. Times are checked as the whole read checks them (its error
-    line); identities were checked by the first pass (`FirstPass`)."""
+    queue-operation tables): the rows added to each, the first event failing each check (layout, type, status,
+    function; -1: none), and whether the dispatch rows are known to be in (submission, start) order (the C pass
+    puts them in order as they come, but for rows far from it; numpy leaves them as written). In C when built.
+    Times are checked as the whole read checks them (its error line); identities were checked by the first pass
+    (`FirstPass`)."""
     if native() is not None:
-        (*added, bad_length, bad_type, failed, unknown, plausible, _sorted, _increasing) = native().host_events(
+        (*added, bad_length, bad_type, failed, unknown, plausible, in_order, _increasing) = native().host_events(
             data, offsets, bundle.known_codes, bundle.known_keys, *outputs)
         firsts = (bad_length, bad_type, failed, unknown)
         if plausible or max(firsts) >= 0:
-            return added, firsts
+            return added, firsts, in_order
     else:
+        in_order = False
         added, firsts = split_with_numpy(data, offsets, bundle.known_codes, bundle.known_keys, outputs)
         if max(firsts) >= 0:
-            return added, firsts
+            return added, firsts, in_order
     check_times(bundle.path, *(table[:count] for table, count in zip(outputs, added)), np.zeros(0, MEMORY_DTYPE))
-    return added, firsts
+    return added, firsts, in_order
 
 
 class _MemoryLevels:
@@ -527,7 +556,7 @@ class _MemoryLevels:
         if times[-1] >= MAX_TIMESTAMP_NS or times.min() < 0:
             raise corrupt(self._path, "a memory event's time is implausible")
         self._last_event, self._last_time = (int(devices[-1]), int(event_ids[-1])), int(times[-1])
-        self._levels_kept.append(rows[_level_changes(rows, self._levels)])
+        self._levels_kept.append(rows_of(rows, _level_changes(rows, self._levels)))
         self._allocations.append_fields(rows, rows["type"] == QUEUE_ALLOCA)
 
     def kept(self) -> tuple[np.ndarray, np.ndarray]:
@@ -539,7 +568,11 @@ class _MemoryLevels:
 
 def _level_changes(events: np.ndarray, levels: dict[int, int]) -> np.ndarray:
     """Which of ``events`` (in time order) change their pool's reserved bytes from the pool's previous event (in
-    ``levels``, updated: the pools' bytes after these events) or are a pool's first."""
+    ``levels``, updated: the pools' bytes after these events) or are a pool's first. In one C pass when built."""
+    if native() is not None:
+        changes = np.empty(len(events), bool)
+        native().level_changes(np.ascontiguousarray(events), levels, changes)
+        return changes
     with_stats = (events["flags"] & MEMORY_POOL_STATS) != 0
     pools, reserved = events["pool"], events["pool_reserved"]
     rows = np.flatnonzero(with_stats)
