@@ -250,3 +250,40 @@ def test_c_and_numpy_partition_time_alike(seed, monkeypatch):
     monkeypatch.setattr(native, "_passes", None)
     assert np.array_equal(with_c, queue_time.partition_time(*arguments))
     assert np.array_equal(with_c.sum(axis=1), window_ends - window_starts)  # each window's time, all of it
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("layout", ["pipelined", "interleaved", "apart", "far"])  # none backwards: refused by
+@pytest.mark.parametrize("passes", ["C", "numpy"])                                # the readers (check_times)
+def test_sweeps_carried_across_windows_give_one_window_s_wall_to_the_bit(seed, layout, passes, monkeypatch):
+    """The wall of events cut into windows anywhere a reader may cut them is the wall of the same events in one
+    window (the whole read), to the bit: three or more intervals running at once give parts of thirds, which a
+    prefix summed from another origin, or sums grouped by window, round otherwise (a composition's wall of
+    n + 1/2 then rounded to n or n + 1 in the session's JSON: a pipelined profile read in windows of one host
+    event gave another session than its whole read, now and then)."""
+    if passes == "numpy":
+        monkeypatch.setattr(native, "_passes", None)
+    rng = np.random.default_rng(seed)
+    starts, ends = _carried_events(layout, rng)
+    if layout in ("pipelined", "far"):  # some running through the next two or more: parts of thirds and more
+        ends[3::13] += rng.integers(300, 2000, len(ends[3::13]))
+    parts = [((("A",), 1.0),), ((("A",), 0.5), (("B",), 0.5)), ((("B",), 1.0),)]
+    attribution, _map = synthetic([(int(start), int(end), parts[rng.integers(0, 3)]) for start, end in
+                                   zip(starts, ends)])
+    later_starts = np.append(np.minimum.accumulate(starts[::-1])[::-1], np.iinfo(np.int64).max)
+
+    def folded(cuts: np.ndarray) -> tuple:
+        fold = EventFold(attribution, None)
+        for begin, end in zip(cuts, cuts[1:]):
+            frontier = None if end == len(starts) else int(later_starts[end])
+            fold.add(attribution.events[begin:end], attribution.event_slots[begin:end],
+                     attribution.event_calls[begin:end], frontier)
+        totals = fold.finish()
+        return totals.wall.tobytes(), totals.total_wall
+
+    whole = folded(np.array([0, len(starts)]))
+    for windows in (1, 2, 3, 7):
+        cuts = np.arange(0, len(starts) + windows, windows).clip(max=len(starts))
+        assert folded(np.unique(cuts)) == whole, windows
+    for _ in range(4):
+        assert folded(np.unique(np.concatenate([[0, len(starts)], rng.integers(0, len(starts), 40)]))) == whole

@@ -294,11 +294,12 @@ static struct PyModuleDef module_definition = {
 
 /* The row size this build reads and the version of its functions' arguments: profiling/native.py refuses a
  * stale build whose rows or arguments differ. (Version 1: the arguments these passes took as version 3 of
- * sectionmark.readers._ireeprof, where they were before; 2: wall_parts added; 3: fold_sweep and partition_time added.) */
+ * sectionmark.readers._ireeprof, where they were before; 2: wall_parts added; 3: fold_sweep and partition_time added;
+ * 4: fold_sweep's parts of each union block alone, added in start order: a build of 3 no longer gives numpy's.) */
 PyMODINIT_FUNC PyInit__sectionpass(void) {
     PyObject *module = PyModule_Create(&module_definition);
     if (module && (PyModule_AddIntConstant(module, "DISPATCH_SIZE", DISPATCH_SIZE) < 0 ||
-                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 3) < 0)) {
+                   PyModule_AddIntConstant(module, "INTERFACE_VERSION", 4) < 0)) {
         Py_DECREF(module);
         return NULL;
     }

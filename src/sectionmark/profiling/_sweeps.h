@@ -86,7 +86,10 @@ static inline double clipped_part(double end_prefix, double start_prefix, int64_
 /* wall_parts over intervals taken in start order (the positions ``order[0 .. count)``, or 0, 1, ... when ``order``
  * is NULL), none ending before it starts: each one's part to ``parts`` at its position. The ends of the intervals
  * started wait in a heap (``heap``: room for ``count``), so the boundaries come as the merge of the sorted starts
- * and ends gives them to the C wall_parts, and the sums are the same to the bit. */
+ * and ends gives them to the C wall_parts. The prefix starts again from 0 at each union block (nothing running):
+ * a block's parts are wall_parts of that block alone, to the bit, whichever blocks are swept with it (the reader's
+ * windows cut the events into sweeps anywhere; a prefix carried from earlier blocks rounds the thirds of three
+ * intervals running at once otherwise). */
 static inline __attribute__((always_inline)) void start_order_sweep(
         const int64_t *starts, const int64_t *ends, const Py_ssize_t *order, Py_ssize_t count, started *heap,
         double *parts) {
@@ -98,9 +101,8 @@ static inline __attribute__((always_inline)) void start_order_sweep(
         if (!size && (next + 1 == count || starts[order ? order[next + 1] : next + 1] >= ends[position])) {
             /* An interval alone (nothing running, the next one starting at or after its end): its start and end
              * are the next two boundaries, one interval running between them. */
-            double start_prefix = prefix;
-            prefix = prefix + (double)(ends[position] - starts[position]);
-            parts[position] = clipped_part(prefix, start_prefix, starts[position], ends[position]);
+            prefix = (double)(ends[position] - starts[position]);
+            parts[position] = clipped_part(prefix, 0.0, starts[position], ends[position]);
             boundary = ends[position];
             next++;
             continue;
@@ -110,13 +112,14 @@ static inline __attribute__((always_inline)) void start_order_sweep(
         if (!first && size)  /* x / 1.0 is x: most segments have one interval running, spared the division */
             prefix = prefix + (size > 1 ? (double)(value - boundary) / (double)size : (double)(value - boundary));
         boundary = value;
+        while (size && heap[0].end == value) {  /* those ending here first: one starting here begins a new block */
+            started done = heap_pop(heap, &size);
+            parts[done.position] = clipped_part(prefix, done.start_prefix, starts[done.position], done.end);
+        }
+        if (!size) prefix = 0.0;  /* a union block begins */
         for (; next < count && starts[order ? order[next] : next] == value; next++) {
             position = order ? order[next] : next;
             heap_push(heap, &size, (started){ends[position], position, prefix});
-        }
-        while (size && heap[0].end == value) {
-            started done = heap_pop(heap, &size);
-            parts[done.position] = clipped_part(prefix, done.start_prefix, starts[done.position], done.end);
         }
     }
 }
@@ -127,8 +130,9 @@ static inline __attribute__((always_inline)) void start_order_sweep(
  * section_time.EventFold._sweep in one pass: of the events carried (``starts``, ``ends``, ``compositions``: int64,
  * in the order they came), those whose union blocks end at or before ``frontier`` (every one when it is None) are
  * final: each one's wall part (its duration when every carried event, or every final one with a span under
- * 2**53 ns, is in order and apart; else wall_parts's) summed per composition in their order, as np.bincount sums,
- * then added to ``wall`` (float64); their union per call window added to ``call_union`` (int64; the windows
+ * 2**53 ns, is in order and apart; else wall_parts's, each union block's alone) added to its composition's ``wall``
+ * (float64) one by one in start order, as np.add.at adds them: the whole read's sums to the bit, however the
+ * reader's windows cut the events into sweeps; their union per call window added to ``call_union`` (int64; the windows
  * int64; all three None when there are none), as union_by_window gives it. The events left are moved, in their
  * order, to the front of the three arrays. ``order``: the stable argsort of ``starts``, or None while they are
  * sorted. Returned: how many events are left, the length of the final blocks' union, the last end of a final
@@ -204,15 +208,14 @@ static PyObject *fold_sweep(PyObject *module, PyObject *const *args, Py_ssize_t 
             result = Py_BuildValue("nLO", count, 0LL, Py_None);
             goto done;
         }
-        size_t n = (size_t)count, size = n * (sizeof(double) + sizeof(started)) + kinds * sizeof(double);
+        size_t n = (size_t)count, size = n * (sizeof(double) + sizeof(started));
         if (order) size += n * (2 * 8 + 1);
         room = PyMem_Malloc(size);
         if (!room) { PyErr_NoMemory(); goto done; }
-        double *parts = (double *)room, *by_kind = parts + n;
-        started *heap = (started *)(by_kind + kinds);
+        double *parts = (double *)room;
+        started *heap = (started *)(parts + n);
         int64_t *sorted_starts = (int64_t *)(heap + n), *sorted_ends = sorted_starts + n;
         char *is_final = order ? (char *)(sorted_ends + n) : NULL;  /* sorted: the first ``final`` */
-        memset(by_kind, 0, kinds * sizeof(double));
         if (order) {
             memset(is_final, 0, n);
             for (Py_ssize_t i = 0; i < final; i++) is_final[order[i]] = 1;
@@ -239,12 +242,11 @@ static PyObject *fold_sweep(PyObject *module, PyObject *const *args, Py_ssize_t 
         if (!in_order && order) start_order_sweep(starts, ends, order, final, heap, parts);
         if (!in_order && !order) start_order_sweep(starts, ends, NULL, final, heap, parts);  /* made for 0, 1, ... */
         int64_t last_end = ends[first];
-        for (Py_ssize_t i = first; i <= last; i++) {
-            if (!FINAL(i)) continue;
-            by_kind[compositions[i]] += in_order ? (double)(ends[i] - starts[i]) : parts[i];
-            if (ends[i] > last_end) last_end = ends[i];
+        for (Py_ssize_t i = 0; i < final; i++) {  /* added one by one in start order, as the whole read adds them */
+            Py_ssize_t position = POSITION(i);
+            wall[compositions[position]] += in_order ? (double)(ends[position] - starts[position]) : parts[position];
+            if (ends[position] > last_end) last_end = ends[position];
         }
-        for (Py_ssize_t k = 0; k < kinds; k++) wall[k] += by_kind[k];
         if (have_windows) {
             column final_starts = {(const char *)starts, 8}, final_ends = {(const char *)ends, 8};
             if (order) {

@@ -19,7 +19,7 @@ except ImportError:
     _passes = None
 
 # The version of the passes' arguments this code calls them with (the C module's INTERFACE_VERSION).
-INTERFACE_VERSION = 3
+INTERFACE_VERSION = 4
 if _passes is not None and (getattr(_passes, "DISPATCH_SIZE", None), getattr(_passes, "INTERFACE_VERSION", None)) != (
         DISPATCH_DTYPE.itemsize, INTERFACE_VERSION):
     _passes = None  # a stale build, reading rows of another width or taking other arguments: numpy gives the same
