@@ -16,8 +16,11 @@ from test_readers import ALLOCA, BUNDLE_CASES, DISPATCH, EXECUTE, event_offsets,
 from tiny_profiles import hand_map
 
 from sectionmark.errors import SectionmarkError
+from sectionmark.profiling import native as profiling_native
 from sectionmark.profiling.attribute import attribute
-from sectionmark.profiling.read import read_session
+from sectionmark.profiling.queue_time import measured_windows
+from sectionmark.profiling.read import attributed_totals, read_session
+from sectionmark.profiling.section_time import fold_events
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.timeline import session_timelines
 from sectionmark.readers import event_model, ireeprof_bundle, ireeprof_stream
@@ -198,36 +201,95 @@ def test_overlapping_dispatches_give_the_same_walls_and_unions(plain_run, tmp_pa
     assert as_json(session) == as_json(expected)
 
 
-@pytest.mark.parametrize("window", [1, 2, 5, 1 << 16])
-def test_submissions_overlapping_in_time_are_read_in_windows_too(plain_run, tmp_path, monkeypatch, window):
-    """Pipelined calls: each submission's execution and dispatches moved to start inside the one before (a
-    call's submission overlapping the next one's), so union blocks reach across windows: the sweep is carried
-    over, and every figure is the one window's."""
+def pipelined(plain_run, tmp_path, name: str, into: float, previous: str) -> Path:
+    """plain_run's profile with each submission's execution and dispatches moved to start ``into`` (a fraction)
+    of the way into the ``previous`` ("first" or "last") dispatch of the submission before, as moved: a call's
+    submission overlapping the next one's, as pipelined calls run."""
     blob = bytearray(plain_run[1].read_bytes())
     executions = event_offsets(bytes(blob), EXECUTE)
     dispatches = event_offsets(bytes(blob), DISPATCH)
     by_submission: dict[int, list[int]] = {}
     for offset in dispatches + executions:
         by_submission.setdefault(field_of(blob, offset, "submission_id"), []).append(offset)
-    previous_last = None  # (start, end) of the previous submission's last dispatch, once moved
+    before = None  # (start, end) of the chosen dispatch of the submission before, once moved
     for submission in sorted(by_submission):
         records = by_submission[submission]
         mine = [offset for offset in records if offset in dispatches]
-        if previous_last is not None and mine:
+        if before is not None and mine:
             first = min(field_of(blob, offset, "start_host_time_ns") for offset in mine)
-            shift = first - (previous_last[0] + previous_last[1]) // 2  # starts inside that dispatch
+            shift = first - (before[0] + int((before[1] - before[0]) * into))  # starts inside that dispatch
             for offset in records:
-                for name in ("start_host_time_ns", "end_host_time_ns"):
-                    set_event(blob, offset, name, field_of(blob, offset, name) - shift)
+                for field in ("start_host_time_ns", "end_host_time_ns"):
+                    set_event(blob, offset, field, field_of(blob, offset, field) - shift)
         if mine:
-            last = max(mine, key=lambda offset: field_of(blob, offset, "end_host_time_ns"))
-            previous_last = (field_of(blob, last, "start_host_time_ns"), field_of(blob, last, "end_host_time_ns"))
-    path = tmp_path / "pipelined.ireeprof"
+            pick = (max(mine, key=lambda offset: field_of(blob, offset, "end_host_time_ns")) if previous == "last"
+                    else min(mine, key=lambda offset: field_of(blob, offset, "start_host_time_ns")))
+            before = (field_of(blob, pick, "start_host_time_ns"), field_of(blob, pick, "end_host_time_ns"))
+    path = tmp_path / name
     path.write_bytes(bytes(blob))
+    return path
+
+
+@pytest.mark.parametrize("window", [1, 2, 5, 1 << 16])
+def test_submissions_overlapping_in_time_are_read_in_windows_too(plain_run, tmp_path, monkeypatch, window):
+    """Pipelined calls: each submission's execution and dispatches moved to start inside the one before (a
+    call's submission overlapping the next one's), so union blocks reach across windows: the sweep is carried
+    over, and every figure is the one window's."""
+    path = pipelined(plain_run, tmp_path, "pipelined.ireeprof", 0.5, "last")
     monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
     session, expected = windowed(path, 11, 3), whole(path, 11, 3)
     assert as_json(session) == as_json(expected)
     assert expected.wall_ns < expected.total_ns
+
+
+def crowded(plain_run, tmp_path) -> Path:
+    """plain_run's profile with its submissions' times written anew, three at a time overlapping (their
+    executions too, around their dispatches): each submission's two dispatches last 250 and 121 ns, back to back,
+    the next submission of its group starting 100 ns after it, the next group 1000 ns after the group before
+    (each group a union block of its own). Three dispatches run at once: 50 ns of them are thirds that float64
+    rounds."""
+    blob = bytearray(plain_run[1].read_bytes())
+    dispatches = event_offsets(bytes(blob), DISPATCH)
+    base = min(field_of(blob, offset, "start_host_time_ns") for offset in dispatches)
+    by_submission: dict[int, list[int]] = {}
+    for offset in dispatches:
+        by_submission.setdefault(field_of(blob, offset, "submission_id"), []).append(offset)
+    starts = {}
+    for rank, submission in enumerate(sorted(by_submission)):
+        start = starts[submission] = base + rank // 3 * 10000 + rank % 3 * 37
+        for offset, (begin, end) in zip(by_submission[submission], [(0, 250), (250, 371)]):
+            set_event(blob, offset, "start_host_time_ns", start + begin)
+            set_event(blob, offset, "end_host_time_ns", start + end)
+    for offset in event_offsets(bytes(blob), EXECUTE):
+        start = starts[field_of(blob, offset, "submission_id")]
+        set_event(blob, offset, "start_host_time_ns", start - 1)
+        set_event(blob, offset, "end_host_time_ns", start + 372)
+    path = tmp_path / "crowded.ireeprof"
+    path.write_bytes(bytes(blob))
+    return path
+
+
+@pytest.mark.parametrize("passes", ["C", "numpy"])
+def test_several_submissions_at_once_give_the_whole_read_s_walls_to_the_bit(plain_run, tmp_path, monkeypatch,
+                                                                             passes):
+    """Three dispatches at once in each union block (`crowded`): their wall parts are thirds, which float64 rounds.
+    Cut into windows of any size, each block's parts and their sums are the whole read's to the bit (the sweep
+    started its prefix from 0 at each window's blocks and summed each window's apart: a wall of n + 1/2 could
+    then round to n in one session's JSON and to n + 1 in the other's)."""
+    if passes == "numpy":
+        monkeypatch.setattr(event_model, "_native", None)
+        monkeypatch.setattr(profiling_native, "_passes", None)
+    elif native() is None or profiling_native.native_passes() is None:
+        pytest.skip("the C extensions are not built (setup.py)")
+    path = crowded(plain_run, tmp_path)
+    attribution = attribute(read_profile(path), hand_map(), calls=11, warmup=3)
+    expected = fold_events(attribution, measured_windows(attribution.queue_spans, attribution.calls))
+    assert not expected.sums.disjoint and expected.wall.tobytes() != np.round(expected.wall).tobytes()  # fractions
+    for window in (1, 2, 3, 4, 5, 6, 1 << 16):
+        monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+        _, totals = attributed_totals(open_source(path, hand_map()), hand_map(), calls=11, warmup=3, function=None)
+        assert (totals.wall.tobytes(), totals.total_wall) == (expected.wall.tobytes(), expected.total_wall), window
+        assert as_json(windowed(path, 11, 3)) == as_json(ProfileSession.build(attribution, hand_map()))
 
 
 def test_dispatches_written_out_of_order_give_the_same_session(plain_run, tmp_path, monkeypatch):
