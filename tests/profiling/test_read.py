@@ -201,41 +201,32 @@ def test_overlapping_dispatches_give_the_same_walls_and_unions(plain_run, tmp_pa
     assert as_json(session) == as_json(expected)
 
 
-def pipelined(plain_run, tmp_path, name: str, into: float, previous: str) -> Path:
-    """plain_run's profile with each submission's execution and dispatches moved to start ``into`` (a fraction)
-    of the way into the ``previous`` ("first" or "last") dispatch of the submission before, as moved: a call's
-    submission overlapping the next one's, as pipelined calls run."""
+@pytest.mark.parametrize("window", [1, 2, 5, 1 << 16])
+def test_submissions_overlapping_in_time_are_read_in_windows_too(plain_run, tmp_path, monkeypatch, window):
+    """Pipelined calls: each submission's execution and dispatches moved to start inside the one before (a
+    call's submission overlapping the next one's), so union blocks reach across windows: the sweep is carried
+    over, and every figure is the one window's."""
     blob = bytearray(plain_run[1].read_bytes())
     executions = event_offsets(bytes(blob), EXECUTE)
     dispatches = event_offsets(bytes(blob), DISPATCH)
     by_submission: dict[int, list[int]] = {}
     for offset in dispatches + executions:
         by_submission.setdefault(field_of(blob, offset, "submission_id"), []).append(offset)
-    before = None  # (start, end) of the chosen dispatch of the submission before, once moved
+    previous_last = None  # (start, end) of the previous submission's last dispatch, once moved
     for submission in sorted(by_submission):
         records = by_submission[submission]
         mine = [offset for offset in records if offset in dispatches]
-        if before is not None and mine:
+        if previous_last is not None and mine:
             first = min(field_of(blob, offset, "start_host_time_ns") for offset in mine)
-            shift = first - (before[0] + int((before[1] - before[0]) * into))  # starts inside that dispatch
+            shift = first - (previous_last[0] + previous_last[1]) // 2  # starts inside that dispatch
             for offset in records:
-                for field in ("start_host_time_ns", "end_host_time_ns"):
-                    set_event(blob, offset, field, field_of(blob, offset, field) - shift)
+                for name in ("start_host_time_ns", "end_host_time_ns"):
+                    set_event(blob, offset, name, field_of(blob, offset, name) - shift)
         if mine:
-            pick = (max(mine, key=lambda offset: field_of(blob, offset, "end_host_time_ns")) if previous == "last"
-                    else min(mine, key=lambda offset: field_of(blob, offset, "start_host_time_ns")))
-            before = (field_of(blob, pick, "start_host_time_ns"), field_of(blob, pick, "end_host_time_ns"))
-    path = tmp_path / name
+            last = max(mine, key=lambda offset: field_of(blob, offset, "end_host_time_ns"))
+            previous_last = (field_of(blob, last, "start_host_time_ns"), field_of(blob, last, "end_host_time_ns"))
+    path = tmp_path / "pipelined.ireeprof"
     path.write_bytes(bytes(blob))
-    return path
-
-
-@pytest.mark.parametrize("window", [1, 2, 5, 1 << 16])
-def test_submissions_overlapping_in_time_are_read_in_windows_too(plain_run, tmp_path, monkeypatch, window):
-    """Pipelined calls: each submission's execution and dispatches moved to start inside the one before (a
-    call's submission overlapping the next one's), so union blocks reach across windows: the sweep is carried
-    over, and every figure is the one window's."""
-    path = pipelined(plain_run, tmp_path, "pipelined.ireeprof", 0.5, "last")
     monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
     session, expected = windowed(path, 11, 3), whole(path, 11, 3)
     assert as_json(session) == as_json(expected)
@@ -245,15 +236,16 @@ def test_submissions_overlapping_in_time_are_read_in_windows_too(plain_run, tmp_
 def crowded(plain_run, tmp_path) -> Path:
     """plain_run's profile with its submissions' times written anew, three at a time overlapping (their
     executions too, around their dispatches): each submission's two dispatches last 250 and 121 ns, back to back,
-    the next submission of its group starting 100 ns after it, the next group 1000 ns after the group before
-    (each group a union block of its own). Three dispatches run at once: 50 ns of them are thirds that float64
-    rounds."""
+    the next submission of its group starting 37 ns after it, the next group 10 us after the group before (each
+    group a union block of its own). Three dispatches run at once for 176 ns of each group: parts of thirds,
+    which float64 rounds."""
     blob = bytearray(plain_run[1].read_bytes())
     dispatches = event_offsets(bytes(blob), DISPATCH)
     base = min(field_of(blob, offset, "start_host_time_ns") for offset in dispatches)
     by_submission: dict[int, list[int]] = {}
     for offset in dispatches:
         by_submission.setdefault(field_of(blob, offset, "submission_id"), []).append(offset)
+    assert all(len(offsets) == 2 for offsets in by_submission.values())  # TWO_MATMULS: two dispatches a call
     starts = {}
     for rank, submission in enumerate(sorted(by_submission)):
         start = starts[submission] = base + rank // 3 * 10000 + rank % 3 * 37
