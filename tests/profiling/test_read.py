@@ -234,11 +234,11 @@ def test_submissions_overlapping_in_time_are_read_in_windows_too(plain_run, tmp_
 
 
 def crowded(plain_run, tmp_path) -> Path:
-    """plain_run's profile with its submissions' times written anew, three at a time overlapping (their
-    executions too, around their dispatches): each submission's two dispatches last 250 and 121 ns, back to back,
-    the next submission of its group starting 37 ns after it, the next group 10 us after the group before (each
-    group a union block of its own). Three dispatches run at once for 176 ns of each group: parts of thirds,
-    which float64 rounds."""
+    """plain_run's profile with its submissions' times written anew, four at a time overlapping (their
+    executions too, around their dispatches): each submission's two dispatches last 333 and 777 ns, back to back,
+    the next submission of its group starting 113 ns after it, the next group 10 us after the group before (each
+    group a union block of its own). Three and four dispatches run at once: parts of thirds and quarters, which
+    float64 rounds."""
     blob = bytearray(plain_run[1].read_bytes())
     dispatches = event_offsets(bytes(blob), DISPATCH)
     base = min(field_of(blob, offset, "start_host_time_ns") for offset in dispatches)
@@ -248,14 +248,14 @@ def crowded(plain_run, tmp_path) -> Path:
     assert all(len(offsets) == 2 for offsets in by_submission.values())  # TWO_MATMULS: two dispatches a call
     starts = {}
     for rank, submission in enumerate(sorted(by_submission)):
-        start = starts[submission] = base + rank // 3 * 10000 + rank % 3 * 37
-        for offset, (begin, end) in zip(by_submission[submission], [(0, 250), (250, 371)]):
+        start = starts[submission] = base + rank // 4 * 10000 + rank % 4 * 113
+        for offset, (begin, end) in zip(by_submission[submission], [(0, 333), (333, 1110)]):
             set_event(blob, offset, "start_host_time_ns", start + begin)
             set_event(blob, offset, "end_host_time_ns", start + end)
     for offset in event_offsets(bytes(blob), EXECUTE):
         start = starts[field_of(blob, offset, "submission_id")]
         set_event(blob, offset, "start_host_time_ns", start - 1)
-        set_event(blob, offset, "end_host_time_ns", start + 372)
+        set_event(blob, offset, "end_host_time_ns", start + 1111)
     path = tmp_path / "crowded.ireeprof"
     path.write_bytes(bytes(blob))
     return path
@@ -264,10 +264,10 @@ def crowded(plain_run, tmp_path) -> Path:
 @pytest.mark.parametrize("passes", ["C", "numpy"])
 def test_several_submissions_at_once_give_the_whole_read_s_walls_to_the_bit(plain_run, tmp_path, monkeypatch,
                                                                              passes):
-    """Three dispatches at once in each union block (`crowded`): their wall parts are thirds, which float64 rounds.
-    Cut into windows of any size, each block's parts and their sums are the whole read's to the bit (the sweep
-    started its prefix from 0 at each window's blocks and summed each window's apart: a wall of n + 1/2 could
-    then round to n in one session's JSON and to n + 1 in the other's)."""
+    """Three and four dispatches at once in each union block (`crowded`): their wall parts are thirds and quarters,
+    which float64 rounds. Cut into windows of any size, each block's parts and their sums are the whole read's to
+    the bit (the sweep started its prefix from 0 at each window's blocks and summed each window's apart: here a
+    section's wall rounded to another nanosecond in windows of 1 to 3 host events than read whole)."""
     if passes == "numpy":
         monkeypatch.setattr(event_model, "_native", None)
         monkeypatch.setattr(profiling_native, "_passes", None)
@@ -279,9 +279,9 @@ def test_several_submissions_at_once_give_the_whole_read_s_walls_to_the_bit(plai
     assert not expected.sums.disjoint and expected.wall.tobytes() != np.round(expected.wall).tobytes()  # fractions
     for window in (1, 2, 3, 4, 5, 6, 1 << 16):
         monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+        assert as_json(windowed(path, 11, 3)) == as_json(ProfileSession.build(attribution, hand_map())), window
         _, totals = attributed_totals(open_source(path, hand_map()), hand_map(), calls=11, warmup=3, function=None)
         assert (totals.wall.tobytes(), totals.total_wall) == (expected.wall.tobytes(), expected.total_wall), window
-        assert as_json(windowed(path, 11, 3)) == as_json(ProfileSession.build(attribution, hand_map()))
 
 
 def test_dispatches_written_out_of_order_give_the_same_session(plain_run, tmp_path, monkeypatch):
