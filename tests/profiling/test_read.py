@@ -311,6 +311,59 @@ def test_windows_give_dispatches_written_out_of_order_sorted(plain_run, tmp_path
         assert np.concatenate(parts).tobytes() == expected.tobytes(), window
 
 
+def _each_submission_s_dispatches(edit):
+    """An edit of plain_run's profile calling ``edit(blob, first, second)`` with the offsets of each submission's
+    two dispatch records, in file order."""
+    def edited(blob: bytearray) -> None:
+        offsets = event_offsets(bytes(blob), DISPATCH)
+        for first, second in zip(offsets, offsets[1:]):
+            if field_of(blob, first, "submission_id") == field_of(blob, second, "submission_id"):
+                edit(blob, first, second)
+    return edited
+
+
+def _swap(blob: bytearray, first: int, second: int) -> None:
+    size = 152
+    blob[first : first + size], blob[second : second + size] = blob[second : second + size], blob[first : first + size]
+
+
+def _tie(blob: bytearray, first: int, second: int) -> None:
+    set_event(blob, second, "start_host_time_ns", field_of(blob, first, "start_host_time_ns"))
+
+
+ORDER_EDITS = {
+    "ties": _each_submission_s_dispatches(_tie),  # equal starts: file order kept
+    "reversed": _each_submission_s_dispatches(_swap),  # every submission's later dispatch written first
+    "reversed ties": _each_submission_s_dispatches(lambda blob, first, second: (_tie(blob, first, second),
+                                                                                 _swap(blob, first, second))),
+}
+
+
+@pytest.mark.parametrize("passes", ["C", "numpy"])
+@pytest.mark.parametrize("edit", sorted(ORDER_EDITS))
+def test_windows_sort_every_submission_s_dispatches_as_the_whole_read(plain_run, tmp_path, monkeypatch, passes, edit):
+    """Every submission's dispatches tied in start, or written in the other order, or both (ties keep the order
+    they were written in): in windows of 1 to 6 host events a submission's dispatches are cut between the pending
+    rows and those a window adds, anywhere; the windows give the whole read's rows in its order, and its session."""
+    if passes == "numpy":
+        monkeypatch.setattr(event_model, "_native", None)
+    elif native() is None:
+        pytest.skip("the C extension is not built (setup.py)")
+    blob = bytearray(plain_run[1].read_bytes())
+    ORDER_EDITS[edit](blob)
+    path = tmp_path / "edited.ireeprof"
+    path.write_bytes(bytes(blob))
+    expected = read_profile(path).dispatches
+    session = as_json(whole(path, 11, 3))
+    for window in (1, 2, 3, 4, 5, 6, 1 << 16):
+        monkeypatch.setattr(ireeprof_stream, "HOST_EVENTS_WINDOW", window)
+        source = open_source(path, hand_map())
+        source.layout()
+        parts = [dispatches.copy() for dispatches, _ in source.windows()]
+        assert np.concatenate(parts).tobytes() == expected.tobytes(), window
+        assert as_json(windowed(path, 11, 3)) == session, window
+
+
 def test_executions_written_out_of_submission_order_give_the_same_session(plain_run, tmp_path, monkeypatch):
     """IREE writes a submission's execution when it ends, so submissions in flight together may be written out of
     order (a JAX cond's): one call's execution moved after the next call's."""
