@@ -17,6 +17,7 @@ from test_session import synthetic
 
 from sectionmark.profiling import native, queue_time
 from sectionmark.profiling.attribute import attributed_events
+from sectionmark.profiling.block_parts import block_parts
 from sectionmark.profiling.queue_time import CallWindows
 from sectionmark.profiling.section_time import EventFold, event_sums, wall_parts
 from sectionmark.readers.event_model import DISPATCH_DTYPE
@@ -287,3 +288,28 @@ def test_sweeps_carried_across_windows_give_one_window_s_wall_to_the_bit(seed, l
         assert folded(np.unique(cuts)) == whole, windows
     for _ in range(4):
         assert folded(np.unique(np.concatenate([[0, len(starts)], rng.integers(0, len(starts), 40)]))) == whole
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_block_parts_are_each_block_s_wall_parts_alone(seed, monkeypatch):
+    """`block_parts` (the numpy sweep's parts, all blocks at once) is `wall_parts` of each union block alone, to the
+    bit, with the C wall_parts and numpy's: blocks of one interval and of hundreds (past the 64 boundaries
+    summed step by step), touching ones, ties, empty and backwards intervals."""
+    rng = np.random.default_rng(seed)
+    durations = rng.integers(0, 300, 2000)
+    starts = np.cumsum(durations + rng.integers(0, 60, 2000)) + 10**9
+    ends = starts + durations
+    ends[::7] += rng.integers(0, 900, len(ends[::7]))
+    ends[1000:1300] += 5000  # a long block
+    starts[::13] = starts[::13] - starts[::13] % 50  # ties
+    ends[::31] = starts[::31] - 3  # backwards
+    order = np.argsort(starts, kind="stable")
+    reach = np.maximum.accumulate(ends[order])
+    closes = np.flatnonzero(np.concatenate([reach[:-1] <= starts[order][1:], [True]]))
+    assert (np.diff(np.concatenate([[-1], closes])) > 64).any()
+    for passes in ("C", "numpy"):
+        if passes == "numpy":
+            monkeypatch.setattr(native, "_passes", None)
+        alone = np.concatenate([wall_parts(starts[order][first : last + 1], ends[order][first : last + 1])
+                                for first, last in zip(np.concatenate([[0], closes[:-1] + 1]), closes)])
+        assert block_parts(starts, ends, order, closes).tobytes() == alone.tobytes(), passes

@@ -22,6 +22,7 @@ import numpy as np
 
 from sectionmark.errors import SectionmarkError
 from sectionmark.profiling.attribute import Attribution, Composition
+from sectionmark.profiling.block_parts import block_parts
 from sectionmark.profiling.native import native_passes
 from sectionmark.profiling.queue_time import CallWindows, union_by_window
 from sectionmark.profiling.stats import CallStats, Offsets, SectionStats, SiteStats, Traffic
@@ -536,7 +537,7 @@ class EventFold:
                 final[order[count:]] = False
             parts_starts, parts_ends = (starts, ends) if every else (starts[final], ends[final])
             final_order = order[:count]
-            np.add.at(self._wall, compositions[final_order], _block_parts(starts, ends, final_order, closes[:blocks]))
+            np.add.at(self._wall, compositions[final_order], block_parts(starts, ends, final_order, closes[:blocks]))
             block_starts = sorted_starts[np.concatenate([[0], closes[: blocks - 1] + 1])]
             self._total_wall += int((block_ends[:blocks] - block_starts).sum())  # the union of the final events
             sorted_starts, sorted_ends = sorted_starts[:count], ends[order[:count]]
@@ -560,19 +561,6 @@ class EventFold:
         total_wall = sums.total_ns if sums.disjoint else self._total_wall
         windows = self._call_windows
         return EventTotals(sums, wall, total_wall, windows, None if windows is None else self._call_union)
-
-
-def _block_parts(starts: np.ndarray, ends: np.ndarray, order: np.ndarray, closes: np.ndarray) -> np.ndarray:
-    """The wall parts of the intervals ``order`` (in start order), whose union blocks end at ``closes`` (their last
-    positions in ``order``): `wall_parts` of each block alone, as the C sweep gives them (its prefix starts from 0
-    at each block), so that a block's parts do not depend on the blocks swept with it."""
-    starts, ends = starts[order], ends[order]
-    parts = (ends - starts).astype(np.float64)  # an interval alone: its duration
-    firsts = np.concatenate([[0], closes[:-1] + 1])
-    swept = (closes > firsts) | (parts[firsts] < 0)  # several at once (or one ending before it starts: clipped)
-    for first, last in zip(firsts[swept].tolist(), closes[swept].tolist()):
-        parts[first : last + 1] = wall_parts(starts[first : last + 1], ends[first : last + 1])
-    return parts
 
 
 def fold_events(attribution: Attribution, call_windows: Optional[CallWindows]) -> EventTotals:
