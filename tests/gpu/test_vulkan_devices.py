@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from invariants import assert_device_time_adds_up, assert_profile_invariants
+from invariants import FLOAT_RELATIVE, assert_device_time_adds_up, assert_profile_invariants
 from tiny_profiles import TWO_DEVICES, device_timed_oracle, export_rows
 
 import sectionmark as sm
@@ -84,7 +84,7 @@ def test_each_device_busy_per_section_equals_its_own_dispatch_events(vulkan_prof
     for device in run.devices:
         session = device.session
         assert_profile_invariants(session)
-        assert session.coverage_error == 0, device.ordinal
+        assert session.coverage_error <= FLOAT_RELATIVE, device.ordinal
         calls, oracle = device_timed_oracle(rows, section_map, WARMUP, device.ordinal, ITERATIONS + WARMUP)
         assert calls == session.calls == ITERATIONS
         exclusive = {row.path: row.exclusive_ns for row in session.sections}
@@ -185,5 +185,5 @@ def test_profile_two_vulkan_devices_from_the_shell(two_vulkan, tmp_path, capsys)
                  "--warmup", "1", "--json", str(out)]) == 0
     document = json.loads(out.read_text())
     assert [device["device"] for device in document["devices"]] == DEVICES
-    assert all(device["profile"]["coverage_error"] == 0 for device in document["devices"])
+    assert all(device["profile"]["coverage_error"] <= FLOAT_RELATIVE for device in document["devices"])
     assert "untimed" in capsys.readouterr().out

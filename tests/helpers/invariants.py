@@ -16,7 +16,7 @@ from sectionmark.profiling.section_time import MAX_SAMPLES
 from sectionmark.profiling.session import ProfileSession
 from sectionmark.profiling.stats import SectionStats
 
-FLOAT_RELATIVE = 1e-9  # float rounding of sums over millions of events
+FLOAT_RELATIVE = 1e-9  # float rounding of sums over millions of events (a coverage error "0": sections split by cost)
 COVERAGE_RELATIVE = 1e-6
 CALL_TIME_RELATIVE = 0.01  # the acceptance bound: the call-time rows add up to the call time within 1%
 

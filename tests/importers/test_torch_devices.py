@@ -25,7 +25,7 @@ import torch
 from iree.turbine import aot
 from parallel_gpt import PIPELINE_STAGES, export_arguments, gpt_sections, pipeline_gpt, tensor_parallel_gpt
 from test_byte_identity import assert_same_executables, plain_compile
-from invariants import assert_device_time_adds_up, assert_profile_invariants
+from invariants import FLOAT_RELATIVE, assert_device_time_adds_up, assert_profile_invariants
 from tiny_profiles import export_rows, section_oracle, transfer_oracle
 from two_devices import RUNTIME_DEVICES, TWO_CPU_DEVICES, dispatches_of_sections, dispatches_per_device
 
@@ -163,7 +163,7 @@ def assert_each_device_busy_is_its_own_dispatch_events(result, rows: list[dict],
     for device in result.devices:
         session = device.session
         assert_profile_invariants(session)
-        assert session.coverage_error == 0, device.ordinal
+        assert session.coverage_error <= FLOAT_RELATIVE, device.ordinal
         calls, oracle = section_oracle(rows, section_map, WARMUP, device=device.ordinal, calls=ITERATIONS + WARMUP)
         assert calls == session.calls == ITERATIONS
         exclusive = {row.path: row.exclusive_ns for row in session.sections}

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from invariants import FLOAT_RELATIVE
 from shared_tools import csvexport, shared_tool
 
 import sectionmark as sm
@@ -64,7 +65,7 @@ def test_each_device_busy_equals_its_own_dispatch_zones(name):
     assert [device.ordinal for device in run.devices] == [0, 1]
     for device in run.devices:
         session = device.session
-        assert session.calls == CALLS and session.coverage_error == 0, device.ordinal
+        assert session.calls == CALLS and session.coverage_error <= FLOAT_RELATIVE, device.ordinal
         busy = sum(row.exclusive_ns for row in session.sections)  # every call's, "(unmarked)" the last row
         assert abs(busy - per_device[device.ordinal]) < 1, (device.ordinal, busy, per_device[device.ordinal])
 

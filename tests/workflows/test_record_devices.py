@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from invariants import assert_profile_invariants
+from invariants import FLOAT_RELATIVE, assert_profile_invariants
 from parallel_gpt import KV_CONFIG, KV_PROMPT, cached_parallel_gpt, empty_kv_cache, export_cached_parallel_gpt
 from tiny_profiles import export_rows, section_oracle
 from two_devices import RUNTIME_DEVICES
@@ -131,7 +131,7 @@ def test_each_function_on_each_device_equals_the_oracle_of_its_own_events(progra
         for device in entry.profile.devices:
             session = device.session
             assert_profile_invariants(session)
-            assert session.coverage_error == 0
+            assert session.coverage_error <= FLOAT_RELATIVE
             measured, oracle = section_oracle(rows, section_map, calls * WARMUP, device=device.ordinal,
                                               calls=calls * (ITERATIONS + WARMUP),
                                               function=f"{entry.function}$async")
