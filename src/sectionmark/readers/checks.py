@@ -265,7 +265,7 @@ def by_submission_and_start(dispatches: np.ndarray, known_sorted: bool = False) 
     first, lengths = np.searchsorted(submission, unsorted), np.searchsorted(submission, unsorted, "right")
     lengths -= first
     rows = np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
-    whole = dispatches.view(np.dtype((np.void, dispatches.dtype.itemsize)))  # rows moved as raw records (`rows_of`)
+    whole = raw_records(dispatches)  # rows moved as raw records (`rows_of`)
     whole[rows] = whole[rows[np.lexsort((start[rows], submission[rows]))]]
     return dispatches
 
@@ -327,14 +327,18 @@ def rows_of(table: np.ndarray, selection: Union[slice, np.ndarray]) -> np.ndarra
     """A copy of ``table[selection]`` (a mask, indices or a slice: copied too) of a structured table, gathered as
     whole raw records: numpy copies structured rows field by field, 10 to 20 times slower (a window's 30,000
     dispatches: 1.2 ms against 0.05 ms)."""
-    chosen = table.view(np.dtype((np.void, table.dtype.itemsize)))[selection]
+    chosen = raw_records(table)[selection]
     return (chosen.copy() if isinstance(selection, slice) else chosen).view(table.dtype)
 
 
 def copy_rows(target: np.ndarray, rows: np.ndarray) -> None:
     """``target[...] = rows`` for two structured tables of one dtype, copied as raw records (`rows_of`)."""
-    raw = np.dtype((np.void, rows.dtype.itemsize))
-    target.view(raw)[...] = rows.view(raw)
+    raw_records(target)[...] = raw_records(rows)
+
+
+def raw_records(table: np.ndarray) -> np.ndarray:
+    """A structured table viewed as one opaque record per row (what `rows_of` and `copy_rows` gather and copy)."""
+    return table.view(np.dtype((np.void, table.dtype.itemsize)))
 
 
 def same_records(first: np.ndarray, second: np.ndarray) -> bool:

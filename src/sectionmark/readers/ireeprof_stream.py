@@ -265,8 +265,7 @@ class Rows:
 
     def append(self, rows: np.ndarray) -> None:
         """``rows`` (of the table's dtype) added: copied as raw records, not field by field (2 to 8 times slower)."""
-        raw = np.dtype((np.void, self._dtype.itemsize))
-        self._room(len(rows)).view(raw)[...] = rows.view(raw)
+        copy_rows(self._room(len(rows)), rows)
         self._count += len(rows)
 
     def append_fields(self, rows: np.ndarray, chosen: np.ndarray) -> None:
